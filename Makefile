@@ -1,0 +1,35 @@
+# metalloc: `make run` starts the whole system locally, `make test` runs every
+# test (both on a private PostgreSQL unless DATABASE_URL is set).
+GO      ?= go
+BIN     := bin
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+NODES   ?= ../shared/data/dc1-nodes.yaml
+
+.PHONY: build run test generate lint bench
+
+CMDS := $(notdir $(wildcard cmd/api cmd/conductor cmd/manage))
+
+build:
+	@for c in $(CMDS); do echo "go build metalloc-$$c"; \
+		$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/metalloc-$$c ./cmd/$$c || exit 1; done
+
+# Private PostgreSQL + migrations + metalloc-api + 2 conductors + sample nodes.
+run: build
+	$(BIN)/metalloc-manage dev up --nodes $(NODES)
+
+# Every test, race detector on, against a real PostgreSQL.
+test: build
+	$(BIN)/metalloc-manage dev exec -- $(GO) test -race -count=1 -timeout 30m ./...
+
+# Regenerate sqlc code (needs sqlc: go install github.com/sqlc-dev/sqlc/cmd/sqlc@v1.31.1).
+generate:
+	scripts/sqlc-gen.sh
+
+lint:
+	gofmt -l . | (! grep .)
+	$(GO) vet ./...
+
+# Allocation load benchmark (see README "Benchmarks").
+bench: build
+	$(BIN)/metalloc-manage dev exec -- $(BIN)/metalloc-manage bench allocations

@@ -1,0 +1,153 @@
+package allocation
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/metalloc/metalloc/web"
+)
+
+// States of an allocation (Ironic common/states.py): allocating is the initial
+// state; it moves once, to active on success or error on failure.
+const (
+	StateAllocating = "allocating"
+	StateActive     = "active"
+	StateError      = "error"
+)
+
+// ErrNotFound is returned when no allocation matches an identifier.
+var ErrNotFound = errors.New("allocation not found")
+
+// View is an allocation as the API shows it: the row plus the uuid of the node
+// it holds and its requested traits.
+type View struct {
+	Allocation
+	NodeUUID *uuid.UUID
+	Traits   []string
+}
+
+// Fields lists every field an allocation document has at the newest
+// microversion (owner needs 1.60), for `fields` validation.
+var Fields = []string{
+	"uuid", "name", "node_uuid", "state", "last_error", "resource_class", "traits",
+	"candidate_nodes", "extra", "owner", "created_at", "updated_at", "links",
+}
+
+// Doc renders v as Ironic's allocation JSON object at microversion ver, with
+// links under base (the public URL).
+func (v View) Doc(base string, ver web.Version) map[string]any {
+	cands := make([]string, 0, len(v.CandidateNodes))
+	for _, u := range v.CandidateNodes {
+		cands = append(cands, u.String())
+	}
+	traits := v.Traits
+	if traits == nil {
+		traits = []string{}
+	}
+	var extra any = map[string]any{}
+	if len(v.Extra) > 0 {
+		extra = v.Extra
+	}
+	var nodeUUID any
+	if v.NodeUUID != nil {
+		nodeUUID = v.NodeUUID.String()
+	}
+	created := v.CreatedAt
+	doc := map[string]any{
+		"uuid":            v.Uuid.String(),
+		"name":            v.Name,
+		"node_uuid":       nodeUUID,
+		"state":           v.State,
+		"last_error":      v.LastError,
+		"resource_class":  v.ResourceClass,
+		"traits":          traits,
+		"candidate_nodes": cands,
+		"extra":           extra,
+		"created_at":      web.Timestamp(&created),
+		"updated_at":      web.Timestamp(v.UpdatedAt),
+		"links":           web.ResourceLinks(base, "allocations", v.Uuid.String()),
+	}
+	if ver.AtLeast(1, 60) {
+		doc["owner"] = v.Owner
+	}
+	return doc
+}
+
+// Store reads and writes allocations.
+type Store struct {
+	pool *pgxpool.Pool
+	q    *Queries
+}
+
+// NewStore returns a Store on pool.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool, q: New(pool)} }
+
+func notFound(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// Get returns the allocation named by ident: a uuid, else a name. It returns
+// ErrNotFound when there is none.
+func (s *Store) Get(ctx context.Context, ident string) (View, error) {
+	return get(ctx, s.q, ident)
+}
+
+func get(ctx context.Context, q *Queries, ident string) (View, error) {
+	if u, err := uuid.Parse(ident); err == nil && len(ident) == 36 {
+		r, err := q.GetAllocationByUUID(ctx, u)
+		if err != nil {
+			return View{}, notFound(err)
+		}
+		return View{r.Allocation, r.NodeUuid, r.Traits}, nil
+	}
+	r, err := q.GetAllocationByName(ctx, &ident)
+	if err != nil {
+		return View{}, notFound(err)
+	}
+	return View{r.Allocation, r.NodeUuid, r.Traits}, nil
+}
+
+// GetByID returns the allocation with internal id id.
+func (s *Store) GetByID(ctx context.Context, id int64) (View, error) {
+	r, err := s.q.GetAllocation(ctx, id)
+	if err != nil {
+		return View{}, notFound(err)
+	}
+	return View{r.Allocation, r.NodeUuid, r.Traits}, nil
+}
+
+// Remover deletes allocations on behalf of node operations; it implements
+// node.AllocationRemover.
+type Remover struct{}
+
+// RemoveNodeAllocation deletes allocation allocationID held by node nodeID
+// inside tx: the node's allocation_id and instance_uuid are cleared and the
+// row is deleted (Ironic: dbapi.destroy_allocation). Callers have already
+// checked that removal is allowed for the node's state.
+func (Remover) RemoveNodeAllocation(ctx context.Context, tx pgx.Tx, nodeID, allocationID int64) error {
+	q := New(tx)
+	if err := q.ReleaseNodeOfAllocation(ctx, &allocationID); err != nil {
+		return fmt.Errorf("releasing node %d: %w", nodeID, err)
+	}
+	if err := q.DeleteAllocation(ctx, allocationID); err != nil {
+		return fmt.Errorf("deleting allocation %d: %w", allocationID, err)
+	}
+	return nil
+}
+
+func jsonOrEmpty(m map[string]any) json.RawMessage {
+	if m == nil {
+		return json.RawMessage("{}")
+	}
+	b, _ := json.Marshal(m)
+	return b
+}

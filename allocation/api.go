@@ -1,0 +1,678 @@
+package allocation
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/labstack/echo/v4"
+
+	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/trait"
+	"github.com/metalloc/metalloc/web"
+)
+
+var (
+	//go:embed create_schema.json
+	createSchemaJSON []byte
+	//go:embed patch_schema.json
+	patchSchemaJSON []byte
+
+	createSchema = web.MustSchema("allocation", createSchemaJSON)
+	patchSchema  = web.MustSchema("patch", patchSchemaJSON)
+)
+
+// HandlerOptions configures the allocation API.
+type HandlerOptions struct {
+	// PublicEndpoint is the base URL used in links; empty means the
+	// request's scheme and host.
+	PublicEndpoint string
+	// MaxLimit caps page sizes (Ironic [api]max_limit, default 1000).
+	MaxLimit int
+}
+
+// Handler serves the allocation endpoints of the Ironic API.
+type Handler struct {
+	store *Store
+	opts  HandlerOptions
+}
+
+// NewHandler returns a Handler on store.
+func NewHandler(store *Store, opts HandlerOptions) *Handler {
+	if opts.MaxLimit <= 0 {
+		opts.MaxLimit = web.DefaultMaxLimit
+	}
+	return &Handler{store: store, opts: opts}
+}
+
+// Register adds the routes under v1 (a group with Ironic version negotiation):
+// /v1/allocations[/{ident}] and /v1/nodes/{ident}/allocation.
+func (h *Handler) Register(v1 *echo.Group) {
+	g := v1.Group("", h.requireAllocations)
+	g.POST("/allocations", h.create)
+	g.GET("/allocations", h.list)
+	g.GET("/allocations/:ident", h.get)
+	g.PATCH("/allocations/:ident", h.patch)
+	g.DELETE("/allocations/:ident", h.delete)
+	g.GET("/nodes/:ident/allocation", h.getForNode)
+	g.DELETE("/nodes/:ident/allocation", h.deleteForNode)
+}
+
+// requireAllocations hides the endpoints below 1.52, as Ironic does: 404 for
+// GET, 405 otherwise.
+func (h *Handler) requireAllocations(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !web.RequestVersion(c).AtLeast(1, 52) {
+			status := http.StatusMethodNotAllowed
+			if c.Request().Method == http.MethodGet {
+				status = http.StatusNotFound
+			}
+			return web.Errorf(status, "The API version does not allow allocations")
+		}
+		return next(c)
+	}
+}
+
+func (h *Handler) base(c echo.Context) string { return web.PublicURL(c, h.opts.PublicEndpoint) }
+
+// createRequest is the body of POST /v1/allocations.
+type createRequest struct {
+	UUID           *string        `json:"uuid"`
+	Name           *string        `json:"name"`
+	ResourceClass  *string        `json:"resource_class"`
+	Traits         []string       `json:"traits"`
+	CandidateNodes []string       `json:"candidate_nodes"`
+	Extra          map[string]any `json:"extra"`
+	Owner          *string        `json:"owner"`
+	Node           *string        `json:"node"`
+}
+
+func (h *Handler) create(c echo.Context) error {
+	ctx := c.Request().Context()
+	ver := web.RequestVersion(c)
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return web.BadRequest("Could not read the request body: %v", err)
+	}
+	if _, err := createSchema.Decode(body); err != nil {
+		return err
+	}
+	var req createRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return web.BadRequest("Invalid allocation: %v", err)
+	}
+	if req.Owner != nil && !ver.AtLeast(1, 60) {
+		return web.Errorf(http.StatusNotAcceptable, "Request not acceptable.")
+	}
+	if req.Name != nil && *req.Name != "" && !web.ValidLogicalName(*req.Name, ver) {
+		return web.BadRequest("Cannot create allocation with invalid name '%s'", *req.Name)
+	}
+	if req.Name != nil && *req.Name == "" {
+		req.Name = nil
+	}
+	for _, t := range req.Traits {
+		if !trait.Valid(t) {
+			return web.BadRequest("Schema error for allocation: '%s' is not a valid trait: use a standard trait or one matching ^CUSTOM_[A-Z0-9_]+$", t)
+		}
+	}
+	params := CreateAllocationParams{
+		Name:   req.Name,
+		Owner:  req.Owner,
+		State:  StateAllocating,
+		Traits: dedupe(req.Traits),
+		Extra:  jsonOrEmpty(req.Extra),
+	}
+	if req.UUID != nil && *req.UUID != "" {
+		u, err := uuid.Parse(*req.UUID)
+		if err != nil {
+			return web.BadRequest("Expected UUID for uuid: %s", *req.UUID)
+		}
+		params.Uuid = u
+	}
+
+	var node *LockNodeRow
+	var row CreateAllocationRow
+	err = db.InTx(ctx, h.store.pool, func(tx pgx.Tx) error {
+		q := New(tx)
+		if req.Node != nil && *req.Node != "" {
+			if !ver.AtLeast(1, 58) {
+				return web.BadRequest("Cannot set node when creating an allocation in this API version")
+			}
+			id, err := nodeID(ctx, q, *req.Node)
+			if err != nil {
+				return err
+			}
+			n, err := q.LockNode(ctx, id)
+			if err != nil {
+				return fmt.Errorf("locking node: %w", err)
+			}
+			node = &n
+		}
+		if req.ResourceClass == nil || *req.ResourceClass == "" {
+			if node == nil || node.ResourceClass == nil {
+				return web.BadRequest("The resource_class field is mandatory when not backfilling")
+			}
+			req.ResourceClass = node.ResourceClass
+		}
+		params.ResourceClass = *req.ResourceClass
+		if len(req.CandidateNodes) > 0 {
+			uuids, err := resolveCandidates(ctx, q, req.CandidateNodes)
+			if err != nil {
+				return err
+			}
+			params.CandidateNodes = uuids
+		}
+		if params.Uuid == uuid.Nil {
+			if node != nil && node.InstanceUuid != nil {
+				params.Uuid = *node.InstanceUuid
+			} else {
+				params.Uuid = uuid.New()
+			}
+		}
+		if node != nil {
+			return h.backfill(c, q, node, &params, &row)
+		}
+		if holder, err := q.NodeHoldingInstance(ctx, &params.Uuid); err == nil {
+			return web.Conflict("Instance %s is already associated with a node, it cannot be associated with this other node %s", params.Uuid, holder)
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		row, err = q.CreateAllocation(ctx, params)
+		return createError(err, params)
+	})
+	if err != nil {
+		return err
+	}
+	v := View{Allocation: Allocation(row), Traits: params.Traits}
+	if node != nil {
+		v.NodeUUID = &node.Uuid
+	}
+	slices.Sort(v.Traits)
+	c.Response().Header().Set("Location", h.base(c)+"/v1/allocations/"+v.Uuid.String())
+	return c.JSON(http.StatusCreated, v.Doc(h.base(c), ver))
+}
+
+// backfill records the locked, already-deployed node as holding a new active
+// allocation (Ironic 1.58). Any mismatch is a 400 and nothing is written.
+func (h *Handler) backfill(c echo.Context, q *Queries, node *LockNodeRow, p *CreateAllocationParams, row *CreateAllocationRow) error {
+	ctx := c.Request().Context()
+	var problems []string
+	if node.ProvisionState != "active" {
+		problems = append(problems, fmt.Sprintf("Node must be in the \"active\" state, but the current state is \"%s\"", node.ProvisionState))
+	}
+	if node.ResourceClass == nil || *node.ResourceClass != p.ResourceClass {
+		problems = append(problems, fmt.Sprintf("Resource class %s does not match the requested resource class %s",
+			deref(node.ResourceClass), p.ResourceClass))
+	}
+	if len(p.Traits) > 0 {
+		have, err := q.NodeTraits(ctx, node.ID)
+		if err != nil {
+			return err
+		}
+		if !subset(p.Traits, have) {
+			problems = append(problems, fmt.Sprintf("List of traits %v does not match the requested traits %v", have, p.Traits))
+		}
+	}
+	if len(p.CandidateNodes) > 0 && !slices.Contains(p.CandidateNodes, node.Uuid) {
+		problems = append(problems, fmt.Sprintf("Candidate nodes must be empty or contain the target node, but got %v", p.CandidateNodes))
+	}
+	if len(problems) > 0 {
+		return web.BadRequest("Cannot backfill an allocation for node %s: %s", node.Uuid, strings.Join(problems, "; "))
+	}
+	if node.AllocationID != nil || (node.InstanceUuid != nil && *node.InstanceUuid != p.Uuid) {
+		inst := "another allocation"
+		if node.InstanceUuid != nil {
+			inst = node.InstanceUuid.String()
+		}
+		return web.Conflict("Node %s is associated with instance %s.", node.Uuid, inst)
+	}
+	p.State, p.NodeID = StateActive, &node.ID
+	r, err := q.CreateAllocation(ctx, *p)
+	if err := createError(err, *p); err != nil {
+		return err
+	}
+	*row = r
+	err = q.BackfillNode(ctx, BackfillNodeParams{AllocationID: &r.ID, InstanceUuid: &r.Uuid, Traits: p.Traits, ID: node.ID})
+	if db.IsUniqueViolation(err, "nodes_instance_uuid_key") {
+		return web.Conflict("Instance %s is already associated with a node, it cannot be associated with this other node %s", r.Uuid, node.Uuid)
+	}
+	return err
+}
+
+func createError(err error, p CreateAllocationParams) error {
+	switch {
+	case err == nil:
+		return nil
+	case db.IsUniqueViolation(err, "allocations_name_key"):
+		return web.Conflict("An allocation with name %s already exists.", deref(p.Name))
+	case db.IsUniqueViolation(err, "allocations_uuid_key"):
+		return web.Conflict("An allocation with UUID %s already exists.", p.Uuid)
+	}
+	return fmt.Errorf("creating allocation: %w", err)
+}
+
+// nodeID resolves a node uuid or name to its id; unknown is Ironic's 400.
+func nodeID(ctx context.Context, q *Queries, ident string) (int64, error) {
+	var id int64
+	var err error
+	if u, perr := uuid.Parse(ident); perr == nil && len(ident) == 36 {
+		id, err = q.NodeIDByUUID(ctx, u)
+	} else {
+		id, err = q.NodeIDByName(ctx, &ident)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, web.BadRequest("Node %s could not be found.", ident)
+	}
+	return id, err
+}
+
+// resolveNodes maps candidate node names/uuids to uuids, in order; any
+// unknown ident is a 400 naming all of them (Ironic: check_node_list).
+func resolveCandidates(ctx context.Context, q *Queries, idents []string) ([]uuid.UUID, error) {
+	var uuids []uuid.UUID
+	var names []string
+	for _, id := range idents {
+		if u, err := uuid.Parse(id); err == nil && len(id) == 36 {
+			uuids = append(uuids, u)
+		} else {
+			names = append(names, id)
+		}
+	}
+	rows, err := q.ResolveNodes(ctx, ResolveNodesParams{Uuids: uuids, Names: names})
+	if err != nil {
+		return nil, err
+	}
+	byIdent := map[string]uuid.UUID{}
+	for _, r := range rows {
+		byIdent[r.Uuid.String()] = r.Uuid
+		if r.Name != nil {
+			byIdent[*r.Name] = r.Uuid
+		}
+	}
+	var out []uuid.UUID
+	var missing []string
+	for _, id := range idents {
+		key := id
+		if u, err := uuid.Parse(id); err == nil && len(id) == 36 {
+			key = u.String()
+		}
+		u, ok := byIdent[key]
+		if !ok {
+			missing = append(missing, id)
+			continue
+		}
+		if !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, web.BadRequest("Nodes cannot be found: %s", strings.Join(missing, ", "))
+	}
+	return out, nil
+}
+
+var validStates = []string{StateAllocating, StateActive, StateError}
+
+func (h *Handler) list(c echo.Context) error {
+	ctx := c.Request().Context()
+	ver := web.RequestVersion(c)
+	p, err := web.ParseListParams(c, h.opts.MaxLimit)
+	if err != nil {
+		return err
+	}
+	if err := h.checkFields(p.Fields, ver); err != nil {
+		return err
+	}
+	var f ListFilter
+	keep := url.Values{}
+	if s := c.QueryParam("state"); s != "" {
+		f.State = &s
+		keep.Set("state", s)
+	}
+	if s := c.QueryParam("resource_class"); s != "" {
+		f.ResourceClass = &s
+		keep.Set("resource_class", s)
+	}
+	if s := c.QueryParam("owner"); s != "" {
+		if !ver.AtLeast(1, 60) {
+			return web.Errorf(http.StatusNotAcceptable, "Request not acceptable.")
+		}
+		f.Owner = &s
+		keep.Set("owner", s)
+	}
+	if s := c.QueryParam("node"); s != "" {
+		id, err := nodeID(ctx, h.store.q, s)
+		if err != nil {
+			return err
+		}
+		f.NodeID = &id
+		keep.Set("node", s)
+	}
+	if slices.Contains([]string{"extra", "candidate_nodes", "traits"}, p.SortKey) {
+		return web.BadRequest("The sort_key value %s is an invalid field for sorting", p.SortKey)
+	}
+	if _, ok := sortColumns[p.SortKey]; !ok {
+		return web.BadRequest("The sort_key value %s is an invalid field for sorting", p.SortKey)
+	}
+	var marker *View
+	if p.Marker != "" {
+		u, err := uuid.Parse(p.Marker)
+		if err != nil {
+			return web.BadRequest("Expected UUID for marker: %s", p.Marker)
+		}
+		m, err := h.store.Get(ctx, u.String())
+		if errors.Is(err, ErrNotFound) {
+			return web.NotFound("Allocation %s could not be found.", p.Marker)
+		} else if err != nil {
+			return err
+		}
+		marker = &m
+	}
+	views, err := h.store.List(ctx, f, p.SortKey, p.SortDesc, marker, p.Limit)
+	if err != nil {
+		return err
+	}
+	base := h.base(c)
+	docs := make([]map[string]any, 0, len(views))
+	for _, v := range views {
+		docs = append(docs, web.Project(v.Doc(base, ver), p.Fields))
+	}
+	out := map[string]any{"allocations": docs}
+	if p.Fields != nil {
+		keep.Set("fields", strings.Join(p.Fields, ","))
+	}
+	if c.QueryParam("sort_key") != "" {
+		keep.Set("sort_key", p.SortKey)
+	}
+	if c.QueryParam("sort_dir") != "" {
+		keep.Set("sort_dir", c.QueryParam("sort_dir"))
+	}
+	if len(views) > 0 {
+		if next := web.NextLink(base, "allocations", len(views), p.Limit, views[len(views)-1].Uuid.String(), keep); next != "" {
+			out["next"] = next
+		}
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// checkFields validates `fields` for allocations: unknown names are 400,
+// owner below 1.60 is 406 (Ironic).
+func (h *Handler) checkFields(fields []string, ver web.Version) error {
+	if fields == nil {
+		return nil
+	}
+	if slices.Contains(fields, "owner") && !ver.AtLeast(1, 60) {
+		return web.Errorf(http.StatusNotAcceptable, "Request not acceptable.")
+	}
+	valid := map[string]bool{}
+	for _, f := range Fields {
+		valid[f] = true
+	}
+	return web.CheckFields(fields, valid)
+}
+
+func (h *Handler) lookup(c echo.Context, ident string) (View, error) {
+	v, err := h.store.Get(c.Request().Context(), ident)
+	if errors.Is(err, ErrNotFound) {
+		return v, web.NotFound("Allocation %s could not be found.", ident)
+	}
+	return v, err
+}
+
+func (h *Handler) get(c echo.Context) error {
+	ver := web.RequestVersion(c)
+	fields, err := web.ParseFields(c)
+	if err != nil {
+		return err
+	}
+	if err := h.checkFields(fields, ver); err != nil {
+		return err
+	}
+	v, err := h.lookup(c, c.Param("ident"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, web.Project(v.Doc(h.base(c), ver), fields))
+}
+
+func (h *Handler) getForNode(c echo.Context) error {
+	ctx := c.Request().Context()
+	ver := web.RequestVersion(c)
+	fields, err := web.ParseFields(c)
+	if err != nil {
+		return err
+	}
+	if err := h.checkFields(fields, ver); err != nil {
+		return err
+	}
+	ident := c.Param("ident")
+	id, err := nodeID(ctx, h.store.q, ident)
+	var apiErr *web.Error
+	if errors.As(err, &apiErr) {
+		return web.NotFound("Node %s could not be found.", ident)
+	} else if err != nil {
+		return err
+	}
+	views, err := h.store.List(ctx, ListFilter{NodeID: &id}, "id", false, nil, 1)
+	if err != nil {
+		return err
+	}
+	if len(views) == 0 {
+		return web.NotFound("Allocation for node %s was not found", ident)
+	}
+	return c.JSON(http.StatusOK, web.Project(views[0].Doc(h.base(c), ver), fields))
+}
+
+func (h *Handler) patch(c echo.Context) error {
+	ctx := c.Request().Context()
+	ver := web.RequestVersion(c)
+	if !ver.AtLeast(1, 57) {
+		return web.Errorf(http.StatusMethodNotAllowed, "The API version does not allow updating allocations")
+	}
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return web.BadRequest("Could not read the request body: %v", err)
+	}
+	if _, err := patchSchema.Decode(body); err != nil {
+		return err
+	}
+	var ops []struct {
+		Op    string          `json:"op"`
+		Path  string          `json:"path"`
+		Value json.RawMessage `json:"value"`
+	}
+	if err := json.Unmarshal(body, &ops); err != nil {
+		return web.BadRequest("Invalid patch: %v", err)
+	}
+	for _, op := range ops {
+		field := strings.Split(strings.TrimPrefix(op.Path, "/"), "/")[0]
+		if field != "name" && field != "extra" {
+			return web.BadRequest("Cannot patch %s. Only the following can be updated: name, extra", op.Path)
+		}
+		if field == "name" && op.Op != "remove" {
+			var name *string
+			if err := json.Unmarshal(op.Value, &name); err != nil {
+				return web.BadRequest("Schema error for allocation: /name: expected string or null")
+			}
+			if name != nil && *name != "" && !web.ValidLogicalName(*name, ver) {
+				return web.BadRequest("Cannot update allocation with invalid name '%s'", *name)
+			}
+		}
+	}
+	patch, err := jsonpatch.DecodePatch(body)
+	if err != nil {
+		return web.BadRequest("Invalid patch: %v", err)
+	}
+	var result View
+	err = db.InTx(ctx, h.store.pool, func(tx pgx.Tx) error {
+		q := New(tx)
+		v, err := get(ctx, q, c.Param("ident"))
+		if errors.Is(err, ErrNotFound) {
+			return web.NotFound("Allocation %s could not be found.", c.Param("ident"))
+		} else if err != nil {
+			return err
+		}
+		if _, err := q.LockAllocation(ctx, v.ID); err != nil {
+			return notFound(err)
+		}
+		doc := map[string]any{"name": v.Name, "extra": json.RawMessage(v.Extra)}
+		if len(v.Extra) == 0 {
+			doc["extra"] = map[string]any{}
+		}
+		raw, _ := json.Marshal(doc)
+		patched, err := patch.Apply(raw)
+		if err != nil {
+			return web.BadRequest("Patch could not be applied: %v", err)
+		}
+		var out struct {
+			Name  *string        `json:"name"`
+			Extra map[string]any `json:"extra"`
+		}
+		if err := json.Unmarshal(patched, &out); err != nil {
+			return web.BadRequest("Invalid patch result: %v", err)
+		}
+		if out.Name != nil && *out.Name == "" {
+			out.Name = nil
+		}
+		err = q.UpdateAllocationNameExtra(ctx, UpdateAllocationNameExtraParams{Name: out.Name, Extra: jsonOrEmpty(out.Extra), ID: v.ID})
+		if db.IsUniqueViolation(err, "allocations_name_key") {
+			return web.Conflict("An allocation with name %s already exists.", deref(out.Name))
+		} else if err != nil {
+			return err
+		}
+		result, err = get(ctx, q, v.Uuid.String())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, result.Doc(h.base(c), ver))
+}
+
+func (h *Handler) delete(c echo.Context) error {
+	ident := c.Param("ident")
+	return h.destroy(c, func(q *Queries) (View, error) {
+		v, err := get(c.Request().Context(), q, ident)
+		if errors.Is(err, ErrNotFound) {
+			return v, web.NotFound("Allocation %s could not be found.", ident)
+		}
+		return v, err
+	})
+}
+
+func (h *Handler) deleteForNode(c echo.Context) error {
+	ctx := c.Request().Context()
+	ident := c.Param("ident")
+	return h.destroy(c, func(q *Queries) (View, error) {
+		id, err := nodeID(ctx, q, ident)
+		var apiErr *web.Error
+		if errors.As(err, &apiErr) {
+			return View{}, web.NotFound("Node %s could not be found.", ident)
+		} else if err != nil {
+			return View{}, err
+		}
+		views, err := h.store.List(ctx, ListFilter{NodeID: &id}, "id", false, nil, 1)
+		if err != nil {
+			return View{}, err
+		}
+		if len(views) == 0 {
+			return View{}, web.NotFound("Allocation for node %s was not found", ident)
+		}
+		return views[0], nil
+	})
+}
+
+// destroy deletes the allocation find returns, releasing its node, in one
+// transaction; 409 when the node is active or mid-operation and not in
+// maintenance (Ironic: verify_node_for_deallocation).
+func (h *Handler) destroy(c echo.Context, find func(*Queries) (View, error)) error {
+	ctx := c.Request().Context()
+	err := db.InTx(ctx, h.store.pool, func(tx pgx.Tx) error {
+		q := New(tx)
+		v, err := find(q)
+		if err != nil {
+			return err
+		}
+		a, err := q.LockAllocation(ctx, v.ID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return web.NotFound("Allocation %s could not be found.", v.Uuid)
+		} else if err != nil {
+			return err
+		}
+		if a.NodeID != nil {
+			n, err := q.LockNode(ctx, *a.NodeID)
+			if err != nil {
+				return fmt.Errorf("locking node: %w", err)
+			}
+			if err := CheckDeallocation(n.Uuid, n.ProvisionState, n.TargetProvisionState, n.Maintenance, a.Uuid); err != nil {
+				return err
+			}
+		}
+		return Remover{}.RemoveNodeAllocation(ctx, tx, deref(a.NodeID), a.ID)
+	})
+	if err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// updateAllowedStates are the transitional provision states in which Ironic
+// still lets a node be updated (common/states.py UPDATE_ALLOWED_STATES).
+var updateAllowedStates = []string{"deploy failed", "inspecting", "inspect failed", "inspect wait",
+	"clean failed", "error", "verifying", "adopt failed", "rescue failed", "unrescue failed"}
+
+// CheckDeallocation says whether the allocation allocUUID may be removed from
+// a node in the given state: always in maintenance; otherwise not while the
+// node is active or in a transitional state that forbids updates (409 with
+// Ironic's messages).
+func CheckDeallocation(nodeUUID uuid.UUID, provisionState string, target *string, maintenance bool, allocUUID uuid.UUID) error {
+	if maintenance {
+		return nil
+	}
+	if target != nil && *target != "" && !slices.Contains(updateAllowedStates, provisionState) {
+		return web.Conflict("Cannot remove allocation %s for node %s, because the node is in state %s where updates are not allowed (and maintenance mode is off)",
+			allocUUID, nodeUUID, provisionState)
+	}
+	if provisionState == "active" {
+		return web.Conflict("Cannot remove allocation %s for node %s, because the node is active (and maintenance mode is off)",
+			allocUUID, nodeUUID)
+	}
+	return nil
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+func subset(want, have []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
+}
+
+func dedupe(in []string) []string {
+	out := make([]string, 0, len(in))
+	for _, s := range in {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,221 @@
+package allocation
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/metalloc/metalloc/db/dbtest"
+)
+
+// fixture is a database with conductors and helpers to add nodes.
+type fixture struct {
+	t    *testing.T
+	pool *pgxpool.Pool
+	q    *Queries
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	pool := dbtest.New(t)
+	return &fixture{t: t, pool: pool, q: New(pool)}
+}
+
+func (f *fixture) conductor(name string) int64 {
+	var id int64
+	err := f.pool.QueryRow(context.Background(),
+		`INSERT INTO conductors (hostname) VALUES ($1) RETURNING id`, name).Scan(&id)
+	require.NoError(f.t, err)
+	return id
+}
+
+// node adds an available, powered node.
+func (f *fixture) node(name, rc string, traits ...string) int64 {
+	var id int64
+	err := f.pool.QueryRow(context.Background(), `
+		INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state)
+		VALUES ($1, $2, 'fake-hardware', $3, 'available', 'power off') RETURNING id`,
+		uuid.New(), name, rc).Scan(&id)
+	require.NoError(f.t, err)
+	for _, tr := range traits {
+		_, err := f.pool.Exec(context.Background(), `INSERT INTO node_traits (node_id, trait) VALUES ($1, $2)`, id, tr)
+		require.NoError(f.t, err)
+	}
+	return id
+}
+
+func (f *fixture) allocation(name *string, rc string, traits ...string) CreateAllocationRow {
+	if traits == nil {
+		traits = []string{}
+	}
+	row, err := f.q.CreateAllocation(context.Background(), CreateAllocationParams{
+		Uuid: uuid.New(), Name: name, ResourceClass: rc, Extra: []byte("{}"), State: StateAllocating, Traits: traits,
+	})
+	require.NoError(f.t, err)
+	return row
+}
+
+func (f *fixture) get(id int64) View {
+	v, err := NewStore(f.pool).GetByID(context.Background(), id)
+	require.NoError(f.t, err)
+	return v
+}
+
+// drain claims and processes until nothing is left, as one conductor.
+func drain(t *testing.T, a *Allocator, me int64) {
+	ctx := context.Background()
+	for {
+		claimed, err := a.Claim(ctx, me, 4)
+		require.NoError(t, err)
+		if len(claimed) == 0 {
+			return
+		}
+		for _, c := range claimed {
+			_, err := a.Process(ctx, me, c)
+			require.NoError(t, err)
+		}
+	}
+}
+
+func TestReserveConcurrentConductors(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for i := range 40 {
+		traits := []string{"CUSTOM_A"}
+		if i%2 == 0 {
+			traits = append(traits, "CUSTOM_B")
+		}
+		f.node(fmt.Sprintf("gold-%d", i), "gold", traits...)
+	}
+	for i := range 10 {
+		f.node(fmt.Sprintf("silver-%d", i), "silver")
+	}
+	var ids []int64
+	for range 30 { // 20 fit CUSTOM_B, so 10 of these must fail
+		ids = append(ids, f.allocation(nil, "gold", "CUSTOM_B").ID)
+	}
+	for range 15 { // 10 silver nodes: 5 must fail
+		ids = append(ids, f.allocation(nil, "silver").ID)
+	}
+	var wg sync.WaitGroup
+	for i := range 4 {
+		me := f.conductor(fmt.Sprintf("c%d", i))
+		a := NewAllocator(f.pool, zaptest.NewLogger(t))
+		wg.Add(1)
+		go func() { defer wg.Done(); drain(t, a, me) }()
+	}
+	wg.Wait()
+
+	states := map[string]map[string]int{}
+	nodes := map[uuid.UUID]int{}
+	for _, id := range ids {
+		v := f.get(id)
+		if states[v.ResourceClass] == nil {
+			states[v.ResourceClass] = map[string]int{}
+		}
+		states[v.ResourceClass][v.State]++
+		if v.State == StateActive {
+			require.NotNil(t, v.NodeUUID)
+			nodes[*v.NodeUUID]++
+			var held uuid.UUID
+			require.NoError(t, f.pool.QueryRow(context.Background(),
+				`SELECT instance_uuid FROM nodes WHERE uuid = $1 AND allocation_id = $2`, *v.NodeUUID, id).Scan(&held))
+			require.Equal(t, v.Uuid, held)
+		} else {
+			require.Equal(t, StateError, v.State)
+			require.NotNil(t, v.LastError)
+		}
+	}
+	require.Equal(t, map[string]int{StateActive: 20, StateError: 10}, states["gold"])
+	require.Equal(t, map[string]int{StateActive: 10, StateError: 5}, states["silver"])
+	for n, count := range nodes {
+		require.Equal(t, 1, count, "node %s booked twice", n)
+	}
+}
+
+func TestReserveLastErrorCountsFilters(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for i := range 5 {
+		f.node(fmt.Sprintf("g%d", i), "gold", "CUSTOM_NVME")
+	}
+	_, err := f.pool.Exec(context.Background(), `UPDATE nodes SET maintenance = true WHERE name = 'g0'`)
+	require.NoError(t, err)
+	row := f.allocation(nil, "gold", "CUSTOM_GPU_A100")
+	drain(t, NewAllocator(f.pool, zaptest.NewLogger(t)), f.conductor("c"))
+	v := f.get(row.ID)
+	require.Equal(t, StateError, v.State)
+	require.Equal(t, fmt.Sprintf("Failed to process allocation %s: no node fits: 5 of resource class gold, 4 available, 0 with traits CUSTOM_GPU_A100.", v.Uuid), *v.LastError)
+}
+
+func TestReservePrefersNodeNamedLikeAllocation(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for i := range 20 {
+		f.node(fmt.Sprintf("n%d", i), "gold")
+	}
+	name := "n13"
+	row := f.allocation(&name, "gold")
+	drain(t, NewAllocator(f.pool, zaptest.NewLogger(t)), f.conductor("c"))
+	v := f.get(row.ID)
+	require.Equal(t, StateActive, v.State)
+	var nodeName string
+	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT name FROM nodes WHERE uuid = $1`, *v.NodeUUID).Scan(&nodeName))
+	require.Equal(t, "n13", nodeName)
+}
+
+func TestProcessIsGuardedByConductorAffinity(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.node("n1", "gold")
+	row := f.allocation(nil, "gold")
+	a := NewAllocator(f.pool, zaptest.NewLogger(t))
+	me, other := f.conductor("slow"), f.conductor("new-owner")
+	claimed, err := a.Claim(context.Background(), me, 1)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	// Another conductor takes the row over while "slow" is paused.
+	tag, err := f.pool.Exec(context.Background(),
+		`UPDATE allocations SET conductor_affinity = $1 WHERE id = $2 AND conductor_affinity = $3`, other, row.ID, me)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+	out, err := a.Process(context.Background(), me, claimed[0])
+	require.NoError(t, err)
+	require.Equal(t, Lost, out)
+	v := f.get(row.ID)
+	require.Equal(t, StateAllocating, v.State)
+	require.Nil(t, v.NodeUUID)
+	var free bool
+	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT instance_uuid IS NULL FROM nodes WHERE name = 'n1'`).Scan(&free))
+	require.True(t, free, "a lost reservation must not touch the node")
+	// The failure path is guarded the same way.
+	out, err = a.fail(context.Background(), me, claimed[0], "late")
+	require.NoError(t, err)
+	require.Equal(t, Lost, out)
+	require.Equal(t, StateAllocating, f.get(row.ID).State)
+}
+
+func TestSchemaInvariants(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	n1 := f.node("n1", "gold")
+	row := f.allocation(nil, "gold")
+	// active without a node
+	_, err := f.pool.Exec(ctx, `UPDATE allocations SET state = 'active' WHERE id = $1`, row.ID)
+	require.Error(t, err)
+	// a node-side link that the allocation does not mirror
+	_, err = f.pool.Exec(ctx, `UPDATE nodes SET allocation_id = $1, instance_uuid = $2 WHERE id = $3`, row.ID, row.Uuid, n1)
+	require.Error(t, err)
+	// error is final
+	_, err = f.pool.Exec(ctx, `UPDATE allocations SET state = 'error' WHERE id = $1`, row.ID)
+	require.NoError(t, err)
+	_, err = f.pool.Exec(ctx, `UPDATE allocations SET state = 'allocating' WHERE id = $1`, row.ID)
+	require.ErrorContains(t, err, "cannot move from error to allocating")
+}

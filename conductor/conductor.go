@@ -1,0 +1,324 @@
+package conductor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/allocation"
+)
+
+// NotifyChannel is the PostgreSQL channel the allocations_notify trigger
+// signals when unclaimed work appears.
+const NotifyChannel = "metalloc_allocations"
+
+// ErrHostnameTaken is returned by Run when a live conductor already uses the
+// configured hostname.
+var ErrHostnameTaken = errors.New("a live conductor already uses this hostname")
+
+// Config tunes a Conductor. Zero values take the defaults noted.
+type Config struct {
+	// Hostname identifies the conductor in the conductors table and in
+	// conductor_affinity. Defaults to os.Hostname().
+	Hostname string
+	// Group is the conductor_group reported by GET /v1/conductors ("").
+	Group string
+	// Workers is how many allocations are processed at once (default 16).
+	Workers int
+	// ClaimBatch is the most rows claimed per query (default 8).
+	ClaimBatch int
+	// PollInterval is how often to look for work without a notification
+	// (default 1s).
+	PollInterval time.Duration
+	// HeartbeatInterval is how often the conductor row is refreshed
+	// (default 10s).
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout is the age after which a heartbeat counts as dead
+	// (default 60s).
+	HeartbeatTimeout time.Duration
+	// ShutdownGrace bounds how long a stop waits for in-flight allocations
+	// (default 30s).
+	ShutdownGrace time.Duration
+	// Version is reported in the conductors table.
+	Version string
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Hostname == "" {
+		c.Hostname, _ = os.Hostname()
+	}
+	if c.Workers <= 0 {
+		c.Workers = 16
+	}
+	if c.ClaimBatch <= 0 {
+		c.ClaimBatch = 8
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Second
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 10 * time.Second
+	}
+	if c.HeartbeatTimeout <= 0 {
+		c.HeartbeatTimeout = 60 * time.Second
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = 30 * time.Second
+	}
+	return c
+}
+
+// Validate reports configuration errors, naming the field.
+func (c Config) Validate() error {
+	if c.Hostname == "" {
+		return errors.New("conductor.hostname: must not be empty")
+	}
+	if c.HeartbeatTimeout <= c.HeartbeatInterval {
+		return fmt.Errorf("conductor.heartbeat_timeout (%s) must exceed conductor.heartbeat_interval (%s)",
+			c.HeartbeatTimeout, c.HeartbeatInterval)
+	}
+	return nil
+}
+
+// Service is one conductor: it claims and processes allocations. Create with
+// NewService, then Run.
+type Service struct {
+	cfg   Config
+	pool  *pgxpool.Pool
+	q     *Queries
+	alloc *allocation.Allocator
+	log   *zap.Logger
+	id    int64
+
+	// OnReady, when set, is called once the conductor is registered and
+	// listening (used for sd_notify and tests).
+	OnReady func()
+}
+
+// NewService returns a conductor Service using pool for queries and a dedicated connection
+// (from the pool's config) for LISTEN.
+func NewService(cfg Config, pool *pgxpool.Pool, log *zap.Logger) (*Service, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log = log.With(zap.String("conductor", cfg.Hostname))
+	return &Service{cfg: cfg, pool: pool, q: New(pool), alloc: allocation.NewAllocator(pool, log), log: log}, nil
+}
+
+// ID is the conductor's row id (valid once Run has registered it).
+func (c *Service) ID() int64 { return c.id }
+
+// Run registers the conductor and processes allocations until ctx ends, then
+// stops claiming, waits up to ShutdownGrace for in-flight work, marks itself
+// offline and returns nil. It returns ErrHostnameTaken (wrapped) when a live
+// conductor has the same hostname.
+func (c *Service) Run(ctx context.Context) error {
+	id, err := c.q.Register(ctx, RegisterParams{
+		Hostname:       c.cfg.Hostname,
+		ConductorGroup: c.cfg.Group,
+		Drivers:        []string{"fake-hardware"},
+		Version:        c.cfg.Version,
+		AliveSeconds:   c.cfg.HeartbeatTimeout.Seconds(),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %q has a heartbeat younger than %s; stop it first or wait for it to time out",
+			ErrHostnameTaken, c.cfg.Hostname, c.cfg.HeartbeatTimeout)
+	}
+	if err != nil {
+		return fmt.Errorf("registering conductor: %w", err)
+	}
+	c.id = id
+	c.log.Info("conductor registered", zap.Int64("id", id), zap.Int("workers", c.cfg.Workers))
+
+	wake := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	var bg sync.WaitGroup
+	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	bg.Add(2)
+	go func() { defer bg.Done(); c.heartbeat(bgCtx) }()
+	listening := make(chan struct{})
+	go func() { defer bg.Done(); c.listen(ctx, signal, listening) }()
+	select {
+	case <-listening:
+	case <-time.After(5 * time.Second):
+		c.log.Warn("LISTEN not established yet; relying on polling until it is")
+	case <-ctx.Done():
+	}
+	if c.OnReady != nil {
+		c.OnReady()
+	}
+
+	c.work(ctx, wake)
+
+	stopBG()
+	bg.Wait()
+	offCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := c.q.GoOffline(offCtx, id); err != nil {
+		c.log.Warn("could not mark conductor offline", zap.Error(err))
+	}
+	c.log.Info("conductor stopped")
+	return nil
+}
+
+// work is the claim loop: it keeps up to Workers allocations in flight,
+// claiming more when woken, on each poll tick, and whenever a worker finishes.
+func (c *Service) work(ctx context.Context, wake chan struct{}) {
+	done := make(chan int64, c.cfg.Workers)
+	inflight := map[int64]bool{}
+	procCtx, cancelProc := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelProc()
+	var wg sync.WaitGroup
+	start := func(a allocation.Claimed) {
+		inflight[a.ID] = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.process(procCtx, a)
+			done <- a.ID
+		}()
+	}
+	resume := true
+	ticker := time.NewTicker(c.cfg.PollInterval)
+	defer ticker.Stop()
+	for ctx.Err() == nil {
+		if resume {
+			owned, err := c.alloc.Owned(ctx, c.id)
+			if err != nil {
+				c.log.Warn("resuming owned allocations", zap.Error(err))
+			} else {
+				resume = false
+				for _, a := range owned {
+					if !inflight[a.ID] {
+						c.log.Info("resuming allocation", zap.Stringer("allocation", a.UUID))
+						start(a)
+					}
+				}
+			}
+		}
+		for free := c.cfg.Workers - len(inflight); free > 0 && ctx.Err() == nil; free = c.cfg.Workers - len(inflight) {
+			claimed, err := c.alloc.Claim(ctx, c.id, min(free, c.cfg.ClaimBatch))
+			if err != nil {
+				if ctx.Err() == nil {
+					c.log.Warn("claim failed", zap.Error(err))
+				}
+				break
+			}
+			for _, a := range claimed {
+				start(a)
+			}
+			if len(claimed) < min(free, c.cfg.ClaimBatch) {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-ticker.C:
+		case id := <-done:
+			delete(inflight, id)
+			if id < 0 {
+				resume = true
+			}
+		}
+	}
+	// Stop: finish what is in flight within the grace period.
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	c.log.Info("stopping: waiting for in-flight allocations", zap.Int("in_flight", len(inflight)))
+	select {
+	case <-finished:
+	case <-time.After(c.cfg.ShutdownGrace):
+		c.log.Warn("shutdown grace period over; abandoning in-flight allocations to be resumed or taken over")
+		cancelProc()
+		<-finished
+	}
+}
+
+// process runs one allocation; a database outage leaves it owned, to be
+// resumed (signalled to the loop by sending its id negated).
+func (c *Service) process(ctx context.Context, a allocation.Claimed) {
+	out, err := c.alloc.Process(ctx, c.id, a)
+	if err != nil {
+		c.log.Warn("allocation left for a retry", zap.Stringer("allocation", a.UUID), zap.Error(err))
+		time.Sleep(c.cfg.PollInterval)
+		return
+	}
+	c.log.Debug("allocation processed", zap.Stringer("allocation", a.UUID), zap.Stringer("outcome", out),
+		zap.Duration("since_created", time.Since(a.CreatedAt)))
+}
+
+func (c *Service) heartbeat(ctx context.Context) {
+	t := time.NewTicker(c.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := c.q.Heartbeat(ctx, c.id); err != nil && ctx.Err() == nil {
+				c.log.Warn("heartbeat failed", zap.Error(err))
+			}
+		}
+	}
+}
+
+// listen holds a dedicated connection LISTENing on NotifyChannel and calls
+// signal for every notification; it reconnects with back-off (and signals,
+// since notifications may have been missed) until ctx ends.
+func (c *Service) listen(ctx context.Context, signal func(), listening chan struct{}) {
+	backoff := 100 * time.Millisecond
+	first := true
+	for ctx.Err() == nil {
+		err := c.listenOnce(ctx, signal, func() {
+			backoff = 100 * time.Millisecond
+			if first {
+				first = false
+				close(listening)
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		c.log.Warn("notification listener lost; reconnecting", zap.Error(err), zap.Duration("backoff", backoff))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+func (c *Service) listenOnce(ctx context.Context, signal func(), ok func()) error {
+	conn, err := pgx.ConnectConfig(ctx, c.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		return err
+	}
+	ok()
+	signal()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		signal()
+	}
+}

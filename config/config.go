@@ -1,0 +1,137 @@
+// Package config loads metalloc's configuration with viper: one YAML file
+// (configs/metalloc.yaml documents every key), every key overridable by a
+// METALLOC_<SECTION>_<KEY> environment variable (e.g.
+// METALLOC_CONDUCTOR_WORKERS=32) and by command-line flags. DATABASE_URL, when
+// set, is the default for database.url.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Config is the whole metalloc configuration. Durations accept Go syntax
+// ("500ms", "10s").
+type Config struct {
+	Database  Database  `mapstructure:"database"`
+	API       API       `mapstructure:"api"`
+	Conductor Conductor `mapstructure:"conductor"`
+	Log       Log       `mapstructure:"log"`
+}
+
+// Database configures the PostgreSQL connection.
+type Database struct {
+	// URL is a libpq URL or DSN. Default: $DATABASE_URL. Required.
+	URL string `mapstructure:"url"`
+	// MaxConns caps each process's connection pool (default 20).
+	MaxConns int32 `mapstructure:"max_conns"`
+}
+
+// API configures metalloc-api.
+type API struct {
+	// Listen is the address:port to serve on (default 127.0.0.1:6385, Ironic's port).
+	Listen string `mapstructure:"listen"`
+	// PublicEndpoint is the base URL used in links; empty = the request's host.
+	PublicEndpoint string `mapstructure:"public_endpoint"`
+	// MaxLimit caps list page sizes (default 1000, as Ironic's [api]max_limit).
+	MaxLimit int `mapstructure:"max_limit"`
+}
+
+// Conductor configures metalloc-conductor (see conductor.Config).
+type Conductor struct {
+	Hostname          string        `mapstructure:"hostname"`
+	Group             string        `mapstructure:"group"`
+	Workers           int           `mapstructure:"workers"`
+	ClaimBatch        int           `mapstructure:"claim_batch"`
+	PollInterval      time.Duration `mapstructure:"poll_interval"`
+	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval"`
+	HeartbeatTimeout  time.Duration `mapstructure:"heartbeat_timeout"`
+	ShutdownGrace     time.Duration `mapstructure:"shutdown_grace"`
+}
+
+// Log configures zap.
+type Log struct {
+	// Level is debug, info, warn or error (default info).
+	Level string `mapstructure:"level"`
+	// Format is json or console (default json).
+	Format string `mapstructure:"format"`
+}
+
+func defaults(v *viper.Viper) {
+	v.SetDefault("database.url", os.Getenv("DATABASE_URL"))
+	v.SetDefault("database.max_conns", 20)
+	v.SetDefault("api.listen", "127.0.0.1:6385")
+	v.SetDefault("api.public_endpoint", "")
+	v.SetDefault("api.max_limit", 1000)
+	v.SetDefault("conductor.hostname", "")
+	v.SetDefault("conductor.group", "")
+	v.SetDefault("conductor.workers", 16)
+	v.SetDefault("conductor.claim_batch", 8)
+	v.SetDefault("conductor.poll_interval", "1s")
+	v.SetDefault("conductor.heartbeat_interval", "10s")
+	v.SetDefault("conductor.heartbeat_timeout", "60s")
+	v.SetDefault("conductor.shutdown_grace", "30s")
+	v.SetDefault("log.level", "info")
+	v.SetDefault("log.format", "json")
+}
+
+// Load reads the YAML file at path (optional: "" skips it), then environment
+// variables, then the flags in fs whose names are config keys ("api.listen").
+func Load(path string, fs *pflag.FlagSet) (Config, error) {
+	v := viper.New()
+	defaults(v)
+	v.SetEnvPrefix("METALLOC")
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+	if path != "" {
+		v.SetConfigFile(path)
+		if err := v.ReadInConfig(); err != nil {
+			return Config{}, fmt.Errorf("reading config %s: %w", path, err)
+		}
+	}
+	if fs != nil {
+		if err := v.BindPFlags(fs); err != nil {
+			return Config{}, err
+		}
+	}
+	var c Config
+	if err := v.Unmarshal(&c); err != nil {
+		return Config{}, fmt.Errorf("parsing config: %w", err)
+	}
+	return c, nil
+}
+
+// RequireDatabase returns an error naming the key when no database URL is set.
+func (c Config) RequireDatabase() error {
+	if c.Database.URL == "" {
+		return errors.New("database.url is not set: set DATABASE_URL, METALLOC_DATABASE_URL or database.url in the config file")
+	}
+	return nil
+}
+
+// NewLogger builds the zap logger described by l.
+func NewLogger(l Log) (*zap.Logger, error) {
+	var zc zap.Config
+	if l.Format == "console" {
+		zc = zap.NewDevelopmentConfig()
+	} else {
+		zc = zap.NewProductionConfig()
+		zc.Sampling = nil
+		zc.EncoderConfig.TimeKey = "time"
+		zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	}
+	lvl, err := zapcore.ParseLevel(l.Level)
+	if err != nil {
+		return nil, fmt.Errorf("log.level: %w", err)
+	}
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	return zc.Build()
+}

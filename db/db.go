@@ -1,0 +1,204 @@
+// Package db opens metalloc's PostgreSQL pool, applies and checks the goose
+// migrations embedded in package migrations, and holds the small helpers every
+// domain package uses for transactions and error classification.
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/migrations"
+)
+
+// ErrSchemaOutdated is returned by CheckSchema when the database lacks
+// migrations this binary needs; ErrSchemaTooNew when it has migrations this
+// binary does not know.
+var (
+	ErrSchemaOutdated = errors.New("database schema is outdated")
+	ErrSchemaTooNew   = errors.New("database schema is newer than this binary")
+)
+
+// PoolOptions tunes Open. Zero values mean pgx defaults.
+type PoolOptions struct {
+	// MaxConns caps the pool size (pgx default: max(4, GOMAXPROCS)).
+	MaxConns int32
+	// ApplicationName is reported in pg_stat_activity.
+	ApplicationName string
+}
+
+// Open connects a pgx pool to url (a libpq URL or key=value DSN) and pings it.
+func Open(ctx context.Context, url string, opt PoolOptions) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parsing database url: %w", err)
+	}
+	if opt.MaxConns > 0 {
+		cfg.MaxConns = opt.MaxConns
+	}
+	if opt.ApplicationName != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = opt.ApplicationName
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to database: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connecting to database: %w", err)
+	}
+	return pool, nil
+}
+
+// LatestVersion is the highest migration version embedded in this binary.
+func LatestVersion() (int64, error) {
+	entries, err := fs.ReadDir(migrations.FS, ".")
+	if err != nil {
+		return 0, err
+	}
+	var latest int64
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".sql") {
+			continue
+		}
+		num, _, _ := strings.Cut(name, "_")
+		v, err := strconv.ParseInt(num, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("migration %s: bad version prefix", name)
+		}
+		latest = max(latest, v)
+	}
+	return latest, nil
+}
+
+// Migrate applies every pending migration to the database at url and returns
+// the resulting version. It logs each applied migration. Concurrent callers are
+// serialised by goose's session lock (a PostgreSQL advisory lock).
+func Migrate(ctx context.Context, url string, log *zap.Logger) (int64, error) {
+	sqldb, err := openSQL(url)
+	if err != nil {
+		return 0, err
+	}
+	defer sqldb.Close()
+	locker, err := newLocker()
+	if err != nil {
+		return 0, err
+	}
+	prov, err := goose.NewProvider(goose.DialectPostgres, sqldb, migrations.FS, goose.WithSessionLocker(locker))
+	if err != nil {
+		return 0, fmt.Errorf("loading migrations: %w", err)
+	}
+	results, err := prov.Up(ctx)
+	for _, r := range results {
+		if log != nil {
+			log.Info("applied migration", zap.Int64("version", r.Source.Version),
+				zap.String("file", r.Source.Path), zap.Duration("took", r.Duration))
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("applying migrations: %w", err)
+	}
+	return prov.GetDBVersion(ctx)
+}
+
+// CheckSchema verifies that the database at pool has exactly the migrations
+// this binary embeds. It returns ErrSchemaOutdated (run `metalloc-manage db
+// sync`) or ErrSchemaTooNew (upgrade metalloc), wrapped with both versions.
+func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	want, err := LatestVersion()
+	if err != nil {
+		return err
+	}
+	var have int64
+	err = pool.QueryRow(ctx,
+		`SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&have)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+			have = 0
+		} else {
+			return fmt.Errorf("reading schema version: %w", err)
+		}
+	}
+	switch {
+	case have < want:
+		return fmt.Errorf("%w: database is at version %d, this binary needs %d; run `metalloc-manage db sync`",
+			ErrSchemaOutdated, have, want)
+	case have > want:
+		return fmt.Errorf("%w: database is at version %d, this binary knows up to %d; upgrade metalloc",
+			ErrSchemaTooNew, have, want)
+	}
+	return nil
+}
+
+func openSQL(url string) (*sql.DB, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parsing database url: %w", err)
+	}
+	return stdlib.OpenDB(*cfg), nil
+}
+
+// InTx runs fn in a transaction on pool, committing when fn returns nil and
+// rolling back otherwise.
+func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, pool, fn)
+}
+
+// IsUniqueViolation reports whether err is a PostgreSQL unique_violation,
+// optionally on the named constraint (empty matches any).
+func IsUniqueViolation(err error, constraint string) bool {
+	return hasCode(err, "23505", constraint)
+}
+
+// IsIntegrityError reports whether err is any PostgreSQL integrity constraint
+// violation (class 23), e.g. a unique, foreign-key or check violation.
+func IsIntegrityError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "23")
+}
+
+func hasCode(err error, code, constraint string) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != code {
+		return false
+	}
+	return constraint == "" || pgErr.ConstraintName == constraint
+}
+
+// IsUnavailable reports whether err means the database could not be reached
+// or the connection was lost (as opposed to a query error): the API maps it
+// to 503.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now,
+		// class 08: connection exceptions.
+		return strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "57P01" ||
+			pgErr.Code == "57P02" || pgErr.Code == "57P03"
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return true
+	}
+	return pgconn.SafeToRetry(err) || errors.Is(err, context.DeadlineExceeded) ||
+		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "connection refused")
+}

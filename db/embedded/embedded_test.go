@@ -1,0 +1,55 @@
+package embedded
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+func TestCompareVersions(t *testing.T) {
+	require.Positive(t, compareVersions("10", "9.6"))
+	require.Negative(t, compareVersions("15", "16"))
+	require.Zero(t, compareVersions("15", "15"))
+}
+
+// TestStartReuseStop starts a cluster, checks a second Start on the same data
+// dir reuses it without owning it, and stops it.
+func TestStartReuseStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL server")
+	}
+	if _, ok := findBinaries(); !ok {
+		t.Skip("PostgreSQL server binaries not installed")
+	}
+	ctx := t.Context()
+	dir, err := os.MkdirTemp(os.TempDir(), "metalloc-pg-test-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+
+	c, err := Start(ctx, Options{DataDir: dir})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+
+	require.NoError(t, c.CreateDatabase(ctx, "it's"))
+	require.NoError(t, c.CreateDatabase(ctx, "it's")) // idempotent
+	conn, err := pgx.Connect(ctx, c.URL("it's"))
+	require.NoError(t, err)
+	var one int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT 1").Scan(&one))
+	require.NoError(t, conn.Close(ctx))
+
+	again, err := Start(ctx, Options{DataDir: dir})
+	require.NoError(t, err)
+	require.Equal(t, c.Port(), again.Port())
+	require.NoError(t, again.Stop(ctx)) // not ours: no-op
+	conn, err = pgx.Connect(ctx, c.URL("postgres"))
+	require.NoError(t, err, "server must survive Stop of a reused cluster")
+	require.NoError(t, conn.Close(ctx))
+
+	require.NoError(t, c.Stop(ctx))
+	_, running := c.running(ctx)
+	require.False(t, running)
+}

@@ -1,0 +1,198 @@
+-- +goose Up
+-- Conductors register here and heartbeat; allocations point at the conductor
+-- that owns them through conductor_affinity.
+CREATE TABLE conductors (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    hostname        text        NOT NULL UNIQUE,
+    conductor_group text        NOT NULL DEFAULT '',
+    drivers         text[]      NOT NULL DEFAULT '{}',
+    version         text        NOT NULL DEFAULT '',
+    online          boolean     NOT NULL DEFAULT true,
+    started_at      timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at    timestamptz NOT NULL DEFAULT now(),
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    updated_at      timestamptz
+);
+
+CREATE TABLE nodes (
+    id                     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    uuid                   uuid        NOT NULL UNIQUE,
+    name                   text        UNIQUE,
+    driver                 text        NOT NULL,
+    resource_class         text,
+    provision_state        text        NOT NULL,
+    target_provision_state text,
+    provision_updated_at   timestamptz,
+    power_state            text,
+    target_power_state     text,
+    maintenance            boolean     NOT NULL DEFAULT false,
+    maintenance_reason     text,
+    fault                  text,
+    last_error             text,
+    -- A node holds at most one instance and at most one allocation.
+    instance_uuid          uuid        UNIQUE,
+    allocation_id          bigint      UNIQUE,
+    owner                  text,
+    lessee                 text,
+    description            text,
+    conductor_group        text        NOT NULL DEFAULT '',
+    reservation            text,
+    protected              boolean     NOT NULL DEFAULT false,
+    protected_reason       text,
+    retired                boolean     NOT NULL DEFAULT false,
+    retired_reason         text,
+    automated_clean        boolean,
+    console_enabled        boolean     NOT NULL DEFAULT false,
+    shard                  text,
+    properties             jsonb       NOT NULL DEFAULT '{}',
+    extra                  jsonb       NOT NULL DEFAULT '{}',
+    instance_info          jsonb       NOT NULL DEFAULT '{}',
+    driver_info            jsonb       NOT NULL DEFAULT '{}',
+    driver_internal_info   jsonb       NOT NULL DEFAULT '{}',
+    -- Hardware interface names (boot_interface, deploy_interface, ...).
+    interfaces             jsonb       NOT NULL DEFAULT '{}',
+    network_data           jsonb       NOT NULL DEFAULT '{}',
+    raid_config            jsonb       NOT NULL DEFAULT '{}',
+    target_raid_config     jsonb       NOT NULL DEFAULT '{}',
+    created_at             timestamptz NOT NULL DEFAULT now(),
+    updated_at             timestamptz
+);
+
+-- The conductor's candidate query: free nodes of one resource class.
+CREATE INDEX nodes_free_idx ON nodes (resource_class)
+    WHERE provision_state = 'available' AND NOT maintenance
+      AND power_state IS NOT NULL AND instance_uuid IS NULL;
+CREATE INDEX nodes_provision_state_idx ON nodes (provision_state);
+CREATE INDEX nodes_owner_idx ON nodes (owner);
+
+CREATE TABLE node_traits (
+    node_id    bigint      NOT NULL REFERENCES nodes (id) ON DELETE CASCADE,
+    trait      text        NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (node_id, trait)
+);
+CREATE INDEX node_traits_trait_idx ON node_traits (trait, node_id);
+
+CREATE TABLE allocations (
+    id                 bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    uuid               uuid        NOT NULL UNIQUE,
+    name               text        UNIQUE,
+    -- An allocation holds at most one node; deleting the node deletes it.
+    node_id            bigint      UNIQUE REFERENCES nodes (id) ON DELETE CASCADE,
+    state              text        NOT NULL DEFAULT 'allocating'
+                       CHECK (state IN ('allocating', 'active', 'error')),
+    last_error         text,
+    resource_class     text        NOT NULL,
+    -- Node UUIDs the allocation may pick from; NULL means any node.
+    candidate_nodes    uuid[],
+    extra              jsonb       NOT NULL DEFAULT '{}',
+    owner              text,
+    -- The conductor processing this allocation; NULL until one claims it.
+    conductor_affinity bigint      REFERENCES conductors (id) ON DELETE SET NULL,
+    created_at         timestamptz NOT NULL DEFAULT now(),
+    updated_at         timestamptz,
+    CHECK (state <> 'active' OR node_id IS NOT NULL)
+);
+-- Unclaimed work, in arrival order, for the conductors' claim query.
+CREATE INDEX allocations_unclaimed_idx ON allocations (id)
+    WHERE state = 'allocating' AND conductor_affinity IS NULL;
+CREATE INDEX allocations_affinity_idx ON allocations (conductor_affinity)
+    WHERE state = 'allocating';
+CREATE INDEX allocations_state_idx ON allocations (state);
+
+ALTER TABLE nodes ADD CONSTRAINT nodes_allocation_id_fkey
+    FOREIGN KEY (allocation_id) REFERENCES allocations (id) ON DELETE SET NULL;
+
+CREATE TABLE allocation_traits (
+    allocation_id bigint NOT NULL REFERENCES allocations (id) ON DELETE CASCADE,
+    trait         text   NOT NULL,
+    PRIMARY KEY (allocation_id, trait)
+);
+
+-- +goose StatementBegin
+-- Allocation states move only allocating -> active | error.
+CREATE FUNCTION allocations_state_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.state <> OLD.state AND OLD.state <> 'allocating' THEN
+        RAISE EXCEPTION 'allocation % cannot move from % to %', OLD.uuid, OLD.state, NEW.state
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END;
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER allocations_state_guard BEFORE UPDATE OF state ON allocations
+    FOR EACH ROW EXECUTE FUNCTION allocations_state_guard();
+
+-- +goose StatementBegin
+-- At commit, an allocation that names a node must be named back by that node
+-- (nodes.allocation_id), and the node's instance_uuid must be the allocation's
+-- uuid; a node naming an allocation must be named back too.
+CREATE FUNCTION allocation_node_link_check() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    ok boolean;
+BEGIN
+    IF TG_TABLE_NAME = 'allocations' THEN
+        IF NEW.node_id IS NULL THEN
+            RETURN NULL;
+        END IF;
+        SELECT n.allocation_id = a.id AND n.instance_uuid = a.uuid INTO ok
+          FROM allocations a JOIN nodes n ON n.id = a.node_id
+         WHERE a.id = NEW.id;
+        IF ok IS DISTINCT FROM true AND EXISTS (SELECT 1 FROM allocations WHERE id = NEW.id) THEN
+            RAISE EXCEPTION 'allocation % names node % which does not hold it', NEW.uuid, NEW.node_id
+                USING ERRCODE = 'integrity_constraint_violation';
+        END IF;
+    ELSE
+        IF NEW.allocation_id IS NULL THEN
+            RETURN NULL;
+        END IF;
+        SELECT a.node_id = n.id AND n.instance_uuid = a.uuid INTO ok
+          FROM nodes n JOIN allocations a ON a.id = n.allocation_id
+         WHERE n.id = NEW.id;
+        IF ok IS DISTINCT FROM true AND EXISTS (SELECT 1 FROM nodes WHERE id = NEW.id) THEN
+            RAISE EXCEPTION 'node % names allocation % which does not name it back', NEW.uuid, NEW.allocation_id
+                USING ERRCODE = 'integrity_constraint_violation';
+        END IF;
+    END IF;
+    RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+CREATE CONSTRAINT TRIGGER allocations_node_link AFTER INSERT OR UPDATE OF node_id ON allocations
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION allocation_node_link_check();
+CREATE CONSTRAINT TRIGGER nodes_allocation_link AFTER INSERT OR UPDATE OF allocation_id, instance_uuid ON nodes
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION allocation_node_link_check();
+
+-- +goose StatementBegin
+-- Wakes the conductors (LISTEN metalloc_allocations) whenever unclaimed work
+-- appears: a new allocating row, or one released by a stopping conductor.
+-- PostgreSQL delivers it at commit and folds duplicates within a transaction.
+CREATE FUNCTION allocations_notify() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('metalloc_allocations', '');
+    RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER allocations_notify_insert AFTER INSERT ON allocations
+    FOR EACH ROW WHEN (NEW.state = 'allocating' AND NEW.conductor_affinity IS NULL)
+    EXECUTE FUNCTION allocations_notify();
+CREATE TRIGGER allocations_notify_release AFTER UPDATE OF conductor_affinity ON allocations
+    FOR EACH ROW WHEN (NEW.state = 'allocating' AND NEW.conductor_affinity IS NULL
+                       AND OLD.conductor_affinity IS NOT NULL)
+    EXECUTE FUNCTION allocations_notify();
+
+-- +goose Down
+DROP TABLE allocation_traits;
+ALTER TABLE nodes DROP CONSTRAINT nodes_allocation_id_fkey;
+DROP TABLE allocations;
+DROP TABLE node_traits;
+DROP TABLE nodes;
+DROP TABLE conductors;
+DROP FUNCTION allocation_node_link_check();
+DROP FUNCTION allocations_notify();
+DROP FUNCTION allocations_state_guard();

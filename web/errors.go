@@ -1,0 +1,102 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/db"
+)
+
+// Error is a client-visible API failure: an HTTP status and a message a person
+// can act on. Handlers return it (possibly wrapped); the error handler renders
+// it in the API's own error format.
+type Error struct {
+	Status  int
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%d: %s", e.Status, e.Message) }
+
+// Errorf builds an *Error with a formatted message.
+func Errorf(status int, format string, args ...any) *Error {
+	return &Error{Status: status, Message: fmt.Sprintf(format, args...)}
+}
+
+// BadRequest, NotFound, Conflict and NotAcceptable are shorthands for Errorf.
+func BadRequest(format string, args ...any) *Error {
+	return Errorf(http.StatusBadRequest, format, args...)
+}
+
+// NotFound is Errorf with 404.
+func NotFound(format string, args ...any) *Error { return Errorf(http.StatusNotFound, format, args...) }
+
+// Conflict is Errorf with 409.
+func Conflict(format string, args ...any) *Error { return Errorf(http.StatusConflict, format, args...) }
+
+// ironicFault is the JSON document Ironic serialises into error_message.
+type ironicFault struct {
+	Faultstring string  `json:"faultstring"`
+	Faultcode   string  `json:"faultcode"`
+	Debuginfo   *string `json:"debuginfo"`
+}
+
+// IronicErrorBody renders msg as Ironic does: {"error_message": "<JSON string of
+// {faultstring, faultcode, debuginfo}>"}, faultcode "Client" for 4xx and
+// "Server" for 5xx.
+func IronicErrorBody(status int, msg string) map[string]string {
+	code := "Client"
+	if status >= 500 {
+		code = "Server"
+	}
+	inner, _ := json.Marshal(ironicFault{Faultstring: msg, Faultcode: code})
+	return map[string]string{"error_message": string(inner)}
+}
+
+// ClassifyError turns any handler error into a status and a message safe to
+// show: *Error as is, echo's routing errors with their status, an unreachable
+// database as 503, everything else as 500 without internals (logged in full).
+func ClassifyError(err error, log *zap.Logger) (int, string) {
+	var apiErr *Error
+	if errors.As(err, &apiErr) {
+		return apiErr.Status, apiErr.Message
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		msg := http.StatusText(he.Code)
+		switch he.Code {
+		case http.StatusNotFound:
+			msg = "The resource could not be found."
+		case http.StatusMethodNotAllowed:
+			msg = "The method is not allowed for the requested URL."
+		default:
+			if s, ok := he.Message.(string); ok && s != "" {
+				msg = s
+			}
+		}
+		return he.Code, msg
+	}
+	if db.IsUnavailable(err) {
+		log.Warn("database unavailable", zap.Error(err))
+		return http.StatusServiceUnavailable, "The database is temporarily unavailable; retry later."
+	}
+	log.Error("internal error", zap.Error(err))
+	return http.StatusInternalServerError, "Internal server error; see the service log for the request id."
+}
+
+// IronicErrorHandler is an echo.HTTPErrorHandler writing Ironic's error body.
+func IronicErrorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	status, msg := ClassifyError(err, Logger(c))
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(status)
+		return
+	}
+	_ = c.JSON(status, IronicErrorBody(status, msg))
+}

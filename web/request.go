@@ -1,0 +1,81 @@
+package web
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+)
+
+// RequestIDHeader is the OpenStack request id header, set on every response.
+const RequestIDHeader = "X-OpenStack-Request-Id"
+
+type ctxKey int
+
+const (
+	loggerKey ctxKey = iota
+	requestIDKey
+)
+
+// RequestID assigns each request an id "req-<uuid4>", sets it on the response,
+// and stores a zap logger carrying it in the request context (see Logger).
+func RequestID(base *zap.Logger) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			id := "req-" + uuid.NewString()
+			c.Response().Header().Set(RequestIDHeader, id)
+			log := base.With(zap.String("request_id", id))
+			ctx := context.WithValue(c.Request().Context(), loggerKey, log)
+			ctx = context.WithValue(ctx, requestIDKey, id)
+			c.SetRequest(c.Request().WithContext(ctx))
+			return next(c)
+		}
+	}
+}
+
+// AccessLog logs one line per request at Info (Debug for 2xx GETs, which are
+// the bulk of polling traffic): method, path, status, duration.
+func AccessLog() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			err := next(c)
+			if err != nil {
+				c.Error(err)
+			}
+			status := c.Response().Status
+			log := Logger(c)
+			fields := []zap.Field{
+				zap.String("method", c.Request().Method),
+				zap.String("path", c.Request().URL.RequestURI()),
+				zap.Int("status", status),
+				zap.Duration("took", time.Since(start)),
+			}
+			if status < 300 && c.Request().Method == "GET" {
+				log.Debug("request", fields...)
+			} else {
+				log.Info("request", fields...)
+			}
+			return nil
+		}
+	}
+}
+
+// Logger returns the request-scoped logger (a no-op logger outside requests).
+func Logger(c echo.Context) *zap.Logger { return LoggerFrom(c.Request().Context()) }
+
+// LoggerFrom returns the logger stored by RequestID in ctx, or a no-op logger.
+func LoggerFrom(ctx context.Context) *zap.Logger {
+	if l, ok := ctx.Value(loggerKey).(*zap.Logger); ok {
+		return l
+	}
+	return zap.NewNop()
+}
+
+// RequestIDFrom returns the request id stored in ctx, or "".
+func RequestIDFrom(ctx context.Context) string {
+	s, _ := ctx.Value(requestIDKey).(string)
+	return s
+}

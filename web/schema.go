@@ -1,0 +1,80 @@
+package web
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// Schema is a compiled JSON Schema for a request body.
+type Schema struct {
+	name string
+	sch  *jsonschema.Schema
+}
+
+var (
+	schemaMu sync.Mutex
+	printer  = message.NewPrinter(language.English)
+)
+
+// MustSchema compiles src (a JSON Schema document) under name; it panics on a
+// bad schema, which is a programming error caught by any test.
+func MustSchema(name string, src []byte) *Schema {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(src))
+	if err != nil {
+		panic(fmt.Sprintf("schema %s: %v", name, err))
+	}
+	schemaMu.Lock()
+	defer schemaMu.Unlock()
+	c := jsonschema.NewCompiler()
+	url := "mem://" + name + ".json"
+	if err := c.AddResource(url, doc); err != nil {
+		panic(fmt.Sprintf("schema %s: %v", name, err))
+	}
+	sch, err := c.Compile(url)
+	if err != nil {
+		panic(fmt.Sprintf("schema %s: %v", name, err))
+	}
+	return &Schema{name: name, sch: sch}
+}
+
+// Decode parses body as JSON and validates it against s. Malformed JSON and
+// schema violations are a 400 *Error worded like Ironic's
+// ("Schema error for <name>: <reason>"). It returns the decoded document
+// (map[string]any for objects; numbers as json.Number).
+func (s *Schema) Decode(body []byte) (any, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, BadRequest("Missing argument: \"%s\"", s.name)
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
+	if err != nil {
+		return nil, BadRequest("Invalid JSON in request body: %v", err)
+	}
+	if err := s.sch.Validate(inst); err != nil {
+		var ve *jsonschema.ValidationError
+		if errors.As(err, &ve) {
+			return nil, BadRequest("Schema error for %s: %s", s.name, leafMessage(ve))
+		}
+		return nil, BadRequest("Schema error for %s: %v", s.name, err)
+	}
+	return inst, nil
+}
+
+// leafMessage picks the most specific cause of a validation error and says
+// where it is: "/traits/0: value must be ...".
+func leafMessage(ve *jsonschema.ValidationError) string {
+	for len(ve.Causes) > 0 {
+		ve = ve.Causes[0]
+	}
+	msg := ve.ErrorKind.LocalizedString(printer)
+	if len(ve.InstanceLocation) > 0 {
+		return "/" + strings.Join(ve.InstanceLocation, "/") + ": " + msg
+	}
+	return msg
+}
