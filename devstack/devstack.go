@@ -1,0 +1,223 @@
+// Package devstack starts and stops a local metalloc system as child
+// processes: one metalloc-api and N metalloc-conductor, on a given database.
+// `metalloc-manage dev up`, the allocation benchmark and the end-to-end tests
+// use it.
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Options describes the stack to start.
+type Options struct {
+	// BinDir holds metalloc-api and metalloc-conductor. Default: the
+	// directory of the running executable.
+	BinDir string
+	// DatabaseURL is passed to every process. Required.
+	DatabaseURL string
+	// Conductors is how many conductors to start (default 2).
+	Conductors int
+	// APIListen is the API's address:port (default 127.0.0.1 on a free port).
+	APIListen string
+	// LogDir receives one log file per process (default: a temp dir).
+	LogDir string
+	// Env is extra environment (KEY=VALUE) for every process, e.g.
+	// METALLOC_CONDUCTOR_WORKERS=32.
+	Env []string
+	// Log reports progress.
+	Log *zap.Logger
+}
+
+// Process is one child process of the stack.
+type Process struct {
+	Name    string
+	Cmd     *exec.Cmd
+	LogPath string
+	done    chan error
+}
+
+// Stack is a running set of metalloc processes.
+type Stack struct {
+	// APIURL is the API's base URL, e.g. http://127.0.0.1:6385.
+	APIURL     string
+	API        *Process
+	Conductors []*Process
+	opts       Options
+}
+
+// Start launches the API and the conductors and waits until the API answers.
+// On error everything started is stopped.
+func Start(ctx context.Context, opts Options) (*Stack, error) {
+	if opts.DatabaseURL == "" {
+		return nil, errors.New("devstack: DatabaseURL is required")
+	}
+	if opts.Conductors <= 0 {
+		opts.Conductors = 2
+	}
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	if opts.BinDir == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		opts.BinDir = filepath.Dir(exe)
+	}
+	if opts.LogDir == "" {
+		dir, err := os.MkdirTemp("", "metalloc-logs-")
+		if err != nil {
+			return nil, err
+		}
+		opts.LogDir = dir
+	}
+	if opts.APIListen == "" {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		opts.APIListen = "127.0.0.1:" + strconv.Itoa(port)
+	}
+	s := &Stack{APIURL: "http://" + opts.APIListen, opts: opts}
+	api, err := s.spawn("metalloc-api", "api", "--api.listen", opts.APIListen)
+	if err != nil {
+		return nil, err
+	}
+	s.API = api
+	for i := range opts.Conductors {
+		if _, err := s.StartConductor(fmt.Sprintf("conductor-%d", i+1)); err != nil {
+			s.Stop(context.WithoutCancel(ctx))
+			return nil, err
+		}
+	}
+	if err := s.waitAPI(ctx); err != nil {
+		s.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	opts.Log.Info("metalloc stack up", zap.String("api", s.APIURL), zap.Int("conductors", opts.Conductors),
+		zap.String("logs", opts.LogDir))
+	return s, nil
+}
+
+// StartConductor starts one more conductor with the given hostname.
+func (s *Stack) StartConductor(hostname string, extraEnv ...string) (*Process, error) {
+	p, err := s.spawn("metalloc-conductor", hostname, extraEnv, "--conductor.hostname", hostname)
+	if err != nil {
+		return nil, err
+	}
+	s.Conductors = append(s.Conductors, p)
+	return p, nil
+}
+
+func (s *Stack) spawn(bin, name string, args ...any) (*Process, error) {
+	var env []string
+	var argv []string
+	for _, a := range args {
+		switch v := a.(type) {
+		case string:
+			argv = append(argv, v)
+		case []string:
+			env = append(env, v...)
+		}
+	}
+	logPath := filepath.Join(s.opts.LogDir, name+".log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(s.opts.BinDir, bin), argv...)
+	cmd.Env = append(append(append(os.Environ(), "DATABASE_URL="+s.opts.DatabaseURL), s.opts.Env...), env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	p := &Process{Name: name, Cmd: cmd, LogPath: logPath, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait(); f.Close() }()
+	s.opts.Log.Debug("started", zap.String("process", name), zap.Int("pid", cmd.Process.Pid))
+	return p, nil
+}
+
+// Exited reports whether p has exited.
+func (p *Process) Exited() bool {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return true
+	default:
+		return false
+	}
+}
+
+// Signal sends sig to p.
+func (p *Process) Signal(sig os.Signal) error { return p.Cmd.Process.Signal(sig) }
+
+// Wait waits up to d for p to exit and returns its exit error.
+func (p *Process) Wait(d time.Duration) error {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return err
+	case <-time.After(d):
+		return fmt.Errorf("%s did not exit within %s", p.Name, d)
+	}
+}
+
+// Stop sends SIGTERM to every process, waits up to 30s each, then kills.
+func (s *Stack) Stop(ctx context.Context) {
+	all := append([]*Process{}, s.Conductors...)
+	if s.API != nil {
+		all = append(all, s.API)
+	}
+	for _, p := range all {
+		_ = p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range all {
+		if err := p.Wait(30 * time.Second); err != nil && !errors.As(err, new(*exec.ExitError)) {
+			_ = p.Signal(syscall.SIGKILL)
+			_ = p.Wait(5 * time.Second)
+		}
+	}
+}
+
+func (s *Stack) waitAPI(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if s.API.Exited() {
+			return fmt.Errorf("metalloc-api exited; see %s", s.API.LogPath)
+		}
+		resp, err := http.Get(s.APIURL + "/")
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("metalloc-api did not answer on %s; see %s", s.APIURL, s.API.LogPath)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
