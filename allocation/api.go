@@ -142,9 +142,10 @@ func (h *Handler) create(c echo.Context) error {
 
 	var node *LockNodeRow
 	var row CreateAllocationRow
-	err = db.InTx(ctx, h.store.pool, func(tx pgx.Tx) error {
-		q := New(tx)
-		if req.Node != nil && *req.Node != "" {
+	userUUID := params.Uuid != uuid.Nil
+	backfill := req.Node != nil && *req.Node != ""
+	create := func(q *Queries) error {
+		if backfill {
 			if !ver.AtLeast(1, 58) {
 				return web.BadRequest("Cannot set node when creating an allocation in this API version")
 			}
@@ -182,14 +183,24 @@ func (h *Handler) create(c echo.Context) error {
 		if node != nil {
 			return h.backfill(c, q, node, &params, &row)
 		}
-		if holder, err := q.NodeHoldingInstance(ctx, &params.Uuid); err == nil {
-			return web.Conflict("Instance %s is already associated with a node, it cannot be associated with this other node %s", params.Uuid, holder)
-		} else if !errors.Is(err, pgx.ErrNoRows) {
-			return err
+		if userUUID {
+			if holder, err := q.NodeHoldingInstance(ctx, &params.Uuid); err == nil {
+				return web.Conflict("Instance %s is already associated with a node, it cannot be associated with this other node %s", params.Uuid, holder)
+			} else if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
 		}
+		var err error
 		row, err = q.CreateAllocation(ctx, params)
 		return createError(err, params)
-	})
+	}
+	if backfill {
+		// The node is locked and written with the allocation: one transaction.
+		err = db.InTx(ctx, h.store.pool, func(tx pgx.Tx) error { return create(New(tx)) })
+	} else {
+		// One statement inserts the row and its traits atomically.
+		err = create(h.store.q)
+	}
 	if err != nil {
 		return err
 	}
@@ -362,7 +373,7 @@ func (h *Handler) list(c echo.Context) error {
 		return web.BadRequest("The sort_key value %s is an invalid field for sorting", p.SortKey)
 	}
 	if _, ok := sortColumns[p.SortKey]; !ok {
-		return web.BadRequest("The sort_key value %s is an invalid field for sorting", p.SortKey)
+		return web.BadRequest("The sort_key value \"%s\" is an invalid field for sorting", p.SortKey)
 	}
 	var marker *View
 	if p.Marker != "" {
@@ -456,11 +467,8 @@ func (h *Handler) getForNode(c echo.Context) error {
 		return err
 	}
 	ident := c.Param("ident")
-	id, err := nodeID(ctx, h.store.q, ident)
-	var apiErr *web.Error
-	if errors.As(err, &apiErr) {
-		return web.NotFound("Node %s could not be found.", ident)
-	} else if err != nil {
+	id, err := nodeID(ctx, h.store.q, ident) // unknown node: 400, as Ironic
+	if err != nil {
 		return err
 	}
 	views, err := h.store.List(ctx, ListFilter{NodeID: &id}, "id", false, nil, 1)

@@ -89,44 +89,16 @@ SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.cre
  ORDER BY a.id;
 
 -- name: Reserve :one
--- The reservation, in one statement (one transaction): pick a free matching
--- node at random (a node named like the allocation first), lock it without
--- waiting on nodes others hold (the lock re-checks the filters on the newest
--- row version), activate the allocation only if @me still owns it, and mark
--- the node as holding it with the matched traits in instance_info. node_id is
--- no row when no unlocked node fits; allocation_id is NULL when the
--- allocation is no longer ours (taken over, deleted).
-WITH node AS (
-    SELECT n.id, n.uuid
-      FROM nodes n
-     WHERE n.provision_state = 'available' AND NOT n.maintenance
-       AND n.power_state IS NOT NULL AND n.instance_uuid IS NULL AND n.allocation_id IS NULL
-       AND n.resource_class = @resource_class::text
-       AND (sqlc.narg(candidates)::uuid[] IS NULL OR n.uuid = ANY(sqlc.narg(candidates)::uuid[]))
-       AND (sqlc.narg(owner)::text IS NULL OR n.owner = sqlc.narg(owner)::text OR n.lessee = sqlc.narg(owner)::text)
-       AND NOT EXISTS (SELECT 1 FROM unnest(@traits::text[]) req(trait)
-                        WHERE NOT EXISTS (SELECT 1 FROM node_traits nt
-                                           WHERE nt.node_id = n.id AND nt.trait = req.trait))
-     ORDER BY n.name IS NOT DISTINCT FROM sqlc.narg(name)::text DESC, random()
-     LIMIT 1
-       FOR UPDATE OF n SKIP LOCKED
-), alloc AS (
-    UPDATE allocations a
-       SET node_id = node.id, state = 'active', last_error = NULL, updated_at = now()
-      FROM node
-     WHERE a.id = @allocation_id AND a.conductor_affinity = @me::bigint AND a.state = 'allocating'
-    RETURNING a.id, a.uuid
-), held AS (
-    UPDATE nodes n
-       SET instance_uuid = alloc.uuid, allocation_id = alloc.id,
-           instance_info = n.instance_info || jsonb_build_object('traits', @traits::text[]),
-           updated_at = now()
-      FROM alloc, node
-     WHERE n.id = node.id
-    RETURNING n.id
-)
-SELECT node.id AS node_id, node.uuid AS node_uuid, alloc.id AS allocation_id, held.id AS held_node_id
-  FROM node LEFT JOIN alloc ON true LEFT JOIN held ON true;
+-- One reservation attempt (see metalloc_reserve in the migrations): no row
+-- when no unlocked node fits, reserved = false when the allocation is no
+-- longer @me's.
+SELECT r.node_id::bigint AS node_id, r.node_uuid::uuid AS node_uuid, r.reserved::boolean AS reserved
+  FROM metalloc_reserve(@allocation_id::bigint, @me::bigint, @resource_class::text, @traits::text[],
+                        sqlc.narg(candidates)::uuid[], sqlc.narg(owner)::text, sqlc.narg(name)::text,
+                        @start::bigint) r;
+
+-- name: NodeIDRange :one
+SELECT coalesce(min(id), 0)::bigint AS lo, coalesce(max(id), 0)::bigint AS hi FROM nodes;
 
 -- name: FailAllocation :execrows
 -- allocating -> error with a reason, only while @me owns the row.
@@ -148,9 +120,8 @@ WITH rc AS (
        AND (sqlc.narg(owner)::text IS NULL OR avail.owner = sqlc.narg(owner)::text OR avail.lessee = sqlc.narg(owner)::text)
 ), fit AS (
     SELECT cand.id FROM cand
-     WHERE NOT EXISTS (SELECT 1 FROM unnest(@traits::text[]) req(trait)
-                        WHERE NOT EXISTS (SELECT 1 FROM node_traits nt
-                                           WHERE nt.node_id = cand.id AND nt.trait = req.trait))
+     WHERE cardinality(@traits::text[]) = 0
+        OR @traits::text[] <@ ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = cand.id)
 )
 SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
        (SELECT count(*) FROM avail)::bigint AS available,

@@ -215,9 +215,8 @@ WITH rc AS (
        AND ($3::text IS NULL OR avail.owner = $3::text OR avail.lessee = $3::text)
 ), fit AS (
     SELECT cand.id FROM cand
-     WHERE NOT EXISTS (SELECT 1 FROM unnest($4::text[]) req(trait)
-                        WHERE NOT EXISTS (SELECT 1 FROM node_traits nt
-                                           WHERE nt.node_id = cand.id AND nt.trait = req.trait))
+     WHERE cardinality($4::text[]) = 0
+        OR $4::text[] <@ ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = cand.id)
 )
 SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
        (SELECT count(*) FROM avail)::bigint AS available,
@@ -463,6 +462,22 @@ func (q *Queries) NodeIDByUUID(ctx context.Context, argUuid uuid.UUID) (int64, e
 	return id, err
 }
 
+const nodeIDRange = `-- name: NodeIDRange :one
+SELECT coalesce(min(id), 0)::bigint AS lo, coalesce(max(id), 0)::bigint AS hi FROM nodes
+`
+
+type NodeIDRangeRow struct {
+	Lo int64
+	Hi int64
+}
+
+func (q *Queries) NodeIDRange(ctx context.Context) (NodeIDRangeRow, error) {
+	row := q.db.QueryRow(ctx, nodeIDRange)
+	var i NodeIDRangeRow
+	err := row.Scan(&i.Lo, &i.Hi)
+	return i, err
+}
+
 const nodeTraits = `-- name: NodeTraits :many
 SELECT trait FROM node_traits WHERE node_id = $1 ORDER BY trait
 `
@@ -549,80 +564,45 @@ func (q *Queries) ReleaseNodeOfAllocation(ctx context.Context, allocationID *int
 }
 
 const reserve = `-- name: Reserve :one
-WITH node AS (
-    SELECT n.id, n.uuid
-      FROM nodes n
-     WHERE n.provision_state = 'available' AND NOT n.maintenance
-       AND n.power_state IS NOT NULL AND n.instance_uuid IS NULL AND n.allocation_id IS NULL
-       AND n.resource_class = $1::text
-       AND ($2::uuid[] IS NULL OR n.uuid = ANY($2::uuid[]))
-       AND ($3::text IS NULL OR n.owner = $3::text OR n.lessee = $3::text)
-       AND NOT EXISTS (SELECT 1 FROM unnest($4::text[]) req(trait)
-                        WHERE NOT EXISTS (SELECT 1 FROM node_traits nt
-                                           WHERE nt.node_id = n.id AND nt.trait = req.trait))
-     ORDER BY n.name IS NOT DISTINCT FROM $5::text DESC, random()
-     LIMIT 1
-       FOR UPDATE OF n SKIP LOCKED
-), alloc AS (
-    UPDATE allocations a
-       SET node_id = node.id, state = 'active', last_error = NULL, updated_at = now()
-      FROM node
-     WHERE a.id = $6 AND a.conductor_affinity = $7::bigint AND a.state = 'allocating'
-    RETURNING a.id, a.uuid
-), held AS (
-    UPDATE nodes n
-       SET instance_uuid = alloc.uuid, allocation_id = alloc.id,
-           instance_info = n.instance_info || jsonb_build_object('traits', $4::text[]),
-           updated_at = now()
-      FROM alloc, node
-     WHERE n.id = node.id
-    RETURNING n.id
-)
-SELECT node.id AS node_id, node.uuid AS node_uuid, alloc.id AS allocation_id, held.id AS held_node_id
-  FROM node LEFT JOIN alloc ON true LEFT JOIN held ON true
+SELECT r.node_id::bigint AS node_id, r.node_uuid::uuid AS node_uuid, r.reserved::boolean AS reserved
+  FROM metalloc_reserve($1::bigint, $2::bigint, $3::text, $4::text[],
+                        $5::uuid[], $6::text, $7::text,
+                        $8::bigint) r
 `
 
 type ReserveParams struct {
-	ResourceClass string
-	Candidates    []uuid.UUID
-	Owner         *string
-	Traits        []string
-	Name          *string
 	AllocationID  int64
 	Me            int64
+	ResourceClass string
+	Traits        []string
+	Candidates    []uuid.UUID
+	Owner         *string
+	Name          *string
+	Start         int64
 }
 
 type ReserveRow struct {
-	NodeID       int64
-	NodeUuid     uuid.UUID
-	AllocationID *int64
-	HeldNodeID   *int64
+	NodeID   int64
+	NodeUuid uuid.UUID
+	Reserved bool
 }
 
-// The reservation, in one statement (one transaction): pick a free matching
-// node at random (a node named like the allocation first), lock it without
-// waiting on nodes others hold (the lock re-checks the filters on the newest
-// row version), activate the allocation only if @me still owns it, and mark
-// the node as holding it with the matched traits in instance_info. node_id is
-// no row when no unlocked node fits; allocation_id is NULL when the
-// allocation is no longer ours (taken over, deleted).
+// One reservation attempt (see metalloc_reserve in the migrations): no row
+// when no unlocked node fits, reserved = false when the allocation is no
+// longer @me's.
 func (q *Queries) Reserve(ctx context.Context, arg ReserveParams) (ReserveRow, error) {
 	row := q.db.QueryRow(ctx, reserve,
-		arg.ResourceClass,
-		arg.Candidates,
-		arg.Owner,
-		arg.Traits,
-		arg.Name,
 		arg.AllocationID,
 		arg.Me,
+		arg.ResourceClass,
+		arg.Traits,
+		arg.Candidates,
+		arg.Owner,
+		arg.Name,
+		arg.Start,
 	)
 	var i ReserveRow
-	err := row.Scan(
-		&i.NodeID,
-		&i.NodeUuid,
-		&i.AllocationID,
-		&i.HeldNodeID,
-	)
+	err := row.Scan(&i.NodeID, &i.NodeUuid, &i.Reserved)
 	return i, err
 }
 

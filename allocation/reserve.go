@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,6 +58,10 @@ type Allocator struct {
 	// LockedBackoff is the first wait between such retries, doubled each time
 	// up to 16x (default 5 ms).
 	LockedBackoff time.Duration
+
+	mu         sync.Mutex
+	idLo, idHi int64
+	idAt       time.Time
 }
 
 // NewAllocator returns an Allocator on pool.
@@ -93,45 +99,35 @@ func (a *Allocator) Owned(ctx context.Context, me int64) ([]Claimed, error) {
 }
 
 // Process reserves a node for c on behalf of conductor me, or moves c to error
-// with a last_error a person can act on. Each attempt is one statement
-// (Reserve): a random free fitting node is locked without waiting, re-checked
-// under the lock, and reserved together with the allocation's activation,
-// which is guarded by conductor_affinity = me. When all fitting nodes are
-// momentarily locked by others it backs off and tries the next one. It
-// returns an error only when the database is unreachable or ctx ends; the row
-// then stays allocating and owned, to be resumed.
+// with a last_error a person can act on. Each attempt is one short
+// transaction (reserveOnce): pick and lock a free matching node without
+// waiting for nodes others hold, then activate the allocation, guarded by
+// conductor_affinity = me, together with the node. When every fitting node is
+// momentarily locked by others it backs off and tries again. It returns an
+// error only when the database is unreachable or ctx ends; the row then stays
+// allocating and owned, to be resumed.
 func (a *Allocator) Process(ctx context.Context, me int64, c Claimed) (Outcome, error) {
 	log := a.log.With(zap.Stringer("allocation", c.UUID))
-	traits := c.Traits
-	if traits == nil {
-		traits = []string{}
+	if c.Traits == nil {
+		c.Traits = []string{}
 	}
-	var cands []uuid.UUID
-	if len(c.CandidateNodes) > 0 {
-		cands = c.CandidateNodes
+	if len(c.CandidateNodes) == 0 {
+		c.CandidateNodes = nil
 	}
 	backoff := a.LockedBackoff
 	var lastFit int64
 	for attempt := 0; ; attempt++ {
-		r, err := a.q.Reserve(ctx, ReserveParams{
-			ResourceClass: c.ResourceClass,
-			Candidates:    cands,
-			Owner:         c.Owner,
-			Traits:        traits,
-			Name:          c.Name,
-			AllocationID:  c.ID,
-			Me:            me,
-		})
+		node, err := a.reserveOnce(ctx, me, c, attempt == 0)
 		switch {
-		case err == nil && r.AllocationID == nil:
+		case err == nil:
+			log.Debug("reserved node", zap.Stringer("node", node), zap.Int("attempt", attempt))
+			return Reserved, nil
+		case errors.Is(err, errLost):
 			log.Info("allocation no longer owned by this conductor; dropping it")
 			return Lost, nil
-		case err == nil:
-			log.Debug("reserved node", zap.Stringer("node", r.NodeUuid), zap.Int("attempt", attempt))
-			return Reserved, nil
-		case errors.Is(err, pgx.ErrNoRows):
+		case errors.Is(err, errNoNode):
 			stats, serr := a.q.FitStats(ctx, FitStatsParams{
-				ResourceClass: c.ResourceClass, Candidates: cands, Owner: c.Owner, Traits: traits,
+				ResourceClass: c.ResourceClass, Candidates: c.CandidateNodes, Owner: c.Owner, Traits: c.Traits,
 			})
 			if serr != nil {
 				return a.transient(ctx, c, serr)
@@ -146,8 +142,8 @@ func (a *Allocator) Process(ctx context.Context, me int64, c Claimed) (Outcome, 
 		case db.IsUnavailable(err) || ctx.Err() != nil:
 			return a.transient(ctx, c, err)
 		default:
-			// A serialization or integrity race with a concurrent writer on
-			// the chosen node: the next attempt picks again.
+			// A race with a concurrent writer on the chosen node: the next
+			// attempt picks again.
 			log.Warn("reservation attempt failed; retrying", zap.Error(err))
 		}
 		if attempt >= a.LockedRetries {
@@ -162,6 +158,59 @@ func (a *Allocator) Process(ctx context.Context, me int64, c Claimed) (Outcome, 
 		backoff = min(backoff*2, a.LockedBackoff*16)
 	}
 }
+
+var (
+	errNoNode = errors.New("no unlocked node fits")
+	errLost   = errors.New("allocation no longer owned")
+)
+
+// reserveOnce is one reservation statement (Reserve). It returns the reserved
+// node's uuid, errNoNode when no unlocked node fits, errLost when the
+// allocation is no longer this conductor's. The name-first rule applies to
+// the first attempt only.
+func (a *Allocator) reserveOnce(ctx context.Context, me int64, c Claimed, tryName bool) (uuid.UUID, error) {
+	start, err := a.randomStart(ctx)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	p := ReserveParams{Candidates: c.CandidateNodes, ResourceClass: c.ResourceClass, Owner: c.Owner,
+		Traits: c.Traits, Start: start, AllocationID: c.ID, Me: me}
+	if tryName {
+		p.Name = c.Name
+	}
+	r, err := a.q.Reserve(ctx, p)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return uuid.Nil, errNoNode
+	case err != nil:
+		return uuid.Nil, err
+	case !r.Reserved:
+		return uuid.Nil, errLost
+	}
+	return r.NodeUuid, nil
+}
+
+// randomStart draws a uniformly random node id in the current id range (the
+// range is cached for idRangeTTL; nodes added since are still reached, as
+// picking wraps around).
+func (a *Allocator) randomStart(ctx context.Context) (int64, error) {
+	a.mu.Lock()
+	lo, hi, fresh := a.idLo, a.idHi, time.Since(a.idAt) < idRangeTTL
+	a.mu.Unlock()
+	if !fresh {
+		r, err := a.q.NodeIDRange(ctx)
+		if err != nil {
+			return 0, err
+		}
+		lo, hi = r.Lo, r.Hi
+		a.mu.Lock()
+		a.idLo, a.idHi, a.idAt = lo, hi, time.Now()
+		a.mu.Unlock()
+	}
+	return lo + rand.Int64N(hi-lo+1), nil
+}
+
+const idRangeTTL = 5 * time.Second
 
 func (a *Allocator) transient(_ context.Context, c Claimed, err error) (Outcome, error) {
 	return Lost, fmt.Errorf("processing allocation %s: %w", c.UUID, err)

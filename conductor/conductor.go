@@ -175,22 +175,30 @@ func (c *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// work is the claim loop: it keeps up to Workers allocations in flight,
-// claiming more when woken, on each poll tick, and whenever a worker finishes.
+// work is the claim loop. Claimed rows go to a queue served by Workers
+// goroutines; the loop keeps up to Workers+ClaimBatch rows claimed and claims
+// in batches of at least ClaimBatch (or whatever is waiting, when idle), when
+// woken by a notification, on each poll tick, and as workers finish.
 func (c *Service) work(ctx context.Context, wake chan struct{}) {
-	done := make(chan int64, c.cfg.Workers)
-	inflight := map[int64]bool{}
+	capacity := c.cfg.Workers + c.cfg.ClaimBatch
+	jobs := make(chan allocation.Claimed, capacity)
+	done := make(chan result, capacity)
 	procCtx, cancelProc := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelProc()
 	var wg sync.WaitGroup
-	start := func(a allocation.Claimed) {
-		inflight[a.ID] = true
+	for range c.cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.process(procCtx, a)
-			done <- a.ID
+			for a := range jobs {
+				done <- result{id: a.ID, retry: c.process(procCtx, a)}
+			}
 		}()
+	}
+	pending := map[int64]bool{}
+	enqueue := func(a allocation.Claimed) {
+		pending[a.ID] = true
+		jobs <- a
 	}
 	resume := true
 	ticker := time.NewTicker(c.cfg.PollInterval)
@@ -203,15 +211,18 @@ func (c *Service) work(ctx context.Context, wake chan struct{}) {
 			} else {
 				resume = false
 				for _, a := range owned {
-					if !inflight[a.ID] {
+					if !pending[a.ID] && len(pending) < capacity {
 						c.log.Info("resuming allocation", zap.Stringer("allocation", a.UUID))
-						start(a)
+						enqueue(a)
+					} else if !pending[a.ID] {
+						resume = true // more than fits now: look again later
 					}
 				}
 			}
 		}
-		for free := c.cfg.Workers - len(inflight); free > 0 && ctx.Err() == nil; free = c.cfg.Workers - len(inflight) {
-			claimed, err := c.alloc.Claim(ctx, c.id, min(free, c.cfg.ClaimBatch))
+		for room := capacity - len(pending); ctx.Err() == nil &&
+			(room >= c.cfg.ClaimBatch || (len(pending) == 0 && room > 0)); room = capacity - len(pending) {
+			claimed, err := c.alloc.Claim(ctx, c.id, room)
 			if err != nil {
 				if ctx.Err() == nil {
 					c.log.Warn("claim failed", zap.Error(err))
@@ -219,9 +230,9 @@ func (c *Service) work(ctx context.Context, wake chan struct{}) {
 				break
 			}
 			for _, a := range claimed {
-				start(a)
+				enqueue(a)
 			}
-			if len(claimed) < min(free, c.cfg.ClaimBatch) {
+			if len(claimed) < room {
 				break
 			}
 		}
@@ -229,37 +240,45 @@ func (c *Service) work(ctx context.Context, wake chan struct{}) {
 		case <-ctx.Done():
 		case <-wake:
 		case <-ticker.C:
-		case id := <-done:
-			delete(inflight, id)
-			if id < 0 {
-				resume = true
-			}
+		case r := <-done:
+			delete(pending, r.id)
+			resume = resume || r.retry
 		}
 	}
-	// Stop: finish what is in flight within the grace period.
+	// Stop: finish what is claimed within the grace period.
+	close(jobs)
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
-	c.log.Info("stopping: waiting for in-flight allocations", zap.Int("in_flight", len(inflight)))
+	c.log.Info("stopping: finishing claimed allocations", zap.Int("claimed", len(pending)))
 	select {
 	case <-finished:
 	case <-time.After(c.cfg.ShutdownGrace):
-		c.log.Warn("shutdown grace period over; abandoning in-flight allocations to be resumed or taken over")
+		c.log.Warn("shutdown grace period over; leaving the rest to be resumed or taken over")
 		cancelProc()
 		<-finished
 	}
 }
 
-// process runs one allocation; a database outage leaves it owned, to be
-// resumed (signalled to the loop by sending its id negated).
-func (c *Service) process(ctx context.Context, a allocation.Claimed) {
+type result struct {
+	id    int64
+	retry bool
+}
+
+// process runs one allocation. It reports retry when a database outage left
+// the allocation owned but unfinished, to be resumed.
+func (c *Service) process(ctx context.Context, a allocation.Claimed) (retry bool) {
 	out, err := c.alloc.Process(ctx, c.id, a)
 	if err != nil {
 		c.log.Warn("allocation left for a retry", zap.Stringer("allocation", a.UUID), zap.Error(err))
-		time.Sleep(c.cfg.PollInterval)
-		return
+		select {
+		case <-ctx.Done():
+		case <-time.After(c.cfg.PollInterval):
+		}
+		return true
 	}
 	c.log.Debug("allocation processed", zap.Stringer("allocation", a.UUID), zap.Stringer("outcome", out),
 		zap.Duration("since_created", time.Since(a.CreatedAt)))
+	return false
 }
 
 func (c *Service) heartbeat(ctx context.Context) {

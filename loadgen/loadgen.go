@@ -193,9 +193,12 @@ func enroll(ctx context.Context, c *client, o Options) error {
 		if _, err := c.do(ctx, "POST", "/v1/nodes", body, &n); err != nil {
 			return err
 		}
-		traits := []string{traitPool[i%len(traitPool)]}
-		if i%3 == 0 {
-			traits = append(traits, traitPool[(i+1)%len(traitPool)])
+		// Traits spread evenly inside every class: a quarter of each class
+		// has each trait, a third of the nodes a second one.
+		k := i / o.Classes
+		traits := []string{traitPool[k%len(traitPool)]}
+		if k%3 == 0 {
+			traits = append(traits, traitPool[(k+1)%len(traitPool)])
 		}
 		steps := []struct {
 			method, path string

@@ -59,7 +59,7 @@ CREATE TABLE nodes (
 );
 
 -- The conductor's candidate query: free nodes of one resource class.
-CREATE INDEX nodes_free_idx ON nodes (resource_class)
+CREATE INDEX nodes_free_idx ON nodes (resource_class, id)
     WHERE provision_state = 'available' AND NOT maintenance
       AND power_state IS NOT NULL AND instance_uuid IS NULL;
 CREATE INDEX nodes_provision_state_idx ON nodes (provision_state);
@@ -186,6 +186,107 @@ CREATE TRIGGER allocations_notify_release AFTER UPDATE OF conductor_affinity ON 
                        AND OLD.conductor_affinity IS NOT NULL)
     EXECUTE FUNCTION allocations_notify();
 
+-- +goose StatementBegin
+-- The database-backend reservation of one allocation, in one call (one
+-- transaction, one round trip). It picks a free node that matches and locks it
+-- with FOR UPDATE SKIP LOCKED: it never waits for a node another conductor or
+-- an API request holds, and PostgreSQL re-checks the filters on the newest
+-- version of the row it locks. The pick tries, in order: the node whose name
+-- is p_name (the allocation's name, as Ironic 1.79 does); a random one among
+-- p_candidates; else the first free match at or after the random node id
+-- p_start, wrapping around (a shuffle that reads a few entries of
+-- nodes_free_idx instead of sorting every candidate). It then activates the
+-- allocation only while conductor p_me owns it in state allocating
+-- (compare-and-set) and records it on the node (instance_uuid, allocation_id,
+-- the requested traits in instance_info).
+-- Returns no row when no unlocked node fits; reserved = false when the
+-- allocation is no longer p_me's (taken over or deleted): nothing written.
+CREATE FUNCTION metalloc_reserve(
+    p_allocation_id bigint, p_me bigint, p_resource_class text, p_traits text[],
+    p_candidates uuid[], p_owner text, p_name text, p_start bigint)
+RETURNS TABLE (node_id bigint, node_uuid uuid, reserved boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id   bigint;
+    v_uuid uuid;
+    v_alloc uuid;
+BEGIN
+    IF p_name IS NOT NULL THEN
+        SELECT n.id, n.uuid INTO v_id, v_uuid
+          FROM nodes n
+         WHERE n.name = p_name
+           AND (p_candidates IS NULL OR n.uuid = ANY(p_candidates))
+           AND n.provision_state = 'available' AND NOT n.maintenance
+           AND n.power_state IS NOT NULL AND n.instance_uuid IS NULL AND n.allocation_id IS NULL
+           AND n.resource_class = p_resource_class
+           AND (p_owner IS NULL OR n.owner = p_owner OR n.lessee = p_owner)
+           AND (cardinality(p_traits) = 0
+                OR p_traits <@ ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = n.id))
+           FOR UPDATE OF n SKIP LOCKED;
+    END IF;
+    IF v_id IS NULL AND p_candidates IS NOT NULL THEN
+        SELECT n.id, n.uuid INTO v_id, v_uuid
+          FROM nodes n
+         WHERE n.uuid = ANY(p_candidates)
+           AND n.provision_state = 'available' AND NOT n.maintenance
+           AND n.power_state IS NOT NULL AND n.instance_uuid IS NULL AND n.allocation_id IS NULL
+           AND n.resource_class = p_resource_class
+           AND (p_owner IS NULL OR n.owner = p_owner OR n.lessee = p_owner)
+           AND (cardinality(p_traits) = 0
+                OR p_traits <@ ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = n.id))
+         ORDER BY random()
+         LIMIT 1
+           FOR UPDATE OF n SKIP LOCKED;
+    ELSIF v_id IS NULL THEN
+        SELECT n.id, n.uuid INTO v_id, v_uuid
+          FROM nodes n
+         WHERE n.id >= p_start
+           AND n.provision_state = 'available' AND NOT n.maintenance
+           AND n.power_state IS NOT NULL AND n.instance_uuid IS NULL AND n.allocation_id IS NULL
+           AND n.resource_class = p_resource_class
+           AND (p_owner IS NULL OR n.owner = p_owner OR n.lessee = p_owner)
+           AND (cardinality(p_traits) = 0
+                OR p_traits <@ ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = n.id))
+         ORDER BY n.id
+         LIMIT 1
+           FOR UPDATE OF n SKIP LOCKED;
+        IF v_id IS NULL THEN
+            SELECT n.id, n.uuid INTO v_id, v_uuid
+              FROM nodes n
+             WHERE n.id < p_start
+               AND n.provision_state = 'available' AND NOT n.maintenance
+           AND n.power_state IS NOT NULL AND n.instance_uuid IS NULL AND n.allocation_id IS NULL
+           AND n.resource_class = p_resource_class
+           AND (p_owner IS NULL OR n.owner = p_owner OR n.lessee = p_owner)
+           AND (cardinality(p_traits) = 0
+                OR p_traits <@ ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = n.id))
+             ORDER BY n.id
+             LIMIT 1
+               FOR UPDATE OF n SKIP LOCKED;
+        END IF;
+    END IF;
+    IF v_id IS NULL THEN
+        RETURN;
+    END IF;
+    node_id := v_id;
+    node_uuid := v_uuid;
+    UPDATE allocations a
+       SET node_id = v_id, state = 'active', last_error = NULL, updated_at = now()
+     WHERE a.id = p_allocation_id AND a.conductor_affinity = p_me AND a.state = 'allocating'
+    RETURNING a.uuid INTO v_alloc;
+    reserved := v_alloc IS NOT NULL;
+    IF reserved THEN
+        UPDATE nodes n
+           SET instance_uuid = v_alloc, allocation_id = p_allocation_id,
+               instance_info = n.instance_info || jsonb_build_object('traits', to_jsonb(p_traits)),
+               updated_at = now()
+         WHERE n.id = v_id;
+    END IF;
+    RETURN NEXT;
+END;
+$$;
+-- +goose StatementEnd
+
 -- +goose Down
 DROP TABLE allocation_traits;
 ALTER TABLE nodes DROP CONSTRAINT nodes_allocation_id_fkey;
@@ -195,4 +296,5 @@ DROP TABLE nodes;
 DROP TABLE conductors;
 DROP FUNCTION allocation_node_link_check();
 DROP FUNCTION allocations_notify();
+DROP FUNCTION metalloc_reserve(bigint, bigint, text, text[], uuid[], text, text, bigint);
 DROP FUNCTION allocations_state_guard();

@@ -1,0 +1,103 @@
+// Command metalloc-api serves the Ironic-compatible HTTP API (nodes,
+// allocations) on PostgreSQL. It keeps no state of its own: run as many as
+// you like behind a load balancer. See README.md for the configuration keys.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/allocation"
+	"github.com/metalloc/metalloc/cmd/internal/cli"
+	"github.com/metalloc/metalloc/config"
+	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/node"
+	"github.com/metalloc/metalloc/web"
+)
+
+func main() {
+	cmd := &cobra.Command{
+		Use:           "metalloc-api",
+		Short:         "Ironic-compatible bare-metal allocation API",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE:          run,
+	}
+	cmd.Flags().String("config", "", "YAML config file (see configs/metalloc.yaml)")
+	cmd.Flags().String("api.listen", "", "address:port to serve on (default 127.0.0.1:6385)")
+	cmd.Flags().String("database.url", "", "PostgreSQL URL (default $DATABASE_URL)")
+	if err := cmd.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "metalloc-api:", err)
+		os.Exit(1)
+	}
+}
+
+func run(cmd *cobra.Command, _ []string) error {
+	path, _ := cmd.Flags().GetString("config")
+	cfg, err := config.Load(path, cli.ChangedFlags(cmd))
+	if err != nil {
+		return err
+	}
+	log, err := config.NewLogger(cfg.Log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	if err := cfg.RequireDatabase(); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	pool, err := db.Open(ctx, cfg.Database.URL, db.PoolOptions{MaxConns: cfg.Database.MaxConns, ApplicationName: "metalloc-api"})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := db.CheckSchema(ctx, pool); err != nil {
+		return err
+	}
+
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = web.IronicErrorHandler
+	e.Use(web.RequestID(log), web.AccessLog(), middleware.Recover())
+	resources := []string{"nodes", "allocations"}
+	web.RegisterIronicRoot(e, cfg.API.PublicEndpoint, resources)
+	v1 := e.Group("/v1", web.IronicVersion())
+	nodes := node.NewStore(pool)
+	node.NewHandler(nodes, allocation.Remover{}, node.HandlerOptions{
+		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit,
+	}).Register(v1)
+	allocation.NewHandler(allocation.NewStore(pool), allocation.HandlerOptions{
+		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit,
+	}).Register(v1)
+
+	srv := &http.Server{Addr: cfg.API.Listen, Handler: e, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	log.Info("metalloc-api listening", zap.String("listen", cfg.API.Listen))
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/node"
+)
+
+func nodeCmd() *cobra.Command {
+	c := &cobra.Command{Use: "node", Short: "nodes"}
+	var available bool
+	imp := &cobra.Command{
+		Use:   "import FILE",
+		Short: "create or update nodes from an `openstack baremetal create` file (JSON or YAML, plus traits)",
+		Long: "Idempotent by uuid (else name). With --available (default) enrolled nodes are driven\n" +
+			"through manage, power off and provide so that they can be allocated.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, log, err := load(cmd)
+			if err != nil {
+				return err
+			}
+			if err := cfg.RequireDatabase(); err != nil {
+				return err
+			}
+			return importNodes(cmd.Context(), cfg.Database.URL, args[0], available, log)
+		},
+	}
+	imp.Flags().BoolVar(&available, "available", true, "make enrolled nodes available")
+	c.AddCommand(imp)
+	return c
+}
+
+// importNodes runs node.Import on path with a progress bar.
+func importNodes(ctx context.Context, url, path string, available bool, log *zap.Logger) error {
+	pool, err := db.Open(ctx, url, db.PoolOptions{ApplicationName: "metalloc-manage"})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := db.CheckSchema(ctx, pool); err != nil {
+		return err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var bar *progressbar.ProgressBar
+	res, err := node.Import(ctx, node.NewStore(pool), f, node.ImportOptions{MakeAvailable: available},
+		func(done, total int) {
+			if bar == nil {
+				bar = progressbar.NewOptions(total, progressbar.OptionSetDescription("importing nodes"),
+					progressbar.OptionSetWriter(os.Stderr), progressbar.OptionShowCount(),
+					progressbar.OptionClearOnFinish())
+			}
+			_ = bar.Set(done)
+		})
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	if err != nil {
+		return fmt.Errorf("importing %s: %w", path, err)
+	}
+	log.Info("nodes imported", zap.String("file", path), zap.String("result", fmt.Sprintf("%+v", res)))
+	return nil
+}

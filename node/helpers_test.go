@@ -1,0 +1,194 @@
+package node_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/db/dbtest"
+	"github.com/metalloc/metalloc/node"
+	"github.com/metalloc/metalloc/web"
+)
+
+// fakeRemover is the AllocationRemover of the tests: it unlinks the node and
+// deletes the allocation row with plain SQL, and counts its calls.
+type fakeRemover struct{ calls atomic.Int32 }
+
+func (f *fakeRemover) RemoveNodeAllocation(ctx context.Context, tx pgx.Tx, nodeID, allocationID int64) error {
+	f.calls.Add(1)
+	if _, err := tx.Exec(ctx, `UPDATE nodes SET allocation_id = NULL, instance_uuid = NULL WHERE id = $1`, nodeID); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `DELETE FROM allocations WHERE id = $1`, allocationID)
+	return err
+}
+
+// env is one test's system under test: a fresh database, the store, and an
+// HTTP server with the real handlers behind metalloc's Ironic middleware.
+type env struct {
+	t       *testing.T
+	pool    *pgxpool.Pool
+	store   *node.Store
+	srv     *httptest.Server
+	remover *fakeRemover
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	pool := dbtest.New(t)
+	store := node.NewStore(pool)
+	rem := &fakeRemover{}
+	e := echo.New()
+	e.HideBanner = true
+	e.HTTPErrorHandler = web.IronicErrorHandler
+	e.Use(web.RequestID(zap.NewNop()))
+	v1 := e.Group("/v1", web.IronicVersion())
+	node.NewHandler(store, rem, node.HandlerOptions{PublicEndpoint: "http://metalloc.test:6385", MaxLimit: 100}).Register(v1)
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return &env{t: t, pool: pool, store: store, srv: srv, remover: rem}
+}
+
+// sub returns e for subtest t (failures and request contexts belong to t).
+func (e *env) sub(t *testing.T) *env {
+	c := *e
+	c.t = t
+	return &c
+}
+
+// response is a decoded HTTP response.
+type response struct {
+	status int
+	header http.Header
+	raw    []byte
+	body   map[string]any
+}
+
+// fault returns the faultstring of an Ironic error body.
+func (r response) fault(t *testing.T) string {
+	t.Helper()
+	em, ok := r.body["error_message"].(string)
+	require.True(t, ok, "no error_message in %s", r.raw)
+	var inner struct {
+		Faultstring string `json:"faultstring"`
+		Faultcode   string `json:"faultcode"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(em), &inner))
+	return inner.Faultstring
+}
+
+// do sends a request at microversion version ("" = no header) with body
+// (nil, a string sent as is, or a value encoded as JSON).
+func (e *env) do(method, path, version string, body any) response {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		require.NoError(e.t, err)
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(e.t.Context(), method, e.srv.URL+path, rd)
+	require.NoError(e.t, err)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if version != "" {
+		req.Header.Set(web.IronicVersionHeader, version)
+	}
+	resp, err := e.srv.Client().Do(req)
+	require.NoError(e.t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(e.t, err)
+	r := response{status: resp.StatusCode, header: resp.Header, raw: raw}
+	if len(raw) > 0 && raw[0] == '{' {
+		require.NoError(e.t, json.Unmarshal(raw, &r.body), "body: %s", raw)
+	}
+	return r
+}
+
+// must sends a request and requires the status.
+func (e *env) must(status int, method, path, version string, body any) response {
+	e.t.Helper()
+	r := e.do(method, path, version, body)
+	require.Equal(e.t, status, r.status, "%s %s: %s", method, path, r.raw)
+	return r
+}
+
+// createNode creates a node through the API at 1.82 and returns its body.
+func (e *env) createNode(fields map[string]any) map[string]any {
+	e.t.Helper()
+	if _, ok := fields["driver"]; !ok {
+		fields["driver"] = "fake-hardware"
+	}
+	return e.must(http.StatusCreated, http.MethodPost, "/v1/nodes", "1.82", fields).body
+}
+
+// availableNode creates a node and drives it to available with power off.
+func (e *env) availableNode(fields map[string]any) string {
+	e.t.Helper()
+	id := e.createNode(fields)["uuid"].(string)
+	e.must(http.StatusAccepted, http.MethodPut, "/v1/nodes/"+id+"/states/provision", "1.82", map[string]any{"target": "manage"})
+	e.must(http.StatusAccepted, http.MethodPut, "/v1/nodes/"+id+"/states/power", "1.82", map[string]any{"target": "power off"})
+	e.must(http.StatusAccepted, http.MethodPut, "/v1/nodes/"+id+"/states/provision", "1.82", map[string]any{"target": "provide"})
+	return id
+}
+
+// activeNode returns an available node deployed to active.
+func (e *env) activeNode(fields map[string]any) string {
+	e.t.Helper()
+	id := e.availableNode(fields)
+	e.must(http.StatusAccepted, http.MethodPut, "/v1/nodes/"+id+"/states/provision", "1.82", map[string]any{"target": "active"})
+	return id
+}
+
+// allocate links a new active allocation to the node, as a conductor does
+// (both sides in one transaction), and returns the allocation uuid.
+func (e *env) allocate(nodeUUID string) uuid.UUID {
+	e.t.Helper()
+	ctx := e.t.Context()
+	au := uuid.New()
+	tx, err := e.pool.Begin(ctx)
+	require.NoError(e.t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var nodeID, allocID int64
+	require.NoError(e.t, tx.QueryRow(ctx, `SELECT id FROM nodes WHERE uuid = $1`, nodeUUID).Scan(&nodeID))
+	require.NoError(e.t, tx.QueryRow(ctx,
+		`INSERT INTO allocations (uuid, resource_class, state, node_id) VALUES ($1, 'baremetal', 'active', $2) RETURNING id`,
+		au, nodeID).Scan(&allocID))
+	_, err = tx.Exec(ctx, `UPDATE nodes SET allocation_id = $1, instance_uuid = $2 WHERE id = $3`, allocID, au, nodeID)
+	require.NoError(e.t, err)
+	require.NoError(e.t, tx.Commit(ctx))
+	return au
+}
+
+// allocationExists reports whether the allocation row is still there.
+func (e *env) allocationExists(au uuid.UUID) bool {
+	e.t.Helper()
+	var n int
+	require.NoError(e.t, e.pool.QueryRow(e.t.Context(), `SELECT count(*) FROM allocations WHERE uuid = $1`, au).Scan(&n))
+	return n == 1
+}
+
+// getNode fetches a node at 1.82.
+func (e *env) getNode(ident string) map[string]any {
+	e.t.Helper()
+	return e.must(http.StatusOK, http.MethodGet, "/v1/nodes/"+ident, "1.82", nil).body
+}

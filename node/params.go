@@ -1,0 +1,175 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/metalloc/metalloc/web"
+)
+
+// Argument checks with Ironic's messages (ironic/common/args.py and
+// api/controllers/v1/utils.py).
+
+var (
+	// logicalNameRE is RFC 3986's unreserved characters (API >= 1.10).
+	logicalNameRE = regexp.MustCompile(`^[A-Za-z0-9\-._~]+$`)
+	// hostnameSafeRE is the pre-1.10 name rule (utils.is_hostname_safe).
+	hostnameSafeRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?(\.[a-z0-9\-_]{0,62}[a-z0-9])*\.?$`)
+	// conductorGroupRE is what a conductor group may contain.
+	conductorGroupRE = regexp.MustCompile(`^[a-zA-Z0-9_\-.]*$`)
+)
+
+// reservedNames cannot be node names: they are path words under /v1/nodes.
+var reservedNames = []string{"maintenance", "management", "states", "vendor_passthru", "detail", "validate"}
+
+// isUUIDLike reports whether s parses as a UUID (oslo's is_uuid_like).
+func isUUIDLike(s string) bool {
+	_, err := uuid.Parse(s)
+	return err == nil
+}
+
+// isValidLogicalName is utils.is_valid_logical_name.
+func isValidLogicalName(s string) bool {
+	return len(s) <= maxNameLength && logicalNameRE.MatchString(s)
+}
+
+// maxNameLength is the longest node name.
+const maxNameLength = 255
+
+// validNameAt reports whether name is a valid logical name at version v.
+func validNameAt(v web.Version, name string) bool {
+	if !v.AtLeast(1, 10) {
+		return len(name) <= maxNameLength && hostnameSafeRE.MatchString(name)
+	}
+	return isValidLogicalName(name)
+}
+
+// checkNodeName is NodesController._check_names_acceptable for one value
+// (which may be any JSON value from a body or patch); errFormat has one %s.
+func checkNodeName(v web.Version, value any, errFormat string) error {
+	if !v.AtLeast(1, 5) {
+		return notAcceptable()
+	}
+	name, ok := value.(string)
+	if !ok || !validNameAt(v, name) || isUUIDLike(name) {
+		shown := pyReprPlain(value)
+		return invalidf(errFormat, shown)
+	}
+	if slices.Contains(reservedNames, name) {
+		return invalidf("The word \"%s\" is reserved and can not be used as a node name. Reserved words are: %s.",
+			name, strings.Join(reservedNames, ", "))
+	}
+	return nil
+}
+
+// pyReprPlain is Python's str() of a value (strings unquoted).
+func pyReprPlain(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return pyRepr(v)
+}
+
+var (
+	trueStrings  = []string{"1", "t", "true", "on", "y", "yes"}
+	falseStrings = []string{"0", "f", "false", "off", "n", "no"}
+)
+
+// parseBool is args.boolean (strutils.bool_from_string, strict).
+func parseBool(name string, v any) (bool, error) {
+	switch x := v.(type) {
+	case bool:
+		return x, nil
+	case string:
+		s := strings.ToLower(strings.TrimSpace(x))
+		if slices.Contains(trueStrings, s) {
+			return true, nil
+		}
+		if slices.Contains(falseStrings, s) {
+			return false, nil
+		}
+	}
+	acc := slices.Concat(trueStrings, falseStrings)
+	slices.Sort(acc)
+	for i, a := range acc {
+		acc[i] = "'" + a + "'"
+	}
+	return false, invalidf("Invalid %s: Unrecognized value '%s', acceptable values are: %s",
+		name, pyReprPlain(v), strings.Join(acc, ", "))
+}
+
+// parseUUIDArg is args.uuid.
+func parseUUIDArg(name string, v any) (uuid.UUID, error) {
+	s, ok := v.(string)
+	if ok {
+		if u, err := uuid.Parse(s); err == nil {
+			return u, nil
+		}
+	}
+	return uuid.Nil, invalidf("Expected UUID for %s: %s", name, pyReprPlain(v))
+}
+
+// checkArgs rejects query parameters (and body keys, given as extra)
+// outside allowed, as args.validate does for unexpected keyword arguments.
+func checkArgs(c echo.Context, body map[string]any, allowed ...string) error {
+	var extra []string
+	for k := range c.QueryParams() {
+		if !slices.Contains(allowed, k) {
+			extra = append(extra, k)
+		}
+	}
+	for k := range body {
+		if !slices.Contains(allowed, k) && !slices.Contains(extra, k) {
+			extra = append(extra, k)
+		}
+	}
+	if len(extra) > 0 {
+		slices.Sort(extra)
+		return invalidf("Unexpected arguments: %s", strings.Join(extra, ", "))
+	}
+	return nil
+}
+
+// minVersion is Ironic's 406 for a parameter newer than the request.
+func minVersion(v web.Version, minor int) error {
+	if v.AtLeast(1, minor) {
+		return nil
+	}
+	return &Error{Kind: KindNotAcceptable,
+		Message: fmt.Sprintf("Request not acceptable. The minimal required API version should be 1.%d", minor)}
+}
+
+// apiError maps node errors to client-visible *web.Error: ErrNotFound to
+// Ironic's 404 for ident, *Error by kind. Other errors pass through (the
+// error handler turns them into 500/503 without internals).
+func apiError(err error, ident string) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrNotFound) {
+		return web.NotFound("Node %s could not be found.", ident)
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		status := http.StatusBadRequest
+		switch e.Kind {
+		case KindConflict:
+			status = http.StatusConflict
+		case KindForbidden:
+			status = http.StatusForbidden
+		case KindNotFound:
+			status = http.StatusNotFound
+		case KindNotAcceptable:
+			status = http.StatusNotAcceptable
+		}
+		return web.Errorf(status, "%s", e.Message)
+	}
+	return err
+}

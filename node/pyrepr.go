@@ -1,0 +1,114 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// pyRepr renders a decoded JSON value the way Python's repr() shows it, so
+// that validation messages read like Ironic's (which embed Python reprs):
+// 'str', True/False/None, [1, 2], {'k': 'v'}.
+func pyRepr(v any) string {
+	var b strings.Builder
+	writePyRepr(&b, v)
+	return b.String()
+}
+
+func writePyRepr(b *strings.Builder, v any) {
+	switch x := v.(type) {
+	case nil:
+		b.WriteString("None")
+	case bool:
+		if x {
+			b.WriteString("True")
+		} else {
+			b.WriteString("False")
+		}
+	case string:
+		b.WriteString(pyStr(x))
+	case json.Number:
+		b.WriteString(x.String())
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1e16 {
+			b.WriteString(strconv.FormatInt(int64(x), 10))
+		} else {
+			b.WriteString(strconv.FormatFloat(x, 'g', -1, 64))
+		}
+	case int:
+		b.WriteString(strconv.Itoa(x))
+	case int64:
+		b.WriteString(strconv.FormatInt(x, 10))
+	case []any:
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			writePyRepr(b, e)
+		}
+		b.WriteByte(']')
+	case []string:
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(pyStr(e))
+		}
+		b.WriteByte(']')
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(pyStr(k))
+			b.WriteString(": ")
+			writePyRepr(b, x[k])
+		}
+		b.WriteByte('}')
+	default:
+		fmt.Fprint(b, x)
+	}
+}
+
+// pyStr quotes s as Python's repr of a str does: single quotes unless s
+// contains a single quote and no double quote.
+func pyStr(s string) string {
+	q := byte('\'')
+	if strings.ContainsRune(s, '\'') && !strings.ContainsRune(s, '"') {
+		q = '"'
+	}
+	var b strings.Builder
+	b.WriteByte(q)
+	for _, r := range s {
+		switch {
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == rune(q):
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte(q)
+	return b.String()
+}

@@ -1,0 +1,131 @@
+-- name: GetNodeByUUID :one
+SELECT sqlc.embed(nodes),
+       a.uuid AS allocation_uuid,
+       coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t
+                  WHERE t.node_id = nodes.id), '{}')::text[] AS traits
+  FROM nodes
+  LEFT JOIN allocations a ON a.id = nodes.allocation_id
+ WHERE nodes.uuid = $1;
+
+-- name: GetNodeByName :one
+SELECT sqlc.embed(nodes),
+       a.uuid AS allocation_uuid,
+       coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t
+                  WHERE t.node_id = nodes.id), '{}')::text[] AS traits
+  FROM nodes
+  LEFT JOIN allocations a ON a.id = nodes.allocation_id
+ WHERE nodes.name = $1;
+
+-- name: LockNodeByUUID :one
+-- Row-locks the node for a change; conductors reserving nodes use
+-- FOR UPDATE SKIP LOCKED, so they pass over a node being changed here.
+SELECT sqlc.embed(nodes),
+       a.uuid AS allocation_uuid,
+       coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t
+                  WHERE t.node_id = nodes.id), '{}')::text[] AS traits
+  FROM nodes
+  LEFT JOIN allocations a ON a.id = nodes.allocation_id
+ WHERE nodes.uuid = $1
+   FOR UPDATE OF nodes;
+
+-- name: LockNodeByName :one
+SELECT sqlc.embed(nodes),
+       a.uuid AS allocation_uuid,
+       coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t
+                  WHERE t.node_id = nodes.id), '{}')::text[] AS traits
+  FROM nodes
+  LEFT JOIN allocations a ON a.id = nodes.allocation_id
+ WHERE nodes.name = $1
+   FOR UPDATE OF nodes;
+
+-- name: ResolveNodeIdents :many
+-- Maps names and uuids to node uuids; the caller restores the order.
+SELECT uuid, name
+  FROM nodes
+ WHERE uuid = ANY(@uuids::uuid[]) OR name = ANY(@names::text[]);
+
+-- name: InsertNode :one
+INSERT INTO nodes (
+    uuid, name, driver, resource_class, provision_state, target_provision_state,
+    provision_updated_at, power_state, target_power_state, maintenance,
+    maintenance_reason, fault, last_error, instance_uuid, owner, lessee,
+    description, conductor_group, protected, protected_reason, retired,
+    retired_reason, automated_clean, console_enabled, shard, properties, extra,
+    instance_info, driver_info, driver_internal_info, interfaces, network_data,
+    raid_config, target_raid_config
+) VALUES (
+    $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+    $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32,
+    $33, $34
+)
+RETURNING id, created_at;
+
+-- name: UpdateNode :one
+-- Writes every column a node change may touch. allocation_id is left alone:
+-- only package allocation (and the conductor) link nodes to allocations.
+UPDATE nodes SET
+    name = $2,
+    driver = $3,
+    resource_class = $4,
+    provision_state = $5,
+    target_provision_state = $6,
+    provision_updated_at = $7,
+    power_state = $8,
+    target_power_state = $9,
+    maintenance = $10,
+    maintenance_reason = $11,
+    fault = $12,
+    last_error = $13,
+    instance_uuid = $14,
+    owner = $15,
+    lessee = $16,
+    description = $17,
+    conductor_group = $18,
+    protected = $19,
+    protected_reason = $20,
+    retired = $21,
+    retired_reason = $22,
+    automated_clean = $23,
+    console_enabled = $24,
+    shard = $25,
+    properties = $26,
+    extra = $27,
+    instance_info = $28,
+    driver_info = $29,
+    driver_internal_info = $30,
+    interfaces = $31,
+    network_data = $32,
+    raid_config = $33,
+    target_raid_config = $34,
+    updated_at = now()
+ WHERE id = $1
+RETURNING updated_at;
+
+-- name: DeleteNode :execrows
+DELETE FROM nodes WHERE id = $1;
+
+-- name: DeleteNodeTraits :exec
+DELETE FROM node_traits WHERE node_id = $1;
+
+-- name: InsertNodeTraits :exec
+INSERT INTO node_traits (node_id, trait)
+SELECT @node_id, unnest(@traits::text[])
+ON CONFLICT DO NOTHING;
+
+-- name: DeleteNodeTrait :execrows
+DELETE FROM node_traits WHERE node_id = $1 AND trait = $2;
+
+-- name: TouchNode :exec
+-- Marks a node as changed (trait changes count as node updates, as in Ironic).
+UPDATE nodes SET updated_at = now() WHERE id = $1;
+
+-- name: GetAllocationOwner :one
+SELECT owner FROM allocations WHERE id = $1;
+
+-- name: ListOnlineConductors :many
+-- Conductors that may serve nodes: the API's `conductor` field picks one of
+-- those matching the node's conductor group and driver.
+SELECT hostname, conductor_group, drivers
+  FROM conductors
+ WHERE online
+ ORDER BY hostname;
