@@ -72,6 +72,8 @@ func run(cmd *cobra.Command, _ []string) error {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = web.IronicErrorHandler
+	e.JSONSerializer = web.JSONSerializer{}
+	e.Pre(middleware.RemoveTrailingSlash()) // Ironic accepts /v1/nodes/ as /v1/nodes
 	e.Use(web.RequestID(log), web.AccessLog(), middleware.Recover())
 	resources := []string{"nodes", "allocations"}
 	web.RegisterIronicRoot(e, cfg.API.PublicEndpoint, resources)

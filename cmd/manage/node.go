@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -59,7 +60,7 @@ func importNodes(ctx context.Context, url, path string, available bool, log *zap
 			if bar == nil {
 				bar = progressbar.NewOptions(total, progressbar.OptionSetDescription("importing nodes"),
 					progressbar.OptionSetWriter(os.Stderr), progressbar.OptionShowCount(),
-					progressbar.OptionClearOnFinish())
+					progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(200*time.Millisecond))
 			}
 			_ = bar.Set(done)
 		})
@@ -69,6 +70,8 @@ func importNodes(ctx context.Context, url, path string, available bool, log *zap
 	if err != nil {
 		return fmt.Errorf("importing %s: %w", path, err)
 	}
-	log.Info("nodes imported", zap.String("file", path), zap.String("result", fmt.Sprintf("%+v", res)))
+	log.Info("nodes imported", zap.String("file", path), zap.Int("total", res.Total), zap.Int("created", res.Created),
+		zap.Int("updated", res.Updated), zap.Int("unchanged", res.Unchanged), zap.Int("made_available", res.MadeAvailable),
+		zap.Strings("warnings", res.Warnings))
 	return nil
 }
