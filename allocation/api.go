@@ -375,7 +375,7 @@ func (h *Handler) list(c echo.Context) error {
 	if _, ok := sortColumns[p.SortKey]; !ok {
 		return web.BadRequest("The sort_key value \"%s\" is an invalid field for sorting", p.SortKey)
 	}
-	var marker *View
+	var markerID int64
 	if p.Marker != "" {
 		u, err := uuid.Parse(p.Marker)
 		if err != nil {
@@ -387,9 +387,9 @@ func (h *Handler) list(c echo.Context) error {
 		} else if err != nil {
 			return err
 		}
-		marker = &m
+		markerID = m.ID
 	}
-	views, err := h.store.List(ctx, f, p.SortKey, p.SortDesc, marker, p.Limit)
+	views, err := h.store.List(ctx, f, p.SortKey, p.SortDesc, markerID, p.Limit)
 	if err != nil {
 		return err
 	}
@@ -471,7 +471,7 @@ func (h *Handler) getForNode(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	views, err := h.store.List(ctx, ListFilter{NodeID: &id}, "id", false, nil, 1)
+	views, err := h.store.List(ctx, ListFilter{NodeID: &id}, "id", false, 0, 1)
 	if err != nil {
 		return err
 	}
@@ -589,7 +589,7 @@ func (h *Handler) deleteForNode(c echo.Context) error {
 		} else if err != nil {
 			return View{}, err
 		}
-		views, err := h.store.List(ctx, ListFilter{NodeID: &id}, "id", false, nil, 1)
+		views, err := h.store.List(ctx, ListFilter{NodeID: &id}, "id", false, 0, 1)
 		if err != nil {
 			return View{}, err
 		}

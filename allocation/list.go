@@ -19,12 +19,13 @@ type ListFilter struct {
 }
 
 // sortColumns maps the sort_key values Ironic accepts for allocations to
-// columns. extra, candidate_nodes and traits are refused, as in Ironic.
+// columns of allocations aliased %[1]s ("" = by id). extra, candidate_nodes
+// and traits are refused, as in Ironic.
 var sortColumns = map[string]string{
-	"id": "a.id", "uuid": "a.uuid", "name": "a.name", "state": "a.state",
-	"resource_class": "a.resource_class", "owner": "a.owner", "last_error": "a.last_error",
-	"created_at": "a.created_at", "updated_at": "a.updated_at", "node_id": "a.node_id",
-	"conductor_affinity": "a.conductor_affinity",
+	"id": "", "uuid": "%[1]s.uuid", "name": "%[1]s.name", "state": "%[1]s.state",
+	"resource_class": "%[1]s.resource_class", "owner": "%[1]s.owner", "last_error": "%[1]s.last_error",
+	"created_at": "%[1]s.created_at", "updated_at": "%[1]s.updated_at", "node_id": "%[1]s.node_id",
+	"conductor_affinity": "%[1]s.conductor_affinity",
 }
 
 const listColumns = `a.id, a.uuid, a.name, a.node_id, a.state, a.last_error, a.resource_class,
@@ -32,35 +33,34 @@ const listColumns = `a.id, a.uuid, a.name, a.node_id, a.state, a.last_error, a.r
 	n.uuid, (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
 	           FROM allocation_traits t WHERE t.allocation_id = a.id)::text[]`
 
-// List returns one page of allocations matching f. This is the one query
-// built at run time rather than by sqlc: its filters, sort column and keyset
-// condition vary per request. Column names come only from sortColumns; every
-// value is a bound parameter.
-func (s *Store) List(ctx context.Context, f ListFilter, sortKey string, desc bool, marker *View, limit int) ([]View, error) {
-	col, ok := sortColumns[sortKey]
+// List returns one page of allocations matching f in (sortKey, id) order,
+// after the allocation with id markerID when markerID > 0. This is the one
+// allocation query built at run time rather than by sqlc: its filters, sort
+// column and keyset condition vary per request. Column names come only from
+// sortColumns; every value is a bound parameter.
+func (s *Store) List(ctx context.Context, f ListFilter, sortKey string, desc bool, markerID int64, limit int) ([]View, error) {
+	colFmt, ok := sortColumns[sortKey]
 	if !ok {
 		return nil, fmt.Errorf("unsupported sort key %q", sortKey)
 	}
 	var w db.Where
-	if f.State != nil {
-		w.Add("a.state = ?", *f.State)
+	db.Eq(&w, "a.state", f.State)
+	db.Eq(&w, "a.resource_class", f.ResourceClass)
+	db.Eq(&w, "a.node_id", f.NodeID)
+	db.Eq(&w, "a.owner", f.Owner)
+	sort := ""
+	if colFmt != "" {
+		sort = fmt.Sprintf(colFmt, "a")
 	}
-	if f.ResourceClass != nil {
-		w.Add("a.resource_class = ?", *f.ResourceClass)
+	if markerID > 0 {
+		markerSort := ""
+		if colFmt != "" {
+			markerSort = fmt.Sprintf("(SELECT "+colFmt+" FROM allocations m WHERE m.id = %d)", "m", markerID)
+		}
+		w.After(sort, markerSort, "a.id", markerID, desc)
 	}
-	if f.NodeID != nil {
-		w.Add("a.node_id = ?", *f.NodeID)
-	}
-	if f.Owner != nil {
-		w.Add("a.owner = ?", *f.Owner)
-	}
-	page := db.Page{SortColumn: col, Desc: desc, Limit: limit}
-	if marker != nil {
-		page.HasMarker, page.MarkerID = true, marker.ID
-		page.MarkerValue = marker.sortValue(sortKey)
-	}
-	tail := page.Apply(&w, "a.id")
-	sql := "SELECT " + listColumns + " FROM allocations a LEFT JOIN nodes n ON n.id = a.node_id " + w.SQL() + tail
+	sql := "SELECT " + listColumns + " FROM allocations a LEFT JOIN nodes n ON n.id = a.node_id" +
+		w.SQL() + db.OrderBy(sort, "a.id", desc, limit)
 	rows, err := s.pool.Query(ctx, sql, w.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing allocations: %w", err)
@@ -74,41 +74,4 @@ func (s *Store) List(ctx context.Context, f ListFilter, sortKey string, desc boo
 		v.NodeUUID = nodeUUID
 		return v, err
 	})
-}
-
-// sortValue is v's value of the sort column named key, nil for NULL.
-func (v View) sortValue(key string) any {
-	switch key {
-	case "uuid":
-		return v.Uuid
-	case "name":
-		return nilIfNil(v.Name)
-	case "state":
-		return v.State
-	case "resource_class":
-		return v.ResourceClass
-	case "owner":
-		return nilIfNil(v.Owner)
-	case "last_error":
-		return nilIfNil(v.LastError)
-	case "created_at":
-		return v.CreatedAt
-	case "updated_at":
-		if v.UpdatedAt == nil {
-			return nil
-		}
-		return *v.UpdatedAt
-	case "node_id":
-		return nilIfNil(v.NodeID)
-	case "conductor_affinity":
-		return nilIfNil(v.ConductorAffinity)
-	}
-	return v.ID
-}
-
-func nilIfNil[T any](p *T) any {
-	if p == nil {
-		return nil
-	}
-	return *p
 }

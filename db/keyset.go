@@ -2,85 +2,79 @@ package db
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
-// Page describes one page of a keyset-paginated listing ordered by
-// (SortColumn, id): the column to sort by (a trusted identifier from the
-// caller's whitelist, never user text), the direction, and the marker row's
-// sort value and id when continuing after a marker.
-type Page struct {
-	SortColumn string
-	Desc       bool
-	// HasMarker is true when the listing continues after a marker row whose
-	// sort value is MarkerValue (nil for SQL NULL) and whose id is MarkerID.
-	HasMarker   bool
-	MarkerValue any
-	MarkerID    int64
-	Limit       int
-}
-
-// Where is a conjunction of SQL conditions with positional arguments, built
-// up by list endpoints from their filters.
+// Where builds the WHERE clause of a list query whose filters vary per
+// request: conditions are SQL fragments written by the caller (column names
+// from a whitelist, never user text) and every value goes through Arg as a
+// bind parameter.
 type Where struct {
 	conds []string
-	Args  []any
+	// Args are the bind parameters, in $n order.
+	Args []any
 }
 
-// Add appends a condition; each "?" in cond is replaced by the next
-// positional parameter bound to the matching arg.
-func (w *Where) Add(cond string, args ...any) {
-	for _, a := range args {
-		w.Args = append(w.Args, a)
-		cond = strings.Replace(cond, "?", fmt.Sprintf("$%d", len(w.Args)), 1)
+// Arg binds v and returns its placeholder ("$3").
+func (w *Where) Arg(v any) string {
+	w.Args = append(w.Args, v)
+	return "$" + strconv.Itoa(len(w.Args))
+}
+
+// Add appends a condition.
+func (w *Where) Add(cond string) { w.conds = append(w.conds, cond) }
+
+// Eq adds "col = value" when v is not nil.
+func Eq[T any](w *Where, col string, v *T) {
+	if v != nil {
+		w.Add(col + " = " + w.Arg(*v))
 	}
-	w.conds = append(w.conds, cond)
 }
 
-// SQL returns "WHERE c1 AND c2 ..." or "" when there are no conditions.
+// SQL returns " WHERE c1 AND c2 ..." or "" when there are no conditions.
 func (w *Where) SQL() string {
 	if len(w.conds) == 0 {
 		return ""
 	}
-	return "WHERE " + strings.Join(w.conds, " AND ")
+	return " WHERE " + strings.Join(w.conds, " AND ")
 }
 
-// Apply adds the keyset condition of p to w (rows strictly after the marker in
-// (sort value, id) order, with PostgreSQL's NULL placement: last ascending,
-// first descending) and returns the ORDER BY ... LIMIT tail. idCol and the
-// sort column are qualified column expressions such as "a.id".
-func (p Page) Apply(w *Where, idCol string) string {
-	col := p.SortColumn
-	if p.HasMarker {
-		switch {
-		case col == idCol:
-			if p.Desc {
-				w.Add(idCol+" < ?", p.MarkerID)
-			} else {
-				w.Add(idCol+" > ?", p.MarkerID)
-			}
-		case p.MarkerValue == nil && !p.Desc:
-			w.Add(fmt.Sprintf("(%s IS NULL AND %s > ?)", col, idCol), p.MarkerID)
-		case p.MarkerValue == nil && p.Desc:
-			w.Add(fmt.Sprintf("((%s IS NULL AND %s < ?) OR %s IS NOT NULL)", col, idCol, col), p.MarkerID)
-		case !p.Desc:
-			w.Add(fmt.Sprintf("(%s > ? OR (%s = ? AND %s > ?) OR %s IS NULL)", col, col, idCol, col),
-				p.MarkerValue, p.MarkerValue, p.MarkerID)
-		default:
-			w.Add(fmt.Sprintf("(%s < ? OR (%s = ? AND %s < ?))", col, col, idCol),
-				p.MarkerValue, p.MarkerValue, p.MarkerID)
-		}
+// After adds keyset pagination: only rows strictly after the marker row in
+// (sort, id) order, with PostgreSQL's NULL placement (last ascending, first
+// descending). sort is the sort expression over the listed rows ("" sorts by
+// id alone); markerSort is the same expression for the marker row, typically
+// a scalar subquery on markerID.
+func (w *Where) After(sort, markerSort, idCol string, markerID int64, desc bool) {
+	cmp := ">"
+	if desc {
+		cmp = "<"
 	}
-	dir := "ASC"
-	if p.Desc {
-		dir = "DESC"
+	mid := w.Arg(markerID)
+	if sort == "" {
+		w.Add(fmt.Sprintf("%s %s %s", idCol, cmp, mid))
+		return
 	}
-	order := fmt.Sprintf(" ORDER BY %s %s", col, dir)
-	if col != idCol {
-		order += fmt.Sprintf(", %s %s", idCol, dir)
+	// Rows whose sort value is NULL come after all others ascending and
+	// before them descending.
+	nullSide := "(%[1]s IS NULL AND %[3]s IS NOT NULL)"
+	if desc {
+		nullSide = "(%[1]s IS NOT NULL AND %[3]s IS NULL)"
 	}
-	if p.Limit > 0 {
-		order += fmt.Sprintf(" LIMIT %d", p.Limit)
+	w.Add(fmt.Sprintf("(%[1]s %[2]s %[3]s OR (%[1]s = %[3]s AND %[4]s %[2]s %[5]s) OR "+nullSide+
+		" OR (%[1]s IS NULL AND %[3]s IS NULL AND %[4]s %[2]s %[5]s))", sort, cmp, markerSort, idCol, mid))
+}
+
+// OrderBy returns " ORDER BY sort dir, id dir LIMIT n" for the keyset order
+// After pages through ("" sort: id alone).
+func OrderBy(sort, idCol string, desc bool, limit int) string {
+	dir := " ASC"
+	if desc {
+		dir = " DESC"
 	}
-	return order
+	order := " ORDER BY " + idCol + dir
+	if sort != "" {
+		order = " ORDER BY " + sort + dir + ", " + idCol + dir
+	}
+	return order + " LIMIT " + strconv.Itoa(limit)
 }

@@ -3,10 +3,10 @@ package node
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/google/uuid"
+
+	"github.com/metalloc/metalloc/db"
 )
 
 // The node list query is built here, in Go, rather than in query.sql: its
@@ -102,99 +102,54 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Node, error) {
 	if opts.Limit <= 0 {
 		return nil, invalidf("Limit must be positive")
 	}
-	var (
-		where []string
-		args  []any
-	)
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
-	eq := func(col string, v *string) {
-		if v != nil {
-			where = append(where, col+" = "+arg(*v))
-		}
-	}
-	eq("n.provision_state", opts.ProvisionState)
-	eq("n.driver", opts.Driver)
-	eq("n.resource_class", opts.ResourceClass)
-	eq("n.fault", opts.Fault)
-	eq("n.conductor_group", opts.ConductorGroup)
-	eq("n.owner", opts.Owner)
-	eq("n.lessee", opts.Lessee)
-	if opts.Maintenance != nil {
-		where = append(where, "n.maintenance = "+arg(*opts.Maintenance))
-	}
-	if opts.Retired != nil {
-		where = append(where, "n.retired = "+arg(*opts.Retired))
-	}
+	var w db.Where
+	db.Eq(&w, "n.provision_state", opts.ProvisionState)
+	db.Eq(&w, "n.driver", opts.Driver)
+	db.Eq(&w, "n.resource_class", opts.ResourceClass)
+	db.Eq(&w, "n.fault", opts.Fault)
+	db.Eq(&w, "n.conductor_group", opts.ConductorGroup)
+	db.Eq(&w, "n.owner", opts.Owner)
+	db.Eq(&w, "n.lessee", opts.Lessee)
+	db.Eq(&w, "n.maintenance", opts.Maintenance)
+	db.Eq(&w, "n.retired", opts.Retired)
+	db.Eq(&w, "n.instance_uuid", opts.InstanceUUID)
 	if opts.Associated != nil {
-		where = append(where, nullCheck("n.instance_uuid", *opts.Associated))
+		w.Add(nullCheck("n.instance_uuid", *opts.Associated))
 	}
 	if opts.Sharded != nil {
-		where = append(where, nullCheck("n.shard", *opts.Sharded))
+		w.Add(nullCheck("n.shard", *opts.Sharded))
 	}
 	if opts.Project != nil {
-		p := arg(*opts.Project)
-		where = append(where, "(n.owner = "+p+" OR n.lessee = "+p+")")
+		p := w.Arg(*opts.Project)
+		w.Add("(n.owner = " + p + " OR n.lessee = " + p + ")")
 	}
 	if opts.DescriptionContains != nil {
-		where = append(where, "strpos(n.description, "+arg(*opts.DescriptionContains)+") > 0")
-	}
-	if opts.InstanceUUID != nil {
-		where = append(where, "n.instance_uuid = "+arg(*opts.InstanceUUID))
+		w.Add("strpos(n.description, " + w.Arg(*opts.DescriptionContains) + ") > 0")
 	}
 	if opts.Shards != nil {
-		where = append(where, "n.shard = ANY("+arg(opts.Shards)+"::text[])")
+		w.Add("n.shard = ANY(" + w.Arg(opts.Shards) + "::text[])")
 	}
-
-	dir, cmp, nullsFirst := "ASC", ">", false
-	if opts.SortDesc {
-		dir, cmp, nullsFirst = "DESC", "<", true
-	}
-	order := "n.id " + dir
+	sort := ""
 	if exprFmt != "" {
-		order = fmt.Sprintf(exprFmt, "n") + " " + dir + ", " + order
+		sort = fmt.Sprintf(exprFmt, "n")
 	}
-
 	if opts.Marker != nil {
 		var markerID int64
 		err := s.pool.QueryRow(ctx, `SELECT id FROM nodes WHERE uuid = $1`, *opts.Marker).Scan(&markerID)
 		if err != nil {
 			return nil, noRows(err, "reading marker node", opts.Marker.String())
 		}
-		mid := arg(markerID)
-		if exprFmt == "" {
-			where = append(where, "n.id "+cmp+" "+mid)
-		} else {
-			k := fmt.Sprintf(exprFmt, "n")
-			mk := "(SELECT " + fmt.Sprintf(exprFmt, "m") + " FROM nodes m WHERE m.id = " + mid + ")"
-			// Keyset predicate on (k, id) with PostgreSQL's NULL placement:
-			// NULLS LAST ascending, NULLS FIRST descending.
-			var pred string
-			if !nullsFirst {
-				pred = fmt.Sprintf("(%[1]s %[2]s %[3]s OR (%[1]s = %[3]s AND n.id %[2]s %[4]s) "+
-					"OR (%[1]s IS NULL AND %[3]s IS NOT NULL) OR (%[1]s IS NULL AND %[3]s IS NULL AND n.id %[2]s %[4]s))",
-					k, cmp, mk, mid)
-			} else {
-				pred = fmt.Sprintf("(%[1]s %[2]s %[3]s OR (%[1]s = %[3]s AND n.id %[2]s %[4]s) "+
-					"OR (%[1]s IS NOT NULL AND %[3]s IS NULL) OR (%[1]s IS NULL AND %[3]s IS NULL AND n.id %[2]s %[4]s))",
-					k, cmp, mk, mid)
-			}
-			where = append(where, pred)
+		markerSort := ""
+		if exprFmt != "" {
+			markerSort = fmt.Sprintf("(SELECT "+exprFmt+" FROM nodes m WHERE m.id = %d)", "m", markerID)
 		}
+		w.After(sort, markerSort, "n.id", markerID, opts.SortDesc)
 	}
-
-	var sb strings.Builder
-	sb.WriteString("SELECT " + nodeColumns + `, a.uuid,
+	query := "SELECT " + nodeColumns + `, a.uuid,
 	coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t WHERE t.node_id = n.id), '{}')::text[]
-	FROM nodes n LEFT JOIN allocations a ON a.id = n.allocation_id`)
-	if len(where) > 0 {
-		sb.WriteString(" WHERE " + strings.Join(where, " AND "))
-	}
-	sb.WriteString(" ORDER BY " + order + " LIMIT " + arg(opts.Limit))
+	FROM nodes n LEFT JOIN allocations a ON a.id = n.allocation_id` + w.SQL() + db.OrderBy(sort, "n.id", opts.SortDesc, opts.Limit)
 
-	rows, err := s.pool.Query(ctx, sb.String(), args...)
+	rows, err := s.pool.Query(ctx, query, w.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -20,8 +18,6 @@ import (
 
 	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
-	"github.com/metalloc/metalloc/config"
-	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/web"
 )
@@ -44,30 +40,12 @@ func main() {
 }
 
 func run(cmd *cobra.Command, _ []string) error {
-	path, _ := cmd.Flags().GetString("config")
-	cfg, err := config.Load(path, cli.ChangedFlags(cmd))
+	svc, err := cli.StartService(cmd, "metalloc-api")
 	if err != nil {
 		return err
 	}
-	log, err := config.NewLogger(cfg.Log)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = log.Sync() }()
-	if err := cfg.RequireDatabase(); err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	pool, err := db.Open(ctx, cfg.Database.URL, db.PoolOptions{MaxConns: cfg.Database.MaxConns, ApplicationName: "metalloc-api"})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := db.CheckSchema(ctx, pool); err != nil {
-		return err
-	}
+	defer svc.Close()
+	cfg, log, pool, ctx := svc.Config, svc.Log, svc.Pool, svc.Ctx
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true

@@ -4,18 +4,13 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor"
-	"github.com/metalloc/metalloc/config"
-	"github.com/metalloc/metalloc/db"
 )
 
 // version is stamped at build time (-ldflags "-X main.version=...").
@@ -40,37 +35,19 @@ func main() {
 }
 
 func run(cmd *cobra.Command, _ []string) error {
-	path, _ := cmd.Flags().GetString("config")
-	cfg, err := config.Load(path, cli.ChangedFlags(cmd))
+	env, err := cli.StartService(cmd, "metalloc-conductor")
 	if err != nil {
 		return err
 	}
-	log, err := config.NewLogger(cfg.Log)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = log.Sync() }()
-	if err := cfg.RequireDatabase(); err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	pool, err := db.Open(ctx, cfg.Database.URL, db.PoolOptions{MaxConns: cfg.Database.MaxConns, ApplicationName: "metalloc-conductor"})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := db.CheckSchema(ctx, pool); err != nil {
-		return err
-	}
-	c := cfg.Conductor
+	defer env.Close()
+	c := env.Config.Conductor
 	svc, err := conductor.NewService(conductor.Config{
 		Hostname: c.Hostname, Group: c.Group, Workers: c.Workers, ClaimBatch: c.ClaimBatch,
 		PollInterval: c.PollInterval, HeartbeatInterval: c.HeartbeatInterval,
 		HeartbeatTimeout: c.HeartbeatTimeout, ShutdownGrace: c.ShutdownGrace, Version: version,
-	}, pool, log)
+	}, env.Pool, env.Log)
 	if err != nil {
 		return err
 	}
-	return svc.Run(ctx)
+	return svc.Run(env.Ctx)
 }
