@@ -181,6 +181,17 @@ func hasCode(err error, code, constraint string) bool {
 	return constraint == "" || pgErr.ConstraintName == constraint
 }
 
+// DataException reports whether err is a PostgreSQL data exception (SQLSTATE
+// class 22: invalid byte sequence, NUL in text, value out of range, invalid
+// text representation) and returns PostgreSQL's message for it.
+func DataException(err error) (string, bool) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+		return pgErr.Message, true
+	}
+	return "", false
+}
+
 // IsUnavailable reports whether err means the database could not be reached
 // or the connection was lost (as opposed to a query error): the API maps it
 // to 503.

@@ -80,6 +80,11 @@ func ClassifyError(err error, log *zap.Logger) (int, string) {
 		}
 		return he.Code, msg
 	}
+	if msg, ok := db.DataException(err); ok {
+		// Values PostgreSQL cannot store (a NUL byte, invalid UTF-8, a
+		// number out of range) are the client's mistake, not ours.
+		return http.StatusBadRequest, "Invalid value in request: " + msg
+	}
 	if db.IsUnavailable(err) {
 		log.Warn("database unavailable", zap.Error(err))
 		return http.StatusServiceUnavailable, "The database is temporarily unavailable; retry later."
