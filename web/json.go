@@ -31,4 +31,3 @@ func (JSONSerializer) Deserialize(c echo.Context, i any) error {
 }
 
 var _ echo.JSONSerializer = JSONSerializer{}
-
