@@ -37,6 +37,9 @@ type Config struct {
 	// PollInterval is how often to look for work without a notification
 	// (default 1s).
 	PollInterval time.Duration
+	// ClaimDelay is how long a notification waits before claiming, so that
+	// rows arriving together are claimed by one query (default 5ms).
+	ClaimDelay time.Duration
 	// HeartbeatInterval is how often the conductor row is refreshed
 	// (default 10s).
 	HeartbeatInterval time.Duration
@@ -63,6 +66,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = time.Second
+	}
+	if c.ClaimDelay <= 0 {
+		c.ClaimDelay = 5 * time.Millisecond
 	}
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = 10 * time.Second
@@ -204,6 +210,15 @@ func (c *Service) work(ctx context.Context, wake chan struct{}) {
 	ticker := time.NewTicker(c.cfg.PollInterval)
 	defer ticker.Stop()
 	for ctx.Err() == nil {
+		for drained := false; !drained; {
+			select {
+			case r := <-done:
+				delete(pending, r.id)
+				resume = resume || r.retry
+			default:
+				drained = true
+			}
+		}
 		if resume {
 			owned, err := c.alloc.Owned(ctx, c.id)
 			if err != nil {
@@ -239,6 +254,14 @@ func (c *Service) work(ctx context.Context, wake chan struct{}) {
 		select {
 		case <-ctx.Done():
 		case <-wake:
+			if len(pending) == 0 {
+				// Idle: let a burst of rows arrive, to claim it with one
+				// query. When busy, finishing workers drive the claims.
+				select {
+				case <-ctx.Done():
+				case <-time.After(c.cfg.ClaimDelay):
+				}
+			}
 		case <-ticker.C:
 		case r := <-done:
 			delete(pending, r.id)

@@ -52,6 +52,7 @@ type Conductor struct {
 	Workers           int           `mapstructure:"workers"`
 	ClaimBatch        int           `mapstructure:"claim_batch"`
 	PollInterval      time.Duration `mapstructure:"poll_interval"`
+	ClaimDelay        time.Duration `mapstructure:"claim_delay"`
 	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval"`
 	HeartbeatTimeout  time.Duration `mapstructure:"heartbeat_timeout"`
 	ShutdownGrace     time.Duration `mapstructure:"shutdown_grace"`
@@ -76,6 +77,7 @@ func defaults(v *viper.Viper) {
 	v.SetDefault("conductor.workers", 16)
 	v.SetDefault("conductor.claim_batch", 8)
 	v.SetDefault("conductor.poll_interval", "1s")
+	v.SetDefault("conductor.claim_delay", "5ms")
 	v.SetDefault("conductor.heartbeat_interval", "10s")
 	v.SetDefault("conductor.heartbeat_timeout", "60s")
 	v.SetDefault("conductor.shutdown_grace", "30s")

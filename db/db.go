@@ -35,6 +35,9 @@ var (
 type PoolOptions struct {
 	// MaxConns caps the pool size (pgx default: max(4, GOMAXPROCS)).
 	MaxConns int32
+	// MinConns connections are opened at start and kept open, so that a
+	// burst of work does not pay for connection set-up (default MaxConns/2).
+	MinConns int32
 	// ApplicationName is reported in pg_stat_activity.
 	ApplicationName string
 }
@@ -47,6 +50,10 @@ func Open(ctx context.Context, url string, opt PoolOptions) (*pgxpool.Pool, erro
 	}
 	if opt.MaxConns > 0 {
 		cfg.MaxConns = opt.MaxConns
+	}
+	cfg.MinConns = opt.MinConns
+	if cfg.MinConns <= 0 {
+		cfg.MinConns = cfg.MaxConns / 2
 	}
 	if opt.ApplicationName != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = opt.ApplicationName

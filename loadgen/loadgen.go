@@ -35,6 +35,9 @@ type Options struct {
 	Classes int
 	// Timeout bounds the wait for all allocations to finish (default 5m).
 	Timeout time.Duration
+	// Timeline prints mean and max latency per tenth of the run, in send
+	// order, to show where slow allocations happen.
+	Timeline bool
 	// Progress, when set, is called as work completes (phase, done, total).
 	Progress func(phase string, done, total int)
 	Log      *zap.Logger
@@ -332,6 +335,31 @@ func allocate(ctx context.Context, c *client, o Options) (Result, error) {
 	for _, a := range byUUID {
 		if a.State == "active" && nodeAlloc[*a.NodeUUID] != a.UUID {
 			r.DoubleBooked++
+		}
+	}
+	if o.Timeline {
+		// Latency by send order, in tenths of the run: where the tail is.
+		type sl struct {
+			t time.Time
+			d time.Duration
+		}
+		var all []sl
+		for i, u := range uuids {
+			if a, ok := byUUID[u]; ok && a.UpdatedAt != nil {
+				t, _ := time.Parse("2006-01-02T15:04:05.999999-07:00", *a.UpdatedAt)
+				all = append(all, sl{sent[i], t.Sub(sent[i])})
+			}
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i].t.Before(all[j].t) })
+		for k := 0; k < 10; k++ {
+			part := all[k*len(all)/10 : (k+1)*len(all)/10]
+			var mx time.Duration
+			var sum time.Duration
+			for _, x := range part {
+				mx = max(mx, x.d)
+				sum += x.d
+			}
+			fmt.Printf("tenth %d: mean %s max %s\n", k+1, (sum / time.Duration(len(part))).Round(time.Millisecond), mx.Round(time.Millisecond))
 		}
 	}
 	if len(lat) > 0 {

@@ -62,8 +62,6 @@ CREATE TABLE nodes (
 CREATE INDEX nodes_free_idx ON nodes (resource_class, id)
     WHERE provision_state = 'available' AND NOT maintenance
       AND power_state IS NOT NULL AND instance_uuid IS NULL;
-CREATE INDEX nodes_provision_state_idx ON nodes (provision_state);
-CREATE INDEX nodes_owner_idx ON nodes (owner);
 
 CREATE TABLE node_traits (
     node_id    bigint      NOT NULL REFERENCES nodes (id) ON DELETE CASCADE,
@@ -96,9 +94,11 @@ CREATE TABLE allocations (
 -- Unclaimed work, in arrival order, for the conductors' claim query.
 CREATE INDEX allocations_unclaimed_idx ON allocations (id)
     WHERE state = 'allocating' AND conductor_affinity IS NULL;
+-- A conductor's unfinished rows (resume, takeover). Also serves state filters
+-- on allocating rows; other secondary indexes are left out on purpose: every
+-- index is written on each claim and reservation.
 CREATE INDEX allocations_affinity_idx ON allocations (conductor_affinity)
     WHERE state = 'allocating';
-CREATE INDEX allocations_state_idx ON allocations (state);
 
 ALTER TABLE nodes ADD CONSTRAINT nodes_allocation_id_fkey
     FOREIGN KEY (allocation_id) REFERENCES allocations (id) ON DELETE SET NULL;

@@ -43,7 +43,7 @@ func run(cmd *cobra.Command, _ []string) error {
 	c := env.Config.Conductor
 	svc, err := conductor.NewService(conductor.Config{
 		Hostname: c.Hostname, Group: c.Group, Workers: c.Workers, ClaimBatch: c.ClaimBatch,
-		PollInterval: c.PollInterval, HeartbeatInterval: c.HeartbeatInterval,
+		PollInterval: c.PollInterval, ClaimDelay: c.ClaimDelay, HeartbeatInterval: c.HeartbeatInterval,
 		HeartbeatTimeout: c.HeartbeatTimeout, ShutdownGrace: c.ShutdownGrace, Version: version,
 	}, env.Pool, env.Log)
 	if err != nil {

@@ -60,6 +60,7 @@ func benchCmd() *cobra.Command {
 	alloc.Flags().IntVar(&o.Concurrency, "concurrency", 32, "concurrent API clients")
 	alloc.Flags().IntVar(&conductors, "conductors", 2, "conductors to start")
 	alloc.Flags().StringVar(&api, "api", "", "use this running API instead of starting one")
+	alloc.Flags().BoolVar(&o.Timeline, "timeline", false, "print latency per tenth of the run")
 	c.AddCommand(alloc)
 	return c
 }
