@@ -244,6 +244,10 @@ func (c *Service) work(ctx context.Context, wake chan struct{}) {
 				}
 				break
 			}
+			if len(claimed) > 0 {
+				c.log.Debug("claimed", zap.Int("count", len(claimed)), zap.Int("room", room),
+					zap.Duration("oldest_age", time.Since(claimed[0].CreatedAt)))
+			}
 			for _, a := range claimed {
 				enqueue(a)
 			}

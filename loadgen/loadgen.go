@@ -35,6 +35,10 @@ type Options struct {
 	Classes int
 	// Timeout bounds the wait for all allocations to finish (default 5m).
 	Timeout time.Duration
+	// AfterEnroll, when set, runs between enrollment and the allocations
+	// (the bench command vacuums the tables the enrollment churned, as an
+	// operator does after a bulk import).
+	AfterEnroll func(context.Context) error
 	// Timeline prints mean and max latency per tenth of the run, in send
 	// order, to show where slow allocations happen.
 	Timeline bool
@@ -144,6 +148,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := enroll(ctx, c, o); err != nil {
 		return Result{}, err
 	}
+	if o.AfterEnroll != nil {
+		if err := o.AfterEnroll(ctx); err != nil {
+			return Result{}, err
+		}
+	}
 	return allocate(ctx, c, o)
 }
 
@@ -232,6 +241,7 @@ type allocDoc struct {
 func allocate(ctx context.Context, c *client, o Options) (Result, error) {
 	o.Log.Info("creating allocations", zap.Int("allocations", o.Allocations), zap.Int("concurrency", o.Concurrency))
 	sent := make([]time.Time, o.Allocations)
+	answered := make([]time.Duration, o.Allocations)
 	uuids := make([]string, o.Allocations)
 	var postErrors atomic.Int64
 	start := time.Now()
@@ -250,6 +260,7 @@ func allocate(ctx context.Context, c *client, o Options) (Result, error) {
 			postErrors.Add(1)
 			o.Log.Warn("POST failed", zap.Error(err))
 		}
+		answered[i] = time.Since(sent[i])
 		return nil
 	})
 	if err != nil {
@@ -340,26 +351,29 @@ func allocate(ctx context.Context, c *client, o Options) (Result, error) {
 	if o.Timeline {
 		// Latency by send order, in tenths of the run: where the tail is.
 		type sl struct {
-			t time.Time
-			d time.Duration
+			t    time.Time
+			d, p time.Duration
 		}
 		var all []sl
 		for i, u := range uuids {
 			if a, ok := byUUID[u]; ok && a.UpdatedAt != nil {
 				t, _ := time.Parse("2006-01-02T15:04:05.999999-07:00", *a.UpdatedAt)
-				all = append(all, sl{sent[i], t.Sub(sent[i])})
+				all = append(all, sl{sent[i], t.Sub(sent[i]), answered[i]})
 			}
 		}
 		sort.Slice(all, func(i, j int) bool { return all[i].t.Before(all[j].t) })
 		for k := 0; k < 10; k++ {
 			part := all[k*len(all)/10 : (k+1)*len(all)/10]
-			var mx time.Duration
-			var sum time.Duration
+			var mx, sum, psum, pmx time.Duration
 			for _, x := range part {
-				mx = max(mx, x.d)
+				mx, pmx = max(mx, x.d), max(pmx, x.p)
 				sum += x.d
+				psum += x.p
 			}
-			fmt.Printf("tenth %d: mean %s max %s\n", k+1, (sum / time.Duration(len(part))).Round(time.Millisecond), mx.Round(time.Millisecond))
+			n := time.Duration(len(part))
+			fmt.Printf("tenth %d: POST-to-active mean %s max %s; POST answered mean %s max %s\n", k+1,
+				(sum / n).Round(time.Millisecond), mx.Round(time.Millisecond),
+				(psum / n).Round(time.Millisecond), pmx.Round(time.Millisecond))
 		}
 	}
 	if len(lat) > 0 {

@@ -56,7 +56,7 @@ CREATE TABLE nodes (
     target_raid_config     jsonb       NOT NULL DEFAULT '{}',
     created_at             timestamptz NOT NULL DEFAULT now(),
     updated_at             timestamptz
-);
+) WITH (fillfactor = 80);
 
 -- The conductor's candidate query: free nodes of one resource class.
 CREATE INDEX nodes_free_idx ON nodes (resource_class, id)
@@ -85,20 +85,20 @@ CREATE TABLE allocations (
     candidate_nodes    uuid[],
     extra              jsonb       NOT NULL DEFAULT '{}',
     owner              text,
-    -- The conductor processing this allocation; NULL until one claims it.
-    conductor_affinity bigint      REFERENCES conductors (id) ON DELETE SET NULL,
+    -- The conductor (conductors.id) processing this allocation; NULL until
+    -- one claims it. Deliberately not a foreign key: the check would take a
+    -- share lock on the conductor's row in every claim, and metalloc never
+    -- deletes conductor rows.
+    conductor_affinity bigint,
     created_at         timestamptz NOT NULL DEFAULT now(),
     updated_at         timestamptz,
     CHECK (state <> 'active' OR node_id IS NOT NULL)
-);
--- Unclaimed work, in arrival order, for the conductors' claim query.
-CREATE INDEX allocations_unclaimed_idx ON allocations (id)
-    WHERE state = 'allocating' AND conductor_affinity IS NULL;
--- A conductor's unfinished rows (resume, takeover). Also serves state filters
--- on allocating rows; other secondary indexes are left out on purpose: every
--- index is written on each claim and reservation.
-CREATE INDEX allocations_affinity_idx ON allocations (conductor_affinity)
-    WHERE state = 'allocating';
+) WITH (fillfactor = 80);
+-- Allocating rows in arrival order: the conductors' claim query (unowned
+-- ones), start-up resume and takeover (owned ones). conductor_affinity is in
+-- no index, so a claim is a HOT update that writes no index entry; other
+-- secondary indexes are left out on purpose for the same reason.
+CREATE INDEX allocations_allocating_idx ON allocations (id) WHERE state = 'allocating';
 
 ALTER TABLE nodes ADD CONSTRAINT nodes_allocation_id_fkey
     FOREIGN KEY (allocation_id) REFERENCES allocations (id) ON DELETE SET NULL;
@@ -123,7 +123,8 @@ END;
 $$;
 -- +goose StatementEnd
 CREATE TRIGGER allocations_state_guard BEFORE UPDATE OF state ON allocations
-    FOR EACH ROW EXECUTE FUNCTION allocations_state_guard();
+    FOR EACH ROW WHEN (NEW.state <> OLD.state AND OLD.state <> 'allocating')
+    EXECUTE FUNCTION allocations_state_guard();
 
 -- +goose StatementBegin
 -- At commit, an allocation that names a node must be named back by that node
@@ -162,9 +163,11 @@ END;
 $$;
 -- +goose StatementEnd
 CREATE CONSTRAINT TRIGGER allocations_node_link AFTER INSERT OR UPDATE OF node_id ON allocations
-    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION allocation_node_link_check();
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.node_id IS NOT NULL)
+    EXECUTE FUNCTION allocation_node_link_check();
 CREATE CONSTRAINT TRIGGER nodes_allocation_link AFTER INSERT OR UPDATE OF allocation_id, instance_uuid ON nodes
-    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION allocation_node_link_check();
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.allocation_id IS NOT NULL)
+    EXECUTE FUNCTION allocation_node_link_check();
 
 -- +goose StatementBegin
 -- Wakes the conductors (LISTEN metalloc_allocations) whenever unclaimed work

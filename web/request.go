@@ -35,8 +35,10 @@ func RequestID(base *zap.Logger) echo.MiddlewareFunc {
 	}
 }
 
-// AccessLog logs one line per request at Info (Debug for 2xx GETs, which are
-// the bulk of polling traffic): method, path, status, duration.
+// AccessLog logs one line per request: method, path, status, duration. 5xx
+// at Error, 4xx at Info ("request rejected"), successful GETs (the bulk of
+// polling traffic) at Debug, other successes at Info. Each message is
+// sampled separately by the logger (see config.NewLogger).
 func AccessLog() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -53,9 +55,14 @@ func AccessLog() echo.MiddlewareFunc {
 				zap.Int("status", status),
 				zap.Duration("took", time.Since(start)),
 			}
-			if status < 300 && c.Request().Method == "GET" {
+			switch {
+			case status >= 500:
+				log.Error("request failed", fields...)
+			case status >= 400:
+				log.Info("request rejected", fields...)
+			case c.Request().Method == "GET":
 				log.Debug("request", fields...)
-			} else {
+			default:
 				log.Info("request", fields...)
 			}
 			return nil

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/devstack"
 	"github.com/metalloc/metalloc/loadgen"
 )
@@ -43,6 +45,10 @@ func benchCmd() *cobra.Command {
 				}
 				defer stack.Stop(cmd.Context())
 				o.APIURL = stack.APIURL
+				o.AfterEnroll = func(ctx context.Context) error {
+					log.Info("vacuuming after enrollment")
+					return db.Vacuum(ctx, cfg.Database.URL, "nodes", "node_traits")
+				}
 			}
 			r, err := loadgen.Run(cmd.Context(), o)
 			if err != nil {
