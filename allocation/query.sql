@@ -97,6 +97,19 @@ SELECT r.node_id::bigint AS node_id, r.node_uuid::uuid AS node_uuid, r.reserved:
                         sqlc.narg(candidates)::uuid[], sqlc.narg(owner)::text, sqlc.narg(name)::text,
                         @start::bigint) r;
 
+-- name: ClaimReserve :many
+-- The fast path (see metalloc_claim_reserve in the migrations): claim up to
+-- @batch rows for @me and reserve a node for each that has one free now.
+-- The claimed rows are read back as of the statement's start (their fields
+-- do not change).
+SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
+       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
+          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits,
+       r.reserved::boolean AS reserved
+  FROM metalloc_claim_reserve(@me::bigint, @batch::integer, @starts::bigint[]) r
+  JOIN allocations a ON a.id = r.allocation_id::bigint
+ ORDER BY a.id;
+
 -- name: NodeIDRange :one
 SELECT coalesce(min(id), 0)::bigint AS lo, coalesce(max(id), 0)::bigint AS hi FROM nodes;
 

@@ -98,6 +98,68 @@ func (q *Queries) ClaimAllocations(ctx context.Context, arg ClaimAllocationsPara
 	return items, nil
 }
 
+const claimReserve = `-- name: ClaimReserve :many
+SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
+       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
+          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits,
+       r.reserved::boolean AS reserved
+  FROM metalloc_claim_reserve($1::bigint, $2::integer, $3::bigint[]) r
+  JOIN allocations a ON a.id = r.allocation_id::bigint
+ ORDER BY a.id
+`
+
+type ClaimReserveParams struct {
+	Me     int64
+	Batch  int32
+	Starts []int64
+}
+
+type ClaimReserveRow struct {
+	ID             int64
+	Uuid           uuid.UUID
+	Name           *string
+	ResourceClass  string
+	CandidateNodes []uuid.UUID
+	Owner          *string
+	CreatedAt      time.Time
+	Traits         []string
+	Reserved       bool
+}
+
+// The fast path (see metalloc_claim_reserve in the migrations): claim up to
+// @batch rows for @me and reserve a node for each that has one free now.
+// The claimed rows are read back as of the statement's start (their fields
+// do not change).
+func (q *Queries) ClaimReserve(ctx context.Context, arg ClaimReserveParams) ([]ClaimReserveRow, error) {
+	rows, err := q.db.Query(ctx, claimReserve, arg.Me, arg.Batch, arg.Starts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimReserveRow
+	for rows.Next() {
+		var i ClaimReserveRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.Name,
+			&i.ResourceClass,
+			&i.CandidateNodes,
+			&i.Owner,
+			&i.CreatedAt,
+			&i.Traits,
+			&i.Reserved,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const createAllocation = `-- name: CreateAllocation :one
 WITH a AS (
     INSERT INTO allocations (uuid, name, resource_class, candidate_nodes, extra, owner, state, node_id)

@@ -84,6 +84,33 @@ func (a *Allocator) Claim(ctx context.Context, me int64, batch int) ([]Claimed, 
 	return out, nil
 }
 
+// ClaimReserve is the fast path: one transaction claims up to batch unowned
+// allocating rows for conductor me and reserves a node for each that has an
+// unlocked fitting node right now (metalloc_claim_reserve). It returns how
+// many were reserved and the claimed rows that still need Process (no node
+// was free at that moment: retry, or error with an explanation).
+func (a *Allocator) ClaimReserve(ctx context.Context, me int64, batch int) (reserved []Claimed, rest []Claimed, err error) {
+	starts := make([]int64, batch)
+	for i := range starts {
+		if starts[i], err = a.randomStart(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	rows, err := a.q.ClaimReserve(ctx, ClaimReserveParams{Me: me, Batch: int32(batch), Starts: starts})
+	if err != nil {
+		return nil, nil, fmt.Errorf("claiming and reserving: %w", err)
+	}
+	for _, r := range rows {
+		c := Claimed{r.ID, r.Uuid, r.Name, r.ResourceClass, r.CandidateNodes, r.Owner, r.Traits, r.CreatedAt}
+		if r.Reserved {
+			reserved = append(reserved, c)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	return reserved, rest, nil
+}
+
 // Owned returns conductor me's unfinished allocations (resumed at start-up
 // and after a takeover).
 func (a *Allocator) Owned(ctx context.Context, me int64) ([]Claimed, error) {

@@ -219,3 +219,45 @@ func TestSchemaInvariants(t *testing.T) {
 	_, err = f.pool.Exec(ctx, `UPDATE allocations SET state = 'allocating' WHERE id = $1`, row.ID)
 	require.ErrorContains(t, err, "cannot move from error to allocating")
 }
+
+func TestClaimReserveBatch(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	f.node("only-gpu", "gpu")
+	for i := range 3 {
+		f.node(fmt.Sprintf("s%d", i), "silver")
+	}
+	// Two want the single gpu node, one wants a class nobody has, three fit.
+	var ids []int64
+	for _, rc := range []string{"gpu", "gpu", "none", "silver", "silver", "silver"} {
+		ids = append(ids, f.allocation(nil, rc).ID)
+	}
+	a := NewAllocator(f.pool, zaptest.NewLogger(t))
+	me := f.conductor("c")
+	reserved, rest, err := a.ClaimReserve(ctx, me, 10)
+	require.NoError(t, err)
+	require.Len(t, reserved, 4, "one gpu and three silver")
+	require.Len(t, rest, 2, "the second gpu request and the unknown class")
+	for _, id := range ids {
+		v := f.get(id)
+		require.Equal(t, me, *v.ConductorAffinity, "every row is claimed")
+	}
+	for _, c := range reserved {
+		v := f.get(c.ID)
+		require.Equal(t, StateActive, v.State)
+		require.NotNil(t, v.NodeUUID)
+	}
+	for _, c := range rest {
+		require.Equal(t, StateAllocating, f.get(c.ID).State)
+		out, err := a.Process(ctx, me, c)
+		require.NoError(t, err)
+		require.Equal(t, Failed, out)
+		require.Contains(t, *f.get(c.ID).LastError, "no node fits")
+	}
+	// Nothing left to claim.
+	reserved, rest, err = a.ClaimReserve(ctx, me, 10)
+	require.NoError(t, err)
+	require.Empty(t, reserved)
+	require.Empty(t, rest)
+}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/allocation"
+	"github.com/metalloc/metalloc/db"
 )
 
 // NotifyChannel is the PostgreSQL channel the allocations_notify trigger
@@ -145,6 +146,9 @@ func (c *Service) Run(ctx context.Context) error {
 	c.id = id
 	c.log.Info("conductor registered", zap.Int64("id", id), zap.Int("workers", c.cfg.Workers))
 
+	// A notification wakes one idle worker (one pending wake-up at most, so
+	// a burst of notifications costs one claim, not one each); a worker that
+	// finds a full batch wakes another.
 	wake := make(chan struct{}, 1)
 	signal := func() {
 		select {
@@ -181,102 +185,65 @@ func (c *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// work is the claim loop. Claimed rows go to a queue served by Workers
-// goroutines; the loop keeps up to Workers+ClaimBatch rows claimed and claims
-// in batches of at least ClaimBatch (or whatever is waiting, when idle), when
-// woken by a notification, on each poll tick, and as workers finish.
+// work runs Workers goroutines until ctx ends. Each claims and reserves in
+// batches (claim) and processes the rows that need more work itself. A worker
+// whose batch comes back full wakes another one and goes on; one whose batch
+// comes back short sleeps until a notification or its next poll tick. Rows this conductor already owns (a restart, or rows
+// left by a database outage) are resumed first.
 func (c *Service) work(ctx context.Context, wake chan struct{}) {
-	capacity := c.cfg.Workers + c.cfg.ClaimBatch
-	jobs := make(chan allocation.Claimed, capacity)
-	done := make(chan result, capacity)
 	procCtx, cancelProc := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelProc()
+	var resumeOnce sync.Once
 	var wg sync.WaitGroup
-	for range c.cfg.Workers {
+	for w := range c.cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for a := range jobs {
-				done <- result{id: a.ID, retry: c.process(procCtx, a)}
+			// Stagger the first claims a little so the workers do not
+			// all query at once.
+			if w > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Duration(w) * time.Millisecond):
+				}
+			}
+			resumeOnce.Do(func() { c.resume(ctx, procCtx) })
+			ticker := time.NewTicker(c.cfg.PollInterval)
+			defer ticker.Stop()
+			for ctx.Err() == nil {
+				got, retry, err := c.claim(ctx, procCtx, c.cfg.ClaimBatch)
+				if err != nil && ctx.Err() == nil {
+					c.log.Warn("claim failed", zap.Error(err))
+				}
+				if retry {
+					c.resume(ctx, procCtx)
+				}
+				if got == c.cfg.ClaimBatch && err == nil {
+					// More may be waiting: bring in another worker, go on.
+					select {
+					case wake <- struct{}{}:
+					default:
+					}
+					continue
+				}
+				select {
+				case <-ctx.Done():
+				case <-wake:
+					// Let a burst of rows arrive, to claim it with one query.
+					select {
+					case <-ctx.Done():
+					case <-time.After(c.cfg.ClaimDelay):
+					}
+				case <-ticker.C:
+				}
 			}
 		}()
 	}
-	pending := map[int64]bool{}
-	enqueue := func(a allocation.Claimed) {
-		pending[a.ID] = true
-		jobs <- a
-	}
-	resume := true
-	ticker := time.NewTicker(c.cfg.PollInterval)
-	defer ticker.Stop()
-	for ctx.Err() == nil {
-		for drained := false; !drained; {
-			select {
-			case r := <-done:
-				delete(pending, r.id)
-				resume = resume || r.retry
-			default:
-				drained = true
-			}
-		}
-		if resume {
-			owned, err := c.alloc.Owned(ctx, c.id)
-			if err != nil {
-				c.log.Warn("resuming owned allocations", zap.Error(err))
-			} else {
-				resume = false
-				for _, a := range owned {
-					if !pending[a.ID] && len(pending) < capacity {
-						c.log.Info("resuming allocation", zap.Stringer("allocation", a.UUID))
-						enqueue(a)
-					} else if !pending[a.ID] {
-						resume = true // more than fits now: look again later
-					}
-				}
-			}
-		}
-		for room := capacity - len(pending); ctx.Err() == nil &&
-			(room >= c.cfg.ClaimBatch || (len(pending) == 0 && room > 0)); room = capacity - len(pending) {
-			claimed, err := c.alloc.Claim(ctx, c.id, room)
-			if err != nil {
-				if ctx.Err() == nil {
-					c.log.Warn("claim failed", zap.Error(err))
-				}
-				break
-			}
-			if len(claimed) > 0 {
-				c.log.Debug("claimed", zap.Int("count", len(claimed)), zap.Int("room", room),
-					zap.Duration("oldest_age", time.Since(claimed[0].CreatedAt)))
-			}
-			for _, a := range claimed {
-				enqueue(a)
-			}
-			if len(claimed) < room {
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-wake:
-			if len(pending) == 0 {
-				// Idle: let a burst of rows arrive, to claim it with one
-				// query. When busy, finishing workers drive the claims.
-				select {
-				case <-ctx.Done():
-				case <-time.After(c.cfg.ClaimDelay):
-				}
-			}
-		case <-ticker.C:
-		case r := <-done:
-			delete(pending, r.id)
-			resume = resume || r.retry
-		}
-	}
+	<-ctx.Done()
 	// Stop: finish what is claimed within the grace period.
-	close(jobs)
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
-	c.log.Info("stopping: finishing claimed allocations", zap.Int("claimed", len(pending)))
+	c.log.Info("stopping: finishing claimed allocations")
 	select {
 	case <-finished:
 	case <-time.After(c.cfg.ShutdownGrace):
@@ -286,9 +253,44 @@ func (c *Service) work(ctx context.Context, wake chan struct{}) {
 	}
 }
 
-type result struct {
-	id    int64
-	retry bool
+// resume processes the rows this conductor already owns.
+func (c *Service) resume(ctx, procCtx context.Context) {
+	owned, err := c.alloc.Owned(ctx, c.id)
+	if err != nil {
+		c.log.Warn("resuming owned allocations", zap.Error(err))
+		return
+	}
+	for _, a := range owned {
+		c.log.Info("resuming allocation", zap.Stringer("allocation", a.UUID))
+		c.process(procCtx, a)
+	}
+}
+
+// claim takes up to n rows. The fast path claims and reserves in one
+// transaction; rows that found no free node there are processed here, one by
+// one. If the fast path fails as a whole (say, a constraint race), it falls
+// back to claiming only and reserving row by row. It returns how many rows
+// were claimed, and retry when a row was left owned but unfinished by a
+// database outage.
+func (c *Service) claim(ctx, procCtx context.Context, n int) (got int, retry bool, err error) {
+	reserved, rest, err := c.alloc.ClaimReserve(ctx, c.id, n)
+	if err != nil {
+		if db.IsUnavailable(err) || ctx.Err() != nil {
+			return 0, false, err
+		}
+		c.log.Warn("batch reservation failed; claiming for row-by-row reservation", zap.Error(err))
+		if rest, err = c.alloc.Claim(ctx, c.id, n); err != nil {
+			return 0, false, err
+		}
+	}
+	for _, a := range reserved {
+		c.log.Debug("allocation reserved", zap.Stringer("allocation", a.UUID),
+			zap.Duration("since_created", time.Since(a.CreatedAt)))
+	}
+	for _, a := range rest {
+		retry = c.process(procCtx, a) || retry
+	}
+	return len(reserved) + len(rest), retry, nil
 }
 
 // process runs one allocation. It reports retry when a database outage left

@@ -190,32 +190,22 @@ CREATE TRIGGER allocations_notify_release AFTER UPDATE OF conductor_affinity ON 
     EXECUTE FUNCTION allocations_notify();
 
 -- +goose StatementBegin
--- The database-backend reservation of one allocation, in one call (one
--- transaction, one round trip). It picks a free node that matches and locks it
--- with FOR UPDATE SKIP LOCKED: it never waits for a node another conductor or
--- an API request holds, and PostgreSQL re-checks the filters on the newest
--- version of the row it locks. The pick tries, in order: the node whose name
--- is p_name (the allocation's name, as Ironic 1.79 does); a random one among
--- p_candidates; else the first free match at or after the random node id
--- p_start, wrapping around (a shuffle that reads a few entries of
--- nodes_free_idx instead of sorting every candidate). It then activates the
--- allocation only while conductor p_me owns it in state allocating
--- (compare-and-set) and records it on the node (instance_uuid, allocation_id,
--- the requested traits in instance_info).
--- Returns no row when no unlocked node fits; reserved = false when the
--- allocation is no longer p_me's (taken over or deleted): nothing written.
-CREATE FUNCTION metalloc_reserve(
-    p_allocation_id bigint, p_me bigint, p_resource_class text, p_traits text[],
-    p_candidates uuid[], p_owner text, p_name text, p_start bigint)
-RETURNS TABLE (node_id bigint, node_uuid uuid, reserved boolean)
+-- Picks and locks a free node for an allocation, with FOR UPDATE SKIP LOCKED:
+-- it never waits for a node another conductor or an API request holds, and
+-- PostgreSQL re-checks the filters on the newest version of the row it locks
+-- (nodes this transaction already reserved no longer match). It tries, in
+-- order: the node whose name is p_name (the allocation's name, as Ironic 1.79
+-- does); a random one among p_candidates; else the first free match at or
+-- after the random node id p_start, wrapping around (a shuffle that reads a
+-- few entries of nodes_free_idx instead of sorting every candidate). No row:
+-- no unlocked node fits.
+CREATE FUNCTION metalloc_pick(
+    p_resource_class text, p_traits text[], p_candidates uuid[], p_owner text,
+    p_name text, p_start bigint, OUT node_id bigint, OUT node_uuid uuid)
 LANGUAGE plpgsql AS $$
-DECLARE
-    v_id   bigint;
-    v_uuid uuid;
-    v_alloc uuid;
 BEGIN
     IF p_name IS NOT NULL THEN
-        SELECT n.id, n.uuid INTO v_id, v_uuid
+        SELECT n.id, n.uuid INTO node_id, node_uuid
           FROM nodes n
          WHERE n.name = p_name
            AND (p_candidates IS NULL OR n.uuid = ANY(p_candidates))
@@ -226,9 +216,12 @@ BEGIN
            AND (cardinality(p_traits) = 0
                 OR p_traits <@ ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = n.id))
            FOR UPDATE OF n SKIP LOCKED;
+        IF node_id IS NOT NULL THEN
+            RETURN;
+        END IF;
     END IF;
-    IF v_id IS NULL AND p_candidates IS NOT NULL THEN
-        SELECT n.id, n.uuid INTO v_id, v_uuid
+    IF p_candidates IS NOT NULL THEN
+        SELECT n.id, n.uuid INTO node_id, node_uuid
           FROM nodes n
          WHERE n.uuid = ANY(p_candidates)
            AND n.provision_state = 'available' AND NOT n.maintenance
@@ -240,10 +233,24 @@ BEGIN
          ORDER BY random()
          LIMIT 1
            FOR UPDATE OF n SKIP LOCKED;
-    ELSIF v_id IS NULL THEN
-        SELECT n.id, n.uuid INTO v_id, v_uuid
+        RETURN;
+    END IF;
+    SELECT n.id, n.uuid INTO node_id, node_uuid
+      FROM nodes n
+     WHERE n.id >= p_start
+       AND n.provision_state = 'available' AND NOT n.maintenance
+           AND n.power_state IS NOT NULL AND n.instance_uuid IS NULL AND n.allocation_id IS NULL
+           AND n.resource_class = p_resource_class
+           AND (p_owner IS NULL OR n.owner = p_owner OR n.lessee = p_owner)
+           AND (cardinality(p_traits) = 0
+                OR p_traits <@ ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = n.id))
+     ORDER BY n.id
+     LIMIT 1
+       FOR UPDATE OF n SKIP LOCKED;
+    IF node_id IS NULL THEN
+        SELECT n.id, n.uuid INTO node_id, node_uuid
           FROM nodes n
-         WHERE n.id >= p_start
+         WHERE n.id < p_start
            AND n.provision_state = 'available' AND NOT n.maintenance
            AND n.power_state IS NOT NULL AND n.instance_uuid IS NULL AND n.allocation_id IS NULL
            AND n.resource_class = p_resource_class
@@ -253,39 +260,104 @@ BEGIN
          ORDER BY n.id
          LIMIT 1
            FOR UPDATE OF n SKIP LOCKED;
-        IF v_id IS NULL THEN
-            SELECT n.id, n.uuid INTO v_id, v_uuid
-              FROM nodes n
-             WHERE n.id < p_start
-               AND n.provision_state = 'available' AND NOT n.maintenance
-           AND n.power_state IS NOT NULL AND n.instance_uuid IS NULL AND n.allocation_id IS NULL
-           AND n.resource_class = p_resource_class
-           AND (p_owner IS NULL OR n.owner = p_owner OR n.lessee = p_owner)
-           AND (cardinality(p_traits) = 0
-                OR p_traits <@ ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = n.id))
-             ORDER BY n.id
-             LIMIT 1
-               FOR UPDATE OF n SKIP LOCKED;
-        END IF;
     END IF;
-    IF v_id IS NULL THEN
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Records the reservation of locked node p_node_id for allocation
+-- p_allocation_id (uuid p_uuid): the node gets instance_uuid, allocation_id
+-- and the requested traits in instance_info.
+CREATE FUNCTION metalloc_hold(p_node_id bigint, p_allocation_id bigint, p_uuid uuid, p_traits text[])
+RETURNS void
+LANGUAGE sql AS $$
+    UPDATE nodes n
+       SET instance_uuid = p_uuid, allocation_id = p_allocation_id,
+           instance_info = n.instance_info || jsonb_build_object('traits', to_jsonb(p_traits)),
+           updated_at = now()
+     WHERE n.id = p_node_id;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- One reservation attempt for an allocation conductor p_me has claimed, in
+-- one call (one transaction): pick a node (metalloc_pick), activate the
+-- allocation only while p_me still owns it in state allocating
+-- (compare-and-set), and record it on the node. No row: no unlocked node
+-- fits. reserved = false: the allocation is no longer p_me's (taken over or
+-- deleted) and nothing was written.
+CREATE FUNCTION metalloc_reserve(
+    p_allocation_id bigint, p_me bigint, p_resource_class text, p_traits text[],
+    p_candidates uuid[], p_owner text, p_name text, p_start bigint)
+RETURNS TABLE (node_id bigint, node_uuid uuid, reserved boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_alloc uuid;
+BEGIN
+    SELECT p.node_id, p.node_uuid INTO node_id, node_uuid
+      FROM metalloc_pick(p_resource_class, p_traits, p_candidates, p_owner, p_name, p_start) p;
+    IF node_id IS NULL THEN
         RETURN;
     END IF;
-    node_id := v_id;
-    node_uuid := v_uuid;
     UPDATE allocations a
-       SET node_id = v_id, state = 'active', last_error = NULL, updated_at = now()
+       SET node_id = metalloc_reserve.node_id, state = 'active', last_error = NULL, updated_at = now()
      WHERE a.id = p_allocation_id AND a.conductor_affinity = p_me AND a.state = 'allocating'
     RETURNING a.uuid INTO v_alloc;
     reserved := v_alloc IS NOT NULL;
     IF reserved THEN
-        UPDATE nodes n
-           SET instance_uuid = v_alloc, allocation_id = p_allocation_id,
-               instance_info = n.instance_info || jsonb_build_object('traits', to_jsonb(p_traits)),
-               updated_at = now()
-         WHERE n.id = v_id;
+        PERFORM metalloc_hold(node_id, p_allocation_id, v_alloc, p_traits);
     END IF;
     RETURN NEXT;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The conductors' fast path: claims up to p_batch unowned allocating rows for
+-- p_me (oldest first, FOR UPDATE SKIP LOCKED) and, in the same transaction,
+-- reserves a node for each one that has an unlocked fitting node
+-- (metalloc_pick with the random start p_starts[i]): the row is claimed and
+-- activated by a single update. Rows with no node free right now are only
+-- claimed (reserved = false) and left to the conductor's slower path (retry,
+-- or error with an explanation). If the conductor dies, the transaction rolls
+-- back and the rows stay unclaimed for the others.
+CREATE FUNCTION metalloc_claim_reserve(p_me bigint, p_batch integer, p_starts bigint[])
+RETURNS TABLE (allocation_id bigint, reserved boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    i integer := 0;
+    v_node bigint;
+    v_node_uuid uuid;
+BEGIN
+    FOR r IN
+        SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner,
+               (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
+                  FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
+          FROM allocations a
+         WHERE a.state = 'allocating' AND a.conductor_affinity IS NULL
+         ORDER BY a.id
+         LIMIT p_batch
+           FOR UPDATE OF a SKIP LOCKED
+    LOOP
+        i := i + 1;
+        SELECT p.node_id, p.node_uuid INTO v_node, v_node_uuid
+          FROM metalloc_pick(r.resource_class, r.traits, r.candidate_nodes, r.owner, r.name,
+                             coalesce(p_starts[i], 0)) p;
+        IF v_node IS NOT NULL THEN
+            UPDATE allocations a
+               SET conductor_affinity = p_me, node_id = v_node, state = 'active',
+                   last_error = NULL, updated_at = now()
+             WHERE a.id = r.id;
+            PERFORM metalloc_hold(v_node, r.id, r.uuid, r.traits);
+        ELSE
+            UPDATE allocations a SET conductor_affinity = p_me WHERE a.id = r.id;
+        END IF;
+        allocation_id := r.id;
+        reserved := v_node IS NOT NULL;
+        RETURN NEXT;
+    END LOOP;
 END;
 $$;
 -- +goose StatementEnd
@@ -299,5 +371,8 @@ DROP TABLE nodes;
 DROP TABLE conductors;
 DROP FUNCTION allocation_node_link_check();
 DROP FUNCTION allocations_notify();
+DROP FUNCTION metalloc_claim_reserve(bigint, integer, bigint[]);
 DROP FUNCTION metalloc_reserve(bigint, bigint, text, text[], uuid[], text, text, bigint);
+DROP FUNCTION metalloc_hold(bigint, bigint, uuid, text[]);
+DROP FUNCTION metalloc_pick(text, text[], uuid[], text, text, bigint);
 DROP FUNCTION allocations_state_guard();
