@@ -39,7 +39,7 @@ type Config struct {
 	// (default 1s).
 	PollInterval time.Duration
 	// ClaimDelay is how long a notification waits before claiming, so that
-	// rows arriving together are claimed by one query (default 5ms).
+	// rows arriving together are claimed by one query (default 15ms).
 	ClaimDelay time.Duration
 	// HeartbeatInterval is how often the conductor row is refreshed
 	// (default 10s).
@@ -69,7 +69,7 @@ func (c Config) WithDefaults() Config {
 		c.PollInterval = time.Second
 	}
 	if c.ClaimDelay <= 0 {
-		c.ClaimDelay = 5 * time.Millisecond
+		c.ClaimDelay = 15 * time.Millisecond
 	}
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = 10 * time.Second

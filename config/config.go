@@ -81,7 +81,7 @@ func defaults(v *viper.Viper) {
 	v.SetDefault("conductor.workers", 16)
 	v.SetDefault("conductor.claim_batch", 8)
 	v.SetDefault("conductor.poll_interval", "1s")
-	v.SetDefault("conductor.claim_delay", "5ms")
+	v.SetDefault("conductor.claim_delay", "15ms")
 	v.SetDefault("conductor.heartbeat_interval", "10s")
 	v.SetDefault("conductor.heartbeat_timeout", "60s")
 	v.SetDefault("conductor.shutdown_grace", "30s")
