@@ -6,11 +6,13 @@
 //
 // The API inserts a row in state "allocating" with no owner
 // (conductor_affinity NULL); a trigger NOTIFYs the conductors. A conductor
-// claims a batch of such rows with FOR UPDATE SKIP LOCKED (ClaimAllocations),
-// then, for each one, Reserve picks a free node matching the request at random
-// (a node whose name equals the allocation's name first), locks it without
-// waiting for nodes others hold, and in the same statement activates the
-// allocation and marks the node as holding it. Every conductor write to an
+// claims a batch of such rows with FOR UPDATE SKIP LOCKED and, in the same
+// transaction, picks for each a free node matching the request at random (a
+// node whose name equals the allocation's name first), locks it without
+// waiting for nodes others hold, activates the allocation and marks the node
+// as holding it (ClaimReserve). Rows with no node free at that moment are
+// only claimed and go through Process, one reservation transaction per
+// attempt. Every conductor write to an
 // allocation is a compare-and-set on conductor_affinity = me and
 // state = 'allocating': a conductor that lost the row (taken over, deleted)
 // changes nothing. When nothing fits, the row goes to "error" with a

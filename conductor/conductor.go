@@ -31,9 +31,10 @@ type Config struct {
 	Hostname string
 	// Group is the conductor_group reported by GET /v1/conductors ("").
 	Group string
-	// Workers is how many allocations are processed at once (default 16).
+	// Workers is how many worker goroutines claim and reserve (default 16).
 	Workers int
-	// ClaimBatch is the most rows claimed per query (default 8).
+	// ClaimBatch is the most rows one claim-and-reserve transaction takes
+	// (default 8).
 	ClaimBatch int
 	// PollInterval is how often to look for work without a notification
 	// (default 1s).

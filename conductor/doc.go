@@ -1,11 +1,13 @@
 // Package conductor is metalloc-conductor's engine: it registers the process
 // in the conductors table and heartbeats, listens for new work
-// (LISTEN metalloc_allocations, with a poll interval as fallback), claims
-// unowned allocating rows in batches (FOR UPDATE SKIP LOCKED), and processes
-// them in a bounded worker pool with allocation.Allocator. At start-up it
-// resumes its own unfinished rows. Several conductors on one database never
-// process the same row: claims skip locked rows and every later write is a
-// compare-and-set on conductor_affinity.
+// (LISTEN metalloc_allocations, with a poll interval as fallback), and runs a
+// fixed pool of workers. Each worker claims unowned allocating rows in
+// batches (FOR UPDATE SKIP LOCKED) and reserves a node for each in the same
+// transaction (allocation.Allocator.ClaimReserve); rows with no node free at
+// that moment are claimed and processed one by one (Allocator.Process). At
+// start-up it resumes its own unfinished rows. Several conductors on one
+// database never process the same row: claims skip locked rows and every
+// later write is a compare-and-set on conductor_affinity.
 //
 // # Liveness
 //
