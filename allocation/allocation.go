@@ -102,7 +102,7 @@ func (s *Store) Get(ctx context.Context, ident string) (View, error) {
 }
 
 func get(ctx context.Context, q *Queries, ident string) (View, error) {
-	if u, err := uuid.Parse(ident); err == nil && len(ident) == 36 {
+	if u, ok := parseUUID(ident); ok {
 		r, err := q.GetAllocationByUUID(ctx, u)
 		if err != nil {
 			return View{}, notFound(err)

@@ -276,7 +276,7 @@ func createError(err error, p CreateAllocationParams) error {
 func nodeID(ctx context.Context, q *Queries, ident string) (int64, error) {
 	var id int64
 	var err error
-	if u, perr := uuid.Parse(ident); perr == nil && len(ident) == 36 {
+	if u, ok := parseUUID(ident); ok {
 		id, err = q.NodeIDByUUID(ctx, u)
 	} else {
 		id, err = q.NodeIDByName(ctx, &ident)
@@ -293,7 +293,7 @@ func resolveCandidates(ctx context.Context, q *Queries, idents []string) ([]uuid
 	var uuids []uuid.UUID
 	var names []string
 	for _, id := range idents {
-		if u, err := uuid.Parse(id); err == nil && len(id) == 36 {
+		if u, ok := parseUUID(id); ok {
 			uuids = append(uuids, u)
 		} else {
 			names = append(names, id)
@@ -314,7 +314,7 @@ func resolveCandidates(ctx context.Context, q *Queries, idents []string) ([]uuid
 	var missing []string
 	for _, id := range idents {
 		key := id
-		if u, err := uuid.Parse(id); err == nil && len(id) == 36 {
+		if u, ok := parseUUID(id); ok {
 			key = u.String()
 		}
 		u, ok := byIdent[key]
@@ -332,7 +332,14 @@ func resolveCandidates(ctx context.Context, q *Queries, idents []string) ([]uuid
 	return out, nil
 }
 
-var validStates = []string{StateAllocating, StateActive, StateError}
+// validFields is Fields as a set, for `fields` validation.
+var validFields = func() map[string]bool {
+	m := map[string]bool{}
+	for _, f := range Fields {
+		m[f] = true
+	}
+	return m
+}()
 
 func (h *Handler) list(c echo.Context) error {
 	ctx := c.Request().Context()
@@ -425,11 +432,7 @@ func (h *Handler) checkFields(fields []string, ver web.Version) error {
 	if slices.Contains(fields, "owner") && !ver.AtLeast(1, 60) {
 		return web.Errorf(http.StatusNotAcceptable, "Request not acceptable.")
 	}
-	valid := map[string]bool{}
-	for _, f := range Fields {
-		valid[f] = true
-	}
-	return web.CheckFields(fields, valid)
+	return web.CheckFields(fields, validFields)
 }
 
 func (h *Handler) lookup(c echo.Context, ident string) (View, error) {
@@ -656,6 +659,13 @@ func CheckDeallocation(nodeUUID uuid.UUID, provisionState string, target *string
 			allocUUID, nodeUUID)
 	}
 	return nil
+}
+
+// parseUUID reads ident as a uuid in its canonical 36-character form; any
+// other identifier is a name.
+func parseUUID(ident string) (uuid.UUID, bool) {
+	u, err := uuid.Parse(ident)
+	return u, err == nil && len(ident) == 36
 }
 
 func deref[T any](p *T) T {

@@ -18,10 +18,6 @@ import (
 // api/controllers/v1/utils.py).
 
 var (
-	// logicalNameRE is RFC 3986's unreserved characters (API >= 1.10).
-	logicalNameRE = regexp.MustCompile(`^[A-Za-z0-9\-._~]+$`)
-	// hostnameSafeRE is the pre-1.10 name rule (utils.is_hostname_safe).
-	hostnameSafeRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?(\.[a-z0-9\-_]{0,62}[a-z0-9])*\.?$`)
 	// conductorGroupRE is what a conductor group may contain.
 	conductorGroupRE = regexp.MustCompile(`^[a-zA-Z0-9_\-.]*$`)
 )
@@ -35,21 +31,11 @@ func isUUIDLike(s string) bool {
 	return err == nil
 }
 
-// isValidLogicalName is utils.is_valid_logical_name.
-func isValidLogicalName(s string) bool {
-	return len(s) <= maxNameLength && logicalNameRE.MatchString(s)
-}
-
-// maxNameLength is the longest node name.
-const maxNameLength = 255
+// isValidLogicalName is utils.is_valid_logical_name (the current rule).
+func isValidLogicalName(s string) bool { return web.ValidLogicalName(s, web.IronicMaxVersion) }
 
 // validNameAt reports whether name is a valid logical name at version v.
-func validNameAt(v web.Version, name string) bool {
-	if !v.AtLeast(1, 10) {
-		return len(name) <= maxNameLength && hostnameSafeRE.MatchString(name)
-	}
-	return isValidLogicalName(name)
-}
+func validNameAt(v web.Version, name string) bool { return web.ValidLogicalName(name, v) }
 
 // checkNodeName is NodesController._check_names_acceptable for one value
 // (which may be any JSON value from a body or patch); errFormat has one %s.
