@@ -99,15 +99,23 @@ SELECT r.node_id::bigint AS node_id, r.node_uuid::uuid AS node_uuid, r.reserved:
 
 -- name: ClaimReserve :many
 -- The fast path (see metalloc_claim_reserve in the migrations): claim up to
--- @batch rows for @me and reserve a node for each that has one free now.
--- The claimed rows are read back as of the statement's start (their fields
--- do not change).
+-- @batch rows for @me and reserve a node for each that has one free now. Only
+-- what the function returns is used: a join back to allocations here would
+-- read with this statement's snapshot, older than the function's, and miss
+-- rows inserted while it ran. Unreserved rows are read with ClaimedAllocating.
+SELECT r.out_id::bigint AS id, r.out_uuid::uuid AS uuid,
+       r.out_created_at::timestamptz AS created_at, r.out_reserved::boolean AS reserved
+  FROM metalloc_claim_reserve(@me::bigint, @batch::integer, @starts::bigint[]) r
+ ORDER BY 1;
+
+-- name: ClaimedAllocating :many
+-- The given rows, if still allocating and owned by @me (the fast path's
+-- unreserved rows, read in a statement of their own).
 SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
        (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits,
-       r.reserved::boolean AS reserved
-  FROM metalloc_claim_reserve(@me::bigint, @batch::integer, @starts::bigint[]) r
-  JOIN allocations a ON a.id = r.allocation_id::bigint
+          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
+  FROM allocations a
+ WHERE a.id = ANY(@ids::bigint[]) AND a.state = 'allocating' AND a.conductor_affinity = @me::bigint
  ORDER BY a.id;
 
 -- name: NodeIDRange :one

@@ -99,13 +99,10 @@ func (q *Queries) ClaimAllocations(ctx context.Context, arg ClaimAllocationsPara
 }
 
 const claimReserve = `-- name: ClaimReserve :many
-SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits,
-       r.reserved::boolean AS reserved
+SELECT r.out_id::bigint AS id, r.out_uuid::uuid AS uuid,
+       r.out_created_at::timestamptz AS created_at, r.out_reserved::boolean AS reserved
   FROM metalloc_claim_reserve($1::bigint, $2::integer, $3::bigint[]) r
-  JOIN allocations a ON a.id = r.allocation_id::bigint
- ORDER BY a.id
+ ORDER BY 1
 `
 
 type ClaimReserveParams struct {
@@ -115,21 +112,17 @@ type ClaimReserveParams struct {
 }
 
 type ClaimReserveRow struct {
-	ID             int64
-	Uuid           uuid.UUID
-	Name           *string
-	ResourceClass  string
-	CandidateNodes []uuid.UUID
-	Owner          *string
-	CreatedAt      time.Time
-	Traits         []string
-	Reserved       bool
+	ID        int64
+	Uuid      uuid.UUID
+	CreatedAt time.Time
+	Reserved  bool
 }
 
 // The fast path (see metalloc_claim_reserve in the migrations): claim up to
-// @batch rows for @me and reserve a node for each that has one free now.
-// The claimed rows are read back as of the statement's start (their fields
-// do not change).
+// @batch rows for @me and reserve a node for each that has one free now. Only
+// what the function returns is used: a join back to allocations here would
+// read with this statement's snapshot, older than the function's, and miss
+// rows inserted while it ran. Unreserved rows are read with ClaimedAllocating.
 func (q *Queries) ClaimReserve(ctx context.Context, arg ClaimReserveParams) ([]ClaimReserveRow, error) {
 	rows, err := q.db.Query(ctx, claimReserve, arg.Me, arg.Batch, arg.Starts)
 	if err != nil {
@@ -142,13 +135,64 @@ func (q *Queries) ClaimReserve(ctx context.Context, arg ClaimReserveParams) ([]C
 		if err := rows.Scan(
 			&i.ID,
 			&i.Uuid,
+			&i.CreatedAt,
+			&i.Reserved,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const claimedAllocating = `-- name: ClaimedAllocating :many
+SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
+       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
+          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
+  FROM allocations a
+ WHERE a.id = ANY($1::bigint[]) AND a.state = 'allocating' AND a.conductor_affinity = $2::bigint
+ ORDER BY a.id
+`
+
+type ClaimedAllocatingParams struct {
+	Ids []int64
+	Me  int64
+}
+
+type ClaimedAllocatingRow struct {
+	ID             int64
+	Uuid           uuid.UUID
+	Name           *string
+	ResourceClass  string
+	CandidateNodes []uuid.UUID
+	Owner          *string
+	CreatedAt      time.Time
+	Traits         []string
+}
+
+// The given rows, if still allocating and owned by @me (the fast path's
+// unreserved rows, read in a statement of their own).
+func (q *Queries) ClaimedAllocating(ctx context.Context, arg ClaimedAllocatingParams) ([]ClaimedAllocatingRow, error) {
+	rows, err := q.db.Query(ctx, claimedAllocating, arg.Ids, arg.Me)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimedAllocatingRow
+	for rows.Next() {
+		var i ClaimedAllocatingRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
 			&i.Name,
 			&i.ResourceClass,
 			&i.CandidateNodes,
 			&i.Owner,
 			&i.CreatedAt,
 			&i.Traits,
-			&i.Reserved,
 		); err != nil {
 			return nil, err
 		}

@@ -84,11 +84,18 @@ func (a *Allocator) Claim(ctx context.Context, me int64, batch int) ([]Claimed, 
 	return out, nil
 }
 
+// ErrClaimedUnread is wrapped by ClaimReserve's error when rows were claimed
+// but could not be read back (the database went away): they stay allocating
+// and owned by the caller, who must resume them (Owned).
+var ErrClaimedUnread = errors.New("claimed allocations left unread")
+
 // ClaimReserve is the fast path: one transaction claims up to batch unowned
 // allocating rows for conductor me and reserves a node for each that has an
-// unlocked fitting node right now (metalloc_claim_reserve). It returns how
-// many were reserved and the claimed rows that still need Process (no node
-// was free at that moment: retry, or error with an explanation).
+// unlocked fitting node right now (metalloc_claim_reserve). It returns the
+// reserved rows (only ID, UUID and CreatedAt set) and the claimed rows that
+// still need Process (no node was free at that moment: retry, or error with
+// an explanation), read in full by a second statement. On ErrClaimedUnread
+// the reserved rows are valid too.
 func (a *Allocator) ClaimReserve(ctx context.Context, me int64, batch int) (reserved []Claimed, rest []Claimed, err error) {
 	starts := make([]int64, batch)
 	for i := range starts {
@@ -100,13 +107,26 @@ func (a *Allocator) ClaimReserve(ctx context.Context, me int64, batch int) (rese
 	if err != nil {
 		return nil, nil, fmt.Errorf("claiming and reserving: %w", err)
 	}
+	var restIDs []int64
 	for _, r := range rows {
-		c := Claimed{r.ID, r.Uuid, r.Name, r.ResourceClass, r.CandidateNodes, r.Owner, r.Traits, r.CreatedAt}
 		if r.Reserved {
-			reserved = append(reserved, c)
+			reserved = append(reserved, Claimed{ID: r.ID, UUID: r.Uuid, CreatedAt: r.CreatedAt})
 		} else {
-			rest = append(rest, c)
+			restIDs = append(restIDs, r.ID)
 		}
+	}
+	if len(restIDs) == 0 {
+		return reserved, nil, nil
+	}
+	// Read the unreserved rows in a statement of their own: they may have
+	// been inserted after the claim statement's snapshot was taken.
+	more, err := a.q.ClaimedAllocating(ctx, ClaimedAllocatingParams{Ids: restIDs, Me: me})
+	if err != nil {
+		// They stay owned and allocating: resumed by Owned.
+		return reserved, nil, fmt.Errorf("%w: reading claimed allocations: %w", ErrClaimedUnread, err)
+	}
+	for _, r := range more {
+		rest = append(rest, Claimed{r.ID, r.Uuid, r.Name, r.ResourceClass, r.CandidateNodes, r.Owner, r.Traits, r.CreatedAt})
 	}
 	return reserved, rest, nil
 }

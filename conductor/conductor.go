@@ -275,6 +275,11 @@ func (c *Service) resume(ctx, procCtx context.Context) {
 // database outage.
 func (c *Service) claim(ctx, procCtx context.Context, n int) (got int, retry bool, err error) {
 	reserved, rest, err := c.alloc.ClaimReserve(ctx, c.id, n)
+	if errors.Is(err, allocation.ErrClaimedUnread) {
+		// Claimed but not read back: resume them once the database answers.
+		c.log.Warn("claimed allocations could not be read; resuming them", zap.Error(err))
+		return len(reserved), true, nil
+	}
 	if err != nil {
 		if db.IsUnavailable(err) || ctx.Err() != nil {
 			return 0, false, err

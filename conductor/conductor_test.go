@@ -35,11 +35,14 @@ func addAllocations(t *testing.T, pool *pgxpool.Pool, n int, rc string) {
 }
 
 // waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+func waitFor(t *testing.T, d time.Duration, cond func() bool, onFail ...func()) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
+			for _, f := range onFail {
+				f()
+			}
 			t.Fatal("condition not met in time")
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -92,6 +95,15 @@ func TestTwoConductorsProcessEverythingOnce(t *testing.T) {
 	addAllocations(t, pool, 60, "gold")
 	waitFor(t, 30*time.Second, func() bool {
 		return count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'allocating'`) == 0
+	}, func() {
+		rows, _ := pool.Query(context.Background(), `SELECT id, uuid::text, state, coalesce(conductor_affinity, 0), coalesce(node_id, 0) FROM allocations ORDER BY id`)
+		for rows.Next() {
+			var id, ca, nid int64
+			var u, st string
+			_ = rows.Scan(&id, &u, &st, &ca, &nid)
+			t.Logf("row %d %s %s conductor=%d node=%d", id, u, st, ca, nid)
+		}
+		t.Logf("nodes held: %d", count(t, pool, `SELECT count(*) FROM nodes WHERE allocation_id IS NOT NULL`))
 	})
 	require.Equal(t, 50, count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active'`))
 	require.Equal(t, 10, count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'error'`))
