@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/trait"
@@ -39,6 +40,9 @@ type HandlerOptions struct {
 	PublicEndpoint string
 	// MaxLimit caps page sizes (Ironic [api]max_limit, default 1000).
 	MaxLimit int
+	// Created, if not nil, counts allocations created (each 201 of POST
+	// /v1/allocations); see NewCreatedCounter.
+	Created prometheus.Counter
 }
 
 // Handler serves the allocation endpoints of the Ironic API.
@@ -209,6 +213,9 @@ func (h *Handler) create(c echo.Context) error {
 		v.NodeUUID = &node.Uuid
 	}
 	slices.Sort(v.Traits)
+	if h.opts.Created != nil {
+		h.opts.Created.Inc()
+	}
 	c.Response().Header().Set("Location", h.base(c)+"/v1/allocations/"+v.Uuid.String())
 	return c.JSON(http.StatusCreated, v.Doc(h.base(c), ver))
 }

@@ -88,6 +88,49 @@ SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.cre
  WHERE a.state = 'allocating' AND a.conductor_affinity = @me::bigint
  ORDER BY a.id;
 
+-- name: DeadOwners :many
+-- Conductors other than @me that hold allocating rows and count as dead:
+-- offline (a clean stop), or a heartbeat older than @alive_seconds.
+SELECT c.id, c.hostname, c.online, c.heartbeat_at
+  FROM conductors c
+ WHERE c.id <> @me::bigint
+   AND (NOT c.online OR c.heartbeat_at < now() - make_interval(secs => @alive_seconds::float8))
+   AND EXISTS (SELECT 1 FROM allocations a
+                WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
+ ORDER BY c.id;
+
+-- name: AllocatingOf :many
+-- The ids of conductor @owner's allocating rows, oldest first.
+SELECT a.id FROM allocations a
+ WHERE a.state = 'allocating' AND a.conductor_affinity = @owner::bigint
+ ORDER BY a.id
+ LIMIT @max_rows;
+
+-- name: TakeOver :many
+-- Compare-and-set takeover of one allocating row from the dead conductor
+-- @dead: it becomes @me's only if it still belongs to @dead and @dead is still
+-- dead. No row: another conductor won, @dead came back, or the row is locked
+-- right now (SKIP LOCKED: a takeover never waits; the next period retries).
+UPDATE allocations a
+   SET conductor_affinity = @me::bigint, updated_at = now()
+ WHERE a.id = (SELECT u.id FROM allocations u
+                WHERE u.id = @id AND u.conductor_affinity = @dead::bigint AND u.state = 'allocating'
+                  FOR UPDATE SKIP LOCKED)
+   AND EXISTS (SELECT 1 FROM conductors c
+                WHERE c.id = @dead::bigint
+                  AND (NOT c.online OR c.heartbeat_at < now() - make_interval(secs => @alive_seconds::float8)))
+RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
+          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
+             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits;
+
+-- name: ReleaseOwned :execrows
+-- A stopping conductor hands its unfinished rows back: unowned again, they
+-- wake the other conductors (allocations_notify_release) and are claimed at
+-- once.
+UPDATE allocations
+   SET conductor_affinity = NULL
+ WHERE state = 'allocating' AND conductor_affinity = @me::bigint;
+
 -- name: Reserve :one
 -- One reservation attempt (see metalloc_reserve in the migrations): no row
 -- when no unlocked node fits, reserved = false when the allocation is no

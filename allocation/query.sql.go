@@ -13,6 +13,39 @@ import (
 	"github.com/google/uuid"
 )
 
+const allocatingOf = `-- name: AllocatingOf :many
+SELECT a.id FROM allocations a
+ WHERE a.state = 'allocating' AND a.conductor_affinity = $1::bigint
+ ORDER BY a.id
+ LIMIT $2
+`
+
+type AllocatingOfParams struct {
+	Owner   int64
+	MaxRows int32
+}
+
+// The ids of conductor @owner's allocating rows, oldest first.
+func (q *Queries) AllocatingOf(ctx context.Context, arg AllocatingOfParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, allocatingOf, arg.Owner, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const backfillNode = `-- name: BackfillNode :exec
 UPDATE nodes
    SET allocation_id = $1, instance_uuid = $2,
@@ -276,6 +309,55 @@ func (q *Queries) CreateAllocation(ctx context.Context, arg CreateAllocationPara
 		&i.UpdatedAt,
 	)
 	return i, err
+}
+
+const deadOwners = `-- name: DeadOwners :many
+SELECT c.id, c.hostname, c.online, c.heartbeat_at
+  FROM conductors c
+ WHERE c.id <> $1::bigint
+   AND (NOT c.online OR c.heartbeat_at < now() - make_interval(secs => $2::float8))
+   AND EXISTS (SELECT 1 FROM allocations a
+                WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
+ ORDER BY c.id
+`
+
+type DeadOwnersParams struct {
+	Me           int64
+	AliveSeconds float64
+}
+
+type DeadOwnersRow struct {
+	ID          int64
+	Hostname    string
+	Online      bool
+	HeartbeatAt time.Time
+}
+
+// Conductors other than @me that hold allocating rows and count as dead:
+// offline (a clean stop), or a heartbeat older than @alive_seconds.
+func (q *Queries) DeadOwners(ctx context.Context, arg DeadOwnersParams) ([]DeadOwnersRow, error) {
+	rows, err := q.db.Query(ctx, deadOwners, arg.Me, arg.AliveSeconds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DeadOwnersRow
+	for rows.Next() {
+		var i DeadOwnersRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Hostname,
+			&i.Online,
+			&i.HeartbeatAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const deleteAllocation = `-- name: DeleteAllocation :exec
@@ -669,6 +751,23 @@ func (q *Queries) ReleaseNodeOfAllocation(ctx context.Context, allocationID *int
 	return err
 }
 
+const releaseOwned = `-- name: ReleaseOwned :execrows
+UPDATE allocations
+   SET conductor_affinity = NULL
+ WHERE state = 'allocating' AND conductor_affinity = $1::bigint
+`
+
+// A stopping conductor hands its unfinished rows back: unowned again, they
+// wake the other conductors (allocations_notify_release) and are claimed at
+// once.
+func (q *Queries) ReleaseOwned(ctx context.Context, me int64) (int64, error) {
+	result, err := q.db.Exec(ctx, releaseOwned, me)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const reserve = `-- name: Reserve :one
 SELECT r.node_id::bigint AS node_id, r.node_uuid::uuid AS node_uuid, r.reserved::boolean AS reserved
   FROM metalloc_reserve($1::bigint, $2::bigint, $3::text, $4::text[],
@@ -737,6 +836,76 @@ func (q *Queries) ResolveNodes(ctx context.Context, arg ResolveNodesParams) ([]R
 	for rows.Next() {
 		var i ResolveNodesRow
 		if err := rows.Scan(&i.Uuid, &i.Name); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const takeOver = `-- name: TakeOver :many
+UPDATE allocations a
+   SET conductor_affinity = $1::bigint, updated_at = now()
+ WHERE a.id = (SELECT u.id FROM allocations u
+                WHERE u.id = $2 AND u.conductor_affinity = $3::bigint AND u.state = 'allocating'
+                  FOR UPDATE SKIP LOCKED)
+   AND EXISTS (SELECT 1 FROM conductors c
+                WHERE c.id = $3::bigint
+                  AND (NOT c.online OR c.heartbeat_at < now() - make_interval(secs => $4::float8)))
+RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
+          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
+             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
+`
+
+type TakeOverParams struct {
+	Me           int64
+	ID           int64
+	Dead         int64
+	AliveSeconds float64
+}
+
+type TakeOverRow struct {
+	ID             int64
+	Uuid           uuid.UUID
+	Name           *string
+	ResourceClass  string
+	CandidateNodes []uuid.UUID
+	Owner          *string
+	CreatedAt      time.Time
+	Traits         []string
+}
+
+// Compare-and-set takeover of one allocating row from the dead conductor
+// @dead: it becomes @me's only if it still belongs to @dead and @dead is still
+// dead. No row: another conductor won, @dead came back, or the row is locked
+// right now (SKIP LOCKED: a takeover never waits; the next period retries).
+func (q *Queries) TakeOver(ctx context.Context, arg TakeOverParams) ([]TakeOverRow, error) {
+	rows, err := q.db.Query(ctx, takeOver,
+		arg.Me,
+		arg.ID,
+		arg.Dead,
+		arg.AliveSeconds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TakeOverRow
+	for rows.Next() {
+		var i TakeOverRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.Name,
+			&i.ResourceClass,
+			&i.CandidateNodes,
+			&i.Owner,
+			&i.CreatedAt,
+			&i.Traits,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

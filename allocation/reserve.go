@@ -52,9 +52,10 @@ type Allocator struct {
 	pool *pgxpool.Pool
 	q    *Queries
 	log  *zap.Logger
-	// LockedRetries bounds how often Process retries when every fitting node
-	// is momentarily locked by concurrent reservations (default 20).
-	LockedRetries int
+	// LockedWait bounds how long Process keeps retrying while every fitting
+	// node is locked by concurrent reservations or updates, before it moves
+	// the allocation to error (default 2s; conductor.locked_node_wait).
+	LockedWait time.Duration
 	// LockedBackoff is the first wait between such retries, doubled each time
 	// up to 16x (default 5 ms).
 	LockedBackoff time.Duration
@@ -66,7 +67,7 @@ type Allocator struct {
 
 // NewAllocator returns an Allocator on pool.
 func NewAllocator(pool *pgxpool.Pool, log *zap.Logger) *Allocator {
-	return &Allocator{pool: pool, q: New(pool), log: log, LockedRetries: 20, LockedBackoff: 5 * time.Millisecond}
+	return &Allocator{pool: pool, q: New(pool), log: log, LockedWait: 2 * time.Second, LockedBackoff: 5 * time.Millisecond}
 }
 
 // Claim takes up to batch unowned allocating rows for conductor me (FOR
@@ -162,6 +163,7 @@ func (a *Allocator) Process(ctx context.Context, me int64, c Claimed) (Outcome, 
 		c.CandidateNodes = nil
 	}
 	backoff := a.LockedBackoff
+	began := time.Now()
 	var lastFit int64
 	for attempt := 0; ; attempt++ {
 		node, err := a.reserveOnce(ctx, me, c, attempt == 0)
@@ -193,7 +195,7 @@ func (a *Allocator) Process(ctx context.Context, me int64, c Claimed) (Outcome, 
 			// attempt picks again.
 			log.Warn("reservation attempt failed; retrying", zap.Error(err))
 		}
-		if attempt >= a.LockedRetries {
+		if time.Since(began) >= a.LockedWait {
 			return a.fail(ctx, me, c, fmt.Sprintf(
 				"could not reserve any of %d suitable nodes: they stayed locked by concurrent reservations or updates", lastFit))
 		}

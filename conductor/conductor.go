@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,6 +52,13 @@ type Config struct {
 	// ShutdownGrace bounds how long a stop waits for in-flight allocations
 	// (default 30s).
 	ShutdownGrace time.Duration
+	// LockedNodeWait is how long an allocation keeps retrying while every
+	// node that fits it is locked by others (reservations, API updates)
+	// before it goes to error (default 2s).
+	LockedNodeWait time.Duration
+	// TakeoverSchedule is when to take over the allocating rows of dead
+	// conductors: a robfig/cron spec (default "@every 60s") or "off".
+	TakeoverSchedule string
 	// Version is reported in the conductors table.
 	Version string
 }
@@ -81,6 +89,12 @@ func (c Config) WithDefaults() Config {
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 30 * time.Second
 	}
+	if c.LockedNodeWait <= 0 {
+		c.LockedNodeWait = 2 * time.Second
+	}
+	if c.TakeoverSchedule == "" {
+		c.TakeoverSchedule = "@every 60s"
+	}
 	return c
 }
 
@@ -93,11 +107,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("conductor.heartbeat_timeout (%s) must exceed conductor.heartbeat_interval (%s)",
 			c.HeartbeatTimeout, c.HeartbeatInterval)
 	}
+	if _, err := parseSchedule(c.TakeoverSchedule); err != nil {
+		return err
+	}
 	return nil
 }
 
-// Service is one conductor: it claims and processes allocations. Create with
-// NewService, then Run.
+// Service is one conductor: it claims and processes allocations, and takes
+// over the rows of dead conductors. Create with NewService, then Run.
 type Service struct {
 	cfg   Config
 	pool  *pgxpool.Pool
@@ -109,6 +126,23 @@ type Service struct {
 	// OnReady, when set, is called once the conductor is registered and
 	// listening (used for sd_notify and tests).
 	OnReady func()
+	// Metrics, when set before Run, records the conductor's metrics.
+	Metrics *Metrics
+
+	// inflight holds the ids of owned rows being processed or queued, so
+	// that a resume does not queue them twice.
+	inflight sync.Map
+	// queue carries owned rows to the workers: resumed ones and rows taken
+	// over from dead conductors.
+	queue chan allocation.Claimed
+	// needResume asks a worker to queue this conductor's owned unfinished
+	// rows again (set at start and after a database error left some).
+	needResume atomic.Bool
+	// dbDown is set while workers see the database unavailable.
+	dbDown atomic.Bool
+	// healthySince is when heartbeats last started succeeding again (unix
+	// nanoseconds; registration counts).
+	healthySince atomic.Int64
 }
 
 // NewService returns a conductor Service using pool for queries and a dedicated connection
@@ -119,16 +153,30 @@ func NewService(cfg Config, pool *pgxpool.Pool, log *zap.Logger) (*Service, erro
 		return nil, err
 	}
 	log = log.With(zap.String("conductor", cfg.Hostname))
-	return &Service{cfg: cfg, pool: pool, q: New(pool), alloc: allocation.NewAllocator(pool, log), log: log}, nil
+	alloc := allocation.NewAllocator(pool, log)
+	alloc.LockedWait = cfg.LockedNodeWait
+	return &Service{
+		cfg: cfg, pool: pool, q: New(pool), alloc: alloc, log: log,
+		queue: make(chan allocation.Claimed, queueSize),
+	}, nil
 }
+
+// maxBackoff caps a worker's wait between attempts while the database is
+// unavailable.
+const maxBackoff = 5 * time.Second
+
+// queueSize bounds the owned rows waiting for a worker; more stay owned in
+// the database and are queued by a later resume.
+const queueSize = 1024
 
 // ID is the conductor's row id (valid once Run has registered it).
 func (c *Service) ID() int64 { return c.id }
 
-// Run registers the conductor and processes allocations until ctx ends, then
-// stops claiming, waits up to ShutdownGrace for in-flight work, marks itself
-// offline and returns nil. It returns ErrHostnameTaken (wrapped) when a live
-// conductor has the same hostname.
+// Run registers the conductor and processes allocations until ctx ends. Then
+// it stops claiming, waits up to ShutdownGrace for in-flight work, hands the
+// rows it could not finish back (unowned, so peers claim them at once), marks
+// itself offline and returns nil. It returns ErrHostnameTaken (wrapped) when
+// a live conductor has the same hostname.
 func (c *Service) Run(ctx context.Context) error {
 	id, err := c.q.Register(ctx, RegisterParams{
 		Hostname:       c.cfg.Hostname,
@@ -145,7 +193,11 @@ func (c *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("registering conductor: %w", err)
 	}
 	c.id = id
-	c.log.Info("conductor registered", zap.Int64("id", id), zap.Int("workers", c.cfg.Workers))
+	c.Metrics.heartbeat()
+	c.healthySince.Store(time.Now().UnixNano())
+	c.needResume.Store(true)
+	c.log.Info("conductor registered", zap.Int64("id", id), zap.Int("workers", c.cfg.Workers),
+		zap.String("takeover_schedule", c.cfg.TakeoverSchedule))
 
 	// A notification wakes one idle worker (one pending wake-up at most, so
 	// a burst of notifications costs one claim, not one each); a worker that
@@ -169,16 +221,25 @@ func (c *Service) Run(ctx context.Context) error {
 		c.log.Warn("LISTEN not established yet; relying on polling until it is")
 	case <-ctx.Done():
 	}
+	sched := c.startTakeover(ctx)
 	if c.OnReady != nil {
 		c.OnReady()
 	}
 
 	c.work(ctx, wake)
 
+	if sched != nil {
+		<-sched.Stop().Done()
+	}
 	stopBG()
 	bg.Wait()
 	offCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	if n, err := c.alloc.ReleaseOwned(offCtx, id); err != nil {
+		c.log.Warn("could not release unfinished allocations; peers will take them over", zap.Error(err))
+	} else if n > 0 {
+		c.log.Info("released unfinished allocations to the other conductors", zap.Int64("count", n))
+	}
 	if err := c.q.GoOffline(offCtx, id); err != nil {
 		c.log.Warn("could not mark conductor offline", zap.Error(err))
 	}
@@ -186,15 +247,15 @@ func (c *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// work runs Workers goroutines until ctx ends. Each claims and reserves in
-// batches (claim) and processes the rows that need more work itself. A worker
+// work runs Workers goroutines until ctx ends. Each one processes queued
+// owned rows first (resumed or taken over), then claims and reserves in
+// batches (claim) and processes itself the rows that need more work. A worker
 // whose batch comes back full wakes another one and goes on; one whose batch
-// comes back short sleeps until a notification or its next poll tick. Rows this conductor already owns (a restart, or rows
-// left by a database outage) are resumed first.
+// comes back short sleeps until a notification, a queued row or its next
+// poll tick. On stop, in-flight rows get ShutdownGrace to finish.
 func (c *Service) work(ctx context.Context, wake chan struct{}) {
 	procCtx, cancelProc := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelProc()
-	var resumeOnce sync.Once
 	var wg sync.WaitGroup
 	for w := range c.cfg.Workers {
 		wg.Add(1)
@@ -208,16 +269,35 @@ func (c *Service) work(ctx context.Context, wake chan struct{}) {
 				case <-time.After(time.Duration(w) * time.Millisecond):
 				}
 			}
-			resumeOnce.Do(func() { c.resume(ctx, procCtx) })
 			ticker := time.NewTicker(c.cfg.PollInterval)
 			defer ticker.Stop()
+			var backoff time.Duration // while the database is unavailable
 			for ctx.Err() == nil {
-				got, retry, err := c.claim(ctx, procCtx, c.cfg.ClaimBatch)
-				if err != nil && ctx.Err() == nil {
-					c.log.Warn("claim failed", zap.Error(err))
+				select {
+				case a := <-c.queue:
+					c.process(procCtx, a)
+					continue
+				default:
 				}
-				if retry {
-					c.resume(ctx, procCtx)
+				if c.needResume.CompareAndSwap(true, false) {
+					c.requeueOwned(ctx)
+				}
+				got, err := c.claim(ctx, procCtx, c.cfg.ClaimBatch)
+				switch {
+				case err == nil:
+					c.dbFine()
+					backoff = 0
+				case ctx.Err() != nil:
+				case db.IsUnavailable(err):
+					c.dbTrouble(err)
+					backoff = min(max(2*backoff, 100*time.Millisecond), maxBackoff)
+					select {
+					case <-ctx.Done():
+					case <-time.After(backoff):
+					}
+					continue
+				default:
+					c.log.Warn("claim failed", zap.Error(err))
 				}
 				if got == c.cfg.ClaimBatch && err == nil {
 					// More may be waiting: bring in another worker, go on.
@@ -229,6 +309,8 @@ func (c *Service) work(ctx context.Context, wake chan struct{}) {
 				}
 				select {
 				case <-ctx.Done():
+				case a := <-c.queue:
+					c.process(procCtx, a)
 				case <-wake:
 					// Let a burst of rows arrive, to claim it with one query.
 					select {
@@ -241,29 +323,55 @@ func (c *Service) work(ctx context.Context, wake chan struct{}) {
 		}()
 	}
 	<-ctx.Done()
-	// Stop: finish what is claimed within the grace period.
+	// Stop: finish what is in flight within the grace period.
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
-	c.log.Info("stopping: finishing claimed allocations")
+	c.log.Info("stopping: finishing in-flight allocations", zap.Duration("grace", c.cfg.ShutdownGrace))
 	select {
 	case <-finished:
 	case <-time.After(c.cfg.ShutdownGrace):
-		c.log.Warn("shutdown grace period over; leaving the rest to be resumed or taken over")
+		c.log.Warn("shutdown grace period over; releasing the rest")
 		cancelProc()
 		<-finished
 	}
 }
 
-// resume processes the rows this conductor already owns.
-func (c *Service) resume(ctx, procCtx context.Context) {
+// track marks owned row id as in flight; false means it already is.
+func (c *Service) track(id int64) bool {
+	_, busy := c.inflight.LoadOrStore(id, struct{}{})
+	return !busy
+}
+
+// enqueue hands owned row a to the workers unless it is already in flight.
+// With the queue full it stays owned and a later resume queues it.
+func (c *Service) enqueue(a allocation.Claimed) {
+	if !c.track(a.ID) {
+		return
+	}
+	select {
+	case c.queue <- a:
+	default:
+		c.inflight.Delete(a.ID)
+		c.needResume.Store(true)
+	}
+}
+
+// requeueOwned queues this conductor's allocating rows that are not in
+// flight: rows left by a restart, a database outage or a full queue.
+func (c *Service) requeueOwned(ctx context.Context) {
 	owned, err := c.alloc.Owned(ctx, c.id)
 	if err != nil {
-		c.log.Warn("resuming owned allocations", zap.Error(err))
+		if ctx.Err() == nil {
+			c.log.Warn("listing owned allocations to resume", zap.Error(err))
+			c.needResume.Store(true)
+		}
 		return
 	}
 	for _, a := range owned {
-		c.log.Info("resuming allocation", zap.Stringer("allocation", a.UUID))
-		c.process(procCtx, a)
+		if _, busy := c.inflight.Load(a.ID); !busy {
+			c.log.Info("resuming allocation", zap.Stringer("allocation", a.UUID))
+			c.enqueue(a)
+		}
 	}
 }
 
@@ -271,63 +379,102 @@ func (c *Service) resume(ctx, procCtx context.Context) {
 // transaction; rows that found no free node there are processed here, one by
 // one. If the fast path fails as a whole (say, a constraint race), it falls
 // back to claiming only and reserving row by row. It returns how many rows
-// were claimed, and retry when a row was left owned but unfinished by a
-// database outage.
-func (c *Service) claim(ctx, procCtx context.Context, n int) (got int, retry bool, err error) {
+// were claimed.
+func (c *Service) claim(ctx, procCtx context.Context, n int) (got int, err error) {
 	reserved, rest, err := c.alloc.ClaimReserve(ctx, c.id, n)
 	if errors.Is(err, allocation.ErrClaimedUnread) {
 		// Claimed but not read back: resume them once the database answers.
-		c.log.Warn("claimed allocations could not be read; resuming them", zap.Error(err))
-		return len(reserved), true, nil
+		c.needResume.Store(true)
+		c.log.Warn("claimed allocations could not be read; resuming them later", zap.Error(err))
+		err = nil
 	}
 	if err != nil {
 		if db.IsUnavailable(err) || ctx.Err() != nil {
-			return 0, false, err
+			return 0, err
 		}
 		c.log.Warn("batch reservation failed; claiming for row-by-row reservation", zap.Error(err))
 		if rest, err = c.alloc.Claim(ctx, c.id, n); err != nil {
-			return 0, false, err
+			return 0, err
 		}
 	}
+	c.Metrics.claimed(len(reserved) + len(rest))
 	for _, a := range reserved {
+		c.Metrics.reserved(a.CreatedAt)
 		c.log.Debug("allocation reserved", zap.Stringer("allocation", a.UUID),
 			zap.Duration("since_created", time.Since(a.CreatedAt)))
 	}
 	for _, a := range rest {
-		retry = c.process(procCtx, a) || retry
+		if c.track(a.ID) {
+			c.process(procCtx, a)
+		}
 	}
-	return len(reserved) + len(rest), retry, nil
+	return len(reserved) + len(rest), nil
 }
 
-// process runs one allocation. It reports retry when a database outage left
-// the allocation owned but unfinished, to be resumed.
-func (c *Service) process(ctx context.Context, a allocation.Claimed) (retry bool) {
+// process runs one owned row that track marked in flight, and clears the
+// mark. When a database outage leaves the row owned but unfinished, it asks
+// for a resume.
+func (c *Service) process(ctx context.Context, a allocation.Claimed) {
+	defer c.inflight.Delete(a.ID)
 	out, err := c.alloc.Process(ctx, c.id, a)
 	if err != nil {
 		c.log.Warn("allocation left for a retry", zap.Stringer("allocation", a.UUID), zap.Error(err))
-		select {
-		case <-ctx.Done():
-		case <-time.After(c.cfg.PollInterval):
-		}
-		return true
+		c.needResume.Store(true)
+		return
+	}
+	switch out {
+	case allocation.Reserved:
+		c.Metrics.reserved(a.CreatedAt)
+	case allocation.Failed:
+		c.Metrics.failed()
 	}
 	c.log.Debug("allocation processed", zap.Stringer("allocation", a.UUID), zap.Stringer("outcome", out),
 		zap.Duration("since_created", time.Since(a.CreatedAt)))
-	return false
 }
 
+// heartbeat refreshes the conductor row every HeartbeatInterval. It tracks
+// since when heartbeats succeed without a gap (healthySince), which the
+// takeover task consults.
 func (c *Service) heartbeat(ctx context.Context) {
 	t := time.NewTicker(c.cfg.HeartbeatInterval)
 	defer t.Stop()
+	failing := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := c.q.Heartbeat(ctx, c.id); err != nil && ctx.Err() == nil {
-				c.log.Warn("heartbeat failed", zap.Error(err))
+			if _, err := c.q.Heartbeat(ctx, c.id); err != nil {
+				if ctx.Err() == nil {
+					c.log.Warn("heartbeat failed", zap.Error(err))
+				}
+				failing = true
+				continue
 			}
+			if failing {
+				failing = false
+				c.healthySince.Store(time.Now().UnixNano())
+				c.log.Info("heartbeat written again")
+			}
+			c.Metrics.heartbeat()
 		}
+	}
+}
+
+// dbTrouble records a database error seen by a worker: the first one after
+// a healthy stretch is logged (not every worker's every retry), and the
+// caller backs off.
+func (c *Service) dbTrouble(err error) {
+	if c.dbDown.CompareAndSwap(false, true) {
+		c.log.Warn("database unavailable; backing off and retrying", zap.Error(err))
+	}
+}
+
+// dbFine records a successful database round trip by a worker.
+func (c *Service) dbFine() {
+	if c.dbDown.CompareAndSwap(true, false) {
+		c.log.Info("database reachable again; resuming")
+		c.needResume.Store(true)
 	}
 }
 

@@ -60,6 +60,13 @@ func start(t *testing.T, pool *pgxpool.Pool, cfg Config) (stop func() error) {
 	t.Helper()
 	svc, err := NewService(cfg, pool, zaptest.NewLogger(t))
 	require.NoError(t, err)
+	return runService(t, svc)
+}
+
+// runService runs svc until the test ends (or stop is called) and returns
+// once it is ready.
+func runService(t *testing.T, svc *Service) (stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	svc.OnReady = func() { close(ready) }

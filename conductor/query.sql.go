@@ -7,6 +7,7 @@ package conductor
 
 import (
 	"context"
+	"time"
 )
 
 const conductorByHostname = `-- name: ConductorByHostname :one
@@ -31,6 +32,49 @@ func (q *Queries) ConductorByHostname(ctx context.Context, hostname string) (Rec
 	return i, err
 }
 
+const conductorDoc = `-- name: ConductorDoc :one
+SELECT c.id, c.hostname, c.conductor_group, c.drivers, c.created_at,
+       greatest(c.heartbeat_at, c.updated_at)::timestamptz AS updated_at,
+       (c.online AND c.heartbeat_at > now() - make_interval(secs => $1::float8))::bool AS alive
+  FROM conductors c
+ WHERE c.hostname = $2
+`
+
+type ConductorDocParams struct {
+	AliveSeconds float64
+	Hostname     string
+}
+
+type ConductorDocRow struct {
+	ID             int64
+	Hostname       string
+	ConductorGroup string
+	Drivers        []string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	Alive          bool
+}
+
+// The conductor named @hostname as GET /v1/conductors/{hostname} shows it,
+// online or not (as Ironic's API does). alive: online with a heartbeat
+// younger than @alive_seconds, by the database clock. updated_at: the last
+// time the row was touched (heartbeat, registration, going offline), which is
+// what Ironic's conductor updated_at records.
+func (q *Queries) ConductorDoc(ctx context.Context, arg ConductorDocParams) (ConductorDocRow, error) {
+	row := q.db.QueryRow(ctx, conductorDoc, arg.AliveSeconds, arg.Hostname)
+	var i ConductorDocRow
+	err := row.Scan(
+		&i.ID,
+		&i.Hostname,
+		&i.ConductorGroup,
+		&i.Drivers,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.Alive,
+	)
+	return i, err
+}
+
 const goOffline = `-- name: GoOffline :exec
 UPDATE conductors SET online = false, updated_at = now() WHERE id = $1
 `
@@ -50,6 +94,94 @@ func (q *Queries) Heartbeat(ctx context.Context, id int64) (int64, error) {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const listConductors = `-- name: ListConductors :many
+WITH keyed AS (
+    SELECT c.id, c.hostname, c.conductor_group, c.drivers, c.created_at,
+           greatest(c.heartbeat_at, c.updated_at) AS touched_at,
+           (c.online AND c.heartbeat_at > now() - make_interval(secs => $4::float8)) AS alive,
+           coalesce(CASE $5::text WHEN 'hostname' THEN c.hostname
+                                         WHEN 'conductor_group' THEN c.conductor_group
+                                         WHEN 'version' THEN c.version END, '') AS k_text,
+           coalesce(CASE $5::text WHEN 'created_at' THEN c.created_at
+                                         WHEN 'updated_at' THEN greatest(c.heartbeat_at, c.updated_at) END,
+                    'epoch'::timestamptz) AS k_time,
+           ($5::text = 'online' AND c.online) AS k_bool
+      FROM conductors c
+)
+SELECT k.id, k.hostname, k.conductor_group, k.drivers, k.created_at,
+       k.touched_at::timestamptz AS updated_at, k.alive::bool AS alive
+  FROM keyed k
+  LEFT JOIN keyed m ON m.id = $1::bigint
+ WHERE m.id IS NULL
+    OR (NOT $2::bool AND (k.k_text, k.k_time, k.k_bool, k.id) > (m.k_text, m.k_time, m.k_bool, m.id))
+    OR ($2::bool AND (k.k_text, k.k_time, k.k_bool, k.id) < (m.k_text, m.k_time, m.k_bool, m.id))
+ ORDER BY CASE WHEN NOT $2::bool THEN k.k_text END ASC,
+          CASE WHEN NOT $2::bool THEN k.k_time END ASC,
+          CASE WHEN NOT $2::bool THEN k.k_bool END ASC,
+          CASE WHEN NOT $2::bool THEN k.id END ASC,
+          k.k_text DESC, k.k_time DESC, k.k_bool DESC, k.id DESC
+ LIMIT $3::int
+`
+
+type ListConductorsParams struct {
+	MarkerID     int64
+	Descending   bool
+	MaxRows      int32
+	AliveSeconds float64
+	SortKey      string
+}
+
+type ListConductorsRow struct {
+	ID             int64
+	Hostname       string
+	ConductorGroup string
+	Drivers        []string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	Alive          bool
+}
+
+// One page (@max_rows) of GET /v1/conductors in (@sort_key, id) order,
+// descending when @descending, strictly after the conductor with id
+// @marker_id (0: from the start); columns as ConductorDoc. @sort_key is one
+// of id, hostname, conductor_group, version, online, created_at, updated_at
+// (anything else sorts by id). The sort value goes into one of three typed
+// slots, the unused ones are constant, and no slot is ever NULL, so one row
+// comparison pages through every order without NULL rules.
+func (q *Queries) ListConductors(ctx context.Context, arg ListConductorsParams) ([]ListConductorsRow, error) {
+	rows, err := q.db.Query(ctx, listConductors,
+		arg.MarkerID,
+		arg.Descending,
+		arg.MaxRows,
+		arg.AliveSeconds,
+		arg.SortKey,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListConductorsRow
+	for rows.Next() {
+		var i ListConductorsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Hostname,
+			&i.ConductorGroup,
+			&i.Drivers,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.Alive,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const register = `-- name: Register :one

@@ -43,6 +43,9 @@ type API struct {
 	PublicEndpoint string `mapstructure:"public_endpoint"`
 	// MaxLimit caps list page sizes (default 1000, as Ironic's [api]max_limit).
 	MaxLimit int `mapstructure:"max_limit"`
+	// RequestTimeout bounds a request's database work (default 30s); past it
+	// the request answers 503, so a frozen database cannot hang clients.
+	RequestTimeout time.Duration `mapstructure:"request_timeout"`
 }
 
 // Conductor configures metalloc-conductor (see conductor.Config).
@@ -56,6 +59,12 @@ type Conductor struct {
 	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval"`
 	HeartbeatTimeout  time.Duration `mapstructure:"heartbeat_timeout"`
 	ShutdownGrace     time.Duration `mapstructure:"shutdown_grace"`
+	LockedNodeWait    time.Duration `mapstructure:"locked_node_wait"`
+	// TakeoverSchedule is a robfig/cron spec ("@every 60s") or "off".
+	TakeoverSchedule string `mapstructure:"takeover_schedule"`
+	// MetricsListen is the address:port of the conductor's own Prometheus
+	// /metrics listener (default 127.0.0.1:9464; "off" disables it).
+	MetricsListen string `mapstructure:"metrics_listen"`
 }
 
 // Log configures zap.
@@ -76,6 +85,7 @@ func defaults(v *viper.Viper) {
 	v.SetDefault("api.listen", "127.0.0.1:6385")
 	v.SetDefault("api.public_endpoint", "")
 	v.SetDefault("api.max_limit", 1000)
+	v.SetDefault("api.request_timeout", "30s")
 	v.SetDefault("conductor.hostname", "")
 	v.SetDefault("conductor.group", "")
 	v.SetDefault("conductor.workers", 16)
@@ -85,6 +95,9 @@ func defaults(v *viper.Viper) {
 	v.SetDefault("conductor.heartbeat_interval", "10s")
 	v.SetDefault("conductor.heartbeat_timeout", "60s")
 	v.SetDefault("conductor.shutdown_grace", "30s")
+	v.SetDefault("conductor.locked_node_wait", "2s")
+	v.SetDefault("conductor.takeover_schedule", "@every 60s")
+	v.SetDefault("conductor.metrics_listen", "127.0.0.1:9464")
 	v.SetDefault("log.level", "info")
 	v.SetDefault("log.format", "json")
 	v.SetDefault("log.flush_interval", "0s")

@@ -8,9 +8,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,9 +43,49 @@ type PoolOptions struct {
 	MinConns int32
 	// ApplicationName is reported in pg_stat_activity.
 	ApplicationName string
+	// RuntimeParams are extra PostgreSQL settings for every connection, such
+	// as {"idle_in_transaction_session_timeout": "60000"} (values in the
+	// setting's own unit, as SET takes them).
+	RuntimeParams map[string]string
+	// ConnectTimeout bounds establishing one connection (TCP connect,
+	// TLS, start-up and authentication). Zero means the URL's
+	// connect_timeout if it sets one, else DefaultConnectTimeout. (pgxpool's
+	// own fallback is 2 minutes, far too long for a request to wait on a
+	// database host that drops packets.)
+	ConnectTimeout time.Duration
+	// AcquireTimeout bounds how long one Acquire (every query and
+	// transaction on the pool starts with one) waits for a connection:
+	// queueing behind other callers when the pool is exhausted, opening a
+	// new connection, and the liveness ping of a connection idle for more
+	// than a second. On expiry the query fails with an error wrapping
+	// context.DeadlineExceeded, which IsUnavailable reports (the API
+	// answers 503). A shorter deadline of the caller's own still applies.
+	// Zero means the URL's pool_acquire_timeout (a Go duration such as
+	// "3s", like pgxpool's own pool_* URL parameters) if set, else
+	// DefaultAcquireTimeout; negative means no bound.
+	AcquireTimeout time.Duration
 }
 
+// Defaults for PoolOptions.ConnectTimeout and PoolOptions.AcquireTimeout.
+// With the database down, connecting to its closed port fails at once;
+// these bounds matter when its host is unreachable (a connect hangs) or
+// when every pooled connection is busy.
+const (
+	DefaultConnectTimeout = 5 * time.Second
+	DefaultAcquireTimeout = 5 * time.Second
+)
+
+// acquireTimeoutParam is the URL parameter that sets AcquireTimeout.
+const acquireTimeoutParam = "pool_acquire_timeout"
+
 // Open connects a pgx pool to url (a libpq URL or key=value DSN) and pings it.
+//
+// The pool reconnects by itself: a connection that fails (the server
+// restarted, terminated it or went away) is dropped, and a later Acquire
+// opens a new one. While the server is unreachable, queries fail quickly
+// with errors IsUnavailable reports; no Acquire waits longer than
+// opt.AcquireTimeout, and no connection attempt longer than
+// opt.ConnectTimeout.
 func Open(ctx context.Context, url string, opt PoolOptions) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -57,6 +100,12 @@ func Open(ctx context.Context, url string, opt PoolOptions) (*pgxpool.Pool, erro
 	}
 	if opt.ApplicationName != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = opt.ApplicationName
+	}
+	for k, v := range opt.RuntimeParams {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
+	if err := applyTimeouts(cfg, opt); err != nil {
+		return nil, err
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -201,24 +250,32 @@ func DataException(err error) (string, bool) {
 
 // IsUnavailable reports whether err means the database could not be reached
 // or the connection was lost (as opposed to a query error): the API maps it
-// to 503.
+// to 503. That covers a server that is down, starting up or shutting down
+// (SQLSTATE 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03
+// cannot_connect_now), out of connection slots (53300), connection
+// exceptions (class 08), a failed connection attempt, a connection that
+// broke mid-statement (reset, closed, unexpected EOF, network error), and a
+// deadline that expired, such as PoolOptions.AcquireTimeout.
 func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		// 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now,
-		// class 08: connection exceptions.
 		return strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "57P01" ||
-			pgErr.Code == "57P02" || pgErr.Code == "57P03"
+			pgErr.Code == "57P02" || pgErr.Code == "57P03" || pgErr.Code == "53300"
 	}
 	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) {
+	var netErr net.Error
+	switch {
+	case errors.As(err, &connErr), errors.As(err, &netErr),
+		errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, context.DeadlineExceeded),
+		pgconn.SafeToRetry(err), pgconn.Timeout(err):
 		return true
 	}
-	return pgconn.SafeToRetry(err) || errors.Is(err, context.DeadlineExceeded) ||
-		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "connection refused")
+	return strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "connection refused")
 }
 
 // Vacuum runs VACUUM (ANALYZE) on the named tables (trusted identifiers) of

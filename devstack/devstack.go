@@ -45,7 +45,9 @@ type Process struct {
 	Name    string
 	Cmd     *exec.Cmd
 	LogPath string
-	done    chan error
+	// MetricsURL is a conductor's Prometheus endpoint ("" for the API).
+	MetricsURL string
+	done       chan error
 }
 
 // Stack is a running set of metalloc processes.
@@ -111,12 +113,21 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	return s, nil
 }
 
-// StartConductor starts one more conductor with the given hostname.
+// StartConductor starts one more conductor with the given hostname, its
+// metrics listener on a free loopback port (Process.MetricsURL), and
+// extraEnv (KEY=VALUE) after the stack's Env.
 func (s *Stack) StartConductor(hostname string, extraEnv ...string) (*Process, error) {
-	p, err := s.spawn("metalloc-conductor", hostname, extraEnv, "--conductor.hostname", hostname)
+	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
+	listen := "127.0.0.1:" + strconv.Itoa(port)
+	env := append([]string{"METALLOC_CONDUCTOR_METRICS_LISTEN=" + listen}, extraEnv...)
+	p, err := s.spawn("metalloc-conductor", hostname, env, "--conductor.hostname", hostname)
+	if err != nil {
+		return nil, err
+	}
+	p.MetricsURL = "http://" + listen + "/metrics"
 	s.Conductors = append(s.Conductors, p)
 	return p, nil
 }

@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,6 +57,9 @@ func AccessLog() echo.MiddlewareFunc {
 				zap.Duration("took", time.Since(start)),
 			}
 			switch {
+			case status == http.StatusServiceUnavailable:
+				// The database is down: ClassifyError has logged why.
+				log.Warn("request unavailable", fields...)
 			case status >= 500:
 				log.Error("request failed", fields...)
 			case status >= 400:

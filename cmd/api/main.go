@@ -1,23 +1,32 @@
 // Command metalloc-api serves the Ironic-compatible HTTP API (nodes,
-// allocations) on PostgreSQL. It keeps no state of its own: run as many as
-// you like behind a load balancer. See README.md for the configuration keys.
+// allocations) on PostgreSQL, and Prometheus metrics at GET /metrics on the
+// same listener (HTTP requests, allocations created, the database pool, Go
+// runtime and process). It keeps no state of its own: run as many as you
+// like behind a load balancer. While the database is unreachable, requests
+// that need it get a quick 503 in Ironic's error body. See README.md for
+// the configuration keys.
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
+	"github.com/metalloc/metalloc/conductor"
+	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/web"
 )
@@ -52,8 +61,29 @@ func run(cmd *cobra.Command, _ []string) error {
 	e.HTTPErrorHandler = web.IronicErrorHandler
 	e.JSONSerializer = web.JSONSerializer{}
 	e.Pre(middleware.RemoveTrailingSlash()) // Ironic accepts /v1/nodes/ as /v1/nodes
-	e.Use(web.RequestID(log), web.AccessLog(), middleware.Recover())
-	resources := []string{"nodes", "allocations"}
+
+	// Prometheus metrics at GET /metrics on the API's own listener.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		db.NewPoolCollector(pool, nil))
+	httpMetrics, err := web.HTTPMetrics(reg)
+	if err != nil {
+		return err
+	}
+	created, err := allocation.NewCreatedCounter(reg)
+	if err != nil {
+		return err
+	}
+
+	e.Use(httpMetrics, web.RequestID(log), web.AccessLog(), middleware.Recover())
+	if cfg.API.RequestTimeout > 0 {
+		// The request's context ends after RequestTimeout: a database that
+		// stopped answering gives 503, not a hung client.
+		e.Use(middleware.ContextTimeout(cfg.API.RequestTimeout))
+	}
+	e.GET("/metrics", web.MetricsHandler(reg))
+	resources := []string{"nodes", "conductors", "allocations"}
 	web.RegisterIronicRoot(e, cfg.API.PublicEndpoint, resources)
 	v1 := e.Group("/v1", web.IronicVersion())
 	nodes := node.NewStore(pool)
@@ -61,13 +91,26 @@ func run(cmd *cobra.Command, _ []string) error {
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit,
 	}).Register(v1)
 	allocation.NewHandler(allocation.NewStore(pool), allocation.HandlerOptions{
+		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Created: created,
+	}).Register(v1)
+	conductor.NewHandler(pool, conductor.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit,
+		HeartbeatTimeout: cfg.Conductor.HeartbeatTimeout,
 	}).Register(v1)
 
+	// systemd (Type=notify): READY=1 once the socket is bound, STOPPING=1
+	// at the stop signal, WATCHDOG=1 when the unit asks for it.
+	sd := cli.StartSystemd(ctx, log)
+	defer sd.Close()
+	ln, err := net.Listen("tcp", cfg.API.Listen)
+	if err != nil {
+		return err
+	}
 	srv := &http.Server{Addr: cfg.API.Listen, Handler: e, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("metalloc-api listening", zap.String("listen", cfg.API.Listen))
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("metalloc-api listening", zap.String("listen", ln.Addr().String()))
+	sd.Ready()
 	select {
 	case err := <-errc:
 		return err

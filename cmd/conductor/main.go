@@ -6,11 +6,18 @@ package main
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/spf13/cobra"
 
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor"
+	"github.com/metalloc/metalloc/config"
+	"github.com/metalloc/metalloc/db"
 )
 
 // version is stamped at build time (-ldflags "-X main.version=...").
@@ -27,6 +34,7 @@ func main() {
 	cmd.Flags().String("config", "", "YAML config file (see configs/metalloc.yaml)")
 	cmd.Flags().String("conductor.hostname", "", "unique conductor name (default: the host name)")
 	cmd.Flags().Int("conductor.workers", 0, "allocations processed at once (default 16)")
+	cmd.Flags().String("conductor.metrics_listen", "", "address:port of the Prometheus /metrics listener, or off (default 127.0.0.1:9464)")
 	cmd.Flags().String("database.url", "", "PostgreSQL URL (default $DATABASE_URL)")
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "metalloc-conductor:", err)
@@ -34,8 +42,22 @@ func main() {
 	}
 }
 
+// conductorSessions makes PostgreSQL end a conductor session that sits in
+// a transaction for longer than the heartbeat timeout (a stalled or paused
+// process), so that the row locks it holds are gone by the time peers take
+// its allocations over.
+func conductorSessions(cfg config.Config, opts *db.PoolOptions) {
+	timeout := cfg.Conductor.HeartbeatTimeout
+	if timeout <= 0 {
+		timeout = 60 * time.Second
+	}
+	opts.RuntimeParams = map[string]string{
+		"idle_in_transaction_session_timeout": strconv.FormatInt(timeout.Milliseconds(), 10),
+	}
+}
+
 func run(cmd *cobra.Command, _ []string) error {
-	env, err := cli.StartService(cmd, "metalloc-conductor")
+	env, err := cli.StartService(cmd, "metalloc-conductor", conductorSessions)
 	if err != nil {
 		return err
 	}
@@ -44,10 +66,25 @@ func run(cmd *cobra.Command, _ []string) error {
 	svc, err := conductor.NewService(conductor.Config{
 		Hostname: c.Hostname, Group: c.Group, Workers: c.Workers, ClaimBatch: c.ClaimBatch,
 		PollInterval: c.PollInterval, ClaimDelay: c.ClaimDelay, HeartbeatInterval: c.HeartbeatInterval,
-		HeartbeatTimeout: c.HeartbeatTimeout, ShutdownGrace: c.ShutdownGrace, Version: version,
+		HeartbeatTimeout: c.HeartbeatTimeout, ShutdownGrace: c.ShutdownGrace,
+		LockedNodeWait: c.LockedNodeWait, TakeoverSchedule: c.TakeoverSchedule, Version: version,
 	}, env.Pool, env.Log)
 	if err != nil {
 		return err
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		db.NewPoolCollector(env.Pool, nil))
+	svc.Metrics = conductor.NewMetrics(reg)
+	stopMetrics, err := cli.ServeMetrics(c.MetricsListen, reg, env.Log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	// systemd (Type=notify): READY=1 once registered and listening,
+	// STOPPING=1 at the stop signal, WATCHDOG=1 when the unit asks for it.
+	sd := cli.StartSystemd(env.Ctx, env.Log)
+	defer sd.Close()
+	svc.OnReady = sd.Ready
 	return svc.Run(env.Ctx)
 }

@@ -163,7 +163,8 @@ func (c *Cluster) CreateDatabase(ctx context.Context, name string) error {
 
 // Stop shuts the server down with `pg_ctl stop -m fast` (open connections are
 // terminated) if Start started it; it is a no-op for a cluster Start found
-// already running, and for a cluster already stopped.
+// already running, and for a cluster already stopped. The data directory
+// is kept: StartAgain starts the server again on it, on the same port.
 func (c *Cluster) Stop(ctx context.Context) error {
 	if !c.started {
 		return nil
@@ -175,6 +176,38 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	c.removeTmpSock()
 	c.log.Info("stopped PostgreSQL", zap.String("dir", c.dataDir))
 	return nil
+}
+
+// StartAgain starts the server again after Stop, on the same data directory
+// and port (so URLs handed out before stay valid), and waits until it
+// accepts connections; Stop then stops it again. It does nothing if a server
+// already runs on the data directory. Tests use Stop and StartAgain to take
+// the database away from running clients and give it back. If the server
+// fails to start (say, another process took the port meanwhile), the error
+// includes the tail of DataDir/postgres.log.
+func (c *Cluster) StartAgain(ctx context.Context) error {
+	if _, running := c.running(ctx); running {
+		return nil
+	}
+	if err := c.start(ctx); err != nil {
+		c.removeTmpSock()
+		return err
+	}
+	return nil
+}
+
+// Restart stops the server (as Stop does: open connections are terminated
+// with SQLSTATE 57P01 admin_shutdown) and starts it again on the same data
+// directory and port (StartAgain). Like Stop, it is for a cluster Start
+// started: on a reused cluster it returns an error and changes nothing.
+func (c *Cluster) Restart(ctx context.Context) error {
+	if !c.started {
+		return errors.New("embedded postgres: Restart: this cluster was not started by Start")
+	}
+	if err := c.Stop(ctx); err != nil {
+		return err
+	}
+	return c.StartAgain(ctx)
 }
 
 // dropPrivileges picks the unprivileged user to run the server as, checks it

@@ -53,3 +53,46 @@ func TestStartReuseStop(t *testing.T) {
 	_, running := c.running(ctx)
 	require.False(t, running)
 }
+
+// TestStopStartAgain stops a cluster, checks it refuses connections while
+// keeping its data, and starts it again on the same port.
+func TestStopStartAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL server")
+	}
+	if _, ok := findBinaries(); !ok {
+		t.Skip("PostgreSQL server binaries not installed")
+	}
+	ctx := t.Context()
+	dir, err := os.MkdirTemp(os.TempDir(), "metalloc-pg-test-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+
+	c, err := Start(ctx, Options{DataDir: dir})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	require.NoError(t, c.CreateDatabase(ctx, "kept"))
+	port := c.Port()
+
+	require.NoError(t, c.Stop(ctx))
+	require.NoError(t, c.Stop(ctx)) // already stopped: no-op
+	_, err = pgx.Connect(ctx, c.URL("kept"))
+	require.Error(t, err, "a stopped cluster must refuse connections")
+
+	require.NoError(t, c.StartAgain(ctx))
+	require.NoError(t, c.StartAgain(ctx)) // already running: no-op
+	require.Equal(t, port, c.Port())
+	conn, err := pgx.Connect(ctx, c.URL("kept"))
+	require.NoError(t, err, "the database created before Stop must still exist")
+	require.NoError(t, conn.Close(ctx))
+
+	require.NoError(t, c.Restart(ctx))
+	conn, err = pgx.Connect(ctx, c.URL("kept"))
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+
+	reused, err := Start(ctx, Options{DataDir: dir})
+	require.NoError(t, err)
+	require.Error(t, reused.Restart(ctx), "Restart of a cluster Start did not start")
+	require.NoError(t, c.Stop(ctx))
+}

@@ -40,9 +40,11 @@ type Service struct {
 }
 
 // StartService loads the configuration (--config file, environment, flags),
-// builds the logger, installs SIGINT/SIGTERM handling, opens the database
-// pool as application name and refuses an unmigrated or newer schema.
-func StartService(cmd *cobra.Command, name string) (*Service, error) {
+// builds the logger, installs SIGINT/SIGTERM handling (the first signal ends
+// Ctx, a second one exits at once with 128+signal), opens the database pool
+// as application name (pool, when given, adjusts its options from the
+// configuration) and refuses an unmigrated or newer schema.
+func StartService(cmd *cobra.Command, name string, pool ...func(config.Config, *db.PoolOptions)) (*Service, error) {
 	path, _ := cmd.Flags().GetString("config")
 	cfg, err := config.Load(path, ChangedFlags(cmd))
 	if err != nil {
@@ -55,18 +57,49 @@ func StartService(cmd *cobra.Command, name string) (*Service, error) {
 	if err := cfg.RequireDatabase(); err != nil {
 		return nil, err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	pool, err := db.Open(ctx, cfg.Database.URL, db.PoolOptions{MaxConns: cfg.Database.MaxConns, ApplicationName: name})
+	ctx, stop := stopOnSignal(log)
+	opts := db.PoolOptions{MaxConns: cfg.Database.MaxConns, ApplicationName: name}
+	for _, f := range pool {
+		f(cfg, &opts)
+	}
+	p, err := db.Open(ctx, cfg.Database.URL, opts)
 	if err != nil {
 		stop()
 		return nil, err
 	}
-	if err := db.CheckSchema(ctx, pool); err != nil {
-		pool.Close()
+	if err := db.CheckSchema(ctx, p); err != nil {
+		p.Close()
 		stop()
 		return nil, err
 	}
-	return &Service{Config: cfg, Log: log.With(zap.String("service", name)), Pool: pool, Ctx: ctx, stop: stop}, nil
+	return &Service{Config: cfg, Log: log.With(zap.String("service", name)), Pool: p, Ctx: ctx, stop: stop}, nil
+}
+
+// stopOnSignal returns a context that ends at the first SIGINT or SIGTERM;
+// a second signal logs and exits the process at once with 128+signal.
+func stopOnSignal(log *zap.Logger) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigc := make(chan os.Signal, 2)
+	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		var sig os.Signal
+		select {
+		case sig = <-sigc:
+		case <-ctx.Done():
+			return
+		}
+		log.Info("stop signal received: finishing; send another to exit at once", zap.Stringer("signal", sig))
+		cancel()
+		sig = <-sigc
+		log.Warn("second stop signal: exiting at once", zap.Stringer("signal", sig))
+		_ = log.Sync()
+		code := 1
+		if s, ok := sig.(syscall.Signal); ok {
+			code = 128 + int(s)
+		}
+		os.Exit(code)
+	}()
+	return ctx, func() { signal.Stop(sigc); cancel() }
 }
 
 // Close releases the pool, the signal handler and flushes the log.

@@ -1,0 +1,19 @@
+package allocation
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// NewCreatedCounter registers on reg and returns the counter
+// metalloc_allocations_created_total: allocations POST /v1/allocations
+// created (answered 201), including backfilled ones (Ironic 1.58), which are
+// created active. Set it as HandlerOptions.Created. It returns reg's error if
+// the counter is already registered there.
+func NewCreatedCounter(reg prometheus.Registerer) (prometheus.Counter, error) {
+	c := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "metalloc_allocations_created_total",
+		Help: "Allocations created through POST /v1/allocations (answered 201).",
+	})
+	if err := reg.Register(c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}

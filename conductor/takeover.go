@@ -1,0 +1,100 @@
+package conductor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	"go.uber.org/zap"
+)
+
+// TakeoverOff is the TakeoverSchedule value that disables takeover: a dead
+// conductor's allocating rows then wait for it to come back.
+const TakeoverOff = "off"
+
+// parseSchedule parses a takeover schedule: a robfig/cron spec ("@every
+// 60s", "*/2 * * * *") or TakeoverOff (nil schedule).
+func parseSchedule(spec string) (cron.Schedule, error) {
+	if strings.EqualFold(strings.TrimSpace(spec), TakeoverOff) {
+		return nil, nil
+	}
+	s, err := cron.ParseStandard(spec)
+	if err != nil {
+		return nil, fmt.Errorf("conductor.takeover_schedule %q: %w (use a cron spec such as @every 60s, or %q)",
+			spec, err, TakeoverOff)
+	}
+	return s, nil
+}
+
+// startTakeover starts the periodic takeover task on robfig/cron, unless the
+// schedule is off. Runs never overlap (a slow one makes the next wait). The
+// returned scheduler is stopped by Run.
+func (c *Service) startTakeover(ctx context.Context) *cron.Cron {
+	sched, _ := parseSchedule(c.cfg.TakeoverSchedule) // validated by NewService
+	if sched == nil {
+		c.log.Info("takeover of dead conductors is off")
+		return nil
+	}
+	logger := cronLogger{c.log.Sugar()}
+	cr := cron.New(cron.WithLogger(logger), cron.WithChain(cron.Recover(logger), cron.SkipIfStillRunning(logger)))
+	cr.Schedule(sched, cron.FuncJob(func() { c.takeover(ctx) }))
+	cr.Start()
+	return cr
+}
+
+// takeover takes over the allocating rows of every dead conductor (offline,
+// or heartbeat older than HeartbeatTimeout) with one compare-and-set update
+// per row, and queues the rows won for the workers. Later writes to those
+// rows are guarded by conductor_affinity = this conductor, so a conductor
+// that was only slow cannot overwrite them when it wakes up. Node row locks a
+// dead conductor held die with its database session (PostgreSQL ends it when
+// the process or host dies; a stalled transaction is ended by
+// idle_in_transaction_session_timeout, see cmd/conductor), and the takeover
+// never waits on one (SKIP LOCKED).
+func (c *Service) takeover(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	// After this conductor could not reach the database (or at start-up),
+	// its peers likely could not either: give them two heartbeat intervals
+	// to write theirs before judging them dead.
+	if time.Since(time.Unix(0, c.healthySince.Load())) < 2*c.cfg.HeartbeatInterval {
+		c.log.Debug("takeover skipped: heartbeats only just resumed")
+		return
+	}
+	dead, err := c.alloc.DeadOwners(ctx, c.id, c.cfg.HeartbeatTimeout)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("takeover: listing dead conductors", zap.Error(err))
+		}
+		return
+	}
+	for _, d := range dead {
+		won, lost, err := c.alloc.TakeOver(ctx, c.id, d, c.cfg.HeartbeatTimeout, queueSize)
+		for _, a := range won {
+			c.Metrics.tookOver()
+			c.log.Info("took over allocation from dead conductor", zap.Stringer("allocation", a.UUID),
+				zap.String("from", d.Hostname), zap.Bool("from_online", d.Online),
+				zap.Duration("heartbeat_age", time.Since(d.HeartbeatAt)))
+			c.enqueue(a)
+		}
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("takeover interrupted", zap.String("from", d.Hostname), zap.Error(err))
+		}
+		if len(won)+lost > 0 {
+			c.log.Info("takeover of dead conductor", zap.String("from", d.Hostname),
+				zap.Int("taken", len(won)), zap.Int("lost_to_others", lost))
+		}
+	}
+}
+
+// cronLogger adapts zap to robfig/cron's Logger.
+type cronLogger struct{ s *zap.SugaredLogger }
+
+func (l cronLogger) Info(msg string, kv ...any) { l.s.Debugw("cron: "+msg, kv...) }
+
+func (l cronLogger) Error(err error, msg string, kv ...any) {
+	l.s.Errorw("cron: "+msg, append(kv, "error", err)...)
+}

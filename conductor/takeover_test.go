@@ -1,0 +1,165 @@
+package conductor
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/metalloc/metalloc/allocation"
+	"github.com/metalloc/metalloc/db/dbtest"
+)
+
+// deadConductor inserts a conductor row whose heartbeat is an hour old and n
+// allocating rows it owns, and returns its id.
+func deadConductor(t *testing.T, pool *pgxpool.Pool, hostname string, n int, rc string) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`INSERT INTO conductors (hostname, online, heartbeat_at) VALUES ($1, true, now() - interval '1 hour') RETURNING id`,
+		hostname).Scan(&id))
+	for range n {
+		_, err := pool.Exec(context.Background(),
+			`INSERT INTO allocations (uuid, resource_class, conductor_affinity) VALUES ($1, $2, $3)`, uuid.New(), rc, id)
+		require.NoError(t, err)
+	}
+	return id
+}
+
+var fastHA = Config{
+	PollInterval: time.Hour, HeartbeatInterval: 200 * time.Millisecond, HeartbeatTimeout: time.Second,
+	TakeoverSchedule: "@every 1s",
+}
+
+// Three live conductors race to take over a dead one's rows: every row is
+// taken exactly once (the takeover counters add up to the row count) and
+// reserved.
+func TestTakeoverOfDeadConductorRacesSafely(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	addNodes(t, pool, 40, "gold")
+	dead := deadConductor(t, pool, "dead", 30, "gold")
+	var metrics []*Metrics
+	for i := range 3 {
+		cfg := fastHA
+		cfg.Hostname = fmt.Sprintf("live%d", i)
+		m := NewMetrics(prometheus.NewRegistry())
+		metrics = append(metrics, m)
+		svc, err := NewService(cfg, pool, zaptest.NewLogger(t))
+		require.NoError(t, err)
+		svc.Metrics = m
+		runService(t, svc)
+	}
+	waitFor(t, 20*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active'`) == 30
+	})
+	require.Zero(t, count(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity = $1`, dead))
+	var taken float64
+	for _, m := range metrics {
+		taken += testutil.ToFloat64(m.takeovers)
+	}
+	require.Equal(t, 30.0, taken)
+	require.Equal(t, 30, count(t, pool, `SELECT count(DISTINCT node_id) FROM allocations WHERE state = 'active'`))
+}
+
+// With takeover off, a dead conductor's rows wait for it.
+func TestTakeoverOff(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	addNodes(t, pool, 5, "gold")
+	dead := deadConductor(t, pool, "dead", 3, "gold")
+	cfg := fastHA
+	cfg.Hostname, cfg.TakeoverSchedule = "live", "off"
+	start(t, pool, cfg)
+	time.Sleep(2500 * time.Millisecond)
+	require.Equal(t, 3, count(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity = $1 AND state = 'allocating'`, dead))
+}
+
+func TestInvalidTakeoverSchedule(t *testing.T) {
+	_, err := NewService(Config{Hostname: "x", TakeoverSchedule: "every minute"}, nil, zaptest.NewLogger(t))
+	require.ErrorContains(t, err, "conductor.takeover_schedule")
+}
+
+// A conductor that was only slow cannot overwrite the new owner's work: its
+// late reservation attempt and its late failure are both rejected by the
+// conductor_affinity guard.
+func TestLateWritesOfASlowConductorAreRejected(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	addNodes(t, pool, 2, "gold")
+	log := zaptest.NewLogger(t)
+	alloc := allocation.NewAllocator(pool, log)
+	slow := deadConductor(t, pool, "slow", 0, "gold")
+	var live int64
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`INSERT INTO conductors (hostname) VALUES ('live') RETURNING id`).Scan(&live))
+	addAllocations(t, pool, 2, "gold")
+	claimed, err := alloc.Claim(context.Background(), slow, 2)
+	require.NoError(t, err)
+	require.Len(t, claimed, 2)
+
+	owners, err := alloc.DeadOwners(context.Background(), live, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, owners, 1)
+	won, lost, err := alloc.TakeOver(context.Background(), live, owners[0], time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, won, 2)
+	require.Zero(t, lost)
+	// A second takeover of the same rows finds nothing left to win.
+	won2, _, err := alloc.TakeOver(context.Background(), live, owners[0], time.Minute, 10)
+	require.NoError(t, err)
+	require.Empty(t, won2)
+
+	// The slow conductor wakes up and goes on with its rows: both writes
+	// are rejected.
+	out, err := alloc.Process(context.Background(), slow, claimed[0])
+	require.NoError(t, err)
+	require.Equal(t, allocation.Lost, out)
+	require.Zero(t, count(t, pool, `SELECT count(*) FROM nodes WHERE allocation_id IS NOT NULL`))
+	_, err = pool.Exec(context.Background(), `UPDATE nodes SET maintenance = true`)
+	require.NoError(t, err)
+	out, err = alloc.Process(context.Background(), slow, claimed[1]) // no node fits: tries to fail the row
+	require.NoError(t, err)
+	require.Equal(t, allocation.Lost, out)
+	require.Equal(t, 2, count(t, pool,
+		`SELECT count(*) FROM allocations WHERE state = 'allocating' AND conductor_affinity = $1`, live))
+}
+
+// A clean stop hands rows it could not finish back to the pool of unowned
+// rows, and goes offline, so a peer picks them up at once.
+func TestStopReleasesUnfinishedRows(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	addNodes(t, pool, 3, "gold")
+	// Hold every node locked: the conductor claims the rows but keeps
+	// retrying the reservation.
+	tx, err := pool.Begin(context.Background())
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background()) //nolint:errcheck
+	_, err = tx.Exec(context.Background(), `SELECT id FROM nodes FOR UPDATE`)
+	require.NoError(t, err)
+
+	cfg := Config{Hostname: "stopping", PollInterval: time.Hour, ShutdownGrace: 50 * time.Millisecond}
+	stop := start(t, pool, cfg)
+	addAllocations(t, pool, 3, "gold")
+	waitFor(t, 10*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity IS NOT NULL`) == 3
+	})
+	require.NoError(t, stop())
+	require.Equal(t, 3, count(t, pool,
+		`SELECT count(*) FROM allocations WHERE state = 'allocating' AND conductor_affinity IS NULL`))
+	require.Equal(t, 0, count(t, pool, `SELECT count(*) FROM conductors WHERE online`))
+
+	require.NoError(t, tx.Rollback(context.Background()))
+	start(t, pool, Config{Hostname: "peer", PollInterval: time.Hour})
+	waitFor(t, 10*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active'`) == 3
+	})
+}
