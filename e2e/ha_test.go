@@ -390,3 +390,46 @@ func TestPausedConductorLosesItsRowsAndCannotOverwrite(t *testing.T) {
 		return queryInt(t, pool, `SELECT count(*) FROM conductors WHERE hostname = $1 AND online AND heartbeat_at > now() - interval '2 seconds'`, owner) == 1
 	})
 }
+
+// SIGTERM starts a clean stop; a second SIGTERM ends the conductor at once
+// (status 128+15), and its unfinished row is then taken over like a dead
+// conductor's.
+func TestSecondSignalExitsAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process HA test")
+	}
+	stack, client, pool := haStack(t, 1)
+	slow, err := stack.StartConductor("slow-stop", "METALLOC_CONDUCTOR_SHUTDOWN_GRACE=60s")
+	require.NoError(t, err)
+	addAvailableNodes(t, pool, 4, "blocked")
+	release := lockNodes(t, pool, "blocked")
+	ctx := context.Background()
+	eventually(t, 10*time.Second, "slow-stop registered", func() bool {
+		return queryInt(t, pool, `SELECT count(*) FROM conductors WHERE hostname = 'slow-stop' AND online`) == 1
+	})
+	slowID := conductorID(t, pool, "slow-stop")
+	// Post until slow-stop owns one of the rows.
+	for i := 0; queryInt(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity = $1`, slowID) == 0; i++ {
+		require.Less(t, i, 40, "slow-stop never claimed a row")
+		_, err := allocations.Create(ctx, client, allocations.CreateOpts{ResourceClass: "blocked"}).Extract()
+		require.NoError(t, err)
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // into its reservation loop
+	require.NoError(t, slow.Signal(syscall.SIGTERM))
+	time.Sleep(500 * time.Millisecond)
+	require.False(t, slow.Exited(), "the first SIGTERM waits for in-flight work (grace 60s)")
+	sentAt := time.Now()
+	require.NoError(t, slow.Signal(syscall.SIGTERM))
+	err = slow.Wait(5 * time.Second)
+	t.Logf("second SIGTERM: exited after %s: %v", time.Since(sentAt).Round(time.Millisecond), err)
+	require.Error(t, err)
+	require.Equal(t, 128+15, slow.Cmd.ProcessState.ExitCode())
+
+	release()
+	eventually(t, haHeartbeatTimeout+haTakeoverPeriod+10*time.Second, "its row taken over and finished", func() bool {
+		return queryInt(t, pool, `SELECT count(*) FROM allocations WHERE state = 'allocating'`) == 0
+	})
+	require.Zero(t, queryInt(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity = $1`, slowID))
+	checkInvariants(t, pool)
+}
