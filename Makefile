@@ -8,7 +8,7 @@ NODES   ?= ../shared/data/dc1-nodes.yaml
 
 .PHONY: build run test generate lint bench
 
-CMDS := $(notdir $(wildcard cmd/api cmd/conductor cmd/manage))
+CMDS := $(notdir $(wildcard cmd/api cmd/conductor cmd/manage cmd/placement))
 
 build:
 	@for c in $(CMDS); do echo "go build metalloc-$$c"; \

@@ -24,6 +24,7 @@ type Config struct {
 	Database  Database  `mapstructure:"database"`
 	API       API       `mapstructure:"api"`
 	Conductor Conductor `mapstructure:"conductor"`
+	Placement Placement `mapstructure:"placement"`
 	Log       Log       `mapstructure:"log"`
 }
 
@@ -46,6 +47,13 @@ type API struct {
 	// RequestTimeout bounds a request's database work (default 30s); past it
 	// the request answers 503, so a frozen database cannot hang clients.
 	RequestTimeout time.Duration `mapstructure:"request_timeout"`
+}
+
+// Placement configures metalloc-placement.
+type Placement struct {
+	// Listen is the address:port to serve on (default 127.0.0.1:8778,
+	// Placement's usual port).
+	Listen string `mapstructure:"listen"`
 }
 
 // Conductor configures metalloc-conductor (see conductor.Config).
@@ -86,6 +94,7 @@ func defaults(v *viper.Viper) {
 	v.SetDefault("api.public_endpoint", "")
 	v.SetDefault("api.max_limit", 1000)
 	v.SetDefault("api.request_timeout", "30s")
+	v.SetDefault("placement.listen", "127.0.0.1:8778")
 	v.SetDefault("conductor.hostname", "")
 	v.SetDefault("conductor.group", "")
 	v.SetDefault("conductor.workers", 16)

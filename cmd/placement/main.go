@@ -1,0 +1,82 @@
+// Command metalloc-placement serves the OpenStack Placement API (1.0-1.39)
+// on PostgreSQL, on its own port. It keeps no state of its own: run as many
+// as you like behind a load balancer. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/cmd/internal/cli"
+	"github.com/metalloc/metalloc/placement"
+	"github.com/metalloc/metalloc/web"
+)
+
+func main() {
+	cmd := &cobra.Command{
+		Use:           "metalloc-placement",
+		Short:         "OpenStack Placement-compatible API",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE:          run,
+	}
+	cmd.Flags().String("config", "", "YAML config file (see configs/metalloc.yaml)")
+	cmd.Flags().String("placement.listen", "", "address:port to serve on (default 127.0.0.1:8778)")
+	cmd.Flags().String("database.url", "", "PostgreSQL URL (default $DATABASE_URL)")
+	if err := cmd.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "metalloc-placement:", err)
+		os.Exit(1)
+	}
+}
+
+func run(cmd *cobra.Command, _ []string) error {
+	svc, err := cli.StartService(cmd, "metalloc-placement")
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+	cfg, log, pool, ctx := svc.Config, svc.Log, svc.Pool, svc.Ctx
+	if err := placement.Prepare(ctx, pool); err != nil {
+		return err
+	}
+
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = web.PlacementErrorHandler
+	e.JSONSerializer = web.JSONSerializer{}
+	e.Use(web.RequestID(log), web.AccessLog(), middleware.Recover())
+	if cfg.API.RequestTimeout > 0 {
+		e.Use(middleware.ContextTimeout(cfg.API.RequestTimeout))
+	}
+	placement.NewHandler(pool, placement.Options{}).Register(e)
+
+	ln, err := net.Listen("tcp", cfg.Placement.Listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("metalloc-placement listening", zap.String("listen", ln.Addr().String()))
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,22 @@
+package placement
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Prepare readies the placement schema for serving at start-up (idempotent,
+// safe with several processes starting at once): the standard traits are
+// synced in (see traits.go). It is a no-op until traits exist.
+func Prepare(ctx context.Context, pool *pgxpool.Pool) error {
+	for _, f := range prepareSteps {
+		if err := f(ctx, pool); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepareSteps are added by the resource files' init functions.
+var prepareSteps []func(context.Context, *pgxpool.Pool) error

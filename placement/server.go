@@ -1,0 +1,55 @@
+package placement
+
+import (
+	"net/http"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+
+	"github.com/metalloc/metalloc/web"
+)
+
+// Options configures the Placement API handlers.
+type Options struct{}
+
+// Handler serves the Placement API on a database pool.
+type Handler struct {
+	pool *pgxpool.Pool
+	q    *Queries
+	opts Options
+}
+
+// NewHandler returns the Placement API handlers on pool.
+func NewHandler(pool *pgxpool.Pool, opts Options) *Handler {
+	return &Handler{pool: pool, q: New(pool), opts: opts}
+}
+
+// Register installs the version document at "/" (no authentication, as
+// Placement) and every API route, behind microversion negotiation and
+// noauth2-style authentication (see Auth).
+func (h *Handler) Register(e *echo.Echo) {
+	e.GET("/", h.root, web.PlacementVersion())
+	api := e.Group("", web.PlacementVersion(), Auth())
+	h.registerRoutes(api)
+}
+
+// root serves the version document; from 1.15 with cache-control and
+// last-modified, as Placement.
+func (h *Handler) root(c echo.Context) error {
+	if web.PlacementRequestVersion(c).AtLeast(1, 15) {
+		setCacheHeaders(c, nil)
+	}
+	return c.JSON(http.StatusOK, web.PlacementVersionDoc())
+}
+
+// registerRoutes adds the resource routes; each resource's file adds its own
+// (see providers.go, inventories.go, allocations.go ...).
+func (h *Handler) registerRoutes(g *echo.Group) {
+	for _, add := range routeSets {
+		add(h, g)
+	}
+}
+
+// routeSets are the route registrations of each resource file, added from
+// their init functions so that the files stay independent.
+var routeSets []func(h *Handler, g *echo.Group)

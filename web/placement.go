@@ -1,0 +1,179 @@
+package web
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+)
+
+// Placement microversion negotiation (OpenStack Placement 8.0,
+// placement/microversion.py behaviour): the request header
+// "OpenStack-API-Version: placement 1.N" (or "latest"; other services'
+// entries in the same header are ignored), default 1.0; every response
+// carries the version served and Vary on the header.
+const (
+	PlacementVersionHeader = "OpenStack-API-Version"
+	placementService       = "placement"
+)
+
+// Supported Placement microversions: 1.0 to 1.39 (Placement 8.0).
+var (
+	PlacementMinVersion = Version{1, 0}
+	PlacementMaxVersion = Version{1, 39}
+)
+
+// Placement error codes (the "code" member of an error, microversion 1.23+),
+// as Placement 8.0 names them.
+const (
+	PlacementCodeDefault              = "placement.undefined_code"
+	PlacementCodeInventoryInUse       = "placement.inventory.inuse"
+	PlacementCodeConcurrentUpdate     = "placement.concurrent_update"
+	PlacementCodeDuplicateName        = "placement.duplicate_name"
+	PlacementCodeProviderInUse        = "placement.resource_provider.inuse"
+	PlacementCodeCannotDeleteParent   = "placement.resource_provider.cannot_delete_parent"
+	PlacementCodeProviderNotFound     = "placement.resource_provider.not_found"
+	PlacementCodeDuplicateQueryParam  = "placement.query.duplicate_key"
+	PlacementCodeQueryParamBadValue   = "placement.query.bad_value"
+	PlacementCodeQueryParamMissingVal = "placement.query.missing_value"
+)
+
+// PlacementError is an error answered in Placement's format:
+// {"errors": [{"status", "title", "detail", "code" (1.23+), "request_id"}]}.
+// Detail is the whole human-readable text; Code defaults to
+// PlacementCodeDefault.
+type PlacementError struct {
+	Status int
+	Code   string
+	Detail string
+}
+
+func (e *PlacementError) Error() string { return fmt.Sprintf("%d: %s", e.Status, e.Detail) }
+
+// PlacementErr returns a PlacementError with the given status, code ("" for
+// the default code) and formatted detail.
+func PlacementErr(status int, code, format string, args ...any) *PlacementError {
+	return &PlacementError{Status: status, Code: code, Detail: fmt.Sprintf(format, args...)}
+}
+
+type placementVersionKey struct{}
+
+// PlacementVersion is echo middleware that negotiates the Placement
+// microversion. A malformed header gets 400 and a version outside
+// PlacementMinVersion..PlacementMaxVersion gets 406 (with min_version and
+// max_version in the error), as Placement answers.
+func PlacementVersion() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			h := c.Response().Header()
+			h.Add("Vary", PlacementVersionHeader)
+			v := PlacementMinVersion
+			if raw, ok := placementHeaderValue(c.Request().Header.Values(PlacementVersionHeader)); ok {
+				parsed, ok := ParseVersion(strings.TrimSpace(raw), PlacementMaxVersion)
+				if !ok {
+					h.Set(PlacementVersionHeader, placementService+" "+PlacementMinVersion.String())
+					return PlacementErr(http.StatusBadRequest, "", "invalid version string: %s", raw)
+				}
+				if parsed.Less(PlacementMinVersion) || PlacementMaxVersion.Less(parsed) {
+					h.Set(PlacementVersionHeader, placementService+" "+PlacementMinVersion.String())
+					return &placementVersionError{PlacementErr(http.StatusNotAcceptable, "",
+						"Unacceptable version header: %s", parsed)}
+				}
+				v = parsed
+			}
+			h.Set(PlacementVersionHeader, placementService+" "+v.String())
+			c.Set("placement.version", v)
+			return next(c)
+		}
+	}
+}
+
+// placementVersionError marks a 406 from negotiation: its body also gives
+// min_version and max_version.
+type placementVersionError struct{ *PlacementError }
+
+func (e *placementVersionError) Unwrap() error { return e.PlacementError }
+
+// placementHeaderValue finds "placement X.Y" among the header's
+// comma-separated "service version" entries.
+func placementHeaderValue(values []string) (string, bool) {
+	for _, v := range values {
+		for _, part := range strings.Split(v, ",") {
+			fields := strings.Fields(part)
+			if len(fields) == 2 && strings.EqualFold(fields[0], placementService) {
+				return fields[1], true
+			}
+		}
+	}
+	return "", false
+}
+
+// PlacementRequestVersion is the microversion PlacementVersion negotiated
+// for the request (1.0 outside it).
+func PlacementRequestVersion(c echo.Context) Version {
+	if v, ok := c.Get("placement.version").(Version); ok {
+		return v
+	}
+	return PlacementMinVersion
+}
+
+// PlacementErrorHandler is an echo.HTTPErrorHandler writing Placement's error
+// body. *PlacementError keeps its status, code and detail; echo errors (404
+// route not found, 405) and database errors are classified as ClassifyError
+// does (503 while the database is unavailable, 500 without internals).
+func PlacementErrorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var pe *PlacementError
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &pe):
+	case errors.As(err, &he):
+		pe = &PlacementError{Status: he.Code, Detail: fmt.Sprint(he.Message)}
+		if he.Code == http.StatusNotFound {
+			pe.Detail = "The resource could not be found."
+		}
+	default:
+		status, msg := ClassifyError(err, Logger(c))
+		pe = &PlacementError{Status: status, Detail: msg}
+	}
+	body := map[string]any{
+		"status": pe.Status,
+		"title":  http.StatusText(pe.Status),
+		"detail": pe.Detail,
+	}
+	if id := RequestIDFrom(c.Request().Context()); id != "" {
+		body["request_id"] = id
+	}
+	if PlacementRequestVersion(c).AtLeast(1, 23) {
+		code := pe.Code
+		if code == "" {
+			code = PlacementCodeDefault
+		}
+		body["code"] = code
+	}
+	var ve *placementVersionError
+	if errors.As(err, &ve) {
+		body["min_version"] = PlacementMinVersion.String()
+		body["max_version"] = PlacementMaxVersion.String()
+	}
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(pe.Status)
+		return
+	}
+	_ = c.JSON(pe.Status, map[string]any{"errors": []any{body}})
+}
+
+// PlacementVersionDoc is the version document Placement serves at "/".
+func PlacementVersionDoc() map[string]any {
+	return map[string]any{"versions": []any{map[string]any{
+		"id":          "v" + PlacementMinVersion.String(),
+		"min_version": PlacementMinVersion.String(),
+		"max_version": PlacementMaxVersion.String(),
+		"status":      "CURRENT",
+		"links":       []any{map[string]string{"rel": "self", "href": ""}},
+	}}}
+}
