@@ -31,6 +31,10 @@ type Options struct {
 	Conductors int
 	// APIListen is the API's address:port (default 127.0.0.1 on a free port).
 	APIListen string
+	// Placement also starts metalloc-placement, on PlacementListen (default
+	// 127.0.0.1 on a free port).
+	Placement       bool
+	PlacementListen string
 	// LogDir receives one log file per process (default: a temp dir).
 	LogDir string
 	// Env is extra environment (KEY=VALUE) for every process, e.g.
@@ -56,7 +60,10 @@ type Stack struct {
 	APIURL     string
 	API        *Process
 	Conductors []*Process
-	opts       Options
+	// PlacementURL and Placement are set when Options.Placement was.
+	PlacementURL string
+	Placement    *Process
+	opts         Options
 }
 
 // Start launches the API and the conductors and waits until the API answers.
@@ -98,15 +105,37 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		return nil, err
 	}
 	s.API = api
+	if opts.Placement {
+		if opts.PlacementListen == "" {
+			port, err := freePort()
+			if err != nil {
+				s.Stop(context.WithoutCancel(ctx))
+				return nil, err
+			}
+			opts.PlacementListen = "127.0.0.1:" + strconv.Itoa(port)
+		}
+		p, err := s.spawn("metalloc-placement", "placement", "--placement.listen", opts.PlacementListen)
+		if err != nil {
+			s.Stop(context.WithoutCancel(ctx))
+			return nil, err
+		}
+		s.Placement, s.PlacementURL = p, "http://"+opts.PlacementListen
+	}
 	for i := range opts.Conductors {
 		if _, err := s.StartConductor(fmt.Sprintf("conductor-%d", i+1)); err != nil {
 			s.Stop(context.WithoutCancel(ctx))
 			return nil, err
 		}
 	}
-	if err := s.waitAPI(ctx); err != nil {
+	if err := waitHTTP(ctx, s.API, s.APIURL); err != nil {
 		s.Stop(context.WithoutCancel(ctx))
 		return nil, err
+	}
+	if s.Placement != nil {
+		if err := waitHTTP(ctx, s.Placement, s.PlacementURL); err != nil {
+			s.Stop(context.WithoutCancel(ctx))
+			return nil, err
+		}
 	}
 	opts.Log.Info("metalloc stack up", zap.String("api", s.APIURL), zap.Int("conductors", opts.Conductors),
 		zap.String("logs", opts.LogDir))
@@ -190,8 +219,10 @@ func (p *Process) Wait(d time.Duration) error {
 // Stop sends SIGTERM to every process, waits up to 30s each, then kills.
 func (s *Stack) Stop(ctx context.Context) {
 	all := append([]*Process{}, s.Conductors...)
-	if s.API != nil {
-		all = append(all, s.API)
+	for _, p := range []*Process{s.API, s.Placement} {
+		if p != nil {
+			all = append(all, p)
+		}
 	}
 	for _, p := range all {
 		_ = p.Signal(syscall.SIGTERM)
@@ -204,13 +235,14 @@ func (s *Stack) Stop(ctx context.Context) {
 	}
 }
 
-func (s *Stack) waitAPI(ctx context.Context) error {
+// waitHTTP waits until p answers HTTP at url (or exits).
+func waitHTTP(ctx context.Context, p *Process, url string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if s.API.Exited() {
-			return fmt.Errorf("metalloc-api exited; see %s", s.API.LogPath)
+		if p.Exited() {
+			return fmt.Errorf("%s exited; see %s", p.Name, p.LogPath)
 		}
-		resp, err := http.Get(s.APIURL + "/")
+		resp, err := http.Get(url + "/")
 		if err == nil {
 			resp.Body.Close()
 			return nil
@@ -221,7 +253,7 @@ func (s *Stack) waitAPI(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("metalloc-api did not answer on %s; see %s", s.APIURL, s.API.LogPath)
+	return fmt.Errorf("%s did not answer on %s; see %s", p.Name, url, p.LogPath)
 }
 
 func freePort() (int, error) {

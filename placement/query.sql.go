@@ -7,9 +7,686 @@ package placement
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 )
+
+const bumpProviderGenerations = `-- name: BumpProviderGenerations :exec
+UPDATE placement.resource_providers SET generation = generation + 1, updated_at = now()
+ WHERE id = ANY($1::bigint[])
+`
+
+func (q *Queries) BumpProviderGenerations(ctx context.Context, ids []int64) error {
+	_, err := q.db.Exec(ctx, bumpProviderGenerations, ids)
+	return err
+}
+
+const claimInventories = `-- name: ClaimInventories :many
+SELECT i.resource_provider_id, i.resource_class_id, rc.name AS resource_class,
+       i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio,
+       COALESCE((SELECT sum(a.used) FROM placement.allocations a
+                  WHERE a.resource_provider_id = i.resource_provider_id
+                    AND a.resource_class_id = i.resource_class_id), 0)::bigint AS used
+  FROM placement.inventories i
+  JOIN placement.resource_classes rc ON rc.id = i.resource_class_id
+ WHERE i.resource_provider_id = ANY($1::bigint[]) AND rc.name = ANY($2::text[])
+`
+
+type ClaimInventoriesParams struct {
+	ProviderIds []int64
+	ClassNames  []string
+}
+
+type ClaimInventoriesRow struct {
+	ResourceProviderID int64
+	ResourceClassID    int32
+	ResourceClass      string
+	Total              int32
+	Reserved           int32
+	MinUnit            int32
+	MaxUnit            int32
+	StepSize           int32
+	AllocationRatio    float64
+	Used               int64
+}
+
+func (q *Queries) ClaimInventories(ctx context.Context, arg ClaimInventoriesParams) ([]ClaimInventoriesRow, error) {
+	rows, err := q.db.Query(ctx, claimInventories, arg.ProviderIds, arg.ClassNames)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimInventoriesRow
+	for rows.Next() {
+		var i ClaimInventoriesRow
+		if err := rows.Scan(
+			&i.ResourceProviderID,
+			&i.ResourceClassID,
+			&i.ResourceClass,
+			&i.Total,
+			&i.Reserved,
+			&i.MinUnit,
+			&i.MaxUnit,
+			&i.StepSize,
+			&i.AllocationRatio,
+			&i.Used,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const classesInUse = `-- name: ClassesInUse :many
+SELECT DISTINCT rc.name
+  FROM placement.allocations a
+  JOIN placement.resource_classes rc ON rc.id = a.resource_class_id
+ WHERE a.resource_provider_id = $1 AND a.resource_class_id = ANY($2::int[])
+ ORDER BY rc.name
+`
+
+type ClassesInUseParams struct {
+	ProviderID int64
+	ClassIds   []int32
+}
+
+func (q *Queries) ClassesInUse(ctx context.Context, arg ClassesInUseParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, classesInUse, arg.ProviderID, arg.ClassIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		items = append(items, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const consumerAllocationProviders = `-- name: ConsumerAllocationProviders :many
+SELECT DISTINCT resource_provider_id FROM placement.allocations WHERE consumer_id = $1
+`
+
+func (q *Queries) ConsumerAllocationProviders(ctx context.Context, consumerID int64) ([]int64, error) {
+	rows, err := q.db.Query(ctx, consumerAllocationProviders, consumerID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var resource_provider_id int64
+		if err := rows.Scan(&resource_provider_id); err != nil {
+			return nil, err
+		}
+		items = append(items, resource_provider_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const consumerAllocations = `-- name: ConsumerAllocations :many
+SELECT a.used, a.created_at, a.updated_at, rc.name AS resource_class,
+       rp.uuid AS provider_uuid, rp.generation AS provider_generation,
+       c.project_id, c.user_id, c.consumer_type, c.generation AS consumer_generation
+  FROM placement.consumers c
+  JOIN placement.allocations a ON a.consumer_id = c.id
+  JOIN placement.resource_providers rp ON rp.id = a.resource_provider_id
+  JOIN placement.resource_classes rc ON rc.id = a.resource_class_id
+ WHERE c.uuid = $1
+ ORDER BY rp.uuid, rc.name
+`
+
+type ConsumerAllocationsRow struct {
+	Used               int64
+	CreatedAt          time.Time
+	UpdatedAt          *time.Time
+	ResourceClass      string
+	ProviderUuid       uuid.UUID
+	ProviderGeneration int32
+	ProjectID          string
+	UserID             string
+	ConsumerType       *string
+	ConsumerGeneration int32
+}
+
+func (q *Queries) ConsumerAllocations(ctx context.Context, argUuid uuid.UUID) ([]ConsumerAllocationsRow, error) {
+	rows, err := q.db.Query(ctx, consumerAllocations, argUuid)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ConsumerAllocationsRow
+	for rows.Next() {
+		var i ConsumerAllocationsRow
+		if err := rows.Scan(
+			&i.Used,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ResourceClass,
+			&i.ProviderUuid,
+			&i.ProviderGeneration,
+			&i.ProjectID,
+			&i.UserID,
+			&i.ConsumerType,
+			&i.ConsumerGeneration,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const deleteConsumer = `-- name: DeleteConsumer :exec
+DELETE FROM placement.consumers WHERE id = $1
+`
+
+func (q *Queries) DeleteConsumer(ctx context.Context, id int64) error {
+	_, err := q.db.Exec(ctx, deleteConsumer, id)
+	return err
+}
+
+const deleteConsumerAllocations = `-- name: DeleteConsumerAllocations :exec
+DELETE FROM placement.allocations WHERE consumer_id = ANY($1::bigint[])
+`
+
+func (q *Queries) DeleteConsumerAllocations(ctx context.Context, consumerIds []int64) error {
+	_, err := q.db.Exec(ctx, deleteConsumerAllocations, consumerIds)
+	return err
+}
+
+const deleteInventories = `-- name: DeleteInventories :execrows
+DELETE FROM placement.inventories
+ WHERE resource_provider_id = $1 AND resource_class_id = ANY($2::int[])
+`
+
+type DeleteInventoriesParams struct {
+	ProviderID int64
+	ClassIds   []int32
+}
+
+func (q *Queries) DeleteInventories(ctx context.Context, arg DeleteInventoriesParams) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteInventories, arg.ProviderID, arg.ClassIds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const insertAllocationsBump = `-- name: InsertAllocationsBump :exec
+WITH ins AS (
+    INSERT INTO placement.allocations (resource_provider_id, consumer_id, resource_class_id, used)
+    SELECT unnest($2::bigint[]), unnest($3::bigint[]),
+           unnest($4::int[]), unnest($5::bigint[])
+)
+UPDATE placement.resource_providers SET generation = generation + 1, updated_at = now()
+ WHERE id = ANY($1::bigint[])
+`
+
+type InsertAllocationsBumpParams struct {
+	BumpIds     []int64
+	ProviderIds []int64
+	ConsumerIds []int64
+	ClassIds    []int32
+	Used        []int64
+}
+
+func (q *Queries) InsertAllocationsBump(ctx context.Context, arg InsertAllocationsBumpParams) error {
+	_, err := q.db.Exec(ctx, insertAllocationsBump,
+		arg.BumpIds,
+		arg.ProviderIds,
+		arg.ConsumerIds,
+		arg.ClassIds,
+		arg.Used,
+	)
+	return err
+}
+
+const insertConsumer = `-- name: InsertConsumer :one
+INSERT INTO placement.consumers (uuid, project_id, user_id, consumer_type, generation)
+VALUES ($1, $2, $3, $4, 1)
+ON CONFLICT (uuid) DO NOTHING
+RETURNING id, uuid, project_id, user_id, consumer_type, generation, created_at, updated_at
+`
+
+type InsertConsumerParams struct {
+	Uuid         uuid.UUID
+	ProjectID    string
+	UserID       string
+	ConsumerType *string
+}
+
+// A consumer is created by its first allocation write, which leaves it at
+// generation 1 (Placement creates it at 0 and increments it).
+func (q *Queries) InsertConsumer(ctx context.Context, arg InsertConsumerParams) (PlacementConsumer, error) {
+	row := q.db.QueryRow(ctx, insertConsumer,
+		arg.Uuid,
+		arg.ProjectID,
+		arg.UserID,
+		arg.ConsumerType,
+	)
+	var i PlacementConsumer
+	err := row.Scan(
+		&i.ID,
+		&i.Uuid,
+		&i.ProjectID,
+		&i.UserID,
+		&i.ConsumerType,
+		&i.Generation,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const insertInventory = `-- name: InsertInventory :exec
+INSERT INTO placement.inventories
+       (resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, step_size, allocation_ratio)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+`
+
+type InsertInventoryParams struct {
+	ProviderID      int64
+	ClassID         int32
+	Total           int32
+	Reserved        int32
+	MinUnit         int32
+	MaxUnit         int32
+	StepSize        int32
+	AllocationRatio float64
+}
+
+func (q *Queries) InsertInventory(ctx context.Context, arg InsertInventoryParams) error {
+	_, err := q.db.Exec(ctx, insertInventory,
+		arg.ProviderID,
+		arg.ClassID,
+		arg.Total,
+		arg.Reserved,
+		arg.MinUnit,
+		arg.MaxUnit,
+		arg.StepSize,
+		arg.AllocationRatio,
+	)
+	return err
+}
+
+const invResourceClassesByName = `-- name: InvResourceClassesByName :many
+
+SELECT id, name FROM placement.resource_classes WHERE name = ANY($1::text[])
+`
+
+type InvResourceClassesByNameRow struct {
+	ID   int32
+	Name string
+}
+
+// inventories, allocations, usages
+func (q *Queries) InvResourceClassesByName(ctx context.Context, names []string) ([]InvResourceClassesByNameRow, error) {
+	rows, err := q.db.Query(ctx, invResourceClassesByName, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []InvResourceClassesByNameRow
+	for rows.Next() {
+		var i InvResourceClassesByNameRow
+		if err := rows.Scan(&i.ID, &i.Name); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lockClaimProviders = `-- name: LockClaimProviders :many
+SELECT id, uuid, generation FROM placement.resource_providers
+ WHERE id = ANY(ARRAY(
+        SELECT p.id FROM placement.resource_providers p WHERE p.uuid = ANY($1::uuid[])
+        UNION
+        SELECT a.resource_provider_id FROM placement.allocations a
+         WHERE a.consumer_id = ANY($2::bigint[])))
+ ORDER BY id FOR UPDATE
+`
+
+type LockClaimProvidersParams struct {
+	Uuids       []uuid.UUID
+	ConsumerIds []int64
+}
+
+type LockClaimProvidersRow struct {
+	ID         int64
+	Uuid       uuid.UUID
+	Generation int32
+}
+
+// Locks, in id order, the providers named by uuid and those the consumers
+// currently allocate from.
+func (q *Queries) LockClaimProviders(ctx context.Context, arg LockClaimProvidersParams) ([]LockClaimProvidersRow, error) {
+	rows, err := q.db.Query(ctx, lockClaimProviders, arg.Uuids, arg.ConsumerIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LockClaimProvidersRow
+	for rows.Next() {
+		var i LockClaimProvidersRow
+		if err := rows.Scan(&i.ID, &i.Uuid, &i.Generation); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lockConsumer = `-- name: LockConsumer :one
+SELECT id, uuid, project_id, user_id, consumer_type, generation, created_at, updated_at FROM placement.consumers WHERE uuid = $1 FOR UPDATE
+`
+
+func (q *Queries) LockConsumer(ctx context.Context, argUuid uuid.UUID) (PlacementConsumer, error) {
+	row := q.db.QueryRow(ctx, lockConsumer, argUuid)
+	var i PlacementConsumer
+	err := row.Scan(
+		&i.ID,
+		&i.Uuid,
+		&i.ProjectID,
+		&i.UserID,
+		&i.ConsumerType,
+		&i.Generation,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const lockProviders = `-- name: LockProviders :many
+SELECT id, uuid, generation FROM placement.resource_providers
+ WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE
+`
+
+type LockProvidersRow struct {
+	ID         int64
+	Uuid       uuid.UUID
+	Generation int32
+}
+
+func (q *Queries) LockProviders(ctx context.Context, ids []int64) ([]LockProvidersRow, error) {
+	rows, err := q.db.Query(ctx, lockProviders, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LockProvidersRow
+	for rows.Next() {
+		var i LockProvidersRow
+		if err := rows.Scan(&i.ID, &i.Uuid, &i.Generation); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const projectConsumerCounts = `-- name: ProjectConsumerCounts :many
+SELECT c.consumer_type, count(DISTINCT c.id)::bigint AS consumers
+  FROM placement.consumers c
+ WHERE c.project_id = $1
+   AND ($2::text IS NULL OR c.user_id = $2)
+   AND EXISTS (SELECT 1 FROM placement.allocations a WHERE a.consumer_id = c.id)
+ GROUP BY c.consumer_type
+`
+
+type ProjectConsumerCountsParams struct {
+	ProjectID string
+	UserID    *string
+}
+
+type ProjectConsumerCountsRow struct {
+	ConsumerType *string
+	Consumers    int64
+}
+
+func (q *Queries) ProjectConsumerCounts(ctx context.Context, arg ProjectConsumerCountsParams) ([]ProjectConsumerCountsRow, error) {
+	rows, err := q.db.Query(ctx, projectConsumerCounts, arg.ProjectID, arg.UserID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ProjectConsumerCountsRow
+	for rows.Next() {
+		var i ProjectConsumerCountsRow
+		if err := rows.Scan(&i.ConsumerType, &i.Consumers); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const projectUsages = `-- name: ProjectUsages :many
+SELECT rc.name AS resource_class, sum(a.used)::bigint AS usage
+  FROM placement.allocations a
+  JOIN placement.consumers c ON c.id = a.consumer_id
+  JOIN placement.resource_classes rc ON rc.id = a.resource_class_id
+ WHERE c.project_id = $1
+   AND ($2::text IS NULL OR c.user_id = $2)
+ GROUP BY rc.name
+ ORDER BY rc.name
+`
+
+type ProjectUsagesParams struct {
+	ProjectID string
+	UserID    *string
+}
+
+type ProjectUsagesRow struct {
+	ResourceClass string
+	Usage         int64
+}
+
+func (q *Queries) ProjectUsages(ctx context.Context, arg ProjectUsagesParams) ([]ProjectUsagesRow, error) {
+	rows, err := q.db.Query(ctx, projectUsages, arg.ProjectID, arg.UserID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ProjectUsagesRow
+	for rows.Next() {
+		var i ProjectUsagesRow
+		if err := rows.Scan(&i.ResourceClass, &i.Usage); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const projectUsagesByType = `-- name: ProjectUsagesByType :many
+SELECT c.consumer_type, rc.name AS resource_class, sum(a.used)::bigint AS usage
+  FROM placement.allocations a
+  JOIN placement.consumers c ON c.id = a.consumer_id
+  JOIN placement.resource_classes rc ON rc.id = a.resource_class_id
+ WHERE c.project_id = $1
+   AND ($2::text IS NULL OR c.user_id = $2)
+ GROUP BY c.consumer_type, rc.name
+ ORDER BY c.consumer_type, rc.name
+`
+
+type ProjectUsagesByTypeParams struct {
+	ProjectID string
+	UserID    *string
+}
+
+type ProjectUsagesByTypeRow struct {
+	ConsumerType  *string
+	ResourceClass string
+	Usage         int64
+}
+
+func (q *Queries) ProjectUsagesByType(ctx context.Context, arg ProjectUsagesByTypeParams) ([]ProjectUsagesByTypeRow, error) {
+	rows, err := q.db.Query(ctx, projectUsagesByType, arg.ProjectID, arg.UserID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ProjectUsagesByTypeRow
+	for rows.Next() {
+		var i ProjectUsagesByTypeRow
+		if err := rows.Scan(&i.ConsumerType, &i.ResourceClass, &i.Usage); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const providerAggregateUUIDs = `-- name: ProviderAggregateUUIDs :many
+SELECT aggregate_uuid FROM placement.resource_provider_aggregates
+ WHERE resource_provider_id = $1 ORDER BY aggregate_uuid
+`
+
+func (q *Queries) ProviderAggregateUUIDs(ctx context.Context, id int64) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, providerAggregateUUIDs, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var aggregate_uuid uuid.UUID
+		if err := rows.Scan(&aggregate_uuid); err != nil {
+			return nil, err
+		}
+		items = append(items, aggregate_uuid)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const providerAggregatesAdd = `-- name: ProviderAggregatesAdd :exec
+INSERT INTO placement.resource_provider_aggregates (resource_provider_id, aggregate_uuid)
+SELECT $1::bigint, unnest($2::uuid[]) ON CONFLICT DO NOTHING
+`
+
+type ProviderAggregatesAddParams struct {
+	ID             int64
+	AggregateUuids []uuid.UUID
+}
+
+func (q *Queries) ProviderAggregatesAdd(ctx context.Context, arg ProviderAggregatesAddParams) error {
+	_, err := q.db.Exec(ctx, providerAggregatesAdd, arg.ID, arg.AggregateUuids)
+	return err
+}
+
+const providerAggregatesClear = `-- name: ProviderAggregatesClear :exec
+DELETE FROM placement.resource_provider_aggregates WHERE resource_provider_id = $1
+`
+
+func (q *Queries) ProviderAggregatesClear(ctx context.Context, id int64) error {
+	_, err := q.db.Exec(ctx, providerAggregatesClear, id)
+	return err
+}
+
+const providerAllocations = `-- name: ProviderAllocations :many
+SELECT a.used, a.created_at, a.updated_at, rc.name AS resource_class,
+       c.uuid AS consumer_uuid, c.generation AS consumer_generation
+  FROM placement.allocations a
+  JOIN placement.consumers c ON c.id = a.consumer_id
+  JOIN placement.resource_classes rc ON rc.id = a.resource_class_id
+ WHERE a.resource_provider_id = $1
+ ORDER BY c.uuid, rc.name
+`
+
+type ProviderAllocationsRow struct {
+	Used               int64
+	CreatedAt          time.Time
+	UpdatedAt          *time.Time
+	ResourceClass      string
+	ConsumerUuid       uuid.UUID
+	ConsumerGeneration int32
+}
+
+func (q *Queries) ProviderAllocations(ctx context.Context, providerID int64) ([]ProviderAllocationsRow, error) {
+	rows, err := q.db.Query(ctx, providerAllocations, providerID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ProviderAllocationsRow
+	for rows.Next() {
+		var i ProviderAllocationsRow
+		if err := rows.Scan(
+			&i.Used,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ResourceClass,
+			&i.ConsumerUuid,
+			&i.ConsumerGeneration,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const providerBumpGeneration = `-- name: ProviderBumpGeneration :execrows
+UPDATE placement.resource_providers SET generation = generation + 1, updated_at = now()
+ WHERE id = $1 AND generation = $2
+`
+
+type ProviderBumpGenerationParams struct {
+	ID         int64
+	Generation int32
+}
+
+func (q *Queries) ProviderBumpGeneration(ctx context.Context, arg ProviderBumpGenerationParams) (int64, error) {
+	result, err := q.db.Exec(ctx, providerBumpGeneration, arg.ID, arg.Generation)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
 
 const providerByUUID = `-- name: ProviderByUUID :one
 
@@ -33,6 +710,473 @@ func (q *Queries) ProviderByUUID(ctx context.Context, argUuid uuid.UUID) (Placem
 		&i.UpdatedAt,
 	)
 	return i, err
+}
+
+const providerClassUsage = `-- name: ProviderClassUsage :one
+SELECT COALESCE(sum(used), 0)::bigint AS used
+  FROM placement.allocations
+ WHERE resource_provider_id = $1 AND resource_class_id = $2
+`
+
+type ProviderClassUsageParams struct {
+	ProviderID int64
+	ClassID    int32
+}
+
+func (q *Queries) ProviderClassUsage(ctx context.Context, arg ProviderClassUsageParams) (int64, error) {
+	row := q.db.QueryRow(ctx, providerClassUsage, arg.ProviderID, arg.ClassID)
+	var used int64
+	err := row.Scan(&used)
+	return used, err
+}
+
+const providerDelete = `-- name: ProviderDelete :execrows
+DELETE FROM placement.resource_providers WHERE id = $1
+`
+
+func (q *Queries) ProviderDelete(ctx context.Context, id int64) (int64, error) {
+	result, err := q.db.Exec(ctx, providerDelete, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const providerGet = `-- name: ProviderGet :one
+
+SELECT rp.id, rp.uuid, rp.name, rp.generation, rp.parent_provider_id, rp.root_provider_id,
+       parent.uuid AS parent_provider_uuid, root.uuid AS root_provider_uuid,
+       rp.created_at, rp.updated_at
+  FROM placement.resource_providers rp
+  LEFT JOIN placement.resource_providers parent ON parent.id = rp.parent_provider_id
+  LEFT JOIN placement.resource_providers root ON root.id = rp.root_provider_id
+ WHERE rp.uuid = $1
+`
+
+type ProviderGetRow struct {
+	ID                 int64
+	Uuid               uuid.UUID
+	Name               string
+	Generation         int32
+	ParentProviderID   *int64
+	RootProviderID     *int64
+	ParentProviderUuid *uuid.UUID
+	RootProviderUuid   *uuid.UUID
+	CreatedAt          time.Time
+	UpdatedAt          *time.Time
+}
+
+// providers, classes, traits, aggregates
+// (providers.go, classes.go, traits.go, aggregates.go)
+func (q *Queries) ProviderGet(ctx context.Context, argUuid uuid.UUID) (ProviderGetRow, error) {
+	row := q.db.QueryRow(ctx, providerGet, argUuid)
+	var i ProviderGetRow
+	err := row.Scan(
+		&i.ID,
+		&i.Uuid,
+		&i.Name,
+		&i.Generation,
+		&i.ParentProviderID,
+		&i.RootProviderID,
+		&i.ParentProviderUuid,
+		&i.RootProviderUuid,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const providerHasAllocations = `-- name: ProviderHasAllocations :one
+SELECT EXISTS (SELECT 1 FROM placement.allocations WHERE resource_provider_id = $1)
+`
+
+func (q *Queries) ProviderHasAllocations(ctx context.Context, id int64) (bool, error) {
+	row := q.db.QueryRow(ctx, providerHasAllocations, id)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
+const providerHasChildren = `-- name: ProviderHasChildren :one
+SELECT EXISTS (SELECT 1 FROM placement.resource_providers WHERE parent_provider_id = $1::bigint)
+`
+
+func (q *Queries) ProviderHasChildren(ctx context.Context, id int64) (bool, error) {
+	row := q.db.QueryRow(ctx, providerHasChildren, id)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
+const providerInsert = `-- name: ProviderInsert :one
+INSERT INTO placement.resource_providers (uuid, name, parent_provider_id, root_provider_id)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT DO NOTHING
+RETURNING id
+`
+
+type ProviderInsertParams struct {
+	Uuid             uuid.UUID
+	Name             string
+	ParentProviderID *int64
+	RootProviderID   *int64
+}
+
+func (q *Queries) ProviderInsert(ctx context.Context, arg ProviderInsertParams) (int64, error) {
+	row := q.db.QueryRow(ctx, providerInsert,
+		arg.Uuid,
+		arg.Name,
+		arg.ParentProviderID,
+		arg.RootProviderID,
+	)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
+const providerInventories = `-- name: ProviderInventories :many
+SELECT rc.name AS resource_class, i.resource_provider_id, i.resource_class_id, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio, i.created_at, i.updated_at
+  FROM placement.inventories i
+  JOIN placement.resource_classes rc ON rc.id = i.resource_class_id
+ WHERE i.resource_provider_id = $1
+ ORDER BY rc.name
+`
+
+type ProviderInventoriesRow struct {
+	ResourceClass      string
+	ResourceProviderID int64
+	ResourceClassID    int32
+	Total              int32
+	Reserved           int32
+	MinUnit            int32
+	MaxUnit            int32
+	StepSize           int32
+	AllocationRatio    float64
+	CreatedAt          time.Time
+	UpdatedAt          *time.Time
+}
+
+func (q *Queries) ProviderInventories(ctx context.Context, providerID int64) ([]ProviderInventoriesRow, error) {
+	rows, err := q.db.Query(ctx, providerInventories, providerID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ProviderInventoriesRow
+	for rows.Next() {
+		var i ProviderInventoriesRow
+		if err := rows.Scan(
+			&i.ResourceClass,
+			&i.ResourceProviderID,
+			&i.ResourceClassID,
+			&i.Total,
+			&i.Reserved,
+			&i.MinUnit,
+			&i.MaxUnit,
+			&i.StepSize,
+			&i.AllocationRatio,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const providerLockForUpdate = `-- name: ProviderLockForUpdate :one
+SELECT generation FROM placement.resource_providers WHERE id = $1 FOR UPDATE
+`
+
+func (q *Queries) ProviderLockForUpdate(ctx context.Context, id int64) (int32, error) {
+	row := q.db.QueryRow(ctx, providerLockForUpdate, id)
+	var generation int32
+	err := row.Scan(&generation)
+	return generation, err
+}
+
+const providerNameTaken = `-- name: ProviderNameTaken :one
+SELECT EXISTS (SELECT 1 FROM placement.resource_providers WHERE name = $1 AND id <> $2)
+`
+
+type ProviderNameTakenParams struct {
+	Name string
+	ID   int64
+}
+
+func (q *Queries) ProviderNameTaken(ctx context.Context, arg ProviderNameTakenParams) (bool, error) {
+	row := q.db.QueryRow(ctx, providerNameTaken, arg.Name, arg.ID)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
+const providerSetOwnRoot = `-- name: ProviderSetOwnRoot :exec
+UPDATE placement.resource_providers SET root_provider_id = id WHERE id = $1
+`
+
+func (q *Queries) ProviderSetOwnRoot(ctx context.Context, id int64) error {
+	_, err := q.db.Exec(ctx, providerSetOwnRoot, id)
+	return err
+}
+
+const providerSetRootFor = `-- name: ProviderSetRootFor :exec
+UPDATE placement.resource_providers SET root_provider_id = $1
+ WHERE id = ANY($2::bigint[])
+`
+
+type ProviderSetRootForParams struct {
+	RootProviderID *int64
+	Ids            []int64
+}
+
+func (q *Queries) ProviderSetRootFor(ctx context.Context, arg ProviderSetRootForParams) error {
+	_, err := q.db.Exec(ctx, providerSetRootFor, arg.RootProviderID, arg.Ids)
+	return err
+}
+
+const providerSubtreeIDs = `-- name: ProviderSubtreeIDs :many
+WITH RECURSIVE sub(id) AS (
+    SELECT $1::bigint
+    UNION ALL
+    SELECT c.id FROM placement.resource_providers c JOIN sub ON c.parent_provider_id = sub.id
+)
+SELECT id FROM sub
+`
+
+func (q *Queries) ProviderSubtreeIDs(ctx context.Context, id int64) ([]int64, error) {
+	rows, err := q.db.Query(ctx, providerSubtreeIDs, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const providerTraitNames = `-- name: ProviderTraitNames :many
+SELECT t.name FROM placement.resource_provider_traits rpt
+  JOIN placement.traits t ON t.id = rpt.trait_id
+ WHERE rpt.resource_provider_id = $1 ORDER BY t.name
+`
+
+func (q *Queries) ProviderTraitNames(ctx context.Context, id int64) ([]string, error) {
+	rows, err := q.db.Query(ctx, providerTraitNames, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		items = append(items, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const providerTraitsAdd = `-- name: ProviderTraitsAdd :exec
+INSERT INTO placement.resource_provider_traits (resource_provider_id, trait_id)
+SELECT $1::bigint, unnest($2::bigint[]) ON CONFLICT DO NOTHING
+`
+
+type ProviderTraitsAddParams struct {
+	ID       int64
+	TraitIds []int64
+}
+
+func (q *Queries) ProviderTraitsAdd(ctx context.Context, arg ProviderTraitsAddParams) error {
+	_, err := q.db.Exec(ctx, providerTraitsAdd, arg.ID, arg.TraitIds)
+	return err
+}
+
+const providerTraitsClear = `-- name: ProviderTraitsClear :exec
+DELETE FROM placement.resource_provider_traits WHERE resource_provider_id = $1
+`
+
+func (q *Queries) ProviderTraitsClear(ctx context.Context, id int64) error {
+	_, err := q.db.Exec(ctx, providerTraitsClear, id)
+	return err
+}
+
+const providerUUIDTaken = `-- name: ProviderUUIDTaken :one
+SELECT EXISTS (SELECT 1 FROM placement.resource_providers WHERE uuid = $1)
+`
+
+func (q *Queries) ProviderUUIDTaken(ctx context.Context, argUuid uuid.UUID) (bool, error) {
+	row := q.db.QueryRow(ctx, providerUUIDTaken, argUuid)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
+const providerUpdate = `-- name: ProviderUpdate :execrows
+UPDATE placement.resource_providers
+   SET name = $1, parent_provider_id = $2,
+       root_provider_id = $3, updated_at = now()
+ WHERE id = $4
+`
+
+type ProviderUpdateParams struct {
+	Name             string
+	ParentProviderID *int64
+	RootProviderID   *int64
+	ID               int64
+}
+
+func (q *Queries) ProviderUpdate(ctx context.Context, arg ProviderUpdateParams) (int64, error) {
+	result, err := q.db.Exec(ctx, providerUpdate,
+		arg.Name,
+		arg.ParentProviderID,
+		arg.RootProviderID,
+		arg.ID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const providerUsages = `-- name: ProviderUsages :many
+SELECT rc.name AS resource_class,
+       COALESCE((SELECT sum(a.used) FROM placement.allocations a
+                  WHERE a.resource_provider_id = i.resource_provider_id
+                    AND a.resource_class_id = i.resource_class_id), 0)::bigint AS usage
+  FROM placement.inventories i
+  JOIN placement.resource_classes rc ON rc.id = i.resource_class_id
+ WHERE i.resource_provider_id = $1
+ ORDER BY rc.name
+`
+
+type ProviderUsagesRow struct {
+	ResourceClass string
+	Usage         int64
+}
+
+func (q *Queries) ProviderUsages(ctx context.Context, providerID int64) ([]ProviderUsagesRow, error) {
+	rows, err := q.db.Query(ctx, providerUsages, providerID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ProviderUsagesRow
+	for rows.Next() {
+		var i ProviderUsagesRow
+		if err := rows.Scan(&i.ResourceClass, &i.Usage); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const resourceClassByName = `-- name: ResourceClassByName :one
+SELECT id, name, created_at, updated_at FROM placement.resource_classes WHERE name = $1
+`
+
+func (q *Queries) ResourceClassByName(ctx context.Context, name string) (PlacementResourceClass, error) {
+	row := q.db.QueryRow(ctx, resourceClassByName, name)
+	var i PlacementResourceClass
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const resourceClassDelete = `-- name: ResourceClassDelete :execrows
+DELETE FROM placement.resource_classes WHERE id = $1
+`
+
+func (q *Queries) ResourceClassDelete(ctx context.Context, id int32) (int64, error) {
+	result, err := q.db.Exec(ctx, resourceClassDelete, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const resourceClassInUse = `-- name: ResourceClassInUse :one
+SELECT EXISTS (SELECT 1 FROM placement.inventories WHERE resource_class_id = $1)
+`
+
+func (q *Queries) ResourceClassInUse(ctx context.Context, id int32) (bool, error) {
+	row := q.db.QueryRow(ctx, resourceClassInUse, id)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
+const resourceClassInsert = `-- name: ResourceClassInsert :one
+INSERT INTO placement.resource_classes (id, name)
+VALUES (nextval('placement.custom_resource_class_id'), $1)
+ON CONFLICT (name) DO NOTHING
+RETURNING id, name, created_at, updated_at
+`
+
+func (q *Queries) ResourceClassInsert(ctx context.Context, name string) (PlacementResourceClass, error) {
+	row := q.db.QueryRow(ctx, resourceClassInsert, name)
+	var i PlacementResourceClass
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const resourceClassList = `-- name: ResourceClassList :many
+SELECT id, name, created_at, updated_at FROM placement.resource_classes ORDER BY id
+`
+
+func (q *Queries) ResourceClassList(ctx context.Context) ([]PlacementResourceClass, error) {
+	rows, err := q.db.Query(ctx, resourceClassList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PlacementResourceClass
+	for rows.Next() {
+		var i PlacementResourceClass
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const resourceClassNames = `-- name: ResourceClassNames :many
@@ -62,4 +1206,217 @@ func (q *Queries) ResourceClassNames(ctx context.Context) ([]ResourceClassNamesR
 		return nil, err
 	}
 	return items, nil
+}
+
+const resourceClassRename = `-- name: ResourceClassRename :one
+UPDATE placement.resource_classes SET name = $1, updated_at = now()
+ WHERE id = $2
+RETURNING id, name, created_at, updated_at
+`
+
+type ResourceClassRenameParams struct {
+	Name string
+	ID   int32
+}
+
+func (q *Queries) ResourceClassRename(ctx context.Context, arg ResourceClassRenameParams) (PlacementResourceClass, error) {
+	row := q.db.QueryRow(ctx, resourceClassRename, arg.Name, arg.ID)
+	var i PlacementResourceClass
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const traitByName = `-- name: TraitByName :one
+SELECT id, name, created_at, updated_at FROM placement.traits WHERE name = $1
+`
+
+func (q *Queries) TraitByName(ctx context.Context, name string) (PlacementTrait, error) {
+	row := q.db.QueryRow(ctx, traitByName, name)
+	var i PlacementTrait
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const traitDelete = `-- name: TraitDelete :execrows
+DELETE FROM placement.traits WHERE id = $1
+`
+
+func (q *Queries) TraitDelete(ctx context.Context, id int64) (int64, error) {
+	result, err := q.db.Exec(ctx, traitDelete, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const traitInUse = `-- name: TraitInUse :one
+SELECT EXISTS (SELECT 1 FROM placement.resource_provider_traits WHERE trait_id = $1)
+`
+
+func (q *Queries) TraitInUse(ctx context.Context, id int64) (bool, error) {
+	row := q.db.QueryRow(ctx, traitInUse, id)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
+const traitInsert = `-- name: TraitInsert :execrows
+INSERT INTO placement.traits (name) VALUES ($1) ON CONFLICT (name) DO NOTHING
+`
+
+func (q *Queries) TraitInsert(ctx context.Context, name string) (int64, error) {
+	result, err := q.db.Exec(ctx, traitInsert, name)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const traitList = `-- name: TraitList :many
+SELECT t.name, t.created_at, t.updated_at FROM placement.traits t
+ WHERE ($1::text[] IS NULL OR t.name = ANY($1::text[]))
+   AND ($2::text IS NULL OR starts_with(t.name, $2::text))
+   AND ($3::boolean IS NULL OR
+        EXISTS (SELECT 1 FROM placement.resource_provider_traits rpt WHERE rpt.trait_id = t.id)
+          = $3::boolean)
+ ORDER BY t.name
+`
+
+type TraitListParams struct {
+	Names      []string
+	Prefix     *string
+	Associated *bool
+}
+
+type TraitListRow struct {
+	Name      string
+	CreatedAt time.Time
+	UpdatedAt *time.Time
+}
+
+func (q *Queries) TraitList(ctx context.Context, arg TraitListParams) ([]TraitListRow, error) {
+	rows, err := q.db.Query(ctx, traitList, arg.Names, arg.Prefix, arg.Associated)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TraitListRow
+	for rows.Next() {
+		var i TraitListRow
+		if err := rows.Scan(&i.Name, &i.CreatedAt, &i.UpdatedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const traitsByNames = `-- name: TraitsByNames :many
+SELECT id, name FROM placement.traits WHERE name = ANY($1::text[])
+`
+
+type TraitsByNamesRow struct {
+	ID   int64
+	Name string
+}
+
+func (q *Queries) TraitsByNames(ctx context.Context, names []string) ([]TraitsByNamesRow, error) {
+	rows, err := q.db.Query(ctx, traitsByNames, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TraitsByNamesRow
+	for rows.Next() {
+		var i TraitsByNamesRow
+		if err := rows.Scan(&i.ID, &i.Name); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const traitsSync = `-- name: TraitsSync :exec
+INSERT INTO placement.traits (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING
+`
+
+func (q *Queries) TraitsSync(ctx context.Context, names []string) error {
+	_, err := q.db.Exec(ctx, traitsSync, names)
+	return err
+}
+
+const updateConsumer = `-- name: UpdateConsumer :exec
+UPDATE placement.consumers
+   SET project_id = $1, user_id = $2, consumer_type = $3,
+       generation = generation + 1, updated_at = now()
+ WHERE id = $4
+`
+
+type UpdateConsumerParams struct {
+	ProjectID    string
+	UserID       string
+	ConsumerType *string
+	ID           int64
+}
+
+func (q *Queries) UpdateConsumer(ctx context.Context, arg UpdateConsumerParams) error {
+	_, err := q.db.Exec(ctx, updateConsumer,
+		arg.ProjectID,
+		arg.UserID,
+		arg.ConsumerType,
+		arg.ID,
+	)
+	return err
+}
+
+const updateInventory = `-- name: UpdateInventory :execrows
+UPDATE placement.inventories
+   SET total = $1, reserved = $2, min_unit = $3, max_unit = $4,
+       step_size = $5, allocation_ratio = $6, updated_at = now()
+ WHERE resource_provider_id = $7 AND resource_class_id = $8
+`
+
+type UpdateInventoryParams struct {
+	Total           int32
+	Reserved        int32
+	MinUnit         int32
+	MaxUnit         int32
+	StepSize        int32
+	AllocationRatio float64
+	ProviderID      int64
+	ClassID         int32
+}
+
+func (q *Queries) UpdateInventory(ctx context.Context, arg UpdateInventoryParams) (int64, error) {
+	result, err := q.db.Exec(ctx, updateInventory,
+		arg.Total,
+		arg.Reserved,
+		arg.MinUnit,
+		arg.MaxUnit,
+		arg.StepSize,
+		arg.AllocationRatio,
+		arg.ProviderID,
+		arg.ClassID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

@@ -10,6 +10,24 @@ import (
 	"github.com/google/uuid"
 )
 
+type PlacementConsumer struct {
+	ID           int64
+	Uuid         uuid.UUID
+	ProjectID    string
+	UserID       string
+	ConsumerType *string
+	Generation   int32
+	CreatedAt    time.Time
+	UpdatedAt    *time.Time
+}
+
+type PlacementResourceClass struct {
+	ID        int32
+	Name      string
+	CreatedAt time.Time
+	UpdatedAt *time.Time
+}
+
 type PlacementResourceProvider struct {
 	ID               int64
 	Uuid             uuid.UUID
@@ -19,4 +37,11 @@ type PlacementResourceProvider struct {
 	RootProviderID   *int64
 	CreatedAt        time.Time
 	UpdatedAt        *time.Time
+}
+
+type PlacementTrait struct {
+	ID        int64
+	Name      string
+	CreatedAt time.Time
+	UpdatedAt *time.Time
 }

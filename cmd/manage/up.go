@@ -14,7 +14,7 @@ import (
 )
 
 func upCmd() *cobra.Command {
-	var nodes, listen string
+	var nodes, listen, placementListen string
 	var conductors int
 	c := &cobra.Command{
 		Use:   "up",
@@ -36,6 +36,7 @@ func upCmd() *cobra.Command {
 			}
 			stack, err := devstack.Start(ctx, devstack.Options{
 				DatabaseURL: url, Conductors: conductors, APIListen: listen, Log: log,
+				Placement: placementListen != "off", PlacementListen: placementListen,
 			})
 			if err != nil {
 				return err
@@ -49,6 +50,7 @@ func upCmd() *cobra.Command {
 			fmt.Printf(`
 metalloc is up.
   API:       %[1]s   (Ironic API, microversions 1.1-1.82)
+  placement: %[4]s   (Placement API, microversions 1.0-1.39; token "admin")
   database:  %[2]s
   logs:      %[3]s
 
@@ -61,8 +63,11 @@ Try:
   openstack --os-auth-type none --os-endpoint %[1]s baremetal allocation create \
     --resource-class baremetal-gold --trait CUSTOM_NVME --wait 60
 
+  openstack --os-auth-type admin_token --os-token admin --os-endpoint %[4]s \
+    --os-placement-api-version 1.39 resource provider list
+
 Ctrl-C stops everything.
-`, stack.APIURL, url, stack.API.LogPath[:len(stack.API.LogPath)-len("/api.log")])
+`, stack.APIURL, url, stack.API.LogPath[:len(stack.API.LogPath)-len("/api.log")], placementURL(stack))
 			<-ctx.Done()
 			fmt.Println("\nstopping...")
 			return nil
@@ -71,5 +76,13 @@ Ctrl-C stops everything.
 	c.Flags().StringVar(&nodes, "nodes", "", "node file to import and make available (openstack baremetal create format)")
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:6385", "API address:port")
 	c.Flags().IntVar(&conductors, "conductors", 2, "conductors to start")
+	c.Flags().StringVar(&placementListen, "placement-listen", "127.0.0.1:8778", "metalloc-placement address:port, or off")
 	return c
+}
+
+func placementURL(s *devstack.Stack) string {
+	if s.PlacementURL == "" {
+		return "(off)"
+	}
+	return s.PlacementURL
 }

@@ -1,0 +1,865 @@
+package placement
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/labstack/echo/v4"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+
+	"github.com/metalloc/metalloc/web"
+)
+
+// Allocations, as Placement 8.0's handlers/allocation.py serves them:
+//
+//	GET    /allocations/{consumer_uuid}
+//	PUT    /allocations/{consumer_uuid}   (body format by microversion)
+//	DELETE /allocations/{consumer_uuid}
+//	POST   /allocations                   (1.13+, several consumers at once)
+//	GET    /resource_providers/{uuid}/allocations
+//
+// A write is one transaction: the consumers are locked (or created) in
+// uuid order, then every provider the write touches (new allocations and
+// the consumers' current ones) is locked with SELECT ... FOR UPDATE in id
+// order, the consumers' current allocations are removed, the new ones are
+// checked against min_unit, max_unit, step_size and the capacity
+// (total - reserved) * allocation_ratio given the usage read under the
+// locks, written, and every touched provider's generation is bumped. All
+// writers of allocations and inventories lock the provider rows, so racing
+// claims never over-commit a provider; they queue instead of failing with
+// generation conflicts.
+func init() {
+	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
+		g.GET("/allocations/:consumer_uuid", h.getConsumerAllocations)
+		g.PUT("/allocations/:consumer_uuid", h.putConsumerAllocations)
+		g.DELETE("/allocations/:consumer_uuid", h.deleteConsumerAllocations)
+		g.POST("/allocations", h.postAllocations)
+		g.GET("/resource_providers/:uuid/allocations", h.getProviderAllocations)
+	})
+}
+
+// IncompleteConsumerID is Placement's default incomplete_consumer_project_id
+// and incomplete_consumer_user_id: the project and user recorded for
+// consumers whose allocations were written before microversion 1.8 without
+// them.
+const IncompleteConsumerID = "00000000-0000-0000-0000-000000000000"
+
+// unknownConsumerType is how Placement shows a consumer without a type
+// (1.38+): NULL_CONSUMER_TYPE_ALIAS.
+const unknownConsumerType = "unknown"
+
+// Placement's allocation schemas (schemas/allocation.py), by microversion.
+const (
+	uuidPattern         = `^[0-9a-fA-F-]{36}$`
+	consumerTypePattern = `^[A-Z0-9_]+$`
+	allocResources      = `"resources": {"type": "object", "minProperties": 1,
+      "patternProperties": {"` + rcPattern + `": {"type": "integer", "minimum": 1}},
+      "additionalProperties": false}`
+	allocListProp = `"allocations": {"type": "array", "minItems": 1, "items": {"type": "object",
+    "properties": {
+      "resource_provider": {"type": "object",
+        "properties": {"uuid": {"type": "string", "format": "uuid"}},
+        "additionalProperties": false, "required": ["uuid"]},
+      ` + allocResources + `},
+    "required": ["resource_provider", "resources"], "additionalProperties": false}}`
+	projectUserProps = `"project_id": {"type": "string", "minLength": 1, "maxLength": 255},
+  "user_id": {"type": "string", "minLength": 1, "maxLength": 255}`
+	consumerGenProp  = `"consumer_generation": {"type": ["integer", "null"]}`
+	consumerTypeProp = `"consumer_type": {"type": "string", "pattern": "` + consumerTypePattern + `",
+    "minLength": 1, "maxLength": 255}`
+	mappingsProp = `"mappings": {"type": "object", "minProperties": 1,
+    "patternProperties": {"[a-zA-Z0-9_-]{1,64}": {"type": "array", "minItems": 1,
+      "items": {"type": "string", "format": "uuid"}}}}`
+)
+
+// allocDictProp is the 1.12+ "allocations" object (provider uuid →
+// {generation, resources}), with minProperties min (0 where an empty
+// object deletes the consumer's allocations).
+func allocDictProp(min int) string {
+	return fmt.Sprintf(`"allocations": {"type": "object", "minProperties": %d,
+    "patternProperties": {"%s": {"type": "object",
+      "properties": {"generation": {"type": "integer"}, %s},
+      "required": ["resources"], "additionalProperties": false}},
+    "additionalProperties": false}`, min, uuidPattern, allocResources)
+}
+
+// consumerSchemaDoc is the per-consumer allocation schema with props and
+// required.
+func consumerSchemaDoc(props []string, required []string) string {
+	return fmt.Sprintf(`{"type": "object", "properties": {%s}, "required": ["%s"], "additionalProperties": false}`,
+		strings.Join(props, ","), strings.Join(required, `","`))
+}
+
+// postSchemaDoc is POST /allocations' schema: consumer uuid → consumer.
+func postSchemaDoc(consumer string) string {
+	return fmt.Sprintf(`{"type": "object", "minProperties": 1, "additionalProperties": false,
+  "patternProperties": {"%s": %s}}`, uuidPattern, consumer)
+}
+
+var (
+	cons112 = consumerSchemaDoc([]string{allocDictProp(1), projectUserProps}, []string{"allocations", "project_id", "user_id"})
+	consDel = consumerSchemaDoc([]string{allocDictProp(0), projectUserProps}, []string{"allocations", "project_id", "user_id"})
+	cons128 = consumerSchemaDoc([]string{allocDictProp(0), projectUserProps, consumerGenProp},
+		[]string{"allocations", "project_id", "user_id", "consumer_generation"})
+	cons134 = consumerSchemaDoc([]string{allocDictProp(0), projectUserProps, consumerGenProp, mappingsProp},
+		[]string{"allocations", "project_id", "user_id", "consumer_generation"})
+	cons138 = consumerSchemaDoc([]string{allocDictProp(0), projectUserProps, consumerGenProp, mappingsProp, consumerTypeProp},
+		[]string{"allocations", "project_id", "user_id", "consumer_generation", "consumer_type"})
+
+	// PUT /allocations/{consumer_uuid} schemas: ALLOCATION_SCHEMA (1.0),
+	// _V1_8, _V1_12, _V1_28, _V1_34, _V1_38.
+	putAllocSchema10  = newReqSchema("allocation_1_0", consumerSchemaDoc([]string{allocListProp}, []string{"allocations"}))
+	putAllocSchema18  = newReqSchema("allocation_1_8", consumerSchemaDoc([]string{allocListProp, projectUserProps}, []string{"allocations", "project_id", "user_id"}))
+	putAllocSchema112 = newReqSchema("allocation_1_12", cons112)
+	putAllocSchema128 = newReqSchema("allocation_1_28", cons128)
+	putAllocSchema134 = newReqSchema("allocation_1_34", cons134)
+	putAllocSchema138 = newReqSchema("allocation_1_38", cons138)
+
+	// POST /allocations schemas: POST_ALLOCATIONS_V1_13, _V1_28, _V1_34,
+	// _V1_38.
+	postAllocSchema113 = newReqSchema("post_allocations_1_13", postSchemaDoc(consDel))
+	postAllocSchema128 = newReqSchema("post_allocations_1_28", postSchemaDoc(cons128))
+	postAllocSchema134 = newReqSchema("post_allocations_1_34", postSchemaDoc(cons134))
+	postAllocSchema138 = newReqSchema("post_allocations_1_38", postSchemaDoc(cons138))
+)
+
+// consumerBody is one consumer's allocations in a request (1.12+ format;
+// pre-1.12 list bodies are converted into it).
+type consumerBody struct {
+	Allocations map[string]struct {
+		Resources map[string]jsonInt `json:"resources"`
+	} `json:"allocations"`
+	ProjectID    *string          `json:"project_id"`
+	UserID       *string          `json:"user_id"`
+	Generation   *json.RawMessage `json:"consumer_generation"`
+	ConsumerType *string          `json:"consumer_type"`
+}
+
+// allocListBody is the pre-1.12 body.
+type allocListBody struct {
+	Allocations []struct {
+		ResourceProvider struct {
+			UUID string `json:"uuid"`
+		} `json:"resource_provider"`
+		Resources map[string]jsonInt `json:"resources"`
+	} `json:"allocations"`
+	ProjectID *string `json:"project_id"`
+	UserID    *string `json:"user_id"`
+}
+
+// claim is one consumer's wanted allocations, normalised.
+type claim struct {
+	consumer     uuid.UUID
+	projectID    string
+	userID       string
+	consumerType *string
+	generation   *int64 // consumer_generation; nil is null
+	resources    []claimResource
+}
+
+// claimResource is one amount of one class on one provider.
+type claimResource struct {
+	provider uuid.UUID
+	class    string
+	used     int64
+}
+
+// claimFromBody normalises a 1.12+ consumer body.
+func claimFromBody(consumer uuid.UUID, b consumerBody) claim {
+	cl := claim{consumer: consumer, consumerType: b.ConsumerType}
+	if b.ProjectID != nil {
+		cl.projectID, cl.userID = *b.ProjectID, *b.UserID
+	} else {
+		cl.projectID, cl.userID = IncompleteConsumerID, IncompleteConsumerID
+	}
+	if b.Generation != nil && string(*b.Generation) != "null" {
+		var g jsonInt
+		if json.Unmarshal(*b.Generation, &g) == nil {
+			v := int64(g)
+			cl.generation = &v
+		}
+	}
+	for rp, a := range b.Allocations {
+		id := uuid.MustParse(rp) // the schema checked the pattern; see parseAllocUUIDs
+		for class, n := range a.Resources {
+			cl.resources = append(cl.resources, claimResource{provider: id, class: class, used: int64(n)})
+		}
+	}
+	return cl
+}
+
+// checkProviderKeys rejects provider keys that match Placement's uuid
+// pattern but do not parse: Placement looks them up and answers 400 (no
+// such provider).
+func checkProviderKeys[T any](allocs map[string]T) error {
+	for rp := range allocs {
+		if _, err := uuid.Parse(rp); err != nil {
+			return web.PlacementErr(http.StatusBadRequest, "",
+				"Allocation for resource provider '%s' that does not exist.", rp)
+		}
+	}
+	return nil
+}
+
+// getConsumerAllocations is GET /allocations/{consumer_uuid}: the
+// consumer's allocations by provider (empty, never 404, for an unknown
+// consumer); project_id and user_id from 1.12, consumer_generation from
+// 1.28, consumer_type from 1.38, when there are allocations.
+func (h *Handler) getConsumerAllocations(c echo.Context) error {
+	ctx := c.Request().Context()
+	v := web.PlacementRequestVersion(c)
+	var rows []ConsumerAllocationsRow
+	if id, err := uuid.Parse(c.Param("consumer_uuid")); err == nil {
+		if rows, err = h.q.ConsumerAllocations(ctx, id); err != nil {
+			return err
+		}
+	}
+	allocs := map[string]any{}
+	var last time.Time
+	for _, r := range rows {
+		key := r.ProviderUuid.String()
+		e, ok := allocs[key].(map[string]any)
+		if !ok {
+			e = map[string]any{"generation": r.ProviderGeneration, "resources": map[string]any{}}
+			allocs[key] = e
+		}
+		e["resources"].(map[string]any)[r.ResourceClass] = r.Used
+		last = newest(last, r.CreatedAt, r.UpdatedAt)
+	}
+	out := map[string]any{"allocations": allocs}
+	if len(rows) > 0 && v.AtLeast(1, 12) {
+		out["project_id"] = rows[0].ProjectID
+		out["user_id"] = rows[0].UserID
+		if v.AtLeast(1, 28) {
+			out["consumer_generation"] = rows[0].ConsumerGeneration
+		}
+		if v.AtLeast(1, 38) {
+			out["consumer_type"] = consumerTypeName(rows[0].ConsumerType)
+		}
+	}
+	if v.AtLeast(1, 15) {
+		setCacheHeaders(c, &last)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// getProviderAllocations is GET /resource_providers/{uuid}/allocations:
+// the provider's allocations by consumer, with consumer_generation from
+// 1.28; 404 for an unknown provider.
+func (h *Handler) getProviderAllocations(c echo.Context) error {
+	ctx := c.Request().Context()
+	v := web.PlacementRequestVersion(c)
+	rp, err := h.pathProvider(c, h.q, "")
+	if err != nil {
+		var pe *web.PlacementError
+		if errors.As(err, &pe) && pe.Status == http.StatusNotFound {
+			return web.PlacementErr(http.StatusNotFound, "", "Resource provider '%s' not found: %s",
+				c.Param("uuid"), pe.Detail)
+		}
+		return err
+	}
+	rows, err := h.q.ProviderAllocations(ctx, rp.ID)
+	if err != nil {
+		return err
+	}
+	allocs := map[string]any{}
+	var last time.Time
+	for _, r := range rows {
+		key := r.ConsumerUuid.String()
+		e, ok := allocs[key].(map[string]any)
+		if !ok {
+			e = map[string]any{"resources": map[string]any{}}
+			if v.AtLeast(1, 28) {
+				e["consumer_generation"] = r.ConsumerGeneration
+			}
+			allocs[key] = e
+		}
+		e["resources"].(map[string]any)[r.ResourceClass] = r.Used
+		last = newest(last, r.CreatedAt, r.UpdatedAt)
+	}
+	if v.AtLeast(1, 15) {
+		setCacheHeaders(c, &last)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"allocations": allocs, "resource_provider_generation": rp.Generation})
+}
+
+// putConsumerAllocations is PUT /allocations/{consumer_uuid}: replaces the
+// consumer's allocations (204). The body is a list of
+// {resource_provider: {uuid}, resources} before 1.12 (project_id and
+// user_id required from 1.8; without them the consumer gets
+// IncompleteConsumerID), an object by provider uuid from 1.12; from 1.28
+// consumer_generation is required (null for a new consumer; a mismatch is
+// 409 placement.concurrent_update) and an empty allocations object removes
+// every allocation; 1.34 accepts mappings; 1.38 requires consumer_type.
+func (h *Handler) putConsumerAllocations(c echo.Context) error {
+	v := web.PlacementRequestVersion(c)
+	if err := mustJSONContent(c); err != nil {
+		return err
+	}
+	raw := c.Param("consumer_uuid")
+	consumer, err := uuid.Parse(raw)
+	if err != nil || !looksLikeUUID(raw) {
+		return web.PlacementErr(http.StatusBadRequest, "", "Malformed consumer_uuid: %s", raw)
+	}
+	var cl claim
+	if !v.AtLeast(1, 12) {
+		s := putAllocSchema10
+		if v.AtLeast(1, 8) {
+			s = putAllocSchema18
+		}
+		var b allocListBody
+		if err := s.decode(c, &b); err != nil {
+			return err
+		}
+		cl = claim{consumer: consumer, projectID: IncompleteConsumerID, userID: IncompleteConsumerID}
+		if b.ProjectID != nil {
+			cl.projectID, cl.userID = *b.ProjectID, *b.UserID
+		}
+		seen := map[uuid.UUID]bool{}
+		for _, a := range b.Allocations {
+			id, err := uuid.Parse(a.ResourceProvider.UUID)
+			if err != nil {
+				return web.PlacementErr(http.StatusBadRequest, "",
+					"Allocation for resource provider '%s' that does not exist.", a.ResourceProvider.UUID)
+			}
+			// A later entry for the same provider replaces an earlier one, as
+			// Placement's conversion to a dict does.
+			if seen[id] {
+				kept := cl.resources[:0]
+				for _, r := range cl.resources {
+					if r.provider != id {
+						kept = append(kept, r)
+					}
+				}
+				cl.resources = kept
+			}
+			seen[id] = true
+			for class, n := range a.Resources {
+				cl.resources = append(cl.resources, claimResource{provider: id, class: class, used: int64(n)})
+			}
+		}
+	} else {
+		s := putAllocSchema112
+		switch {
+		case v.AtLeast(1, 38):
+			s = putAllocSchema138
+		case v.AtLeast(1, 34):
+			s = putAllocSchema134
+		case v.AtLeast(1, 28):
+			s = putAllocSchema128
+		}
+		var b consumerBody
+		if err := s.decode(c, &b); err != nil {
+			return err
+		}
+		if err := checkProviderKeys(b.Allocations); err != nil {
+			return err
+		}
+		cl = claimFromBody(consumer, b)
+	}
+	err = h.writeAllocations(c.Request().Context(), v, []claim{cl}, func(detail string) string {
+		return fmt.Sprintf("Unable to allocate inventory for consumer %s: %s", consumer, detail)
+	})
+	if err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// postAllocations is POST /allocations (1.13+; 404 before): sets the
+// allocations of several consumers in one transaction (an empty
+// allocations object removes a consumer's), with the per-consumer rules of
+// PUT at the same microversion. 204 on success.
+func (h *Handler) postAllocations(c echo.Context) error {
+	v := web.PlacementRequestVersion(c)
+	if !v.AtLeast(1, 13) {
+		return web.PlacementErr(http.StatusNotFound, "", "The resource could not be found.")
+	}
+	if err := mustJSONContent(c); err != nil {
+		return err
+	}
+	s := postAllocSchema113
+	switch {
+	case v.AtLeast(1, 38):
+		s = postAllocSchema138
+	case v.AtLeast(1, 34):
+		s = postAllocSchema134
+	case v.AtLeast(1, 28):
+		s = postAllocSchema128
+	}
+	var body map[string]consumerBody
+	if err := s.decode(c, &body); err != nil {
+		return err
+	}
+	claims := make([]claim, 0, len(body))
+	for raw, b := range body {
+		consumer, err := uuid.Parse(raw)
+		if err != nil {
+			return web.PlacementErr(http.StatusBadRequest, "", "Malformed consumer_uuid: %s", raw)
+		}
+		if err := checkProviderKeys(b.Allocations); err != nil {
+			return err
+		}
+		claims = append(claims, claimFromBody(consumer, b))
+	}
+	err := h.writeAllocations(c.Request().Context(), v, claims, func(detail string) string {
+		return "Unable to allocate inventory " + detail
+	})
+	if err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// deleteConsumerAllocations is DELETE /allocations/{consumer_uuid}: removes
+// every allocation of the consumer and the consumer (204); 404 when it has
+// none.
+func (h *Handler) deleteConsumerAllocations(c echo.Context) error {
+	ctx := c.Request().Context()
+	raw := c.Param("consumer_uuid")
+	notFound := web.PlacementErr(http.StatusNotFound, "", "No allocations for consumer '%s'", raw)
+	consumer, err := uuid.Parse(raw)
+	if err != nil {
+		return notFound
+	}
+	err = h.inTx(ctx, func(q *Queries) error {
+		cons, err := q.LockConsumer(ctx, consumer)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound
+		}
+		if err != nil {
+			return err
+		}
+		ids, err := q.ConsumerAllocationProviders(ctx, cons.ID)
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return notFound
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		if _, err := q.LockProviders(ctx, ids); err != nil {
+			return err
+		}
+		if err := q.DeleteConsumerAllocations(ctx, []int64{cons.ID}); err != nil {
+			return err
+		}
+		if err := q.BumpProviderGenerations(ctx, ids); err != nil {
+			return err
+		}
+		return q.DeleteConsumer(ctx, cons.ID)
+	})
+	if err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// writeAllocations replaces the allocations of every consumer in claims in
+// one transaction, as Placement's AllocationList.replace_all with the
+// consumer handling of ensure_consumer and update_consumers. notFound words
+// the 400 for an unknown resource class.
+func (h *Handler) writeAllocations(ctx context.Context, v web.Version, claims []claim, notFound func(string) string) error {
+	return h.inTx(ctx, func(q *Queries) error {
+		return writeAllocationsTx(ctx, q, v, claims, notFound, claimHooks{})
+	})
+}
+
+// claimHooks let the reshaper change inventories inside an allocation
+// write: extra providers to lock, a step once every provider is locked and
+// the consumers' old allocations are gone, and one after the new
+// allocations are written.
+type claimHooks struct {
+	lock        []uuid.UUID
+	afterLock   func(locked map[uuid.UUID]LockClaimProvidersRow) error
+	afterInsert func() error
+}
+
+// writeAllocationsTx is writeAllocations inside the caller's transaction.
+func writeAllocationsTx(ctx context.Context, q *Queries, v web.Version, claims []claim, notFound func(string) string, hooks claimHooks) error {
+	sort.Slice(claims, func(i, j int) bool {
+		return bytes.Compare(claims[i].consumer[:], claims[j].consumer[:]) < 0
+	})
+	// Consumers: lock or create (in uuid order), check generations.
+	consumers := make([]PlacementConsumer, len(claims))
+	fresh := make([]bool, len(claims))
+	var existing []int64
+	for i, cl := range claims {
+		cons, created, err := lockOrCreateConsumer(ctx, q, v, cl)
+		if err != nil {
+			return err
+		}
+		consumers[i], fresh[i] = cons, created
+		if !created {
+			existing = append(existing, cons.ID)
+		}
+	}
+
+	// Lock, in id order, the providers named in the request and those
+	// the consumers allocate from now; named ones must exist (400).
+	var wantUUIDs []uuid.UUID
+	seen := map[uuid.UUID]bool{}
+	for _, cl := range claims {
+		for _, r := range cl.resources {
+			if !seen[r.provider] {
+				seen[r.provider] = true
+				wantUUIDs = append(wantUUIDs, r.provider)
+			}
+		}
+	}
+	locked, err := q.LockClaimProviders(ctx, LockClaimProvidersParams{
+		Uuids: append(append([]uuid.UUID(nil), wantUUIDs...), hooks.lock...), ConsumerIds: existing})
+	if err != nil {
+		return err
+	}
+	byUUID := make(map[uuid.UUID]int64, len(locked))
+	lockIDs := make([]int64, 0, len(locked))
+	for _, r := range locked {
+		byUUID[r.Uuid] = r.ID
+		lockIDs = append(lockIDs, r.ID)
+	}
+	for _, id := range wantUUIDs {
+		if _, ok := byUUID[id]; !ok {
+			return web.PlacementErr(http.StatusBadRequest, "",
+				"Allocation for resource provider '%s' that does not exist.", id)
+		}
+	}
+	if len(existing) > 0 {
+		if err := q.DeleteConsumerAllocations(ctx, existing); err != nil {
+			return err
+		}
+	}
+	if hooks.afterLock != nil {
+		rows := make(map[uuid.UUID]LockClaimProvidersRow, len(locked))
+		for _, r := range locked {
+			rows[r.Uuid] = r
+		}
+		if err := hooks.afterLock(rows); err != nil {
+			return err
+		}
+	}
+
+	// Check and write the new allocations, bump the generations.
+	if len(wantUUIDs) > 0 {
+		ins, err := checkClaims(ctx, q, claims, consumers, byUUID, notFound)
+		if err != nil {
+			return err
+		}
+		ins.BumpIds = lockIDs
+		if err := q.InsertAllocationsBump(ctx, ins); err != nil {
+			return err
+		}
+	} else if len(lockIDs) > 0 {
+		if err := q.BumpProviderGenerations(ctx, lockIDs); err != nil {
+			return err
+		}
+	}
+	if hooks.afterInsert != nil {
+		if err := hooks.afterInsert(); err != nil {
+			return err
+		}
+	}
+
+	// Consumers: record project, user and type and bump the generation
+	// (a new one was inserted that way); a consumer left without
+	// allocations goes away.
+	for i, cl := range claims {
+		cons := consumers[i]
+		if len(cl.resources) == 0 {
+			if err := q.DeleteConsumer(ctx, cons.ID); err != nil {
+				return err
+			}
+			continue
+		}
+		if fresh[i] {
+			continue
+		}
+		ct := cons.ConsumerType
+		if cl.consumerType != nil {
+			ct = cl.consumerType
+		}
+		if err := q.UpdateConsumer(ctx, UpdateConsumerParams{ID: cons.ID, ProjectID: cl.projectID,
+			UserID: cl.userID, ConsumerType: ct}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lockOrCreateConsumer is Placement's ensure_consumer under a row lock: an
+// existing consumer is locked and, from 1.28, must have the claimed
+// generation; a missing one is created (at generation 1, the generation
+// the write leaves it at), which from 1.28 requires a null
+// consumer_generation. Both conflicts are 409 placement.concurrent_update.
+// It reports whether the consumer was created.
+func lockOrCreateConsumer(ctx context.Context, q *Queries, v web.Version, cl claim) (PlacementConsumer, bool, error) {
+	check := func(cons PlacementConsumer) error {
+		if v.AtLeast(1, 28) && (cl.generation == nil || *cl.generation != int64(cons.Generation)) {
+			got := "None"
+			if cl.generation != nil {
+				got = fmt.Sprint(*cl.generation)
+			}
+			return web.PlacementErr(http.StatusConflict, web.PlacementCodeConcurrentUpdate,
+				"consumer generation conflict - expected %d but got %s", cons.Generation, got)
+		}
+		return nil
+	}
+	lock := func() (PlacementConsumer, bool, error) {
+		cons, err := q.LockConsumer(ctx, cl.consumer)
+		if err != nil {
+			return cons, false, err
+		}
+		return cons, false, check(cons)
+	}
+	if v.AtLeast(1, 28) && cl.generation != nil {
+		// The client expects an existing consumer.
+		cons, created, err := lock()
+		if errors.Is(err, pgx.ErrNoRows) {
+			return cons, false, web.PlacementErr(http.StatusConflict, web.PlacementCodeConcurrentUpdate,
+				"consumer generation conflict - expected null but got %d", *cl.generation)
+		}
+		return cons, created, err
+	}
+	cons, err := q.InsertConsumer(ctx, InsertConsumerParams{Uuid: cl.consumer, ProjectID: cl.projectID,
+		UserID: cl.userID, ConsumerType: cl.consumerType})
+	if err == nil {
+		return cons, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return cons, false, err
+	}
+	// It exists (perhaps created by a racing request, now committed).
+	return lock()
+}
+
+// invKey identifies one inventory.
+type invKey struct {
+	provider int64
+	class    string
+}
+
+// checkClaims checks the claims against the locked providers' inventories
+// and current usage, as Placement's _check_capacity_exceeded, and returns
+// the allocation rows to insert.
+func checkClaims(ctx context.Context, q *Queries, claims []claim, consumers []PlacementConsumer,
+	byUUID map[uuid.UUID]int64, notFound func(string) string) (InsertAllocationsBumpParams, error) {
+	var ins InsertAllocationsBumpParams
+	provIDs := make([]int64, 0, len(byUUID))
+	for _, id := range byUUID {
+		provIDs = append(provIDs, id)
+	}
+	classSet := map[string]bool{}
+	var classes []string
+	want := map[invKey]int64{}
+	for _, cl := range claims {
+		for _, r := range cl.resources {
+			if !classSet[r.class] {
+				classSet[r.class] = true
+				classes = append(classes, r.class)
+			}
+			want[invKey{byUUID[r.provider], r.class}] += r.used
+		}
+	}
+	rows, err := q.ClaimInventories(ctx, ClaimInventoriesParams{ProviderIds: provIDs, ClassNames: classes})
+	if err != nil {
+		return ins, err
+	}
+	invs := make(map[invKey]ClaimInventoriesRow, len(rows))
+	for _, r := range rows {
+		invs[invKey{r.ResourceProviderID, r.ResourceClass}] = r
+	}
+	for i, cl := range claims {
+		for _, r := range cl.resources {
+			key := invKey{byUUID[r.provider], r.class}
+			inv, ok := invs[key]
+			if !ok {
+				return ins, missingInventory(ctx, q, classes, r, notFound)
+			}
+			if r.used < int64(inv.MinUnit) || r.used > int64(inv.MaxUnit) || r.used%int64(inv.StepSize) != 0 {
+				return ins, web.PlacementErr(http.StatusConflict, "",
+					"Unable to allocate inventory: Unable to create allocation for '%s' on resource provider '%s'. "+
+						"The requested amount would violate inventory constraints.", r.class, r.provider)
+			}
+			capacity := float64(int64(inv.Total)-int64(inv.Reserved)) * inv.AllocationRatio
+			if capacity < float64(inv.Used+want[key]) {
+				return ins, web.PlacementErr(http.StatusConflict, "",
+					"Unable to allocate inventory: Unable to create allocation for '%s' on resource provider '%s'. "+
+						"The requested amount would exceed the capacity.", r.class, r.provider)
+			}
+			ins.ProviderIds = append(ins.ProviderIds, key.provider)
+			ins.ConsumerIds = append(ins.ConsumerIds, consumers[i].ID)
+			ins.ClassIds = append(ins.ClassIds, inv.ResourceClassID)
+			ins.Used = append(ins.Used, r.used)
+		}
+	}
+	return ins, nil
+}
+
+// missingInventory explains a claim on an inventory that does not exist:
+// an unknown class is 400 ("No such resource class X."), a class the
+// provider has no inventory of is 409 (Placement's InvalidInventory).
+func missingInventory(ctx context.Context, q *Queries, classes []string, r claimResource, notFound func(string) string) error {
+	known, err := q.InvResourceClassesByName(ctx, classes)
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for _, k := range known {
+		have[k.Name] = true
+	}
+	sort.Strings(classes)
+	for _, cl := range classes {
+		if !have[cl] {
+			return web.PlacementErr(http.StatusBadRequest, "", "%s", notFound(fmt.Sprintf("No such resource class %s.", cl)))
+		}
+	}
+	return web.PlacementErr(http.StatusConflict, "",
+		"Unable to allocate inventory: Inventory for '%s' on resource provider '%s' invalid.", r.class, r.provider)
+}
+
+// consumerTypeName shows a consumer type, "unknown" for none.
+func consumerTypeName(ct *string) string {
+	if ct == nil {
+		return unknownConsumerType
+	}
+	return *ct
+}
+
+// newest returns the latest of last, created and updated.
+func newest(last, created time.Time, updated *time.Time) time.Time {
+	t := created
+	if updated != nil && updated.After(t) {
+		t = *updated
+	}
+	if t.After(last) {
+		return t
+	}
+	return last
+}
+
+// looksLikeUUID is oslo's is_uuid_like: a uuid in any accepted spelling
+// (uuid.Parse also takes urn: and braces, which oslo accepts too).
+func looksLikeUUID(s string) bool {
+	_, err := uuid.Parse(s)
+	return err == nil
+}
+
+// ---- request decoding shared by this package's inventory, allocation and
+// reshaper handlers ----
+
+// jsonInt is a JSON integer; a whole float such as 2.0 is accepted, as
+// JSON Schema's "integer" does.
+type jsonInt int64
+
+// UnmarshalJSON reads an integer or a whole number.
+func (n *jsonInt) UnmarshalJSON(b []byte) error {
+	var num json.Number
+	if err := json.Unmarshal(b, &num); err != nil {
+		return err
+	}
+	if i, err := num.Int64(); err == nil {
+		*n = jsonInt(i)
+		return nil
+	}
+	f, err := num.Float64()
+	if err != nil {
+		return err
+	}
+	*n = jsonInt(f)
+	return nil
+}
+
+// reqSchema is a compiled JSON Schema of a Placement request body.
+type reqSchema struct {
+	sch *jsonschema.Schema
+}
+
+var reqSchemaPrinter = message.NewPrinter(language.English)
+
+// newReqSchema compiles src (with format assertions, as Placement's
+// FormatChecker); it panics on a bad schema, a programming error any test
+// catches.
+func newReqSchema(name, src string) *reqSchema {
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(src))
+	if err != nil {
+		panic(fmt.Sprintf("schema %s: %v", name, err))
+	}
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	url := "mem://placement/" + name + ".json"
+	if err := c.AddResource(url, doc); err != nil {
+		panic(fmt.Sprintf("schema %s: %v", name, err))
+	}
+	sch, err := c.Compile(url)
+	if err != nil {
+		panic(fmt.Sprintf("schema %s: %v", name, err))
+	}
+	return &reqSchema{sch: sch}
+}
+
+// decode reads the request body, validates it and unmarshals it into out.
+// Malformed JSON is 400 "Malformed JSON: ...", a schema violation 400 "JSON
+// does not validate: ...", as Placement's util.extract_json.
+func (s *reqSchema) decode(c echo.Context, out any) error {
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return web.PlacementErr(http.StatusBadRequest, "", "Malformed JSON: %v", err)
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
+	if err != nil {
+		return web.PlacementErr(http.StatusBadRequest, "", "Malformed JSON: %v", err)
+	}
+	if err := s.sch.Validate(inst); err != nil {
+		var ve *jsonschema.ValidationError
+		if errors.As(err, &ve) {
+			for len(ve.Causes) > 0 {
+				ve = ve.Causes[0]
+			}
+			msg := ve.ErrorKind.LocalizedString(reqSchemaPrinter)
+			if len(ve.InstanceLocation) > 0 {
+				msg = "/" + strings.Join(ve.InstanceLocation, "/") + ": " + msg
+			}
+			return web.PlacementErr(http.StatusBadRequest, "", "JSON does not validate: %s", msg)
+		}
+		return web.PlacementErr(http.StatusBadRequest, "", "JSON does not validate: %v", err)
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return web.PlacementErr(http.StatusBadRequest, "", "JSON does not validate: %v", err)
+	}
+	return nil
+}
+
+// mustJSONContent is Placement's require_content('application/json'): any
+// other (or no) Content-Type is 415.
+func mustJSONContent(c echo.Context) error {
+	ct := c.Request().Header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		if ct == "" {
+			ct = "None"
+		}
+		return web.PlacementErr(http.StatusUnsupportedMediaType, "",
+			"The media type %s is not supported, use application/json", ct)
+	}
+	return nil
+}
+
+// pgUniqueViolation reports whether err is a unique constraint violation.
+func pgUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}

@@ -1,0 +1,211 @@
+package placement
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/db/dbtest"
+	"github.com/metalloc/metalloc/web"
+)
+
+// invServer is testServer that also returns the database pool, so that
+// tests can create providers with plain SQL.
+func invServer(t testing.TB) (*httptest.Server, *pgxpool.Pool) {
+	t.Helper()
+	pool := dbtest.New(t)
+	require.NoError(t, Prepare(context.Background(), pool))
+	e := echo.New()
+	e.HTTPErrorHandler = web.PlacementErrorHandler
+	e.JSONSerializer = web.JSONSerializer{}
+	e.Use(web.RequestID(zap.NewNop()))
+	NewHandler(pool, Options{}).Register(e)
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return srv, pool
+}
+
+// mkProvider inserts a root provider with plain SQL and returns its uuid.
+func mkProvider(t testing.TB, pool *pgxpool.Pool, name string) string {
+	t.Helper()
+	id := uuid.New()
+	_, err := pool.Exec(context.Background(),
+		`INSERT INTO placement.resource_providers (uuid, name) VALUES ($1, $2)`, id, name)
+	require.NoError(t, err)
+	return id.String()
+}
+
+// errOf returns the status, code and detail of a Placement error body.
+func errOf(t *testing.T, body map[string]any) (float64, string, string) {
+	t.Helper()
+	require.NotNil(t, body)
+	e := body["errors"].([]any)[0].(map[string]any)
+	code, _ := e["code"].(string)
+	return e["status"].(float64), code, e["detail"].(string)
+}
+
+func TestInventoriesCRUD(t *testing.T) {
+	t.Parallel()
+	srv, pool := invServer(t)
+	rp := mkProvider(t, pool, "rp1")
+	base := "/resource_providers/" + rp + "/inventories"
+
+	// Empty list.
+	st, h, body := call(t, srv, "GET", base, "1.15", "")
+	require.Equal(t, 200, st)
+	require.EqualValues(t, 0, body["resource_provider_generation"])
+	require.Empty(t, body["inventories"])
+	require.Equal(t, "no-cache", h.Get("Cache-Control"))
+
+	// Unknown provider, malformed uuid.
+	st, _, body = call(t, srv, "GET", "/resource_providers/"+uuid.NewString()+"/inventories", "", "")
+	require.Equal(t, 404, st)
+	st, _, _ = call(t, srv, "GET", "/resource_providers/nope/inventories", "", "")
+	require.Equal(t, 404, st)
+
+	// POST: defaults, 201, Location.
+	st, h, body = call(t, srv, "POST", base, "1.23", `{"resource_class": "VCPU", "total": 8}`)
+	require.Equal(t, 201, st, body)
+	require.Equal(t, base+"/VCPU", h.Get("Location"))
+	require.EqualValues(t, 1, body["resource_provider_generation"])
+	require.EqualValues(t, 0, body["reserved"])
+	require.EqualValues(t, 1, body["min_unit"])
+	require.EqualValues(t, 2147483647, body["max_unit"])
+	require.EqualValues(t, 1, body["step_size"])
+	require.EqualValues(t, 1.0, body["allocation_ratio"])
+
+	// POST duplicate: 409 concurrent_update.
+	st, _, body = call(t, srv, "POST", base, "1.23", `{"resource_class": "VCPU", "total": 8}`)
+	require.Equal(t, 409, st)
+	_, code, _ := errOf(t, body)
+	require.Equal(t, "placement.concurrent_update", code)
+
+	// POST unknown class: 400; bad body: 400; wrong content type: 415.
+	st, _, body = call(t, srv, "POST", base, "1.23", `{"resource_class": "CUSTOM_NOPE", "total": 8}`)
+	require.Equal(t, 400, st)
+	_, _, detail := errOf(t, body)
+	require.Contains(t, detail, "No such resource class CUSTOM_NOPE")
+	st, _, _ = call(t, srv, "POST", base, "", `{"resource_class": "DISK_GB", "total": 0}`)
+	require.Equal(t, 400, st)
+	st, _, _ = call(t, srv, "POST", base, "", `{"resource_class": "DISK_GB", "total": 10, "bogus": 1}`)
+	require.Equal(t, 400, st)
+	st, _, _ = call(t, srv, "POST", base, "", `{"resource_class": "DISK_GB"`)
+	require.Equal(t, 400, st)
+	st, _, _ = call(t, srv, "POST", base, "", `{"resource_class": "disk", "total": 10}`)
+	require.Equal(t, 400, st)
+	st, _, body = callCT(t, srv, "POST", base, "", "text/plain", `{"resource_class": "DISK_GB", "total": 10}`)
+	require.Equal(t, 415, st, body)
+
+	// reserved == total: 400 before 1.26, allowed from 1.26.
+	st, _, body = call(t, srv, "POST", base, "1.25", `{"resource_class": "DISK_GB", "total": 10, "reserved": 10}`)
+	require.Equal(t, 400, st)
+	_, _, detail = errOf(t, body)
+	require.Contains(t, detail, "greater than or equal to total")
+	st, _, body = call(t, srv, "POST", base, "1.26", `{"resource_class": "DISK_GB", "total": 10, "reserved": 11}`)
+	require.Equal(t, 400, st)
+	_, _, detail = errOf(t, body)
+	require.Contains(t, detail, "greater than total")
+	st, _, body = call(t, srv, "POST", base, "1.26", `{"resource_class": "DISK_GB", "total": 10, "reserved": 10}`)
+	require.Equal(t, 201, st, body)
+	require.EqualValues(t, 2, body["resource_provider_generation"])
+
+	// GET one, GET unknown one.
+	st, _, body = call(t, srv, "GET", base+"/DISK_GB", "", "")
+	require.Equal(t, 200, st)
+	require.EqualValues(t, 10, body["reserved"])
+	st, _, _ = call(t, srv, "GET", base+"/MEMORY_MB", "", "")
+	require.Equal(t, 404, st)
+
+	// PUT one: stale generation 409, missing inventory 400, unknown class 404.
+	st, _, body = call(t, srv, "PUT", base+"/VCPU", "1.23", `{"resource_provider_generation": 0, "total": 16}`)
+	require.Equal(t, 409, st)
+	_, code, _ = errOf(t, body)
+	require.Equal(t, "placement.concurrent_update", code)
+	st, _, _ = call(t, srv, "PUT", base+"/MEMORY_MB", "", `{"resource_provider_generation": 2, "total": 16}`)
+	require.Equal(t, 400, st)
+	st, _, _ = call(t, srv, "PUT", base+"/CUSTOM_X", "", `{"resource_provider_generation": 2, "total": 16}`)
+	require.Equal(t, 404, st)
+	st, _, body = call(t, srv, "PUT", base+"/VCPU", "", `{"resource_provider_generation": 2, "total": 16, "allocation_ratio": 2.0}`)
+	require.Equal(t, 200, st, body)
+	require.EqualValues(t, 3, body["resource_provider_generation"])
+	require.EqualValues(t, 16, body["total"])
+	require.EqualValues(t, 2.0, body["allocation_ratio"])
+
+	// PUT all: replaces.
+	st, _, body = call(t, srv, "PUT", base, "", `{"resource_provider_generation": 2, "inventories": {}}`)
+	require.Equal(t, 409, st)
+	st, _, body = call(t, srv, "PUT", base, "", `{"resource_provider_generation": 3, "inventories": {"CUSTOM_NOPE": {"total": 1}}}`)
+	require.Equal(t, 400, st)
+	_, _, detail = errOf(t, body)
+	require.Contains(t, detail, "Unknown resource class in inventory")
+	st, _, body = call(t, srv, "PUT", base, "", `{"resource_provider_generation": 3,
+		"inventories": {"VCPU": {"total": 4}, "MEMORY_MB": {"total": 1024, "max_unit": 512, "step_size": 256}}}`)
+	require.Equal(t, 200, st, body)
+	require.EqualValues(t, 4, body["resource_provider_generation"])
+	st, _, body = call(t, srv, "GET", base, "", "")
+	require.Equal(t, 200, st)
+	invs := body["inventories"].(map[string]any)
+	require.Len(t, invs, 2)
+	require.EqualValues(t, 512, invs["MEMORY_MB"].(map[string]any)["max_unit"])
+
+	// DELETE one: unknown class 404, missing inventory 404, then 204.
+	st, _, _ = call(t, srv, "DELETE", base+"/CUSTOM_X", "", "")
+	require.Equal(t, 404, st)
+	st, _, _ = call(t, srv, "DELETE", base+"/DISK_GB", "", "")
+	require.Equal(t, 404, st)
+	st, _, _ = call(t, srv, "DELETE", base+"/MEMORY_MB", "", "")
+	require.Equal(t, 204, st)
+
+	// DELETE all: 405 before 1.5.
+	st, _, _ = call(t, srv, "DELETE", base, "1.4", "")
+	require.Equal(t, 405, st)
+	st, _, _ = call(t, srv, "DELETE", base, "1.5", "")
+	require.Equal(t, 204, st)
+	st, _, body = call(t, srv, "GET", base, "", "")
+	require.Equal(t, 200, st)
+	require.Empty(t, body["inventories"])
+	require.EqualValues(t, 6, body["resource_provider_generation"])
+}
+
+func TestInventoryInUse(t *testing.T) {
+	t.Parallel()
+	srv, pool := invServer(t)
+	rp := mkProvider(t, pool, "rp1")
+	base := "/resource_providers/" + rp + "/inventories"
+	st, _, body := call(t, srv, "PUT", base, "", `{"resource_provider_generation": 0,
+		"inventories": {"VCPU": {"total": 4}, "DISK_GB": {"total": 100}}}`)
+	require.Equal(t, 200, st, body)
+	st, _, body = call(t, srv, "PUT", "/allocations/"+uuid.NewString(), "1.12",
+		fmt.Sprintf(`{"allocations": {"%s": {"resources": {"VCPU": 2}}}, "project_id": "p", "user_id": "u"}`, rp))
+	require.Equal(t, 204, st, body)
+
+	// Deleting the VCPU inventory (alone, or by PUT all, or DELETE all) is 409.
+	st, _, body = call(t, srv, "DELETE", base+"/VCPU", "1.23", "")
+	require.Equal(t, 409, st)
+	st, _, body = call(t, srv, "PUT", base, "1.23", `{"resource_provider_generation": 2, "inventories": {"DISK_GB": {"total": 100}}}`)
+	require.Equal(t, 409, st)
+	_, code, detail := errOf(t, body)
+	require.Equal(t, "placement.inventory.inuse", code)
+	require.Contains(t, detail, "'VCPU'")
+	st, _, body = call(t, srv, "DELETE", base, "1.23", "")
+	require.Equal(t, 409, st)
+	_, code, _ = errOf(t, body)
+	require.Equal(t, "placement.inventory.inuse", code)
+
+	// Removing the unused one is fine; shrinking below usage is allowed, as
+	// in Placement, but then no more can be allocated.
+	st, _, body = call(t, srv, "DELETE", base+"/DISK_GB", "", "")
+	require.Equal(t, 204, st, body)
+	st, _, body = call(t, srv, "PUT", base+"/VCPU", "", `{"resource_provider_generation": 3, "total": 1}`)
+	require.Equal(t, 200, st, body)
+	st, _, body = call(t, srv, "PUT", "/allocations/"+uuid.NewString(), "1.12",
+		fmt.Sprintf(`{"allocations": {"%s": {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u"}`, rp))
+	require.Equal(t, 409, st, body)
+}
