@@ -111,6 +111,8 @@ type inventory struct {
 	StepSize        int32
 	AllocationRatio float64
 	Modified        time.Time
+	// maxGiven is whether the request set max_unit (else it is maxInt).
+	maxGiven bool
 }
 
 func (b inventoryBody) inventory(class string) inventory {
@@ -122,7 +124,7 @@ func (b inventoryBody) inventory(class string) inventory {
 		inv.MinUnit = int32(*b.MinUnit)
 	}
 	if b.MaxUnit != nil {
-		inv.MaxUnit = int32(*b.MaxUnit)
+		inv.MaxUnit, inv.maxGiven = int32(*b.MaxUnit), true
 	}
 	if b.StepSize != nil {
 		inv.StepSize = int32(*b.StepSize)
@@ -158,7 +160,11 @@ func (inv inventory) json(generation int32) map[string]any {
 
 // checkCapacity is Placement's _validate_inventory_capacity: before 1.26
 // reserved must be below total (capacity > 0); from 1.26 reserved may equal
-// total (capacity >= 0). It returns the exception text, "" when valid.
+// total (capacity >= 0). metalloc also refuses what Placement lets through
+// but no allocation could use: min_unit above max_unit, a max_unit given
+// above total (omitted, it defaults to 2147483647 as in Placement), and an
+// allocation_ratio that is not positive. It returns the text for a 400, ""
+// when valid.
 func checkCapacity(v web.Version, rp uuid.UUID, invs ...inventory) string {
 	for _, inv := range invs {
 		if !v.AtLeast(1, 26) && inv.capacity() <= 0 {
@@ -169,8 +175,36 @@ func checkCapacity(v web.Version, rp uuid.UUID, invs ...inventory) string {
 			return fmt.Sprintf("Invalid inventory for '%s' on resource provider '%s'. "+
 				"The reserved value is greater than total.", inv.ResourceClass, rp)
 		}
+		switch {
+		case inv.AllocationRatio <= 0:
+			return fmt.Sprintf("Invalid inventory for '%s' on resource provider '%s'. "+
+				"The allocation_ratio must be greater than 0.", inv.ResourceClass, rp)
+		case inv.MinUnit > inv.MaxUnit:
+			return fmt.Sprintf("Invalid inventory for '%s' on resource provider '%s'. "+
+				"The min_unit (%d) is greater than max_unit (%d).", inv.ResourceClass, rp, inv.MinUnit, inv.MaxUnit)
+		case inv.maxGiven && inv.MaxUnit > inv.Total:
+			return fmt.Sprintf("Invalid inventory for '%s' on resource provider '%s'. "+
+				"The max_unit (%d) is greater than total (%d).", inv.ResourceClass, rp, inv.MaxUnit, inv.Total)
+		}
 	}
 	return ""
+}
+
+// checkUsage refuses (409 placement.inventory.inuse) an inventory whose
+// capacity would fall below what the provider's allocations already use of
+// that class: allocations never end up above capacity. (Placement 8.0 only
+// logs a warning here.)
+func checkUsage(ctx context.Context, q *Queries, rp ProviderRow, classID int32, inv inventory, prefix string) error {
+	used, err := q.ProviderClassUsage(ctx, ProviderClassUsageParams{ProviderID: rp.ID, ClassID: classID})
+	if err != nil {
+		return err
+	}
+	if used > inv.capacity() {
+		return web.PlacementErr(http.StatusConflict, web.PlacementCodeInventoryInUse,
+			"%sUnable to update inventory for resource provider %s: the capacity of %s would be %d, "+
+				"below the %d its allocations use.", prefix, rp.Uuid, inv.ResourceClass, inv.capacity(), used)
+	}
+	return nil
 }
 
 // pathProvider loads the provider named by the path's uuid; a malformed
@@ -378,23 +412,13 @@ func (h *Handler) updateInventory(c echo.Context) error {
 				"No inventory record with resource class for resource provider %s: No inventory of class %s found.",
 				rp.Uuid, class)
 		}
-		h.warnOverCapacity(c, q, rp, classID, inv)
-		return nil
+		return checkUsage(ctx, q, rp, classID, inv, "")
 	})
 	if err != nil {
 		return err
 	}
 	inv.Modified = time.Now()
 	return sendInventory(c, http.StatusOK, rp.Generation+1, inv)
-}
-
-// warnOverCapacity logs, as Placement does, when an inventory update leaves
-// the provider's usage above the new capacity.
-func (h *Handler) warnOverCapacity(c echo.Context, q *Queries, rp ProviderRow, classID int32, inv inventory) {
-	used, err := q.ProviderClassUsage(c.Request().Context(), ProviderClassUsageParams{ProviderID: rp.ID, ClassID: classID})
-	if err == nil && used > inv.capacity() {
-		web.Logger(c).Sugar().Warnf("Resource provider %s is now over-capacity for %s", rp.Uuid, inv.ResourceClass)
-	}
 }
 
 // setInventories is PUT /resource_providers/{uuid}/inventories: replaces
@@ -501,12 +525,8 @@ func replaceInventories(c echo.Context, q *Queries, rp ProviderRow, invs []inven
 				AllocationRatio: p.AllocationRatio}); err != nil {
 				return err
 			}
-			var used int64
-			if used, err = q.ProviderClassUsage(ctx, ProviderClassUsageParams{ProviderID: rp.ID, ClassID: classID}); err != nil {
+			if err := checkUsage(ctx, q, rp, classID, inv, inUsePrefix); err != nil {
 				return err
-			}
-			if used > inv.capacity() {
-				web.Logger(c).Sugar().Warnf("Resource provider %s is now over-capacity for %s", rp.Uuid, inv.ResourceClass)
 			}
 		} else if err := q.InsertInventory(ctx, p); err != nil {
 			return err

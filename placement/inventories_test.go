@@ -199,13 +199,39 @@ func TestInventoryInUse(t *testing.T) {
 	_, code, _ = errOf(t, body)
 	require.Equal(t, "placement.inventory.inuse", code)
 
-	// Removing the unused one is fine; shrinking below usage is allowed, as
-	// in Placement, but then no more can be allocated.
+	// Removing the unused one is fine; shrinking below usage is refused
+	// (409 placement.inventory.inuse), by one PUT or by PUT all, and changes
+	// nothing.
 	st, _, body = call(t, srv, "DELETE", base+"/DISK_GB", "", "")
 	require.Equal(t, 204, st, body)
-	st, _, body = call(t, srv, "PUT", base+"/VCPU", "", `{"resource_provider_generation": 3, "total": 1}`)
-	require.Equal(t, 200, st, body)
-	st, _, body = call(t, srv, "PUT", "/allocations/"+uuid.NewString(), "1.12",
-		fmt.Sprintf(`{"allocations": {"%s": {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u"}`, rp))
+	st, _, body = call(t, srv, "PUT", base+"/VCPU", "1.23", `{"resource_provider_generation": 3, "total": 1}`)
 	require.Equal(t, 409, st, body)
+	_, code, detail = errOf(t, body)
+	require.Equal(t, "placement.inventory.inuse", code)
+	require.Contains(t, detail, "below the 2 its allocations use")
+	st, _, body = call(t, srv, "PUT", base, "1.23", `{"resource_provider_generation": 3, "inventories": {"VCPU": {"total": 1}}}`)
+	require.Equal(t, 409, st, body)
+	st, _, body = call(t, srv, "GET", base+"/VCPU", "", "")
+	require.Equal(t, 200, st, body)
+	require.EqualValues(t, 3, body["resource_provider_generation"])
+	require.EqualValues(t, 4, body["total"])
+}
+
+// Inventory values no allocation could use are refused with 400.
+func TestInventoryUnitRules(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	_, _, body := call(t, srv, "POST", "/resource_providers", "1.20", `{"name": "units"}`)
+	base := "/resource_providers/" + body["uuid"].(string) + "/inventories"
+	for _, bad := range []string{
+		`{"resource_class": "VCPU", "total": 4, "min_unit": 3, "max_unit": 2}`,
+		`{"resource_class": "VCPU", "total": 4, "max_unit": 5}`,
+		`{"resource_class": "VCPU", "total": 4, "allocation_ratio": 0}`,
+	} {
+		st, _, body := call(t, srv, "POST", base, "", bad)
+		require.Equal(t, 400, st, "%s: %v", bad, body)
+	}
+	st, _, body := call(t, srv, "POST", base, "", `{"resource_class": "VCPU", "total": 4}`)
+	require.Equal(t, 201, st, body)
+	require.EqualValues(t, 2147483647, body["max_unit"], "an omitted max_unit defaults as in Placement")
 }
