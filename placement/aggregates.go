@@ -11,7 +11,7 @@ import (
 
 func init() {
 	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
-		g.GET("/resource_providers/:uuid/aggregates", since(1, 1, h.getProviderAggregates))
+		g.GET("/resource_providers/:uuid/aggregates", since(1, 1, h.getProviderAggregates), checkAccept)
 		g.PUT("/resource_providers/:uuid/aggregates", since(1, 1, h.putProviderAggregates))
 	})
 }
@@ -53,7 +53,7 @@ func aggregatesJSON(c echo.Context, aggs []uuid.UUID, generation int32) error {
 // getProviderAggregates is GET /resource_providers/{uuid}/aggregates
 // (1.1+): the aggregate uuids the provider is associated with.
 func (h *Handler) getProviderAggregates(c echo.Context) error {
-	rp, err := h.providerFromPath(c, h.q)
+	rp, err := h.providerFromPathRaised(c, h.q)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func (h *Handler) putProviderAggregates(c echo.Context) error {
 	if err := requireJSONContent(c); err != nil {
 		return err
 	}
-	if _, err := h.providerFromPath(c, h.q); err != nil {
+	if _, err := h.providerFromPathRaised(c, h.q); err != nil {
 		return err
 	}
 	var aggs []uuid.UUID
@@ -96,7 +96,7 @@ func (h *Handler) putProviderAggregates(c echo.Context) error {
 	}
 	var gen int32
 	err := h.runTx(ctx, func(q *Queries) error {
-		rp, err := h.providerFromPath(c, q)
+		rp, err := h.providerFromPathRaised(c, q)
 		if err != nil {
 			return err
 		}
@@ -117,7 +117,7 @@ func (h *Handler) putProviderAggregates(c echo.Context) error {
 	})
 	if isFKViolation(err) {
 		// The provider was deleted meanwhile.
-		return errProviderNotFound(c.Param("uuid"))
+		return web.PlacementRaised(errProviderNotFound(c.Param("uuid")))
 	}
 	if err != nil {
 		return err

@@ -44,11 +44,11 @@ import (
 // generation conflicts.
 func init() {
 	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
-		g.GET("/allocations/:consumer_uuid", h.getConsumerAllocations)
+		g.GET("/allocations/:consumer_uuid", h.getConsumerAllocations, checkAccept)
 		g.PUT("/allocations/:consumer_uuid", h.putConsumerAllocations)
 		g.DELETE("/allocations/:consumer_uuid", h.deleteConsumerAllocations)
 		g.POST("/allocations", h.postAllocations)
-		g.GET("/resource_providers/:uuid/allocations", h.getProviderAllocations)
+		g.GET("/resource_providers/:uuid/allocations", h.getProviderAllocations, checkAccept)
 	})
 }
 
@@ -458,9 +458,7 @@ func (h *Handler) deleteConsumerAllocations(c echo.Context) error {
 		if err := q.DeleteConsumerAllocations(ctx, []int64{cons.ID}); err != nil {
 			return err
 		}
-		if err := q.BumpProviderGenerations(ctx, ids); err != nil {
-			return err
-		}
+		// As Placement's delete_all, the providers' generations stay.
 		return q.DeleteConsumer(ctx, cons.ID)
 	})
 	if err != nil {
@@ -487,6 +485,40 @@ type claimHooks struct {
 	lock        []uuid.UUID
 	afterLock   func(locked map[uuid.UUID]LockClaimProvidersRow) error
 	afterInsert func() error
+}
+
+// claimBumpIDs is the set of provider ids whose generation a write of
+// claims increments (see writeAllocationsTx); call it before the consumers'
+// old allocations are deleted.
+func claimBumpIDs(ctx context.Context, q *Queries, claims []claim, consumers []PlacementConsumer,
+	fresh []bool, byUUID map[uuid.UUID]int64, named, extra []uuid.UUID) ([]int64, error) {
+	seen := map[int64]bool{}
+	var ids []int64
+	add := func(id int64) {
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	for _, u := range append(append([]uuid.UUID(nil), named...), extra...) {
+		if id, ok := byUUID[u]; ok {
+			add(id)
+		}
+	}
+	for i, cl := range claims {
+		if len(cl.resources) > 0 || fresh[i] {
+			continue
+		}
+		old, err := q.ConsumerAllocationProviders(ctx, consumers[i].ID)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range old {
+			add(id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids, nil
 }
 
 // writeAllocationsTx is writeAllocations inside the caller's transaction.
@@ -538,6 +570,14 @@ func writeAllocationsTx(ctx context.Context, q *Queries, v web.Version, claims [
 				"Allocation for resource provider '%s' that does not exist.", id)
 		}
 	}
+	// The generations bumped are, as in Placement's replace_all, those of
+	// the providers the new allocations name, of the providers a consumer
+	// given no allocations leaves, and (reshaper) of the locked targets;
+	// a provider a consumer moves away from keeps its generation.
+	bumpIDs, err := claimBumpIDs(ctx, q, claims, consumers, fresh, byUUID, wantUUIDs, hooks.lock)
+	if err != nil {
+		return err
+	}
 	if len(existing) > 0 {
 		if err := q.DeleteConsumerAllocations(ctx, existing); err != nil {
 			return err
@@ -559,12 +599,12 @@ func writeAllocationsTx(ctx context.Context, q *Queries, v web.Version, claims [
 		if err != nil {
 			return err
 		}
-		ins.BumpIds = lockIDs
+		ins.BumpIds = bumpIDs
 		if err := q.InsertAllocationsBump(ctx, ins); err != nil {
 			return err
 		}
-	} else if len(lockIDs) > 0 {
-		if err := q.BumpProviderGenerations(ctx, lockIDs); err != nil {
+	} else if len(bumpIDs) > 0 {
+		if err := q.BumpProviderGenerations(ctx, bumpIDs); err != nil {
 			return err
 		}
 	}
@@ -800,6 +840,7 @@ func newReqSchema(name, src string) *reqSchema {
 	}
 	c := jsonschema.NewCompiler()
 	c.AssertFormat()
+	c.RegisterFormat(uuidFormat)
 	url := "mem://placement/" + name + ".json"
 	if err := c.AddResource(url, doc); err != nil {
 		panic(fmt.Sprintf("schema %s: %v", name, err))
@@ -824,18 +865,8 @@ func (s *reqSchema) decode(c echo.Context, out any) error {
 		return web.PlacementErr(http.StatusBadRequest, "", "Malformed JSON: %v", err)
 	}
 	if err := s.sch.Validate(inst); err != nil {
-		var ve *jsonschema.ValidationError
-		if errors.As(err, &ve) {
-			for len(ve.Causes) > 0 {
-				ve = ve.Causes[0]
-			}
-			msg := ve.ErrorKind.LocalizedString(reqSchemaPrinter)
-			if len(ve.InstanceLocation) > 0 {
-				msg = "/" + strings.Join(ve.InstanceLocation, "/") + ": " + msg
-			}
-			return web.PlacementErr(http.StatusBadRequest, "", "JSON does not validate: %s", msg)
-		}
-		return web.PlacementErr(http.StatusBadRequest, "", "JSON does not validate: %v", err)
+		// Worded as python-jsonschema does, like readBody's.
+		return web.PlacementErr(http.StatusBadRequest, "", "JSON does not validate: %s", schemaMessage(err, inst))
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return web.PlacementErr(http.StatusBadRequest, "", "JSON does not validate: %v", err)

@@ -415,3 +415,38 @@ func TestConcurrentMultiProviderClaims(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, 10, ok)
 }
+
+// TestAllocationGenerations: as Placement's replace_all and delete_all, a
+// write bumps the providers the new allocations name (and, for a consumer
+// given none, those it leaves); a provider a consumer moves off, and every
+// provider on DELETE /allocations/{c}, keep their generation.
+func TestAllocationGenerations(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	rpCreate(t, srv, "ga", rpU1, "")
+	rpCreate(t, srv, "gb", rpU2, "")
+	setInv(t, srv, rpU1, `{"VCPU": {"total": 8}}`)
+	setInv(t, srv, rpU2, `{"VCPU": {"total": 8}}`)
+	gen := func(rp string) float64 {
+		_, _, b := call(t, srv, "GET", "/resource_providers/"+rp, "1.14", "")
+		return b["generation"].(float64)
+	}
+	c := uuid.NewString()
+	put := func(body string) {
+		t.Helper()
+		st, _, b := call(t, srv, "PUT", "/allocations/"+c, "1.28", body)
+		require.Equal(t, 204, st, b)
+	}
+	a0, b0 := gen(rpU1), gen(rpU2)
+	put(`{"allocations": {"` + rpU1 + `": {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u", "consumer_generation": null}`)
+	require.Equal(t, a0+1, gen(rpU1))
+	put(`{"allocations": {"` + rpU2 + `": {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u", "consumer_generation": 1}`)
+	require.Equal(t, a0+1, gen(rpU1), "moved off: no bump")
+	require.Equal(t, b0+1, gen(rpU2))
+	put(`{"allocations": {}, "project_id": "p", "user_id": "u", "consumer_generation": 2}`)
+	require.Equal(t, b0+2, gen(rpU2), "emptied: bump")
+	put(`{"allocations": {"` + rpU1 + `": {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u", "consumer_generation": null}`)
+	st, _, _ := call(t, srv, "DELETE", "/allocations/"+c, "1.28", "")
+	require.Equal(t, 204, st)
+	require.Equal(t, a0+2, gen(rpU1), "DELETE: no bump")
+}

@@ -14,9 +14,9 @@ import (
 
 func init() {
 	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
-		g.GET("/resource_classes", since(1, 2, h.listResourceClasses))
+		g.GET("/resource_classes", since(1, 2, h.listResourceClasses), checkAccept)
 		g.POST("/resource_classes", since(1, 2, h.createResourceClass))
-		g.GET("/resource_classes/:name", since(1, 2, h.getResourceClass))
+		g.GET("/resource_classes/:name", since(1, 2, h.getResourceClass), checkAccept)
 		g.PUT("/resource_classes/:name", since(1, 2, h.putResourceClass))
 		g.DELETE("/resource_classes/:name", since(1, 2, h.deleteResourceClass))
 	})
@@ -69,7 +69,8 @@ func resourceClassID(ctx context.Context, q *Queries, name string) (int32, error
 func classFromName(ctx context.Context, q *Queries, name string) (PlacementResourceClass, error) {
 	rc, err := q.ResourceClassByName(ctx, name)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return rc, web.PlacementErr(http.StatusNotFound, "", "No such resource class %s.", name)
+		// Placement lets this NotFound escape its handlers (no Vary).
+		return rc, web.PlacementRaised(web.PlacementErr(http.StatusNotFound, "", "No such resource class %s.", name))
 	}
 	return rc, err
 }

@@ -165,3 +165,14 @@ func TestProviderListResourcesAndInUse(t *testing.T) {
 	status, _, _ = call(t, srv, "DELETE", "/resource_providers/"+rpU2, "1.23", "")
 	require.Equal(t, 204, status)
 }
+
+// TestResourceClassNotFoundNoVary: the class's NotFound escapes
+// Placement's handlers, so the 404 has the version header but no Vary.
+func TestResourceClassNotFoundNoVary(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	st, h, _ := call(t, srv, "GET", "/resource_classes/CUSTOM_NOPE", "1.2", "")
+	require.Equal(t, 404, st)
+	require.Equal(t, "placement 1.2", h.Get("OpenStack-API-Version"))
+	require.Empty(t, h.Values("Vary"))
+}

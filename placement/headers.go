@@ -2,9 +2,12 @@ package placement
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/metalloc/metalloc/web"
 )
 
 // setCacheHeaders sets what Placement sends from microversion 1.15 on GET
@@ -18,4 +21,18 @@ func setCacheHeaders(c echo.Context, lastModified *time.Time) {
 		t = lastModified.UTC()
 	}
 	h.Set("Last-Modified", t.Format(http.TimeFormat))
+}
+
+// checkAccept is Placement's check_accept("application/json") for the GET
+// handlers that have it: an Accept header that admits no JSON (no
+// application/json, application/* or */* range with q > 0) is 406 "Only
+// application/json is provided". No Accept header, an empty one or one that
+// does not parse admits everything.
+func checkAccept(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if a := strings.TrimSpace(c.Request().Header.Get("Accept")); a != "" && !web.AcceptsJSON(a) {
+			return web.PlacementErr(http.StatusNotAcceptable, "", "Only application/json is provided")
+		}
+		return next(c)
+	}
 }

@@ -33,11 +33,11 @@ import (
 // row); a lost race is 409 placement.concurrent_update.
 func init() {
 	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
-		g.GET("/resource_providers/:uuid/inventories", h.getInventories)
+		g.GET("/resource_providers/:uuid/inventories", h.getInventories, checkAccept)
 		g.POST("/resource_providers/:uuid/inventories", h.createInventory)
 		g.PUT("/resource_providers/:uuid/inventories", h.setInventories)
 		g.DELETE("/resource_providers/:uuid/inventories", h.deleteInventories)
-		g.GET("/resource_providers/:uuid/inventories/:resource_class", h.getInventory)
+		g.GET("/resource_providers/:uuid/inventories/:resource_class", h.getInventory, checkAccept)
 		g.PUT("/resource_providers/:uuid/inventories/:resource_class", h.updateInventory)
 		g.DELETE("/resource_providers/:uuid/inventories/:resource_class", h.deleteInventory)
 	})
@@ -250,7 +250,8 @@ func loadInventories(ctx context.Context, q *Queries, providerID int64) ([]inven
 }
 
 // sendInventories answers {"resource_provider_generation", "inventories"},
-// with cache headers from 1.15 (last-modified: the newest inventory).
+// with cache headers from 1.15 (last-modified: the newest inventory, none
+// when there is no inventory).
 func sendInventories(c echo.Context, generation int32, invs []inventory) error {
 	out := make(map[string]any, len(invs))
 	var last time.Time
@@ -261,7 +262,12 @@ func sendInventories(c echo.Context, generation int32, invs []inventory) error {
 		}
 	}
 	if web.PlacementRequestVersion(c).AtLeast(1, 15) {
-		setCacheHeaders(c, &last)
+		if len(invs) == 0 {
+			// Placement has no timestamp to give then, and sends none.
+			c.Response().Header().Set("Cache-Control", "no-cache")
+		} else {
+			setCacheHeaders(c, &last)
+		}
 	}
 	return c.JSON(http.StatusOK, map[string]any{"resource_provider_generation": generation, "inventories": out})
 }
@@ -319,7 +325,7 @@ func (h *Handler) createInventory(c echo.Context) error {
 	}
 	rp, err := h.pathProvider(c, h.q, "")
 	if err != nil {
-		return err
+		return web.PlacementRaised(err) // Placement lets this NotFound escape
 	}
 	var body inventoryBody
 	if err := postInventorySchema.decode(c, &body); err != nil {
@@ -368,7 +374,7 @@ func (h *Handler) updateInventory(c echo.Context) error {
 	}
 	rp, err := h.pathProvider(c, h.q, "")
 	if err != nil {
-		return err
+		return web.PlacementRaised(err) // Placement lets this NotFound escape
 	}
 	var body inventoryBody
 	if err := baseInventorySchema.decode(c, &body); err != nil {
@@ -432,7 +438,7 @@ func (h *Handler) setInventories(c echo.Context) error {
 	}
 	rp, err := h.pathProvider(c, h.q, "")
 	if err != nil {
-		return err
+		return web.PlacementRaised(err) // Placement lets this NotFound escape
 	}
 	var body struct {
 		Generation  jsonInt                  `json:"resource_provider_generation"`
@@ -546,7 +552,7 @@ func (h *Handler) deleteInventories(c echo.Context) error {
 	}
 	rp, err := h.pathProvider(c, h.q, "")
 	if err != nil {
-		return err
+		return web.PlacementRaised(err) // Placement lets this NotFound escape
 	}
 	err = h.inTx(ctx, func(q *Queries) error {
 		if err := bumpGeneration(ctx, q, rp.ID, rp.Generation); err != nil {
@@ -572,7 +578,7 @@ func (h *Handler) deleteInventory(c echo.Context) error {
 	ctx := c.Request().Context()
 	rp, err := h.pathProvider(c, h.q, "")
 	if err != nil {
-		return err
+		return web.PlacementRaised(err) // Placement lets this NotFound escape
 	}
 	class := c.Param("resource_class")
 	err = h.inTx(ctx, func(q *Queries) error {

@@ -235,3 +235,23 @@ func TestInventoryUnitRules(t *testing.T) {
 	require.Equal(t, 201, st, body)
 	require.EqualValues(t, 2147483647, body["max_unit"], "an omitted max_unit defaults as in Placement")
 }
+
+// TestInventoriesEmptyCacheHeaders: from 1.15 an empty inventory list has
+// cache-control but, as in Placement, no last-modified.
+func TestInventoriesEmptyCacheHeaders(t *testing.T) {
+	t.Parallel()
+	srv, pool := invServer(t)
+	rp := mkProvider(t, pool, "empty")
+	st, h, _ := call(t, srv, "GET", "/resource_providers/"+rp+"/inventories", "1.15", "")
+	require.Equal(t, 200, st)
+	require.Equal(t, "no-cache", h.Get("Cache-Control"))
+	require.Empty(t, h.Get("Last-Modified"))
+	st, h, _ = call(t, srv, "PUT", "/resource_providers/"+rp+"/inventories", "1.15",
+		`{"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 2}}}`)
+	require.Equal(t, 200, st)
+	require.NotEmpty(t, h.Get("Last-Modified"))
+	// A NotFound Placement lets escape: no Vary.
+	st, h, _ = call(t, srv, "DELETE", "/resource_providers/"+uuid.NewString()+"/inventories", "1.15", "")
+	require.Equal(t, 404, st)
+	require.Empty(t, h.Values("Vary"))
+}

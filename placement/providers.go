@@ -30,9 +30,9 @@ import (
 
 func init() {
 	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
-		g.GET("/resource_providers", h.listProviders)
+		g.GET("/resource_providers", h.listProviders, checkAccept)
 		g.POST("/resource_providers", h.createProvider)
-		g.GET("/resource_providers/:uuid", h.getProvider)
+		g.GET("/resource_providers/:uuid", h.getProvider, checkAccept)
 		g.PUT("/resource_providers/:uuid", h.updateProvider)
 		g.DELETE("/resource_providers/:uuid", h.deleteProvider)
 	})
@@ -68,6 +68,14 @@ func (h *Handler) providerFromPath(c echo.Context, q *Queries) (ProviderRow, err
 		return ProviderRow{}, errProviderNotFound(raw)
 	}
 	return h.providerByUUID(c.Request().Context(), q, id)
+}
+
+// providerFromPathRaised is providerFromPath for the handlers in which
+// Placement lets the provider's NotFound escape (it is raised past the
+// microversion middleware: no Vary header, see web.PlacementError.Raised).
+func (h *Handler) providerFromPathRaised(c echo.Context, q *Queries) (ProviderRow, error) {
+	rp, err := h.providerFromPath(c, q)
+	return rp, web.PlacementRaised(err)
 }
 
 // errProviderNotFound is the 404 Placement answers for an unknown provider.
@@ -122,6 +130,7 @@ func mustBodySchema(name, src string) *bodySchema {
 	defer bodySchemaMu.Unlock()
 	c := jsonschema.NewCompiler()
 	c.AssertFormat()
+	c.RegisterFormat(uuidFormat)
 	u := "mem://placement/" + name + ".json"
 	if err := c.AddResource(u, doc); err != nil {
 		panic(fmt.Sprintf("schema %s: %v", name, err))
@@ -132,6 +141,16 @@ func mustBodySchema(name, src string) *bodySchema {
 	}
 	return &bodySchema{sch: sch}
 }
+
+// uuidFormat is Placement's "uuid" format, oslo's is_uuid_like: any
+// spelling uuid.UUID() takes (no dashes, braces, urn:uuid:), not only RFC
+// 4122 text.
+var uuidFormat = &jsonschema.Format{Name: "uuid", Validate: func(v any) error {
+	if s, ok := v.(string); ok && !looksLikeUUID(s) {
+		return errors.New("not a uuid")
+	}
+	return nil
+}}
 
 // requireJSONContent is Placement's require_content('application/json'):
 // any other media type (or none) is a 415.
@@ -230,9 +249,15 @@ func schemaMessage(err error, doc any) string {
 	case *kind.UniqueItems:
 		return fmt.Sprintf("%s has non-unique elements", pyRepr(inst))
 	case *kind.Minimum:
-		return fmt.Sprintf("%s is less than the minimum of %v", pyRepr(inst), k.Want)
+		return fmt.Sprintf("%s is less than the minimum of %s", pyRepr(inst), k.Want.RatString())
 	case *kind.Maximum:
-		return fmt.Sprintf("%s is greater than the maximum of %v", pyRepr(inst), k.Want)
+		return fmt.Sprintf("%s is greater than the maximum of %s", pyRepr(inst), k.Want.RatString())
+	case *kind.MinProperties:
+		return fmt.Sprintf("%s does not have enough properties", pyRepr(inst))
+	case *kind.MinItems:
+		return fmt.Sprintf("%s is too short", pyRepr(inst))
+	case *kind.MaxItems:
+		return fmt.Sprintf("%s is too long", pyRepr(inst))
 	case *kind.AnyOf, *kind.OneOf:
 		return fmt.Sprintf("%s is not valid under any of the given schemas", pyRepr(inst))
 	}
@@ -446,6 +471,10 @@ func (h *Handler) createProvider(c echo.Context) error {
 			"Unable to create resource provider \"%s\", %s: Object action create failed because: %s",
 			in.Name, id, reason)
 	}
+	if in.Name == "" {
+		// The schema allows "", Placement's object refuses it.
+		return actionErr("name is required")
+	}
 	var rp ProviderRow
 	err := h.runTx(ctx, func(q *Queries) error {
 		params := ProviderInsertParams{Uuid: id, Name: in.Name}
@@ -526,7 +555,7 @@ func isUniqueViolation(err error) bool {
 // getProvider is GET /resource_providers/{uuid}, as Placement's
 // get_resource_provider (last-modified and cache-control from 1.15).
 func (h *Handler) getProvider(c echo.Context) error {
-	rp, err := h.providerFromPath(c, h.q)
+	rp, err := h.providerFromPathRaised(c, h.q)
 	if err != nil {
 		return err
 	}
@@ -551,7 +580,7 @@ func (h *Handler) updateProvider(c echo.Context) error {
 	if err := requireJSONContent(c); err != nil {
 		return err
 	}
-	if _, err := h.providerFromPath(c, h.q); err != nil {
+	if _, err := h.providerFromPathRaised(c, h.q); err != nil {
 		return err
 	}
 	s := putProviderSchema
@@ -568,7 +597,7 @@ func (h *Handler) updateProvider(c echo.Context) error {
 	var rp ProviderRow
 	err = h.runTx(ctx, func(q *Queries) error {
 		var err error
-		if rp, err = h.providerFromPath(c, q); err != nil {
+		if rp, err = h.providerFromPathRaised(c, q); err != nil {
 			return err
 		}
 		if _, err := q.ProviderLockForUpdate(ctx, rp.ID); err != nil {

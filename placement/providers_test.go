@@ -2,6 +2,7 @@ package placement
 
 import (
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -305,4 +306,25 @@ func TestSchemaMessages(t *testing.T) {
 		require.Equal(t, 400, status, b)
 		require.Equal(t, "JSON does not validate: "+want, rpErrDetail(t, body), b)
 	}
+}
+
+// TestProviderCreateNameAndUUIDSpelling: an empty name is 400 (Placement's
+// object refuses it though the schema allows it); a uuid in any spelling
+// oslo's is_uuid_like takes (here without dashes) is accepted and stored
+// canonically.
+func TestProviderCreateNameAndUUIDSpelling(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	st, _, body := call(t, srv, "POST", "/resource_providers", "1.39", `{"name": ""}`)
+	require.Equal(t, 400, st)
+	require.Contains(t, rpErrDetail(t, body), "name is required")
+
+	st, _, body = call(t, srv, "POST", "/resource_providers", "1.39",
+		`{"name": "nodash", "uuid": "`+strings.ReplaceAll(rpU3, "-", "")+`"}`)
+	require.Equal(t, 200, st, body)
+	require.Equal(t, rpU3, body["uuid"])
+	st, _, _ = call(t, srv, "GET", "/resource_providers/"+rpU3, "1.39", "")
+	require.Equal(t, 200, st)
+	st, _, _ = call(t, srv, "POST", "/resource_providers", "1.39", `{"name": "bad", "uuid": "not-a-uuid"}`)
+	require.Equal(t, 400, st)
 }

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -83,12 +84,7 @@ func (h *Handler) reshape(c echo.Context) error {
 	}
 
 	// Providers in inventories must exist and be at the given generation.
-	type target struct {
-		rp         ProviderRow
-		generation int64
-		invs       []inventory
-	}
-	var targets []target
+	var targets []reshapeTarget
 	var lock []uuid.UUID
 	for raw, in := range body.Inventories {
 		id, err := uuid.Parse(raw)
@@ -109,7 +105,7 @@ func (h *Handler) reshape(c echo.Context) error {
 				"resource provider generation conflict for provider %s: actual: %d, given: %d",
 				raw, rp.Generation, int64(in.Generation))
 		}
-		t := target{rp: rp, generation: int64(in.Generation)}
+		t := reshapeTarget{rp: rp, generation: int64(in.Generation)}
 		for class, b := range in.Inventories {
 			t.invs = append(t.invs, b.inventory(class))
 		}
@@ -199,9 +195,12 @@ func (h *Handler) reshape(c echo.Context) error {
 			}
 			return nil
 		}
-		return writeAllocationsTx(ctx, q, v, claims, func(detail string) string {
+		if err := writeAllocationsTx(ctx, q, v, claims, func(detail string) string {
 			return "malformed reshaper data: " + detail
-		}, hooks)
+		}, hooks); err != nil {
+			return err
+		}
+		return bumpReshapeTargets(ctx, q, targets, claims)
 	})
 	if err != nil {
 		var pe *web.PlacementError
@@ -211,4 +210,51 @@ func (h *Handler) reshape(c echo.Context) error {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+// reshapeTarget is a provider whose inventory a reshape replaces.
+type reshapeTarget struct {
+	rp         ProviderRow
+	generation int64
+	invs       []inventory
+}
+
+// bumpReshapeTargets gives each reshaped provider the generation Placement's
+// reshape leaves it with: one increment for the interim inventory (when the
+// new inventory is not empty), one when the new allocations name it, one
+// for the final inventory. writeAllocationsTx has made one (the providers
+// it locks for the reshaper); the others are made here.
+func bumpReshapeTargets(ctx context.Context, q *Queries, targets []reshapeTarget, claims []claim) error {
+	named := map[uuid.UUID]bool{}
+	for _, cl := range claims {
+		for _, r := range cl.resources {
+			named[r.provider] = true
+		}
+	}
+	var once, twice []int64
+	for _, t := range targets {
+		n := 0
+		if len(t.invs) > 0 {
+			n++
+		}
+		if named[t.rp.Uuid] {
+			n++
+		}
+		switch n {
+		case 1:
+			once = append(once, t.rp.ID)
+		case 2:
+			once = append(once, t.rp.ID)
+			twice = append(twice, t.rp.ID)
+		}
+	}
+	for _, ids := range [][]int64{once, twice} {
+		if len(ids) == 0 {
+			continue
+		}
+		if err := q.BumpProviderGenerations(ctx, ids); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -76,3 +76,28 @@ func TestReshaper(t *testing.T) {
 	require.Len(t, body["allocations"], 2)
 	require.EqualValues(t, 2, body["consumer_generation"])
 }
+
+// TestReshaperGenerations: a reshaped provider ends where Placement's
+// reshape leaves it: +1 for the interim inventory (when the new one is not
+// empty), +1 when the new allocations name it, +1 for the final inventory.
+func TestReshaperGenerations(t *testing.T) {
+	t.Parallel()
+	srv, pool := invServer(t)
+	a := mkProvider(t, pool, "a")
+	b := mkProvider(t, pool, "b")
+	setInv(t, srv, a, `{"VCPU": {"total": 8}}`)
+	setInv(t, srv, b, `{"VCPU": {"total": 8}}`)
+	gen := func(rp string) float64 {
+		_, _, body := call(t, srv, "GET", "/resource_providers/"+rp, "1.14", "")
+		return body["generation"].(float64)
+	}
+	st, _, body := call(t, srv, "POST", "/reshaper", "1.30", fmt.Sprintf(`{
+	  "inventories": {
+	    "%s": {"resource_provider_generation": 1, "inventories": {"VCPU": {"total": 4}}},
+	    "%s": {"resource_provider_generation": 1, "inventories": {"VCPU": {"total": 4}}}},
+	  "allocations": {"%s": {"allocations": {"%s": {"resources": {"VCPU": 1}}},
+	    "project_id": "p", "user_id": "u", "consumer_generation": null}}}`, a, b, uuid.NewString(), b))
+	require.Equal(t, 204, st, body)
+	require.Equal(t, float64(3), gen(a), "interim + final")
+	require.Equal(t, float64(4), gen(b), "interim + allocations + final")
+}

@@ -25,12 +25,15 @@ func NewHandler(pool *pgxpool.Pool, opts Options) *Handler {
 }
 
 // Register installs the version document at "/" (no authentication, as
-// Placement) and every API route, behind microversion negotiation and
-// noauth2-style authentication (see Auth).
+// Placement) and every API route. Authentication, microversion negotiation
+// and authorization (see Auth) are e-wide middleware, so that they also run
+// for unknown routes (404) and known routes with another method (405, with
+// an Allow header), as Placement's do; a route group with middleware would
+// turn every 405 into a 404.
 func (h *Handler) Register(e *echo.Echo) {
-	e.GET("/", h.root, web.PlacementVersion())
-	api := e.Group("", web.PlacementVersion(), Auth())
-	h.registerRoutes(api)
+	e.Use(Authenticate(), web.PlacementVersion(), web.PlacementNoOptions(), Authorize())
+	e.GET("/", h.root)
+	h.registerRoutes(e.Group(""))
 }
 
 // root serves the version document; from 1.15 with cache-control and

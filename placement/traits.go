@@ -19,11 +19,11 @@ import (
 func init() {
 	prepareSteps = append(prepareSteps, syncStandardTraits)
 	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
-		g.GET("/traits", since(1, 6, h.listTraits))
+		g.GET("/traits", since(1, 6, h.listTraits), checkAccept)
 		g.GET("/traits/:name", since(1, 6, h.getTrait))
 		g.PUT("/traits/:name", since(1, 6, h.putTrait))
 		g.DELETE("/traits/:name", since(1, 6, h.deleteTrait))
-		g.GET("/resource_providers/:uuid/traits", since(1, 6, h.getProviderTraits))
+		g.GET("/resource_providers/:uuid/traits", since(1, 6, h.getProviderTraits), checkAccept)
 		g.PUT("/resource_providers/:uuid/traits", since(1, 6, h.putProviderTraits))
 		g.DELETE("/resource_providers/:uuid/traits", since(1, 6, h.deleteProviderTraits))
 	})
@@ -266,7 +266,7 @@ func (h *Handler) putProviderTraits(c echo.Context) error {
 	var names []string
 	var gen int32
 	err := h.runTx(ctx, func(q *Queries) error {
-		rp, err := h.providerFromPath(c, q)
+		rp, err := h.providerFromPathRaised(c, q)
 		if err != nil {
 			return err
 		}
@@ -299,6 +299,16 @@ func (h *Handler) putProviderTraits(c echo.Context) error {
 		if len(missing) > 0 {
 			return web.PlacementErr(http.StatusBadRequest, "", "No such trait %s", strings.Join(missing, ", "))
 		}
+		current, err := q.ProviderTraitNames(ctx, rp.ID)
+		if err != nil {
+			return err
+		}
+		if sameNames(current, names) {
+			// Placement changes nothing, not even the generation, when
+			// the set is the provider's already.
+			gen = rp.Generation
+			return nil
+		}
 		if err := bumpGeneration(ctx, q, rp.ID, rp.Generation); err != nil {
 			return err
 		}
@@ -329,6 +339,24 @@ func (h *Handler) putProviderTraits(c echo.Context) error {
 	return c.JSON(http.StatusOK, providerTraitsJSON(names, gen))
 }
 
+// sameNames reports whether a and b hold the same names (b has no
+// duplicates).
+func sameNames(a, b []string) bool {
+	set := make(map[string]bool, len(a))
+	for _, n := range a {
+		set[n] = true
+	}
+	if len(set) != len(b) {
+		return false
+	}
+	for _, n := range b {
+		if !set[n] {
+			return false
+		}
+	}
+	return true
+}
+
 // errGenerationChanged is the 409 Placement answers when the body's
 // resource_provider_generation is not the provider's.
 func errGenerationChanged() *web.PlacementError {
@@ -337,12 +365,18 @@ func errGenerationChanged() *web.PlacementError {
 }
 
 // deleteProviderTraits is DELETE /resource_providers/{uuid}/traits (1.6+):
-// the provider loses all its traits and its generation is incremented; 204.
+// the provider loses all its traits and its generation is incremented (left
+// alone when it had none, as in Placement); 204.
 func (h *Handler) deleteProviderTraits(c echo.Context) error {
 	ctx := c.Request().Context()
 	err := h.runTx(ctx, func(q *Queries) error {
-		rp, err := h.providerFromPath(c, q)
+		rp, err := h.providerFromPathRaised(c, q)
 		if err != nil {
+			return err
+		}
+		current, err := q.ProviderTraitNames(ctx, rp.ID)
+		if err != nil || len(current) == 0 {
+			// Nothing to remove: Placement leaves the generation alone.
 			return err
 		}
 		if err := bumpGeneration(ctx, q, rp.ID, rp.Generation); err != nil {

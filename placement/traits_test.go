@@ -114,3 +114,25 @@ func TestTraits(t *testing.T) {
 	status, _, _ = call(t, srv, "GET", "/traits/CUSTOM_FOO", "1.6", "")
 	require.Equal(t, 404, status)
 }
+
+// TestProviderTraitsGenerationOnlyOnChange: as Placement's set_traits,
+// setting the traits a provider has already, or deleting the traits of a
+// provider that has none, leaves its generation alone.
+func TestProviderTraitsGenerationOnlyOnChange(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	rpCreate(t, srv, "tg", rpU1, "")
+	path := "/resource_providers/" + rpU1 + "/traits"
+	st, _, body := call(t, srv, "PUT", path, "1.6", `{"traits": ["HW_CPU_X86_AVX"], "resource_provider_generation": 0}`)
+	require.Equal(t, 200, st, body)
+	require.EqualValues(t, 1, body["resource_provider_generation"])
+	st, _, body = call(t, srv, "PUT", path, "1.6", `{"traits": ["HW_CPU_X86_AVX"], "resource_provider_generation": 1}`)
+	require.Equal(t, 200, st, body)
+	require.EqualValues(t, 1, body["resource_provider_generation"], "same set: no bump")
+	st, _, _ = call(t, srv, "DELETE", path, "1.6", "")
+	require.Equal(t, 204, st)
+	st, _, _ = call(t, srv, "DELETE", path, "1.6", "")
+	require.Equal(t, 204, st)
+	_, _, body = call(t, srv, "GET", path, "1.6", "")
+	require.EqualValues(t, 2, body["resource_provider_generation"], "second delete: no bump")
+}

@@ -18,8 +18,8 @@ import (
 //	GET /usages?project_id=&user_id=[&consumer_type=]   (1.9+, type 1.38+)
 func init() {
 	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
-		g.GET("/resource_providers/:uuid/usages", h.getProviderUsages)
-		g.GET("/usages", h.getTotalUsages)
+		g.GET("/resource_providers/:uuid/usages", h.getProviderUsages, checkAccept)
+		g.GET("/usages", h.getTotalUsages, checkAccept)
 	})
 }
 

@@ -3,7 +3,9 @@ package web
 import (
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -48,6 +50,11 @@ type PlacementError struct {
 	Status int
 	Code   string
 	Detail string
+	// Raised marks an error Placement raises past its microversion
+	// middleware (an object's NotFound that the handler does not catch, a
+	// policy refusal, an unknown route): the response then carries
+	// OpenStack-API-Version but no Vary header.
+	Raised bool
 }
 
 func (e *PlacementError) Error() string { return fmt.Sprintf("%d: %s", e.Status, e.Detail) }
@@ -58,32 +65,53 @@ func PlacementErr(status int, code, format string, args ...any) *PlacementError 
 	return &PlacementError{Status: status, Code: code, Detail: fmt.Sprintf(format, args...)}
 }
 
+// PlacementRaised returns err marked Raised (see PlacementError) when it is
+// a *PlacementError, and err unchanged otherwise.
+func PlacementRaised(err error) error {
+	var pe *PlacementError
+	if errors.As(err, &pe) {
+		cp := *pe
+		cp.Raised = true
+		return &cp
+	}
+	return err
+}
+
+// PlacementUnauthorized is the 401 of Placement's authentication
+// middleware, which runs outside microversion negotiation: the response has
+// neither OpenStack-API-Version nor Vary, and its body is the generic
+// {"code", "message", "title"} document, not Placement's error list.
+func PlacementUnauthorized() error { return placementAuthError{} }
+
+type placementAuthError struct{}
+
+func (placementAuthError) Error() string { return "401: authentication required" }
+
 type placementVersionKey struct{}
 
 // PlacementVersion is echo middleware that negotiates the Placement
 // microversion. A malformed header gets 400 and a version outside
 // PlacementMinVersion..PlacementMaxVersion gets 406 (with min_version and
-// max_version in the error), as Placement answers.
+// max_version in the error), as Placement answers; those two responses
+// carry neither OpenStack-API-Version nor Vary, since negotiation failed.
 func PlacementVersion() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			h := c.Response().Header()
-			h.Add("Vary", PlacementVersionHeader)
 			v := PlacementMinVersion
 			if raw, ok := placementHeaderValue(c.Request().Header.Values(PlacementVersionHeader)); ok {
 				parsed, ok := ParseVersion(strings.TrimSpace(raw), PlacementMaxVersion)
 				if !ok {
-					h.Set(PlacementVersionHeader, placementService+" "+PlacementMinVersion.String())
 					return PlacementErr(http.StatusBadRequest, "", "invalid version string: %s", raw)
 				}
 				if parsed.Less(PlacementMinVersion) || PlacementMaxVersion.Less(parsed) {
-					h.Set(PlacementVersionHeader, placementService+" "+PlacementMinVersion.String())
 					return &placementVersionError{PlacementErr(http.StatusNotAcceptable, "",
 						"Unacceptable version header: %s", parsed)}
 				}
 				v = parsed
 			}
 			h.Set(PlacementVersionHeader, placementService+" "+v.String())
+			h.Add("Vary", PlacementVersionHeader)
 			c.Set("placement.version", v)
 			return next(c)
 		}
@@ -129,16 +157,35 @@ func PlacementErrorHandler(err error, c echo.Context) {
 	}
 	var pe *PlacementError
 	var he *echo.HTTPError
+	var ae placementAuthError
 	switch {
+	case errors.As(err, &ae):
+		h := c.Response().Header()
+		h.Del(PlacementVersionHeader)
+		h.Del("Vary")
+		_ = c.JSON(http.StatusUnauthorized, map[string]any{
+			"code":    "401 Unauthorized",
+			"title":   "Unauthorized",
+			"message": "The request you have made requires authentication.",
+		})
+		return
 	case errors.As(err, &pe):
 	case errors.As(err, &he):
 		pe = &PlacementError{Status: he.Code, Detail: fmt.Sprint(he.Message)}
-		if he.Code == http.StatusNotFound {
+		switch he.Code {
+		case http.StatusNotFound:
 			pe.Detail = "The resource could not be found."
+			pe.Raised = true
+		case http.StatusMethodNotAllowed:
+			pe.Detail = fmt.Sprintf("The method %s is not allowed for this resource.", c.Request().Method)
+			setPlacementAllow(c)
 		}
 	default:
 		status, msg := ClassifyError(err, Logger(c))
 		pe = &PlacementError{Status: status, Detail: msg}
+	}
+	if pe.Raised {
+		c.Response().Header().Del("Vary")
 	}
 	body := map[string]any{
 		"status": pe.Status,
@@ -164,6 +211,11 @@ func PlacementErrorHandler(err error, c echo.Context) {
 		_ = c.NoContent(pe.Status)
 		return
 	}
+	if a := strings.TrimSpace(c.Request().Header.Get("Accept")); a != "" && !AcceptsJSON(a) {
+		// Placement formats errors as JSON only for clients that take it.
+		_ = c.String(pe.Status, fmt.Sprintf("%d %s\n\n%s", pe.Status, http.StatusText(pe.Status), pe.Detail))
+		return
+	}
 	_ = c.JSON(pe.Status, map[string]any{"errors": []any{body}})
 }
 
@@ -176,4 +228,67 @@ func PlacementVersionDoc() map[string]any {
 		"status":      "CURRENT",
 		"links":       []any{map[string]string{"rel": "self", "href": ""}},
 	}}}
+}
+
+// AcceptsJSON reports whether the Accept header value admits
+// application/json.
+func AcceptsJSON(accept string) bool {
+	for _, part := range strings.Split(accept, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		mt, params, err := mime.ParseMediaType(part)
+		if err != nil {
+			return true // not a valid header: everything is acceptable
+		}
+		if q, ok := params["q"]; ok {
+			f, err := strconv.ParseFloat(q, 64)
+			if err != nil {
+				return true
+			}
+			if f <= 0 {
+				continue
+			}
+		}
+		typ, sub, _ := strings.Cut(strings.ToLower(mt), "/")
+		if (typ == "*" || typ == "application") && (sub == "*" || sub == "json") {
+			return true
+		}
+	}
+	return false
+}
+
+// setPlacementAllow sets the Allow header of a 405 to the methods the
+// route has, without the OPTIONS echo adds (Placement serves no OPTIONS).
+func setPlacementAllow(c echo.Context) {
+	allow, _ := c.Get(echo.ContextKeyHeaderAllow).(string)
+	if allow == "" {
+		allow = c.Response().Header().Get(echo.HeaderAllow)
+	}
+	var methods []string
+	for _, m := range strings.Split(allow, ",") {
+		if m = strings.TrimSpace(m); m != "" && m != http.MethodOptions {
+			methods = append(methods, m)
+		}
+	}
+	if len(methods) > 0 {
+		c.Response().Header().Set(echo.HeaderAllow, strings.Join(methods, ", "))
+	}
+}
+
+// PlacementNoOptions is echo middleware answering 405 to OPTIONS on a known
+// route (echo would answer 204 with Allow itself); Placement has no OPTIONS
+// handlers.
+func PlacementNoOptions() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if c.Request().Method == http.MethodOptions {
+				if _, ok := c.Get(echo.ContextKeyHeaderAllow).(string); ok {
+					return echo.ErrMethodNotAllowed
+				}
+			}
+			return next(c)
+		}
+	}
 }
