@@ -54,6 +54,10 @@ type Placement struct {
 	// Listen is the address:port to serve on (default 127.0.0.1:8778,
 	// Placement's usual port).
 	Listen string `mapstructure:"listen"`
+	// RandomizeAllocationCandidates makes a limited GET
+	// /allocation_candidates return a random sample (Placement's
+	// [placement] randomize_allocation_candidates; default false).
+	RandomizeAllocationCandidates bool `mapstructure:"randomize_allocation_candidates"`
 }
 
 // Conductor configures metalloc-conductor (see conductor.Config).
@@ -95,6 +99,7 @@ func defaults(v *viper.Viper) {
 	v.SetDefault("api.max_limit", 1000)
 	v.SetDefault("api.request_timeout", "30s")
 	v.SetDefault("placement.listen", "127.0.0.1:8778")
+	v.SetDefault("placement.randomize_allocation_candidates", false)
 	v.SetDefault("conductor.hostname", "")
 	v.SetDefault("conductor.group", "")
 	v.SetDefault("conductor.workers", 16)

@@ -302,3 +302,79 @@ WITH ins AS (
 )
 UPDATE placement.resource_providers SET generation = generation + 1, updated_at = now()
  WHERE id = ANY(@bump_ids::bigint[]);
+
+-- allocation candidates
+-- (candidates.go, candidates_engine.go: GET /allocation_candidates loads the
+-- provider trees in play with these few queries and combines them in Go)
+
+-- name: CandContext :one
+-- Whether any provider has a parent (nested trees in use) and whether any
+-- provider shares its inventory (@sharing_trait: MISC_SHARES_VIA_AGGREGATE).
+SELECT EXISTS (SELECT 1 FROM placement.resource_providers WHERE parent_provider_id IS NOT NULL)::boolean AS has_trees,
+       EXISTS (SELECT 1 FROM placement.resource_provider_traits rpt
+                WHERE rpt.trait_id = @sharing_trait::bigint)::boolean AS has_sharing;
+
+-- name: CandProvidersAll :many
+SELECT rp.id, rp.uuid, rp.parent_provider_id, rp.root_provider_id
+  FROM placement.resource_providers rp
+ ORDER BY rp.id;
+
+-- name: CandProvidersIn :many
+SELECT rp.id, rp.uuid, rp.parent_provider_id, rp.root_provider_id
+  FROM placement.resource_providers rp
+ WHERE rp.root_provider_id = ANY(@roots::bigint[])
+ ORDER BY rp.id;
+
+-- name: CandTraitsAll :many
+SELECT resource_provider_id, trait_id FROM placement.resource_provider_traits;
+
+-- name: CandTraitsIn :many
+SELECT rpt.resource_provider_id, rpt.trait_id
+  FROM placement.resource_provider_traits rpt
+  JOIN placement.resource_providers rp ON rp.id = rpt.resource_provider_id
+ WHERE rp.root_provider_id = ANY(@roots::bigint[]);
+
+-- name: CandAggregatesAll :many
+SELECT resource_provider_id, aggregate_uuid FROM placement.resource_provider_aggregates;
+
+-- name: CandAggregatesIn :many
+SELECT rpa.resource_provider_id, rpa.aggregate_uuid
+  FROM placement.resource_provider_aggregates rpa
+  JOIN placement.resource_providers rp ON rp.id = rpa.resource_provider_id
+ WHERE rp.root_provider_id = ANY(@roots::bigint[]);
+
+-- name: CandTraitNames :many
+SELECT id, name FROM placement.traits WHERE id = ANY(@ids::bigint[]);
+
+-- name: CandInventoriesAll :many
+SELECT i.resource_provider_id, i.resource_class_id, i.total, i.reserved, i.min_unit, i.max_unit,
+       i.step_size, i.allocation_ratio, COALESCE(u.used, 0)::bigint AS used
+  FROM placement.inventories i
+  LEFT JOIN (SELECT a.resource_provider_id, a.resource_class_id, sum(a.used) AS used
+               FROM placement.allocations a GROUP BY a.resource_provider_id, a.resource_class_id) u
+         ON u.resource_provider_id = i.resource_provider_id AND u.resource_class_id = i.resource_class_id;
+
+-- name: CandInventoriesIn :many
+SELECT i.resource_provider_id, i.resource_class_id, i.total, i.reserved, i.min_unit, i.max_unit,
+       i.step_size, i.allocation_ratio, COALESCE(u.used, 0)::bigint AS used
+  FROM placement.inventories i
+  JOIN placement.resource_providers rp ON rp.id = i.resource_provider_id
+  LEFT JOIN (SELECT a.resource_provider_id, a.resource_class_id, sum(a.used) AS used
+               FROM placement.allocations a
+               JOIN placement.resource_providers arp ON arp.id = a.resource_provider_id
+              WHERE arp.root_provider_id = ANY(@roots::bigint[])
+              GROUP BY a.resource_provider_id, a.resource_class_id) u
+         ON u.resource_provider_id = i.resource_provider_id AND u.resource_class_id = i.resource_class_id
+ WHERE rp.root_provider_id = ANY(@roots::bigint[]);
+
+-- name: CandSharingRootsFor :many
+-- Roots of the sharing providers (trait @sharing_trait) in an aggregate
+-- with any provider of the trees of @roots.
+SELECT DISTINCT sp.root_provider_id
+  FROM placement.resource_providers p
+  JOIN placement.resource_provider_aggregates pa ON pa.resource_provider_id = p.id
+  JOIN placement.resource_provider_aggregates sa ON sa.aggregate_uuid = pa.aggregate_uuid
+  JOIN placement.resource_provider_traits rpt ON rpt.resource_provider_id = sa.resource_provider_id
+                                              AND rpt.trait_id = @sharing_trait::bigint
+  JOIN placement.resource_providers sp ON sp.id = sa.resource_provider_id
+ WHERE p.root_provider_id = ANY(@roots::bigint[]);

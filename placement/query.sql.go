@@ -22,6 +22,383 @@ func (q *Queries) BumpProviderGenerations(ctx context.Context, ids []int64) erro
 	return err
 }
 
+const candAggregatesAll = `-- name: CandAggregatesAll :many
+SELECT resource_provider_id, aggregate_uuid FROM placement.resource_provider_aggregates
+`
+
+func (q *Queries) CandAggregatesAll(ctx context.Context) ([]PlacementResourceProviderAggregate, error) {
+	rows, err := q.db.Query(ctx, candAggregatesAll)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PlacementResourceProviderAggregate
+	for rows.Next() {
+		var i PlacementResourceProviderAggregate
+		if err := rows.Scan(&i.ResourceProviderID, &i.AggregateUuid); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const candAggregatesIn = `-- name: CandAggregatesIn :many
+SELECT rpa.resource_provider_id, rpa.aggregate_uuid
+  FROM placement.resource_provider_aggregates rpa
+  JOIN placement.resource_providers rp ON rp.id = rpa.resource_provider_id
+ WHERE rp.root_provider_id = ANY($1::bigint[])
+`
+
+func (q *Queries) CandAggregatesIn(ctx context.Context, roots []int64) ([]PlacementResourceProviderAggregate, error) {
+	rows, err := q.db.Query(ctx, candAggregatesIn, roots)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PlacementResourceProviderAggregate
+	for rows.Next() {
+		var i PlacementResourceProviderAggregate
+		if err := rows.Scan(&i.ResourceProviderID, &i.AggregateUuid); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const candContext = `-- name: CandContext :one
+
+SELECT EXISTS (SELECT 1 FROM placement.resource_providers WHERE parent_provider_id IS NOT NULL)::boolean AS has_trees,
+       EXISTS (SELECT 1 FROM placement.resource_provider_traits rpt
+                WHERE rpt.trait_id = $1::bigint)::boolean AS has_sharing
+`
+
+type CandContextRow struct {
+	HasTrees   bool
+	HasSharing bool
+}
+
+// allocation candidates
+// (candidates.go, candidates_engine.go: GET /allocation_candidates loads the
+// provider trees in play with these few queries and combines them in Go)
+// Whether any provider has a parent (nested trees in use) and whether any
+// provider shares its inventory (@sharing_trait: MISC_SHARES_VIA_AGGREGATE).
+func (q *Queries) CandContext(ctx context.Context, sharingTrait int64) (CandContextRow, error) {
+	row := q.db.QueryRow(ctx, candContext, sharingTrait)
+	var i CandContextRow
+	err := row.Scan(&i.HasTrees, &i.HasSharing)
+	return i, err
+}
+
+const candInventoriesAll = `-- name: CandInventoriesAll :many
+SELECT i.resource_provider_id, i.resource_class_id, i.total, i.reserved, i.min_unit, i.max_unit,
+       i.step_size, i.allocation_ratio, COALESCE(u.used, 0)::bigint AS used
+  FROM placement.inventories i
+  LEFT JOIN (SELECT a.resource_provider_id, a.resource_class_id, sum(a.used) AS used
+               FROM placement.allocations a GROUP BY a.resource_provider_id, a.resource_class_id) u
+         ON u.resource_provider_id = i.resource_provider_id AND u.resource_class_id = i.resource_class_id
+`
+
+type CandInventoriesAllRow struct {
+	ResourceProviderID int64
+	ResourceClassID    int32
+	Total              int32
+	Reserved           int32
+	MinUnit            int32
+	MaxUnit            int32
+	StepSize           int32
+	AllocationRatio    float64
+	Used               int64
+}
+
+func (q *Queries) CandInventoriesAll(ctx context.Context) ([]CandInventoriesAllRow, error) {
+	rows, err := q.db.Query(ctx, candInventoriesAll)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CandInventoriesAllRow
+	for rows.Next() {
+		var i CandInventoriesAllRow
+		if err := rows.Scan(
+			&i.ResourceProviderID,
+			&i.ResourceClassID,
+			&i.Total,
+			&i.Reserved,
+			&i.MinUnit,
+			&i.MaxUnit,
+			&i.StepSize,
+			&i.AllocationRatio,
+			&i.Used,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const candInventoriesIn = `-- name: CandInventoriesIn :many
+SELECT i.resource_provider_id, i.resource_class_id, i.total, i.reserved, i.min_unit, i.max_unit,
+       i.step_size, i.allocation_ratio, COALESCE(u.used, 0)::bigint AS used
+  FROM placement.inventories i
+  JOIN placement.resource_providers rp ON rp.id = i.resource_provider_id
+  LEFT JOIN (SELECT a.resource_provider_id, a.resource_class_id, sum(a.used) AS used
+               FROM placement.allocations a
+               JOIN placement.resource_providers arp ON arp.id = a.resource_provider_id
+              WHERE arp.root_provider_id = ANY($1::bigint[])
+              GROUP BY a.resource_provider_id, a.resource_class_id) u
+         ON u.resource_provider_id = i.resource_provider_id AND u.resource_class_id = i.resource_class_id
+ WHERE rp.root_provider_id = ANY($1::bigint[])
+`
+
+type CandInventoriesInRow struct {
+	ResourceProviderID int64
+	ResourceClassID    int32
+	Total              int32
+	Reserved           int32
+	MinUnit            int32
+	MaxUnit            int32
+	StepSize           int32
+	AllocationRatio    float64
+	Used               int64
+}
+
+func (q *Queries) CandInventoriesIn(ctx context.Context, roots []int64) ([]CandInventoriesInRow, error) {
+	rows, err := q.db.Query(ctx, candInventoriesIn, roots)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CandInventoriesInRow
+	for rows.Next() {
+		var i CandInventoriesInRow
+		if err := rows.Scan(
+			&i.ResourceProviderID,
+			&i.ResourceClassID,
+			&i.Total,
+			&i.Reserved,
+			&i.MinUnit,
+			&i.MaxUnit,
+			&i.StepSize,
+			&i.AllocationRatio,
+			&i.Used,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const candProvidersAll = `-- name: CandProvidersAll :many
+SELECT rp.id, rp.uuid, rp.parent_provider_id, rp.root_provider_id
+  FROM placement.resource_providers rp
+ ORDER BY rp.id
+`
+
+type CandProvidersAllRow struct {
+	ID               int64
+	Uuid             uuid.UUID
+	ParentProviderID *int64
+	RootProviderID   *int64
+}
+
+func (q *Queries) CandProvidersAll(ctx context.Context) ([]CandProvidersAllRow, error) {
+	rows, err := q.db.Query(ctx, candProvidersAll)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CandProvidersAllRow
+	for rows.Next() {
+		var i CandProvidersAllRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.ParentProviderID,
+			&i.RootProviderID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const candProvidersIn = `-- name: CandProvidersIn :many
+SELECT rp.id, rp.uuid, rp.parent_provider_id, rp.root_provider_id
+  FROM placement.resource_providers rp
+ WHERE rp.root_provider_id = ANY($1::bigint[])
+ ORDER BY rp.id
+`
+
+type CandProvidersInRow struct {
+	ID               int64
+	Uuid             uuid.UUID
+	ParentProviderID *int64
+	RootProviderID   *int64
+}
+
+func (q *Queries) CandProvidersIn(ctx context.Context, roots []int64) ([]CandProvidersInRow, error) {
+	rows, err := q.db.Query(ctx, candProvidersIn, roots)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CandProvidersInRow
+	for rows.Next() {
+		var i CandProvidersInRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.ParentProviderID,
+			&i.RootProviderID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const candSharingRootsFor = `-- name: CandSharingRootsFor :many
+SELECT DISTINCT sp.root_provider_id
+  FROM placement.resource_providers p
+  JOIN placement.resource_provider_aggregates pa ON pa.resource_provider_id = p.id
+  JOIN placement.resource_provider_aggregates sa ON sa.aggregate_uuid = pa.aggregate_uuid
+  JOIN placement.resource_provider_traits rpt ON rpt.resource_provider_id = sa.resource_provider_id
+                                              AND rpt.trait_id = $1::bigint
+  JOIN placement.resource_providers sp ON sp.id = sa.resource_provider_id
+ WHERE p.root_provider_id = ANY($2::bigint[])
+`
+
+type CandSharingRootsForParams struct {
+	SharingTrait int64
+	Roots        []int64
+}
+
+// Roots of the sharing providers (trait @sharing_trait) in an aggregate
+// with any provider of the trees of @roots.
+func (q *Queries) CandSharingRootsFor(ctx context.Context, arg CandSharingRootsForParams) ([]*int64, error) {
+	rows, err := q.db.Query(ctx, candSharingRootsFor, arg.SharingTrait, arg.Roots)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*int64
+	for rows.Next() {
+		var root_provider_id *int64
+		if err := rows.Scan(&root_provider_id); err != nil {
+			return nil, err
+		}
+		items = append(items, root_provider_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const candTraitNames = `-- name: CandTraitNames :many
+SELECT id, name FROM placement.traits WHERE id = ANY($1::bigint[])
+`
+
+type CandTraitNamesRow struct {
+	ID   int64
+	Name string
+}
+
+func (q *Queries) CandTraitNames(ctx context.Context, ids []int64) ([]CandTraitNamesRow, error) {
+	rows, err := q.db.Query(ctx, candTraitNames, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CandTraitNamesRow
+	for rows.Next() {
+		var i CandTraitNamesRow
+		if err := rows.Scan(&i.ID, &i.Name); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const candTraitsAll = `-- name: CandTraitsAll :many
+SELECT resource_provider_id, trait_id FROM placement.resource_provider_traits
+`
+
+func (q *Queries) CandTraitsAll(ctx context.Context) ([]PlacementResourceProviderTrait, error) {
+	rows, err := q.db.Query(ctx, candTraitsAll)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PlacementResourceProviderTrait
+	for rows.Next() {
+		var i PlacementResourceProviderTrait
+		if err := rows.Scan(&i.ResourceProviderID, &i.TraitID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const candTraitsIn = `-- name: CandTraitsIn :many
+SELECT rpt.resource_provider_id, rpt.trait_id
+  FROM placement.resource_provider_traits rpt
+  JOIN placement.resource_providers rp ON rp.id = rpt.resource_provider_id
+ WHERE rp.root_provider_id = ANY($1::bigint[])
+`
+
+func (q *Queries) CandTraitsIn(ctx context.Context, roots []int64) ([]PlacementResourceProviderTrait, error) {
+	rows, err := q.db.Query(ctx, candTraitsIn, roots)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PlacementResourceProviderTrait
+	for rows.Next() {
+		var i PlacementResourceProviderTrait
+		if err := rows.Scan(&i.ResourceProviderID, &i.TraitID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const claimInventories = `-- name: ClaimInventories :many
 SELECT i.resource_provider_id, i.resource_class_id, rc.name AS resource_class,
        i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio,

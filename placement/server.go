@@ -2,6 +2,7 @@ package placement
 
 import (
 	"net/http"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
@@ -10,18 +11,27 @@ import (
 )
 
 // Options configures the Placement API handlers.
-type Options struct{}
+type Options struct {
+	// RandomizeAllocationCandidates is Placement's [placement]
+	// randomize_allocation_candidates (default false): see
+	// Handler.SetRandomizeAllocationCandidates.
+	RandomizeAllocationCandidates bool
+}
 
 // Handler serves the Placement API on a database pool.
 type Handler struct {
 	pool *pgxpool.Pool
 	q    *Queries
 	opts Options
+	// randomize is the live randomize_allocation_candidates option.
+	randomize atomic.Bool
 }
 
 // NewHandler returns the Placement API handlers on pool.
 func NewHandler(pool *pgxpool.Pool, opts Options) *Handler {
-	return &Handler{pool: pool, q: New(pool), opts: opts}
+	h := &Handler{pool: pool, q: New(pool), opts: opts}
+	h.randomize.Store(opts.RandomizeAllocationCandidates)
+	return h
 }
 
 // Register installs the version document at "/" (no authentication, as

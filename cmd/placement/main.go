@@ -58,7 +58,9 @@ func run(cmd *cobra.Command, _ []string) error {
 	if cfg.API.RequestTimeout > 0 {
 		e.Use(middleware.ContextTimeout(cfg.API.RequestTimeout))
 	}
-	placement.NewHandler(pool, placement.Options{}).Register(e)
+	placement.NewHandler(pool, placement.Options{
+		RandomizeAllocationCandidates: cfg.Placement.RandomizeAllocationCandidates,
+	}).Register(e)
 
 	ln, err := net.Listen("tcp", cfg.Placement.Listen)
 	if err != nil {

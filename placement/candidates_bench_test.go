@@ -1,0 +1,168 @@
+package placement
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+)
+
+// BenchmarkAllocationCandidates times GET /allocation_candidates over HTTP
+// (microversion 1.39) on compute-like providers: VCPU 64 (ratio 4),
+// MEMORY_MB 256 GiB (ratio 1.5), DISK_GB 2000, HW_CPU_X86_AVX2 on every
+// other one and CUSTOM_RACK_<n> traits, in aggregates of 50, each
+// aggregate with one sharing DISK_GB provider (so every compute gives two
+// candidates: local disk and shared disk). Each case reports p50 and p95
+// in ms, the response size, and the peak RSS of the test process (which
+// serves the API in-process, so this bounds the placement process's).
+//
+//	make build && bin/metalloc-manage dev exec -- go test -run '^$' -bench AllocationCandidates ./placement/
+//	METALLOC_BENCH_100K=1 bin/metalloc-manage dev exec -- go test -run '^$' -bench AllocationCandidates/100000 -timeout 30m ./placement/
+func BenchmarkAllocationCandidates(b *testing.B) {
+	sizes := []int{1000}
+	if os.Getenv("METALLOC_BENCH_100K") != "" {
+		sizes = append(sizes, 100000)
+	}
+	for _, n := range sizes {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			srv, pool := invServer(b)
+			agg0 := buildComputeProviders(b, pool, n)
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+			base := "/allocation_candidates?resources=VCPU:1,MEMORY_MB:256,DISK_GB:10"
+			cases := []struct {
+				name, query string
+				limited     bool
+			}{
+				{"nolimit", base, false},
+				{"limit50", base + "&limit=50", true},
+				{"required", base + "&required=HW_CPU_X86_AVX2", false},
+				{"member_of", base + "&member_of=" + agg0, true},
+				{"required_limit50", base + "&required=HW_CPU_X86_AVX2&limit=50", true},
+				{"member_of_limit50", base + "&member_of=" + agg0 + "&limit=50", true},
+			}
+			for _, c := range cases {
+				if n > 1000 && !c.limited && os.Getenv("METALLOC_BENCH_100K_ALL") == "" {
+					continue // the unlimited queries at 100k answer 200,000 candidates (80 MB)
+				}
+				b.Run(c.name, func(b *testing.B) {
+					var lat []time.Duration
+					var count int
+					for i := 0; i < b.N; i++ {
+						start := time.Now()
+						size, err := getCandidates(client, srv.URL+c.query)
+						if err != nil {
+							b.Fatal(err)
+						}
+						lat = append(lat, time.Since(start))
+						count = size
+					}
+					sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+					b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+					b.ReportMetric(float64(lat[len(lat)*95/100].Microseconds())/1000, "p95-ms")
+					b.ReportMetric(float64(count), "resp-bytes")
+					b.ReportMetric(peakRSSMB(), "peak-rss-MB")
+				})
+			}
+		})
+	}
+}
+
+// buildComputeProviders inserts n computes plus n/50 sharing providers and
+// returns the uuid of the first aggregate.
+func buildComputeProviders(b testing.TB, pool *pgxpool.Pool, n int) string {
+	ctx := context.Background()
+	exec := func(sql string, args ...any) {
+		_, err := pool.Exec(ctx, sql, args...)
+		require.NoError(b, err)
+	}
+	aggs := (n + 49) / 50
+	exec(`CREATE TEMP TABLE IF NOT EXISTS bench_aggs AS
+		SELECT g AS n, gen_random_uuid() AS agg FROM generate_series(0, $1 - 1) g`, aggs)
+	exec(`INSERT INTO placement.resource_providers (uuid, name)
+		SELECT gen_random_uuid(), 'cn-' || g FROM generate_series(0, $1 - 1) g`, n)
+	exec(`INSERT INTO placement.resource_providers (uuid, name)
+		SELECT gen_random_uuid(), 'shared-disk-' || g FROM generate_series(0, $1 - 1) g`, aggs)
+	exec(`UPDATE placement.resource_providers SET root_provider_id = id`)
+	exec(`INSERT INTO placement.inventories (resource_provider_id, resource_class_id, total, max_unit, allocation_ratio)
+		SELECT id, 0, 64, 64, 4.0 FROM placement.resource_providers WHERE name LIKE 'cn-%'
+		UNION ALL SELECT id, 1, 262144, 262144, 1.5 FROM placement.resource_providers WHERE name LIKE 'cn-%'
+		UNION ALL SELECT id, 2, 2000, 2000, 1.0 FROM placement.resource_providers WHERE name LIKE 'cn-%'
+		UNION ALL SELECT id, 2, 100000, 100000, 1.0 FROM placement.resource_providers WHERE name LIKE 'shared-disk-%'`)
+	exec(`INSERT INTO placement.traits (name)
+		SELECT 'CUSTOM_RACK_' || g FROM generate_series(0, 9) g ON CONFLICT DO NOTHING`)
+	exec(`INSERT INTO placement.resource_provider_traits (resource_provider_id, trait_id)
+		SELECT rp.id, t.id FROM placement.resource_providers rp, placement.traits t
+		 WHERE rp.name LIKE 'cn-%' AND t.name IN ('HW_CPU_X86_AVX2', 'HW_CPU_X86_SSE42')
+		   AND (t.name <> 'HW_CPU_X86_AVX2' OR split_part(rp.name, '-', 2)::int % 2 = 0)
+		UNION ALL
+		SELECT rp.id, t.id FROM placement.resource_providers rp, placement.traits t
+		 WHERE rp.name LIKE 'cn-%' AND t.name = 'CUSTOM_RACK_' || (split_part(rp.name, '-', 2)::int % 10)
+		UNION ALL
+		SELECT rp.id, t.id FROM placement.resource_providers rp, placement.traits t
+		 WHERE rp.name LIKE 'shared-disk-%' AND t.name = 'MISC_SHARES_VIA_AGGREGATE'`)
+	exec(`INSERT INTO placement.resource_provider_aggregates (resource_provider_id, aggregate_uuid)
+		SELECT rp.id, a.agg FROM placement.resource_providers rp JOIN bench_aggs a
+		    ON a.n = split_part(rp.name, '-', 2)::int / 50 WHERE rp.name LIKE 'cn-%'
+		UNION ALL
+		SELECT rp.id, a.agg FROM placement.resource_providers rp JOIN bench_aggs a
+		    ON a.n = split_part(rp.name, '-', 3)::int WHERE rp.name LIKE 'shared-disk-%'`)
+	// Some usage: one consumer on every tenth compute.
+	exec(`INSERT INTO placement.consumers (uuid, project_id, user_id)
+		SELECT gen_random_uuid(), 'p', 'u' FROM generate_series(1, $1 / 10)`, n)
+	exec(`INSERT INTO placement.allocations (resource_provider_id, consumer_id, resource_class_id, used)
+		SELECT rp.id, c.id, rc, amt
+		  FROM (SELECT id, row_number() OVER (ORDER BY id) AS k FROM placement.resource_providers WHERE name LIKE 'cn-%') rp
+		  JOIN (SELECT id, row_number() OVER (ORDER BY id) AS k FROM placement.consumers) c ON rp.k = c.k * 10
+		 CROSS JOIN (VALUES (0, 2), (1, 2048), (2, 20)) v(rc, amt)`)
+	exec(`ANALYZE`)
+	var agg string
+	require.NoError(b, pool.QueryRow(ctx, `SELECT agg::text FROM bench_aggs WHERE n = 0`).Scan(&agg))
+	return agg
+}
+
+// getCandidates sends the query and returns the body size.
+func getCandidates(client *http.Client, url string) (int, error) {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("X-Auth-Token", "admin")
+	req.Header.Set("OpenStack-API-Version", "placement 1.39")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n, _ := io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return int(n), nil
+}
+
+// peakRSSMB is VmHWM of this process in MB (0 when unknown).
+func peakRSSMB() float64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				kb, _ := strconv.ParseFloat(f[1], 64)
+				return kb / 1024
+			}
+		}
+	}
+	return 0
+}
