@@ -364,9 +364,9 @@ func (h *Handler) createInventory(c echo.Context) error {
 // updateInventory is PUT /resource_providers/{uuid}/inventories/{class}:
 // the body's resource_provider_generation must be current (409
 // placement.concurrent_update); the provider must have inventory of the
-// class (400), the class must exist (404). As in Placement, shrinking the
-// capacity below current usage is allowed (the provider is then over
-// capacity and takes no new allocations of the class).
+// class (400), the class must exist (404). Shrinking the capacity below
+// current usage is refused with 409 placement.inventory.inuse (checkUsage;
+// Placement 8.0 only logs a warning).
 func (h *Handler) updateInventory(c echo.Context) error {
 	ctx := c.Request().Context()
 	if err := mustJSONContent(c); err != nil {
@@ -430,7 +430,8 @@ func (h *Handler) updateInventory(c echo.Context) error {
 // setInventories is PUT /resource_providers/{uuid}/inventories: replaces
 // every inventory of the provider in one transaction. A stale generation is
 // 409 placement.concurrent_update, an unknown class 400, removing an
-// inventory that has allocations 409 placement.inventory.inuse.
+// inventory that has allocations or shrinking one below its usage 409
+// placement.inventory.inuse.
 func (h *Handler) setInventories(c echo.Context) error {
 	ctx := c.Request().Context()
 	if err := mustJSONContent(c); err != nil {

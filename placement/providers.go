@@ -835,50 +835,10 @@ func parseProviderFilter(q url.Values, v web.Version) (providerFilter, error) {
 	return f, nil
 }
 
-// parseMemberOf is Placement's normalize_member_of_qs_params: one value
-// before 1.24; "in:" lists; "!" and "!in:" forbidden from 1.32.
+// parseMemberOf is Placement's normalize_member_of_qs_params for the
+// unsuffixed member_of of GET /resource_providers (see parseMemberOfParams).
 func parseMemberOf(vals []string, v web.Version) ([][]uuid.UUID, []uuid.UUID, error) {
-	if !v.AtLeast(1, 24) && len(vals) > 1 {
-		return nil, nil, web.PlacementErr(http.StatusBadRequest, "", "Multiple member_of parameters are not supported")
-	}
-	var required [][]uuid.UUID
-	var forbidden []uuid.UUID
-	for _, val := range vals {
-		if strings.Contains(val, ",") && !strings.HasPrefix(val, "in:") && !strings.HasPrefix(val, "!in:") {
-			return nil, nil, web.PlacementErr(http.StatusBadRequest, "",
-				"Multiple values for 'member_of' must be prefixed with the 'in:' or '!in:' keyword using the valid microversion. Got: %s", val)
-		}
-		var list []string
-		neg := false
-		switch {
-		case strings.HasPrefix(val, "!in:"):
-			list, neg = strings.Split(val[4:], ","), true
-		case strings.HasPrefix(val, "!"):
-			list, neg = []string{val[1:]}, true
-		case strings.HasPrefix(val, "in:"):
-			list = strings.Split(val[3:], ",")
-		default:
-			list = []string{val}
-		}
-		var ids []uuid.UUID
-		for _, s := range list {
-			id, err := uuid.Parse(s)
-			if err != nil {
-				return nil, nil, badQuery("Expected 'member_of' parameter to contain valid UUID(s). Got: %s", s)
-			}
-			ids = append(ids, id)
-		}
-		if neg {
-			if !v.AtLeast(1, 32) {
-				return nil, nil, web.PlacementErr(http.StatusBadRequest, "",
-					"Forbidden member_of parameters are not supported in the specified microversion")
-			}
-			forbidden = append(forbidden, ids...)
-		} else {
-			required = append(required, ids)
-		}
-	}
-	return required, forbidden, nil
+	return parseMemberOfParams(vals, "", v)
 }
 
 // parseResources is Placement's normalize_resources_qs_param:
