@@ -1,6 +1,8 @@
 package placement
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,6 +11,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,19 +52,23 @@ func (i *cInv) capacity() int64 { return int64(float64(i.total-i.reserved) * i.r
 type cProv struct {
 	id, parent, root int64 // parent 0 for a root
 	uuid             uuid.UUID
-	traits           []int64 // trait ids, sorted
+	traits           []int64 // trait ids
 	aggs             []uuid.UUID
 	inv              []cInv
 	sharing          bool
-	us               string   // uuid text, set on first use
 	tree             []*cProv // for a root: its tree, by id
+	ix               int32    // position in the world's order
+	rootP, parentP   *cProv   // the root and parent (nil when not loaded)
+	mark             bool     // a root whose tree is summarized
+	ut               [38]byte // quoted uuid text, set on first use
 }
 
-func (p *cProv) uuidStr() string {
-	if p.us == "" {
-		p.us = p.uuid.String()
+// quotedUUID is the provider's uuid as a JSON string.
+func (p *cProv) quotedUUID() []byte {
+	if p.ut[0] == 0 {
+		appendQuotedUUID(p.ut[:0], &p.uuid)
 	}
-	return p.us
+	return p.ut[:]
 }
 
 func (p *cProv) invFor(rc int32) *cInv {
@@ -130,19 +137,6 @@ func (w *cWorld) tree(root int64) []*cProv {
 		return r.tree
 	}
 	return nil
-}
-
-// treeMap is the trees of the providers used by areqs, by root.
-func (w *cWorld) treeMap(areqs []*cAreq) map[int64][]*cProv {
-	out := map[int64][]*cProv{}
-	for _, a := range areqs {
-		for _, rr := range a.rrs {
-			if _, ok := out[rr.p.root]; !ok {
-				out[rr.p.root] = w.tree(rr.p.root)
-			}
-		}
-	}
-	return out
 }
 
 // cClass is a requested amount of a class.
@@ -284,15 +278,6 @@ type cResult struct {
 // findCandidates finds the answer to req at microversion v.
 func (h *Handler) findCandidates(ctx context.Context, req *candRequest, v web.Version) (*cResult, error) {
 	s := &cSearch{req: req, classNames: map[int32]string{}, sharingID: -1, traitNames: map[int64]string{}}
-	classes, err := h.q.ResourceClassNames(ctx)
-	if err != nil {
-		return nil, err
-	}
-	classByName := map[string]int32{}
-	for _, c := range classes {
-		s.classNames[c.ID] = c.Name
-		classByName[c.Name] = c.ID
-	}
 	traitNames := []string{"MISC_SHARES_VIA_AGGREGATE"}
 	traitNames = append(traitNames, req.rootRequired...)
 	traitNames = append(traitNames, req.rootForbidden...)
@@ -302,14 +287,50 @@ func (h *Handler) findCandidates(ctx context.Context, req *candRequest, v web.Ve
 		}
 		traitNames = append(traitNames, g.forbidden...)
 	}
+	// The classes, the traits named, the context and (when all trees are
+	// in play: no limit, member_of or in_tree) the world are read in one
+	// round trip.
+	direct := req.limit == 0
+	for _, g := range req.groups {
+		if len(g.memberOf) > 0 || (g.inTree != nil && len(g.resources) > 0) {
+			direct = false
+		}
+	}
+	classByName := map[string]int32{}
 	known := map[string]int64{}
-	found, err := h.q.TraitsByNames(ctx, traitNames)
+	var cc CandContextRow
+	qs := []cQuery{
+		{resourceClassNames, nil, func(r pgx.Rows) error {
+			var id int32
+			var name string
+			if err := r.Scan(&id, &name); err != nil {
+				return err
+			}
+			s.classNames[id] = name
+			classByName[name] = id
+			return nil
+		}},
+		{traitsByNames, []any{traitNames}, func(r pgx.Rows) error {
+			var id int64
+			var name string
+			if err := r.Scan(&id, &name); err != nil {
+				return err
+			}
+			known[name] = id
+			s.traitNames[id] = name
+			return nil
+		}},
+		{candContext, nil, func(r pgx.Rows) error { return r.Scan(&cc.HasTrees, &cc.HasSharing) }},
+	}
+	var buildWorld func(int64) *cWorld
+	if direct {
+		wq, build := worldQueries(nil)
+		qs = append(qs, wq...)
+		buildWorld = build
+	}
+	err := h.queriesNoJIT(ctx, qs)
 	if err != nil {
 		return nil, err
-	}
-	for _, t := range found {
-		known[t.Name] = t.ID
-		s.traitNames[t.ID] = t.Name
 	}
 	if id, ok := known["MISC_SHARES_VIA_AGGREGATE"]; ok {
 		s.sharingID = id
@@ -368,16 +389,11 @@ func (h *Handler) findCandidates(ctx context.Context, req *candRequest, v web.Ve
 	if empty {
 		return &cResult{s: s, v: v}, nil
 	}
-	cc, err := h.q.CandContext(ctx, s.sharingID)
-	if err != nil {
-		return nil, err
-	}
 	s.hasTrees = cc.HasTrees
 	s.hasSharing = cc.HasSharing && s.sharingID >= 0
 
 	randomize := h.randomizeCandidates()
 	var areqs []*cAreq
-	trees := map[int64][]*cProv{}
 	if req.limit == 0 {
 		// With member_of, only the trees near the aggregates can anchor.
 		var scope []int64
@@ -401,14 +417,15 @@ func (h *Handler) findCandidates(ctx context.Context, req *candRequest, v web.Ve
 			}
 			break
 		}
-		w, err := h.loadWorld(ctx, scope, s.sharingID)
-		if err != nil {
+		var w *cWorld
+		if buildWorld != nil {
+			w = buildWorld(s.sharingID)
+		} else if w, err = h.loadWorld(ctx, scope, s.sharingID); err != nil {
 			return nil, err
 		}
 		areqs = s.search(w, map[string]bool{})
-		trees = w.treeMap(areqs)
 	} else {
-		areqs, trees, err = h.searchBatches(ctx, s, randomize)
+		areqs, err = h.searchBatches(ctx, s, randomize)
 		if err != nil {
 			return nil, err
 		}
@@ -444,21 +461,27 @@ func (h *Handler) findCandidates(ctx context.Context, req *candRequest, v web.Ve
 		rand.Shuffle(len(areqs), func(i, j int) { areqs[i], areqs[j] = areqs[j], areqs[i] })
 	}
 
-	// Provider summaries: every provider of the trees used.
-	rootSet := map[int64]bool{}
+	// Provider summaries: every provider of the trees used, by root id
+	// (a tree loaded by two batches is summarized once).
+	var roots []*cProv
 	for _, a := range areqs {
 		for _, rr := range a.rrs {
-			rootSet[rr.p.root] = true
+			if r := rr.p.rootP; r != nil && !r.mark {
+				r.mark = true
+				roots = append(roots, r)
+			}
 		}
 	}
-	roots := make([]int64, 0, len(rootSet))
-	for r := range rootSet {
-		roots = append(roots, r)
+	byID := func(a, b *cProv) int { return cmp.Compare(a.id, b.id) }
+	if !slices.IsSortedFunc(roots, byID) {
+		slices.SortStableFunc(roots, byID)
 	}
-	sort.Slice(roots, func(i, j int) bool { return roots[i] < roots[j] })
 	var sums []*cProv
-	for _, r := range roots {
-		for _, p := range trees[r] {
+	for i, r := range roots {
+		if i > 0 && roots[i-1].id == r.id {
+			continue
+		}
+		for _, p := range r.tree {
 			if keepProvs == nil || keepProvs[p.id] {
 				sums = append(sums, p)
 			}
@@ -511,19 +534,18 @@ func (h *Handler) traitNamesFor(ctx context.Context, s *cSearch, sums []*cProv, 
 
 // searchBatches finds the first (or, randomized, a random selection of)
 // candidates up to the limit, loading root providers in batches.
-func (h *Handler) searchBatches(ctx context.Context, s *cSearch, randomize bool) ([]*cAreq, map[int64][]*cProv, error) {
+func (h *Handler) searchBatches(ctx context.Context, s *cSearch, randomize bool) ([]*cAreq, error) {
 	limit := s.req.limit
 	var all []int64
 	if randomize {
 		var err error
 		if all, err = h.candidateRoots(ctx, s, 0, 0); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		rand.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
 	}
 	var after int64
 	seen := map[string]bool{}
-	trees := map[int64][]*cProv{}
 	var out []*cAreq
 	batch := max(2*limit, 64)
 	for len(out) < limit {
@@ -537,7 +559,7 @@ func (h *Handler) searchBatches(ctx context.Context, s *cSearch, randomize bool)
 		} else {
 			var err error
 			if roots, err = h.candidateRoots(ctx, s, after, batch); err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			if len(roots) == 0 {
 				break
@@ -550,27 +572,20 @@ func (h *Handler) searchBatches(ctx context.Context, s *cSearch, randomize bool)
 		}
 		scope, err := h.withSharingRoots(ctx, s, roots)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		w, err := h.loadWorld(ctx, scope, s.sharingID)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		found := s.search(w, seen)
-		for _, a := range found {
-			for _, rr := range a.rrs {
-				if _, ok := trees[rr.p.root]; !ok {
-					trees[rr.p.root] = w.tree(rr.p.root)
-				}
-			}
-		}
 		out = append(out, found...)
 		if !randomize && len(roots) < batch {
 			break
 		}
 		batch = min(batch*4, 20000)
 	}
-	return out, trees, nil
+	return out, nil
 }
 
 // withSharingRoots adds to roots those of the trees of the sharing
@@ -772,117 +787,229 @@ func candidateRootsSQL(s *cSearch, after int64, lim int) (string, []any) {
 
 // loadWorld loads the trees of roots (all trees when nil).
 func (h *Handler) loadWorld(ctx context.Context, roots []int64, sharingID int64) (*cWorld, error) {
-	w := &cWorld{sharingAnchors: map[int64][]int64{}}
-	// The four queries run in one batch: one round trip, one snapshot.
-	var (
-		provs  []CandProvidersAllRow
-		traits []PlacementResourceProviderTrait
-		aggs   []PlacementResourceProviderAggregate
-		invs   []CandInventoriesAllRow
-		errs   [4]error
-	)
+	qs, build := worldQueries(roots)
+	if err := h.queriesNoJIT(ctx, qs); err != nil {
+		return nil, err
+	}
+	return build(sharingID), nil
+}
+
+// worldQueries returns the queries loading the trees of roots (all trees
+// when nil) and the function building the world from their rows.
+func worldQueries(roots []int64) ([]cQuery, func(sharingID int64) *cWorld) {
+	// The five queries run in one batch: one round trip, one snapshot.
+	// Rows are decoded straight from their binary form into flat slices
+	// and then spread over the providers with one allocation per kind.
+	rows := worldRowsPool.Get().(*worldRows)
+	rows.provs, rows.traits, rows.aggs, rows.invs, rows.usage = rows.provs[:0], rows.traits[:0], rows.aggs[:0], rows.invs[:0], rows.usage[:0]
 	var rootsArg []any
-	provSQL, traitSQL, aggSQL, invSQL := candProvidersAll, candTraitsAll, candAggregatesAll, candInventoriesAll
+	provSQL, traitSQL, aggSQL, invSQL, usageSQL := candProvidersAll, candTraitsAll, candAggregatesAll, candInventoriesAll, candUsageAll
 	if roots != nil {
 		rootsArg = []any{roots}
-		provSQL, traitSQL, aggSQL, invSQL = candProvidersIn, candTraitsIn, candAggregatesIn, candInventoriesIn
+		provSQL, traitSQL, aggSQL, invSQL, usageSQL = candProvidersIn, candTraitsIn, candAggregatesIn, candInventoriesIn, candUsageIn
 	}
-	var qs []cQuery
-	qs = append(qs, cQuery{provSQL, rootsArg, func(r pgx.Rows) error {
-		var i CandProvidersAllRow
-		if v, ok := rawBinary(r); ok && len(v[1]) == 16 {
-			i.ID = rawInt(v[0])
-			copy(i.Uuid[:], v[1])
-			if v[2] != nil {
-				x := rawInt(v[2])
-				i.ParentProviderID = &x
+	qs := []cQuery{
+		{provSQL, rootsArg, func(r pgx.Rows) error {
+			var p provRow
+			if v, ok := rawBinary(r); ok && len(v[0]) == 8 && len(v[1]) == 16 {
+				p.id = rawInt(v[0])
+				copy(p.uuid[:], v[1])
+				p.parent = rawInt(v[2])
+				p.root = rawInt(v[3])
+			} else {
+				var parent, root *int64
+				if err := r.Scan(&p.id, &p.uuid, &parent, &root); err != nil {
+					return err
+				}
+				if parent != nil {
+					p.parent = *parent
+				}
+				if root != nil {
+					p.root = *root
+				}
 			}
-			if v[3] != nil {
-				x := rawInt(v[3])
-				i.RootProviderID = &x
+			if p.root == 0 {
+				p.root = p.id
 			}
-			provs = append(provs, i)
+			rows.provs = append(rows.provs, p)
 			return nil
-		}
-		err := r.Scan(&i.ID, &i.Uuid, &i.ParentProviderID, &i.RootProviderID)
-		provs = append(provs, i)
-		return err
-	}})
-	qs = append(qs, cQuery{traitSQL, rootsArg, func(r pgx.Rows) error {
-		var i PlacementResourceProviderTrait
-		if v, ok := rawBinary(r); ok {
-			i.ResourceProviderID, i.TraitID = rawInt(v[0]), rawInt(v[1])
-			traits = append(traits, i)
+		}},
+		{traitSQL, rootsArg, func(r pgx.Rows) error {
+			if v, ok := rawBinary(r); ok && len(v[0]) == 8 && len(v[1]) == 8 {
+				rows.traits = append(rows.traits, traitRow{rawInt(v[0]), rawInt(v[1])})
+				return nil
+			}
+			var t traitRow
+			err := r.Scan(&t.pid, &t.trait)
+			rows.traits = append(rows.traits, t)
+			return err
+		}},
+		{aggSQL, rootsArg, func(r pgx.Rows) error {
+			var a aggRow
+			if v, ok := rawBinary(r); ok && len(v[0]) == 8 && len(v[1]) == 16 {
+				a.pid = rawInt(v[0])
+				copy(a.agg[:], v[1])
+				rows.aggs = append(rows.aggs, a)
+				return nil
+			}
+			err := r.Scan(&a.pid, &a.agg)
+			rows.aggs = append(rows.aggs, a)
+			return err
+		}},
+		{invSQL, rootsArg, func(r pgx.Rows) error {
+			// NULL columns are at their usual values (see the query).
+			var x invRow
+			if v, ok := rawBinary(r); ok && len(v[0]) == 8 && len(v[2]) == 4 && (v[7] == nil || len(v[7]) == 8) {
+				x.pid, x.inv.rc, x.inv.total = rawInt(v[0]), int32(rawInt(v[1])), int32(rawInt(v[2]))
+				x.inv.reserved, x.inv.minUnit, x.inv.maxUnit, x.inv.step = 0, 1, x.inv.total, 1
+				if v[3] != nil {
+					x.inv.reserved = int32(rawInt(v[3]))
+				}
+				if v[4] != nil {
+					x.inv.minUnit = int32(rawInt(v[4]))
+				}
+				if v[5] != nil {
+					x.inv.maxUnit = int32(rawInt(v[5]))
+				}
+				if v[6] != nil {
+					x.inv.step = int32(rawInt(v[6]))
+				}
+				x.inv.ratio = 1
+				if v[7] != nil {
+					x.inv.ratio = math.Float64frombits(binary.BigEndian.Uint64(v[7]))
+				}
+				rows.invs = append(rows.invs, x)
+				return nil
+			}
+			var reserved, minUnit, maxUnit, step *int32
+			var ratio *float64
+			if err := r.Scan(&x.pid, &x.inv.rc, &x.inv.total, &reserved, &minUnit, &maxUnit, &step, &ratio); err != nil {
+				return err
+			}
+			x.inv.reserved, x.inv.minUnit, x.inv.maxUnit, x.inv.step, x.inv.ratio = 0, 1, x.inv.total, 1, 1
+			if reserved != nil {
+				x.inv.reserved = *reserved
+			}
+			if minUnit != nil {
+				x.inv.minUnit = *minUnit
+			}
+			if maxUnit != nil {
+				x.inv.maxUnit = *maxUnit
+			}
+			if step != nil {
+				x.inv.step = *step
+			}
+			if ratio != nil {
+				x.inv.ratio = *ratio
+			}
+			rows.invs = append(rows.invs, x)
 			return nil
-		}
-		err := r.Scan(&i.ResourceProviderID, &i.TraitID)
-		traits = append(traits, i)
-		return err
-	}})
-	qs = append(qs, cQuery{aggSQL, rootsArg, func(r pgx.Rows) error {
-		var i PlacementResourceProviderAggregate
-		if v, ok := rawBinary(r); ok && len(v[1]) == 16 {
-			i.ResourceProviderID = rawInt(v[0])
-			copy(i.AggregateUuid[:], v[1])
-			aggs = append(aggs, i)
-			return nil
-		}
-		err := r.Scan(&i.ResourceProviderID, &i.AggregateUuid)
-		aggs = append(aggs, i)
-		return err
-	}})
-	qs = append(qs, cQuery{invSQL, rootsArg, func(r pgx.Rows) error {
-		var i CandInventoriesAllRow
-		if v, ok := rawBinary(r); ok && len(v[7]) == 8 {
-			i.ResourceProviderID, i.ResourceClassID = rawInt(v[0]), int32(rawInt(v[1]))
-			i.Total, i.Reserved, i.MinUnit = int32(rawInt(v[2])), int32(rawInt(v[3])), int32(rawInt(v[4]))
-			i.MaxUnit, i.StepSize = int32(rawInt(v[5])), int32(rawInt(v[6]))
-			i.AllocationRatio = math.Float64frombits(binary.BigEndian.Uint64(v[7]))
-			i.Used = rawInt(v[8])
-			invs = append(invs, i)
-			return nil
-		}
-		err := r.Scan(&i.ResourceProviderID, &i.ResourceClassID, &i.Total, &i.Reserved, &i.MinUnit,
-			&i.MaxUnit, &i.StepSize, &i.AllocationRatio, &i.Used)
-		invs = append(invs, i)
-		return err
-	}})
-	errs[0] = h.queriesNoJIT(ctx, qs)
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
+		}},
+		{usageSQL, rootsArg, func(r pgx.Rows) error {
+			var u usageRow
+			if v, ok := rawBinary(r); ok && len(v[0]) == 8 && len(v[2]) == 8 {
+				u.pid, u.rc, u.used = rawInt(v[0]), int32(rawInt(v[1])), rawInt(v[2])
+				rows.usage = append(rows.usage, u)
+				return nil
+			}
+			err := r.Scan(&u.pid, &u.rc, &u.used)
+			rows.usage = append(rows.usage, u)
+			return err
+		}},
 	}
-	w.order = make([]*cProv, 0, len(provs))
-	store := make([]cProv, len(provs))
-	if n := len(provs); n > 0 && provs[n-1].ID-provs[0].ID < int64(4*n+1024) {
-		w.base = provs[0].ID
-		w.dense = make([]*cProv, provs[n-1].ID-provs[0].ID+1)
+	return qs, func(sharingID int64) *cWorld {
+		w := buildWorld(rows, sharingID)
+		if len(rows.invs) <= 1<<16 && len(rows.traits) <= 1<<16 {
+			worldRowsPool.Put(rows)
+		}
+		return w
+	}
+}
+
+// worldRows is the rows read by worldQueries (reused between requests).
+type worldRows struct {
+	provs  []provRow
+	traits []traitRow
+	aggs   []aggRow
+	invs   []invRow
+	usage  []usageRow
+}
+
+var worldRowsPool = sync.Pool{New: func() any { return new(worldRows) }}
+
+type (
+	provRow struct {
+		id, parent, root int64
+		uuid             uuid.UUID
+	}
+	invRow struct {
+		pid int64
+		inv cInv
+	}
+	usageRow struct {
+		pid  int64
+		rc   int32
+		used int64
+	}
+	traitRow struct{ pid, trait int64 }
+	aggRow   struct {
+		pid int64
+		agg uuid.UUID
+	}
+)
+
+// buildWorld builds the world from the rows of worldQueries.
+func buildWorld(rows *worldRows, sharingID int64) *cWorld {
+	w := &cWorld{sharingAnchors: map[int64][]int64{}}
+	traits, aggs, invs, usage := rows.traits, rows.aggs, rows.invs, rows.usage
+	byID := func(a, b provRow) int { return cmp.Compare(a.id, b.id) }
+	if !slices.IsSortedFunc(rows.provs, byID) {
+		slices.SortFunc(rows.provs, byID)
+	}
+	store := make([]cProv, len(rows.provs))
+	for i, r := range rows.provs {
+		store[i] = cProv{id: r.id, parent: r.parent, root: r.root, uuid: r.uuid}
+	}
+	n := len(store)
+	w.order = make([]*cProv, n)
+	if n > 0 && store[n-1].id-store[0].id < int64(4*n+1024) {
+		w.base = store[0].id
+		w.dense = make([]*cProv, store[n-1].id-store[0].id+1)
 	} else {
 		w.provs = make(map[int64]*cProv, n)
 	}
-	for i, r := range provs {
+	for i := range store {
 		p := &store[i]
-		p.id, p.uuid, p.root = r.ID, r.Uuid, r.ID
-		if r.ParentProviderID != nil {
-			p.parent = *r.ParentProviderID
-		}
-		if r.RootProviderID != nil {
-			p.root = *r.RootProviderID
-		}
 		if w.dense != nil {
 			w.dense[p.id-w.base] = p
 		} else {
 			w.provs[p.id] = p
 		}
-		w.order = append(w.order, p)
+		w.order[i] = p
+		p.ix = int32(i)
+	}
+	for _, p := range w.order {
+		p.rootP = w.get(p.root)
+		if p.parent != 0 {
+			p.parentP = w.get(p.parent)
+		}
 		if p.root == p.id {
 			w.rootOrder = append(w.rootOrder, p)
 		}
 	}
 	// Trees: contiguous runs of the providers ordered by (root, id).
-	byRoot := append([]*cProv(nil), w.order...)
-	sort.SliceStable(byRoot, func(i, j int) bool { return byRoot[i].root < byRoot[j].root })
+	nested := false
+	for _, p := range w.order {
+		if p.root != p.id {
+			nested = true
+			break
+		}
+	}
+	byRoot := w.order
+	if nested {
+		byRoot = append([]*cProv(nil), w.order...)
+		sort.SliceStable(byRoot, func(i, j int) bool { return byRoot[i].root < byRoot[j].root })
+	}
 	for i := 0; i < len(byRoot); {
 		j := i + 1
 		for j < len(byRoot) && byRoot[j].root == byRoot[i].root {
@@ -893,24 +1020,28 @@ func (h *Handler) loadWorld(ctx context.Context, roots []int64, sharingID int64)
 		}
 		i = j
 	}
-	for _, r := range invs {
-		if p := w.get(r.ResourceProviderID); p != nil {
-			p.inv = append(p.inv, cInv{r.ResourceClassID, r.Total, r.Reserved, r.MinUnit, r.MaxUnit, r.StepSize, r.AllocationRatio, r.Used})
+	// Spread the rows over the providers (in row order), each kind in one
+	// backing array.
+	spread(w, invs, func(x invRow) int64 { return x.pid }, func(p *cProv) *[]cInv { return &p.inv },
+		func(x invRow) cInv { return x.inv })
+	for _, u := range usage {
+		if p := w.get(u.pid); p != nil {
+			if inv := p.invFor(u.rc); inv != nil {
+				inv.used = u.used
+			}
 		}
 	}
+	spread(w, traits, func(t traitRow) int64 { return t.pid }, func(p *cProv) *[]int64 { return &p.traits },
+		func(t traitRow) int64 { return t.trait })
 	for _, t := range traits {
-		if p := w.get(t.ResourceProviderID); p != nil {
-			p.traits = append(p.traits, t.TraitID)
-			if t.TraitID == sharingID {
+		if t.trait == sharingID {
+			if p := w.get(t.pid); p != nil {
 				p.sharing = true
 			}
 		}
 	}
-	for _, a := range aggs {
-		if p := w.get(a.ResourceProviderID); p != nil {
-			p.aggs = append(p.aggs, a.AggregateUuid)
-		}
-	}
+	spread(w, aggs, func(a aggRow) int64 { return a.pid }, func(p *cProv) *[]uuid.UUID { return &p.aggs },
+		func(a aggRow) uuid.UUID { return a.agg })
 	// Anchors of sharing providers: the roots of the providers sharing an
 	// aggregate with them (their own included when they are in one).
 	var sharing []*cProv
@@ -941,7 +1072,35 @@ func (h *Handler) loadWorld(ctx context.Context, roots []int64, sharingID int64)
 			w.sharingAnchors[sp.id] = list
 		}
 	}
-	return w, nil
+	return w
+}
+
+// spread appends the value of each row to the list field of its provider
+// (rows of providers not in w are skipped), all lists sharing one backing
+// array sized by a first counting pass.
+func spread[R, V any](w *cWorld, rows []R, pid func(R) int64, field func(*cProv) *[]V, val func(R) V) {
+	if len(rows) == 0 || len(w.order) == 0 {
+		return
+	}
+	count := make([]int32, len(w.order)) // by position in w.order
+	for _, r := range rows {
+		if p := w.get(pid(r)); p != nil {
+			count[p.ix]++
+		}
+	}
+	back := make([]V, len(rows))
+	off := 0
+	for i, p := range w.order {
+		c := int(count[i])
+		*field(p) = back[off : off : off+c]
+		off += c
+	}
+	for _, r := range rows {
+		if p := w.get(pid(r)); p != nil {
+			f := field(p)
+			*f = append(*f, val(r))
+		}
+	}
 }
 
 // search matches every group in w and merges them; seen dedups merged
@@ -1269,7 +1428,7 @@ func (s *cSearch) singleProvider(w *cWorld, gi int, g *cGroupQ) []*cAreq {
 // root id order) as anchors.
 func (s *cSearch) multiProvider(w *cWorld, gi int, g *cGroupQ) []*cAreq {
 	// Sharing providers by the anchors they serve.
-	var sharingAt map[int64][]*cProv
+	var sharingAt [][]*cProv // by the anchor's position in w.order
 	if g.inTreeRoot == 0 {
 		for _, p := range w.order {
 			if !p.sharing {
@@ -1282,10 +1441,14 @@ func (s *cSearch) multiProvider(w *cWorld, gi int, g *cGroupQ) []*cAreq {
 				if a == p.root {
 					continue
 				}
-				if sharingAt == nil {
-					sharingAt = map[int64][]*cProv{}
+				ap := w.get(a)
+				if ap == nil {
+					continue
 				}
-				sharingAt[a] = append(sharingAt[a], p)
+				if sharingAt == nil {
+					sharingAt = make([][]*cProv, len(w.order))
+				}
+				sharingAt[ap.ix] = append(sharingAt[ap.ix], p)
 			}
 		}
 	}
@@ -1324,7 +1487,11 @@ func (s *cSearch) multiProvider(w *cWorld, gi int, g *cGroupQ) []*cAreq {
 			for _, p := range root.tree {
 				consider(p)
 			}
-			for _, p := range sharingAt[root.id] {
+			var shared []*cProv
+			if sharingAt != nil {
+				shared = sharingAt[root.ix]
+			}
+			for _, p := range shared {
 				consider(p)
 			}
 			lists[ci] = l
@@ -1372,6 +1539,19 @@ func (s *cSearch) multiProvider(w *cWorld, gi int, g *cGroupQ) []*cAreq {
 	return out
 }
 
+// appendQuotedUUID appends u in its canonical text form, quoted.
+func appendQuotedUUID(b []byte, u *uuid.UUID) []byte {
+	const hexd = "0123456789abcdef"
+	b = append(b, '"')
+	for i, c := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hexd[c>>4], hexd[c&15])
+	}
+	return append(b, '"')
+}
+
 // write writes the response body to w, in chunks (an answer for 100,000
 // providers is 80 MB of JSON; it is never held whole).
 func (r *cResult) write(w io.Writer) error {
@@ -1391,10 +1571,26 @@ func (s *cSearch) render(out io.Writer, areqs []*cAreq, sums []*cProv, v web.Ver
 	}
 	str := func(x string) { b = append(b, x...) }
 	quoted := func(x string) { b = append(b, '"'); b = append(b, x...); b = append(b, '"') }
+	quotedUUID := func(p *cProv) { b = append(b, p.quotedUUID()...) }
+	var classNames []string
+	for id, n := range s.classNames {
+		if id >= 0 && id < 1<<16 {
+			if int(id) >= len(classNames) {
+				classNames = append(classNames, make([]string, int(id)+1-len(classNames))...)
+			}
+			classNames[id] = n
+		}
+	}
+	className := func(rc int32) string {
+		if rc >= 0 && int(rc) < len(classNames) {
+			return classNames[rc]
+		}
+		return s.classNames[rc]
+	}
 	num := func(n int64) { b = strconv.AppendInt(b, n, 10) }
 	str(`{"allocation_requests": [`)
 	dict := v.AtLeast(1, 12)
-	var ps []*cProv
+	var ps, us []*cProv
 	for i, a := range areqs {
 		if i > 0 {
 			str(", ")
@@ -1416,11 +1612,11 @@ func (s *cSearch) render(out io.Writer, areqs []*cAreq, sums []*cProv, v web.Ver
 				str(", ")
 			}
 			if dict {
-				quoted(p.uuidStr())
+				quotedUUID(p)
 				str(`: {"resources": {`)
 			} else {
 				str(`{"resource_provider": {"uuid": `)
-				quoted(p.uuidStr())
+				quotedUUID(p)
 				str(`}, "resources": {`)
 			}
 			k := 0
@@ -1432,7 +1628,7 @@ func (s *cSearch) render(out io.Writer, areqs []*cAreq, sums []*cProv, v web.Ver
 					str(", ")
 				}
 				k++
-				quoted(s.classNames[rr.rc])
+				quoted(className(rr.rc))
 				str(": ")
 				num(rr.amount)
 			}
@@ -1451,18 +1647,18 @@ func (s *cSearch) render(out io.Writer, areqs []*cAreq, sums []*cProv, v web.Ver
 				}
 				quoted(s.groups[gi].suffix)
 				str(": [")
-				us := make([]string, len(mp))
-				for k, p := range mp {
-					us[k] = p.uuidStr()
+				if len(mp) == 1 {
+					quotedUUID(mp[0])
+					str("]")
+					continue
 				}
-				if len(us) > 1 {
-					sort.Strings(us)
-				}
+				us = append(us[:0], mp...)
+				slices.SortFunc(us, func(x, y *cProv) int { return bytes.Compare(x.quotedUUID(), y.quotedUUID()) })
 				for k, u := range us {
 					if k > 0 {
 						str(", ")
 					}
-					quoted(u)
+					quotedUUID(u)
 				}
 				str("]")
 			}
@@ -1479,16 +1675,14 @@ func (s *cSearch) render(out io.Writer, areqs []*cAreq, sums []*cProv, v web.Ver
 			requested[c.rc] = true
 		}
 	}
-	byID := make(map[int64]*cProv, len(sums))
-	for _, p := range sums {
-		byID[p.id] = p
-	}
 	var names []string
+	var key []byte
+	traitJSON := map[string][]byte{}
 	for i, p := range sums {
 		if i > 0 {
 			str(", ")
 		}
-		quoted(p.uuidStr())
+		quotedUUID(p)
 		str(`: {"resources": {`)
 		k := 0
 		for _, inv := range p.inv {
@@ -1499,7 +1693,7 @@ func (s *cSearch) render(out io.Writer, areqs []*cAreq, sums []*cProv, v web.Ver
 				str(", ")
 			}
 			k++
-			quoted(s.classNames[inv.rc])
+			quoted(className(inv.rc))
 			str(`: {"capacity": `)
 			num(inv.capacity())
 			str(`, "used": `)
@@ -1508,32 +1702,47 @@ func (s *cSearch) render(out io.Writer, areqs []*cAreq, sums []*cProv, v web.Ver
 		}
 		str("}")
 		if v.AtLeast(1, 17) {
-			str(`, "traits": [`)
-			names = names[:0]
+			// Providers often have the same traits: their JSON list is
+			// made once per set.
+			key = key[:0]
 			for _, t := range p.traits {
-				if n := s.traitNames[t]; n != "" {
-					names = append(names, n)
-				}
+				key = binary.AppendUvarint(key, uint64(t))
 			}
-			sort.Strings(names)
-			for k, t := range names {
-				if k > 0 {
-					str(", ")
+			frag, ok := traitJSON[string(key)]
+			if !ok {
+				names = names[:0]
+				for _, t := range p.traits {
+					if n := s.traitNames[t]; n != "" {
+						names = append(names, n)
+					}
 				}
-				quoted(t)
+				sort.Strings(names)
+				frag = append([]byte(nil), `, "traits": [`...)
+				for k, t := range names {
+					if k > 0 {
+						frag = append(frag, ", "...)
+					}
+					frag = append(frag, '"')
+					frag = append(frag, t...)
+					frag = append(frag, '"')
+				}
+				frag = append(frag, ']')
+				traitJSON[string(key)] = frag
 			}
-			str("]")
+			b = append(b, frag...)
 		}
 		if v.AtLeast(1, 29) {
 			str(`, "parent_provider_uuid": `)
-			if pp := byID[p.parent]; p.parent == 0 || pp == nil {
+			// At 1.29 and later the summaries hold whole trees, so a
+			// loaded parent or root is summarized.
+			if pp := p.parentP; p.parent == 0 || pp == nil {
 				str("null")
 			} else {
-				quoted(pp.uuidStr())
+				quotedUUID(pp)
 			}
 			str(`, "root_provider_uuid": `)
-			if rp := byID[p.root]; rp != nil {
-				quoted(rp.uuidStr())
+			if rp := p.rootP; rp != nil {
+				quotedUUID(rp)
 			} else {
 				str("null")
 			}

@@ -77,7 +77,8 @@ const candContext = `-- name: CandContext :one
 
 SELECT EXISTS (SELECT 1 FROM placement.resource_providers WHERE parent_provider_id IS NOT NULL)::boolean AS has_trees,
        EXISTS (SELECT 1 FROM placement.resource_provider_traits rpt
-                WHERE rpt.trait_id = $1::bigint)::boolean AS has_sharing
+                 JOIN placement.traits t ON t.id = rpt.trait_id
+                WHERE t.name = 'MISC_SHARES_VIA_AGGREGATE')::boolean AS has_sharing
 `
 
 type CandContextRow struct {
@@ -89,35 +90,35 @@ type CandContextRow struct {
 // (candidates.go, candidates_engine.go: GET /allocation_candidates loads the
 // provider trees in play with these few queries and combines them in Go)
 // Whether any provider has a parent (nested trees in use) and whether any
-// provider shares its inventory (@sharing_trait: MISC_SHARES_VIA_AGGREGATE).
-func (q *Queries) CandContext(ctx context.Context, sharingTrait int64) (CandContextRow, error) {
-	row := q.db.QueryRow(ctx, candContext, sharingTrait)
+// provider shares its inventory (trait MISC_SHARES_VIA_AGGREGATE).
+func (q *Queries) CandContext(ctx context.Context) (CandContextRow, error) {
+	row := q.db.QueryRow(ctx, candContext)
 	var i CandContextRow
 	err := row.Scan(&i.HasTrees, &i.HasSharing)
 	return i, err
 }
 
 const candInventoriesAll = `-- name: CandInventoriesAll :many
-SELECT i.resource_provider_id, i.resource_class_id, i.total, i.reserved, i.min_unit, i.max_unit,
-       i.step_size, i.allocation_ratio, COALESCE(u.used, 0)::bigint AS used
+SELECT i.resource_provider_id, i.resource_class_id, i.total, CASE WHEN i.reserved <> 0 THEN i.reserved END AS reserved,
+       CASE WHEN i.min_unit <> 1 THEN i.min_unit END AS min_unit, CASE WHEN i.max_unit <> i.total THEN i.max_unit END AS max_unit,
+       CASE WHEN i.step_size <> 1 THEN i.step_size END AS step_size, CASE WHEN i.allocation_ratio <> 1 THEN i.allocation_ratio END AS allocation_ratio
   FROM placement.inventories i
-  LEFT JOIN (SELECT a.resource_provider_id, a.resource_class_id, sum(a.used) AS used
-               FROM placement.allocations a GROUP BY a.resource_provider_id, a.resource_class_id) u
-         ON u.resource_provider_id = i.resource_provider_id AND u.resource_class_id = i.resource_class_id
 `
 
 type CandInventoriesAllRow struct {
 	ResourceProviderID int64
 	ResourceClassID    int32
 	Total              int32
-	Reserved           int32
-	MinUnit            int32
-	MaxUnit            int32
-	StepSize           int32
-	AllocationRatio    float64
-	Used               int64
+	Reserved           interface{}
+	MinUnit            interface{}
+	MaxUnit            interface{}
+	StepSize           interface{}
+	AllocationRatio    interface{}
 }
 
+// Columns at their usual values are NULL (reserved 0, min_unit 1, max_unit
+// total, step_size 1, allocation_ratio 1): sending a value is most of the
+// cost of these scans. Usage comes from CandUsageAll.
 func (q *Queries) CandInventoriesAll(ctx context.Context) ([]CandInventoriesAllRow, error) {
 	rows, err := q.db.Query(ctx, candInventoriesAll)
 	if err != nil {
@@ -136,7 +137,6 @@ func (q *Queries) CandInventoriesAll(ctx context.Context) ([]CandInventoriesAllR
 			&i.MaxUnit,
 			&i.StepSize,
 			&i.AllocationRatio,
-			&i.Used,
 		); err != nil {
 			return nil, err
 		}
@@ -149,16 +149,11 @@ func (q *Queries) CandInventoriesAll(ctx context.Context) ([]CandInventoriesAllR
 }
 
 const candInventoriesIn = `-- name: CandInventoriesIn :many
-SELECT i.resource_provider_id, i.resource_class_id, i.total, i.reserved, i.min_unit, i.max_unit,
-       i.step_size, i.allocation_ratio, COALESCE(u.used, 0)::bigint AS used
+SELECT i.resource_provider_id, i.resource_class_id, i.total, CASE WHEN i.reserved <> 0 THEN i.reserved END AS reserved,
+       CASE WHEN i.min_unit <> 1 THEN i.min_unit END AS min_unit, CASE WHEN i.max_unit <> i.total THEN i.max_unit END AS max_unit,
+       CASE WHEN i.step_size <> 1 THEN i.step_size END AS step_size, CASE WHEN i.allocation_ratio <> 1 THEN i.allocation_ratio END AS allocation_ratio
   FROM placement.inventories i
   JOIN placement.resource_providers rp ON rp.id = i.resource_provider_id
-  LEFT JOIN (SELECT a.resource_provider_id, a.resource_class_id, sum(a.used) AS used
-               FROM placement.allocations a
-               JOIN placement.resource_providers arp ON arp.id = a.resource_provider_id
-              WHERE arp.root_provider_id = ANY($1::bigint[])
-              GROUP BY a.resource_provider_id, a.resource_class_id) u
-         ON u.resource_provider_id = i.resource_provider_id AND u.resource_class_id = i.resource_class_id
  WHERE rp.root_provider_id = ANY($1::bigint[])
 `
 
@@ -166,12 +161,11 @@ type CandInventoriesInRow struct {
 	ResourceProviderID int64
 	ResourceClassID    int32
 	Total              int32
-	Reserved           int32
-	MinUnit            int32
-	MaxUnit            int32
-	StepSize           int32
-	AllocationRatio    float64
-	Used               int64
+	Reserved           interface{}
+	MinUnit            interface{}
+	MaxUnit            interface{}
+	StepSize           interface{}
+	AllocationRatio    interface{}
 }
 
 func (q *Queries) CandInventoriesIn(ctx context.Context, roots []int64) ([]CandInventoriesInRow, error) {
@@ -192,7 +186,6 @@ func (q *Queries) CandInventoriesIn(ctx context.Context, roots []int64) ([]CandI
 			&i.MaxUnit,
 			&i.StepSize,
 			&i.AllocationRatio,
-			&i.Used,
 		); err != nil {
 			return nil, err
 		}
@@ -205,18 +198,19 @@ func (q *Queries) CandInventoriesIn(ctx context.Context, roots []int64) ([]CandI
 }
 
 const candProvidersAll = `-- name: CandProvidersAll :many
-SELECT rp.id, rp.uuid, rp.parent_provider_id, rp.root_provider_id
+SELECT rp.id, rp.uuid, rp.parent_provider_id, CASE WHEN rp.root_provider_id <> rp.id THEN rp.root_provider_id END AS root_provider_id
   FROM placement.resource_providers rp
- ORDER BY rp.id
 `
 
 type CandProvidersAllRow struct {
 	ID               int64
 	Uuid             uuid.UUID
 	ParentProviderID *int64
-	RootProviderID   *int64
+	RootProviderID   interface{}
 }
 
+// Unordered (a sequential scan; the caller sorts by id); root_provider_id
+// is NULL when it is the provider itself (NULLs cost nothing to send).
 func (q *Queries) CandProvidersAll(ctx context.Context) ([]CandProvidersAllRow, error) {
 	rows, err := q.db.Query(ctx, candProvidersAll)
 	if err != nil {
@@ -243,17 +237,16 @@ func (q *Queries) CandProvidersAll(ctx context.Context) ([]CandProvidersAllRow, 
 }
 
 const candProvidersIn = `-- name: CandProvidersIn :many
-SELECT rp.id, rp.uuid, rp.parent_provider_id, rp.root_provider_id
+SELECT rp.id, rp.uuid, rp.parent_provider_id, CASE WHEN rp.root_provider_id <> rp.id THEN rp.root_provider_id END AS root_provider_id
   FROM placement.resource_providers rp
  WHERE rp.root_provider_id = ANY($1::bigint[])
- ORDER BY rp.id
 `
 
 type CandProvidersInRow struct {
 	ID               int64
 	Uuid             uuid.UUID
 	ParentProviderID *int64
-	RootProviderID   *int64
+	RootProviderID   interface{}
 }
 
 func (q *Queries) CandProvidersIn(ctx context.Context, roots []int64) ([]CandProvidersInRow, error) {
@@ -389,6 +382,72 @@ func (q *Queries) CandTraitsIn(ctx context.Context, roots []int64) ([]PlacementR
 	for rows.Next() {
 		var i PlacementResourceProviderTrait
 		if err := rows.Scan(&i.ResourceProviderID, &i.TraitID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const candUsageAll = `-- name: CandUsageAll :many
+SELECT a.resource_provider_id, a.resource_class_id, sum(a.used)::bigint AS used
+  FROM placement.allocations a
+ GROUP BY a.resource_provider_id, a.resource_class_id
+`
+
+type CandUsageAllRow struct {
+	ResourceProviderID int64
+	ResourceClassID    int32
+	Used               int64
+}
+
+func (q *Queries) CandUsageAll(ctx context.Context) ([]CandUsageAllRow, error) {
+	rows, err := q.db.Query(ctx, candUsageAll)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CandUsageAllRow
+	for rows.Next() {
+		var i CandUsageAllRow
+		if err := rows.Scan(&i.ResourceProviderID, &i.ResourceClassID, &i.Used); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const candUsageIn = `-- name: CandUsageIn :many
+SELECT a.resource_provider_id, a.resource_class_id, sum(a.used)::bigint AS used
+  FROM placement.allocations a
+  JOIN placement.resource_providers arp ON arp.id = a.resource_provider_id
+ WHERE arp.root_provider_id = ANY($1::bigint[])
+ GROUP BY a.resource_provider_id, a.resource_class_id
+`
+
+type CandUsageInRow struct {
+	ResourceProviderID int64
+	ResourceClassID    int32
+	Used               int64
+}
+
+func (q *Queries) CandUsageIn(ctx context.Context, roots []int64) ([]CandUsageInRow, error) {
+	rows, err := q.db.Query(ctx, candUsageIn, roots)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CandUsageInRow
+	for rows.Next() {
+		var i CandUsageInRow
+		if err := rows.Scan(&i.ResourceProviderID, &i.ResourceClassID, &i.Used); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
