@@ -25,7 +25,10 @@ type Config struct {
 	API       API       `mapstructure:"api"`
 	Conductor Conductor `mapstructure:"conductor"`
 	Placement Placement `mapstructure:"placement"`
-	Log       Log       `mapstructure:"log"`
+	// PlacementBackend configures the conductor's Placement backend
+	// (conductor.allocation_backend: placement) and its resource tracker.
+	PlacementBackend PlacementBackend `mapstructure:"placement_backend"`
+	Log              Log              `mapstructure:"log"`
 }
 
 // Database configures the PostgreSQL connection.
@@ -74,9 +77,61 @@ type Conductor struct {
 	LockedNodeWait    time.Duration `mapstructure:"locked_node_wait"`
 	// TakeoverSchedule is a robfig/cron spec ("@every 60s") or "off".
 	TakeoverSchedule string `mapstructure:"takeover_schedule"`
+	// AllocationBackend is "database" (default: reserve nodes straight in
+	// PostgreSQL) or "placement" (claim through the Placement API with
+	// Selection objects and alternates; see PlacementBackend).
+	AllocationBackend string `mapstructure:"allocation_backend"`
 	// MetricsListen is the address:port of the conductor's own Prometheus
 	// /metrics listener (default 127.0.0.1:9464; "off" disables it).
 	MetricsListen string `mapstructure:"metrics_listen"`
+}
+
+// PlacementBackend configures how metalloc-conductor allocates through a
+// Placement service (metalloc-placement or OpenStack Placement 8.0) and
+// mirrors nodes into it (ARCHITECTURE.md "Placement backend";
+// spec/initial-allocation-ratios.md; spec/scheduler-selection-objects.md).
+type PlacementBackend struct {
+	// Endpoint is the Placement API root (default http://127.0.0.1:8778).
+	Endpoint string `mapstructure:"endpoint"`
+	// Token is sent as X-Auth-Token (default "admin", for noauth2).
+	Token string `mapstructure:"token"`
+	// Timeout bounds each Placement request (default 30s).
+	Timeout time.Duration `mapstructure:"timeout"`
+	// MaxAlternates is how many alternates each Selection list carries
+	// besides the chosen node (default 2, as Nova's
+	// [scheduler]max_attempts − 1 with its default of 3).
+	MaxAlternates int `mapstructure:"max_alternates"`
+	// MaxAttempts bounds how many times one allocation asks Placement for
+	// candidates again after every alternate failed (default 3).
+	MaxAttempts int `mapstructure:"max_attempts"`
+	// SyncSchedule is the resource tracker's robfig/cron period ("@every
+	// 60s", the default, or "off"); it also syncs promptly (debounced by
+	// SyncDelay) when nodes change (LISTEN metalloc_nodes).
+	SyncSchedule string `mapstructure:"sync_schedule"`
+	// SyncDelay gathers node changes for this long before a prompt sync
+	// (default 200ms).
+	SyncDelay time.Duration `mapstructure:"sync_delay"`
+	// ReportGenericResources also reports VCPU, MEMORY_MB and DISK_GB from
+	// the node's properties cpus, memory_mb and local_gb (default false).
+	ReportGenericResources bool `mapstructure:"report_generic_resources"`
+	// CPUAllocationRatio, RAMAllocationRatio, DiskAllocationRatio override
+	// the ratio of VCPU, MEMORY_MB, DISK_GB on every sync when set (> 0);
+	// unset (the default, 0 in the file means "explicitly 0.0", refused by
+	// the upgrade check) keeps what the provider has.
+	CPUAllocationRatio  *float64 `mapstructure:"cpu_allocation_ratio"`
+	RAMAllocationRatio  *float64 `mapstructure:"ram_allocation_ratio"`
+	DiskAllocationRatio *float64 `mapstructure:"disk_allocation_ratio"`
+	// InitialCPUAllocationRatio (16.0), InitialRAMAllocationRatio (1.5) and
+	// InitialDiskAllocationRatio (1.0) apply only when a provider's
+	// inventory of that class is first created.
+	InitialCPUAllocationRatio  float64 `mapstructure:"initial_cpu_allocation_ratio"`
+	InitialRAMAllocationRatio  float64 `mapstructure:"initial_ram_allocation_ratio"`
+	InitialDiskAllocationRatio float64 `mapstructure:"initial_disk_allocation_ratio"`
+	// AllocationRatios and InitialAllocationRatios generalise the options
+	// above to any resource class (e.g. {CUSTOM_BAREMETAL_GOLD: 1.0}); the
+	// named options win for their three classes.
+	AllocationRatios        map[string]float64 `mapstructure:"allocation_ratios"`
+	InitialAllocationRatios map[string]float64 `mapstructure:"initial_allocation_ratios"`
 }
 
 // Log configures zap.
@@ -112,6 +167,18 @@ func defaults(v *viper.Viper) {
 	v.SetDefault("conductor.locked_node_wait", "2s")
 	v.SetDefault("conductor.takeover_schedule", "@every 60s")
 	v.SetDefault("conductor.metrics_listen", "127.0.0.1:9464")
+	v.SetDefault("conductor.allocation_backend", "database")
+	v.SetDefault("placement_backend.endpoint", "http://127.0.0.1:8778")
+	v.SetDefault("placement_backend.token", "admin")
+	v.SetDefault("placement_backend.timeout", "30s")
+	v.SetDefault("placement_backend.max_alternates", 2)
+	v.SetDefault("placement_backend.max_attempts", 3)
+	v.SetDefault("placement_backend.sync_schedule", "@every 60s")
+	v.SetDefault("placement_backend.sync_delay", "200ms")
+	v.SetDefault("placement_backend.report_generic_resources", false)
+	v.SetDefault("placement_backend.initial_cpu_allocation_ratio", 16.0)
+	v.SetDefault("placement_backend.initial_ram_allocation_ratio", 1.5)
+	v.SetDefault("placement_backend.initial_disk_allocation_ratio", 1.0)
 	v.SetDefault("log.level", "info")
 	v.SetDefault("log.format", "json")
 	v.SetDefault("log.flush_interval", "0s")
