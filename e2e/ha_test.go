@@ -242,8 +242,11 @@ func TestConductorsSurviveKillAndStop(t *testing.T) {
 	delay := time.Since(killedAt)
 	t.Logf("takeover delay after SIGKILL: %s (heartbeat_timeout %s + takeover period %s = %s)",
 		delay.Round(time.Millisecond), haHeartbeatTimeout, haTakeoverPeriod, limit)
-	// A little slack for polling and scheduling on a loaded machine.
-	require.LessOrEqual(t, delay, limit+time.Second)
+	// Slack for polling, the other conductor's clean stop above (inside
+	// this interval) and scheduling on a loaded 2-core machine: what this
+	// bounds is that takeover follows the heartbeat timeout within about
+	// one period, not the figure itself (the log line above records it).
+	require.LessOrEqual(t, delay, limit+5*time.Second)
 
 	wg.Wait()
 	close(errs)
