@@ -201,3 +201,40 @@ SELECT id FROM nodes WHERE name = @name;
 -- name: ResolveNodes :many
 -- candidate_nodes: names and uuids to node uuids.
 SELECT uuid, name FROM nodes WHERE uuid = ANY(@uuids::uuid[]) OR name = ANY(@names::text[]);
+
+-- name: FitNodes :many
+-- The Placement backend's database filter over Placement's candidates: those
+-- of @uuids that could take an allocation right now (the filters of
+-- metalloc_pick, without locking). Placement knows nothing of owners and
+-- lessees, and its view lags behind node changes the tracker has not
+-- mirrored yet.
+SELECT n.uuid FROM nodes n
+ WHERE n.uuid = ANY(@uuids::uuid[])
+   AND n.provision_state = 'available' AND NOT n.maintenance
+   AND n.power_state IS NOT NULL AND n.instance_uuid IS NULL AND n.allocation_id IS NULL
+   AND n.resource_class = @resource_class::text
+   AND (sqlc.narg(owner)::text IS NULL OR n.owner = sqlc.narg(owner)::text OR n.lessee = sqlc.narg(owner)::text)
+   AND (cardinality(@traits::text[]) = 0
+        OR @traits::text[] <@ ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = n.id));
+
+-- name: RecordPlacementClaim :exec
+-- The claim intent log: written before PUT /allocations/{consumer}, so that
+-- the resource tracker can remove a Placement allocation a conductor left
+-- behind (it died, or Placement went away before the clean-up).
+INSERT INTO placement_claims (consumer_uuid, provider_uuid)
+VALUES (@consumer_uuid, @provider_uuid)
+ON CONFLICT (consumer_uuid) DO UPDATE
+   SET provider_uuid = EXCLUDED.provider_uuid, created_at = now();
+
+-- name: ForgetPlacementClaim :execrows
+-- After DELETE /allocations/{consumer}: the claim is gone. With @provider_uuid
+-- set, only if the log still names that provider (another conductor that
+-- took the allocation over may have claimed elsewhere since).
+DELETE FROM placement_claims
+ WHERE consumer_uuid = @consumer_uuid
+   AND (sqlc.narg(provider_uuid)::uuid IS NULL OR provider_uuid = sqlc.narg(provider_uuid)::uuid);
+
+-- name: AllocationOwnership :one
+-- Who holds an allocation now (after a compare-and-set found it was no
+-- longer ours).
+SELECT state, conductor_affinity FROM allocations WHERE id = @id;

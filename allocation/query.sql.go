@@ -46,6 +46,24 @@ func (q *Queries) AllocatingOf(ctx context.Context, arg AllocatingOfParams) ([]i
 	return items, nil
 }
 
+const allocationOwnership = `-- name: AllocationOwnership :one
+SELECT state, conductor_affinity FROM allocations WHERE id = $1
+`
+
+type AllocationOwnershipRow struct {
+	State             string
+	ConductorAffinity *int64
+}
+
+// Who holds an allocation now (after a compare-and-set found it was no
+// longer ours).
+func (q *Queries) AllocationOwnership(ctx context.Context, id int64) (AllocationOwnershipRow, error) {
+	row := q.db.QueryRow(ctx, allocationOwnership, id)
+	var i AllocationOwnershipRow
+	err := row.Scan(&i.State, &i.ConductorAffinity)
+	return i, err
+}
+
 const backfillNode = `-- name: BackfillNode :exec
 UPDATE nodes
    SET allocation_id = $1, instance_uuid = $2,
@@ -390,6 +408,54 @@ func (q *Queries) FailAllocation(ctx context.Context, arg FailAllocationParams) 
 	return result.RowsAffected(), nil
 }
 
+const fitNodes = `-- name: FitNodes :many
+SELECT n.uuid FROM nodes n
+ WHERE n.uuid = ANY($1::uuid[])
+   AND n.provision_state = 'available' AND NOT n.maintenance
+   AND n.power_state IS NOT NULL AND n.instance_uuid IS NULL AND n.allocation_id IS NULL
+   AND n.resource_class = $2::text
+   AND ($3::text IS NULL OR n.owner = $3::text OR n.lessee = $3::text)
+   AND (cardinality($4::text[]) = 0
+        OR $4::text[] <@ ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = n.id))
+`
+
+type FitNodesParams struct {
+	Uuids         []uuid.UUID
+	ResourceClass string
+	Owner         *string
+	Traits        []string
+}
+
+// The Placement backend's database filter over Placement's candidates: those
+// of @uuids that could take an allocation right now (the filters of
+// metalloc_pick, without locking). Placement knows nothing of owners and
+// lessees, and its view lags behind node changes the tracker has not
+// mirrored yet.
+func (q *Queries) FitNodes(ctx context.Context, arg FitNodesParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, fitNodes,
+		arg.Uuids,
+		arg.ResourceClass,
+		arg.Owner,
+		arg.Traits,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var uuid uuid.UUID
+		if err := rows.Scan(&uuid); err != nil {
+			return nil, err
+		}
+		items = append(items, uuid)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const fitStats = `-- name: FitStats :one
 WITH rc AS (
     SELECT n.id, n.uuid, n.name, n.driver, n.resource_class, n.provision_state, n.target_provision_state, n.provision_updated_at, n.power_state, n.target_power_state, n.maintenance, n.maintenance_reason, n.fault, n.last_error, n.instance_uuid, n.allocation_id, n.owner, n.lessee, n.description, n.conductor_group, n.reservation, n.protected, n.protected_reason, n.retired, n.retired_reason, n.automated_clean, n.console_enabled, n.shard, n.properties, n.extra, n.instance_info, n.driver_info, n.driver_internal_info, n.interfaces, n.network_data, n.raid_config, n.target_raid_config, n.created_at, n.updated_at FROM nodes n WHERE n.resource_class = $1::text
@@ -442,6 +508,28 @@ func (q *Queries) FitStats(ctx context.Context, arg FitStatsParams) (FitStatsRow
 		&i.Fitting,
 	)
 	return i, err
+}
+
+const forgetPlacementClaim = `-- name: ForgetPlacementClaim :execrows
+DELETE FROM placement_claims
+ WHERE consumer_uuid = $1
+   AND ($2::uuid IS NULL OR provider_uuid = $2::uuid)
+`
+
+type ForgetPlacementClaimParams struct {
+	ConsumerUuid uuid.UUID
+	ProviderUuid *uuid.UUID
+}
+
+// After DELETE /allocations/{consumer}: the claim is gone. With @provider_uuid
+// set, only if the log still names that provider (another conductor that
+// took the allocation over may have claimed elsewhere since).
+func (q *Queries) ForgetPlacementClaim(ctx context.Context, arg ForgetPlacementClaimParams) (int64, error) {
+	result, err := q.db.Exec(ctx, forgetPlacementClaim, arg.ConsumerUuid, arg.ProviderUuid)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const getAllocation = `-- name: GetAllocation :one
@@ -738,6 +826,26 @@ func (q *Queries) OwnedAllocating(ctx context.Context, me int64) ([]OwnedAllocat
 		return nil, err
 	}
 	return items, nil
+}
+
+const recordPlacementClaim = `-- name: RecordPlacementClaim :exec
+INSERT INTO placement_claims (consumer_uuid, provider_uuid)
+VALUES ($1, $2)
+ON CONFLICT (consumer_uuid) DO UPDATE
+   SET provider_uuid = EXCLUDED.provider_uuid, created_at = now()
+`
+
+type RecordPlacementClaimParams struct {
+	ConsumerUuid uuid.UUID
+	ProviderUuid uuid.UUID
+}
+
+// The claim intent log: written before PUT /allocations/{consumer}, so that
+// the resource tracker can remove a Placement allocation a conductor left
+// behind (it died, or Placement went away before the clean-up).
+func (q *Queries) RecordPlacementClaim(ctx context.Context, arg RecordPlacementClaimParams) error {
+	_, err := q.db.Exec(ctx, recordPlacementClaim, arg.ConsumerUuid, arg.ProviderUuid)
+	return err
 }
 
 const releaseNodeOfAllocation = `-- name: ReleaseNodeOfAllocation :exec

@@ -15,6 +15,7 @@ import (
 
 	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/placement/client"
 )
 
 // NotifyChannel is the PostgreSQL channel the allocations_notify trigger
@@ -61,7 +62,29 @@ type Config struct {
 	TakeoverSchedule string
 	// Version is reported in the conductors table.
 	Version string
+	// Backend is how allocations get their node: BackendDatabase (the
+	// default: reserve straight in PostgreSQL) or BackendPlacement (claim
+	// through Placement with Selection objects and alternates).
+	Backend string
+	// Placement is the Placement service the placement backend claims
+	// through (required with BackendPlacement).
+	Placement *client.Client
+	// PlacementMaxAlternates is how many alternates each selection carries
+	// besides the chosen node (default 2; placement backend only).
+	PlacementMaxAlternates int
+	// PlacementMaxAttempts is how many times one allocation asks Placement
+	// for candidates before it goes to error (default 3; placement backend
+	// only).
+	PlacementMaxAttempts int
 }
+
+// Allocation backends (Config.Backend).
+const (
+	// BackendDatabase reserves nodes straight in PostgreSQL.
+	BackendDatabase = "database"
+	// BackendPlacement claims nodes through the Placement API.
+	BackendPlacement = "placement"
+)
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
@@ -95,6 +118,9 @@ func (c Config) WithDefaults() Config {
 	if c.TakeoverSchedule == "" {
 		c.TakeoverSchedule = "@every 60s"
 	}
+	if c.Backend == "" {
+		c.Backend = BackendDatabase
+	}
 	return c
 }
 
@@ -110,6 +136,15 @@ func (c Config) Validate() error {
 	if _, err := parseSchedule(c.TakeoverSchedule); err != nil {
 		return err
 	}
+	switch c.Backend {
+	case BackendDatabase:
+	case BackendPlacement:
+		if c.Placement == nil {
+			return errors.New("conductor.allocation_backend: placement needs a Placement client (placement_backend.endpoint)")
+		}
+	default:
+		return fmt.Errorf("conductor.allocation_backend: %q is neither %q nor %q", c.Backend, BackendDatabase, BackendPlacement)
+	}
 	return nil
 }
 
@@ -120,8 +155,11 @@ type Service struct {
 	pool  *pgxpool.Pool
 	q     *Queries
 	alloc *allocation.Allocator
-	log   *zap.Logger
-	id    int64
+	// proc processes claimed rows: alloc (database backend) or the
+	// Placement backend's allocator.
+	proc processor
+	log  *zap.Logger
+	id   int64
 
 	// OnReady, when set, is called once the conductor is registered and
 	// listening (used for sd_notify and tests).
@@ -155,15 +193,31 @@ func NewService(cfg Config, pool *pgxpool.Pool, log *zap.Logger) (*Service, erro
 	log = log.With(zap.String("conductor", cfg.Hostname))
 	alloc := allocation.NewAllocator(pool, log)
 	alloc.LockedWait = cfg.LockedNodeWait
+	var proc processor = alloc
+	if cfg.Backend == BackendPlacement {
+		proc = allocation.NewPlacementAllocator(pool, cfg.Placement, allocation.PlacementConfig{
+			Hostname: cfg.Hostname, MaxAlternates: cfg.PlacementMaxAlternates, MaxAttempts: cfg.PlacementMaxAttempts,
+		}, log)
+	}
 	return &Service{
-		cfg: cfg, pool: pool, q: New(pool), alloc: alloc, log: log,
+		cfg: cfg, pool: pool, q: New(pool), alloc: alloc, proc: proc, log: log,
 		queue: make(chan allocation.Claimed, queueSize),
 	}, nil
+}
+
+// processor processes one claimed allocation (Allocator.Process's
+// contract): allocation.Allocator or allocation.PlacementAllocator.
+type processor interface {
+	Process(ctx context.Context, me int64, c allocation.Claimed) (allocation.Outcome, error)
 }
 
 // maxBackoff caps a worker's wait between attempts while the database is
 // unavailable.
 const maxBackoff = 5 * time.Second
+
+// placementRetryDelay is how long a worker waits after Placement could not
+// be reached before it takes more work.
+const placementRetryDelay = time.Second
 
 // queueSize bounds the owned rows waiting for a worker; more stay owned in
 // the database and are queued by a later resume.
@@ -375,12 +429,27 @@ func (c *Service) requeueOwned(ctx context.Context) {
 	}
 }
 
-// claim takes up to n rows. The fast path claims and reserves in one
+// claim takes up to n rows. With the placement backend it only claims them
+// and processes each through Placement. Otherwise, the fast path claims and reserves in one
 // transaction; rows that found no free node there are processed here, one by
 // one. If the fast path fails as a whole (say, a constraint race), it falls
 // back to claiming only and reserving row by row. It returns how many rows
 // were claimed.
 func (c *Service) claim(ctx, procCtx context.Context, n int) (got int, err error) {
+	if c.cfg.Backend == BackendPlacement {
+		// No fast path: every node is claimed in Placement first.
+		rest, err := c.alloc.Claim(ctx, c.id, n)
+		if err != nil {
+			return 0, err
+		}
+		c.Metrics.claimed(len(rest))
+		for _, a := range rest {
+			if c.track(a.ID) {
+				c.process(procCtx, a)
+			}
+		}
+		return len(rest), nil
+	}
 	reserved, rest, err := c.alloc.ClaimReserve(ctx, c.id, n)
 	if errors.Is(err, allocation.ErrClaimedUnread) {
 		// Claimed but not read back: resume them once the database answers.
@@ -416,10 +485,18 @@ func (c *Service) claim(ctx, procCtx context.Context, n int) (got int, err error
 // for a resume.
 func (c *Service) process(ctx context.Context, a allocation.Claimed) {
 	defer c.inflight.Delete(a.ID)
-	out, err := c.alloc.Process(ctx, c.id, a)
+	out, err := c.proc.Process(ctx, c.id, a)
 	if err != nil {
 		c.log.Warn("allocation left for a retry", zap.Stringer("allocation", a.UUID), zap.Error(err))
 		c.needResume.Store(true)
+		if client.IsUnreachable(err) {
+			// The database answers but Placement does not: without a
+			// pause the resume would retry at once, over and over.
+			select {
+			case <-ctx.Done():
+			case <-time.After(placementRetryDelay):
+			}
+		}
 		return
 	}
 	switch out {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +14,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+
 	"github.com/metalloc/metalloc/db/dbtest"
+	"github.com/metalloc/metalloc/placement"
+	"github.com/metalloc/metalloc/placement/client"
+	"github.com/metalloc/metalloc/web"
 )
 
 func addNodes(t *testing.T, pool *pgxpool.Pool, n int, rc string) {
@@ -149,4 +156,111 @@ func TestResumesOwnUnfinishedRowsAtStart(t *testing.T) {
 	waitFor(t, 10*time.Second, func() bool {
 		return count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active' AND conductor_affinity = $1`, id) == 3
 	})
+}
+
+// pbPlacement starts an in-process metalloc-placement on pool's database
+// and mirrors every node of class rc into it as the resource tracker would
+// (provider uuid = node uuid, CUSTOM_<RC> total 1).
+func pbPlacement(t *testing.T, pool *pgxpool.Pool, rc string) *client.Client {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, placement.Prepare(ctx, pool))
+	e := echo.New()
+	e.HTTPErrorHandler = web.PlacementErrorHandler
+	e.JSONSerializer = web.JSONSerializer{}
+	e.Use(web.RequestID(zap.NewNop()))
+	placement.NewHandler(pool, placement.Options{}).Register(e)
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	pc := client.New(srv.URL, "admin", 10*time.Second)
+	class := client.NormalizeClass(rc)
+	require.NoError(t, pc.EnsureResourceClass(ctx, class))
+	rows, err := pool.Query(ctx, `SELECT uuid, name FROM nodes WHERE resource_class = $1`, rc)
+	require.NoError(t, err)
+	type node struct {
+		id   uuid.UUID
+		name string
+	}
+	var nodes []node
+	for rows.Next() {
+		var n node
+		require.NoError(t, rows.Scan(&n.id, &n.name))
+		nodes = append(nodes, n)
+	}
+	require.NoError(t, rows.Err())
+	for _, n := range nodes {
+		p, err := pc.CreateProvider(ctx, n.id, n.name)
+		require.NoError(t, err)
+		_, err = pc.PutInventories(ctx, n.id, client.Inventories{Generation: p.Generation, Inventories: map[string]client.Inventory{
+			class: {Total: 1, MinUnit: 1, MaxUnit: 1, StepSize: 1, AllocationRatio: 1},
+		}})
+		require.NoError(t, err)
+	}
+	return pc
+}
+
+func TestPlacementBackendConductors(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	addNodes(t, pool, 5, "gold")
+	pc := pbPlacement(t, pool, "gold")
+	cfg := Config{PollInterval: 100 * time.Millisecond, Workers: 4, ClaimBatch: 2, Backend: BackendPlacement, Placement: pc}
+	for i := range 2 {
+		c := cfg
+		c.Hostname = fmt.Sprintf("c%d", i)
+		start(t, pool, c)
+	}
+	addAllocations(t, pool, 12, "gold")
+	waitFor(t, 30*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'allocating'`) == 0
+	})
+	require.Equal(t, 5, count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active'`))
+	require.Equal(t, 5, count(t, pool, `SELECT count(DISTINCT node_id) FROM allocations WHERE state = 'active'`))
+	require.Equal(t, 7, count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'error' AND last_error LIKE '%no node%'`))
+	// Placement holds exactly the active allocations, on their nodes.
+	rows, err := pool.Query(context.Background(), `
+		SELECT a.uuid, a.state, n.uuid FROM allocations a LEFT JOIN nodes n ON n.id = a.node_id`)
+	require.NoError(t, err)
+	type alloc struct {
+		id    uuid.UUID
+		state string
+		node  *uuid.UUID
+	}
+	var all []alloc
+	for rows.Next() {
+		var a alloc
+		require.NoError(t, rows.Scan(&a.id, &a.state, &a.node))
+		all = append(all, a)
+	}
+	require.NoError(t, rows.Err())
+	for _, a := range all {
+		cur, err := pc.GetAllocations(context.Background(), a.id)
+		require.NoError(t, err)
+		if a.state == "active" {
+			require.Len(t, cur.Allocations, 1)
+			_, ok := cur.Allocations[*a.node]
+			require.True(t, ok)
+		} else {
+			require.Empty(t, cur.Allocations)
+		}
+	}
+	require.Equal(t, 5, count(t, pool, `SELECT count(*) FROM placement_claims`))
+	// The database fast path did not run: every active row went through
+	// Placement (claim log entry on its node).
+	require.Equal(t, 5, count(t, pool, `
+		SELECT count(*) FROM allocations a JOIN nodes n ON n.id = a.node_id
+		  JOIN placement_claims c ON c.consumer_uuid = a.uuid AND c.provider_uuid = n.uuid`))
+}
+
+func TestConfigBackend(t *testing.T) {
+	t.Parallel()
+	c := Config{Hostname: "h"}.WithDefaults()
+	require.Equal(t, BackendDatabase, c.Backend)
+	require.NoError(t, c.Validate())
+	c.Backend = BackendPlacement
+	require.ErrorContains(t, c.Validate(), "needs a Placement client")
+	c.Placement = client.New("http://127.0.0.1:8778", "admin", 0)
+	require.NoError(t, c.Validate())
+	c.Backend = "etcd"
+	require.ErrorContains(t, c.Validate(), `"etcd" is neither`)
 }

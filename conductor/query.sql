@@ -66,3 +66,74 @@ SELECT k.id, k.hostname, k.conductor_group, k.drivers, k.created_at,
           CASE WHEN NOT @descending::bool THEN k.id END ASC,
           k.k_text DESC, k.k_time DESC, k.k_bool DESC, k.id DESC
  LIMIT @max_rows::int;
+
+-- name: TrackerNodes :many
+-- The resource tracker's desired state of every node's resource provider
+-- (conductor/tracker.go), with what placement_synced last recorded for it
+-- (NULL: never synced). available: the node can be allocated (the
+-- conductor's candidate conditions); unavailable nodes are fully reserved.
+-- cpus, memory_mb, local_gb: the node's properties as integers (0 when
+-- missing or not a whole number, as Nova's ironic driver ignores them).
+SELECT n.uuid,
+       coalesce(n.name, n.uuid::text)::text AS name,
+       coalesce(n.resource_class, '')::text AS resource_class,
+       (NOT n.maintenance AND n.provision_state = 'available'
+            AND n.instance_uuid IS NULL AND n.power_state IS NOT NULL)::bool AS available,
+       (CASE WHEN n.properties->>'cpus' ~ '^\s*[0-9]{1,12}\s*$'
+             THEN (n.properties->>'cpus')::bigint ELSE 0 END)::bigint AS cpus,
+       (CASE WHEN n.properties->>'memory_mb' ~ '^\s*[0-9]{1,12}\s*$'
+             THEN (n.properties->>'memory_mb')::bigint ELSE 0 END)::bigint AS memory_mb,
+       (CASE WHEN n.properties->>'local_gb' ~ '^\s*[0-9]{1,12}\s*$'
+             THEN (n.properties->>'local_gb')::bigint ELSE 0 END)::bigint AS local_gb,
+       coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t WHERE t.node_id = n.id),
+                '{}')::text[] AS traits,
+       s.fingerprint AS synced_fingerprint
+  FROM nodes n
+  LEFT JOIN placement_synced s ON s.node_uuid = n.uuid
+ ORDER BY n.id;
+
+-- name: UpsertPlacementSynced :exec
+-- Records that node @node_uuid's provider now matches @fingerprint.
+INSERT INTO placement_synced (node_uuid, fingerprint, synced_at)
+VALUES (@node_uuid, @fingerprint, now())
+ON CONFLICT (node_uuid) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, synced_at = now();
+
+-- name: MarkPlacementStale :exec
+-- Forgets the fingerprint of provider @node_uuid so that the next sync
+-- writes it again (its usage changed: reserved must be recomputed).
+UPDATE placement_synced SET fingerprint = '' WHERE node_uuid = @node_uuid;
+
+-- name: DeletePlacementSynced :exec
+DELETE FROM placement_synced WHERE node_uuid = @node_uuid;
+
+-- name: OrphanPlacementSynced :many
+-- Providers the tracker mirrored for nodes that no longer exist.
+SELECT s.node_uuid FROM placement_synced s
+ WHERE NOT EXISTS (SELECT 1 FROM nodes n WHERE n.uuid = s.node_uuid)
+ ORDER BY s.node_uuid;
+
+-- name: PlacementProviderUUIDs :many
+-- Every provider the tracker mirrors or will mirror: synced ones and nodes.
+SELECT node_uuid AS uuid FROM placement_synced
+UNION
+SELECT uuid FROM nodes
+ORDER BY 1;
+
+-- name: ClaimsOfProvider :many
+SELECT consumer_uuid FROM placement_claims WHERE provider_uuid = @provider_uuid ORDER BY consumer_uuid;
+
+-- name: LeakedPlacementClaims :many
+-- Claims older than @min_age_seconds whose consumer is neither an
+-- allocating allocation nor an active allocation on that provider's node:
+-- their Placement allocations must go (deallocation, node teardown, a
+-- conductor that died between its two writes, a failed reservation).
+SELECT c.consumer_uuid, c.provider_uuid FROM placement_claims c
+ WHERE c.created_at < now() - make_interval(secs => @min_age_seconds::float8)
+   AND NOT EXISTS (SELECT 1 FROM allocations a
+                    WHERE a.uuid = c.consumer_uuid AND a.state = 'allocating')
+   AND NOT EXISTS (SELECT 1 FROM allocations a JOIN nodes n ON n.id = a.node_id
+                    WHERE a.uuid = c.consumer_uuid AND a.state = 'active' AND n.uuid = c.provider_uuid)
+ ORDER BY c.created_at;
+
+-- name: DeletePlacementClaim :exec
+DELETE FROM placement_claims WHERE consumer_uuid = @consumer_uuid AND provider_uuid = @provider_uuid;

@@ -8,7 +8,33 @@ package conductor
 import (
 	"context"
 	"time"
+
+	"github.com/google/uuid"
 )
+
+const claimsOfProvider = `-- name: ClaimsOfProvider :many
+SELECT consumer_uuid FROM placement_claims WHERE provider_uuid = $1 ORDER BY consumer_uuid
+`
+
+func (q *Queries) ClaimsOfProvider(ctx context.Context, providerUuid uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, claimsOfProvider, providerUuid)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var consumer_uuid uuid.UUID
+		if err := rows.Scan(&consumer_uuid); err != nil {
+			return nil, err
+		}
+		items = append(items, consumer_uuid)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
 
 const conductorByHostname = `-- name: ConductorByHostname :one
 SELECT id, hostname, conductor_group, drivers, version, online, started_at, heartbeat_at, created_at, updated_at FROM conductors WHERE hostname = $1
@@ -75,6 +101,29 @@ func (q *Queries) ConductorDoc(ctx context.Context, arg ConductorDocParams) (Con
 	return i, err
 }
 
+const deletePlacementClaim = `-- name: DeletePlacementClaim :exec
+DELETE FROM placement_claims WHERE consumer_uuid = $1 AND provider_uuid = $2
+`
+
+type DeletePlacementClaimParams struct {
+	ConsumerUuid uuid.UUID
+	ProviderUuid uuid.UUID
+}
+
+func (q *Queries) DeletePlacementClaim(ctx context.Context, arg DeletePlacementClaimParams) error {
+	_, err := q.db.Exec(ctx, deletePlacementClaim, arg.ConsumerUuid, arg.ProviderUuid)
+	return err
+}
+
+const deletePlacementSynced = `-- name: DeletePlacementSynced :exec
+DELETE FROM placement_synced WHERE node_uuid = $1
+`
+
+func (q *Queries) DeletePlacementSynced(ctx context.Context, nodeUuid uuid.UUID) error {
+	_, err := q.db.Exec(ctx, deletePlacementSynced, nodeUuid)
+	return err
+}
+
 const goOffline = `-- name: GoOffline :exec
 UPDATE conductors SET online = false, updated_at = now() WHERE id = $1
 `
@@ -94,6 +143,45 @@ func (q *Queries) Heartbeat(ctx context.Context, id int64) (int64, error) {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const leakedPlacementClaims = `-- name: LeakedPlacementClaims :many
+SELECT c.consumer_uuid, c.provider_uuid FROM placement_claims c
+ WHERE c.created_at < now() - make_interval(secs => $1::float8)
+   AND NOT EXISTS (SELECT 1 FROM allocations a
+                    WHERE a.uuid = c.consumer_uuid AND a.state = 'allocating')
+   AND NOT EXISTS (SELECT 1 FROM allocations a JOIN nodes n ON n.id = a.node_id
+                    WHERE a.uuid = c.consumer_uuid AND a.state = 'active' AND n.uuid = c.provider_uuid)
+ ORDER BY c.created_at
+`
+
+type LeakedPlacementClaimsRow struct {
+	ConsumerUuid uuid.UUID
+	ProviderUuid uuid.UUID
+}
+
+// Claims older than @min_age_seconds whose consumer is neither an
+// allocating allocation nor an active allocation on that provider's node:
+// their Placement allocations must go (deallocation, node teardown, a
+// conductor that died between its two writes, a failed reservation).
+func (q *Queries) LeakedPlacementClaims(ctx context.Context, minAgeSeconds float64) ([]LeakedPlacementClaimsRow, error) {
+	rows, err := q.db.Query(ctx, leakedPlacementClaims, minAgeSeconds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LeakedPlacementClaimsRow
+	for rows.Next() {
+		var i LeakedPlacementClaimsRow
+		if err := rows.Scan(&i.ConsumerUuid, &i.ProviderUuid); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const listConductors = `-- name: ListConductors :many
@@ -184,6 +272,72 @@ func (q *Queries) ListConductors(ctx context.Context, arg ListConductorsParams) 
 	return items, nil
 }
 
+const markPlacementStale = `-- name: MarkPlacementStale :exec
+UPDATE placement_synced SET fingerprint = '' WHERE node_uuid = $1
+`
+
+// Forgets the fingerprint of provider @node_uuid so that the next sync
+// writes it again (its usage changed: reserved must be recomputed).
+func (q *Queries) MarkPlacementStale(ctx context.Context, nodeUuid uuid.UUID) error {
+	_, err := q.db.Exec(ctx, markPlacementStale, nodeUuid)
+	return err
+}
+
+const orphanPlacementSynced = `-- name: OrphanPlacementSynced :many
+SELECT s.node_uuid FROM placement_synced s
+ WHERE NOT EXISTS (SELECT 1 FROM nodes n WHERE n.uuid = s.node_uuid)
+ ORDER BY s.node_uuid
+`
+
+// Providers the tracker mirrored for nodes that no longer exist.
+func (q *Queries) OrphanPlacementSynced(ctx context.Context) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, orphanPlacementSynced)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var node_uuid uuid.UUID
+		if err := rows.Scan(&node_uuid); err != nil {
+			return nil, err
+		}
+		items = append(items, node_uuid)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const placementProviderUUIDs = `-- name: PlacementProviderUUIDs :many
+SELECT node_uuid AS uuid FROM placement_synced
+UNION
+SELECT uuid FROM nodes
+ORDER BY 1
+`
+
+// Every provider the tracker mirrors or will mirror: synced ones and nodes.
+func (q *Queries) PlacementProviderUUIDs(ctx context.Context) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, placementProviderUUIDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var uuid uuid.UUID
+		if err := rows.Scan(&uuid); err != nil {
+			return nil, err
+		}
+		items = append(items, uuid)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const register = `-- name: Register :one
 INSERT INTO conductors AS c (hostname, conductor_group, drivers, version, online, started_at, heartbeat_at)
 VALUES ($1, $2, $3, $4, true, now(), now())
@@ -217,4 +371,89 @@ func (q *Queries) Register(ctx context.Context, arg RegisterParams) (int64, erro
 	var id int64
 	err := row.Scan(&id)
 	return id, err
+}
+
+const trackerNodes = `-- name: TrackerNodes :many
+SELECT n.uuid,
+       coalesce(n.name, n.uuid::text)::text AS name,
+       coalesce(n.resource_class, '')::text AS resource_class,
+       (NOT n.maintenance AND n.provision_state = 'available'
+            AND n.instance_uuid IS NULL AND n.power_state IS NOT NULL)::bool AS available,
+       (CASE WHEN n.properties->>'cpus' ~ '^\s*[0-9]{1,12}\s*$'
+             THEN (n.properties->>'cpus')::bigint ELSE 0 END)::bigint AS cpus,
+       (CASE WHEN n.properties->>'memory_mb' ~ '^\s*[0-9]{1,12}\s*$'
+             THEN (n.properties->>'memory_mb')::bigint ELSE 0 END)::bigint AS memory_mb,
+       (CASE WHEN n.properties->>'local_gb' ~ '^\s*[0-9]{1,12}\s*$'
+             THEN (n.properties->>'local_gb')::bigint ELSE 0 END)::bigint AS local_gb,
+       coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t WHERE t.node_id = n.id),
+                '{}')::text[] AS traits,
+       s.fingerprint AS synced_fingerprint
+  FROM nodes n
+  LEFT JOIN placement_synced s ON s.node_uuid = n.uuid
+ ORDER BY n.id
+`
+
+type TrackerNodesRow struct {
+	Uuid              uuid.UUID
+	Name              string
+	ResourceClass     string
+	Available         bool
+	Cpus              int64
+	MemoryMb          int64
+	LocalGb           int64
+	Traits            []string
+	SyncedFingerprint *string
+}
+
+// The resource tracker's desired state of every node's resource provider
+// (conductor/tracker.go), with what placement_synced last recorded for it
+// (NULL: never synced). available: the node can be allocated (the
+// conductor's candidate conditions); unavailable nodes are fully reserved.
+// cpus, memory_mb, local_gb: the node's properties as integers (0 when
+// missing or not a whole number, as Nova's ironic driver ignores them).
+func (q *Queries) TrackerNodes(ctx context.Context) ([]TrackerNodesRow, error) {
+	rows, err := q.db.Query(ctx, trackerNodes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TrackerNodesRow
+	for rows.Next() {
+		var i TrackerNodesRow
+		if err := rows.Scan(
+			&i.Uuid,
+			&i.Name,
+			&i.ResourceClass,
+			&i.Available,
+			&i.Cpus,
+			&i.MemoryMb,
+			&i.LocalGb,
+			&i.Traits,
+			&i.SyncedFingerprint,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const upsertPlacementSynced = `-- name: UpsertPlacementSynced :exec
+INSERT INTO placement_synced (node_uuid, fingerprint, synced_at)
+VALUES ($1, $2, now())
+ON CONFLICT (node_uuid) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, synced_at = now()
+`
+
+type UpsertPlacementSyncedParams struct {
+	NodeUuid    uuid.UUID
+	Fingerprint string
+}
+
+// Records that node @node_uuid's provider now matches @fingerprint.
+func (q *Queries) UpsertPlacementSynced(ctx context.Context, arg UpsertPlacementSyncedParams) error {
+	_, err := q.db.Exec(ctx, upsertPlacementSynced, arg.NodeUuid, arg.Fingerprint)
+	return err
 }

@@ -146,7 +146,9 @@ func TestStopReleasesUnfinishedRows(t *testing.T) {
 	_, err = tx.Exec(context.Background(), `SELECT id FROM nodes FOR UPDATE`)
 	require.NoError(t, err)
 
-	cfg := Config{Hostname: "stopping", PollInterval: time.Hour, ShutdownGrace: 50 * time.Millisecond}
+	// LockedNodeWait is long so that, however slow the machine, the rows are
+	// still being retried (not failed) when the stop comes.
+	cfg := Config{Hostname: "stopping", PollInterval: time.Hour, ShutdownGrace: 50 * time.Millisecond, LockedNodeWait: time.Minute}
 	stop := start(t, pool, cfg)
 	addAllocations(t, pool, 3, "gold")
 	waitFor(t, 10*time.Second, func() bool {

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -13,11 +14,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor"
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/placement/client"
 )
 
 // version is stamped at build time (-ldflags "-X main.version=...").
@@ -63,14 +66,38 @@ func run(cmd *cobra.Command, _ []string) error {
 	}
 	defer env.Close()
 	c := env.Config.Conductor
+	pb := env.Config.PlacementBackend
+	// With allocation_backend: placement, allocations are claimed through
+	// the Placement service at placement_backend.endpoint.
+	var pc *client.Client
+	if c.AllocationBackend == conductor.BackendPlacement {
+		pc = client.New(pb.Endpoint, pb.Token, pb.Timeout)
+	}
 	svc, err := conductor.NewService(conductor.Config{
 		Hostname: c.Hostname, Group: c.Group, Workers: c.Workers, ClaimBatch: c.ClaimBatch,
 		PollInterval: c.PollInterval, ClaimDelay: c.ClaimDelay, HeartbeatInterval: c.HeartbeatInterval,
 		HeartbeatTimeout: c.HeartbeatTimeout, ShutdownGrace: c.ShutdownGrace,
 		LockedNodeWait: c.LockedNodeWait, TakeoverSchedule: c.TakeoverSchedule, Version: version,
+		Backend: c.AllocationBackend, Placement: pc,
+		PlacementMaxAlternates: pb.MaxAlternates, PlacementMaxAttempts: pb.MaxAttempts,
 	}, env.Pool, env.Log)
 	if err != nil {
 		return err
+	}
+	if pc != nil {
+		// The resource tracker mirrors the nodes into Placement as resource
+		// providers and releases Placement allocations no allocation backs
+		// (placement_claims). It stops with env.Ctx.
+		tracker := conductor.NewTracker(env.Pool, pc, conductor.TrackerConfigFrom(pb), env.Log)
+		trackerCtx, stopTracker := context.WithCancel(env.Ctx)
+		trackerDone := make(chan struct{})
+		go func() {
+			defer close(trackerDone)
+			if err := tracker.Run(trackerCtx); err != nil {
+				env.Log.Error("resource tracker stopped", zap.Error(err))
+			}
+		}()
+		defer func() { stopTracker(); <-trackerDone }()
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

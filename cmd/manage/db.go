@@ -37,6 +37,6 @@ func dbCmd() *cobra.Command {
 			fmt.Println(v)
 			return err
 		},
-	})
+	}, onlineDataMigrationsCmd())
 	return c
 }

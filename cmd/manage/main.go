@@ -1,9 +1,11 @@
 // Command metalloc-manage is metalloc's admin tool: schema migrations
-// (db sync), node import, the local development stack (dev up, dev exec) and
+// (db sync, db online-data-migrations), upgrade checks (status
+// upgrade-check), node import, the local development stack (dev up, dev exec) and
 // the allocation load benchmark (bench allocations).
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -23,8 +25,12 @@ func main() {
 	}
 	root.PersistentFlags().String("config", "", "YAML config file (see configs/metalloc.yaml)")
 	root.PersistentFlags().String("database.url", "", "PostgreSQL URL (default $DATABASE_URL)")
-	root.AddCommand(dbCmd(), devCmd(), nodeCmd(), benchCmd())
+	root.AddCommand(dbCmd(), devCmd(), nodeCmd(), benchCmd(), statusCmd())
 	if err := root.Execute(); err != nil {
+		var code exitCode
+		if errors.As(err, &code) {
+			os.Exit(int(code))
+		}
 		fmt.Fprintln(os.Stderr, "metalloc-manage:", err)
 		os.Exit(1)
 	}

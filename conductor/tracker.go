@@ -1,0 +1,829 @@
+package conductor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/robfig/cron/v3"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/config"
+	"github.com/metalloc/metalloc/placement/client"
+)
+
+// NodesNotifyChannel is the PostgreSQL channel the nodes_notify triggers
+// signal when nodes, their traits or allocations change (migration 00004);
+// the resource tracker LISTENs on it.
+const NodesNotifyChannel = "metalloc_nodes"
+
+// SyncOff is the SyncSchedule value that disables the periodic sync (the
+// tracker then syncs only when nodes change).
+const SyncOff = "off"
+
+// trackerLockKey is the session-level advisory lock (pg_try_advisory_lock)
+// a sync pass holds, so that one conductor at a time mirrors the nodes.
+const trackerLockKey int64 = 0x6d6c_7472_6163_6b72 // "mltrackr"
+
+// maxGenerationRetries bounds the re-read-and-retry rounds of one provider
+// write that keeps losing to concurrent writers (409
+// placement.concurrent_update).
+const maxGenerationRetries = 5
+
+// TrackerConfig tunes a Tracker. Zero values take the defaults noted; build
+// it from the configuration file with TrackerConfigFrom.
+type TrackerConfig struct {
+	// SyncSchedule is the periodic sync: a robfig/cron spec (default
+	// "@every 60s") or SyncOff. Run also syncs when nodes change.
+	SyncSchedule string
+	// SyncDelay gathers node-change notifications for this long before a
+	// prompt sync (default 200ms).
+	SyncDelay time.Duration
+	// ReportGenericResources also reports VCPU, MEMORY_MB and DISK_GB from
+	// the node's properties cpus, memory_mb and local_gb (when > 0).
+	ReportGenericResources bool
+	// Ratios are the allocation-ratio options (see ChooseRatio).
+	Ratios Ratios
+	// Concurrency bounds the providers written at once (default 8).
+	Concurrency int
+	// ClaimGrace is the age below which a placement_claims row is left
+	// alone even when no allocation backs it: the claim may be in flight
+	// (default 10s).
+	ClaimGrace time.Duration
+}
+
+// TrackerConfigFrom converts the placement_backend section of the
+// configuration file. The named options (cpu_/ram_/disk_allocation_ratio
+// and their initial_ forms) win over allocation_ratios /
+// initial_allocation_ratios entries for VCPU, MEMORY_MB and DISK_GB; map
+// keys are upper-cased (the configuration loader lower-cases them).
+func TrackerConfigFrom(pb config.PlacementBackend) TrackerConfig {
+	r := Ratios{Override: map[string]float64{}, Initial: map[string]float64{}}
+	for k, v := range pb.AllocationRatios {
+		r.Override[strings.ToUpper(k)] = v
+	}
+	for k, v := range pb.InitialAllocationRatios {
+		r.Initial[strings.ToUpper(k)] = v
+	}
+	for rc, v := range map[string]*float64{
+		ClassVCPU: pb.CPUAllocationRatio, ClassMemoryMB: pb.RAMAllocationRatio, ClassDiskGB: pb.DiskAllocationRatio,
+	} {
+		if v != nil {
+			r.Override[rc] = *v
+		}
+	}
+	for rc, v := range map[string]float64{
+		ClassVCPU: pb.InitialCPUAllocationRatio, ClassMemoryMB: pb.InitialRAMAllocationRatio,
+		ClassDiskGB: pb.InitialDiskAllocationRatio,
+	} {
+		if v != 0 {
+			r.Initial[rc] = v
+		}
+	}
+	return TrackerConfig{
+		SyncSchedule:           pb.SyncSchedule,
+		SyncDelay:              pb.SyncDelay,
+		ReportGenericResources: pb.ReportGenericResources,
+		Ratios:                 r,
+	}
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c TrackerConfig) WithDefaults() TrackerConfig {
+	if c.SyncSchedule == "" {
+		c.SyncSchedule = "@every 60s"
+	}
+	if c.SyncDelay <= 0 {
+		c.SyncDelay = 200 * time.Millisecond
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 8
+	}
+	if c.ClaimGrace <= 0 {
+		c.ClaimGrace = 10 * time.Second
+	}
+	return c
+}
+
+// parseSyncSchedule parses a sync schedule: a robfig/cron spec or SyncOff
+// (nil schedule).
+func parseSyncSchedule(spec string) (cron.Schedule, error) {
+	if strings.EqualFold(strings.TrimSpace(spec), SyncOff) {
+		return nil, nil
+	}
+	s, err := cron.ParseStandard(spec)
+	if err != nil {
+		return nil, fmt.Errorf("placement_backend.sync_schedule %q: %w (use a cron spec such as @every 60s, or %q)",
+			spec, err, SyncOff)
+	}
+	return s, nil
+}
+
+// SyncStats describes one sync pass.
+type SyncStats struct {
+	// Skipped is set when another conductor held the sync lock: the pass
+	// did nothing.
+	Skipped bool
+	// Created counts providers created for nodes new to Placement;
+	// Updated, providers of changed nodes checked and written where they
+	// differed; Unchanged, nodes whose desired state (fingerprint) had not
+	// changed and that were not touched; Failed, nodes whose provider
+	// could not be written (retried next pass).
+	Created, Updated, Unchanged, Failed int
+	// Deleted counts providers of deleted nodes removed from Placement.
+	Deleted int
+	// ClaimsReleased counts Placement consumers whose allocations were
+	// deleted because no allocation backs their placement_claims row any
+	// more (or their node is gone).
+	ClaimsReleased int
+	// Duration is the pass's wall time.
+	Duration time.Duration
+}
+
+// Tracker is the Placement backend's resource tracker, the counterpart of
+// Nova's ResourceTracker with the ironic driver: it mirrors every node as a
+// resource provider (uuid = node uuid, name = node name or uuid) with one
+// unit of CUSTOM_<RESOURCE_CLASS>, the node's traits and optionally
+// VCPU/MEMORY_MB/DISK_GB, keeps unavailable nodes fully reserved, deletes the
+// providers of deleted nodes and releases leaked claims. Create with
+// NewTracker; Run it in every conductor (one syncs at a time).
+type Tracker struct {
+	pool *pgxpool.Pool
+	q    *Queries
+	pc   *client.Client
+	cfg  TrackerConfig
+	log  *zap.Logger
+
+	// OnSync, when set before Run, is called after every pass Run makes.
+	OnSync func(SyncStats, error)
+
+	classes     sync.Map // custom resource classes known to exist
+	traits      sync.Map // trait name → bool: exists (or was created) in Placement
+	unreachable atomic.Bool
+}
+
+// NewTracker returns a Tracker mirroring the nodes of pool's database into
+// the Placement service pc talks to. cfg's zero fields take their defaults.
+func NewTracker(pool *pgxpool.Pool, pc *client.Client, cfg TrackerConfig, log *zap.Logger) *Tracker {
+	return &Tracker{pool: pool, q: New(pool), pc: pc, cfg: cfg.WithDefaults(), log: log.Named("tracker")}
+}
+
+// Run syncs on SyncSchedule and whenever nodes change (LISTEN
+// metalloc_nodes on a dedicated connection, reconnecting with back-off;
+// notifications are gathered for SyncDelay), plus once at start, until ctx
+// ends; then it returns nil. Passes never overlap. A failed pass (Placement
+// or the database unreachable) is logged and retried on the next one. It
+// returns an error only for an invalid SyncSchedule.
+func (t *Tracker) Run(ctx context.Context) error {
+	sched, err := parseSyncSchedule(t.cfg.SyncSchedule)
+	if err != nil {
+		return err
+	}
+	kick := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { t.listen(ctx, signal) })
+	defer wg.Wait()
+	if sched != nil {
+		logger := cronLogger{t.log.Sugar()}
+		cr := cron.New(cron.WithLogger(logger), cron.WithChain(cron.Recover(logger)))
+		cr.Schedule(sched, cron.FuncJob(signal))
+		cr.Start()
+		defer cr.Stop()
+	} else {
+		t.log.Info("periodic Placement sync is off; syncing on node changes only")
+	}
+	signal()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-kick:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(t.cfg.SyncDelay):
+		}
+		select { // fold the notifications that came during the delay
+		case <-kick:
+		default:
+		}
+		t.pass(ctx)
+	}
+}
+
+// pass runs one Sync for Run and logs its outcome.
+func (t *Tracker) pass(ctx context.Context) {
+	st, err := t.Sync(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	switch {
+	case client.IsUnreachable(err):
+		if !t.unreachable.Swap(true) {
+			t.log.Warn("Placement unreachable; retrying on the next sync", zap.String("endpoint", t.pc.Endpoint()),
+				zap.Error(err))
+		}
+	case err != nil:
+		t.log.Warn("Placement sync incomplete; retrying on the next sync", zap.Error(err))
+	default:
+		if t.unreachable.Swap(false) {
+			t.log.Info("Placement reachable again", zap.String("endpoint", t.pc.Endpoint()))
+		}
+	}
+	if st.Created+st.Updated+st.Deleted+st.ClaimsReleased+st.Failed > 0 {
+		t.log.Info("Placement sync", zap.Int("created", st.Created), zap.Int("updated", st.Updated),
+			zap.Int("unchanged", st.Unchanged), zap.Int("deleted", st.Deleted), zap.Int("failed", st.Failed),
+			zap.Int("claims_released", st.ClaimsReleased), zap.Duration("duration", st.Duration))
+	} else {
+		t.log.Debug("Placement sync", zap.Bool("skipped", st.Skipped), zap.Int("unchanged", st.Unchanged),
+			zap.Duration("duration", st.Duration))
+	}
+	if t.OnSync != nil {
+		t.OnSync(st, err)
+	}
+}
+
+// listen holds a dedicated connection LISTENing on NodesNotifyChannel and
+// calls signal for every notification; it reconnects with back-off (and
+// signals, since notifications may have been missed) until ctx ends.
+func (t *Tracker) listen(ctx context.Context, signal func()) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := t.listenOnce(ctx, signal, func() { backoff = 100 * time.Millisecond })
+		if ctx.Err() != nil {
+			return
+		}
+		t.log.Warn("node notification listener lost; reconnecting", zap.Error(err), zap.Duration("backoff", backoff))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+func (t *Tracker) listenOnce(ctx context.Context, signal func(), ok func()) error {
+	conn, err := pgx.ConnectConfig(ctx, t.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+NodesNotifyChannel); err != nil {
+		return err
+	}
+	ok()
+	signal()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		signal()
+	}
+}
+
+// Sync makes one pass: it releases leaked claims, deletes the providers of
+// deleted nodes, and creates or updates the providers of nodes whose desired
+// state changed since it was last written (placement_synced). It holds a
+// session-level advisory lock for the pass; when another conductor holds it,
+// Sync returns at once with Skipped set. The error reports what could not be
+// done (Placement unreachable: client.IsUnreachable; a database error; some
+// providers failed); what could be done is done and recorded.
+func (t *Tracker) Sync(ctx context.Context) (st SyncStats, err error) {
+	start := time.Now()
+	defer func() { st.Duration = time.Since(start) }()
+	conn, aerr := t.pool.Acquire(ctx)
+	if aerr != nil {
+		return st, fmt.Errorf("placement sync: %w", aerr)
+	}
+	defer conn.Release()
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", trackerLockKey).Scan(&got); err != nil {
+		return st, fmt.Errorf("placement sync: taking the sync lock: %w", err)
+	}
+	if !got {
+		st.Skipped = true
+		return st, nil
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", trackerLockKey); err != nil {
+			// Closing the session releases the lock; the pool drops the
+			// closed connection on Release.
+			_ = conn.Conn().Close(uctx)
+		}
+	}()
+	err = t.sync(ctx, &st)
+	return st, err
+}
+
+func (t *Tracker) sync(ctx context.Context, st *SyncStats) error {
+	if err := t.releaseLeakedClaims(ctx, st); err != nil {
+		return err
+	}
+	if err := t.deleteOrphans(ctx, st); err != nil {
+		return err
+	}
+	nodes, err := t.q.TrackerNodes(ctx)
+	if err != nil {
+		return fmt.Errorf("placement sync: reading nodes: %w", err)
+	}
+	type job struct {
+		n  TrackerNodesRow
+		fp string
+	}
+	var jobs []job
+	for _, n := range nodes {
+		fp := t.fingerprint(n)
+		if n.SyncedFingerprint != nil && *n.SyncedFingerprint == fp {
+			st.Unchanged++
+			continue
+		}
+		jobs = append(jobs, job{n, fp})
+	}
+	// The first unreachable answer stops the pass: the rest would only
+	// wait for their timeouts.
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var mu sync.Mutex
+	var firstErr error
+	forEach(wctx, t.cfg.Concurrency, jobs, func(ctx context.Context, j job) {
+		created, err := t.syncNode(ctx, j.n)
+		if err == nil {
+			err = t.q.UpsertPlacementSynced(ctx, UpsertPlacementSyncedParams{NodeUuid: j.n.Uuid, Fingerprint: j.fp})
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			st.Failed++
+			if firstErr == nil {
+				firstErr = err
+			}
+			if client.IsUnreachable(err) {
+				cancel(err)
+			} else if ctx.Err() == nil {
+				t.log.Warn("cannot mirror node in Placement; retrying on the next sync",
+					zap.Stringer("node", j.n.Uuid), zap.String("name", j.n.Name), zap.Error(err))
+			}
+		case created:
+			st.Created++
+		default:
+			st.Updated++
+		}
+	})
+	if err := context.Cause(wctx); err != nil && ctx.Err() == nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if firstErr != nil {
+		return fmt.Errorf("placement sync: %d of %d changed nodes not mirrored; first: %w", st.Failed, len(jobs), firstErr)
+	}
+	return nil
+}
+
+// forEach calls fn for every item with at most n calls running at once,
+// and returns when all have returned; items not yet started when ctx ends
+// are skipped.
+func forEach[T any](ctx context.Context, n int, items []T, fn func(context.Context, T)) {
+	sem := make(chan struct{}, max(n, 1))
+	var wg sync.WaitGroup
+	for _, it := range items {
+		select {
+		case <-ctx.Done():
+		case sem <- struct{}{}:
+			wg.Go(func() {
+				defer func() { <-sem }()
+				fn(ctx, it)
+			})
+			continue
+		}
+		break
+	}
+	wg.Wait()
+}
+
+// fingerprint is a digest of everything the provider of n is written from:
+// the endpoint, the node's name, class, traits, availability, generic
+// resources and the configured ratios. Usage is not in it: whoever changes
+// a provider's usage marks it stale (MarkPlacementStale).
+func (t *Tracker) fingerprint(n TrackerNodesRow) string {
+	d := struct {
+		V         int                `json:"v"`
+		Endpoint  string             `json:"endpoint"`
+		Name      string             `json:"name"`
+		Class     string             `json:"class"`
+		Available bool               `json:"available"`
+		Traits    []string           `json:"traits"`
+		Generic   []int64            `json:"generic,omitempty"`
+		Override  map[string]float64 `json:"override"`
+		Initial   map[string]float64 `json:"initial"`
+	}{1, t.pc.Endpoint(), n.Name, n.ResourceClass, n.Available, n.Traits, nil, t.cfg.Ratios.Override, t.cfg.Ratios.Initial}
+	if t.cfg.ReportGenericResources {
+		d.Generic = []int64{n.Cpus, n.MemoryMb, n.LocalGb}
+	}
+	b, _ := json.Marshal(d) // maps marshal with sorted keys
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+// syncNode creates or updates n's provider: name, inventories, traits.
+func (t *Tracker) syncNode(ctx context.Context, n TrackerNodesRow) (created bool, err error) {
+	p, err := t.pc.GetProvider(ctx, n.Uuid)
+	switch {
+	case client.IsNotFound(err):
+		if _, err := t.pc.CreateProvider(ctx, n.Uuid, n.Name); err != nil {
+			return false, err
+		}
+		created = true
+	case err != nil:
+		return false, err
+	case p.Name != n.Name:
+		if _, err := t.pc.RenameProvider(ctx, n.Uuid, n.Name); err != nil {
+			return false, err
+		}
+	}
+	rc := ""
+	if strings.TrimSpace(n.ResourceClass) != "" {
+		rc = client.NormalizeClass(n.ResourceClass)
+		if _, ok := t.classes.Load(rc); !ok {
+			if err := t.pc.EnsureResourceClass(ctx, rc); err != nil {
+				return created, err
+			}
+			t.classes.Store(rc, true)
+		}
+	}
+	if err := t.putInventories(ctx, n, rc); err != nil {
+		if client.StatusOf(err) == 400 {
+			t.classes.Clear() // a class may have been deleted behind our back
+		}
+		return created, err
+	}
+	return created, t.putTraits(ctx, n)
+}
+
+// isConcurrentUpdate reports a 409 placement.concurrent_update: a stale
+// generation, worth a re-read and retry.
+func isConcurrentUpdate(err error) bool {
+	var e *client.Error
+	return errors.As(err, &e) && e.Status == 409 && e.Code == "placement.concurrent_update"
+}
+
+// putInventories writes n's inventories if they differ from the provider's,
+// with the generation just read, re-reading on a concurrent update.
+func (t *Tracker) putInventories(ctx context.Context, n TrackerNodesRow, rc string) error {
+	for attempt := 1; ; attempt++ {
+		cur, err := t.pc.GetInventories(ctx, n.Uuid)
+		if err != nil {
+			return err
+		}
+		var usage map[string]int64
+		if !n.Available {
+			u, err := t.pc.ProviderUsages(ctx, n.Uuid)
+			if err != nil {
+				return err
+			}
+			usage = u.Usages
+		}
+		want := t.desiredInventories(n, rc, cur.Inventories, usage)
+		if maps.Equal(want, cur.Inventories) {
+			return nil
+		}
+		_, err = t.pc.PutInventories(ctx, n.Uuid, client.Inventories{Generation: cur.Generation, Inventories: want})
+		if err == nil || !isConcurrentUpdate(err) || attempt >= maxGenerationRetries {
+			return err
+		}
+	}
+}
+
+// desiredInventories is the inventory of n's provider given its current
+// one (for the ratios to keep) and, for an unavailable node, its usage by
+// class (to reserve all that is not used).
+func (t *Tracker) desiredInventories(n TrackerNodesRow, rc string, cur map[string]client.Inventory, usage map[string]int64) map[string]client.Inventory {
+	want := map[string]client.Inventory{}
+	add := func(class string, total, maxUnit int64) {
+		var existing *float64
+		if e, ok := cur[class]; ok {
+			r := e.AllocationRatio
+			existing = &r
+		}
+		ratio := t.cfg.Ratios.For(class, existing)
+		var reserved int64
+		if !n.Available {
+			reserved = FullyReserved(total, usage[class], ratio)
+		}
+		want[class] = client.Inventory{Total: total, Reserved: reserved, MinUnit: 1, MaxUnit: maxUnit,
+			StepSize: 1, AllocationRatio: ratio}
+	}
+	if rc != "" {
+		add(rc, 1, 1)
+	}
+	if t.cfg.ReportGenericResources {
+		for _, g := range []struct {
+			class string
+			total int64
+		}{{ClassVCPU, n.Cpus}, {ClassMemoryMB, n.MemoryMb}, {ClassDiskGB, n.LocalGb}} {
+			if g.total > 0 {
+				add(g.class, g.total, g.total)
+			}
+		}
+	}
+	return want
+}
+
+// FullyReserved is the reserved amount that leaves an inventory of total
+// units at allocation ratio ratio no free capacity while its allocations
+// use used units: Nova's ironic driver reserves the whole total of an
+// unavailable node, which OpenStack Placement accepts with a warning even
+// below the usage, but metalloc-placement refuses (409
+// placement.inventory.inuse) a capacity, int((total − reserved) × ratio),
+// below the usage. So it keeps the fewest units whose capacity still
+// covers used (used itself at ratio 1.0) and reserves the rest; never below
+// 0, total when nothing is used.
+func FullyReserved(total, used int64, ratio float64) int64 {
+	if used <= 0 {
+		return total
+	}
+	if !validRatio(ratio) {
+		ratio = 1
+	}
+	capOf := func(k int64) int64 { return int64(float64(k) * ratio) }
+	k := int64(math.Ceil(float64(used) / ratio))
+	for k > 0 && capOf(k-1) >= used {
+		k--
+	}
+	for capOf(k) < used {
+		k++
+	}
+	return max(total-k, 0)
+}
+
+// putTraits writes n's traits if they differ from the provider's, with the
+// generation just read, re-reading on a concurrent update.
+func (t *Tracker) putTraits(ctx context.Context, n TrackerNodesRow) error {
+	want, err := t.usableTraits(ctx, n)
+	if err != nil {
+		return err
+	}
+	for attempt := 1; ; attempt++ {
+		cur, err := t.pc.GetTraits(ctx, n.Uuid)
+		if err != nil {
+			return err
+		}
+		have := slices.Clone(cur.Traits)
+		slices.Sort(have)
+		if slices.Equal(have, want) {
+			return nil
+		}
+		_, err = t.pc.PutTraits(ctx, n.Uuid, cur.Generation, want)
+		if client.StatusOf(err) == 400 {
+			t.traits.Clear() // a custom trait may have been deleted behind our back
+		}
+		if err == nil || !isConcurrentUpdate(err) || attempt >= maxGenerationRetries {
+			return err
+		}
+	}
+}
+
+// usableTraits is n's traits (sorted) that Placement has: CUSTOM_ ones are
+// created with EnsureTrait; others must exist (standard traits). Others are
+// skipped with a warning, once per name.
+func (t *Tracker) usableTraits(ctx context.Context, n TrackerNodesRow) ([]string, error) {
+	out := make([]string, 0, len(n.Traits))
+	for _, name := range n.Traits {
+		if v, ok := t.traits.Load(name); ok {
+			if v.(bool) {
+				out = append(out, name)
+			}
+			continue
+		}
+		var ok bool
+		var err error
+		if strings.HasPrefix(name, "CUSTOM_") {
+			err = t.pc.EnsureTrait(ctx, name)
+			ok = err == nil
+			if client.StatusOf(err) == 400 {
+				err = nil
+			}
+		} else {
+			ok, err = t.pc.TraitExists(ctx, name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if _, loaded := t.traits.LoadOrStore(name, ok); !loaded && !ok {
+			t.log.Warn("node trait not accepted by Placement; not mirrored (neither CUSTOM_* nor a standard trait)",
+				zap.String("trait", name), zap.Stringer("node", n.Uuid))
+		}
+		if ok {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// releaseLeakedClaims deletes the Placement allocations of claims no
+// allocation backs any more (LeakedPlacementClaims), then their rows, and
+// marks their providers stale so that reserved is recomputed.
+func (t *Tracker) releaseLeakedClaims(ctx context.Context, st *SyncStats) error {
+	rows, err := t.q.LeakedPlacementClaims(ctx, t.cfg.ClaimGrace.Seconds())
+	if err != nil {
+		return fmt.Errorf("placement sync: reading claims: %w", err)
+	}
+	for _, r := range rows {
+		if err := t.releaseClaim(ctx, r.ConsumerUuid, r.ProviderUuid); err != nil {
+			if client.IsUnreachable(err) || ctx.Err() != nil {
+				return err
+			}
+			t.log.Warn("cannot release leaked Placement claim; retrying on the next sync",
+				zap.Stringer("consumer", r.ConsumerUuid), zap.Stringer("provider", r.ProviderUuid), zap.Error(err))
+			continue
+		}
+		st.ClaimsReleased++
+		t.log.Info("released leaked Placement claim", zap.Stringer("consumer", r.ConsumerUuid),
+			zap.Stringer("provider", r.ProviderUuid))
+	}
+	return nil
+}
+
+// releaseClaim deletes consumer's allocations in Placement (none is fine)
+// and its placement_claims row, and marks provider stale.
+func (t *Tracker) releaseClaim(ctx context.Context, consumer, provider uuid.UUID) error {
+	if err := t.pc.DeleteAllocations(ctx, consumer); err != nil && !client.IsNotFound(err) {
+		return err
+	}
+	if err := t.q.DeletePlacementClaim(ctx, DeletePlacementClaimParams{ConsumerUuid: consumer, ProviderUuid: provider}); err != nil {
+		return err
+	}
+	return t.q.MarkPlacementStale(ctx, provider)
+}
+
+// deleteOrphans deletes the providers of deleted nodes. One that still has
+// allocations (409) first loses those of the consumers placement_claims
+// lists for it; if it still cannot go, it stays until a later pass.
+func (t *Tracker) deleteOrphans(ctx context.Context, st *SyncStats) error {
+	ids, err := t.q.OrphanPlacementSynced(ctx)
+	if err != nil {
+		return fmt.Errorf("placement sync: reading deleted nodes: %w", err)
+	}
+	for _, id := range ids {
+		err := t.pc.DeleteProvider(ctx, id)
+		if client.IsConflict(err) {
+			consumers, qerr := t.q.ClaimsOfProvider(ctx, id)
+			if qerr != nil {
+				return qerr
+			}
+			for _, c := range consumers {
+				if rerr := t.releaseClaim(ctx, c, id); rerr != nil {
+					err = rerr
+					break
+				}
+				st.ClaimsReleased++
+			}
+			if len(consumers) > 0 && !client.IsUnreachable(err) {
+				err = t.pc.DeleteProvider(ctx, id)
+			}
+		}
+		if err != nil && !client.IsNotFound(err) {
+			if client.IsUnreachable(err) || ctx.Err() != nil {
+				return err
+			}
+			t.log.Warn("cannot delete the provider of a deleted node; retrying on the next sync",
+				zap.Stringer("provider", id), zap.Error(err))
+			continue
+		}
+		if err := t.q.DeletePlacementSynced(ctx, id); err != nil {
+			return err
+		}
+		st.Deleted++
+		t.log.Info("deleted the provider of a deleted node", zap.Stringer("provider", id))
+	}
+	return nil
+}
+
+// ZeroRatio is an inventory of a mirrored provider whose allocation_ratio
+// is 0.0 or missing (it decodes as 0): what upgrade-check warns about and
+// the online data migration repairs.
+type ZeroRatio struct {
+	Provider      uuid.UUID
+	ResourceClass string
+}
+
+// FindZeroRatios lists the inventories with a 0.0 or missing
+// allocation_ratio of every provider the tracker mirrors (placement_synced
+// rows and nodes; providers missing in Placement are skipped), in provider
+// then class order.
+func (t *Tracker) FindZeroRatios(ctx context.Context) ([]ZeroRatio, error) {
+	ids, err := t.q.PlacementProviderUUIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []ZeroRatio
+	for _, id := range ids {
+		inv, err := t.pc.GetInventories(ctx, id)
+		if client.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		for _, rc := range zeroClasses(inv) {
+			out = append(out, ZeroRatio{Provider: id, ResourceClass: rc})
+		}
+	}
+	return out, nil
+}
+
+func zeroClasses(inv *client.Inventories) []string {
+	var out []string
+	for rc, i := range inv.Inventories {
+		if !validRatio(i.AllocationRatio) {
+			out = append(out, rc)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// RepairZeroRatios is the online data migration of the
+// initial-allocation-ratios spec: every inventory FindZeroRatios would list
+// gets the configured override if one is set, else the initial ratio
+// (Ratios.Repair), through a generation-checked PUT (retried on a
+// concurrent update). It returns how many inventories it found and how
+// many it repaired; err reports the first failure (the rest is still
+// attempted unless Placement is unreachable).
+func (t *Tracker) RepairZeroRatios(ctx context.Context) (found, repaired int, err error) {
+	ids, err := t.q.PlacementProviderUUIDs(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	var firstErr error
+	for _, id := range ids {
+		f, r, err := t.repairProvider(ctx, id)
+		found += f
+		repaired += r
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("provider %s: %w", id, err)
+			}
+			if client.IsUnreachable(err) || ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	return found, repaired, firstErr
+}
+
+func (t *Tracker) repairProvider(ctx context.Context, id uuid.UUID) (found, repaired int, err error) {
+	for attempt := 1; ; attempt++ {
+		inv, err := t.pc.GetInventories(ctx, id)
+		if client.IsNotFound(err) {
+			return 0, 0, nil
+		}
+		if err != nil {
+			return found, 0, err
+		}
+		bad := zeroClasses(inv)
+		found = len(bad)
+		if found == 0 {
+			return 0, 0, nil
+		}
+		for _, rc := range bad {
+			i := inv.Inventories[rc]
+			i.AllocationRatio = t.cfg.Ratios.Repair(rc)
+			inv.Inventories[rc] = i
+		}
+		_, err = t.pc.PutInventories(ctx, id, *inv)
+		if err == nil {
+			t.log.Info("repaired allocation ratios", zap.Stringer("provider", id), zap.Strings("classes", bad))
+			return found, found, nil
+		}
+		if !isConcurrentUpdate(err) || attempt >= maxGenerationRetries {
+			return found, 0, err
+		}
+	}
+}
