@@ -18,8 +18,10 @@ build:
 run: build
 	$(BIN)/metalloc-manage dev up --nodes $(NODES)
 
-# Every test, race detector on, against a real PostgreSQL.
+# Every test, race detector on, against a real PostgreSQL (and the reference
+# OpenStack Placement, installed from Debian's packages when missing).
 test: build
+	scripts/test-deps.sh
 	$(BIN)/metalloc-manage dev exec -- $(GO) test -race -count=1 -timeout 30m ./...
 
 # Regenerate sqlc code (needs sqlc: go install github.com/sqlc-dev/sqlc/cmd/sqlc@v1.31.1).

@@ -35,6 +35,18 @@ type Options struct {
 	// 127.0.0.1 on a free port).
 	Placement       bool
 	PlacementListen string
+	// AllocationBackend is the conductors' conductor.allocation_backend:
+	// "" or "database" (the default), or "placement". With "placement" the
+	// conductors get METALLOC_CONDUCTOR_ALLOCATION_BACKEND=placement,
+	// METALLOC_PLACEMENT_BACKEND_ENDPOINT and a short
+	// METALLOC_PLACEMENT_BACKEND_SYNC_DELAY (50ms); Env overrides them.
+	AllocationBackend string
+	// PlacementBackendEndpoint is the Placement service the placement
+	// backend uses, e.g. an OpenStack Placement (StartOpenStackPlacement).
+	// "" means the stack's own metalloc-placement, which is then started
+	// even without Placement, with randomized allocation candidates so that
+	// racing conductors spread over the nodes.
+	PlacementBackendEndpoint string
 	// LogDir receives one log file per process (default: a temp dir).
 	LogDir string
 	// Env is extra environment (KEY=VALUE) for every process, e.g.
@@ -63,7 +75,11 @@ type Stack struct {
 	// PlacementURL and Placement are set when Options.Placement was.
 	PlacementURL string
 	Placement    *Process
-	opts         Options
+	// BackendPlacementURL is the Placement the conductors allocate through
+	// when Options.AllocationBackend is "placement" ("" otherwise).
+	BackendPlacementURL string
+	opts                Options
+	conductorEnv        []string
 }
 
 // Start launches the API and the conductors and waits until the API answers.
@@ -99,6 +115,17 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		}
 		opts.APIListen = "127.0.0.1:" + strconv.Itoa(port)
 	}
+	var placementEnv []string
+	switch opts.AllocationBackend {
+	case "", "database":
+	case "placement":
+		if opts.PlacementBackendEndpoint == "" {
+			opts.Placement = true
+			placementEnv = []string{"METALLOC_PLACEMENT_RANDOMIZE_ALLOCATION_CANDIDATES=true"}
+		}
+	default:
+		return nil, fmt.Errorf("devstack: unknown allocation backend %q (database or placement)", opts.AllocationBackend)
+	}
 	s := &Stack{APIURL: "http://" + opts.APIListen, opts: opts}
 	api, err := s.spawn("metalloc-api", "api", "--api.listen", opts.APIListen)
 	if err != nil {
@@ -114,12 +141,29 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 			}
 			opts.PlacementListen = "127.0.0.1:" + strconv.Itoa(port)
 		}
-		p, err := s.spawn("metalloc-placement", "placement", "--placement.listen", opts.PlacementListen)
+		p, err := s.spawnEnv("metalloc-placement", "placement", placementEnv, "--placement.listen", opts.PlacementListen)
 		if err != nil {
 			s.Stop(context.WithoutCancel(ctx))
 			return nil, err
 		}
 		s.Placement, s.PlacementURL = p, "http://"+opts.PlacementListen
+	}
+	if opts.AllocationBackend == "placement" {
+		s.BackendPlacementURL = opts.PlacementBackendEndpoint
+		if s.BackendPlacementURL == "" {
+			// The conductors' resource tracker starts at once: let it find
+			// metalloc-placement answering.
+			if err := waitHTTP(ctx, s.Placement, s.PlacementURL); err != nil {
+				s.Stop(context.WithoutCancel(ctx))
+				return nil, err
+			}
+			s.BackendPlacementURL = s.PlacementURL
+		}
+		s.conductorEnv = []string{
+			"METALLOC_CONDUCTOR_ALLOCATION_BACKEND=placement",
+			"METALLOC_PLACEMENT_BACKEND_ENDPOINT=" + s.BackendPlacementURL,
+			"METALLOC_PLACEMENT_BACKEND_SYNC_DELAY=50ms",
+		}
 	}
 	for i := range opts.Conductors {
 		if _, err := s.StartConductor(fmt.Sprintf("conductor-%d", i+1)); err != nil {
@@ -138,13 +182,15 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		}
 	}
 	opts.Log.Info("metalloc stack up", zap.String("api", s.APIURL), zap.Int("conductors", opts.Conductors),
+		zap.String("backend", opts.AllocationBackend), zap.String("backend_placement", s.BackendPlacementURL),
 		zap.String("logs", opts.LogDir))
 	return s, nil
 }
 
 // StartConductor starts one more conductor with the given hostname, its
 // metrics listener on a free loopback port (Process.MetricsURL), and
-// extraEnv (KEY=VALUE) after the stack's Env.
+// extraEnv (KEY=VALUE) after the stack's Env. With the placement backend
+// its backend settings come before the stack's Env, which overrides them.
 func (s *Stack) StartConductor(hostname string, extraEnv ...string) (*Process, error) {
 	port, err := freePort()
 	if err != nil {
@@ -152,7 +198,7 @@ func (s *Stack) StartConductor(hostname string, extraEnv ...string) (*Process, e
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(port)
 	env := append([]string{"METALLOC_CONDUCTOR_METRICS_LISTEN=" + listen}, extraEnv...)
-	p, err := s.spawn("metalloc-conductor", hostname, env, "--conductor.hostname", hostname)
+	p, err := s.spawnEnv("metalloc-conductor", hostname, s.conductorEnv, env, "--conductor.hostname", hostname)
 	if err != nil {
 		return nil, err
 	}
@@ -162,6 +208,11 @@ func (s *Stack) StartConductor(hostname string, extraEnv ...string) (*Process, e
 }
 
 func (s *Stack) spawn(bin, name string, args ...any) (*Process, error) {
+	return s.spawnEnv(bin, name, nil, args...)
+}
+
+// spawnEnv is spawn with baseEnv placed before the stack's Env.
+func (s *Stack) spawnEnv(bin, name string, baseEnv []string, args ...any) (*Process, error) {
 	var env []string
 	var argv []string
 	for _, a := range args {
@@ -178,7 +229,7 @@ func (s *Stack) spawn(bin, name string, args ...any) (*Process, error) {
 		return nil, err
 	}
 	cmd := exec.Command(filepath.Join(s.opts.BinDir, bin), argv...)
-	cmd.Env = append(append(append(os.Environ(), "DATABASE_URL="+s.opts.DatabaseURL), s.opts.Env...), env...)
+	cmd.Env = append(append(append(append(os.Environ(), "DATABASE_URL="+s.opts.DatabaseURL), baseEnv...), s.opts.Env...), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

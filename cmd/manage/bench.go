@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -16,13 +18,16 @@ func benchCmd() *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "benchmarks"}
 	var o loadgen.Options
 	var conductors int
-	var api string
+	var api, backend string
 	alloc := &cobra.Command{
 		Use:   "allocations",
 		Short: "enroll nodes, fire allocations through the API, report allocations/s, latency and double-booking",
 		Long: "Starts metalloc-api and --conductors metalloc-conductor processes on DATABASE_URL (unless --api\n" +
 			"points at a running API), enrolls --nodes nodes, fires --allocations allocations with --concurrency\n" +
-			"clients, waits until every one is active or error, and prints the figures. Use a fresh database.",
+			"clients, waits until every one is active or error, and prints the figures. Use a fresh database.\n" +
+			"With --backend placement the conductors allocate through metalloc-placement (started too, with\n" +
+			"randomized allocation candidates); after enrolling, the run waits until the conductors' resource\n" +
+			"tracker has mirrored every node into Placement, then fires the allocations.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, log, err := load(cmd)
 			if err != nil {
@@ -39,6 +44,7 @@ func benchCmd() *cobra.Command {
 				}
 				stack, err := devstack.Start(cmd.Context(), devstack.Options{
 					DatabaseURL: cfg.Database.URL, Conductors: conductors, Log: log,
+					AllocationBackend: backend,
 				})
 				if err != nil {
 					return err
@@ -47,14 +53,36 @@ func benchCmd() *cobra.Command {
 				o.APIURL = stack.APIURL
 				o.AfterEnroll = func(ctx context.Context) error {
 					log.Info("vacuuming after enrollment")
-					return db.Vacuum(ctx, cfg.Database.URL, "nodes", "node_traits")
+					if err := db.Vacuum(ctx, cfg.Database.URL, "nodes", "node_traits"); err != nil {
+						return err
+					}
+					if stack.BackendPlacementURL == "" {
+						return nil
+					}
+					log.Info("waiting for the resource tracker to mirror the nodes into Placement",
+						zap.String("placement", stack.BackendPlacementURL))
+					start := time.Now()
+					// loadgen enrolls node i with resource class
+					// bench-(i mod classes) and makes every one available.
+					classes := max(o.Classes, 4)
+					want := map[string]int{}
+					for i := range o.Nodes {
+						want[devstack.PlacementResourceClass(fmt.Sprintf("bench-%d", i%classes))]++
+					}
+					if err := devstack.WaitPlacementCapacity(ctx, stack.BackendPlacementURL, want, 10*time.Minute); err != nil {
+						return err
+					}
+					log.Info("nodes mirrored", zap.Duration("took", time.Since(start)))
+					return nil
 				}
+			} else if backend != "database" {
+				return errors.New("--backend applies to the stack bench starts; with --api, configure the running conductors")
 			}
 			r, err := loadgen.Run(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
-			fmt.Printf("nodes: %d, conductors: %d, concurrency: %d\n%s\n", o.Nodes, conductors, o.Concurrency, r)
+			fmt.Printf("nodes: %d, conductors: %d, concurrency: %d, backend: %s\n%s\n", o.Nodes, conductors, o.Concurrency, backend, r)
 			if r.DoubleBooked > 0 {
 				return fmt.Errorf("%d nodes double-booked", r.DoubleBooked)
 			}
@@ -66,6 +94,7 @@ func benchCmd() *cobra.Command {
 	alloc.Flags().IntVar(&o.Concurrency, "concurrency", 32, "concurrent API clients")
 	alloc.Flags().IntVar(&conductors, "conductors", 2, "conductors to start")
 	alloc.Flags().StringVar(&api, "api", "", "use this running API instead of starting one")
+	alloc.Flags().StringVar(&backend, "backend", "database", "allocation backend of the conductors started: database or placement (also starts metalloc-placement)")
 	alloc.Flags().BoolVar(&o.Timeline, "timeline", false, "print latency per tenth of the run")
 	c.AddCommand(alloc)
 	return c

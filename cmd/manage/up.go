@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -14,7 +15,7 @@ import (
 )
 
 func upCmd() *cobra.Command {
-	var nodes, listen, placementListen string
+	var nodes, listen, placementListen, backend string
 	var conductors int
 	c := &cobra.Command{
 		Use:   "up",
@@ -34,9 +35,13 @@ func upCmd() *cobra.Command {
 			if _, err := db.Migrate(ctx, url, log); err != nil {
 				return err
 			}
+			if backend == "placement" && placementListen == "off" {
+				return errors.New("--backend placement needs metalloc-placement: drop --placement-listen off")
+			}
 			stack, err := devstack.Start(ctx, devstack.Options{
 				DatabaseURL: url, Conductors: conductors, APIListen: listen, Log: log,
 				Placement: placementListen != "off", PlacementListen: placementListen,
+				AllocationBackend: backend,
 			})
 			if err != nil {
 				return err
@@ -51,6 +56,7 @@ func upCmd() *cobra.Command {
 metalloc is up.
   API:       %[1]s   (Ironic API, microversions 1.1-1.82)
   placement: %[4]s   (Placement API, microversions 1.0-1.39; token "admin")
+  backend:   %[5]s
   database:  %[2]s
   logs:      %[3]s
 
@@ -67,7 +73,8 @@ Try:
     --os-placement-api-version 1.39 resource provider list
 
 Ctrl-C stops everything.
-`, stack.APIURL, url, stack.API.LogPath[:len(stack.API.LogPath)-len("/api.log")], placementURL(stack))
+`, stack.APIURL, url, stack.API.LogPath[:len(stack.API.LogPath)-len("/api.log")], placementURL(stack),
+				backendName(backend))
 			<-ctx.Done()
 			fmt.Println("\nstopping...")
 			return nil
@@ -77,7 +84,15 @@ Ctrl-C stops everything.
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:6385", "API address:port")
 	c.Flags().IntVar(&conductors, "conductors", 2, "conductors to start")
 	c.Flags().StringVar(&placementListen, "placement-listen", "127.0.0.1:8778", "metalloc-placement address:port, or off")
+	c.Flags().StringVar(&backend, "backend", "database", "conductors' allocation backend: database, or placement (through this metalloc-placement)")
 	return c
+}
+
+func backendName(b string) string {
+	if b == "placement" {
+		return "placement (conductors allocate through metalloc-placement; nodes are mirrored as resource providers)"
+	}
+	return b + " (conductors reserve nodes in PostgreSQL)"
 }
 
 func placementURL(s *devstack.Stack) string {

@@ -1,0 +1,276 @@
+package devstack
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// OpenStackPlacementPackages are the Debian packages StartOpenStackPlacement
+// needs (OpenStack Placement 8.0, Zed, served by gunicorn).
+const OpenStackPlacementPackages = "python3-placement placement-api gunicorn python3-gunicorn"
+
+// OpenStackPlacement is a running OpenStack Placement (the reference
+// implementation, Debian's python3-placement 8.0) on a private sqlite
+// database, served by gunicorn on a free loopback port with
+// auth_strategy = noauth2: send `X-Auth-Token: admin`.
+type OpenStackPlacement struct {
+	// URL is the API root, e.g. http://127.0.0.1:40123.
+	URL string
+	// Dir holds placement.conf, the sqlite database and the logs.
+	Dir string
+	// LogPath is gunicorn's and Placement's log.
+	LogPath string
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when gunicorn's master has exited
+	waitErr error
+	once    sync.Once
+	log     *zap.Logger
+}
+
+// StartOpenStackPlacement writes a placement.conf into dir (sqlite database
+// dir/placement.sqlite, noauth2, no Keystone), creates the schema with
+// `placement-manage db sync`, starts gunicorn serving
+// placement.wsgi:init_application() on a free loopback port, and waits until
+// `GET /` answers. gunicorn runs ONE sync worker: two worker processes on
+// one sqlite file answer concurrent writes with 500 "database is locked"
+// (sqlite refuses a read-to-write lock upgrade at once, without waiting),
+// which a PostgreSQL-backed Placement never does. One worker serializes
+// the requests (about 10 ms each for provider writes on this machine). The packages in OpenStackPlacementPackages must be
+// installed; when they are not, the error says how to install them.
+// Stop ends it.
+func StartOpenStackPlacement(ctx context.Context, dir string, log *zap.Logger) (*OpenStackPlacement, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	manage, err := exec.LookPath("placement-manage")
+	if err != nil {
+		return nil, fmt.Errorf("OpenStack Placement is not installed (placement-manage not found): "+
+			"apt-get install -y %s", OpenStackPlacementPackages)
+	}
+	gunicorn, err := exec.LookPath("gunicorn")
+	if err != nil {
+		return nil, fmt.Errorf("gunicorn is not installed: apt-get install -y %s", OpenStackPlacementPackages)
+	}
+	dir, err = filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	etc := filepath.Join(dir, "etc")
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, "openstack-placement.log")
+	conf := fmt.Sprintf(`[DEFAULT]
+debug = false
+log_file = %s
+[api]
+auth_strategy = noauth2
+[placement_database]
+connection = sqlite:///%s
+# A throw-away test database: no fsync per commit.
+sqlite_synchronous = false
+`, logPath, filepath.Join(dir, "placement.sqlite"))
+	if err := os.WriteFile(filepath.Join(etc, "placement.conf"), []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	env := append(os.Environ(), "OS_PLACEMENT_CONFIG_DIR="+etc)
+
+	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	dbsync := exec.CommandContext(syncCtx, manage, "--config-file", filepath.Join(etc, "placement.conf"), "db", "sync")
+	dbsync.Env = env
+	if out, err := dbsync.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("placement-manage db sync: %w\n%s", err, out)
+	}
+
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	listen := "127.0.0.1:" + strconv.Itoa(port)
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(gunicorn, "--workers", "1", "--bind", listen, "--timeout", "300",
+		"--graceful-timeout", "5", "--chdir", dir, "placement.wsgi:init_application()")
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting gunicorn: %w", err)
+	}
+	p := &OpenStackPlacement{URL: "http://" + listen, Dir: dir, LogPath: logPath, cmd: cmd,
+		done: make(chan struct{}), log: log}
+	go func() { p.waitErr = cmd.Wait(); f.Close(); close(p.done) }()
+
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-p.done:
+			return nil, fmt.Errorf("OpenStack Placement (gunicorn) exited (%v); see %s", p.waitErr, logPath)
+		default:
+		}
+		resp, err := http.Get(p.URL + "/")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			p.Stop()
+			return nil, fmt.Errorf("OpenStack Placement did not answer on %s within 60s; see %s", p.URL, logPath)
+		}
+		select {
+		case <-ctx.Done():
+			p.Stop()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	log.Info("OpenStack Placement up", zap.String("url", p.URL), zap.String("log", logPath))
+	return p, nil
+}
+
+// Stop terminates gunicorn and its workers (the whole process group):
+// SIGTERM, then SIGKILL after 10 s. Calling it again does nothing.
+func (p *OpenStackPlacement) Stop() {
+	p.once.Do(func() {
+		pgid := -p.cmd.Process.Pid
+		_ = syscall.Kill(pgid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(pgid, syscall.SIGKILL)
+			select {
+			case <-p.done:
+			case <-time.After(5 * time.Second):
+				p.log.Warn("OpenStack Placement did not exit", zap.Int("pid", p.cmd.Process.Pid))
+			}
+		}
+		// A worker may outlive its master; the group is still ours until
+		// its last member exits.
+		_ = syscall.Kill(pgid, syscall.SIGKILL)
+	})
+}
+
+// PlacementProviders counts the resource providers of the Placement service
+// at url (metalloc-placement or OpenStack Placement), authenticating with
+// the noauth2 token "admin".
+func PlacementProviders(ctx context.Context, url string) (int, error) {
+	return placementCount(ctx, url, "/resource_providers")
+}
+
+// placementCount counts the resource providers GET path (a
+// /resource_providers query) returns.
+func placementCount(ctx context.Context, url, path string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+path, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("X-Auth-Token", "admin")
+	req.Header.Set("OpenStack-API-Version", "placement 1.39")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return 0, fmt.Errorf("GET %s%s: %s: %s", url, path, resp.Status, body)
+	}
+	var doc struct {
+		Providers []json.RawMessage `json:"resource_providers"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		return 0, fmt.Errorf("GET %s%s: %w", url, path, err)
+	}
+	return len(doc.Providers), nil
+}
+
+// WaitPlacementProviders waits up to timeout until the Placement service at
+// url has at least n resource providers: with the placement backend the
+// conductors' resource tracker mirrors every node into Placement before
+// allocations can land on it.
+func WaitPlacementProviders(ctx context.Context, url string, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var have int
+	var lastErr error
+	for {
+		have, lastErr = PlacementProviders(ctx, url)
+		if lastErr == nil && have >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if lastErr != nil {
+				return fmt.Errorf("placement at %s: %d of %d resource providers after %s: %w", url, have, n, timeout, lastErr)
+			}
+			return fmt.Errorf("placement at %s: %d of %d resource providers after %s (is the conductors' resource tracker running? see their logs)",
+				url, have, n, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// PlacementResourceClass is the Placement resource class of an Ironic
+// resource_class, as Nova's Ironic driver and the resource tracker name it:
+// CUSTOM_ + upper case, every character other than A-Z, 0-9 and _ as _.
+func PlacementResourceClass(rc string) string {
+	b := []byte("CUSTOM_" + strings.ToUpper(rc))
+	for i := len("CUSTOM_"); i < len(b); i++ {
+		if c := b[i]; !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// WaitPlacementCapacity waits up to timeout until, for every resource
+// class rc in want (a Placement name, e.g. CUSTOM_BENCH_0), exactly
+// want[rc] providers of the Placement service at url can take one unit
+// (GET /resource_providers?resources=rc:1): every node enrolled and made
+// available has been mirrored and is no longer reserved.
+func WaitPlacementCapacity(ctx context.Context, url string, want map[string]int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var short []string
+		for rc, n := range want {
+			have, err := placementCount(ctx, url, "/resource_providers?resources="+rc+":1")
+			if err != nil {
+				short = append(short, fmt.Sprintf("%s: %v", rc, err))
+			} else if have != n {
+				short = append(short, fmt.Sprintf("%s: %d of %d providers free", rc, have, n))
+			}
+		}
+		if len(short) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("placement at %s not mirrored after %s: %s", url, timeout, strings.Join(short, "; "))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

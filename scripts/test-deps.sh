@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what the test suite runs besides Go and PostgreSQL (which the
+# embedded cluster installs itself): the reference OpenStack Placement 8.0
+# from Debian's packages (devstack.StartOpenStackPlacement, used by the
+# placement-backend tests) and systemd-analyze (configs/systemd_test.go).
+# Does nothing when they are present; needs root (or sudo) otherwise.
+set -euo pipefail
+pkgs=()
+command -v placement-manage >/dev/null || pkgs+=(python3-placement placement-api)
+command -v gunicorn >/dev/null || pkgs+=(gunicorn python3-gunicorn)
+command -v systemd-analyze >/dev/null || pkgs+=(systemd)
+[ ${#pkgs[@]} -eq 0 ] && exit 0
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "installing test dependencies from Debian's packages: ${pkgs[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q "${pkgs[@]}"
