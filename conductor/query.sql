@@ -72,6 +72,7 @@ SELECT k.id, k.hostname, k.conductor_group, k.drivers, k.created_at,
 -- (conductor/tracker.go), with what placement_synced last recorded for it
 -- (NULL: never synced). available: the node can be allocated (the
 -- conductor's candidate conditions); unavailable nodes are fully reserved.
+-- claimed: see below.
 -- cpus, memory_mb, local_gb: the node's properties as integers (0 when
 -- missing or not a whole number, as Nova's ironic driver ignores them).
 SELECT n.uuid,
@@ -79,6 +80,12 @@ SELECT n.uuid,
        coalesce(n.resource_class, '')::text AS resource_class,
        (NOT n.maintenance AND n.provision_state = 'available'
             AND n.instance_uuid IS NULL AND n.power_state IS NOT NULL)::bool AS available,
+       -- Otherwise available, but holding the allocation the placement
+       -- backend claimed in Placement for it: that claim already uses the
+       -- node's whole inventory, so there is nothing to reserve.
+       (NOT n.maintenance AND n.provision_state = 'available' AND n.power_state IS NOT NULL
+            AND EXISTS (SELECT 1 FROM placement_claims c
+                         WHERE c.consumer_uuid = n.instance_uuid AND c.provider_uuid = n.uuid))::bool AS claimed,
        (CASE WHEN n.properties->>'cpus' ~ '^\s*[0-9]{1,12}\s*$'
              THEN (n.properties->>'cpus')::bigint ELSE 0 END)::bigint AS cpus,
        (CASE WHEN n.properties->>'memory_mb' ~ '^\s*[0-9]{1,12}\s*$'
@@ -137,3 +144,15 @@ SELECT c.consumer_uuid, c.provider_uuid FROM placement_claims c
 
 -- name: DeletePlacementClaim :exec
 DELETE FROM placement_claims WHERE consumer_uuid = @consumer_uuid AND provider_uuid = @provider_uuid;
+
+-- name: RegisterTracker :exec
+-- A running resource tracker (see placement_trackers): while any row
+-- exists, node changes NOTIFY metalloc_nodes. Also its heartbeat.
+INSERT INTO placement_trackers (id, hostname) VALUES (@id, @hostname)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now();
+
+-- name: ExpireTrackers :exec
+DELETE FROM placement_trackers WHERE heartbeat_at < now() - interval '10 minutes';
+
+-- name: UnregisterTracker :exec
+DELETE FROM placement_trackers WHERE id = @id;

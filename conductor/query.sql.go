@@ -124,6 +124,15 @@ func (q *Queries) DeletePlacementSynced(ctx context.Context, nodeUuid uuid.UUID)
 	return err
 }
 
+const expireTrackers = `-- name: ExpireTrackers :exec
+DELETE FROM placement_trackers WHERE heartbeat_at < now() - interval '10 minutes'
+`
+
+func (q *Queries) ExpireTrackers(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, expireTrackers)
+	return err
+}
+
 const goOffline = `-- name: GoOffline :exec
 UPDATE conductors SET online = false, updated_at = now() WHERE id = $1
 `
@@ -373,12 +382,35 @@ func (q *Queries) Register(ctx context.Context, arg RegisterParams) (int64, erro
 	return id, err
 }
 
+const registerTracker = `-- name: RegisterTracker :exec
+INSERT INTO placement_trackers (id, hostname) VALUES ($1, $2)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()
+`
+
+type RegisterTrackerParams struct {
+	ID       uuid.UUID
+	Hostname string
+}
+
+// A running resource tracker (see placement_trackers): while any row
+// exists, node changes NOTIFY metalloc_nodes. Also its heartbeat.
+func (q *Queries) RegisterTracker(ctx context.Context, arg RegisterTrackerParams) error {
+	_, err := q.db.Exec(ctx, registerTracker, arg.ID, arg.Hostname)
+	return err
+}
+
 const trackerNodes = `-- name: TrackerNodes :many
 SELECT n.uuid,
        coalesce(n.name, n.uuid::text)::text AS name,
        coalesce(n.resource_class, '')::text AS resource_class,
        (NOT n.maintenance AND n.provision_state = 'available'
             AND n.instance_uuid IS NULL AND n.power_state IS NOT NULL)::bool AS available,
+       -- Otherwise available, but holding the allocation the placement
+       -- backend claimed in Placement for it: that claim already uses the
+       -- node's whole inventory, so there is nothing to reserve.
+       (NOT n.maintenance AND n.provision_state = 'available' AND n.power_state IS NOT NULL
+            AND EXISTS (SELECT 1 FROM placement_claims c
+                         WHERE c.consumer_uuid = n.instance_uuid AND c.provider_uuid = n.uuid))::bool AS claimed,
        (CASE WHEN n.properties->>'cpus' ~ '^\s*[0-9]{1,12}\s*$'
              THEN (n.properties->>'cpus')::bigint ELSE 0 END)::bigint AS cpus,
        (CASE WHEN n.properties->>'memory_mb' ~ '^\s*[0-9]{1,12}\s*$'
@@ -398,6 +430,7 @@ type TrackerNodesRow struct {
 	Name              string
 	ResourceClass     string
 	Available         bool
+	Claimed           bool
 	Cpus              int64
 	MemoryMb          int64
 	LocalGb           int64
@@ -409,6 +442,7 @@ type TrackerNodesRow struct {
 // (conductor/tracker.go), with what placement_synced last recorded for it
 // (NULL: never synced). available: the node can be allocated (the
 // conductor's candidate conditions); unavailable nodes are fully reserved.
+// claimed: see below.
 // cpus, memory_mb, local_gb: the node's properties as integers (0 when
 // missing or not a whole number, as Nova's ironic driver ignores them).
 func (q *Queries) TrackerNodes(ctx context.Context) ([]TrackerNodesRow, error) {
@@ -425,6 +459,7 @@ func (q *Queries) TrackerNodes(ctx context.Context) ([]TrackerNodesRow, error) {
 			&i.Name,
 			&i.ResourceClass,
 			&i.Available,
+			&i.Claimed,
 			&i.Cpus,
 			&i.MemoryMb,
 			&i.LocalGb,
@@ -439,6 +474,15 @@ func (q *Queries) TrackerNodes(ctx context.Context) ([]TrackerNodesRow, error) {
 		return nil, err
 	}
 	return items, nil
+}
+
+const unregisterTracker = `-- name: UnregisterTracker :exec
+DELETE FROM placement_trackers WHERE id = $1
+`
+
+func (q *Queries) UnregisterTracker(ctx context.Context, id uuid.UUID) error {
+	_, err := q.db.Exec(ctx, unregisterTracker, id)
+	return err
 }
 
 const upsertPlacementSynced = `-- name: UpsertPlacementSynced :exec

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -170,15 +171,40 @@ type Tracker struct {
 	// OnSync, when set before Run, is called after every pass Run makes.
 	OnSync func(SyncStats, error)
 
-	classes     sync.Map // custom resource classes known to exist
-	traits      sync.Map // trait name → bool: exists (or was created) in Placement
+	id          uuid.UUID // this tracker's row in placement_trackers
+	classes     sync.Map  // custom resource classes known to exist
+	traits      sync.Map  // trait name → bool: exists (or was created) in Placement
 	unreachable atomic.Bool
 }
 
 // NewTracker returns a Tracker mirroring the nodes of pool's database into
 // the Placement service pc talks to. cfg's zero fields take their defaults.
 func NewTracker(pool *pgxpool.Pool, pc *client.Client, cfg TrackerConfig, log *zap.Logger) *Tracker {
-	return &Tracker{pool: pool, q: New(pool), pc: pc, cfg: cfg.WithDefaults(), log: log.Named("tracker")}
+	return &Tracker{pool: pool, q: New(pool), pc: pc, cfg: cfg.WithDefaults(), log: log.Named("tracker"), id: uuid.New()}
+}
+
+// register records (or refreshes) this tracker in placement_trackers, which
+// turns node-change notifications on, and expires the rows of trackers
+// that died without unregistering. Failures are logged: the next pass
+// retries, and the periodic sync covers missed notifications.
+func (t *Tracker) register(ctx context.Context) {
+	host, _ := os.Hostname()
+	err := t.q.RegisterTracker(ctx, RegisterTrackerParams{ID: t.id, Hostname: host})
+	if err == nil {
+		err = t.q.ExpireTrackers(ctx)
+	}
+	if err != nil && ctx.Err() == nil {
+		t.log.Warn("could not register the resource tracker; node changes may wait for the periodic sync", zap.Error(err))
+	}
+}
+
+// unregister removes this tracker's row (at the end of Run).
+func (t *Tracker) unregister() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.q.UnregisterTracker(ctx, t.id); err != nil {
+		t.log.Debug("could not unregister the resource tracker; it expires in 10 minutes", zap.Error(err))
+	}
 }
 
 // Run syncs on SyncSchedule and whenever nodes change (LISTEN
@@ -192,6 +218,9 @@ func (t *Tracker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Registered before listening: node changes from here on notify.
+	t.register(ctx)
+	defer t.unregister()
 	kick := make(chan struct{}, 1)
 	signal := func() {
 		select {
@@ -212,6 +241,7 @@ func (t *Tracker) Run(ctx context.Context) error {
 		t.log.Info("periodic Placement sync is off; syncing on node changes only")
 	}
 	signal()
+	var last time.Duration // how long the previous pass took
 	for {
 		select {
 		case <-ctx.Done():
@@ -221,18 +251,30 @@ func (t *Tracker) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(t.cfg.SyncDelay):
+		case <-time.After(passSpacing(t.cfg.SyncDelay, last)):
 		}
 		select { // fold the notifications that came during the delay
 		case <-kick:
 		default:
 		}
+		began := time.Now()
 		t.pass(ctx)
+		last = time.Since(began)
 	}
+}
+
+// passSpacing is how long Run gathers node changes before the next pass:
+// SyncDelay, or four times the last pass's duration when that is longer
+// (capped at 10 s), so that a stream of changes (every reservation changes
+// a node) keeps the tracker busy at most a fifth of the time instead of
+// re-reading every node back to back.
+func passSpacing(delay, last time.Duration) time.Duration {
+	return max(delay, min(4*last, 10*time.Second))
 }
 
 // pass runs one Sync for Run and logs its outcome.
 func (t *Tracker) pass(ctx context.Context) {
+	t.register(ctx)
 	st, err := t.Sync(ctx)
 	if ctx.Err() != nil {
 		return
@@ -355,6 +397,14 @@ func (t *Tracker) sync(ctx context.Context, st *SyncStats) error {
 	}
 	var jobs []job
 	for _, n := range nodes {
+		if n.Claimed && !t.cfg.ReportGenericResources {
+			// In use through its own Placement claim: the claim's usage
+			// takes the whole CUSTOM_ class already, so the provider stays
+			// as it was while available, and a placement-backend
+			// reservation costs the tracker no Placement request. (Generic
+			// resources, when reported, must be reserved while in use.)
+			n.Available = true
+		}
 		fp := t.fingerprint(n)
 		if n.SyncedFingerprint != nil && *n.SyncedFingerprint == fp {
 			st.Unchanged++

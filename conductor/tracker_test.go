@@ -406,3 +406,9 @@ func TestTrackerPlacementUnreachable(t *testing.T) {
 	require.Equal(t, 1, st.Failed)
 	require.Equal(t, 0, count(t, pool, `SELECT count(*) FROM placement_synced`))
 }
+
+func TestPassSpacing(t *testing.T) {
+	require.Equal(t, 200*time.Millisecond, passSpacing(200*time.Millisecond, 10*time.Millisecond))
+	require.Equal(t, 2*time.Second, passSpacing(200*time.Millisecond, 500*time.Millisecond))
+	require.Equal(t, 10*time.Second, passSpacing(200*time.Millisecond, time.Minute))
+}

@@ -27,20 +27,71 @@ CREATE TABLE placement_claims (
     created_at    timestamptz NOT NULL DEFAULT now()
 );
 
+-- Running resource trackers: each registers when it starts, refreshes its
+-- row every pass and deletes it when it stops; rows of trackers that died
+-- are expired by the others after 10 minutes.
+CREATE TABLE placement_trackers (
+    id           uuid        PRIMARY KEY,
+    hostname     text        NOT NULL,
+    heartbeat_at timestamptz NOT NULL DEFAULT now()
+);
+
 -- +goose StatementBegin
 -- Wakes resource trackers (LISTEN metalloc_nodes) when nodes, their traits
--- or allocations change. One notification per statement; PostgreSQL folds
--- duplicates within a transaction and delivers at commit.
+-- or allocations change, only while some tracker runs (placement_trackers
+-- has a row): with the database backend nobody listens. PostgreSQL folds
+-- duplicates within a transaction and delivers at commit, but a notifying
+-- commit takes a database-wide lock until it is flushed, so notifications
+-- are kept off the reservation path (see nodes_notify_update).
 CREATE FUNCTION nodes_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF EXISTS (SELECT 1 FROM placement_trackers) THEN
+        PERFORM pg_notify('metalloc_nodes', '');
+    END IF;
+    RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Row-level, for updates of the columns the tracker mirrors. A node taking
+-- the instance whose claim the placement backend logged for it
+-- (placement_claims) does not notify: that claim already uses the node in
+-- Placement, and the tracker leaves such a node's provider as it is.
+CREATE FUNCTION nodes_notify_update() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM placement_trackers) THEN
+        RETURN NULL;
+    END IF;
+    IF OLD.instance_uuid IS NULL AND NEW.instance_uuid IS NOT NULL
+       AND OLD.name IS NOT DISTINCT FROM NEW.name
+       AND OLD.resource_class IS NOT DISTINCT FROM NEW.resource_class
+       AND OLD.provision_state IS NOT DISTINCT FROM NEW.provision_state
+       AND OLD.power_state IS NOT DISTINCT FROM NEW.power_state
+       AND OLD.maintenance IS NOT DISTINCT FROM NEW.maintenance
+       AND OLD.properties IS NOT DISTINCT FROM NEW.properties
+       AND EXISTS (SELECT 1 FROM placement_claims c
+                    WHERE c.consumer_uuid = NEW.instance_uuid AND c.provider_uuid = NEW.uuid) THEN
+        RETURN NULL;
+    END IF;
     PERFORM pg_notify('metalloc_nodes', '');
     RETURN NULL;
 END;
 $$;
 -- +goose StatementEnd
-CREATE TRIGGER nodes_notify AFTER INSERT OR UPDATE OR DELETE ON nodes
+CREATE TRIGGER nodes_notify AFTER INSERT OR DELETE ON nodes
     FOR EACH STATEMENT EXECUTE FUNCTION nodes_notify();
+CREATE TRIGGER nodes_notify_update AFTER UPDATE ON nodes
+    FOR EACH ROW WHEN (OLD.name IS DISTINCT FROM NEW.name
+                       OR OLD.resource_class IS DISTINCT FROM NEW.resource_class
+                       OR OLD.provision_state IS DISTINCT FROM NEW.provision_state
+                       OR OLD.power_state IS DISTINCT FROM NEW.power_state
+                       OR OLD.maintenance IS DISTINCT FROM NEW.maintenance
+                       OR OLD.properties IS DISTINCT FROM NEW.properties
+                       OR OLD.instance_uuid IS DISTINCT FROM NEW.instance_uuid)
+    EXECUTE FUNCTION nodes_notify_update();
 CREATE TRIGGER node_traits_notify AFTER INSERT OR UPDATE OR DELETE ON node_traits
     FOR EACH STATEMENT EXECUTE FUNCTION nodes_notify();
 CREATE TRIGGER allocations_nodes_notify AFTER DELETE ON allocations
@@ -49,7 +100,10 @@ CREATE TRIGGER allocations_nodes_notify AFTER DELETE ON allocations
 -- +goose Down
 DROP TRIGGER allocations_nodes_notify ON allocations;
 DROP TRIGGER node_traits_notify ON node_traits;
+DROP TRIGGER nodes_notify_update ON nodes;
 DROP TRIGGER nodes_notify ON nodes;
+DROP FUNCTION nodes_notify_update();
 DROP FUNCTION nodes_notify();
+DROP TABLE placement_trackers;
 DROP TABLE placement_claims;
 DROP TABLE placement_synced;

@@ -532,56 +532,63 @@ func (h *Handler) traitNamesFor(ctx context.Context, s *cSearch, sums []*cProv, 
 	return nil
 }
 
-// searchBatches finds the first (or, randomized, a random selection of)
-// candidates up to the limit, loading root providers in batches.
+// searchBatches finds the first candidates up to the limit, loading root
+// providers in batches in id order. Randomized, the walk starts at a
+// uniformly random root id and wraps around (the same cost as the ordered
+// walk, instead of listing every root to shuffle them); the caller shuffles
+// what it finds and keeps a random limit of them.
 func (h *Handler) searchBatches(ctx context.Context, s *cSearch, randomize bool) ([]*cAreq, error) {
 	limit := s.req.limit
-	var all []int64
+	var after, start int64 // start: the random first root id (0: none)
+	wrapped := false
 	if randomize {
-		var err error
-		if all, err = h.candidateRoots(ctx, s, 0, 0); err != nil {
+		var lo, hi *int64
+		if err := h.pool.QueryRow(ctx, `SELECT min(id), max(id) FROM placement.resource_providers`).Scan(&lo, &hi); err != nil {
 			return nil, err
 		}
-		rand.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+		if lo == nil || hi == nil {
+			return nil, nil
+		}
+		start = *lo + rand.Int64N(*hi-*lo+1)
+		after = start - 1
 	}
-	var after int64
 	seen := map[string]bool{}
 	var out []*cAreq
 	batch := max(2*limit, 64)
 	for len(out) < limit {
-		var roots []int64
-		if randomize {
-			if len(all) == 0 {
-				break
+		roots, err := h.candidateRoots(ctx, s, after, batch)
+		if err != nil {
+			return nil, err
+		}
+		full := len(roots) == batch
+		if wrapped {
+			// Past the end and back to the start: stop before the first
+			// root of the walk.
+			if i := slices.IndexFunc(roots, func(r int64) bool { return r >= start }); i >= 0 {
+				roots, full = roots[:i], false
 			}
-			n := min(batch, len(all))
-			roots, all = all[:n], all[n:]
-		} else {
-			var err error
-			if roots, err = h.candidateRoots(ctx, s, after, batch); err != nil {
+		}
+		if len(roots) > 0 {
+			after = roots[len(roots)-1]
+			s.anchorIn = make(map[int64]bool, len(roots))
+			for _, r := range roots {
+				s.anchorIn[r] = true
+			}
+			scope, err := h.withSharingRoots(ctx, s, roots)
+			if err != nil {
 				return nil, err
 			}
-			if len(roots) == 0 {
+			w, err := h.loadWorld(ctx, scope, s.sharingID)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s.search(w, seen)...)
+		}
+		if !full {
+			if start == 0 || wrapped {
 				break
 			}
-			after = roots[len(roots)-1]
-		}
-		s.anchorIn = make(map[int64]bool, len(roots))
-		for _, r := range roots {
-			s.anchorIn[r] = true
-		}
-		scope, err := h.withSharingRoots(ctx, s, roots)
-		if err != nil {
-			return nil, err
-		}
-		w, err := h.loadWorld(ctx, scope, s.sharingID)
-		if err != nil {
-			return nil, err
-		}
-		found := s.search(w, seen)
-		out = append(out, found...)
-		if !randomize && len(roots) < batch {
-			break
+			wrapped, after = true, 0
 		}
 		batch = min(batch*4, 20000)
 	}
@@ -764,10 +771,31 @@ func candidateRootsSQL(s *cSearch, after int64, lim int) (string, []any) {
 	if s.hasTrees {
 		tree = "ANY(ARRAY(SELECT p.id FROM placement.resource_providers p WHERE p.root_provider_id = r.id))"
 	}
+	// One group on flat providers (no trees, no sharing): a root is a
+	// candidate only by itself, so its traits and free capacity can be
+	// checked here too, and a batch of roots is nearly all hits (the Go
+	// search still checks everything).
+	flat := !s.hasTrees && !s.hasSharing && len(s.groups) == 1
+	if flat {
+		g := s.groups[0]
+		for _, anyOf := range g.required {
+			fmt.Fprintf(&sb, ` AND EXISTS (SELECT 1 FROM placement.resource_provider_traits t
+				WHERE t.resource_provider_id = r.id AND t.trait_id = ANY(%s::bigint[]))`, arg(anyOf))
+		}
+		if len(g.forbidden) > 0 {
+			fmt.Fprintf(&sb, ` AND NOT EXISTS (SELECT 1 FROM placement.resource_provider_traits t
+				WHERE t.resource_provider_id = r.id AND t.trait_id = ANY(%s::bigint[]))`, arg(g.forbidden))
+		}
+	}
 	for _, rc := range classes {
 		c, a := arg(rc), arg(minAmount[rc])
 		static := fmt.Sprintf(`i.resource_class_id = %[1]s AND i.min_unit <= %[2]s AND i.max_unit >= %[2]s
 			AND %[2]s %% i.step_size = 0 AND %[2]s <= (i.total - i.reserved) * i.allocation_ratio`, c, a)
+		if flat {
+			static += fmt.Sprintf(` AND %s <= (i.total - i.reserved) * i.allocation_ratio - COALESCE((SELECT sum(a.used)
+				FROM placement.allocations a WHERE a.resource_provider_id = i.resource_provider_id
+				AND a.resource_class_id = i.resource_class_id), 0)`, a)
+		}
 		fmt.Fprintf(&sb, ` AND (EXISTS (SELECT 1 FROM placement.inventories i WHERE i.resource_provider_id = %s AND %s OFFSET 0)`, tree, static)
 		if s.hasSharing {
 			fmt.Fprintf(&sb, ` OR EXISTS (SELECT 1 FROM placement.resource_provider_aggregates ra
