@@ -3,21 +3,18 @@ package allocation
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/placement/client"
+	"github.com/metalloc/metalloc/placement/placementtest"
 	"github.com/metalloc/metalloc/scheduler"
-	"github.com/metalloc/metalloc/web"
 )
 
 // pfixture is a fixture with an in-process metalloc-placement on the same
@@ -30,14 +27,7 @@ type pfixture struct {
 func psetup(t *testing.T) *pfixture {
 	t.Helper()
 	f := setup(t)
-	require.NoError(t, placement.Prepare(t.Context(), f.pool))
-	e := echo.New()
-	e.HTTPErrorHandler = web.PlacementErrorHandler
-	e.JSONSerializer = web.JSONSerializer{}
-	e.Use(web.RequestID(zap.NewNop()))
-	placement.NewHandler(f.pool, placement.Options{}).Register(e)
-	srv := httptest.NewServer(e)
-	t.Cleanup(srv.Close)
+	srv := placementtest.NewServerOn(t, f.pool, placement.Options{})
 	return &pfixture{fixture: f, pc: client.New(srv.URL, "admin", 10*time.Second)}
 }
 

@@ -3,7 +3,6 @@ package allocation
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"sort"
 	"strconv"
@@ -12,14 +11,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/placement/client"
-	"github.com/metalloc/metalloc/web"
+	"github.com/metalloc/metalloc/placement/placementtest"
 )
 
 // BenchmarkPlacementProcess times PlacementAllocator.Process, the placement
@@ -43,14 +41,7 @@ func BenchmarkPlacementProcess(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
 			pool := dbtest.New(b)
-			require.NoError(b, placement.Prepare(ctx, pool))
-			e := echo.New()
-			e.HTTPErrorHandler = web.PlacementErrorHandler
-			e.JSONSerializer = web.JSONSerializer{}
-			e.Use(web.RequestID(zap.NewNop()))
-			placement.NewHandler(pool, placement.Options{RandomizeAllocationCandidates: true}).Register(e)
-			srv := httptest.NewServer(e)
-			b.Cleanup(srv.Close)
+			srv := placementtest.NewServerOn(b, pool, placement.Options{RandomizeAllocationCandidates: true})
 			pc := client.New(srv.URL, "admin", 30*time.Second)
 			require.NoError(b, pc.EnsureResourceClass(ctx, "CUSTOM_GOLD"))
 			exec := func(sql string, args ...any) {

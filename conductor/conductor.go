@@ -555,48 +555,9 @@ func (c *Service) dbFine() {
 	}
 }
 
-// listen holds a dedicated connection LISTENing on NotifyChannel and calls
-// signal for every notification; it reconnects with back-off (and signals,
-// since notifications may have been missed) until ctx ends.
+// listen LISTENs on NotifyChannel (db.Listen) and closes listening the
+// first time it is established.
 func (c *Service) listen(ctx context.Context, signal func(), listening chan struct{}) {
-	backoff := 100 * time.Millisecond
-	first := true
-	for ctx.Err() == nil {
-		err := c.listenOnce(ctx, signal, func() {
-			backoff = 100 * time.Millisecond
-			if first {
-				first = false
-				close(listening)
-			}
-		})
-		if ctx.Err() != nil {
-			return
-		}
-		c.log.Warn("notification listener lost; reconnecting", zap.Error(err), zap.Duration("backoff", backoff))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 10*time.Second)
-	}
-}
-
-func (c *Service) listenOnce(ctx context.Context, signal func(), ok func()) error {
-	conn, err := pgx.ConnectConfig(ctx, c.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
-		return err
-	}
-	ok()
-	signal()
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return err
-		}
-		signal()
-	}
+	var once sync.Once
+	db.Listen(ctx, c.pool, NotifyChannel, c.log, signal, func() { once.Do(func() { close(listening) }) })
 }

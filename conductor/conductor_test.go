@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -14,13 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/labstack/echo/v4"
-	"go.uber.org/zap"
-
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/placement/client"
-	"github.com/metalloc/metalloc/web"
+	"github.com/metalloc/metalloc/placement/placementtest"
 )
 
 func addNodes(t *testing.T, pool *pgxpool.Pool, n int, rc string) {
@@ -164,14 +160,7 @@ func TestResumesOwnUnfinishedRowsAtStart(t *testing.T) {
 func pbPlacement(t *testing.T, pool *pgxpool.Pool, rc string) *client.Client {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, placement.Prepare(ctx, pool))
-	e := echo.New()
-	e.HTTPErrorHandler = web.PlacementErrorHandler
-	e.JSONSerializer = web.JSONSerializer{}
-	e.Use(web.RequestID(zap.NewNop()))
-	placement.NewHandler(pool, placement.Options{}).Register(e)
-	srv := httptest.NewServer(e)
-	t.Cleanup(srv.Close)
+	srv := placementtest.NewServerOn(t, pool, placement.Options{})
 	pc := client.New(srv.URL, "admin", 10*time.Second)
 	class := client.NormalizeClass(rc)
 	require.NoError(t, pc.EnsureResourceClass(ctx, class))

@@ -17,12 +17,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/robfig/cron/v3"
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/config"
+	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/placement/client"
 )
 
@@ -229,7 +229,7 @@ func (t *Tracker) Run(ctx context.Context) error {
 		}
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { t.listen(ctx, signal) })
+	wg.Go(func() { db.Listen(ctx, t.pool, NodesNotifyChannel, t.log, signal, func() {}) })
 	defer wg.Wait()
 	if sched != nil {
 		logger := cronLogger{t.log.Sugar()}
@@ -302,45 +302,6 @@ func (t *Tracker) pass(ctx context.Context) {
 	}
 	if t.OnSync != nil {
 		t.OnSync(st, err)
-	}
-}
-
-// listen holds a dedicated connection LISTENing on NodesNotifyChannel and
-// calls signal for every notification; it reconnects with back-off (and
-// signals, since notifications may have been missed) until ctx ends.
-func (t *Tracker) listen(ctx context.Context, signal func()) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := t.listenOnce(ctx, signal, func() { backoff = 100 * time.Millisecond })
-		if ctx.Err() != nil {
-			return
-		}
-		t.log.Warn("node notification listener lost; reconnecting", zap.Error(err), zap.Duration("backoff", backoff))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 10*time.Second)
-	}
-}
-
-func (t *Tracker) listenOnce(ctx context.Context, signal func(), ok func()) error {
-	conn, err := pgx.ConnectConfig(ctx, t.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+NodesNotifyChannel); err != nil {
-		return err
-	}
-	ok()
-	signal()
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return err
-		}
-		signal()
 	}
 }
 

@@ -2,23 +2,20 @@ package conductor
 
 import (
 	"context"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/placement/client"
-	"github.com/metalloc/metalloc/web"
+	"github.com/metalloc/metalloc/placement/placementtest"
 )
 
 // trackerEnv is a fresh database with metalloc-placement serving it
@@ -31,14 +28,7 @@ type trackerEnv struct {
 func newTrackerEnv(t *testing.T) *trackerEnv {
 	t.Helper()
 	pool := dbtest.New(t)
-	require.NoError(t, placement.Prepare(context.Background(), pool))
-	e := echo.New()
-	e.HTTPErrorHandler = web.PlacementErrorHandler
-	e.JSONSerializer = web.JSONSerializer{}
-	e.Use(web.RequestID(zap.NewNop()))
-	placement.NewHandler(pool, placement.Options{}).Register(e)
-	srv := httptest.NewServer(e)
-	t.Cleanup(srv.Close)
+	srv := placementtest.NewServerOn(t, pool, placement.Options{})
 	return &trackerEnv{pool: pool, pc: client.New(srv.URL, "admin", 10*time.Second)}
 }
 

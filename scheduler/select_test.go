@@ -4,20 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/placement/client"
-	"github.com/metalloc/metalloc/web"
+	"github.com/metalloc/metalloc/placement/placementtest"
 )
 
 // placementClient starts an in-process metalloc-placement on a fresh
@@ -25,14 +22,7 @@ import (
 func placementClient(t *testing.T) *client.Client {
 	t.Helper()
 	pool := dbtest.New(t)
-	require.NoError(t, placement.Prepare(t.Context(), pool))
-	e := echo.New()
-	e.HTTPErrorHandler = web.PlacementErrorHandler
-	e.JSONSerializer = web.JSONSerializer{}
-	e.Use(web.RequestID(zap.NewNop()))
-	placement.NewHandler(pool, placement.Options{}).Register(e)
-	srv := httptest.NewServer(e)
-	t.Cleanup(srv.Close)
+	srv := placementtest.NewServerOn(t, pool, placement.Options{})
 	return client.New(srv.URL, "admin", 10*time.Second)
 }
 

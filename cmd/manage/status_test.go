@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,10 +11,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/labstack/echo/v4"
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/metalloc/metalloc/conductor"
@@ -23,7 +20,7 @@ import (
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/placement/client"
-	"github.com/metalloc/metalloc/web"
+	"github.com/metalloc/metalloc/placement/placementtest"
 )
 
 // statusEnv is a fresh database with two nodes mirrored into an in-process
@@ -35,14 +32,7 @@ func statusEnv(t *testing.T) (dbURL, endpoint string, pool *pgxpool.Pool, pc *cl
 	pool, err := db.Open(ctx, dbURL, db.PoolOptions{MaxConns: 10, ApplicationName: "status_test"})
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	require.NoError(t, placement.Prepare(ctx, pool))
-	e := echo.New()
-	e.HTTPErrorHandler = web.PlacementErrorHandler
-	e.JSONSerializer = web.JSONSerializer{}
-	e.Use(web.RequestID(zap.NewNop()))
-	placement.NewHandler(pool, placement.Options{}).Register(e)
-	srv := httptest.NewServer(e)
-	t.Cleanup(srv.Close)
+	srv := placementtest.NewServerOn(t, pool, placement.Options{})
 	pc = client.New(srv.URL, "admin", 10*time.Second)
 
 	n = uuid.New()

@@ -1,0 +1,57 @@
+package db
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+)
+
+// Listen holds a dedicated connection (outside pool, with its settings)
+// LISTENing on channel until ctx ends, calling signal for every
+// notification. After every (re)connection it calls listening, then signal
+// once, since notifications may have been missed while it was away. A lost
+// connection is logged and retried with back-off (100 ms doubling to 10 s,
+// reset once listening again). Used by the conductor (new allocations) and
+// the resource tracker (node changes).
+func Listen(ctx context.Context, pool *pgxpool.Pool, channel string, log *zap.Logger, signal, listening func()) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := listenOnce(ctx, pool, channel, signal, func() {
+			backoff = 100 * time.Millisecond
+			listening()
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("notification listener lost; reconnecting", zap.String("channel", channel), zap.Error(err),
+			zap.Duration("backoff", backoff))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+func listenOnce(ctx context.Context, pool *pgxpool.Pool, channel string, signal, listening func()) error {
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return err
+	}
+	listening()
+	signal()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		signal()
+	}
+}
