@@ -2,10 +2,9 @@ package devstack
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/placement/client"
 )
 
 // OpenStackPlacementPackages are the Debian packages StartOpenStackPlacement
@@ -173,34 +174,14 @@ func (p *OpenStackPlacement) Stop() {
 // at url (metalloc-placement or OpenStack Placement), authenticating with
 // the noauth2 token "admin".
 func PlacementProviders(ctx context.Context, url string) (int, error) {
-	return placementCount(ctx, url, "/resource_providers")
+	return placementCount(ctx, url, nil)
 }
 
-// placementCount counts the resource providers GET path (a
-// /resource_providers query) returns.
-func placementCount(ctx context.Context, url, path string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+path, nil)
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("X-Auth-Token", "admin")
-	req.Header.Set("OpenStack-API-Version", "placement 1.39")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return 0, fmt.Errorf("GET %s%s: %s: %s", url, path, resp.Status, body)
-	}
-	var doc struct {
-		Providers []json.RawMessage `json:"resource_providers"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
-		return 0, fmt.Errorf("GET %s%s: %w", url, path, err)
-	}
-	return len(doc.Providers), nil
+// placementCount counts the resource providers of the Placement service at
+// url that match q (GET /resource_providers?q, as noauth2 admin).
+func placementCount(ctx context.Context, url string, q neturl.Values) (int, error) {
+	ps, err := client.New(url, "admin", 30*time.Second).ListProviders(ctx, q)
+	return len(ps), err
 }
 
 // WaitPlacementProviders waits up to timeout until the Placement service at
@@ -231,19 +212,6 @@ func WaitPlacementProviders(ctx context.Context, url string, n int, timeout time
 	}
 }
 
-// PlacementResourceClass is the Placement resource class of an Ironic
-// resource_class, as Nova's Ironic driver and the resource tracker name it:
-// CUSTOM_ + upper case, every character other than A-Z, 0-9 and _ as _.
-func PlacementResourceClass(rc string) string {
-	b := []byte("CUSTOM_" + strings.ToUpper(rc))
-	for i := len("CUSTOM_"); i < len(b); i++ {
-		if c := b[i]; !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
-			b[i] = '_'
-		}
-	}
-	return string(b)
-}
-
 // WaitPlacementCapacity waits up to timeout until, for every resource
 // class rc in want (a Placement name, e.g. CUSTOM_BENCH_0), exactly
 // want[rc] providers of the Placement service at url can take one unit
@@ -254,7 +222,7 @@ func WaitPlacementCapacity(ctx context.Context, url string, want map[string]int,
 	for {
 		var short []string
 		for rc, n := range want {
-			have, err := placementCount(ctx, url, "/resource_providers?resources="+rc+":1")
+			have, err := placementCount(ctx, url, neturl.Values{"resources": {rc + ":1"}})
 			if err != nil {
 				short = append(short, fmt.Sprintf("%s: %v", rc, err))
 			} else if have != n {

@@ -2,16 +2,15 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
+	neturl "net/url"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/baremetal/noauth"
 	"github.com/stretchr/testify/require"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/devstack"
+	"github.com/metalloc/metalloc/placement/client"
 )
 
 // backendRun parameterizes runEndToEndAllocations. The zero value is the
@@ -100,42 +100,25 @@ func subsetOf(reqs []request, n int) []request {
 	return out
 }
 
-// placementGet GETs path from the Placement service at url (noauth2 token
-// "admin", microversion 1.39) and decodes the JSON answer into out; it
-// returns the status.
-func placementGet(ctx context.Context, url, path string, out any) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+path, nil)
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("X-Auth-Token", "admin")
-	req.Header.Set("OpenStack-API-Version", "placement 1.39")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp.StatusCode, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return resp.StatusCode, fmt.Errorf("GET %s: %s: %s", path, resp.Status, raw)
-	}
-	return resp.StatusCode, json.Unmarshal(raw, out)
+// metallocPlacementClient is our client of the Placement service at url (noauth2
+// token "admin").
+func metallocPlacementClient(url string) *client.Client {
+	return client.New(url, "admin", 30*time.Second)
 }
 
 type placementProvider struct {
-	UUID string `json:"uuid"`
-	Name string `json:"name"`
+	UUID string
+	Name string
 }
 
-func placementProviders(ctx context.Context, url, query string) ([]placementProvider, error) {
-	var doc struct {
-		Providers []placementProvider `json:"resource_providers"`
+// placementProviders lists the providers matching q (nil: all).
+func placementProviders(ctx context.Context, url string, q neturl.Values) ([]placementProvider, error) {
+	ps, err := metallocPlacementClient(url).ListProviders(ctx, q)
+	out := make([]placementProvider, len(ps))
+	for i, p := range ps {
+		out[i] = placementProvider{UUID: p.UUID.String(), Name: p.Name}
 	}
-	_, err := placementGet(ctx, url, "/resource_providers"+query, &doc)
-	return doc.Providers, err
+	return out, err
 }
 
 // waitMirrored waits until Placement holds one provider per sample node,
@@ -152,13 +135,13 @@ func waitMirrored(t *testing.T, ctx context.Context, url string, sample []sample
 	require.NoError(t, devstack.WaitPlacementProviders(ctx, url, len(sample), timeout))
 	want := map[string]int{}
 	for _, s := range sample {
-		want["?resources="+devstack.PlacementResourceClass(s.ResourceClass)+":1"]++
+		want["resources="+client.NormalizeClass(s.ResourceClass)+":1"]++
 		for _, tr := range s.Traits {
-			want["?required="+tr]++
+			want["required="+tr]++
 		}
 	}
 	check := func() error {
-		all, err := placementProviders(ctx, url, "")
+		all, err := placementProviders(ctx, url, nil)
 		if err != nil {
 			return err
 		}
@@ -166,12 +149,16 @@ func waitMirrored(t *testing.T, ctx context.Context, url string, sample []sample
 			return fmt.Errorf("%d providers, want %d", len(all), len(sample))
 		}
 		for q, n := range want {
-			ps, err := placementProviders(ctx, url, q)
+			query, err := neturl.ParseQuery(q)
+			if err != nil {
+				return err
+			}
+			ps, err := placementProviders(ctx, url, query)
 			if err != nil {
 				return err // a trait not created yet: 400
 			}
 			if len(ps) != n {
-				return fmt.Errorf("GET /resource_providers%s: %d providers, want %d", q, len(ps), n)
+				return fmt.Errorf("GET /resource_providers?%s: %d providers, want %d", q, len(ps), n)
 			}
 		}
 		return nil
@@ -197,7 +184,7 @@ func placementAllocations(t *testing.T, ctx context.Context, url string, sample 
 	for _, s := range sample {
 		nodeOf[s.UUID], nodeOf[s.Name] = s.UUID, s.UUID
 	}
-	providers, err := placementProviders(ctx, url, "")
+	providers, err := placementProviders(ctx, url, nil)
 	require.NoError(t, err)
 	out := map[string]string{}
 	seen := map[string]string{}
@@ -211,24 +198,21 @@ func placementAllocations(t *testing.T, ctx context.Context, url string, sample 
 		if !ok {
 			return fmt.Errorf("provider %s (%s) is no node's", p.UUID, p.Name)
 		}
-		var doc struct {
-			Allocations map[string]struct {
-				Resources map[string]int `json:"resources"`
-			} `json:"allocations"`
-		}
-		if _, err := placementGet(ctx, url, "/resource_providers/"+p.UUID+"/allocations", &doc); err != nil {
+		doc, err := metallocPlacementClient(url).GetProviderAllocations(ctx, uuid.MustParse(p.UUID))
+		if err != nil {
 			return err
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		for consumer := range doc.Allocations {
+			c := consumer.String()
 			if prev, dup := out[node]; dup {
-				return fmt.Errorf("provider of node %s holds consumers %s and %s", node, prev, consumer)
+				return fmt.Errorf("provider of node %s holds consumers %s and %s", node, prev, c)
 			}
-			if prev, dup := seen[consumer]; dup {
-				return fmt.Errorf("consumer %s holds nodes %s and %s", consumer, prev, node)
+			if prev, dup := seen[c]; dup {
+				return fmt.Errorf("consumer %s holds nodes %s and %s", c, prev, node)
 			}
-			out[node], seen[consumer] = consumer, node
+			out[node], seen[c] = c, node
 		}
 		return nil
 	})
@@ -239,7 +223,7 @@ func placementAllocations(t *testing.T, ctx context.Context, url string, sample 
 // (Placement refuses allocations of 0, so no allocation is left either).
 func waitPlacementEmpty(t *testing.T, ctx context.Context, url string, sample []sampleNode) {
 	t.Helper()
-	providers, err := placementProviders(ctx, url, "")
+	providers, err := placementProviders(ctx, url, nil)
 	require.NoError(t, err)
 	require.Len(t, providers, len(sample))
 	deadline := time.Now().Add(30 * time.Second)
@@ -247,10 +231,8 @@ func waitPlacementEmpty(t *testing.T, ctx context.Context, url string, sample []
 		var mu sync.Mutex
 		var used []string
 		inParallel(t, len(providers), 8, func(i int) error {
-			var doc struct {
-				Usages map[string]int `json:"usages"`
-			}
-			if _, err := placementGet(ctx, url, "/resource_providers/"+providers[i].UUID+"/usages", &doc); err != nil {
+			doc, err := metallocPlacementClient(url).ProviderUsages(ctx, uuid.MustParse(providers[i].UUID))
+			if err != nil {
 				return err
 			}
 			for rc, n := range doc.Usages {

@@ -12,6 +12,7 @@ import (
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/devstack"
 	"github.com/metalloc/metalloc/loadgen"
+	"github.com/metalloc/metalloc/placement/client"
 )
 
 func benchCmd() *cobra.Command {
@@ -67,7 +68,7 @@ func benchCmd() *cobra.Command {
 					classes := max(o.Classes, 4)
 					want := map[string]int{}
 					for i := range o.Nodes {
-						want[devstack.PlacementResourceClass(fmt.Sprintf("bench-%d", i%classes))]++
+						want[client.NormalizeClass(fmt.Sprintf("bench-%d", i%classes))]++
 					}
 					if err := devstack.WaitPlacementCapacity(ctx, stack.BackendPlacementURL, want, 10*time.Minute); err != nil {
 						return err
