@@ -212,9 +212,10 @@ func (p *PlacementAllocator) claimOne(ctx context.Context, me int64, c Claimed, 
 	}
 	claim := client.Claim{Request: req, ProjectID: projectOf(c), UserID: PlacementUserID}
 	err = p.pc.PutAllocations(ctx, c.UUID, claim)
-	if client.IsConflict(err) {
+	if client.IsConcurrentUpdate(err) {
 		// The consumer may exist already: a run of this allocation that a
-		// restart or a takeover interrupted. Replace its allocations.
+		// restart or a takeover interrupted. Replace its allocations. (A
+		// conflict on capacity, another claim's win, needs no re-read.)
 		cur, gerr := p.pc.GetAllocations(ctx, c.UUID)
 		if gerr != nil {
 			return 0, p.placementErr(gerr)
@@ -372,16 +373,14 @@ func (p *PlacementAllocator) failNoFit(ctx context.Context, me int64, c Claimed,
 // cannot be reached, the entry stays and the tracker removes the
 // allocation: c is in error now.
 func (p *PlacementAllocator) fail(ctx context.Context, me int64, c Claimed, reason string) (Outcome, error) {
-	msg := fmt.Sprintf("Failed to process allocation %s: %s.", c.UUID, reason)
-	n, err := p.q.FailAllocation(ctx, FailAllocationParams{LastError: &msg, ID: c.ID, Me: me})
+	out, err := markFailed(ctx, p.q, p.log, me, c, reason)
 	if err != nil {
-		return Lost, fmt.Errorf("processing allocation %s: %w", c.UUID, err)
+		return out, err
 	}
-	if n == 0 {
+	if out == Lost {
 		p.releaseLost(ctx, me, c, nil)
 		return Lost, nil
 	}
-	p.log.Info("allocation failed", zap.Stringer("allocation", c.UUID), zap.String("last_error", msg))
 	if err := p.unclaim(ctx, c); err != nil {
 		p.log.Warn("could not remove the failed allocation's Placement allocation; the resource tracker will",
 			zap.Stringer("allocation", c.UUID), zap.Error(err))

@@ -267,15 +267,23 @@ func (a *Allocator) transient(_ context.Context, c Claimed, err error) (Outcome,
 
 // fail moves c to error, guarded by conductor_affinity = me.
 func (a *Allocator) fail(ctx context.Context, me int64, c Claimed, reason string) (Outcome, error) {
+	return markFailed(ctx, a.q, a.log, me, c, reason)
+}
+
+// markFailed moves c to error with last_error "Failed to process
+// allocation <uuid>: <reason>.", guarded by conductor_affinity = me (both
+// backends): Failed, Lost when c is no longer me's (nothing written), or an
+// error (the database is unreachable; c stays allocating and owned).
+func markFailed(ctx context.Context, q *Queries, log *zap.Logger, me int64, c Claimed, reason string) (Outcome, error) {
 	msg := fmt.Sprintf("Failed to process allocation %s: %s.", c.UUID, reason)
-	n, err := a.q.FailAllocation(ctx, FailAllocationParams{LastError: &msg, ID: c.ID, Me: me})
+	n, err := q.FailAllocation(ctx, FailAllocationParams{LastError: &msg, ID: c.ID, Me: me})
 	if err != nil {
-		return a.transient(ctx, c, err)
+		return Lost, fmt.Errorf("processing allocation %s: %w", c.UUID, err)
 	}
 	if n == 0 {
 		return Lost, nil
 	}
-	a.log.Info("allocation failed", zap.Stringer("allocation", c.UUID), zap.String("last_error", msg))
+	log.Info("allocation failed", zap.Stringer("allocation", c.UUID), zap.String("last_error", msg))
 	return Failed, nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -172,6 +171,7 @@ type Tracker struct {
 	OnSync func(SyncStats, error)
 
 	id          uuid.UUID // this tracker's row in placement_trackers
+	registered  time.Time // when register last wrote it (Run's goroutine only)
 	classes     sync.Map  // custom resource classes known to exist
 	traits      sync.Map  // trait name → bool: exists (or was created) in Placement
 	unreachable atomic.Bool
@@ -183,15 +183,25 @@ func NewTracker(pool *pgxpool.Pool, pc *client.Client, cfg TrackerConfig, log *z
 	return &Tracker{pool: pool, q: New(pool), pc: pc, cfg: cfg.WithDefaults(), log: log.Named("tracker"), id: uuid.New()}
 }
 
-// register records (or refreshes) this tracker in placement_trackers, which
-// turns node-change notifications on, and expires the rows of trackers
-// that died without unregistering. Failures are logged: the next pass
+// registerInterval is how often passes refresh the tracker's row (rows
+// older than 10 minutes are expired).
+const registerInterval = time.Minute
+
+// register records (or refreshes, at most every registerInterval) this
+// tracker in placement_trackers, which turns node-change notifications on,
+// and expires the rows of trackers that died without unregistering. Failures are logged: the next pass
 // retries, and the periodic sync covers missed notifications.
 func (t *Tracker) register(ctx context.Context) {
+	if time.Since(t.registered) < registerInterval {
+		return
+	}
 	host, _ := os.Hostname()
 	err := t.q.RegisterTracker(ctx, RegisterTrackerParams{ID: t.id, Hostname: host})
 	if err == nil {
 		err = t.q.ExpireTrackers(ctx)
+	}
+	if err == nil {
+		t.registered = time.Now()
 	}
 	if err != nil && ctx.Err() == nil {
 		t.log.Warn("could not register the resource tracker; node changes may wait for the periodic sync", zap.Error(err))
@@ -200,6 +210,7 @@ func (t *Tracker) register(ctx context.Context) {
 
 // unregister removes this tracker's row (at the end of Run).
 func (t *Tracker) unregister() {
+	t.registered = time.Time{}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := t.q.UnregisterTracker(ctx, t.id); err != nil {
@@ -496,13 +507,6 @@ func (t *Tracker) syncNode(ctx context.Context, n TrackerNodesRow) (created bool
 	return created, t.putTraits(ctx, n)
 }
 
-// isConcurrentUpdate reports a 409 placement.concurrent_update: a stale
-// generation, worth a re-read and retry.
-func isConcurrentUpdate(err error) bool {
-	var e *client.Error
-	return errors.As(err, &e) && e.Status == 409 && e.Code == "placement.concurrent_update"
-}
-
 // putInventories writes n's inventories if they differ from the provider's,
 // with the generation just read, re-reading on a concurrent update.
 func (t *Tracker) putInventories(ctx context.Context, n TrackerNodesRow, rc string) error {
@@ -524,7 +528,7 @@ func (t *Tracker) putInventories(ctx context.Context, n TrackerNodesRow, rc stri
 			return nil
 		}
 		_, err = t.pc.PutInventories(ctx, n.Uuid, client.Inventories{Generation: cur.Generation, Inventories: want})
-		if err == nil || !isConcurrentUpdate(err) || attempt >= maxGenerationRetries {
+		if err == nil || !client.IsConcurrentUpdate(err) || attempt >= maxGenerationRetries {
 			return err
 		}
 	}
@@ -613,7 +617,7 @@ func (t *Tracker) putTraits(ctx context.Context, n TrackerNodesRow) error {
 		if client.StatusOf(err) == 400 {
 			t.traits.Clear() // a custom trait may have been deleted behind our back
 		}
-		if err == nil || !isConcurrentUpdate(err) || attempt >= maxGenerationRetries {
+		if err == nil || !client.IsConcurrentUpdate(err) || attempt >= maxGenerationRetries {
 			return err
 		}
 	}
@@ -833,7 +837,7 @@ func (t *Tracker) repairProvider(ctx context.Context, id uuid.UUID) (found, repa
 			t.log.Info("repaired allocation ratios", zap.Stringer("provider", id), zap.Strings("classes", bad))
 			return found, found, nil
 		}
-		if !isConcurrentUpdate(err) || attempt >= maxGenerationRetries {
+		if !client.IsConcurrentUpdate(err) || attempt >= maxGenerationRetries {
 			return found, 0, err
 		}
 	}

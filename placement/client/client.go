@@ -95,9 +95,21 @@ func StatusOf(err error) int {
 	return 0
 }
 
+// CodeConcurrentUpdate is Placement's error code for a stale provider or
+// consumer generation (409; re-read and retry).
+const CodeConcurrentUpdate = "placement.concurrent_update"
+
 // IsConflict reports a 409 (a stale generation, a duplicate name, capacity
 // exceeded, inventory in use…).
 func IsConflict(err error) bool { return StatusOf(err) == http.StatusConflict }
+
+// IsConcurrentUpdate reports a 409 placement.concurrent_update: a provider
+// or consumer generation moved (or a new consumer's null
+// consumer_generation met an existing one); re-read and retry.
+func IsConcurrentUpdate(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusConflict && e.Code == CodeConcurrentUpdate
+}
 
 // IsNotFound reports a 404.
 func IsNotFound(err error) bool { return StatusOf(err) == http.StatusNotFound }

@@ -83,8 +83,9 @@ func TestClientAgainstMetallocPlacement(t *testing.T) {
 	require.NoError(t, c.PutAllocations(ctx, consumer, claim))
 	err = c.PutAllocations(ctx, uuid.New(), claim)
 	require.True(t, client.IsConflict(err), "over capacity: %v", err)
+	require.False(t, client.IsConcurrentUpdate(err), "a capacity conflict is no generation conflict: %v", err)
 	err = c.PutAllocations(ctx, consumer, claim)
-	require.True(t, client.IsConflict(err), "consumer exists, null generation: %v", err)
+	require.True(t, client.IsConcurrentUpdate(err), "consumer exists, null generation: %v", err)
 
 	got, err := c.GetAllocations(ctx, consumer)
 	require.NoError(t, err)
