@@ -402,3 +402,57 @@ func TestPassSpacing(t *testing.T) {
 	require.Equal(t, 2*time.Second, passSpacing(200*time.Millisecond, 500*time.Millisecond))
 	require.Equal(t, 10*time.Second, passSpacing(200*time.Millisecond, time.Minute))
 }
+
+// TestNodeNotifications checks which node changes wake trackers: none while
+// no tracker is registered; with one, a mirrored column does, and a node
+// taking the instance whose claim is in placement_claims does not (the
+// placement backend's reservation, kept off PostgreSQL's notification
+// lock). Notifications arrive in commit order, so a marker sent after each
+// change tells whether the change notified.
+func TestNodeNotifications(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "LISTEN "+NodesNotifyChannel)
+	require.NoError(t, err)
+	exec := func(sql string, args ...any) {
+		_, err := pool.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	// notified runs change, then sends a marker, and reports whether a
+	// notification came before the marker.
+	notified := func(change func()) bool {
+		change()
+		exec(`SELECT pg_notify($1, 'marker')`, NodesNotifyChannel)
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := conn.Conn().WaitForNotification(wctx)
+		require.NoError(t, err)
+		if n.Payload == "marker" {
+			return false
+		}
+		n, err = conn.Conn().WaitForNotification(wctx)
+		require.NoError(t, err)
+		require.Equal(t, "marker", n.Payload)
+		return true
+	}
+	node, instance, other := uuid.New(), uuid.New(), uuid.New()
+	require.False(t, notified(func() {
+		exec(`INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state)
+			VALUES ($1, 'n1', 'fake-hardware', 'gold', 'available', 'power off')`, node)
+	}), "no tracker registered")
+	exec(`INSERT INTO placement_trackers (id, hostname) VALUES ($1, 'h')`, uuid.New())
+	require.True(t, notified(func() { exec(`UPDATE nodes SET maintenance = true WHERE uuid = $1`, node) }))
+	require.False(t, notified(func() { exec(`UPDATE nodes SET driver_info = '{"a": 1}' WHERE uuid = $1`, node) }),
+		"a column the tracker does not mirror")
+	exec(`INSERT INTO placement_claims (consumer_uuid, provider_uuid) VALUES ($1, $2)`, instance, node)
+	require.False(t, notified(func() { exec(`UPDATE nodes SET instance_uuid = $2 WHERE uuid = $1`, node, instance) }),
+		"the placement backend's reservation of its claimed node")
+	require.True(t, notified(func() { exec(`UPDATE nodes SET instance_uuid = NULL WHERE uuid = $1`, node) }),
+		"a node released")
+	require.True(t, notified(func() { exec(`UPDATE nodes SET instance_uuid = $2 WHERE uuid = $1`, node, other) }),
+		"an instance without a Placement claim")
+}

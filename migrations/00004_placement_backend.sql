@@ -42,7 +42,7 @@ CREATE TABLE placement_trackers (
 -- has a row): with the database backend nobody listens. PostgreSQL folds
 -- duplicates within a transaction and delivers at commit, but a notifying
 -- commit takes a database-wide lock until it is flushed, so notifications
--- are kept off the reservation path (see nodes_notify_update).
+-- are kept off the reservation path (see nodes_notify_instance).
 CREATE FUNCTION nodes_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -55,43 +55,37 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- Row-level, for updates of the columns the tracker mirrors. A node taking
--- the instance whose claim the placement backend logged for it
+-- Row-level, for a node's instance_uuid changing. A node taking the
+-- instance whose claim the placement backend logged for it
 -- (placement_claims) does not notify: that claim already uses the node in
 -- Placement, and the tracker leaves such a node's provider as it is.
-CREATE FUNCTION nodes_notify_update() RETURNS trigger
+CREATE FUNCTION nodes_notify_instance() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM placement_trackers) THEN
-        RETURN NULL;
+    IF EXISTS (SELECT 1 FROM placement_trackers)
+       AND NOT (NEW.instance_uuid IS NOT NULL
+                AND EXISTS (SELECT 1 FROM placement_claims c
+                             WHERE c.consumer_uuid = NEW.instance_uuid AND c.provider_uuid = NEW.uuid)) THEN
+        PERFORM pg_notify('metalloc_nodes', '');
     END IF;
-    IF OLD.instance_uuid IS NULL AND NEW.instance_uuid IS NOT NULL
-       AND OLD.name IS NOT DISTINCT FROM NEW.name
-       AND OLD.resource_class IS NOT DISTINCT FROM NEW.resource_class
-       AND OLD.provision_state IS NOT DISTINCT FROM NEW.provision_state
-       AND OLD.power_state IS NOT DISTINCT FROM NEW.power_state
-       AND OLD.maintenance IS NOT DISTINCT FROM NEW.maintenance
-       AND OLD.properties IS NOT DISTINCT FROM NEW.properties
-       AND EXISTS (SELECT 1 FROM placement_claims c
-                    WHERE c.consumer_uuid = NEW.instance_uuid AND c.provider_uuid = NEW.uuid) THEN
-        RETURN NULL;
-    END IF;
-    PERFORM pg_notify('metalloc_nodes', '');
     RETURN NULL;
 END;
 $$;
 -- +goose StatementEnd
 CREATE TRIGGER nodes_notify AFTER INSERT OR DELETE ON nodes
     FOR EACH STATEMENT EXECUTE FUNCTION nodes_notify();
+-- The columns the tracker mirrors, instance_uuid apart.
 CREATE TRIGGER nodes_notify_update AFTER UPDATE ON nodes
     FOR EACH ROW WHEN (OLD.name IS DISTINCT FROM NEW.name
                        OR OLD.resource_class IS DISTINCT FROM NEW.resource_class
                        OR OLD.provision_state IS DISTINCT FROM NEW.provision_state
                        OR OLD.power_state IS DISTINCT FROM NEW.power_state
                        OR OLD.maintenance IS DISTINCT FROM NEW.maintenance
-                       OR OLD.properties IS DISTINCT FROM NEW.properties
-                       OR OLD.instance_uuid IS DISTINCT FROM NEW.instance_uuid)
-    EXECUTE FUNCTION nodes_notify_update();
+                       OR OLD.properties IS DISTINCT FROM NEW.properties)
+    EXECUTE FUNCTION nodes_notify();
+CREATE TRIGGER nodes_notify_instance AFTER UPDATE OF instance_uuid ON nodes
+    FOR EACH ROW WHEN (OLD.instance_uuid IS DISTINCT FROM NEW.instance_uuid)
+    EXECUTE FUNCTION nodes_notify_instance();
 CREATE TRIGGER node_traits_notify AFTER INSERT OR UPDATE OR DELETE ON node_traits
     FOR EACH STATEMENT EXECUTE FUNCTION nodes_notify();
 CREATE TRIGGER allocations_nodes_notify AFTER DELETE ON allocations
@@ -100,9 +94,10 @@ CREATE TRIGGER allocations_nodes_notify AFTER DELETE ON allocations
 -- +goose Down
 DROP TRIGGER allocations_nodes_notify ON allocations;
 DROP TRIGGER node_traits_notify ON node_traits;
+DROP TRIGGER nodes_notify_instance ON nodes;
 DROP TRIGGER nodes_notify_update ON nodes;
 DROP TRIGGER nodes_notify ON nodes;
-DROP FUNCTION nodes_notify_update();
+DROP FUNCTION nodes_notify_instance();
 DROP FUNCTION nodes_notify();
 DROP TABLE placement_trackers;
 DROP TABLE placement_claims;
