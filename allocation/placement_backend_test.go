@@ -57,6 +57,17 @@ func (f *pfixture) pnode(name, rc string, traits ...string) uuid.UUID {
 	return u
 }
 
+// goldNodes enrols n "gold" nodes, gold-0 … gold-<n-1>, each mirrored as a
+// provider, and returns their uuids in that order.
+func (f *pfixture) goldNodes(n int) []uuid.UUID {
+	f.t.Helper()
+	all := make([]uuid.UUID, n)
+	for i := range n {
+		all[i] = f.pnode(fmt.Sprintf("gold-%d", i), "gold")
+	}
+	return all
+}
+
 func (f *pfixture) allocator(host string) *PlacementAllocator {
 	return NewPlacementAllocator(f.pool, f.pc, PlacementConfig{Hostname: host}, zaptest.NewLogger(f.t))
 }
@@ -236,9 +247,7 @@ func TestPlacementProcessNoFit(t *testing.T) {
 func TestPlacementProcessRace(t *testing.T) {
 	t.Parallel()
 	f := psetup(t)
-	for i := range 5 {
-		f.pnode(fmt.Sprintf("gold-%d", i), "gold")
-	}
+	f.goldNodes(5)
 	var ids []int64
 	for range 20 {
 		ids = append(ids, f.allocation(nil, "gold").ID)
@@ -300,10 +309,7 @@ func (h hookFilter) FitNodes(ctx context.Context, spec scheduler.RequestSpec, no
 func TestPlacementProcessAlternates(t *testing.T) {
 	t.Parallel()
 	f := psetup(t)
-	var all []uuid.UUID
-	for i := range 6 {
-		all = append(all, f.pnode(fmt.Sprintf("gold-%d", i), "gold"))
-	}
+	all := f.goldNodes(6)
 	free := all[5]
 	ctx := context.Background()
 	me := f.conductor("c1")
@@ -367,9 +373,7 @@ func TestPlacementProcessAlternates(t *testing.T) {
 func TestPlacementProcessNodeChanged(t *testing.T) {
 	t.Parallel()
 	f := psetup(t)
-	for i := range 4 {
-		f.pnode(fmt.Sprintf("gold-%d", i), "gold")
-	}
+	f.goldNodes(4)
 	ctx := context.Background()
 	me := f.conductor("c1")
 	a := f.allocator("c1")
@@ -408,10 +412,7 @@ func (u unmaintain) FitNodes(ctx context.Context, spec scheduler.RequestSpec, no
 func TestPlacementProcessResume(t *testing.T) {
 	t.Parallel()
 	f := psetup(t)
-	var all []uuid.UUID
-	for i := range 3 {
-		all = append(all, f.pnode(fmt.Sprintf("gold-%d", i), "gold"))
-	}
+	all := f.goldNodes(3)
 	ctx := context.Background()
 	me := f.conductor("c1")
 	row := f.allocation(nil, "gold")
@@ -436,9 +437,7 @@ func TestPlacementProcessResume(t *testing.T) {
 func TestPlacementProcessLost(t *testing.T) {
 	t.Parallel()
 	f := psetup(t)
-	for i := range 3 {
-		f.pnode(fmt.Sprintf("gold-%d", i), "gold")
-	}
+	f.goldNodes(3)
 	ctx := context.Background()
 	me := f.conductor("c1")
 	other := f.conductor("c2")

@@ -91,17 +91,23 @@ func runService(t *testing.T, svc *Service) (stop func() error) {
 	return stop
 }
 
+// startConductors starts n conductors with cfg, named c0 … c<n-1>.
+func startConductors(t *testing.T, pool *pgxpool.Pool, cfg Config, n int) {
+	t.Helper()
+	for i := range n {
+		c := cfg
+		c.Hostname = fmt.Sprintf("c%d", i)
+		start(t, pool, c)
+	}
+}
+
 func TestTwoConductorsProcessEverythingOnce(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	addNodes(t, pool, 50, "gold")
 	// Poll slowly: the wake-up must come from NOTIFY.
 	cfg := Config{PollInterval: time.Hour, Workers: 4, ClaimBatch: 2}
-	for i := range 2 {
-		c := cfg
-		c.Hostname = fmt.Sprintf("c%d", i)
-		start(t, pool, c)
-	}
+	startConductors(t, pool, cfg, 2)
 	addAllocations(t, pool, 60, "gold")
 	waitFor(t, 30*time.Second, func() bool {
 		return count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'allocating'`) == 0
@@ -194,11 +200,7 @@ func TestPlacementBackendConductors(t *testing.T) {
 	addNodes(t, pool, 5, "gold")
 	pc := pbPlacement(t, pool, "gold")
 	cfg := Config{PollInterval: 100 * time.Millisecond, Workers: 4, ClaimBatch: 2, Backend: BackendPlacement, Placement: pc}
-	for i := range 2 {
-		c := cfg
-		c.Hostname = fmt.Sprintf("c%d", i)
-		start(t, pool, c)
-	}
+	startConductors(t, pool, cfg, 2)
 	addAllocations(t, pool, 12, "gold")
 	waitFor(t, 30*time.Second, func() bool {
 		return count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'allocating'`) == 0
