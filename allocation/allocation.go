@@ -134,12 +134,8 @@ type Remover struct{}
 // row is deleted (Ironic: dbapi.destroy_allocation). Callers have already
 // checked that removal is allowed for the node's state.
 func (Remover) RemoveNodeAllocation(ctx context.Context, tx pgx.Tx, nodeID, allocationID int64) error {
-	q := New(tx)
-	if err := q.ReleaseNodeOfAllocation(ctx, &allocationID); err != nil {
-		return fmt.Errorf("releasing node %d: %w", nodeID, err)
-	}
-	if err := q.DeleteAllocation(ctx, allocationID); err != nil {
-		return fmt.Errorf("deleting allocation %d: %w", allocationID, err)
+	if err := New(tx).Deallocate(ctx, allocationID); err != nil {
+		return fmt.Errorf("deallocating node %d from allocation %d: %w", nodeID, allocationID, err)
 	}
 	return nil
 }

@@ -612,7 +612,11 @@ func (h *Handler) deleteForNode(c echo.Context) error {
 
 // destroy deletes the allocation find returns, releasing its node, in one
 // transaction; 409 when the node is active or mid-operation and not in
-// maintenance (Ironic: verify_node_for_deallocation).
+// maintenance (Ironic: verify_node_for_deallocation). It takes the locks in
+// the documented order, node then allocation: the node comes from an
+// unlocked read, so when the allocation turns out to have moved meanwhile
+// (a conductor reserved a node for it) the transaction starts over
+// (db.ErrRestart).
 func (h *Handler) destroy(c echo.Context, find func(*Queries) (View, error)) error {
 	ctx := c.Request().Context()
 	err := db.InTx(ctx, h.store.pool, func(tx pgx.Tx) error {
@@ -621,27 +625,45 @@ func (h *Handler) destroy(c echo.Context, find func(*Queries) (View, error)) err
 		if err != nil {
 			return err
 		}
+		var n *LockNodeRow
+		if v.NodeID != nil {
+			locked, err := q.LockNode(ctx, *v.NodeID)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return db.ErrRestart // the node was deleted, and the allocation with it
+			} else if err != nil {
+				return fmt.Errorf("locking node: %w", err)
+			}
+			n = &locked
+		}
 		a, err := q.LockAllocation(ctx, v.ID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return web.NotFound("Allocation %s could not be found.", v.Uuid)
 		} else if err != nil {
 			return err
 		}
-		if a.NodeID != nil {
-			n, err := q.LockNode(ctx, *a.NodeID)
-			if err != nil {
-				return fmt.Errorf("locking node: %w", err)
-			}
+		if !equalPtr(a.NodeID, v.NodeID) {
+			return db.ErrRestart
+		}
+		if n != nil {
 			if err := CheckDeallocation(n.Uuid, n.ProvisionState, n.TargetProvisionState, n.Maintenance, a.Uuid); err != nil {
 				return err
 			}
 		}
-		return Remover{}.RemoveNodeAllocation(ctx, tx, deref(a.NodeID), a.ID)
+		return q.Deallocate(ctx, a.ID)
 	})
+	if errors.Is(err, db.ErrRestart) {
+		// Still moving after MaxTxAttempts tries: say so instead of a 500.
+		return web.Conflict("Allocation is being changed concurrently; try again.")
+	}
 	if err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+// equalPtr reports whether a and b are both nil or point at equal values.
+func equalPtr[T comparable](a, b *T) bool {
+	return a == b || (a != nil && b != nil && *a == *b)
 }
 
 // updateAllowedStates are the transitional provision states in which Ironic

@@ -257,8 +257,7 @@ func TestPlacementProcessRace(t *testing.T) {
 		name := fmt.Sprintf("c%d", i)
 		me := f.conductor(name)
 		a := f.allocator(name)
-		claimed, err := NewAllocator(f.pool, zaptest.NewLogger(t)).Claim(context.Background(), me, 5)
-		require.NoError(t, err)
+		claimed := claim(t, NewAllocator(f.pool, zaptest.NewLogger(t)), me, 5)
 		for _, c := range claimed {
 			wg.Add(1)
 			go func() {

@@ -39,13 +39,11 @@ SELECT * FROM allocations WHERE id = @id FOR UPDATE;
 -- name: UpdateAllocationNameExtra :exec
 UPDATE allocations SET name = @name, extra = @extra, updated_at = now() WHERE id = @id;
 
--- name: DeleteAllocation :exec
-DELETE FROM allocations WHERE id = @id;
-
--- name: ReleaseNodeOfAllocation :exec
--- Deallocation: the node forgets the allocation and its instance.
-UPDATE nodes SET allocation_id = NULL, instance_uuid = NULL, updated_at = now()
- WHERE allocation_id = @allocation_id;
+-- name: Deallocate :exec
+-- The one deallocation (metalloc_deallocate): the node holding the
+-- allocation forgets it and its instance, and the row is deleted. The caller
+-- locked the node first.
+SELECT metalloc_deallocate(@allocation_id::bigint);
 
 -- name: LockNode :one
 SELECT id, uuid, provision_state, target_provision_state, maintenance, instance_uuid,
@@ -65,71 +63,6 @@ UPDATE nodes
        instance_info = instance_info || jsonb_build_object('traits', @traits::text[]),
        updated_at = now()
  WHERE id = @id;
-
--- name: ClaimAllocations :many
--- Takes up to @batch unowned allocating rows for conductor @me, oldest first,
--- skipping rows another conductor is claiming at the same moment.
-UPDATE allocations a
-   SET conductor_affinity = @me::bigint
- WHERE a.id IN (SELECT u.id FROM allocations u
-                 WHERE u.state = 'allocating' AND u.conductor_affinity IS NULL
-                 ORDER BY u.id
-                 LIMIT @batch FOR UPDATE SKIP LOCKED)
-RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits;
-
--- name: OwnedAllocating :many
--- A conductor's own unfinished rows, resumed at start-up.
-SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
-  FROM allocations a
- WHERE a.state = 'allocating' AND a.conductor_affinity = @me::bigint
- ORDER BY a.id;
-
--- name: DeadOwners :many
--- Conductors other than @me that hold allocating rows and count as dead:
--- offline (a clean stop), or a heartbeat older than @alive_seconds.
-SELECT c.id, c.hostname, c.online, c.heartbeat_at
-  FROM conductors c
- WHERE c.id <> @me::bigint
-   AND (NOT c.online OR c.heartbeat_at < now() - make_interval(secs => @alive_seconds::float8))
-   AND EXISTS (SELECT 1 FROM allocations a
-                WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
- ORDER BY c.id;
-
--- name: AllocatingOf :many
--- The ids of conductor @owner's allocating rows, oldest first.
-SELECT a.id FROM allocations a
- WHERE a.state = 'allocating' AND a.conductor_affinity = @owner::bigint
- ORDER BY a.id
- LIMIT @max_rows;
-
--- name: TakeOver :many
--- Compare-and-set takeover of one allocating row from the dead conductor
--- @dead: it becomes @me's only if it still belongs to @dead and @dead is still
--- dead. No row: another conductor won, @dead came back, or the row is locked
--- right now (SKIP LOCKED: a takeover never waits; the next period retries).
-UPDATE allocations a
-   SET conductor_affinity = @me::bigint, updated_at = now()
- WHERE a.id = (SELECT u.id FROM allocations u
-                WHERE u.id = @id AND u.conductor_affinity = @dead::bigint AND u.state = 'allocating'
-                  FOR UPDATE SKIP LOCKED)
-   AND EXISTS (SELECT 1 FROM conductors c
-                WHERE c.id = @dead::bigint
-                  AND (NOT c.online OR c.heartbeat_at < now() - make_interval(secs => @alive_seconds::float8)))
-RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits;
-
--- name: ReleaseOwned :execrows
--- A stopping conductor hands its unfinished rows back: unowned again, they
--- wake the other conductors (allocations_notify_release) and are claimed at
--- once.
-UPDATE allocations
-   SET conductor_affinity = NULL
- WHERE state = 'allocating' AND conductor_affinity = @me::bigint;
 
 -- name: Reserve :one
 -- One reservation attempt (see metalloc_reserve in the migrations): no row
@@ -171,26 +104,24 @@ UPDATE allocations
  WHERE id = @id AND conductor_affinity = @me::bigint AND state = 'allocating';
 
 -- name: FitStats :one
--- Why nothing fits: how many nodes survive each filter in turn, for last_error.
+-- Why nothing fits: how many nodes survive each filter in turn, for
+-- last_error (the same predicates as metalloc_pick, in the same order).
 WITH rc AS (
-    SELECT n.* FROM nodes n WHERE n.resource_class = @resource_class::text
-), avail AS (
-    SELECT rc.* FROM rc
-     WHERE rc.provision_state = 'available' AND NOT rc.maintenance AND rc.power_state IS NOT NULL
-       AND rc.instance_uuid IS NULL AND rc.allocation_id IS NULL
+    SELECT n.id, n.uuid, n.owner, n.lessee,
+           metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
+                              n.instance_uuid, n.allocation_id) AS free
+      FROM nodes n WHERE n.resource_class = @resource_class::text
 ), cand AS (
-    SELECT avail.* FROM avail
-     WHERE (sqlc.narg(candidates)::uuid[] IS NULL OR avail.uuid = ANY(sqlc.narg(candidates)::uuid[]))
-       AND (sqlc.narg(owner)::text IS NULL OR avail.owner = sqlc.narg(owner)::text OR avail.lessee = sqlc.narg(owner)::text)
-), fit AS (
-    SELECT cand.id FROM cand
-     WHERE cardinality(@traits::text[]) = 0
-        OR @traits::text[] <@ ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = cand.id)
+    SELECT rc.id FROM rc
+     WHERE rc.free AND metalloc_node_in_scope(rc.uuid, rc.owner, rc.lessee,
+                                              sqlc.narg(candidates)::uuid[], sqlc.narg(owner)::text)
 )
 SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
-       (SELECT count(*) FROM avail)::bigint AS available,
+       (SELECT count(*) FROM rc WHERE rc.free)::bigint AS available,
        (SELECT count(*) FROM cand)::bigint AS candidates,
-       (SELECT count(*) FROM fit)::bigint AS fitting;
+       (SELECT count(*) FROM cand
+         WHERE metalloc_node_has_traits(ARRAY(SELECT t.trait FROM node_traits t WHERE t.node_id = cand.id),
+                                        @traits::text[]))::bigint AS fitting;
 
 -- name: NodeIDByUUID :one
 SELECT id FROM nodes WHERE uuid = @uuid;
@@ -204,18 +135,14 @@ SELECT uuid, name FROM nodes WHERE uuid = ANY(@uuids::uuid[]) OR name = ANY(@nam
 
 -- name: FitNodes :many
 -- The Placement backend's database filter over Placement's candidates: those
--- of @uuids that could take an allocation right now (the filters of
--- metalloc_pick, without locking). Placement knows nothing of owners and
+-- of @uuids that could take an allocation right now (metalloc_pick's
+-- predicates, without locking). Placement knows nothing of owners and
 -- lessees, and its view lags behind node changes the tracker has not
 -- mirrored yet.
-SELECT n.uuid FROM nodes n
- WHERE n.uuid = ANY(@uuids::uuid[])
-   AND n.provision_state = 'available' AND NOT n.maintenance
-   AND n.power_state IS NOT NULL AND n.instance_uuid IS NULL AND n.allocation_id IS NULL
-   AND n.resource_class = @resource_class::text
-   AND (sqlc.narg(owner)::text IS NULL OR n.owner = sqlc.narg(owner)::text OR n.lessee = sqlc.narg(owner)::text)
-   AND (cardinality(@traits::text[]) = 0
-        OR @traits::text[] <@ ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = n.id));
+SELECT n.uuid FROM free_nodes n
+ WHERE n.uuid = ANY(@uuids::uuid[]) AND n.resource_class = @resource_class::text
+   AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, sqlc.narg(owner)::text)
+   AND metalloc_node_has_traits(n.traits, @traits::text[]);
 
 -- name: RecordPlacementClaim :exec
 -- The claim intent log: written before PUT /allocations/{consumer}, so that

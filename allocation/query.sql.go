@@ -13,39 +13,6 @@ import (
 	"github.com/google/uuid"
 )
 
-const allocatingOf = `-- name: AllocatingOf :many
-SELECT a.id FROM allocations a
- WHERE a.state = 'allocating' AND a.conductor_affinity = $1::bigint
- ORDER BY a.id
- LIMIT $2
-`
-
-type AllocatingOfParams struct {
-	Owner   int64
-	MaxRows int32
-}
-
-// The ids of conductor @owner's allocating rows, oldest first.
-func (q *Queries) AllocatingOf(ctx context.Context, arg AllocatingOfParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, allocatingOf, arg.Owner, arg.MaxRows)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		items = append(items, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const allocationOwnership = `-- name: AllocationOwnership :one
 SELECT state, conductor_affinity FROM allocations WHERE id = $1
 `
@@ -88,65 +55,6 @@ func (q *Queries) BackfillNode(ctx context.Context, arg BackfillNodeParams) erro
 		arg.ID,
 	)
 	return err
-}
-
-const claimAllocations = `-- name: ClaimAllocations :many
-UPDATE allocations a
-   SET conductor_affinity = $1::bigint
- WHERE a.id IN (SELECT u.id FROM allocations u
-                 WHERE u.state = 'allocating' AND u.conductor_affinity IS NULL
-                 ORDER BY u.id
-                 LIMIT $2 FOR UPDATE SKIP LOCKED)
-RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
-`
-
-type ClaimAllocationsParams struct {
-	Me    int64
-	Batch int32
-}
-
-type ClaimAllocationsRow struct {
-	ID             int64
-	Uuid           uuid.UUID
-	Name           *string
-	ResourceClass  string
-	CandidateNodes []uuid.UUID
-	Owner          *string
-	CreatedAt      time.Time
-	Traits         []string
-}
-
-// Takes up to @batch unowned allocating rows for conductor @me, oldest first,
-// skipping rows another conductor is claiming at the same moment.
-func (q *Queries) ClaimAllocations(ctx context.Context, arg ClaimAllocationsParams) ([]ClaimAllocationsRow, error) {
-	rows, err := q.db.Query(ctx, claimAllocations, arg.Me, arg.Batch)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []ClaimAllocationsRow
-	for rows.Next() {
-		var i ClaimAllocationsRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.Uuid,
-			&i.Name,
-			&i.ResourceClass,
-			&i.CandidateNodes,
-			&i.Owner,
-			&i.CreatedAt,
-			&i.Traits,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const claimReserve = `-- name: ClaimReserve :many
@@ -329,61 +237,15 @@ func (q *Queries) CreateAllocation(ctx context.Context, arg CreateAllocationPara
 	return i, err
 }
 
-const deadOwners = `-- name: DeadOwners :many
-SELECT c.id, c.hostname, c.online, c.heartbeat_at
-  FROM conductors c
- WHERE c.id <> $1::bigint
-   AND (NOT c.online OR c.heartbeat_at < now() - make_interval(secs => $2::float8))
-   AND EXISTS (SELECT 1 FROM allocations a
-                WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
- ORDER BY c.id
+const deallocate = `-- name: Deallocate :exec
+SELECT metalloc_deallocate($1::bigint)
 `
 
-type DeadOwnersParams struct {
-	Me           int64
-	AliveSeconds float64
-}
-
-type DeadOwnersRow struct {
-	ID          int64
-	Hostname    string
-	Online      bool
-	HeartbeatAt time.Time
-}
-
-// Conductors other than @me that hold allocating rows and count as dead:
-// offline (a clean stop), or a heartbeat older than @alive_seconds.
-func (q *Queries) DeadOwners(ctx context.Context, arg DeadOwnersParams) ([]DeadOwnersRow, error) {
-	rows, err := q.db.Query(ctx, deadOwners, arg.Me, arg.AliveSeconds)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []DeadOwnersRow
-	for rows.Next() {
-		var i DeadOwnersRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.Hostname,
-			&i.Online,
-			&i.HeartbeatAt,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const deleteAllocation = `-- name: DeleteAllocation :exec
-DELETE FROM allocations WHERE id = $1
-`
-
-func (q *Queries) DeleteAllocation(ctx context.Context, id int64) error {
-	_, err := q.db.Exec(ctx, deleteAllocation, id)
+// The one deallocation (metalloc_deallocate): the node holding the
+// allocation forgets it and its instance, and the row is deleted. The caller
+// locked the node first.
+func (q *Queries) Deallocate(ctx context.Context, allocationID int64) error {
+	_, err := q.db.Exec(ctx, deallocate, allocationID)
 	return err
 }
 
@@ -409,14 +271,10 @@ func (q *Queries) FailAllocation(ctx context.Context, arg FailAllocationParams) 
 }
 
 const fitNodes = `-- name: FitNodes :many
-SELECT n.uuid FROM nodes n
- WHERE n.uuid = ANY($1::uuid[])
-   AND n.provision_state = 'available' AND NOT n.maintenance
-   AND n.power_state IS NOT NULL AND n.instance_uuid IS NULL AND n.allocation_id IS NULL
-   AND n.resource_class = $2::text
-   AND ($3::text IS NULL OR n.owner = $3::text OR n.lessee = $3::text)
-   AND (cardinality($4::text[]) = 0
-        OR $4::text[] <@ ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = n.id))
+SELECT n.uuid FROM free_nodes n
+ WHERE n.uuid = ANY($1::uuid[]) AND n.resource_class = $2::text
+   AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, $3::text)
+   AND metalloc_node_has_traits(n.traits, $4::text[])
 `
 
 type FitNodesParams struct {
@@ -427,8 +285,8 @@ type FitNodesParams struct {
 }
 
 // The Placement backend's database filter over Placement's candidates: those
-// of @uuids that could take an allocation right now (the filters of
-// metalloc_pick, without locking). Placement knows nothing of owners and
+// of @uuids that could take an allocation right now (metalloc_pick's
+// predicates, without locking). Placement knows nothing of owners and
 // lessees, and its view lags behind node changes the tracker has not
 // mirrored yet.
 func (q *Queries) FitNodes(ctx context.Context, arg FitNodesParams) ([]uuid.UUID, error) {
@@ -458,31 +316,28 @@ func (q *Queries) FitNodes(ctx context.Context, arg FitNodesParams) ([]uuid.UUID
 
 const fitStats = `-- name: FitStats :one
 WITH rc AS (
-    SELECT n.id, n.uuid, n.name, n.driver, n.resource_class, n.provision_state, n.target_provision_state, n.provision_updated_at, n.power_state, n.target_power_state, n.maintenance, n.maintenance_reason, n.fault, n.last_error, n.instance_uuid, n.allocation_id, n.owner, n.lessee, n.description, n.conductor_group, n.reservation, n.protected, n.protected_reason, n.retired, n.retired_reason, n.automated_clean, n.console_enabled, n.shard, n.properties, n.extra, n.instance_info, n.driver_info, n.driver_internal_info, n.interfaces, n.network_data, n.raid_config, n.target_raid_config, n.created_at, n.updated_at FROM nodes n WHERE n.resource_class = $1::text
-), avail AS (
-    SELECT rc.id, rc.uuid, rc.name, rc.driver, rc.resource_class, rc.provision_state, rc.target_provision_state, rc.provision_updated_at, rc.power_state, rc.target_power_state, rc.maintenance, rc.maintenance_reason, rc.fault, rc.last_error, rc.instance_uuid, rc.allocation_id, rc.owner, rc.lessee, rc.description, rc.conductor_group, rc.reservation, rc.protected, rc.protected_reason, rc.retired, rc.retired_reason, rc.automated_clean, rc.console_enabled, rc.shard, rc.properties, rc.extra, rc.instance_info, rc.driver_info, rc.driver_internal_info, rc.interfaces, rc.network_data, rc.raid_config, rc.target_raid_config, rc.created_at, rc.updated_at FROM rc
-     WHERE rc.provision_state = 'available' AND NOT rc.maintenance AND rc.power_state IS NOT NULL
-       AND rc.instance_uuid IS NULL AND rc.allocation_id IS NULL
+    SELECT n.id, n.uuid, n.owner, n.lessee,
+           metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
+                              n.instance_uuid, n.allocation_id) AS free
+      FROM nodes n WHERE n.resource_class = $2::text
 ), cand AS (
-    SELECT avail.id, avail.uuid, avail.name, avail.driver, avail.resource_class, avail.provision_state, avail.target_provision_state, avail.provision_updated_at, avail.power_state, avail.target_power_state, avail.maintenance, avail.maintenance_reason, avail.fault, avail.last_error, avail.instance_uuid, avail.allocation_id, avail.owner, avail.lessee, avail.description, avail.conductor_group, avail.reservation, avail.protected, avail.protected_reason, avail.retired, avail.retired_reason, avail.automated_clean, avail.console_enabled, avail.shard, avail.properties, avail.extra, avail.instance_info, avail.driver_info, avail.driver_internal_info, avail.interfaces, avail.network_data, avail.raid_config, avail.target_raid_config, avail.created_at, avail.updated_at FROM avail
-     WHERE ($2::uuid[] IS NULL OR avail.uuid = ANY($2::uuid[]))
-       AND ($3::text IS NULL OR avail.owner = $3::text OR avail.lessee = $3::text)
-), fit AS (
-    SELECT cand.id FROM cand
-     WHERE cardinality($4::text[]) = 0
-        OR $4::text[] <@ ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = cand.id)
+    SELECT rc.id FROM rc
+     WHERE rc.free AND metalloc_node_in_scope(rc.uuid, rc.owner, rc.lessee,
+                                              $3::uuid[], $4::text)
 )
 SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
-       (SELECT count(*) FROM avail)::bigint AS available,
+       (SELECT count(*) FROM rc WHERE rc.free)::bigint AS available,
        (SELECT count(*) FROM cand)::bigint AS candidates,
-       (SELECT count(*) FROM fit)::bigint AS fitting
+       (SELECT count(*) FROM cand
+         WHERE metalloc_node_has_traits(ARRAY(SELECT t.trait FROM node_traits t WHERE t.node_id = cand.id),
+                                        $1::text[]))::bigint AS fitting
 `
 
 type FitStatsParams struct {
+	Traits        []string
 	ResourceClass string
 	Candidates    []uuid.UUID
 	Owner         *string
-	Traits        []string
 }
 
 type FitStatsRow struct {
@@ -492,13 +347,14 @@ type FitStatsRow struct {
 	Fitting    int64
 }
 
-// Why nothing fits: how many nodes survive each filter in turn, for last_error.
+// Why nothing fits: how many nodes survive each filter in turn, for
+// last_error (the same predicates as metalloc_pick, in the same order).
 func (q *Queries) FitStats(ctx context.Context, arg FitStatsParams) (FitStatsRow, error) {
 	row := q.db.QueryRow(ctx, fitStats,
+		arg.Traits,
 		arg.ResourceClass,
 		arg.Candidates,
 		arg.Owner,
-		arg.Traits,
 	)
 	var i FitStatsRow
 	err := row.Scan(
@@ -778,56 +634,6 @@ func (q *Queries) NodeTraits(ctx context.Context, nodeID int64) ([]string, error
 	return items, nil
 }
 
-const ownedAllocating = `-- name: OwnedAllocating :many
-SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
-  FROM allocations a
- WHERE a.state = 'allocating' AND a.conductor_affinity = $1::bigint
- ORDER BY a.id
-`
-
-type OwnedAllocatingRow struct {
-	ID             int64
-	Uuid           uuid.UUID
-	Name           *string
-	ResourceClass  string
-	CandidateNodes []uuid.UUID
-	Owner          *string
-	CreatedAt      time.Time
-	Traits         []string
-}
-
-// A conductor's own unfinished rows, resumed at start-up.
-func (q *Queries) OwnedAllocating(ctx context.Context, me int64) ([]OwnedAllocatingRow, error) {
-	rows, err := q.db.Query(ctx, ownedAllocating, me)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []OwnedAllocatingRow
-	for rows.Next() {
-		var i OwnedAllocatingRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.Uuid,
-			&i.Name,
-			&i.ResourceClass,
-			&i.CandidateNodes,
-			&i.Owner,
-			&i.CreatedAt,
-			&i.Traits,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const recordPlacementClaim = `-- name: RecordPlacementClaim :exec
 INSERT INTO placement_claims (consumer_uuid, provider_uuid)
 VALUES ($1, $2)
@@ -846,34 +652,6 @@ type RecordPlacementClaimParams struct {
 func (q *Queries) RecordPlacementClaim(ctx context.Context, arg RecordPlacementClaimParams) error {
 	_, err := q.db.Exec(ctx, recordPlacementClaim, arg.ConsumerUuid, arg.ProviderUuid)
 	return err
-}
-
-const releaseNodeOfAllocation = `-- name: ReleaseNodeOfAllocation :exec
-UPDATE nodes SET allocation_id = NULL, instance_uuid = NULL, updated_at = now()
- WHERE allocation_id = $1
-`
-
-// Deallocation: the node forgets the allocation and its instance.
-func (q *Queries) ReleaseNodeOfAllocation(ctx context.Context, allocationID *int64) error {
-	_, err := q.db.Exec(ctx, releaseNodeOfAllocation, allocationID)
-	return err
-}
-
-const releaseOwned = `-- name: ReleaseOwned :execrows
-UPDATE allocations
-   SET conductor_affinity = NULL
- WHERE state = 'allocating' AND conductor_affinity = $1::bigint
-`
-
-// A stopping conductor hands its unfinished rows back: unowned again, they
-// wake the other conductors (allocations_notify_release) and are claimed at
-// once.
-func (q *Queries) ReleaseOwned(ctx context.Context, me int64) (int64, error) {
-	result, err := q.db.Exec(ctx, releaseOwned, me)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
 }
 
 const reserve = `-- name: Reserve :one
@@ -944,76 +722,6 @@ func (q *Queries) ResolveNodes(ctx context.Context, arg ResolveNodesParams) ([]R
 	for rows.Next() {
 		var i ResolveNodesRow
 		if err := rows.Scan(&i.Uuid, &i.Name); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const takeOver = `-- name: TakeOver :many
-UPDATE allocations a
-   SET conductor_affinity = $1::bigint, updated_at = now()
- WHERE a.id = (SELECT u.id FROM allocations u
-                WHERE u.id = $2 AND u.conductor_affinity = $3::bigint AND u.state = 'allocating'
-                  FOR UPDATE SKIP LOCKED)
-   AND EXISTS (SELECT 1 FROM conductors c
-                WHERE c.id = $3::bigint
-                  AND (NOT c.online OR c.heartbeat_at < now() - make_interval(secs => $4::float8)))
-RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
-`
-
-type TakeOverParams struct {
-	Me           int64
-	ID           int64
-	Dead         int64
-	AliveSeconds float64
-}
-
-type TakeOverRow struct {
-	ID             int64
-	Uuid           uuid.UUID
-	Name           *string
-	ResourceClass  string
-	CandidateNodes []uuid.UUID
-	Owner          *string
-	CreatedAt      time.Time
-	Traits         []string
-}
-
-// Compare-and-set takeover of one allocating row from the dead conductor
-// @dead: it becomes @me's only if it still belongs to @dead and @dead is still
-// dead. No row: another conductor won, @dead came back, or the row is locked
-// right now (SKIP LOCKED: a takeover never waits; the next period retries).
-func (q *Queries) TakeOver(ctx context.Context, arg TakeOverParams) ([]TakeOverRow, error) {
-	rows, err := q.db.Query(ctx, takeOver,
-		arg.Me,
-		arg.ID,
-		arg.Dead,
-		arg.AliveSeconds,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []TakeOverRow
-	for rows.Next() {
-		var i TakeOverRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.Uuid,
-			&i.Name,
-			&i.ResourceClass,
-			&i.CandidateNodes,
-			&i.Owner,
-			&i.CreatedAt,
-			&i.Traits,
-		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

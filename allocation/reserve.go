@@ -70,21 +70,6 @@ func NewAllocator(pool *pgxpool.Pool, log *zap.Logger) *Allocator {
 	return &Allocator{pool: pool, q: New(pool), log: log, LockedWait: 2 * time.Second, LockedBackoff: 5 * time.Millisecond}
 }
 
-// Claim takes up to batch unowned allocating rows for conductor me (FOR
-// UPDATE SKIP LOCKED: concurrent conductors never get the same row and never
-// wait for each other).
-func (a *Allocator) Claim(ctx context.Context, me int64, batch int) ([]Claimed, error) {
-	rows, err := a.q.ClaimAllocations(ctx, ClaimAllocationsParams{Me: me, Batch: int32(batch)})
-	if err != nil {
-		return nil, fmt.Errorf("claiming allocations: %w", err)
-	}
-	out := make([]Claimed, len(rows))
-	for i, r := range rows {
-		out[i] = Claimed{r.ID, r.Uuid, r.Name, r.ResourceClass, r.CandidateNodes, r.Owner, r.Traits, r.CreatedAt}
-	}
-	return out, nil
-}
-
 // ErrClaimedUnread is wrapped by ClaimReserve's error when rows were claimed
 // but could not be read back (the database went away): they stay allocating
 // and owned by the caller, who must resume them (Owned).
@@ -130,20 +115,6 @@ func (a *Allocator) ClaimReserve(ctx context.Context, me int64, batch int) (rese
 		rest = append(rest, Claimed{r.ID, r.Uuid, r.Name, r.ResourceClass, r.CandidateNodes, r.Owner, r.Traits, r.CreatedAt})
 	}
 	return reserved, rest, nil
-}
-
-// Owned returns conductor me's unfinished allocations (resumed at start-up
-// and after a takeover).
-func (a *Allocator) Owned(ctx context.Context, me int64) ([]Claimed, error) {
-	rows, err := a.q.OwnedAllocating(ctx, me)
-	if err != nil {
-		return nil, fmt.Errorf("listing owned allocations: %w", err)
-	}
-	out := make([]Claimed, len(rows))
-	for i, r := range rows {
-		out[i] = Claimed{r.ID, r.Uuid, r.Name, r.ResourceClass, r.CandidateNodes, r.Owner, r.Traits, r.CreatedAt}
-	}
-	return out, nil
 }
 
 // Process reserves a node for c on behalf of conductor me, or moves c to error

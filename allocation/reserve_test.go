@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -67,12 +68,31 @@ func (f *fixture) get(id int64) View {
 	return v
 }
 
+// claim takes up to n unowned allocating rows for conductor me, as
+// conductor.Rows.Claim does, so that tests can drive Process (the slow path)
+// themselves.
+func claim(t *testing.T, a *Allocator, me int64, n int) []Claimed {
+	ctx := context.Background()
+	rows, err := a.pool.Query(ctx, `UPDATE allocations SET conductor_affinity = $1
+		 WHERE id IN (SELECT id FROM allocations WHERE state = 'allocating' AND conductor_affinity IS NULL
+		               ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id`, me, n)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	got, err := a.q.ClaimedAllocating(ctx, ClaimedAllocatingParams{Ids: ids, Me: me})
+	require.NoError(t, err)
+	out := make([]Claimed, len(got))
+	for i, r := range got {
+		out[i] = Claimed{r.ID, r.Uuid, r.Name, r.ResourceClass, r.CandidateNodes, r.Owner, r.Traits, r.CreatedAt}
+	}
+	return out
+}
+
 // drain claims and processes until nothing is left, as one conductor.
 func drain(t *testing.T, a *Allocator, me int64) {
 	ctx := context.Background()
 	for {
-		claimed, err := a.Claim(ctx, me, 4)
-		require.NoError(t, err)
+		claimed := claim(t, a, me, 4)
 		if len(claimed) == 0 {
 			return
 		}
@@ -177,8 +197,7 @@ func TestProcessIsGuardedByConductorAffinity(t *testing.T) {
 	row := f.allocation(nil, "gold")
 	a := NewAllocator(f.pool, zaptest.NewLogger(t))
 	me, other := f.conductor("slow"), f.conductor("new-owner")
-	claimed, err := a.Claim(context.Background(), me, 1)
-	require.NoError(t, err)
+	claimed := claim(t, a, me, 1)
 	require.Len(t, claimed, 1)
 	// Another conductor takes the row over while "slow" is paused.
 	tag, err := f.pool.Exec(context.Background(),

@@ -151,15 +151,15 @@ func (c Config) Validate() error {
 // Service is one conductor: it claims and processes allocations, and takes
 // over the rows of dead conductors. Create with NewService, then Run.
 type Service struct {
-	cfg   Config
-	pool  *pgxpool.Pool
-	q     *Queries
-	alloc *allocation.Allocator
-	// proc processes claimed rows: alloc (database backend) or the
-	// Placement backend's allocator.
-	proc processor
-	log  *zap.Logger
-	id   int64
+	cfg  Config
+	pool *pgxpool.Pool
+	q    *Queries
+	// rows changes who owns allocation rows (claim, takeover, release).
+	rows *Rows
+	// backend reserves nodes for owned rows.
+	backend Backend
+	log     *zap.Logger
+	id      int64
 
 	// OnReady, when set, is called once the conductor is registered and
 	// listening (used for sd_notify and tests).
@@ -191,24 +191,23 @@ func NewService(cfg Config, pool *pgxpool.Pool, log *zap.Logger) (*Service, erro
 		return nil, err
 	}
 	log = log.With(zap.String("conductor", cfg.Hostname))
-	alloc := allocation.NewAllocator(pool, log)
-	alloc.LockedWait = cfg.LockedNodeWait
-	var proc processor = alloc
-	if cfg.Backend == BackendPlacement {
-		proc = allocation.NewPlacementAllocator(pool, cfg.Placement, allocation.PlacementConfig{
+	q := New(pool)
+	rows := NewRows(q, cfg.HeartbeatTimeout)
+	var backend Backend
+	switch cfg.Backend {
+	case BackendPlacement:
+		backend = placementBackend{allocation.NewPlacementAllocator(pool, cfg.Placement, allocation.PlacementConfig{
 			Hostname: cfg.Hostname, MaxAlternates: cfg.PlacementMaxAlternates, MaxAttempts: cfg.PlacementMaxAttempts,
-		}, log)
+		}, log), rows}
+	default:
+		alloc := allocation.NewAllocator(pool, log)
+		alloc.LockedWait = cfg.LockedNodeWait
+		backend = databaseBackend{alloc}
 	}
 	return &Service{
-		cfg: cfg, pool: pool, q: New(pool), alloc: alloc, proc: proc, log: log,
+		cfg: cfg, pool: pool, q: q, rows: rows, backend: backend, log: log,
 		queue: make(chan allocation.Claimed, queueSize),
 	}, nil
-}
-
-// processor processes one claimed allocation (Allocator.Process's
-// contract): allocation.Allocator or allocation.PlacementAllocator.
-type processor interface {
-	Process(ctx context.Context, me int64, c allocation.Claimed) (allocation.Outcome, error)
 }
 
 // maxBackoff caps a worker's wait between attempts while the database is
@@ -289,7 +288,7 @@ func (c *Service) Run(ctx context.Context) error {
 	bg.Wait()
 	offCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if n, err := c.alloc.ReleaseOwned(offCtx, id); err != nil {
+	if n, err := c.rows.Release(offCtx, id); err != nil {
 		c.log.Warn("could not release unfinished allocations; peers will take them over", zap.Error(err))
 	} else if n > 0 {
 		c.log.Info("released unfinished allocations to the other conductors", zap.Int64("count", n))
@@ -413,7 +412,7 @@ func (c *Service) enqueue(a allocation.Claimed) {
 // requeueOwned queues this conductor's allocating rows that are not in
 // flight: rows left by a restart, a database outage or a full queue.
 func (c *Service) requeueOwned(ctx context.Context) {
-	owned, err := c.alloc.Owned(ctx, c.id)
+	owned, err := c.rows.Owned(ctx, c.id)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("listing owned allocations to resume", zap.Error(err))
@@ -429,28 +428,11 @@ func (c *Service) requeueOwned(ctx context.Context) {
 	}
 }
 
-// claim takes up to n rows. With the placement backend it only claims them
-// and processes each through Placement. Otherwise, the fast path claims and reserves in one
-// transaction; rows that found no free node there are processed here, one by
-// one. If the fast path fails as a whole (say, a constraint race), it falls
-// back to claiming only and reserving row by row. It returns how many rows
-// were claimed.
+// claim takes up to n rows through the backend and processes here, one by
+// one, the claimed rows it could not reserve at once. It returns how many
+// rows were claimed.
 func (c *Service) claim(ctx, procCtx context.Context, n int) (got int, err error) {
-	if c.cfg.Backend == BackendPlacement {
-		// No fast path: every node is claimed in Placement first.
-		rest, err := c.alloc.Claim(ctx, c.id, n)
-		if err != nil {
-			return 0, err
-		}
-		c.Metrics.claimed(len(rest))
-		for _, a := range rest {
-			if c.track(a.ID) {
-				c.process(procCtx, a)
-			}
-		}
-		return len(rest), nil
-	}
-	reserved, rest, err := c.alloc.ClaimReserve(ctx, c.id, n)
+	reserved, rest, err := c.backend.Claim(ctx, c.id, n)
 	if errors.Is(err, allocation.ErrClaimedUnread) {
 		// Claimed but not read back: resume them once the database answers.
 		c.needResume.Store(true)
@@ -458,13 +440,7 @@ func (c *Service) claim(ctx, procCtx context.Context, n int) (got int, err error
 		err = nil
 	}
 	if err != nil {
-		if db.IsUnavailable(err) || ctx.Err() != nil {
-			return 0, err
-		}
-		c.log.Warn("batch reservation failed; claiming for row-by-row reservation", zap.Error(err))
-		if rest, err = c.alloc.Claim(ctx, c.id, n); err != nil {
-			return 0, err
-		}
+		return 0, err
 	}
 	c.Metrics.claimed(len(reserved) + len(rest))
 	for _, a := range reserved {
@@ -485,7 +461,7 @@ func (c *Service) claim(ctx, procCtx context.Context, n int) (got int, err error
 // for a resume.
 func (c *Service) process(ctx context.Context, a allocation.Claimed) {
 	defer c.inflight.Delete(a.ID)
-	out, err := c.proc.Process(ctx, c.id, a)
+	out, err := c.backend.Process(ctx, c.id, a)
 	if err != nil {
 		c.log.Warn("allocation left for a retry", zap.Stringer("allocation", a.UUID), zap.Error(err))
 		c.needResume.Store(true)

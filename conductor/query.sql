@@ -8,7 +8,7 @@ ON CONFLICT (hostname) DO UPDATE
    SET conductor_group = EXCLUDED.conductor_group, drivers = EXCLUDED.drivers,
        version = EXCLUDED.version, online = true, started_at = now(),
        heartbeat_at = now(), updated_at = now()
- WHERE NOT (c.online AND c.heartbeat_at > now() - make_interval(secs => @alive_seconds::float8))
+ WHERE NOT metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8)
 RETURNING c.id;
 
 -- name: Heartbeat :execrows
@@ -16,6 +16,78 @@ UPDATE conductors SET heartbeat_at = now(), online = true WHERE id = @id;
 
 -- name: GoOffline :exec
 UPDATE conductors SET online = false, updated_at = now() WHERE id = @id;
+
+-- Allocation rows from a conductor's point of view (rows.go): claim, owned,
+-- dead owners, takeover, release. Every statement that changes
+-- conductor_affinity is here; the outcome writes (reserve, fail) are the
+-- reservation backends', each guarded by conductor_affinity = me AND
+-- state = 'allocating'.
+
+-- name: ClaimAllocations :many
+-- Takes up to @batch unowned allocating rows for conductor @me, oldest first,
+-- skipping rows another conductor is claiming at the same moment (backends
+-- without a claim-and-reserve fast path).
+UPDATE allocations a
+   SET conductor_affinity = @me::bigint
+ WHERE a.id IN (SELECT u.id FROM allocations u
+                 WHERE u.state = 'allocating' AND u.conductor_affinity IS NULL
+                 ORDER BY u.id
+                 LIMIT @batch FOR UPDATE SKIP LOCKED)
+RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
+          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
+             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits;
+
+-- name: OwnedAllocating :many
+-- A conductor's own unfinished rows, resumed at start-up and after outages.
+SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
+       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
+          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
+  FROM allocations a
+ WHERE a.state = 'allocating' AND a.conductor_affinity = @me::bigint
+ ORDER BY a.id;
+
+-- name: DeadOwners :many
+-- Conductors other than @me that hold allocating rows and are dead
+-- (metalloc_conductor_alive with @alive_seconds).
+SELECT c.id, c.hostname, c.online, c.heartbeat_at
+  FROM conductors c
+ WHERE c.id <> @me::bigint
+   AND NOT metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8)
+   AND EXISTS (SELECT 1 FROM allocations a
+                WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
+ ORDER BY c.id;
+
+-- name: AllocatingOf :many
+-- The ids of conductor @owner's allocating rows, oldest first.
+SELECT a.id FROM allocations a
+ WHERE a.state = 'allocating' AND a.conductor_affinity = @owner::bigint
+ ORDER BY a.id
+ LIMIT @max_rows;
+
+-- name: TakeOver :many
+-- Compare-and-set takeover of one allocating row from the dead conductor
+-- @dead: it becomes @me's only if it still belongs to @dead and @dead is still
+-- dead. No row: another conductor won, @dead came back, or the row is locked
+-- right now (SKIP LOCKED: a takeover never waits; the next period retries).
+UPDATE allocations a
+   SET conductor_affinity = @me::bigint, updated_at = now()
+ WHERE a.id = (SELECT u.id FROM allocations u
+                WHERE u.id = @id AND u.conductor_affinity = @dead::bigint AND u.state = 'allocating'
+                  FOR UPDATE SKIP LOCKED)
+   AND EXISTS (SELECT 1 FROM conductors c
+                WHERE c.id = @dead::bigint
+                  AND NOT metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8))
+RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
+          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
+             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits;
+
+-- name: ReleaseOwned :execrows
+-- A stopping conductor hands its unfinished rows back: unowned again, they
+-- wake the other conductors (allocations_notify_release) and are claimed at
+-- once.
+UPDATE allocations
+   SET conductor_affinity = NULL
+ WHERE state = 'allocating' AND conductor_affinity = @me::bigint;
 
 -- name: ConductorByHostname :one
 SELECT * FROM conductors WHERE hostname = @hostname;
@@ -28,7 +100,7 @@ SELECT * FROM conductors WHERE hostname = @hostname;
 -- what Ironic's conductor updated_at records.
 SELECT c.id, c.hostname, c.conductor_group, c.drivers, c.created_at,
        greatest(c.heartbeat_at, c.updated_at)::timestamptz AS updated_at,
-       (c.online AND c.heartbeat_at > now() - make_interval(secs => @alive_seconds::float8))::bool AS alive
+       metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8)::bool AS alive
   FROM conductors c
  WHERE c.hostname = @hostname;
 
@@ -43,7 +115,7 @@ SELECT c.id, c.hostname, c.conductor_group, c.drivers, c.created_at,
 WITH keyed AS (
     SELECT c.id, c.hostname, c.conductor_group, c.drivers, c.created_at,
            greatest(c.heartbeat_at, c.updated_at) AS touched_at,
-           (c.online AND c.heartbeat_at > now() - make_interval(secs => @alive_seconds::float8)) AS alive,
+           metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8) AS alive,
            coalesce(CASE @sort_key::text WHEN 'hostname' THEN c.hostname
                                          WHEN 'conductor_group' THEN c.conductor_group
                                          WHEN 'version' THEN c.version END, '') AS k_text,
@@ -78,8 +150,8 @@ SELECT k.id, k.hostname, k.conductor_group, k.drivers, k.created_at,
 SELECT n.uuid,
        coalesce(n.name, n.uuid::text)::text AS name,
        coalesce(n.resource_class, '')::text AS resource_class,
-       (NOT n.maintenance AND n.provision_state = 'available'
-            AND n.instance_uuid IS NULL AND n.power_state IS NOT NULL)::bool AS available,
+       metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
+                          n.instance_uuid, n.allocation_id)::bool AS available,
        -- Otherwise available, but holding the allocation the placement
        -- backend claimed in Placement for it: that claim already uses the
        -- node's whole inventory, so there is nothing to reserve.

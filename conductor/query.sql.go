@@ -12,6 +12,105 @@ import (
 	"github.com/google/uuid"
 )
 
+const allocatingOf = `-- name: AllocatingOf :many
+SELECT a.id FROM allocations a
+ WHERE a.state = 'allocating' AND a.conductor_affinity = $1::bigint
+ ORDER BY a.id
+ LIMIT $2
+`
+
+type AllocatingOfParams struct {
+	Owner   int64
+	MaxRows int32
+}
+
+// The ids of conductor @owner's allocating rows, oldest first.
+func (q *Queries) AllocatingOf(ctx context.Context, arg AllocatingOfParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, allocatingOf, arg.Owner, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const claimAllocations = `-- name: ClaimAllocations :many
+
+UPDATE allocations a
+   SET conductor_affinity = $1::bigint
+ WHERE a.id IN (SELECT u.id FROM allocations u
+                 WHERE u.state = 'allocating' AND u.conductor_affinity IS NULL
+                 ORDER BY u.id
+                 LIMIT $2 FOR UPDATE SKIP LOCKED)
+RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
+          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
+             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
+`
+
+type ClaimAllocationsParams struct {
+	Me    int64
+	Batch int32
+}
+
+type ClaimAllocationsRow struct {
+	ID             int64
+	Uuid           uuid.UUID
+	Name           *string
+	ResourceClass  string
+	CandidateNodes []uuid.UUID
+	Owner          *string
+	CreatedAt      time.Time
+	Traits         []string
+}
+
+// Allocation rows from a conductor's point of view (rows.go): claim, owned,
+// dead owners, takeover, release. Every statement that changes
+// conductor_affinity is here; the outcome writes (reserve, fail) are the
+// reservation backends', each guarded by conductor_affinity = me AND
+// state = 'allocating'.
+// Takes up to @batch unowned allocating rows for conductor @me, oldest first,
+// skipping rows another conductor is claiming at the same moment (backends
+// without a claim-and-reserve fast path).
+func (q *Queries) ClaimAllocations(ctx context.Context, arg ClaimAllocationsParams) ([]ClaimAllocationsRow, error) {
+	rows, err := q.db.Query(ctx, claimAllocations, arg.Me, arg.Batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimAllocationsRow
+	for rows.Next() {
+		var i ClaimAllocationsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.Name,
+			&i.ResourceClass,
+			&i.CandidateNodes,
+			&i.Owner,
+			&i.CreatedAt,
+			&i.Traits,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const claimsOfProvider = `-- name: ClaimsOfProvider :many
 SELECT consumer_uuid FROM placement_claims WHERE provider_uuid = $1 ORDER BY consumer_uuid
 `
@@ -61,7 +160,7 @@ func (q *Queries) ConductorByHostname(ctx context.Context, hostname string) (Rec
 const conductorDoc = `-- name: ConductorDoc :one
 SELECT c.id, c.hostname, c.conductor_group, c.drivers, c.created_at,
        greatest(c.heartbeat_at, c.updated_at)::timestamptz AS updated_at,
-       (c.online AND c.heartbeat_at > now() - make_interval(secs => $1::float8))::bool AS alive
+       metalloc_conductor_alive(c.online, c.heartbeat_at, $1::float8)::bool AS alive
   FROM conductors c
  WHERE c.hostname = $2
 `
@@ -99,6 +198,55 @@ func (q *Queries) ConductorDoc(ctx context.Context, arg ConductorDocParams) (Con
 		&i.Alive,
 	)
 	return i, err
+}
+
+const deadOwners = `-- name: DeadOwners :many
+SELECT c.id, c.hostname, c.online, c.heartbeat_at
+  FROM conductors c
+ WHERE c.id <> $1::bigint
+   AND NOT metalloc_conductor_alive(c.online, c.heartbeat_at, $2::float8)
+   AND EXISTS (SELECT 1 FROM allocations a
+                WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
+ ORDER BY c.id
+`
+
+type DeadOwnersParams struct {
+	Me           int64
+	AliveSeconds float64
+}
+
+type DeadOwnersRow struct {
+	ID          int64
+	Hostname    string
+	Online      bool
+	HeartbeatAt time.Time
+}
+
+// Conductors other than @me that hold allocating rows and are dead
+// (metalloc_conductor_alive with @alive_seconds).
+func (q *Queries) DeadOwners(ctx context.Context, arg DeadOwnersParams) ([]DeadOwnersRow, error) {
+	rows, err := q.db.Query(ctx, deadOwners, arg.Me, arg.AliveSeconds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DeadOwnersRow
+	for rows.Next() {
+		var i DeadOwnersRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Hostname,
+			&i.Online,
+			&i.HeartbeatAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const deletePlacementClaim = `-- name: DeletePlacementClaim :exec
@@ -197,7 +345,7 @@ const listConductors = `-- name: ListConductors :many
 WITH keyed AS (
     SELECT c.id, c.hostname, c.conductor_group, c.drivers, c.created_at,
            greatest(c.heartbeat_at, c.updated_at) AS touched_at,
-           (c.online AND c.heartbeat_at > now() - make_interval(secs => $4::float8)) AS alive,
+           metalloc_conductor_alive(c.online, c.heartbeat_at, $4::float8) AS alive,
            coalesce(CASE $5::text WHEN 'hostname' THEN c.hostname
                                          WHEN 'conductor_group' THEN c.conductor_group
                                          WHEN 'version' THEN c.version END, '') AS k_text,
@@ -319,6 +467,56 @@ func (q *Queries) OrphanPlacementSynced(ctx context.Context) ([]uuid.UUID, error
 	return items, nil
 }
 
+const ownedAllocating = `-- name: OwnedAllocating :many
+SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
+       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
+          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
+  FROM allocations a
+ WHERE a.state = 'allocating' AND a.conductor_affinity = $1::bigint
+ ORDER BY a.id
+`
+
+type OwnedAllocatingRow struct {
+	ID             int64
+	Uuid           uuid.UUID
+	Name           *string
+	ResourceClass  string
+	CandidateNodes []uuid.UUID
+	Owner          *string
+	CreatedAt      time.Time
+	Traits         []string
+}
+
+// A conductor's own unfinished rows, resumed at start-up and after outages.
+func (q *Queries) OwnedAllocating(ctx context.Context, me int64) ([]OwnedAllocatingRow, error) {
+	rows, err := q.db.Query(ctx, ownedAllocating, me)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OwnedAllocatingRow
+	for rows.Next() {
+		var i OwnedAllocatingRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.Name,
+			&i.ResourceClass,
+			&i.CandidateNodes,
+			&i.Owner,
+			&i.CreatedAt,
+			&i.Traits,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const placementProviderUUIDs = `-- name: PlacementProviderUUIDs :many
 SELECT node_uuid AS uuid FROM placement_synced
 UNION
@@ -354,7 +552,7 @@ ON CONFLICT (hostname) DO UPDATE
    SET conductor_group = EXCLUDED.conductor_group, drivers = EXCLUDED.drivers,
        version = EXCLUDED.version, online = true, started_at = now(),
        heartbeat_at = now(), updated_at = now()
- WHERE NOT (c.online AND c.heartbeat_at > now() - make_interval(secs => $5::float8))
+ WHERE NOT metalloc_conductor_alive(c.online, c.heartbeat_at, $5::float8)
 RETURNING c.id
 `
 
@@ -399,12 +597,99 @@ func (q *Queries) RegisterTracker(ctx context.Context, arg RegisterTrackerParams
 	return err
 }
 
+const releaseOwned = `-- name: ReleaseOwned :execrows
+UPDATE allocations
+   SET conductor_affinity = NULL
+ WHERE state = 'allocating' AND conductor_affinity = $1::bigint
+`
+
+// A stopping conductor hands its unfinished rows back: unowned again, they
+// wake the other conductors (allocations_notify_release) and are claimed at
+// once.
+func (q *Queries) ReleaseOwned(ctx context.Context, me int64) (int64, error) {
+	result, err := q.db.Exec(ctx, releaseOwned, me)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const takeOver = `-- name: TakeOver :many
+UPDATE allocations a
+   SET conductor_affinity = $1::bigint, updated_at = now()
+ WHERE a.id = (SELECT u.id FROM allocations u
+                WHERE u.id = $2 AND u.conductor_affinity = $3::bigint AND u.state = 'allocating'
+                  FOR UPDATE SKIP LOCKED)
+   AND EXISTS (SELECT 1 FROM conductors c
+                WHERE c.id = $3::bigint
+                  AND NOT metalloc_conductor_alive(c.online, c.heartbeat_at, $4::float8))
+RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
+          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
+             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
+`
+
+type TakeOverParams struct {
+	Me           int64
+	ID           int64
+	Dead         int64
+	AliveSeconds float64
+}
+
+type TakeOverRow struct {
+	ID             int64
+	Uuid           uuid.UUID
+	Name           *string
+	ResourceClass  string
+	CandidateNodes []uuid.UUID
+	Owner          *string
+	CreatedAt      time.Time
+	Traits         []string
+}
+
+// Compare-and-set takeover of one allocating row from the dead conductor
+// @dead: it becomes @me's only if it still belongs to @dead and @dead is still
+// dead. No row: another conductor won, @dead came back, or the row is locked
+// right now (SKIP LOCKED: a takeover never waits; the next period retries).
+func (q *Queries) TakeOver(ctx context.Context, arg TakeOverParams) ([]TakeOverRow, error) {
+	rows, err := q.db.Query(ctx, takeOver,
+		arg.Me,
+		arg.ID,
+		arg.Dead,
+		arg.AliveSeconds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TakeOverRow
+	for rows.Next() {
+		var i TakeOverRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.Name,
+			&i.ResourceClass,
+			&i.CandidateNodes,
+			&i.Owner,
+			&i.CreatedAt,
+			&i.Traits,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const trackerNodes = `-- name: TrackerNodes :many
 SELECT n.uuid,
        coalesce(n.name, n.uuid::text)::text AS name,
        coalesce(n.resource_class, '')::text AS resource_class,
-       (NOT n.maintenance AND n.provision_state = 'available'
-            AND n.instance_uuid IS NULL AND n.power_state IS NOT NULL)::bool AS available,
+       metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
+                          n.instance_uuid, n.allocation_id)::bool AS available,
        -- Otherwise available, but holding the allocation the placement
        -- backend claimed in Placement for it: that claim already uses the
        -- node's whole inventory, so there is nothing to reserve.

@@ -64,7 +64,7 @@ func (c *Service) takeover(ctx context.Context) {
 		c.log.Debug("takeover skipped: heartbeats only just resumed")
 		return
 	}
-	dead, err := c.alloc.DeadOwners(ctx, c.id, c.cfg.HeartbeatTimeout)
+	dead, err := c.rows.DeadOwners(ctx, c.id)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("takeover: listing dead conductors", zap.Error(err))
@@ -72,7 +72,7 @@ func (c *Service) takeover(ctx context.Context) {
 		return
 	}
 	for _, d := range dead {
-		won, lost, err := c.alloc.TakeOver(ctx, c.id, d, c.cfg.HeartbeatTimeout, queueSize)
+		won, lost, err := c.rows.TakeOver(ctx, c.id, d, queueSize)
 		for _, a := range won {
 			c.Metrics.tookOver()
 			c.log.Info("took over allocation from dead conductor", zap.Stringer("allocation", a.UUID),

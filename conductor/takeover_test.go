@@ -101,19 +101,20 @@ func TestLateWritesOfASlowConductorAreRejected(t *testing.T) {
 	require.NoError(t, pool.QueryRow(context.Background(),
 		`INSERT INTO conductors (hostname) VALUES ('live') RETURNING id`).Scan(&live))
 	addAllocations(t, pool, 2, "gold")
-	claimed, err := alloc.Claim(context.Background(), slow, 2)
+	rows := NewRows(New(pool), time.Minute)
+	claimed, err := rows.Claim(context.Background(), slow, 2)
 	require.NoError(t, err)
 	require.Len(t, claimed, 2)
 
-	owners, err := alloc.DeadOwners(context.Background(), live, time.Minute)
+	owners, err := rows.DeadOwners(context.Background(), live)
 	require.NoError(t, err)
 	require.Len(t, owners, 1)
-	won, lost, err := alloc.TakeOver(context.Background(), live, owners[0], time.Minute, 10)
+	won, lost, err := rows.TakeOver(context.Background(), live, owners[0], 10)
 	require.NoError(t, err)
 	require.Len(t, won, 2)
 	require.Zero(t, lost)
 	// A second takeover of the same rows finds nothing left to win.
-	won2, _, err := alloc.TakeOver(context.Background(), live, owners[0], time.Minute, 10)
+	won2, _, err := rows.TakeOver(context.Background(), live, owners[0], 10)
 	require.NoError(t, err)
 	require.Empty(t, won2)
 

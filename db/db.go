@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
@@ -210,10 +211,46 @@ func openSQL(url string) (*sql.DB, error) {
 	return stdlib.OpenDB(*cfg), nil
 }
 
+// ErrRestart, returned (possibly wrapped) by a transaction's function, asks
+// InTx to roll back and run the transaction again from the start: the
+// function found that something it read before taking its locks changed
+// meanwhile, and taking the lock it needs now would break the lock order
+// (conductor/doc.go, "Lock order").
+var ErrRestart = errors.New("transaction must start over")
+
+// MaxTxAttempts is how many times InTx runs a transaction that keeps failing
+// with a transient error or ErrRestart before it gives up and returns the
+// last error.
+const MaxTxAttempts = 5
+
 // InTx runs fn in a transaction on pool, committing when fn returns nil and
-// rolling back otherwise.
+// rolling back otherwise. A transaction that fails with a transient
+// concurrency error (IsTransient) or ErrRestart runs again from the start,
+// after a short random pause, up to MaxTxAttempts times in all: fn must only
+// change the database through its tx, and reset any result it records.
 func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, pool, fn)
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = pgx.BeginFunc(ctx, pool, fn)
+		if attempt >= MaxTxAttempts || !(IsTransient(err) || errors.Is(err, ErrRestart)) {
+			return err
+		}
+		pause := time.Duration(attempt) * (time.Millisecond + rand.N(5*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+	}
+}
+
+// IsTransient reports whether err is a concurrency failure that the same
+// transaction may not hit again when it runs anew: serialization_failure
+// (40001), deadlock_detected (40P01) or lock_not_available (55P03).
+func IsTransient(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) &&
+		(pgErr.Code == "40001" || pgErr.Code == "40P01" || pgErr.Code == "55P03")
 }
 
 // IsUniqueViolation reports whether err is a PostgreSQL unique_violation,

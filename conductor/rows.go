@@ -1,0 +1,132 @@
+package conductor
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/metalloc/metalloc/allocation"
+)
+
+// Rows owns the life cycle of allocation rows as conductors see them: who
+// owns a row (conductor_affinity) and when that changes. Claim takes
+// unowned rows, Owned lists a conductor's unfinished ones, DeadOwners and
+// TakeOver move rows of dead conductors, Release hands rows back on a clean
+// stop. Its SQL is conductor/query.sql, where "alive" is the one function
+// metalloc_conductor_alive. The outcome writes of a row (reserve, fail) are
+// the reservation backends' (Backend), each a compare-and-set on
+// conductor_affinity = me AND state = 'allocating'. See doc.go for the
+// protocol.
+type Rows struct {
+	q *Queries
+	// timeout is the heartbeat age after which a conductor is dead.
+	timeout time.Duration
+}
+
+// NewRows returns the row life cycle on q, with conductors whose heartbeat
+// is older than timeout counting as dead.
+func NewRows(q *Queries, timeout time.Duration) *Rows { return &Rows{q: q, timeout: timeout} }
+
+// claimed builds an allocation.Claimed from the columns every row query
+// returns.
+func claimed(id int64, u uuid.UUID, name *string, rc string, cands []uuid.UUID, owner *string,
+	traits []string, created time.Time) allocation.Claimed {
+	return allocation.Claimed{ID: id, UUID: u, Name: name, ResourceClass: rc, CandidateNodes: cands,
+		Owner: owner, Traits: traits, CreatedAt: created}
+}
+
+// Claim takes up to batch unowned allocating rows for conductor me, oldest
+// first (FOR UPDATE SKIP LOCKED: concurrent conductors never get the same row
+// and never wait for each other). The database backend does not use it: its
+// fast path claims and reserves in one statement (allocation.ClaimReserve).
+func (r *Rows) Claim(ctx context.Context, me int64, batch int) ([]allocation.Claimed, error) {
+	rows, err := r.q.ClaimAllocations(ctx, ClaimAllocationsParams{Me: me, Batch: int32(batch)})
+	if err != nil {
+		return nil, fmt.Errorf("claiming allocations: %w", err)
+	}
+	out := make([]allocation.Claimed, len(rows))
+	for i, a := range rows {
+		out[i] = claimed(a.ID, a.Uuid, a.Name, a.ResourceClass, a.CandidateNodes, a.Owner, a.Traits, a.CreatedAt)
+	}
+	return out, nil
+}
+
+// Owned returns conductor me's unfinished allocations, oldest first (resumed
+// at start-up, after an outage, and when the work queue overflowed).
+func (r *Rows) Owned(ctx context.Context, me int64) ([]allocation.Claimed, error) {
+	rows, err := r.q.OwnedAllocating(ctx, me)
+	if err != nil {
+		return nil, fmt.Errorf("listing owned allocations: %w", err)
+	}
+	out := make([]allocation.Claimed, len(rows))
+	for i, a := range rows {
+		out[i] = claimed(a.ID, a.Uuid, a.Name, a.ResourceClass, a.CandidateNodes, a.Owner, a.Traits, a.CreatedAt)
+	}
+	return out, nil
+}
+
+// DeadOwner is a conductor that counts as dead (offline after a clean stop,
+// or a heartbeat older than the timeout) and still owns allocating rows.
+type DeadOwner struct {
+	ID          int64
+	Hostname    string
+	Online      bool
+	HeartbeatAt time.Time
+}
+
+// DeadOwners lists the dead conductors, other than me, that own allocating
+// rows.
+func (r *Rows) DeadOwners(ctx context.Context, me int64) ([]DeadOwner, error) {
+	rows, err := r.q.DeadOwners(ctx, DeadOwnersParams{Me: me, AliveSeconds: r.timeout.Seconds()})
+	if err != nil {
+		return nil, fmt.Errorf("listing dead conductors: %w", err)
+	}
+	out := make([]DeadOwner, len(rows))
+	for i, d := range rows {
+		out[i] = DeadOwner{d.ID, d.Hostname, d.Online, d.HeartbeatAt}
+	}
+	return out, nil
+}
+
+// TakeOver moves up to max of dead's allocating rows to conductor me, one
+// compare-and-set update per row (the spec's "UPDATE allocations SET
+// conductor_affinity = me WHERE id = $id AND conductor_affinity = $dead"),
+// in random order so that conductors taking over at the same moment spread
+// the rows between them. The update also requires dead to be dead still, and
+// skips a row locked at that moment. It returns the rows won (to be
+// processed) and how many were lost to another conductor, to dead coming
+// back, or to a lock.
+func (r *Rows) TakeOver(ctx context.Context, me int64, dead DeadOwner, max int) (won []allocation.Claimed, lost int, err error) {
+	ids, err := r.q.AllocatingOf(ctx, AllocatingOfParams{Owner: dead.ID, MaxRows: int32(max)})
+	if err != nil {
+		return nil, 0, fmt.Errorf("listing allocations of conductor %s: %w", dead.Hostname, err)
+	}
+	rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	for _, id := range ids {
+		rows, err := r.q.TakeOver(ctx, TakeOverParams{Me: me, ID: id, Dead: dead.ID, AliveSeconds: r.timeout.Seconds()})
+		if err != nil {
+			return won, lost, fmt.Errorf("taking over allocation %d from %s: %w", id, dead.Hostname, err)
+		}
+		if len(rows) == 0 {
+			lost++
+			continue
+		}
+		a := rows[0]
+		won = append(won, claimed(a.ID, a.Uuid, a.Name, a.ResourceClass, a.CandidateNodes, a.Owner, a.Traits, a.CreatedAt))
+	}
+	return won, lost, nil
+}
+
+// Release hands conductor me's allocating rows back (unowned), for a clean
+// stop: the release wakes the other conductors, who claim them at once. It
+// returns how many rows were released.
+func (r *Rows) Release(ctx context.Context, me int64) (int64, error) {
+	n, err := r.q.ReleaseOwned(ctx, me)
+	if err != nil {
+		return 0, fmt.Errorf("releasing owned allocations: %w", err)
+	}
+	return n, nil
+}
