@@ -24,9 +24,11 @@ test: build
 	scripts/test-deps.sh
 	$(BIN)/metalloc-manage dev exec -- $(GO) test -race -count=1 -timeout 30m ./...
 
-# Regenerate sqlc code (needs sqlc: go install github.com/sqlc-dev/sqlc/cmd/sqlc@v1.31.1).
+# Regenerate sqlc code (needs sqlc: go install github.com/sqlc-dev/sqlc/cmd/sqlc@v1.31.1)
+# and db/schema.sql (the schema after every migration, from pg_dump).
 generate:
 	scripts/sqlc-gen.sh
+	scripts/schema-dump.sh
 
 lint:
 	gofmt -l . | (! grep .)
