@@ -158,7 +158,9 @@ func (h *Handler) create(c echo.Context) error {
 				return err
 			}
 			n, err := q.LockNode(ctx, id)
-			if err != nil {
+			if errors.Is(err, pgx.ErrNoRows) { // deleted since it was looked up
+				return web.BadRequest("Node %s could not be found.", *req.Node)
+			} else if err != nil {
 				return fmt.Errorf("locking node: %w", err)
 			}
 			node = &n
@@ -540,8 +542,10 @@ func (h *Handler) patch(c echo.Context) error {
 		} else if err != nil {
 			return err
 		}
-		if _, err := q.LockAllocation(ctx, v.ID); err != nil {
-			return notFound(err)
+		if _, err := q.LockAllocation(ctx, v.ID); errors.Is(err, pgx.ErrNoRows) { // deleted meanwhile
+			return web.NotFound("Allocation %s could not be found.", c.Param("ident"))
+		} else if err != nil {
+			return err
 		}
 		doc := map[string]any{"name": v.Name, "extra": json.RawMessage(v.Extra)}
 		if len(v.Extra) == 0 {
