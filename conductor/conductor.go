@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/allocation"
+	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/placement/client"
 )
@@ -45,10 +46,10 @@ type Config struct {
 	// rows arriving together are claimed by one query (default 15ms).
 	ClaimDelay time.Duration
 	// HeartbeatInterval is how often the conductor row is refreshed
-	// (default 10s).
+	// (default config.DefaultHeartbeatInterval, 10s).
 	HeartbeatInterval time.Duration
 	// HeartbeatTimeout is the age after which a heartbeat counts as dead
-	// (default 60s).
+	// (default config.DefaultHeartbeatTimeout, 60s).
 	HeartbeatTimeout time.Duration
 	// ShutdownGrace bounds how long a stop waits for in-flight allocations
 	// (default 30s).
@@ -104,10 +105,10 @@ func (c Config) WithDefaults() Config {
 		c.ClaimDelay = 15 * time.Millisecond
 	}
 	if c.HeartbeatInterval <= 0 {
-		c.HeartbeatInterval = 10 * time.Second
+		c.HeartbeatInterval = config.DefaultHeartbeatInterval
 	}
 	if c.HeartbeatTimeout <= 0 {
-		c.HeartbeatTimeout = 60 * time.Second
+		c.HeartbeatTimeout = config.DefaultHeartbeatTimeout
 	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 30 * time.Second

@@ -18,6 +18,15 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
+// Heartbeat defaults, the one place they are set: a conductor writes its
+// heartbeat every DefaultHeartbeatInterval and counts as dead (its rows may
+// be taken over) once it is older than DefaultHeartbeatTimeout
+// (conductor.heartbeat_interval, conductor.heartbeat_timeout; conductor/doc.go).
+const (
+	DefaultHeartbeatInterval = 10 * time.Second
+	DefaultHeartbeatTimeout  = 60 * time.Second
+)
+
 // Config is the whole metalloc configuration. Durations accept Go syntax
 // ("500ms", "10s").
 type Config struct {
@@ -161,8 +170,8 @@ func defaults(v *viper.Viper) {
 	v.SetDefault("conductor.claim_batch", 8)
 	v.SetDefault("conductor.poll_interval", "1s")
 	v.SetDefault("conductor.claim_delay", "15ms")
-	v.SetDefault("conductor.heartbeat_interval", "10s")
-	v.SetDefault("conductor.heartbeat_timeout", "60s")
+	v.SetDefault("conductor.heartbeat_interval", DefaultHeartbeatInterval.String())
+	v.SetDefault("conductor.heartbeat_timeout", DefaultHeartbeatTimeout.String())
 	v.SetDefault("conductor.shutdown_grace", "30s")
 	v.SetDefault("conductor.locked_node_wait", "2s")
 	v.SetDefault("conductor.takeover_schedule", "@every 60s")

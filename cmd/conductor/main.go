@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -52,7 +51,7 @@ func main() {
 func conductorSessions(cfg config.Config, opts *db.PoolOptions) {
 	timeout := cfg.Conductor.HeartbeatTimeout
 	if timeout <= 0 {
-		timeout = 60 * time.Second
+		timeout = config.DefaultHeartbeatTimeout
 	}
 	opts.RuntimeParams = map[string]string{
 		"idle_in_transaction_session_timeout": strconv.FormatInt(timeout.Milliseconds(), 10),
