@@ -1,22 +1,16 @@
 // Package allocation implements Ironic-compatible allocations
 // (/v1/allocations, GET /v1/nodes/{ident}/allocation) on PostgreSQL, and the
-// database-backend reservation that conductors run for each allocation.
+// two reservation backends a conductor drives: the database backend
+// (Allocator: ClaimReserve, the fast path, and Process, the slow path) and
+// the placement backend (PlacementAllocator). The protocol they follow (claim,
+// compare-and-set writes, takeover, lock order) is described in package
+// conductor's documentation (conductor/doc.go); the SQL functions they call
+// are in db/schema.sql.
 //
-// # Life of an allocation
-//
-// The API inserts a row in state "allocating" with no owner
-// (conductor_affinity NULL); a trigger NOTIFYs the conductors. A conductor
-// claims a batch of such rows with FOR UPDATE SKIP LOCKED and, in the same
-// transaction, picks for each a free node matching the request at random (a
-// node whose name equals the allocation's name first), locks it without
-// waiting for nodes others hold, activates the allocation and marks the node
-// as holding it (ClaimReserve). Rows with no node free at that moment are
-// only claimed and go through Process, one reservation transaction per
-// attempt. Every conductor write to an
-// allocation is a compare-and-set on conductor_affinity = me and
-// state = 'allocating': a conductor that lost the row (taken over, deleted)
-// changes nothing. When nothing fits, the row goes to "error" with a
-// last_error that says how many nodes each filter left.
+// The API inserts a row in state "allocating" with no owner; a trigger
+// NOTIFYs the conductors. When nothing fits, the row goes to "error" with a
+// last_error that says how many nodes each filter left (FitStats, over the
+// same predicates the pick uses).
 //
 // Backfill (POST with "node", Ironic 1.58) records an already-deployed node as
 // holding a new allocation synchronously in the API, in one transaction; a
@@ -24,8 +18,9 @@
 // error row).
 //
 // Deallocation (DELETE, node teardown, deleting a node in maintenance, removing
-// a node's instance_uuid) clears the node and deletes the row in one
-// transaction. The schema enforces the invariants: a node holds at most one
-// allocation and one instance, an allocation at most one node, both sides name
-// each other, and states only move allocating -> active | error.
+// a node's instance_uuid) is one SQL function, metalloc_deallocate, called in
+// the transaction that locked the node first. The schema enforces the
+// invariants: a node holds at most one allocation and one instance, an
+// allocation at most one node, both sides name each other, and states only
+// move allocating -> active | error.
 package allocation

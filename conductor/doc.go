@@ -1,18 +1,156 @@
 // Package conductor is metalloc-conductor's engine: it registers the process
-// in the conductors table and heartbeats, listens for new work
-// (LISTEN metalloc_allocations, with a poll interval as fallback), and runs a
-// fixed pool of workers. Each worker claims unowned allocating rows in
-// batches (FOR UPDATE SKIP LOCKED) and reserves a node for each in the same
-// transaction (allocation.Allocator.ClaimReserve); rows with no node free at
-// that moment are claimed and processed one by one (Allocator.Process). At
-// start-up it resumes its own unfinished rows. Several conductors on one
-// database never process the same row: claims skip locked rows and every
-// later write is a compare-and-set on conductor_affinity.
+// in the conductors table and heartbeats, listens for new work, claims
+// allocation rows and hands them to a reservation backend, and takes over
+// the rows of dead conductors. This comment is the protocol; the code follows
+// it in the order given here, and docs/architecture.md shows it from the
+// outside.
+//
+// # The life of an allocation
+//
+//	POST /v1/allocations                       (allocation.Handler.create)
+//	        │  INSERT state=allocating, conductor_affinity=NULL;
+//	        │  trigger allocations_notify: NOTIFY metalloc_allocations
+//	        ▼
+//	  allocating, unowned ──claim (one statement)──▶ allocating, owned by C
+//	        ▲                                            │        │
+//	        │ release on clean stop                      │        │ C dies:
+//	        └────────────────────────────────────────────┘        │ takeover (CAS)
+//	                                                     │        ▼
+//	                                     reserve (CAS)   │   owned by C'
+//	                                    ┌────────────────┤
+//	                                    ▼                ▼ fail (CAS)
+//	                                 active            error
+//	                                    │
+//	      DELETE, tear down, node delete│ (metalloc_deallocate)
+//	                                    ▼
+//	                                  gone
+//
+// States only move allocating → active | error (trigger
+// allocations_state_guard). An active allocation and its node name each
+// other (allocations.node_id, nodes.allocation_id and nodes.instance_uuid;
+// constraint triggers check it at commit), and each side is unique.
+//
+// # Claim in one statement
+//
+// A worker (Service.work) wakes on a notification, a queued row or its poll
+// tick, and calls Backend.Claim. Claiming is one UPDATE over a SELECT ...
+// ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED of unowned allocating rows,
+// setting conductor_affinity to the conductor's id: two conductors never get
+// the same row and never wait for each other (Rows.Claim;
+// ClaimAllocations in query.sql).
+//
+// # Fast and slow paths
+//
+// The database backend (databaseBackend) claims and reserves in the same
+// transaction: metalloc_claim_reserve (db/schema.sql) claims up to n rows and,
+// for each, picks a free fitting node with metalloc_pick and activates the
+// row together with the node (allocation.Allocator.ClaimReserve). That is the
+// fast path, one round trip for a batch. Rows for which no node was free at
+// that moment come back claimed but unreserved, and the worker runs the slow
+// path for each (allocation.Allocator.Process): one short reservation
+// transaction per attempt (metalloc_reserve), backing off while every
+// fitting node is locked by others, and failing the row with a last_error
+// that counts what each filter left (FitStats) when nothing fits. The
+// placement backend (placementBackend) claims only, and processes each row
+// through Placement (allocation.PlacementAllocator.Process). The claim loop
+// does not know which backend it drives.
+//
+// A node is picked with FOR UPDATE SKIP LOCKED among the free_nodes view
+// (metalloc_node_free, metalloc_node_in_scope, metalloc_node_has_traits: the
+// one definition of each predicate, used by the pick, by FitStats and
+// FitNodes, by the partial index nodes_free_idx and by the tracker), starting
+// at a random node id and wrapping around, so concurrent conductors spread
+// over the nodes without sorting them.
+//
+// # The compare-and-set guard
+//
+// Every write a conductor makes to a row it claimed is guarded by
+// conductor_affinity = me AND state = 'allocating': reserve
+// (metalloc_reserve), fail (allocation FailAllocation), takeover, release. A
+// conductor that lost its row (taken over while it was paused, deleted by the
+// API) changes nothing: the update matches no row and the backend reports
+// Lost.
 //
 // # Liveness
 //
-// A conductor row is live while online and its heartbeat_at is younger than
-// heartbeat_timeout; a second process with the same hostname refuses to start
-// while the first is live. A clean stop waits for in-flight work, then marks
-// the row offline.
+// A conductor is alive while it is online and its heartbeat is younger than
+// conductor.heartbeat_timeout (default 60 s), by the database clock:
+// metalloc_conductor_alive, the only definition, used by registration,
+// DeadOwners, TakeOver and the conductors API. Service.heartbeat writes the
+// heartbeat every conductor.heartbeat_interval (default 10 s). Anything else
+// is dead: a clean stop (online = false), a crash, a host or network
+// failure, a process paused for too long. A second process with the same
+// hostname refuses to start while the first is alive (Register).
+//
+// # Takeover
+//
+// Every conductor.takeover_schedule (robfig/cron, default @every 60s; runs
+// never overlap) each live conductor lists the dead conductors that still own
+// allocating rows (Rows.DeadOwners) and moves their rows to itself one at a
+// time, in random order, with a compare-and-set: UPDATE ... SET
+// conductor_affinity = me WHERE id = $id AND conductor_affinity = $dead AND
+// $dead is still dead, skipping a row that is locked right now (Rows.TakeOver).
+// One row updated: ours, queued for the workers; none: another conductor
+// won, the dead one came back, or the row is busy and the next period
+// retries. There is no leader: conductors racing for the same rows share
+// them out.
+//
+// # Post-outage grace
+//
+// When a conductor could not reach the database, its peers likely could not
+// either, and their heartbeats are stale through no fault of theirs. So a
+// conductor skips takeover until its own heartbeats have succeeded for two
+// heartbeat intervals since it started or the database came back
+// (Service.takeover, healthySince); by then the live peers have written
+// theirs.
+//
+// # Locks a dead conductor holds
+//
+// Node and allocation row locks die with the database session that holds
+// them. PostgreSQL ends the session when the process or its host dies; for a
+// process that stalls inside a transaction (paused, swapping, partitioned),
+// metalloc-conductor sets idle_in_transaction_session_timeout to the
+// heartbeat timeout on its connections (cmd/conductor), so its locks are gone
+// by the time its peers judge it dead. Takeover itself never waits on a lock.
+//
+// # Release on shutdown
+//
+// On SIGTERM a conductor stops claiming, gives in-flight rows
+// conductor.shutdown_grace (default 30 s) to finish, hands the rest back
+// unowned (Rows.Release: trigger allocations_notify_release wakes the
+// others, who claim them at once), marks itself offline and exits. A second
+// signal exits at once; the rows are then taken over as a dead conductor's.
+//
+// # Resume
+//
+// At start-up, after a database outage, and when the work queue overflowed,
+// a conductor queues its own unfinished rows again (Rows.Owned,
+// Service.requeueOwned).
+//
+// # Lock order
+//
+// Every path that locks both a node and an allocation takes the node first,
+// then the allocation:
+//
+//   - reservation (metalloc_reserve, metalloc_claim_reserve): the node with
+//     FOR UPDATE SKIP LOCKED, then the allocation it activates; the fast
+//     path locks its allocation rows first, but with SKIP LOCKED, and never
+//     waits on a node either, so it cannot close a cycle;
+//   - DELETE /v1/allocations and DELETE /v1/nodes/{node}/allocation
+//     (allocation.Handler.destroy): the allocation is read without a lock,
+//     its node locked, then the allocation; if the allocation got a node in
+//     between, the transaction starts over (db.ErrRestart);
+//   - node delete, tear down (provision target deleted), removing
+//     instance_uuid (package node): the node, then metalloc_deallocate;
+//   - backfill (POST /v1/allocations with node): the node, then the new row;
+//   - takeover and release touch allocation rows only, with SKIP LOCKED or
+//     waiting on nothing else; maintenance changes touch the node only; the
+//     placement backend claims in Placement first and then reserves through
+//     metalloc_reserve; the resource tracker only reads nodes.
+//
+// metalloc_deallocate is the one deallocation. db.InTx retries a
+// transaction that still fails with a serialization failure, a deadlock or
+// a lock timeout, a bounded number of times, so clients never see them as a
+// 500. The race matrix (e2e/racematrix_test.go) runs every pair of these
+// operations against each other and checks PostgreSQL's deadlock counter.
 package conductor
