@@ -23,7 +23,7 @@ const (
 var DefaultInitialRatios = map[string]float64{ClassVCPU: 16.0, ClassMemoryMB: 1.5, ClassDiskGB: 1.0}
 
 // Ratios are the allocation-ratio options by resource class, as
-// spec/initial-allocation-ratios.md (Nova's initial-allocation-ratios
+// docs/architecture.md, "Initial allocation ratios" (Nova's initial-allocation-ratios
 // blueprint) defines them. Keys are Placement resource class names
 // (VCPU, CUSTOM_BAREMETAL_GOLD).
 type Ratios struct {

@@ -97,8 +97,8 @@ type Conductor struct {
 
 // PlacementBackend configures how metalloc-conductor allocates through a
 // Placement service (metalloc-placement or OpenStack Placement 8.0) and
-// mirrors nodes into it (ARCHITECTURE.md "Placement backend";
-// spec/initial-allocation-ratios.md; spec/scheduler-selection-objects.md).
+// mirrors nodes into it (docs/architecture.md;
+// the initial-allocation-ratios and Selection-objects specifications).
 type PlacementBackend struct {
 	// Endpoint is the Placement API root (default http://127.0.0.1:8778).
 	Endpoint string `mapstructure:"endpoint"`

@@ -5,8 +5,8 @@
 // whose allocations claim capacity on providers; usages. Every change to a
 // provider bumps its generation, and writers compare-and-set it, so
 // concurrent clients never push a provider over capacity
-// (../shared/spec/placement-generic-resource-pools.md,
-// placement-aggregate-generation.md).
+// (docs/architecture.md, "The specifications, in short": Placement generic
+// resource pools and aggregate generation).
 //
 // Errors use Placement's body ({"errors": [...]}, see web.PlacementError);
 // microversions are negotiated by web.PlacementVersion.

@@ -1,7 +1,7 @@
 // Package scheduler picks nodes for allocations through a Placement service
 // and returns them as Selection objects: for every requested instance the
 // chosen node and up to max_alternates alternates, each carrying the
-// allocation_request that claims it (spec/scheduler-selection-objects.md,
+// allocation_request that claims it (docs/architecture.md, "Scheduler Selection objects";
 // Nova's return-selection-objects). The conductor's Placement backend
 // (allocation.PlacementAllocator) claims the first one with PUT
 // /allocations/{consumer} and falls back to the alternates in order.

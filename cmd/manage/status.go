@@ -108,7 +108,7 @@ func upgradeCheck(ctx context.Context, pb config.PlacementBackend, pool *pgxpool
 	if bad := tcfg.Ratios.InvalidRatios(); len(bad) > 0 {
 		r.code = checkFailure
 		r.details = "explicitly set to 0.0 (or below): " + strings.Join(bad, ", ") +
-			". Unset them (no override) or set a ratio above 0; see spec/initial-allocation-ratios.md."
+			". Unset them (no override) or set a ratio above 0; see docs/architecture.md (Initial allocation ratios)."
 	}
 	results = append(results, r)
 
