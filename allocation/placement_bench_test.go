@@ -50,9 +50,7 @@ func BenchmarkPlacementProcess(b *testing.B) {
 			}
 			// Nodes and their providers, b.N of them free (plus n).
 			total := n + b.N
-			exec(`INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state)
-				SELECT gen_random_uuid(), 'n' || g, 'fake-hardware', 'gold', 'available', 'power off'
-				  FROM generate_series(1, $1) g`, total)
+			dbtest.Nodes(b, pool, total, "gold")
 			exec(`INSERT INTO placement.resource_providers (uuid, name) SELECT uuid, name FROM nodes`)
 			exec(`UPDATE placement.resource_providers SET root_provider_id = id`)
 			exec(`INSERT INTO placement.inventories (resource_provider_id, resource_class_id, total, max_unit)

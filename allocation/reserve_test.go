@@ -38,16 +38,7 @@ func (f *fixture) conductor(name string) int64 {
 
 // node adds an available, powered node.
 func (f *fixture) node(name, rc string, traits ...string) int64 {
-	var id int64
-	err := f.pool.QueryRow(context.Background(), `
-		INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state)
-		VALUES ($1, $2, 'fake-hardware', $3, 'available', 'power off') RETURNING id`,
-		uuid.New(), name, rc).Scan(&id)
-	require.NoError(f.t, err)
-	for _, tr := range traits {
-		_, err := f.pool.Exec(context.Background(), `INSERT INTO node_traits (node_id, trait) VALUES ($1, $2)`, id, tr)
-		require.NoError(f.t, err)
-	}
+	id, _ := dbtest.Node(f.t, f.pool, dbtest.NodeSpec{Name: name, ResourceClass: rc, Traits: traits})
 	return id
 }
 

@@ -182,6 +182,8 @@ type Service struct {
 	// healthySince is when heartbeats last started succeeding again (unix
 	// nanoseconds; registration counts).
 	healthySince atomic.Int64
+	// signals reports events to tests (nil in production).
+	signals *testSignals
 }
 
 // NewService returns a conductor Service using pool for queries and a dedicated connection
@@ -511,6 +513,7 @@ func (c *Service) heartbeat(ctx context.Context) {
 				c.log.Info("heartbeat written again")
 			}
 			c.Metrics.heartbeat()
+			c.signals.heartbeatWritten()
 		}
 	}
 }

@@ -19,44 +19,11 @@ import (
 	"github.com/metalloc/metalloc/placement/placementtest"
 )
 
-func addNodes(t *testing.T, pool *pgxpool.Pool, n int, rc string) {
-	t.Helper()
-	_, err := pool.Exec(context.Background(), `
-		INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state)
-		SELECT gen_random_uuid(), $2 || '-' || i, 'fake-hardware', $2, 'available', 'power off'
-		  FROM generate_series(1, $1) i`, n, rc)
-	require.NoError(t, err)
-}
-
 func addAllocations(t *testing.T, pool *pgxpool.Pool, n int, rc string) {
 	t.Helper()
 	for range n {
-		_, err := pool.Exec(context.Background(),
-			`INSERT INTO allocations (uuid, resource_class) VALUES ($1, $2)`, uuid.New(), rc)
-		require.NoError(t, err)
+		dbtest.Allocation(t, pool, dbtest.AllocationSpec{ResourceClass: rc})
 	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, cond func() bool, onFail ...func()) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			for _, f := range onFail {
-				f()
-			}
-			t.Fatal("condition not met in time")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, pool.QueryRow(context.Background(), sql, args...).Scan(&n))
-	return n
 }
 
 func start(t *testing.T, pool *pgxpool.Pool, cfg Config) (stop func() error) {
@@ -104,13 +71,13 @@ func startConductors(t *testing.T, pool *pgxpool.Pool, cfg Config, n int) {
 func TestTwoConductorsProcessEverythingOnce(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	addNodes(t, pool, 50, "gold")
+	dbtest.Nodes(t, pool, 50, "gold")
 	// Poll slowly: the wake-up must come from NOTIFY.
 	cfg := Config{PollInterval: time.Hour, Workers: 4, ClaimBatch: 2}
 	startConductors(t, pool, cfg, 2)
 	addAllocations(t, pool, 60, "gold")
-	waitFor(t, 30*time.Second, func() bool {
-		return count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'allocating'`) == 0
+	dbtest.WaitFor(t, 30*time.Second, "every allocation to leave allocating", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'allocating'`) == 0
 	}, func() {
 		rows, _ := pool.Query(context.Background(), `SELECT id, uuid::text, state, coalesce(conductor_affinity, 0), coalesce(node_id, 0) FROM allocations ORDER BY id`)
 		for rows.Next() {
@@ -119,12 +86,12 @@ func TestTwoConductorsProcessEverythingOnce(t *testing.T) {
 			_ = rows.Scan(&id, &u, &st, &ca, &nid)
 			t.Logf("row %d %s %s conductor=%d node=%d", id, u, st, ca, nid)
 		}
-		t.Logf("nodes held: %d", count(t, pool, `SELECT count(*) FROM nodes WHERE allocation_id IS NOT NULL`))
+		t.Logf("nodes held: %d", dbtest.Count(t, pool, `SELECT count(*) FROM nodes WHERE allocation_id IS NOT NULL`))
 	})
-	require.Equal(t, 50, count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active'`))
-	require.Equal(t, 10, count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'error'`))
-	require.Equal(t, 50, count(t, pool, `SELECT count(DISTINCT node_id) FROM allocations WHERE state = 'active'`))
-	require.Equal(t, 2, count(t, pool, `SELECT count(DISTINCT conductor_affinity) FROM allocations`))
+	require.Equal(t, 50, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active'`))
+	require.Equal(t, 10, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'error'`))
+	require.Equal(t, 50, dbtest.Count(t, pool, `SELECT count(DISTINCT node_id) FROM allocations WHERE state = 'active'`))
+	require.Equal(t, 2, dbtest.Count(t, pool, `SELECT count(DISTINCT conductor_affinity) FROM allocations`))
 }
 
 func TestDuplicateHostnameRefusedWhileAlive(t *testing.T) {
@@ -137,26 +104,22 @@ func TestDuplicateHostnameRefusedWhileAlive(t *testing.T) {
 	require.True(t, errors.Is(err, ErrHostnameTaken), err)
 	// After a clean stop the row is offline and the name can be reused.
 	require.NoError(t, stop())
-	require.Equal(t, 0, count(t, pool, `SELECT count(*) FROM conductors WHERE hostname = 'same' AND online`))
+	require.Equal(t, 0, dbtest.Count(t, pool, `SELECT count(*) FROM conductors WHERE hostname = 'same' AND online`))
 	start(t, pool, Config{Hostname: "same"})
 }
 
 func TestResumesOwnUnfinishedRowsAtStart(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	addNodes(t, pool, 5, "gold")
-	var id int64
-	require.NoError(t, pool.QueryRow(context.Background(),
-		`INSERT INTO conductors (hostname, online, heartbeat_at) VALUES ('crashed', true, now() - interval '1 hour') RETURNING id`).Scan(&id))
-	// Rows this conductor claimed before it crashed, and one unclaimed row.
+	dbtest.Nodes(t, pool, 5, "gold")
+	id := dbtest.Conductor(t, pool, "crashed", time.Hour, true)
+	// Rows this conductor claimed before it crashed.
 	for range 3 {
-		_, err := pool.Exec(context.Background(),
-			`INSERT INTO allocations (uuid, resource_class, conductor_affinity) VALUES ($1, 'gold', $2)`, uuid.New(), id)
-		require.NoError(t, err)
+		dbtest.Allocation(t, pool, dbtest.AllocationSpec{Conductor: id})
 	}
 	start(t, pool, Config{Hostname: "crashed", PollInterval: time.Hour})
-	waitFor(t, 10*time.Second, func() bool {
-		return count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active' AND conductor_affinity = $1`, id) == 3
+	dbtest.WaitFor(t, 10*time.Second, "the crashed conductor's 3 rows to be resumed and active", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active' AND conductor_affinity = $1`, id) == 3
 	})
 }
 
@@ -197,17 +160,17 @@ func pbPlacement(t *testing.T, pool *pgxpool.Pool, rc string) *client.Client {
 func TestPlacementBackendConductors(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	addNodes(t, pool, 5, "gold")
+	dbtest.Nodes(t, pool, 5, "gold")
 	pc := pbPlacement(t, pool, "gold")
 	cfg := Config{PollInterval: 100 * time.Millisecond, Workers: 4, ClaimBatch: 2, Backend: BackendPlacement, Placement: pc}
 	startConductors(t, pool, cfg, 2)
 	addAllocations(t, pool, 12, "gold")
-	waitFor(t, 30*time.Second, func() bool {
-		return count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'allocating'`) == 0
+	dbtest.WaitFor(t, 30*time.Second, "every allocation to leave allocating", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'allocating'`) == 0
 	})
-	require.Equal(t, 5, count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active'`))
-	require.Equal(t, 5, count(t, pool, `SELECT count(DISTINCT node_id) FROM allocations WHERE state = 'active'`))
-	require.Equal(t, 7, count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'error' AND last_error LIKE '%no node%'`))
+	require.Equal(t, 5, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active'`))
+	require.Equal(t, 5, dbtest.Count(t, pool, `SELECT count(DISTINCT node_id) FROM allocations WHERE state = 'active'`))
+	require.Equal(t, 7, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'error' AND last_error LIKE '%no node%'`))
 	// Placement holds exactly the active allocations, on their nodes.
 	rows, err := pool.Query(context.Background(), `
 		SELECT a.uuid, a.state, n.uuid FROM allocations a LEFT JOIN nodes n ON n.id = a.node_id`)
@@ -235,10 +198,10 @@ func TestPlacementBackendConductors(t *testing.T) {
 			require.Empty(t, cur.Allocations)
 		}
 	}
-	require.Equal(t, 5, count(t, pool, `SELECT count(*) FROM placement_claims`))
+	require.Equal(t, 5, dbtest.Count(t, pool, `SELECT count(*) FROM placement_claims`))
 	// The database fast path did not run: every active row went through
 	// Placement (claim log entry on its node).
-	require.Equal(t, 5, count(t, pool, `
+	require.Equal(t, 5, dbtest.Count(t, pool, `
 		SELECT count(*) FROM allocations a JOIN nodes n ON n.id = a.node_id
 		  JOIN placement_claims c ON c.consumer_uuid = a.uuid AND c.provider_uuid = n.uuid`))
 }

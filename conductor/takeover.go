@@ -71,8 +71,11 @@ func (c *Service) takeover(ctx context.Context) {
 		}
 		return
 	}
+	total := 0
+	defer func() { c.signals.takeoverRan(total) }()
 	for _, d := range dead {
 		won, lost, err := c.rows.TakeOver(ctx, c.id, d, queueSize)
+		total += len(won)
 		for _, a := range won {
 			c.Metrics.tookOver()
 			c.log.Info("took over allocation from dead conductor", zap.Stringer("allocation", a.UUID),

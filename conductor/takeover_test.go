@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -21,14 +20,9 @@ import (
 // allocating rows it owns, and returns its id.
 func deadConductor(t *testing.T, pool *pgxpool.Pool, hostname string, n int, rc string) int64 {
 	t.Helper()
-	var id int64
-	require.NoError(t, pool.QueryRow(context.Background(),
-		`INSERT INTO conductors (hostname, online, heartbeat_at) VALUES ($1, true, now() - interval '1 hour') RETURNING id`,
-		hostname).Scan(&id))
+	id := dbtest.Conductor(t, pool, hostname, time.Hour, true)
 	for range n {
-		_, err := pool.Exec(context.Background(),
-			`INSERT INTO allocations (uuid, resource_class, conductor_affinity) VALUES ($1, $2, $3)`, uuid.New(), rc, id)
-		require.NoError(t, err)
+		dbtest.Allocation(t, pool, dbtest.AllocationSpec{ResourceClass: rc, Conductor: id})
 	}
 	return id
 }
@@ -44,7 +38,7 @@ var fastHA = Config{
 func TestTakeoverOfDeadConductorRacesSafely(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	addNodes(t, pool, 40, "gold")
+	dbtest.Nodes(t, pool, 40, "gold")
 	dead := deadConductor(t, pool, "dead", 30, "gold")
 	var metrics []*Metrics
 	for i := range 3 {
@@ -57,29 +51,37 @@ func TestTakeoverOfDeadConductorRacesSafely(t *testing.T) {
 		svc.Metrics = m
 		runService(t, svc)
 	}
-	waitFor(t, 20*time.Second, func() bool {
-		return count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active'`) == 30
+	dbtest.WaitFor(t, 20*time.Second, "the dead conductor's 30 rows to be taken over and active", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active'`) == 30
 	})
-	require.Zero(t, count(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity = $1`, dead))
+	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity = $1`, dead))
 	var taken float64
 	for _, m := range metrics {
 		taken += testutil.ToFloat64(m.takeovers)
 	}
 	require.Equal(t, 30.0, taken)
-	require.Equal(t, 30, count(t, pool, `SELECT count(DISTINCT node_id) FROM allocations WHERE state = 'active'`))
+	require.Equal(t, 30, dbtest.Count(t, pool, `SELECT count(DISTINCT node_id) FROM allocations WHERE state = 'active'`))
 }
 
 // With takeover off, a dead conductor's rows wait for it.
 func TestTakeoverOff(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	addNodes(t, pool, 5, "gold")
+	dbtest.Nodes(t, pool, 5, "gold")
 	dead := deadConductor(t, pool, "dead", 3, "gold")
 	cfg := fastHA
 	cfg.Hostname, cfg.TakeoverSchedule = "live", "off"
-	start(t, pool, cfg)
-	time.Sleep(2500 * time.Millisecond)
-	require.Equal(t, 3, count(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity = $1 AND state = 'allocating'`, dead))
+	svc, err := NewService(cfg, pool, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	svc.signals = newTestSignals(64)
+	runService(t, svc)
+	// Twelve heartbeats (2.4 s) span two periods of fastHA's "@every 1s"
+	// plus its post-outage grace: a takeover would have run by then.
+	for range 12 {
+		<-svc.signals.heartbeat
+	}
+	require.Empty(t, svc.signals.takeover, "a takeover ran although takeover is off")
+	require.Equal(t, 3, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity = $1 AND state = 'allocating'`, dead))
 }
 
 func TestInvalidTakeoverSchedule(t *testing.T) {
@@ -93,13 +95,11 @@ func TestInvalidTakeoverSchedule(t *testing.T) {
 func TestLateWritesOfASlowConductorAreRejected(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	addNodes(t, pool, 2, "gold")
+	dbtest.Nodes(t, pool, 2, "gold")
 	log := zaptest.NewLogger(t)
 	alloc := allocation.NewAllocator(pool, log)
 	slow := deadConductor(t, pool, "slow", 0, "gold")
-	var live int64
-	require.NoError(t, pool.QueryRow(context.Background(),
-		`INSERT INTO conductors (hostname) VALUES ('live') RETURNING id`).Scan(&live))
+	live := dbtest.Conductor(t, pool, "live", 0, true)
 	addAllocations(t, pool, 2, "gold")
 	rows := NewRows(New(pool), time.Minute)
 	claimed, err := rows.Claim(context.Background(), slow, 2)
@@ -123,13 +123,13 @@ func TestLateWritesOfASlowConductorAreRejected(t *testing.T) {
 	out, err := alloc.Process(context.Background(), slow, claimed[0])
 	require.NoError(t, err)
 	require.Equal(t, allocation.Lost, out)
-	require.Zero(t, count(t, pool, `SELECT count(*) FROM nodes WHERE allocation_id IS NOT NULL`))
+	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM nodes WHERE allocation_id IS NOT NULL`))
 	_, err = pool.Exec(context.Background(), `UPDATE nodes SET maintenance = true`)
 	require.NoError(t, err)
 	out, err = alloc.Process(context.Background(), slow, claimed[1]) // no node fits: tries to fail the row
 	require.NoError(t, err)
 	require.Equal(t, allocation.Lost, out)
-	require.Equal(t, 2, count(t, pool,
+	require.Equal(t, 2, dbtest.Count(t, pool,
 		`SELECT count(*) FROM allocations WHERE state = 'allocating' AND conductor_affinity = $1`, live))
 }
 
@@ -138,7 +138,7 @@ func TestLateWritesOfASlowConductorAreRejected(t *testing.T) {
 func TestStopReleasesUnfinishedRows(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	addNodes(t, pool, 3, "gold")
+	dbtest.Nodes(t, pool, 3, "gold")
 	// Hold every node locked: the conductor claims the rows but keeps
 	// retrying the reservation.
 	tx, err := pool.Begin(context.Background())
@@ -152,17 +152,17 @@ func TestStopReleasesUnfinishedRows(t *testing.T) {
 	cfg := Config{Hostname: "stopping", PollInterval: time.Hour, ShutdownGrace: 50 * time.Millisecond, LockedNodeWait: time.Minute}
 	stop := start(t, pool, cfg)
 	addAllocations(t, pool, 3, "gold")
-	waitFor(t, 10*time.Second, func() bool {
-		return count(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity IS NOT NULL`) == 3
+	dbtest.WaitFor(t, 10*time.Second, "the 3 allocations to be claimed", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity IS NOT NULL`) == 3
 	})
 	require.NoError(t, stop())
-	require.Equal(t, 3, count(t, pool,
+	require.Equal(t, 3, dbtest.Count(t, pool,
 		`SELECT count(*) FROM allocations WHERE state = 'allocating' AND conductor_affinity IS NULL`))
-	require.Equal(t, 0, count(t, pool, `SELECT count(*) FROM conductors WHERE online`))
+	require.Equal(t, 0, dbtest.Count(t, pool, `SELECT count(*) FROM conductors WHERE online`))
 
 	require.NoError(t, tx.Rollback(context.Background()))
 	start(t, pool, Config{Hostname: "peer", PollInterval: time.Hour})
-	waitFor(t, 10*time.Second, func() bool {
-		return count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active'`) == 3
+	dbtest.WaitFor(t, 10*time.Second, "the released allocations to be active through the peer", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active'`) == 3
 	})
 }

@@ -2,6 +2,7 @@ package conductor
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"testing"
 	"time"
@@ -39,16 +40,11 @@ func (e *trackerEnv) tracker(t *testing.T, cfg TrackerConfig) *Tracker {
 // addNode inserts an available node and returns its uuid.
 func (e *trackerEnv) addNode(t *testing.T, name, rc string, props string, traits ...string) uuid.UUID {
 	t.Helper()
-	id := uuid.New()
-	ctx := context.Background()
-	var nodeID int64
-	require.NoError(t, e.pool.QueryRow(ctx, `
-		INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state, properties)
-		VALUES ($1, $2, 'fake-hardware', $3, 'available', 'power off', $4) RETURNING id`,
-		id, name, rc, props).Scan(&nodeID))
-	for _, tr := range traits {
-		_, err := e.pool.Exec(ctx, `INSERT INTO node_traits (node_id, trait) VALUES ($1, $2)`, nodeID, tr)
-		require.NoError(t, err)
+	var properties map[string]any
+	require.NoError(t, json.Unmarshal([]byte(props), &properties))
+	_, id := dbtest.Node(t, e.pool, dbtest.NodeSpec{Name: name, ResourceClass: rc, Properties: properties, Traits: traits})
+	if rc == "" { // dbtest's default would be "gold"
+		e.exec(t, `UPDATE nodes SET resource_class = '' WHERE uuid = $1`, id)
 	}
 	return id
 }
@@ -313,8 +309,8 @@ func TestTrackerDeletedNodeAndLeakedClaims(t *testing.T) {
 	a, err := e.pc.GetAllocations(ctx, c3)
 	require.NoError(t, err)
 	require.Len(t, a.Allocations, 1, "in-flight claim left alone")
-	require.Equal(t, 0, count(t, e.pool, `SELECT count(*) FROM placement_synced WHERE node_uuid = $1`, gone))
-	require.Equal(t, 2, count(t, e.pool, `SELECT count(*) FROM placement_claims`))
+	require.Equal(t, 0, dbtest.Count(t, e.pool, `SELECT count(*) FROM placement_synced WHERE node_uuid = $1`, gone))
+	require.Equal(t, 2, dbtest.Count(t, e.pool, `SELECT count(*) FROM placement_claims`))
 
 	st = sync1(t, tr)
 	require.Equal(t, [6]int{0, 0, 2, 0, 0, 0}, counts(st))
@@ -347,7 +343,7 @@ func TestTrackerConcurrentSyncs(t *testing.T) {
 	require.Equal(t, 20, total[0], "each provider created once")
 	require.Zero(t, total[1])
 	require.Zero(t, total[5])
-	require.Equal(t, 20, count(t, e.pool, `SELECT count(*) FROM placement.resource_providers`))
+	require.Equal(t, 20, dbtest.Count(t, e.pool, `SELECT count(*) FROM placement.resource_providers`))
 
 	// While another session holds the lock, a pass is skipped.
 	conn, err := e.pool.Acquire(context.Background())
@@ -375,7 +371,7 @@ func TestTrackerRunFollowsNodeChanges(t *testing.T) {
 	go func() { done <- tr.Run(ctx) }()
 	<-passes // the start-up pass
 	n := e.addNode(t, "late", "gold", `{}`)
-	waitFor(t, 10*time.Second, func() bool {
+	dbtest.WaitFor(t, 10*time.Second, "the late node's provider to appear in Placement", func() bool {
 		_, err := e.pc.GetProvider(context.Background(), n)
 		return err == nil
 	})
@@ -385,16 +381,13 @@ func TestTrackerRunFollowsNodeChanges(t *testing.T) {
 
 func TestTrackerPlacementUnreachable(t *testing.T) {
 	pool := dbtest.New(t)
-	_, err := pool.Exec(context.Background(), `
-		INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state)
-		VALUES (gen_random_uuid(), 'n', 'fake-hardware', 'gold', 'available', 'power off')`)
-	require.NoError(t, err)
+	dbtest.Node(t, pool, dbtest.NodeSpec{Name: "n"})
 	pc := client.New("http://127.0.0.1:1", "admin", time.Second)
 	st, err := NewTracker(pool, pc, TrackerConfig{}, zaptest.NewLogger(t)).Sync(context.Background())
 	require.Error(t, err)
 	require.True(t, client.IsUnreachable(err), "%v", err)
 	require.Equal(t, 1, st.Failed)
-	require.Equal(t, 0, count(t, pool, `SELECT count(*) FROM placement_synced`))
+	require.Equal(t, 0, dbtest.Count(t, pool, `SELECT count(*) FROM placement_synced`))
 }
 
 func TestPassSpacing(t *testing.T) {

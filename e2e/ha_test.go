@@ -68,15 +68,6 @@ func haStack(t *testing.T, n int) (*devstack.Stack, *gophercloud.ServiceClient, 
 
 // addAvailableNodes enrolls n available nodes of resource class rc directly
 // in the database (the API path is covered by TestEndToEndAllocations).
-func addAvailableNodes(t *testing.T, pool *pgxpool.Pool, n int, rc string) {
-	t.Helper()
-	_, err := pool.Exec(context.Background(), `
-		INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state)
-		SELECT gen_random_uuid(), $2 || '-' || i, 'fake-hardware', $2, 'available', 'power off'
-		  FROM generate_series(1, $1) i`, n, rc)
-	require.NoError(t, err)
-}
-
 // lockNodes holds every node of class rc locked (FOR UPDATE) until the
 // returned release is called: conductors skip locked nodes, so allocations
 // for rc stay claimed and allocating meanwhile.
@@ -97,17 +88,6 @@ func queryInt(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	var n int
 	require.NoError(t, pool.QueryRow(context.Background(), sql, args...).Scan(&n))
 	return n
-}
-
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // conductorID is the conductors.id of the conductor named hostname.
@@ -148,9 +128,9 @@ func TestConductorsSurviveKillAndStop(t *testing.T) {
 		t.Skip("process HA test")
 	}
 	stack, client, pool := haStack(t, 3)
-	addAvailableNodes(t, pool, 1500, "gold")
-	addAvailableNodes(t, pool, 1490, "silver")
-	addAvailableNodes(t, pool, 10, "blocked")
+	dbtest.Nodes(t, pool, 1500, "gold")
+	dbtest.Nodes(t, pool, 1490, "silver")
+	dbtest.Nodes(t, pool, 10, "blocked")
 	release := lockNodes(t, pool, "blocked")
 	ctx := context.Background()
 
@@ -169,7 +149,7 @@ func TestConductorsSurviveKillAndStop(t *testing.T) {
 	for range blocked {
 		require.NoError(t, post("blocked"))
 	}
-	eventually(t, 10*time.Second, "blocked allocations claimed", func() bool {
+	dbtest.WaitFor(t, 10*time.Second, "blocked allocations claimed", func() bool {
 		return queryInt(t, pool, `SELECT count(*) FROM allocations WHERE resource_class = 'blocked' AND conductor_affinity IS NOT NULL`) == blocked
 	})
 
@@ -203,7 +183,7 @@ func TestConductorsSurviveKillAndStop(t *testing.T) {
 
 	// Kill the conductor that owns the most unfinished rows, a third of the
 	// way in.
-	eventually(t, 30*time.Second, "a third posted", func() bool { return posted.Load() >= total/3 })
+	dbtest.WaitFor(t, 30*time.Second, "a third posted", func() bool { return posted.Load() >= total/3 })
 	byName := map[string]*devstack.Process{}
 	for _, p := range stack.Conductors {
 		byName[p.Name] = p
@@ -220,7 +200,7 @@ func TestConductorsSurviveKillAndStop(t *testing.T) {
 	t.Logf("SIGKILLed %s owning %d unfinished allocations", victim, owned)
 
 	// Stop another one cleanly two thirds of the way in.
-	eventually(t, 30*time.Second, "two thirds posted", func() bool { return posted.Load() >= 2*total/3 })
+	dbtest.WaitFor(t, 30*time.Second, "two thirds posted", func() bool { return posted.Load() >= 2*total/3 })
 	var stopped string
 	for _, p := range stack.Conductors {
 		if p.Name != victim {
@@ -236,7 +216,7 @@ func TestConductorsSurviveKillAndStop(t *testing.T) {
 
 	// The killed conductor's rows are taken over.
 	limit := haHeartbeatTimeout + haTakeoverPeriod
-	eventually(t, limit+10*time.Second, "killed conductor's rows taken over", func() bool {
+	dbtest.WaitFor(t, limit+10*time.Second, "killed conductor's rows taken over", func() bool {
 		return queryInt(t, pool, `SELECT count(*) FROM allocations WHERE state = 'allocating' AND conductor_affinity = $1`, victimID) == 0
 	})
 	delay := time.Since(killedAt)
@@ -256,7 +236,7 @@ func TestConductorsSurviveKillAndStop(t *testing.T) {
 	require.EqualValues(t, total, posted.Load())
 	release()
 
-	eventually(t, 60*time.Second, "every allocation finished", func() bool {
+	dbtest.WaitFor(t, 60*time.Second, "every allocation finished", func() bool {
 		return queryInt(t, pool, `SELECT count(*) FROM allocations WHERE state = 'allocating'`) == 0
 	})
 	checkInvariants(t, pool)
@@ -335,13 +315,13 @@ func TestPausedConductorLosesItsRowsAndCannotOverwrite(t *testing.T) {
 		t.Skip("process HA test")
 	}
 	stack, client, pool := haStack(t, 2)
-	addAvailableNodes(t, pool, 3, "blocked")
+	dbtest.Nodes(t, pool, 3, "blocked")
 	release := lockNodes(t, pool, "blocked")
 	ctx := context.Background()
 	a, err := allocations.Create(ctx, client, allocations.CreateOpts{ResourceClass: "blocked"}).Extract()
 	require.NoError(t, err)
 	var owner string
-	eventually(t, 10*time.Second, "allocation claimed", func() bool {
+	dbtest.WaitFor(t, 10*time.Second, "allocation claimed", func() bool {
 		err := pool.QueryRow(ctx, `SELECT c.hostname FROM allocations a JOIN conductors c ON c.id = a.conductor_affinity
 		                            WHERE a.uuid = $1`, a.UUID).Scan(&owner)
 		return err == nil
@@ -360,7 +340,7 @@ func TestPausedConductorLosesItsRowsAndCannotOverwrite(t *testing.T) {
 	require.NoError(t, paused.Signal(syscall.SIGSTOP))
 	pausedAt := time.Now()
 	peerID := conductorID(t, pool, peer.Name)
-	eventually(t, haHeartbeatTimeout+haTakeoverPeriod+10*time.Second, "row taken over by the peer", func() bool {
+	dbtest.WaitFor(t, haHeartbeatTimeout+haTakeoverPeriod+10*time.Second, "row taken over by the peer", func() bool {
 		return queryInt(t, pool, `SELECT count(*) FROM allocations WHERE uuid = $1 AND conductor_affinity = $2`, a.UUID, peerID) == 1
 	})
 	t.Logf("%s paused; %s took its allocation over after %s", owner, peer.Name, time.Since(pausedAt).Round(time.Millisecond))
@@ -368,7 +348,7 @@ func TestPausedConductorLosesItsRowsAndCannotOverwrite(t *testing.T) {
 	// The peer reserves a node once they are free; then the paused one
 	// wakes up and tries to finish the same allocation.
 	release()
-	eventually(t, 10*time.Second, "allocation active via the peer", func() bool {
+	dbtest.WaitFor(t, 10*time.Second, "allocation active via the peer", func() bool {
 		return queryInt(t, pool, `SELECT count(*) FROM allocations WHERE uuid = $1 AND state = 'active' AND conductor_affinity = $2`, a.UUID, peerID) == 1
 	})
 	var node string
@@ -380,7 +360,7 @@ func TestPausedConductorLosesItsRowsAndCannotOverwrite(t *testing.T) {
 			t.Logf("%s log:\n%s", paused.Name, raw)
 		}
 	}()
-	eventually(t, 10*time.Second, "the resumed conductor's late write rejected", func() bool {
+	dbtest.WaitFor(t, 10*time.Second, "the resumed conductor's late write rejected", func() bool {
 		return logLines(t, []*devstack.Process{paused}, "allocation no longer owned by this conductor") > 0
 	})
 	var after string
@@ -389,7 +369,7 @@ func TestPausedConductorLosesItsRowsAndCannotOverwrite(t *testing.T) {
 	require.Equal(t, 1, queryInt(t, pool, `SELECT count(*) FROM nodes WHERE allocation_id IS NOT NULL`))
 	checkInvariants(t, pool)
 	// Back from the pause, it heartbeats again and counts as alive.
-	eventually(t, 5*time.Second, "resumed conductor alive again", func() bool {
+	dbtest.WaitFor(t, 5*time.Second, "resumed conductor alive again", func() bool {
 		return queryInt(t, pool, `SELECT count(*) FROM conductors WHERE hostname = $1 AND online AND heartbeat_at > now() - interval '2 seconds'`, owner) == 1
 	})
 }
@@ -404,10 +384,10 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	stack, client, pool := haStack(t, 1)
 	slow, err := stack.StartConductor("slow-stop", "METALLOC_CONDUCTOR_SHUTDOWN_GRACE=60s")
 	require.NoError(t, err)
-	addAvailableNodes(t, pool, 4, "blocked")
+	dbtest.Nodes(t, pool, 4, "blocked")
 	release := lockNodes(t, pool, "blocked")
 	ctx := context.Background()
-	eventually(t, 10*time.Second, "slow-stop registered", func() bool {
+	dbtest.WaitFor(t, 10*time.Second, "slow-stop registered", func() bool {
 		return queryInt(t, pool, `SELECT count(*) FROM conductors WHERE hostname = 'slow-stop' AND online`) == 1
 	})
 	slowID := conductorID(t, pool, "slow-stop")
@@ -430,7 +410,7 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	require.Equal(t, 128+15, slow.Cmd.ProcessState.ExitCode())
 
 	release()
-	eventually(t, haHeartbeatTimeout+haTakeoverPeriod+10*time.Second, "its row taken over and finished", func() bool {
+	dbtest.WaitFor(t, haHeartbeatTimeout+haTakeoverPeriod+10*time.Second, "its row taken over and finished", func() bool {
 		return queryInt(t, pool, `SELECT count(*) FROM allocations WHERE state = 'allocating'`) == 0
 	})
 	require.Zero(t, queryInt(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity = $1`, slowID))

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/db/embedded"
 	"github.com/metalloc/metalloc/devstack"
 )
@@ -71,14 +72,10 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	dbURL := cluster.URL("metalloc")
 	_, err = db.Migrate(ctx, dbURL, nil)
 	require.NoError(t, err)
-	conn, err := pgx.Connect(ctx, dbURL)
+	seed, err := db.Open(ctx, dbURL, db.PoolOptions{MaxConns: 1})
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `
-		INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state)
-		SELECT gen_random_uuid(), 'pgr-' || i, 'fake-hardware', 'pgr', 'available', 'power off'
-		FROM generate_series(1, $1) AS i`, pgrNodes)
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
+	dbtest.Nodes(t, seed, pgrNodes, "pgr")
+	seed.Close()
 
 	logDir := t.TempDir()
 	stack, err := devstack.Start(ctx, devstack.Options{
@@ -265,7 +262,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	}
 
 	// Every allocation created (201) ends active, on a node of its own.
-	conn, err = pgx.Connect(ctx, dbURL)
+	conn, err := pgx.Connect(ctx, dbURL)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
 	type row struct {

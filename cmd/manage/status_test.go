@@ -36,11 +36,8 @@ func statusEnv(t *testing.T) (dbURL, endpoint string, pool *pgxpool.Pool, pc *cl
 	pc = client.New(srv.URL, "admin", 10*time.Second)
 
 	n = uuid.New()
-	_, err = pool.Exec(ctx, `
-		INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state, properties)
-		VALUES ($1, 'n1', 'fake-hardware', 'gold', 'available', 'power off', '{"cpus": 8, "memory_mb": 1024}'),
-		       (gen_random_uuid(), 'n2', 'fake-hardware', 'gold', 'available', 'power off', '{}')`, n)
-	require.NoError(t, err)
+	_, n = dbtest.Node(t, pool, dbtest.NodeSpec{Name: "n1", Properties: map[string]any{"cpus": 8, "memory_mb": 1024}})
+	dbtest.Node(t, pool, dbtest.NodeSpec{Name: "n2"})
 	tr := conductor.NewTracker(pool, pc, conductor.TrackerConfig{ReportGenericResources: true}, zaptest.NewLogger(t))
 	_, err = tr.Sync(ctx)
 	require.NoError(t, err)

@@ -166,15 +166,19 @@ func Conductor(t testing.TB, pool *pgxpool.Pool, hostname string, heartbeatAge t
 }
 
 // WaitFor calls cond every 10 ms until it returns true, and fails the test
-// with what if that takes longer than timeout. It is the tests' one way to
-// wait for something to happen; a test that must show something does not
-// happen waits for an event that comes after it instead.
-func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+// with what if that takes longer than timeout, after calling onFail (to log
+// what the test saw). It is the tests' one way to wait for something to
+// happen; a test that must show something does not happen waits for an event
+// that comes after it instead.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool, onFail ...func()) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", timeout, what)
+			for _, f := range onFail {
+				f()
+			}
+			t.Fatalf("after %s: waiting for %s", timeout, what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
