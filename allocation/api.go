@@ -262,7 +262,7 @@ func (h *Handler) backfill(c echo.Context, q *Queries, node *LockNodeRow, p *Cre
 		return err
 	}
 	*row = r
-	err = q.BackfillNode(ctx, BackfillNodeParams{AllocationID: &r.ID, InstanceUuid: &r.Uuid, Traits: p.Traits, ID: node.ID})
+	err = q.BackfillNode(ctx, BackfillNodeParams{NodeID: node.ID, AllocationID: r.ID, InstanceUuid: r.Uuid, Traits: p.Traits})
 	if db.IsUniqueViolation(err, "nodes_instance_uuid_key") {
 		return web.Conflict("Instance %s is already associated with a node, it cannot be associated with this other node %s", r.Uuid, node.Uuid)
 	}

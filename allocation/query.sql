@@ -57,12 +57,9 @@ SELECT trait FROM node_traits WHERE node_id = @node_id ORDER BY trait;
 SELECT uuid FROM nodes WHERE instance_uuid = @instance_uuid;
 
 -- name: BackfillNode :exec
--- Backfill: an already-deployed node is recorded as holding the allocation.
-UPDATE nodes
-   SET allocation_id = @allocation_id, instance_uuid = @instance_uuid,
-       instance_info = instance_info || jsonb_build_object('traits', @traits::text[]),
-       updated_at = now()
- WHERE id = @id;
+-- Backfill: an already-deployed node, locked by the caller, is recorded as
+-- holding the allocation (metalloc_hold, as every reservation does).
+SELECT metalloc_hold(@node_id::bigint, @allocation_id::bigint, @instance_uuid::uuid, @traits::text[]);
 
 -- name: Reserve :one
 -- One reservation attempt (see metalloc_reserve in the migrations): no row

@@ -32,27 +32,24 @@ func (q *Queries) AllocationOwnership(ctx context.Context, id int64) (Allocation
 }
 
 const backfillNode = `-- name: BackfillNode :exec
-UPDATE nodes
-   SET allocation_id = $1, instance_uuid = $2,
-       instance_info = instance_info || jsonb_build_object('traits', $3::text[]),
-       updated_at = now()
- WHERE id = $4
+SELECT metalloc_hold($1::bigint, $2::bigint, $3::uuid, $4::text[])
 `
 
 type BackfillNodeParams struct {
-	AllocationID *int64
-	InstanceUuid *uuid.UUID
+	NodeID       int64
+	AllocationID int64
+	InstanceUuid uuid.UUID
 	Traits       []string
-	ID           int64
 }
 
-// Backfill: an already-deployed node is recorded as holding the allocation.
+// Backfill: an already-deployed node, locked by the caller, is recorded as
+// holding the allocation (metalloc_hold, as every reservation does).
 func (q *Queries) BackfillNode(ctx context.Context, arg BackfillNodeParams) error {
 	_, err := q.db.Exec(ctx, backfillNode,
+		arg.NodeID,
 		arg.AllocationID,
 		arg.InstanceUuid,
 		arg.Traits,
-		arg.ID,
 	)
 	return err
 }
