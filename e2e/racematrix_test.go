@@ -31,6 +31,9 @@ import (
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/devstack"
 	"github.com/metalloc/metalloc/node"
+	"github.com/metalloc/metalloc/placement"
+	"github.com/metalloc/metalloc/placement/client"
+	"github.com/metalloc/metalloc/placement/placementtest"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -43,7 +46,9 @@ import (
 //     A (odd rounds) or available and free (even rounds);
 //   - allocation B, allocating, candidate_nodes [N], owned by live
 //     conductor L1; allocation C, the same but owned by dead conductor D;
-//     allocation U, the same but unclaimed.
+//     allocation U, the same but unclaimed; in TestRaceMatrix allocation P,
+//     the same but owned by live conductor L3, which reserves through
+//     Placement.
 //
 // TestRaceMatrix runs the operations in goroutines of this process (two
 // in-process API servers, conductor operations called directly);
@@ -57,7 +62,9 @@ type cell struct {
 	nodeID         int64
 	active         uuid.UUID // A (uuid.Nil in even rounds)
 	owned, orphan  int64     // B (owned by L1) and C (owned by dead D)
-	l1, l2, dead   int64     // conductor ids
+	placed         int64     // P, the same but owned by L3 (placement backend)
+	l1, l2, l3     int64     // live conductor ids
+	dead           int64     // dead conductor id
 	apiURLs        []string  // API servers, one picked per request
 	raceAllocation bool      // processes: "reserve" posts an allocation
 }
@@ -71,12 +78,11 @@ type matrixOp struct {
 
 // rig is what the operations run against.
 type rig struct {
-	pool    *pgxpool.Pool
-	alloc   *allocation.Allocator
-	rows    *conductor.Rows
-	backend interface {
-		ClaimReserve(ctx context.Context, me int64, n int) ([]allocation.Claimed, []allocation.Claimed, error)
-	}
+	pool      *pgxpool.Pool
+	alloc     *allocation.Allocator
+	rows      *conductor.Rows
+	placement *allocation.PlacementAllocator
+	tracker   *conductor.Tracker
 }
 
 func call(ctx context.Context, c *cell, method, path, body string) int {
@@ -158,7 +164,7 @@ func (r *rig) conductorOps() []matrixOp {
 			return status(err)
 		}},
 		{"claim and reserve (fast path)", func(ctx context.Context, c *cell) int {
-			_, rest, err := r.backend.ClaimReserve(ctx, c.l2, 4)
+			_, rest, err := r.alloc.ClaimReserve(ctx, c.l2, 4)
 			if err == nil {
 				err = process(ctx, c.l2, rest)
 			}
@@ -178,6 +184,19 @@ func (r *rig) conductorOps() []matrixOp {
 			_, err := r.rows.Release(ctx, c.l1)
 			return status(err)
 		}},
+		{"reserve through Placement", func(ctx context.Context, c *cell) int {
+			owned, err := r.rows.Owned(ctx, c.l3)
+			for _, a := range owned {
+				if err == nil {
+					_, err = r.placement.Process(ctx, c.l3, a)
+				}
+			}
+			return status(err)
+		}},
+		{"resource tracker sync", func(ctx context.Context, c *cell) int {
+			_, err := r.tracker.Sync(ctx)
+			return status(err)
+		}},
 	}
 }
 
@@ -195,6 +214,9 @@ func newCell(t *testing.T, pool *pgxpool.Pool, round int, c *cell) {
 	cands := []uuid.UUID{c.node}
 	c.owned, _ = dbtest.Allocation(t, pool, dbtest.AllocationSpec{ResourceClass: "race", CandidateNodes: cands, Conductor: c.l1})
 	c.orphan, _ = dbtest.Allocation(t, pool, dbtest.AllocationSpec{ResourceClass: "race", CandidateNodes: cands, Conductor: c.dead})
+	if c.l3 != 0 {
+		c.placed, _ = dbtest.Allocation(t, pool, dbtest.AllocationSpec{ResourceClass: "race", CandidateNodes: cands, Conductor: c.l3})
+	}
 	dbtest.Allocation(t, pool, dbtest.AllocationSpec{ResourceClass: "race", CandidateNodes: cands})
 }
 
@@ -325,15 +347,21 @@ func TestRaceMatrix(t *testing.T) {
 	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel)).Core(), core))
 	alloc := allocation.NewAllocator(pool, log)
 	alloc.LockedWait = 200 * time.Millisecond
-	r := &rig{pool: pool, alloc: alloc, rows: conductor.NewRows(conductor.New(pool), time.Minute), backend: alloc}
+	// The placement backend and the resource tracker against an in-process
+	// metalloc-placement on the same database.
+	pc := client.New(placementtest.NewServerOn(t, pool, placement.Options{}).URL, "admin", 10*time.Second)
+	r := &rig{pool: pool, alloc: alloc, rows: conductor.NewRows(conductor.New(pool), time.Minute),
+		placement: allocation.NewPlacementAllocator(pool, pc, allocation.PlacementConfig{Hostname: "live-3"}, log),
+		tracker:   conductor.NewTracker(pool, pc, conductor.TrackerConfig{}, log)}
 	base := cell{
 		l1:      dbtest.Conductor(t, pool, "live-1", 0, true),
 		l2:      dbtest.Conductor(t, pool, "live-2", 0, true),
+		l3:      dbtest.Conductor(t, pool, "live-3", 0, true),
 		dead:    dbtest.Conductor(t, pool, "dead", time.Hour, true),
 		apiURLs: []string{inProcessAPI(t, pool, log), inProcessAPI(t, pool, log)},
 	}
 	ops := append(apiOps(), r.conductorOps()...)
-	rounds := 20
+	rounds := 12
 	if testing.Short() {
 		rounds = 2
 	}
