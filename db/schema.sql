@@ -185,6 +185,7 @@ CREATE FUNCTION public.metalloc_node_in_scope(node_uuid uuid, node_owner text, n
 
 CREATE FUNCTION public.metalloc_pick(p_resource_class text, p_traits text[], p_candidates uuid[], p_owner text, p_name text, p_start bigint, OUT node_id bigint, OUT node_uuid uuid) RETURNS record
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     v_lo bigint;
@@ -203,17 +204,16 @@ BEGIN
     END IF;
     IF p_candidates IS NOT NULL THEN
         SELECT n.id, n.uuid INTO node_id, node_uuid
-          FROM free_nodes n
+          FROM unnest(p_candidates) c (uuid) JOIN free_nodes n ON n.uuid = c.uuid
          WHERE n.resource_class = p_resource_class
-           AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, p_candidates, p_owner)
+           AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, p_owner)
            AND metalloc_node_has_traits(n.traits, p_traits)
          ORDER BY random()
          LIMIT 1
            FOR UPDATE OF n SKIP LOCKED;
         RETURN;
     END IF;
-    -- From p_start to the end of the id range, then from its beginning: one
-    -- query, two id ranges (each an index range scan of nodes_free_idx).
+    -- From p_start to the end of the id range, then from its beginning.
     FOR pass IN 1..2 LOOP
         IF pass = 1 THEN
             v_lo := p_start; v_hi := 9223372036854775807;
