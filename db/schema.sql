@@ -186,6 +186,7 @@ CREATE FUNCTION public.metalloc_node_in_scope(node_uuid uuid, node_owner text, n
 CREATE FUNCTION public.metalloc_pick(p_resource_class text, p_traits text[], p_candidates uuid[], p_owner text, p_name text, p_start bigint, OUT node_id bigint, OUT node_uuid uuid) RETURNS record
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_sort TO 'off'
     AS $$
 DECLARE
     v_lo bigint;

@@ -96,14 +96,22 @@ $$;
 -- nodes_free_idx instead of sorting every candidate). No row: no unlocked
 -- node fits.
 --
--- Each query is written so that its generic plan is the right one whatever
--- the parameters (a name lookup; an index lookup per candidate; a range scan
--- of nodes_free_idx), and plan_cache_mode makes PL/pgSQL use it: planning
--- the query anew for each call cost more than running it.
+-- Each query is written so that one plan is right whatever the parameters
+-- (a name lookup; an index lookup per candidate; an ordered range scan of
+-- nodes_free_idx that stops at the first unlocked match), and PL/pgSQL is
+-- told to keep that generic plan (plan_cache_mode): planning the query anew
+-- for each call cost more than running it. enable_sort = off keeps the
+-- planner from trading the ordered scan for "fetch every free node of the
+-- class, then sort", which its estimates for unknown parameters favour and
+-- which costs a pick O(free nodes) under load; the candidates' random order
+-- still sorts, having no alternative.
 CREATE OR REPLACE FUNCTION metalloc_pick(
     p_resource_class text, p_traits text[], p_candidates uuid[], p_owner text,
     p_name text, p_start bigint, OUT node_id bigint, OUT node_uuid uuid)
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_sort = off
+AS $$
 DECLARE
     v_lo bigint;
     v_hi bigint;
