@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -123,21 +122,6 @@ func (s *Store) GetByID(ctx context.Context, id int64) (View, error) {
 		return View{}, notFound(err)
 	}
 	return View{r.Allocation, r.NodeUuid, r.Traits}, nil
-}
-
-// Remover deletes allocations on behalf of node operations; it implements
-// node.AllocationRemover.
-type Remover struct{}
-
-// RemoveNodeAllocation deletes allocation allocationID held by node nodeID
-// inside tx: the node's allocation_id and instance_uuid are cleared and the
-// row is deleted (Ironic: dbapi.destroy_allocation). Callers have already
-// checked that removal is allowed for the node's state.
-func (Remover) RemoveNodeAllocation(ctx context.Context, tx pgx.Tx, nodeID, allocationID int64) error {
-	if err := New(tx).Deallocate(ctx, allocationID); err != nil {
-		return fmt.Errorf("deallocating node %d from allocation %d: %w", nodeID, allocationID, err)
-	}
-	return nil
 }
 
 func jsonOrEmpty(m map[string]any) json.RawMessage {

@@ -327,7 +327,7 @@ func inProcessAPI(t *testing.T, pool *pgxpool.Pool, log *zap.Logger) string {
 	e.JSONSerializer = web.JSONSerializer{}
 	e.Use(web.RequestID(log), middleware.Recover())
 	v1 := e.Group("/v1", web.IronicVersion())
-	node.NewHandler(node.NewStore(pool), allocation.Remover{}, node.HandlerOptions{}).Register(v1)
+	node.NewHandler(node.NewStore(pool), node.Deallocator{}, node.HandlerOptions{}).Register(v1)
 	allocation.NewHandler(allocation.NewStore(pool), allocation.HandlerOptions{}).Register(v1)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)

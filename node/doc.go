@@ -24,8 +24,9 @@
 // wait for it, and a change never overwrites a reservation it did not see.
 // Changes that drop a node's allocation (tear down, deleting a node in
 // maintenance, removing instance_uuid) call an AllocationRemover inside that
-// same transaction; package allocation implements it and cmd wiring injects
-// it.
+// same transaction, after locking the node (lock order: node, then
+// allocation; conductor/doc.go). Deallocator, the default, is the one
+// deallocation: the SQL function metalloc_deallocate.
 //
 // # State machine
 //

@@ -23,17 +23,13 @@ import (
 	"github.com/metalloc/metalloc/web"
 )
 
-// fakeRemover is the AllocationRemover of the tests: it unlinks the node and
-// deletes the allocation row with plain SQL, and counts its calls.
+// fakeRemover is the AllocationRemover of the tests: the real deallocation
+// (node.Deallocator), counting its calls.
 type fakeRemover struct{ calls atomic.Int32 }
 
 func (f *fakeRemover) RemoveNodeAllocation(ctx context.Context, tx pgx.Tx, nodeID, allocationID int64) error {
 	f.calls.Add(1)
-	if _, err := tx.Exec(ctx, `UPDATE nodes SET allocation_id = NULL, instance_uuid = NULL WHERE id = $1`, nodeID); err != nil {
-		return err
-	}
-	_, err := tx.Exec(ctx, `DELETE FROM allocations WHERE id = $1`, allocationID)
-	return err
+	return node.Deallocator{}.RemoveNodeAllocation(ctx, tx, nodeID, allocationID)
 }
 
 // env is one test's system under test: a fresh database, the store, and an

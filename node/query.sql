@@ -119,6 +119,10 @@ DELETE FROM node_traits WHERE node_id = $1 AND trait = $2;
 -- Marks a node as changed (trait changes count as node updates, as in Ironic).
 UPDATE nodes SET updated_at = now() WHERE id = $1;
 
+-- name: Deallocate :exec
+-- The one deallocation (metalloc_deallocate); the caller locked the node.
+SELECT metalloc_deallocate(@allocation_id::bigint);
+
 -- name: GetAllocationOwner :one
 SELECT owner FROM allocations WHERE id = $1;
 

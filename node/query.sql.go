@@ -13,6 +13,16 @@ import (
 	"github.com/google/uuid"
 )
 
+const deallocate = `-- name: Deallocate :exec
+SELECT metalloc_deallocate($1::bigint)
+`
+
+// The one deallocation (metalloc_deallocate); the caller locked the node.
+func (q *Queries) Deallocate(ctx context.Context, allocationID int64) error {
+	_, err := q.db.Exec(ctx, deallocate, allocationID)
+	return err
+}
+
 const deleteNode = `-- name: DeleteNode :execrows
 DELETE FROM nodes WHERE id = $1
 `

@@ -24,24 +24,24 @@ type AllocationRemover interface {
 	RemoveNodeAllocation(ctx context.Context, tx pgx.Tx, nodeID, allocationID int64) error
 }
 
-// sqlRemover is the AllocationRemover used when none is injected: it does the
-// minimum with plain SQL (clear the node's link, delete the allocation row).
-type sqlRemover struct{}
+// Deallocator is the AllocationRemover used when none is injected, and the
+// one deallocation: metalloc_deallocate (db/schema.sql) clears the node's
+// allocation_id and instance_uuid and deletes the allocation row (Ironic:
+// dbapi.destroy_allocation). The caller holds the node's row lock (lock
+// order: node, then allocation; conductor/doc.go).
+type Deallocator struct{}
 
-func (sqlRemover) RemoveNodeAllocation(ctx context.Context, tx pgx.Tx, nodeID, allocationID int64) error {
-	if _, err := tx.Exec(ctx,
-		`UPDATE nodes SET allocation_id = NULL, instance_uuid = NULL, updated_at = now() WHERE id = $1`, nodeID); err != nil {
-		return fmt.Errorf("unlinking node %d from allocation %d: %w", nodeID, allocationID, err)
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM allocations WHERE id = $1`, allocationID); err != nil {
-		return fmt.Errorf("deleting allocation %d: %w", allocationID, err)
+// RemoveNodeAllocation deallocates node nodeID from allocationID inside tx.
+func (Deallocator) RemoveNodeAllocation(ctx context.Context, tx pgx.Tx, nodeID, allocationID int64) error {
+	if err := New(tx).Deallocate(ctx, allocationID); err != nil {
+		return fmt.Errorf("deallocating node %d from allocation %d: %w", nodeID, allocationID, err)
 	}
 	return nil
 }
 
 func removerOrDefault(r AllocationRemover) AllocationRemover {
 	if r == nil {
-		return sqlRemover{}
+		return Deallocator{}
 	}
 	return r
 }

@@ -87,7 +87,7 @@ func run(cmd *cobra.Command, _ []string) error {
 	web.RegisterIronicRoot(e, cfg.API.PublicEndpoint, resources)
 	v1 := e.Group("/v1", web.IronicVersion())
 	nodes := node.NewStore(pool)
-	node.NewHandler(nodes, allocation.Remover{}, node.HandlerOptions{
+	node.NewHandler(nodes, node.Deallocator{}, node.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit,
 	}).Register(v1)
 	allocation.NewHandler(allocation.NewStore(pool), allocation.HandlerOptions{
