@@ -80,6 +80,11 @@ const (
 const acquireTimeoutParam = "pool_acquire_timeout"
 
 // Open connects a pgx pool to url (a libpq URL or key=value DSN) and pings it.
+// url may name several hosts, as libpq allows
+// (postgres://a:5432,b:5432/metalloc?target_session_attrs=read-write): each
+// new connection tries them in order and, with target_session_attrs, keeps
+// only the one that accepts writes, so a promoted standby takes over without
+// a configuration change.
 //
 // The pool reconnects by itself: a connection that fails (the server
 // restarted, terminated it or went away) is dropped, and a later Acquire
@@ -107,6 +112,14 @@ func Open(ctx context.Context, url string, opt PoolOptions) (*pgxpool.Pool, erro
 	}
 	if err := applyTimeouts(cfg, opt); err != nil {
 		return nil, err
+	}
+	// After a failover, a connection may still lead to a server that is a
+	// standby now (demoted, or a read-only replica in a multi-host URL):
+	// drop it instead of handing it out again, so that the next connection
+	// follows target_session_attrs to the new primary. PostgreSQL 14+
+	// reports in_hot_standby to clients whenever it changes.
+	cfg.AfterRelease = func(c *pgx.Conn) bool {
+		return c.PgConn().ParameterStatus("in_hot_standby") != "on"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -290,7 +303,9 @@ func DataException(err error) (string, bool) {
 // to 503. That covers a server that is down, starting up or shutting down
 // (SQLSTATE 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03
 // cannot_connect_now), out of connection slots (53300), connection
-// exceptions (class 08), a failed connection attempt, a connection that
+// exceptions (class 08), a server that only accepts reads (25006
+// read_only_sql_transaction: a standby, or a primary fenced during a
+// failover), a failed connection attempt, a connection that
 // broke mid-statement (reset, closed, unexpected EOF, network error), and a
 // deadline that expired, such as PoolOptions.AcquireTimeout.
 func IsUnavailable(err error) bool {
@@ -300,7 +315,8 @@ func IsUnavailable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		return strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "57P01" ||
-			pgErr.Code == "57P02" || pgErr.Code == "57P03" || pgErr.Code == "53300"
+			pgErr.Code == "57P02" || pgErr.Code == "57P03" || pgErr.Code == "53300" ||
+			pgErr.Code == "25006"
 	}
 	var connErr *pgconn.ConnectError
 	var netErr net.Error

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,16 +40,21 @@ type Options struct {
 	Port int
 	// Log receives progress messages; nil discards them.
 	Log *zap.Logger
+	// Settings are extra server settings (name to value, passed as -c),
+	// overriding the defaults Start uses for speed (fsync, synchronous_commit
+	// and full_page_writes off), e.g. {"synchronous_commit": "on"}.
+	Settings map[string]string
 }
 
 // Cluster is a PostgreSQL server reachable on 127.0.0.1 as the superuser
 // postgres without a password. Its methods are not safe for concurrent use.
 type Cluster struct {
-	dataDir string
-	binDir  string
-	port    int
-	log     *zap.Logger
-	cred    *syscall.Credential // run server programs as this user (nil: as ourselves)
+	dataDir  string
+	binDir   string
+	port     int
+	log      *zap.Logger
+	cred     *syscall.Credential // run server programs as this user (nil: as ourselves)
+	settings map[string]string   // Options.Settings
 
 	started bool   // Start launched the server, so Stop stops it
 	tmpSock string // socket dir Start created under /tmp, removed by Stop
@@ -86,7 +92,7 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded postgres: %w", err)
 	}
-	c := &Cluster{dataDir: dataDir, binDir: binDir, log: log}
+	c := &Cluster{dataDir: dataDir, binDir: binDir, log: log, settings: opt.Settings}
 
 	if err := os.MkdirAll(filepath.Dir(dataDir), 0o755); err != nil {
 		return nil, fmt.Errorf("embedded postgres: creating data dir: %w", err)
@@ -360,6 +366,14 @@ func (c *Cluster) start(ctx context.Context) error {
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=300 "+
 		"-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_buffers=256MB",
 		c.port, shellQuote(sockDir))
+	names := make([]string, 0, len(c.settings))
+	for k := range c.settings {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names { // a later -c wins over the defaults above
+		opts += fmt.Sprintf(" -c %s=%s", k, shellQuote(c.settings[k]))
+	}
 	c.log.Info("starting PostgreSQL", zap.String("dir", c.dataDir), zap.Int("port", c.port))
 	if _, err := c.run(ctx, "pg_ctl", "-D", c.dataDir, "-l", logFile, "-w", "-t", "60", "-o", opts, "start"); err != nil {
 		logTail := ""
