@@ -47,7 +47,8 @@ func main() {
 // conductorSessions makes PostgreSQL end a conductor session that sits in
 // a transaction for longer than the heartbeat timeout (a stalled or paused
 // process), so that the row locks it holds are gone by the time peers take
-// its allocations over.
+// its allocations over, and names the sessions "metalloc-conductor
+// <hostname>".
 func conductorSessions(cfg config.Config, opts *db.PoolOptions) {
 	timeout := cfg.Conductor.HeartbeatTimeout
 	if timeout <= 0 {
@@ -55,6 +56,15 @@ func conductorSessions(cfg config.Config, opts *db.PoolOptions) {
 	}
 	opts.RuntimeParams = map[string]string{
 		"idle_in_transaction_session_timeout": strconv.FormatInt(timeout.Milliseconds(), 10),
+	}
+	// pg_stat_activity tells the conductors apart (application_name holds
+	// at most 63 bytes).
+	host := cfg.Conductor.Hostname
+	if host == "" {
+		host, _ = os.Hostname()
+	}
+	if name := opts.ApplicationName + " " + host; len(name) <= 63 {
+		opts.ApplicationName = name
 	}
 }
 
