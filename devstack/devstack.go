@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -125,6 +126,14 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		}
 	default:
 		return nil, fmt.Errorf("devstack: unknown allocation backend %q (database or placement)", opts.AllocationBackend)
+	}
+	if err := checkFree("metalloc-api", opts.APIListen); err != nil {
+		return nil, err
+	}
+	if opts.Placement && opts.PlacementListen != "" {
+		if err := checkFree("metalloc-placement", opts.PlacementListen); err != nil {
+			return nil, err
+		}
 	}
 	s := &Stack{APIURL: "http://" + opts.APIListen, opts: opts}
 	api, err := s.spawn("metalloc-api", "api", "--api.listen", opts.APIListen)
@@ -286,7 +295,9 @@ func (s *Stack) Stop(ctx context.Context) {
 	}
 }
 
-// waitHTTP waits until p answers HTTP at url (or exits).
+// waitHTTP waits until p answers HTTP at url (or exits), and checks that
+// the listener is p's own: another process that took the port in the
+// meantime fails the start (ErrPortBusy) instead of passing for p.
 func waitHTTP(ctx context.Context, p *Process, url string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -296,6 +307,13 @@ func waitHTTP(ctx context.Context, p *Process, url string) error {
 		resp, err := http.Get(url + "/")
 		if err == nil {
 			resp.Body.Close()
+			addr := strings.TrimPrefix(url, "http://")
+			_, port, _ := net.SplitHostPort(addr)
+			n, _ := strconv.Atoi(port)
+			if !listensOn(p.Cmd.Process.Pid, n) {
+				return fmt.Errorf("devstack: %w: %s answers on %s, but not from %s (pid %d)%s; see %s",
+					ErrPortBusy, addr, addr, p.Name, p.Cmd.Process.Pid, holderOf(addr), p.LogPath)
+			}
 			return nil
 		}
 		select {

@@ -1,0 +1,37 @@
+package devstack
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// dev up must not report "metalloc is up" when another process answers on
+// its port: Start fails with ErrPortBusy, naming the address and the holder.
+func TestStartRefusesABusyPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: http.NotFoundHandler()}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	addr := l.Addr().String()
+
+	_, err = Start(t.Context(), Options{DatabaseURL: "postgres://unused", APIListen: addr, BinDir: t.TempDir()})
+	require.True(t, errors.Is(err, ErrPortBusy), "%v", err)
+	require.ErrorContains(t, err, addr)
+	require.ErrorContains(t, err, "held by pid "+strconv.Itoa(os.Getpid()))
+}
+
+func TestListensOn(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	require.True(t, listensOn(os.Getpid(), port))
+	require.False(t, listensOn(os.Getpid(), port+1)) // a port nobody here holds
+}
