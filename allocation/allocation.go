@@ -101,7 +101,7 @@ func (s *Store) Get(ctx context.Context, ident string) (View, error) {
 }
 
 func get(ctx context.Context, q *Queries, ident string) (View, error) {
-	if u, ok := parseUUID(ident); ok {
+	if u, ok := web.UUIDLike(ident); ok {
 		r, err := q.GetAllocationByUUID(ctx, u)
 		if err != nil {
 			return View{}, notFound(err)

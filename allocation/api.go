@@ -285,7 +285,7 @@ func createError(err error, p CreateAllocationParams) error {
 func nodeID(ctx context.Context, q *Queries, ident string) (int64, error) {
 	var id int64
 	var err error
-	if u, ok := parseUUID(ident); ok {
+	if u, ok := web.UUIDLike(ident); ok {
 		id, err = q.NodeIDByUUID(ctx, u)
 	} else {
 		id, err = q.NodeIDByName(ctx, &ident)
@@ -302,7 +302,7 @@ func resolveCandidates(ctx context.Context, q *Queries, idents []string) ([]uuid
 	var uuids []uuid.UUID
 	var names []string
 	for _, id := range idents {
-		if u, ok := parseUUID(id); ok {
+		if u, ok := web.UUIDLike(id); ok {
 			uuids = append(uuids, u)
 		} else {
 			names = append(names, id)
@@ -323,7 +323,7 @@ func resolveCandidates(ctx context.Context, q *Queries, idents []string) ([]uuid
 	var missing []string
 	for _, id := range idents {
 		key := id
-		if u, ok := parseUUID(id); ok {
+		if u, ok := web.UUIDLike(id); ok {
 			key = u.String()
 		}
 		u, ok := byIdent[key]
@@ -692,13 +692,6 @@ func CheckDeallocation(nodeUUID uuid.UUID, provisionState string, target *string
 			allocUUID, nodeUUID)
 	}
 	return nil
-}
-
-// parseUUID reads ident as a uuid in its canonical 36-character form; any
-// other identifier is a name.
-func parseUUID(ident string) (uuid.UUID, bool) {
-	u, err := uuid.Parse(ident)
-	return u, err == nil && len(ident) == 36
 }
 
 func deref[T any](p *T) T {

@@ -132,17 +132,3 @@ func TestImportUpdates(t *testing.T) {
 	require.ErrorContains(t, err, "unknown top-level key")
 }
 
-func TestResolveUUIDs(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	a := e.createNode(map[string]any{"name": "ra"})["uuid"].(string)
-	b := e.createNode(map[string]any{})["uuid"].(string)
-	missing := uuid.NewString()
-	got, miss, err := e.store.ResolveUUIDs(t.Context(), []string{b, "nope", "ra", missing, a})
-	require.NoError(t, err)
-	require.Equal(t, []uuid.UUID{uuid.MustParse(b), uuid.MustParse(a), uuid.MustParse(a)}, got)
-	require.Equal(t, []string{"nope", missing}, miss)
-
-	_, err = e.store.Get(t.Context(), missing)
-	require.ErrorIs(t, err, node.ErrNotFound)
-}

@@ -25,10 +25,10 @@ var (
 // reservedNames cannot be node names: they are path words under /v1/nodes.
 var reservedNames = []string{"maintenance", "management", "states", "vendor_passthru", "detail", "validate"}
 
-// isUUIDLike reports whether s parses as a UUID (oslo's is_uuid_like).
+// isUUIDLike reports whether s is uuid-like (web.UUIDLike).
 func isUUIDLike(s string) bool {
-	_, err := uuid.Parse(s)
-	return err == nil
+	_, ok := web.UUIDLike(s)
+	return ok
 }
 
 // isValidLogicalName is utils.is_valid_logical_name (the current rule).

@@ -38,12 +38,6 @@ SELECT sqlc.embed(nodes),
  WHERE nodes.name = $1
    FOR UPDATE OF nodes;
 
--- name: ResolveNodeIdents :many
--- Maps names and uuids to node uuids; the caller restores the order.
-SELECT uuid, name
-  FROM nodes
- WHERE uuid = ANY(@uuids::uuid[]) OR name = ANY(@names::text[]);
-
 -- name: InsertNode :one
 INSERT INTO nodes (
     uuid, name, driver, resource_class, provision_state, target_provision_state,

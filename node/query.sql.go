@@ -488,43 +488,6 @@ func (q *Queries) LockNodeByUUID(ctx context.Context, argUuid uuid.UUID) (LockNo
 	return i, err
 }
 
-const resolveNodeIdents = `-- name: ResolveNodeIdents :many
-SELECT uuid, name
-  FROM nodes
- WHERE uuid = ANY($1::uuid[]) OR name = ANY($2::text[])
-`
-
-type ResolveNodeIdentsParams struct {
-	Uuids []uuid.UUID
-	Names []string
-}
-
-type ResolveNodeIdentsRow struct {
-	Uuid uuid.UUID
-	Name *string
-}
-
-// Maps names and uuids to node uuids; the caller restores the order.
-func (q *Queries) ResolveNodeIdents(ctx context.Context, arg ResolveNodeIdentsParams) ([]ResolveNodeIdentsRow, error) {
-	rows, err := q.db.Query(ctx, resolveNodeIdents, arg.Uuids, arg.Names)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []ResolveNodeIdentsRow
-	for rows.Next() {
-		var i ResolveNodeIdentsRow
-		if err := rows.Scan(&i.Uuid, &i.Name); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const touchNode = `-- name: TouchNode :exec
 UPDATE nodes SET updated_at = now() WHERE id = $1
 `

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/web"
 	"github.com/metalloc/metalloc/trait"
 )
 
@@ -85,7 +86,7 @@ func (s *Store) get(ctx context.Context, q *Queries, ident string, lock bool) (N
 		tr    []string
 		err   error
 	)
-	if u, perr := uuid.Parse(ident); perr == nil {
+	if u, isUUID := web.UUIDLike(ident); isUUID {
 		if lock {
 			var r LockNodeByUUIDRow
 			r, err = q.LockNodeByUUID(ctx, u)
@@ -110,45 +111,6 @@ func (s *Store) get(ctx context.Context, q *Queries, ident string, lock bool) (N
 		return Node{}, noRows(err, "reading node", ident)
 	}
 	return fromRow(row, alloc, tr)
-}
-
-// ResolveUUIDs maps node names or uuids to node uuids, keeping the order of
-// idents; idents matching no node are returned in missing (in order).
-func (s *Store) ResolveUUIDs(ctx context.Context, idents []string) (uuids []uuid.UUID, missing []string, err error) {
-	var byUUID []uuid.UUID
-	var byName []string
-	for _, id := range idents {
-		if u, err := uuid.Parse(id); err == nil {
-			byUUID = append(byUUID, u)
-		} else {
-			byName = append(byName, id)
-		}
-	}
-	rows, err := s.q.ResolveNodeIdents(ctx, ResolveNodeIdentsParams{Uuids: byUUID, Names: byName})
-	if err != nil {
-		return nil, nil, fmt.Errorf("resolving node identifiers: %w", err)
-	}
-	known := make(map[uuid.UUID]bool, len(rows))
-	names := make(map[string]uuid.UUID, len(rows))
-	for _, r := range rows {
-		known[r.Uuid] = true
-		if r.Name != nil {
-			names[*r.Name] = r.Uuid
-		}
-	}
-	for _, id := range idents {
-		if u, err := uuid.Parse(id); err == nil {
-			if known[u] {
-				uuids = append(uuids, u)
-				continue
-			}
-		} else if u, ok := names[id]; ok {
-			uuids = append(uuids, u)
-			continue
-		}
-		missing = append(missing, id)
-	}
-	return uuids, missing, nil
 }
 
 // Create inserts n (with its traits) and returns it as stored. A zero UUID is
