@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/trait"
 	"github.com/metalloc/metalloc/web"
 )
@@ -670,11 +671,6 @@ func equalPtr[T comparable](a, b *T) bool {
 	return a == b || (a != nil && b != nil && *a == *b)
 }
 
-// updateAllowedStates are the transitional provision states in which Ironic
-// still lets a node be updated (common/states.py UPDATE_ALLOWED_STATES).
-var updateAllowedStates = []string{"deploy failed", "inspecting", "inspect failed", "inspect wait",
-	"clean failed", "error", "verifying", "adopt failed", "rescue failed", "unrescue failed"}
-
 // CheckDeallocation says whether the allocation allocUUID may be removed from
 // a node in the given state: always in maintenance; otherwise not while the
 // node is active or in a transitional state that forbids updates (409 with
@@ -683,7 +679,7 @@ func CheckDeallocation(nodeUUID uuid.UUID, provisionState string, target *string
 	if maintenance {
 		return nil
 	}
-	if target != nil && *target != "" && !slices.Contains(updateAllowedStates, provisionState) {
+	if target != nil && *target != "" && !slices.Contains(node.UpdateAllowedStates, provisionState) {
 		return web.Conflict("Cannot remove allocation %s for node %s, because the node is in state %s where updates are not allowed (and maintenance mode is off)",
 			allocUUID, nodeUUID, provisionState)
 	}

@@ -694,7 +694,7 @@ func (h *Handler) patch(c echo.Context) error {
 		if n.Maintenance && onlyRemoveInstance {
 			// Ironic lets this through whatever the state, to recover
 			// nodes from broken deployments.
-		} else if n.TargetProvisionState != nil && !slices.Contains(updateAllowedInTransition, n.ProvisionState) {
+		} else if n.TargetProvisionState != nil && !slices.Contains(UpdateAllowedStates, n.ProvisionState) {
 			return conflictf("Node %s can not be updated while a state transition is in progress.", ident)
 		} else if n.ProvisionState == StateInspecting && v.AtLeast(1, 39) {
 			return conflictf("Cannot update node \"%s\" while it is in state \"%s\".", n.UUID, StateInspecting)
@@ -734,11 +734,6 @@ func (h *Handler) patch(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, r.node(&n, nil))
 }
-
-// updateAllowedInTransition are the states in which a node with a target
-// provision state may still be updated (states.UPDATE_ALLOWED_STATES).
-var updateAllowedInTransition = []string{StateDeployFail, StateInspecting, StateInspectFail, StateInspectWait,
-	StateCleanFail, StateError, StateVerifying, StateAdoptFail, StateRescueFail, StateUnrescueFail}
 
 // patchDocument is the document a JSON patch applies to: every patchable
 // field with its stored (unmasked) value, as Ironic patches node.as_dict().

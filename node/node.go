@@ -42,6 +42,12 @@ const (
 	StateUnrescuing   = "unrescuing"
 )
 
+// UpdateAllowedStates are the transitional provision states in which a node
+// with a target provision state may still be updated, and its allocation
+// removed (Ironic common/states.py UPDATE_ALLOWED_STATES).
+var UpdateAllowedStates = []string{StateDeployFail, StateInspecting, StateInspectFail, StateInspectWait,
+	StateCleanFail, StateError, StateVerifying, StateAdoptFail, StateRescueFail, StateUnrescueFail}
+
 // Limits Ironic enforces on node fields.
 const (
 	// MaxTraitsPerNode is the most traits a node may have.
