@@ -25,7 +25,7 @@ import (
 
 	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
-	"github.com/metalloc/metalloc/conductor"
+	"github.com/metalloc/metalloc/conductor/conductorapi"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/web"
@@ -93,7 +93,7 @@ func run(cmd *cobra.Command, _ []string) error {
 	allocation.NewHandler(allocation.NewStore(pool), allocation.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Created: created,
 	}).Register(v1)
-	conductor.NewHandler(pool, conductor.HandlerOptions{
+	conductorapi.NewHandler(pool, conductorapi.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit,
 		HeartbeatTimeout: cfg.Conductor.HeartbeatTimeout,
 	}).Register(v1)

@@ -1,4 +1,4 @@
-package conductor
+package conductorapi
 
 import (
 	"errors"
@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
+	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -25,7 +26,8 @@ type HandlerOptions struct {
 	MaxLimit int
 	// HeartbeatTimeout is conductor.heartbeat_timeout: a conductor is
 	// reported alive while online with a heartbeat younger than this
-	// (default 60s, as Ironic's [conductor]heartbeat_timeout).
+	// (default config.DefaultHeartbeatTimeout, 60s, as Ironic's
+	// [conductor]heartbeat_timeout).
 	HeartbeatTimeout time.Duration
 }
 
@@ -44,7 +46,7 @@ func NewHandler(db DBTX, opts HandlerOptions) *Handler {
 		opts.MaxLimit = web.DefaultMaxLimit
 	}
 	if opts.HeartbeatTimeout <= 0 {
-		opts.HeartbeatTimeout = 60 * time.Second
+		opts.HeartbeatTimeout = config.DefaultHeartbeatTimeout
 	}
 	return &Handler{q: New(db), opts: opts}
 }

@@ -1,4 +1,4 @@
-package conductor
+package conductorapi
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/metalloc/metalloc/conductor"
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/web"
 )
@@ -330,7 +331,14 @@ func TestConductorAPIListErrors(t *testing.T) {
 func TestConductorAPIShowsRegisteredConductor(t *testing.T) {
 	t.Parallel()
 	a := setupConductorAPI(t, HandlerOptions{})
-	stop := start(t, a.pool, Config{Hostname: "svc-1", Group: "grp"})
+	svc, err := conductor.NewService(conductor.Config{Hostname: "svc-1", Group: "grp"}, a.pool, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, errc := make(chan struct{}), make(chan error, 1)
+	svc.OnReady = func() { close(ready) }
+	go func() { errc <- svc.Run(ctx) }()
+	<-ready
+	stop := func() error { cancel(); return <-errc }
 	st, body := a.get("/v1/conductors/svc-1", "1.49")
 	require.Equal(t, 200, st, body)
 	require.Equal(t, true, body["alive"])
