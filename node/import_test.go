@@ -131,4 +131,3 @@ func TestImportUpdates(t *testing.T) {
 	_, err = node.Import(ctx, e.store, strings.NewReader(`{"servers": []}`), node.ImportOptions{}, nil)
 	require.ErrorContains(t, err, "unknown top-level key")
 }
-

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/metalloc/metalloc/db"
-	"github.com/metalloc/metalloc/web"
 	"github.com/metalloc/metalloc/trait"
+	"github.com/metalloc/metalloc/web"
 )
 
 // AllocationRemover deletes the allocation a node holds and clears the node's
