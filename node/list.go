@@ -55,7 +55,8 @@ type ListOptions struct {
 // SortKeys maps the sort_key values a node list accepts to SQL expressions
 // over the nodes table aliased %[1]s. Empty expressions are Ironic columns
 // metalloc does not store (always NULL): sorting by them is sorting by id.
-var SortKeys = map[string]string{
+// The hardware interface fields sort by their key in interfaces.
+var SortKeys = withInterfaceSortKeys(map[string]string{
 	"id": "", "uuid": "%[1]s.uuid", "name": "%[1]s.name", "driver": "%[1]s.driver",
 	"resource_class": "%[1]s.resource_class", "provision_state": "%[1]s.provision_state",
 	"target_provision_state": "%[1]s.target_provision_state",
@@ -72,12 +73,15 @@ var SortKeys = map[string]string{
 	"created_at": "%[1]s.created_at", "updated_at": "%[1]s.updated_at",
 	"chassis_id": "", "conductor_affinity": "", "inspection_started_at": "",
 	"inspection_finished_at": "", "boot_mode": "", "secure_boot": "", "version": "",
-}
+})
 
-func init() {
+// withInterfaceSortKeys adds a sort key per hardware interface field
+// (InterfaceFields) to keys and returns it.
+func withInterfaceSortKeys(keys map[string]string) map[string]string {
 	for _, f := range InterfaceFields {
-		SortKeys[f] = "(%[1]s.interfaces->>'" + f + "')"
+		keys[f] = "(%[1]s.interfaces->>'" + f + "')"
 	}
+	return keys
 }
 
 // nodeColumns are the nodes columns in NodeRow order.
