@@ -13,6 +13,8 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+
+	"github.com/metalloc/metalloc/web"
 )
 
 // The JSON schemas request bodies are checked against (github.com/santhosh-
@@ -60,20 +62,12 @@ func loadSchemas() error {
 			if err != nil {
 				return fmt.Errorf("patch.json: %w", err)
 			}
-			c := jsonschema.NewCompiler()
-			for name, doc := range map[string]any{"node.json": create, "patched-node.json": patched, "patch.json": patch} {
-				if err := c.AddResource(name, doc); err != nil {
-					return fmt.Errorf("%s: %w", name, err)
-				}
-			}
-			if createSchema, err = c.Compile("node.json"); err != nil {
+			schs, err := web.CompileSchemas(map[string]any{"node.json": create, "patched-node.json": patched, "patch.json": patch})
+			if err != nil {
 				return err
 			}
-			if patchedNodeSchema, err = c.Compile("patched-node.json"); err != nil {
-				return err
-			}
-			patchSchema, err = c.Compile("patch.json")
-			return err
+			createSchema, patchedNodeSchema, patchSchema = schs["node.json"], schs["patched-node.json"], schs["patch.json"]
+			return nil
 		}()
 	})
 	return schemaErr

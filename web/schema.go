@@ -30,18 +30,36 @@ func MustSchema(name string, src []byte) *Schema {
 	if err != nil {
 		panic(fmt.Sprintf("schema %s: %v", name, err))
 	}
-	schemaMu.Lock()
-	defer schemaMu.Unlock()
-	c := jsonschema.NewCompiler()
 	url := "mem://" + name + ".json"
-	if err := c.AddResource(url, doc); err != nil {
-		panic(fmt.Sprintf("schema %s: %v", name, err))
-	}
-	sch, err := c.Compile(url)
+	schs, err := CompileSchemas(map[string]any{url: doc})
 	if err != nil {
 		panic(fmt.Sprintf("schema %s: %v", name, err))
 	}
-	return &Schema{name: name, sch: sch}
+	return &Schema{name: name, sch: schs[url]}
+}
+
+// CompileSchemas compiles JSON Schema documents (decoded, keyed by the
+// resource name others refer to them by) and returns each compiled, by the
+// same name: the project's one JSON Schema compiler (draft 2020-12 unless a
+// document says otherwise).
+func CompileSchemas(docs map[string]any) (map[string]*jsonschema.Schema, error) {
+	schemaMu.Lock()
+	defer schemaMu.Unlock()
+	c := jsonschema.NewCompiler()
+	for name, doc := range docs {
+		if err := c.AddResource(name, doc); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	out := make(map[string]*jsonschema.Schema, len(docs))
+	for name := range docs {
+		sch, err := c.Compile(name)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		out[name] = sch
+	}
+	return out, nil
 }
 
 // Decode parses body as JSON and validates it against s. Malformed JSON and
