@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/metalloc/metalloc/placement/candidate"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -23,31 +24,6 @@ func init() {
 	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
 		g.GET("/allocation_candidates", h.listAllocationCandidates)
 	})
-}
-
-// candGroup is one request group: the unsuffixed one (suffix "", resources
-// from any providers of one tree plus sharing providers) or a granular one
-// (resources from a single provider).
-type candGroup struct {
-	suffix          string
-	sameProvider    bool
-	resources       []resourceAmount // in the order given
-	required        [][]string       // ANDed any-of sets
-	forbidden       []string
-	memberOf        [][]uuid.UUID // ANDed any-of sets
-	forbiddenAggs   []uuid.UUID
-	inTree          *uuid.UUID
-	hasResourcesKey bool
-}
-
-// candRequest is a parsed GET /allocation_candidates.
-type candRequest struct {
-	groups        []*candGroup // in order of first appearance in the query
-	limit         int
-	groupPolicy   string
-	rootRequired  []string
-	rootForbidden []string
-	sameSubtrees  [][]string
 }
 
 // SetRandomizeAllocationCandidates sets Placement's
@@ -195,23 +171,23 @@ func candValidateSchema(q url.Values, v web.Version) error {
 
 // parseCandRequest is Placement's RequestWideParams.from_request and
 // RequestGroup.dict_from_request with their checks, at microversion v.
-func parseCandRequest(raw string, v web.Version) (*candRequest, error) {
+func parseCandRequest(raw string, v web.Version) (*candidate.Request, error) {
 	q, _ := url.ParseQuery(raw)
 	items := candQueryItems(raw)
 	if err := candValidateSchema(q, v); err != nil {
 		return nil, err
 	}
-	r := &candRequest{}
+	r := &candidate.Request{}
 	// Request-wide parameters.
 	if vals := q["limit"]; len(vals) > 0 {
 		n, err := strconv.Atoi(vals[0])
 		if err != nil || n < 1 {
 			return nil, badQuery("%s does not match %s", pyRepr(vals[0]), pyRepr("^[1-9][0-9]*$"))
 		}
-		r.limit = n
+		r.Limit = n
 	}
 	if vals := q["group_policy"]; len(vals) > 0 {
-		r.groupPolicy = vals[0]
+		r.GroupPolicy = vals[0]
 	}
 	if vals := q["root_required"]; len(vals) > 0 {
 		if len(vals) > 1 {
@@ -223,12 +199,12 @@ func parseCandRequest(raw string, v web.Version) (*candRequest, error) {
 			return nil, err
 		}
 		for _, set := range req {
-			r.rootRequired = appendUnique(r.rootRequired, set[0])
+			r.RootRequired = appendUnique(r.RootRequired, set[0])
 		}
-		r.rootForbidden = forb
+		r.RootForbidden = forb
 		var conflicts []string
-		for _, t := range r.rootForbidden {
-			if contains(r.rootRequired, t) {
+		for _, t := range r.RootForbidden {
+			if contains(r.RootRequired, t) {
 				conflicts = append(conflicts, t)
 			}
 		}
@@ -247,7 +223,7 @@ func parseCandRequest(raw string, v web.Version) (*candRequest, error) {
 			}
 			set = appendUnique(set, s)
 		}
-		r.sameSubtrees = append(r.sameSubtrees, set)
+		r.SameSubtrees = append(r.SameSubtrees, set)
 	}
 
 	// Request groups, in order of their first key in the query.
@@ -255,7 +231,7 @@ func parseCandRequest(raw string, v web.Version) (*candRequest, error) {
 	if v.AtLeast(1, 33) {
 		pattern = candKeyPattern133
 	}
-	bySuffix := map[string]*candGroup{}
+	bySuffix := map[string]*candidate.Group{}
 	for _, it := range items {
 		m := pattern.FindStringSubmatch(it.key)
 		if m == nil {
@@ -264,26 +240,26 @@ func parseCandRequest(raw string, v web.Version) (*candRequest, error) {
 		prefix, suffix := m[1], m[2]
 		g := bySuffix[suffix]
 		if g == nil {
-			g = &candGroup{suffix: suffix, sameProvider: suffix != ""}
+			g = &candidate.Group{Suffix: suffix, SameProvider: suffix != ""}
 			bySuffix[suffix] = g
-			r.groups = append(r.groups, g)
+			r.Groups = append(r.Groups, g)
 		}
 		var err error
 		switch prefix {
 		case "resources":
-			g.hasResourcesKey = true
-			g.resources, err = parseResources(it.value)
+			g.HasResourcesKey = true
+			g.Resources, err = parseResources(it.value)
 		case "required":
-			g.required, g.forbidden, err = parseRequiredParams(q["required"+suffix], v)
+			g.Required, g.Forbidden, err = parseRequiredParams(q["required"+suffix], v)
 		case "member_of":
-			g.memberOf, g.forbiddenAggs, err = parseMemberOfParams(q["member_of"+suffix], suffix, v)
+			g.MemberOf, g.ForbiddenAggs, err = parseMemberOfParams(q["member_of"+suffix], suffix, v)
 		case "in_tree":
 			s := strings.TrimSpace(it.value)
 			id, perr := uuid.Parse(s)
 			if perr != nil {
 				err = badQuery("Expected 'in_tree' parameter to be a format of uuid. Got: %s", it.value)
 			} else {
-				g.inTree = &id
+				g.InTree = &id
 			}
 		}
 		if err != nil {
@@ -293,17 +269,17 @@ func parseCandRequest(raw string, v web.Version) (*candRequest, error) {
 
 	if v.AtLeast(1, 36) {
 		var resourceless []string
-		for _, g := range r.groups {
-			if len(g.resources) == 0 {
-				resourceless = append(resourceless, g.suffix)
+		for _, g := range r.Groups {
+			if len(g.Resources) == 0 {
+				resourceless = append(resourceless, g.Suffix)
 			}
 		}
-		if len(resourceless) == len(r.groups) {
+		if len(resourceless) == len(r.Groups) {
 			return nil, web.PlacementErr(http.StatusBadRequest, web.PlacementCodeQueryParamMissingVal,
 				"There must be at least one resources or resources[$S] parameter.")
 		}
 		inSubtree := map[string]bool{}
-		for _, set := range r.sameSubtrees {
+		for _, set := range r.SameSubtrees {
 			for _, s := range set {
 				inSubtree[s] = true
 			}
@@ -319,7 +295,7 @@ func parseCandRequest(raw string, v web.Version) (*candRequest, error) {
 				"Resourceless suffixed group request should be specified in `same_subtree` query param: bad group(s) - %s.", pyList(bad))
 		}
 		bad = nil
-		for _, set := range r.sameSubtrees {
+		for _, set := range r.SameSubtrees {
 			for _, s := range set {
 				if bySuffix[s] == nil && !contains(bad, s) {
 					bad = append(bad, s)
@@ -328,56 +304,56 @@ func parseCandRequest(raw string, v web.Version) (*candRequest, error) {
 		}
 		if len(bad) > 0 {
 			var all []string
-			for _, g := range r.groups {
-				all = append(all, g.suffix)
+			for _, g := range r.Groups {
+				all = append(all, g.Suffix)
 			}
 			return nil, web.PlacementErr(http.StatusBadRequest, web.PlacementCodeQueryParamBadValue,
 				"Real suffixes should be specified in `same_subtree`: %s not found in %s.", pyList(bad), pyList(all))
 		}
 	} else {
 		var orphans []string
-		for _, g := range r.groups {
-			if len(g.required) > 0 && len(g.resources) == 0 {
-				orphans = append(orphans, "required"+g.suffix)
+		for _, g := range r.Groups {
+			if len(g.Required) > 0 && len(g.Resources) == 0 {
+				orphans = append(orphans, "required"+g.Suffix)
 			}
 		}
 		if len(orphans) > 0 {
 			return nil, web.PlacementErr(http.StatusBadRequest, "",
 				"All traits parameters must be associated with resources.  Found the following orphaned traits keys: %s", strings.Join(orphans, ", "))
 		}
-		for _, g := range r.groups {
-			if len(g.resources) == 0 && (len(g.memberOf) > 0 || len(g.forbiddenAggs) > 0) {
-				orphans = append(orphans, "member_of"+g.suffix)
+		for _, g := range r.Groups {
+			if len(g.Resources) == 0 && (len(g.MemberOf) > 0 || len(g.ForbiddenAggs) > 0) {
+				orphans = append(orphans, "member_of"+g.Suffix)
 			}
 		}
 		if len(orphans) > 0 {
 			return nil, web.PlacementErr(http.StatusBadRequest, "",
 				"All member_of parameters must be associated with resources. Found the following orphaned member_of keys: %s", strings.Join(orphans, ", "))
 		}
-		for _, g := range r.groups {
-			if len(g.resources) == 0 {
+		for _, g := range r.Groups {
+			if len(g.Resources) == 0 {
 				return nil, web.PlacementErr(http.StatusBadRequest, "", "All request groups must specify resources.")
 			}
 		}
-		if len(r.groups) == 0 {
+		if len(r.Groups) == 0 {
 			return nil, web.PlacementErr(http.StatusBadRequest, "",
 				"At least one request group (`resources` or `resources{$S}`) is required.")
 		}
 	}
 	if v.AtLeast(1, 22) {
 		var conflicts []string
-		for _, g := range r.groups {
-			for _, set := range g.required {
+		for _, g := range r.Groups {
+			for _, set := range g.Required {
 				all := true
 				for _, t := range set {
-					if !contains(g.forbidden, t) {
+					if !contains(g.Forbidden, t) {
 						all = false
 					}
 				}
 				if all {
 					s := append([]string(nil), set...)
 					sort.Strings(s)
-					conflicts = append(conflicts, "required"+g.suffix+": ("+strings.Join(s, ", ")+")")
+					conflicts = append(conflicts, "required"+g.Suffix+": ("+strings.Join(s, ", ")+")")
 				}
 			}
 		}
@@ -387,10 +363,10 @@ func parseCandRequest(raw string, v web.Version) (*candRequest, error) {
 				"Conflicting required and forbidden traits found in the following traits keys: %s", strings.Join(conflicts, ", "))
 		}
 	}
-	if r.groupPolicy == "" {
+	if r.GroupPolicy == "" {
 		n := 0
-		for _, g := range r.groups {
-			if g.sameProvider {
+		for _, g := range r.Groups {
+			if g.SameProvider {
 				n++
 			}
 		}
@@ -555,7 +531,7 @@ func (h *Handler) listAllocationCandidates(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	res, err := h.findCandidates(c.Request().Context(), req, v)
+	res, err := h.candidates.Find(c.Request().Context(), req, v)
 	if err != nil {
 		return err
 	}
@@ -564,5 +540,5 @@ func (h *Handler) listAllocationCandidates(c echo.Context) error {
 	}
 	c.Response().Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
 	c.Response().WriteHeader(http.StatusOK)
-	return res.write(c.Response())
+	return res.Write(c.Response())
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/metalloc/metalloc/placement/candidate"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -585,11 +586,11 @@ func TestCandidatesGranularSharing(t *testing.T) {
 }
 
 // findJSON answers req at 1.29 without HTTP.
-func findJSON(t *testing.T, h *Handler, req *candRequest) []byte {
+func findJSON(t *testing.T, h *Handler, req *candidate.Request) []byte {
 	t.Helper()
-	res, err := h.findCandidates(context.Background(), req, web.Version{Major: 1, Minor: 29})
+	res, err := h.candidates.Find(context.Background(), req, web.Version{Major: 1, Minor: 29})
 	require.NoError(t, err)
 	var buf bytes.Buffer
-	require.NoError(t, res.write(&buf))
+	require.NoError(t, res.Write(&buf))
 	return buf.Bytes()
 }

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
+	"github.com/metalloc/metalloc/placement/candidate"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -737,13 +738,7 @@ type providerFilter struct {
 	forbiddenAggs      []uuid.UUID
 	required           [][]string
 	forbiddenTraits    []string
-	resources          []resourceAmount
-}
-
-// resourceAmount is one "CLASS:AMOUNT" of a resources query parameter.
-type resourceAmount struct {
-	class  string
-	amount int64
+	resources          []candidate.ResourceAmount
 }
 
 // listProviders is GET /resource_providers, as Placement's
@@ -843,12 +838,12 @@ func parseMemberOf(vals []string, v web.Version) ([][]uuid.UUID, []uuid.UUID, er
 
 // parseResources is Placement's normalize_resources_qs_param:
 // "CLASS:AMOUNT,..." with positive integer amounts.
-func parseResources(s string) ([]resourceAmount, error) {
+func parseResources(s string) ([]candidate.ResourceAmount, error) {
 	const form = "Badly formed resources parameter. Expected resources query string parameter in form: ?resources=VCPU:2,MEMORY_MB:1024. Got: %s."
 	if strings.TrimSpace(s) == "" {
 		return nil, web.PlacementErr(http.StatusBadRequest, "", form, "empty string")
 	}
-	var out []resourceAmount
+	var out []candidate.ResourceAmount
 	for _, part := range strings.Split(s, ",") {
 		fields := strings.Split(part, ":")
 		if len(fields) != 2 {
@@ -865,12 +860,12 @@ func parseResources(s string) ([]resourceAmount, error) {
 		}
 		replaced := false
 		for i := range out {
-			if out[i].class == fields[0] {
-				out[i].amount, replaced = n, true
+			if out[i].Class == fields[0] {
+				out[i].Amount, replaced = n, true
 			}
 		}
 		if !replaced {
-			out = append(out, resourceAmount{fields[0], n})
+			out = append(out, candidate.ResourceAmount{Class: fields[0], Amount: n})
 		}
 	}
 	return out, nil
@@ -996,7 +991,7 @@ func (h *Handler) queryProviders(ctx context.Context, f providerFilter) ([]Provi
 		sb.WriteString(" AND NOT EXISTS (SELECT 1 FROM placement.resource_provider_aggregates a WHERE a.resource_provider_id = rp.id AND a.aggregate_uuid = ANY(" + arg(f.forbiddenAggs) + "::uuid[]))")
 	}
 	for _, r := range f.resources {
-		rcID, err := resourceClassID(ctx, h.q, r.class)
+		rcID, err := resourceClassID(ctx, h.q, r.Class)
 		if err != nil {
 			var pe *web.PlacementError
 			if errors.As(err, &pe) {
@@ -1005,7 +1000,7 @@ func (h *Handler) queryProviders(ctx context.Context, f providerFilter) ([]Provi
 			}
 			return nil, err
 		}
-		rc, amt := arg(rcID), arg(r.amount)
+		rc, amt := arg(rcID), arg(r.Amount)
 		fmt.Fprintf(&sb, ` AND EXISTS (SELECT 1 FROM placement.inventories inv
  WHERE inv.resource_provider_id = rp.id AND inv.resource_class_id = %[1]s
    AND COALESCE((SELECT sum(al.used) FROM placement.allocations al

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
+	"github.com/metalloc/metalloc/placement/candidate"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -25,12 +26,15 @@ type Handler struct {
 	opts Options
 	// randomize is the live randomize_allocation_candidates option.
 	randomize atomic.Bool
+	// candidates answers GET /allocation_candidates.
+	candidates *candidate.Finder
 }
 
 // NewHandler returns the Placement API handlers on pool.
 func NewHandler(pool *pgxpool.Pool, opts Options) *Handler {
 	h := &Handler{pool: pool, q: New(pool), opts: opts}
 	h.randomize.Store(opts.RandomizeAllocationCandidates)
+	h.candidates = candidate.NewFinder(pool, h.randomizeCandidates)
 	return h
 }
 

@@ -39,16 +39,6 @@ type PlacementResourceProvider struct {
 	UpdatedAt        *time.Time
 }
 
-type PlacementResourceProviderAggregate struct {
-	ResourceProviderID int64
-	AggregateUuid      uuid.UUID
-}
-
-type PlacementResourceProviderTrait struct {
-	ResourceProviderID int64
-	TraitID            int64
-}
-
 type PlacementTrait struct {
 	ID        int64
 	Name      string

@@ -1,0 +1,26 @@
+package candidate
+
+import (
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Finder answers GET /allocation_candidates from the placement schema: it
+// loads the provider trees in play (SQL, engine.go), runs the pure search
+// over them (Search, search.go) and writes Placement's JSON answer
+// (Result.Write). Create with NewFinder; safe for concurrent use.
+type Finder struct {
+	pool      *pgxpool.Pool
+	q         *Queries
+	randomize func() bool
+	// traitIDNames caches trait names by id (a trait's name never changes
+	// and ids are not reused).
+	traitIDNames sync.Map
+}
+
+// NewFinder returns a Finder on pool. randomize reports Placement's
+// randomize_allocation_candidates option at the time of each request.
+func NewFinder(pool *pgxpool.Pool, randomize func() bool) *Finder {
+	return &Finder{pool: pool, q: New(pool), randomize: randomize}
+}

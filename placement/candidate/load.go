@@ -1,0 +1,484 @@
+package candidate
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// cQuery is a query and the function scanning each of its rows.
+type cQuery struct {
+	sql  string
+	args []any
+	scan func(pgx.Rows) error
+}
+
+// queryNoJIT runs one query in a read-only transaction with PostgreSQL's
+// JIT compilation off (the planner's cost estimates for these scans can
+// pass jit_above_cost, and compiling costs far more than running them),
+// all in one round trip, calling scan for every row.
+func (f *Finder) queryNoJIT(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) error {
+	return f.queriesNoJIT(ctx, []cQuery{{sql, args, scan}})
+}
+
+// queriesNoJIT runs queries as queryNoJIT does, in one repeatable-read
+// transaction (one snapshot) and one round trip.
+func (f *Finder) queriesNoJIT(ctx context.Context, qs []cQuery) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	b.Queue("SET LOCAL jit = off")
+	for _, q := range qs {
+		b.Queue(q.sql, q.args...)
+	}
+	b.Queue("COMMIT")
+	br := f.pool.SendBatch(ctx, b)
+	defer br.Close()
+	for i := 0; i < 2; i++ {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	for _, q := range qs {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			if err := q.scan(rows); err != nil {
+				rows.Close()
+				return err
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	return br.Close()
+}
+
+// rawBinary returns the row's values when every column is in binary
+// format (as pgx asks for integers, floats and uuids) and none is NULL
+// except where the caller allows it, for decoding without reflection.
+func rawBinary(r pgx.Rows) ([][]byte, bool) {
+	for _, fd := range r.FieldDescriptions() {
+		if fd.Format != pgx.BinaryFormatCode {
+			return nil, false
+		}
+	}
+	return r.RawValues(), true
+}
+
+// rawInt decodes a binary int2/int4/int8 (0 for NULL).
+func rawInt(b []byte) int64 {
+	switch len(b) {
+	case 2:
+		return int64(int16(binary.BigEndian.Uint16(b)))
+	case 4:
+		return int64(int32(binary.BigEndian.Uint32(b)))
+	case 8:
+		return int64(binary.BigEndian.Uint64(b))
+	}
+	return 0
+}
+
+// candidateRootsSQL builds candidateRoots' query. Its EXISTS subqueries
+// end in OFFSET 0 so that PostgreSQL keeps them as per-row checks (which
+// stop at the first match and at the LIMIT) instead of hashing the
+// whole inventory.
+func candidateRootsSQL(s *cSearch, after int64, lim int) (string, []any) {
+	minAmount := map[int32]int64{}
+	var classes []int32
+	for _, g := range s.groups {
+		for _, c := range g.classes {
+			if m, ok := minAmount[c.rc]; !ok {
+				minAmount[c.rc] = c.amount
+				classes = append(classes, c.rc)
+			} else if c.amount < m {
+				minAmount[c.rc] = c.amount
+			}
+		}
+	}
+	var sb strings.Builder
+	args := []any{after}
+	arg := func(a any) string {
+		args = append(args, a)
+		return "$" + strconv.Itoa(len(args))
+	}
+	sb.WriteString(`SELECT r.id FROM placement.resource_providers r WHERE r.id > $1 AND r.id = r.root_provider_id`)
+	tree := "r.id"
+	if s.hasTrees {
+		tree = "ANY(ARRAY(SELECT p.id FROM placement.resource_providers p WHERE p.root_provider_id = r.id))"
+	}
+	// One group on flat providers (no trees, no sharing): a root is a
+	// candidate only by itself, so its traits and free capacity can be
+	// checked here too, and a batch of roots is nearly all hits (the Go
+	// search still checks everything).
+	flat := !s.hasTrees && !s.hasSharing && len(s.groups) == 1
+	if flat {
+		g := s.groups[0]
+		for _, anyOf := range g.requiredIDs {
+			fmt.Fprintf(&sb, ` AND EXISTS (SELECT 1 FROM placement.resource_provider_traits t
+				WHERE t.resource_provider_id = r.id AND t.trait_id = ANY(%s::bigint[]))`, arg(anyOf))
+		}
+		if len(g.forbiddenIDs) > 0 {
+			fmt.Fprintf(&sb, ` AND NOT EXISTS (SELECT 1 FROM placement.resource_provider_traits t
+				WHERE t.resource_provider_id = r.id AND t.trait_id = ANY(%s::bigint[]))`, arg(g.forbiddenIDs))
+		}
+	}
+	for _, rc := range classes {
+		c, a := arg(rc), arg(minAmount[rc])
+		static := fmt.Sprintf(`i.resource_class_id = %[1]s AND i.min_unit <= %[2]s AND i.max_unit >= %[2]s
+			AND %[2]s %% i.step_size = 0 AND %[2]s <= (i.total - i.reserved) * i.allocation_ratio`, c, a)
+		if flat {
+			static += fmt.Sprintf(` AND %s <= (i.total - i.reserved) * i.allocation_ratio - COALESCE((SELECT sum(a.used)
+				FROM placement.allocations a WHERE a.resource_provider_id = i.resource_provider_id
+				AND a.resource_class_id = i.resource_class_id), 0)`, a)
+		}
+		fmt.Fprintf(&sb, ` AND (EXISTS (SELECT 1 FROM placement.inventories i WHERE i.resource_provider_id = %s AND %s OFFSET 0)`, tree, static)
+		if s.hasSharing {
+			fmt.Fprintf(&sb, ` OR EXISTS (SELECT 1 FROM placement.resource_provider_aggregates ra
+				JOIN placement.resource_provider_aggregates sa ON sa.aggregate_uuid = ra.aggregate_uuid
+				JOIN placement.resource_provider_traits st ON st.resource_provider_id = sa.resource_provider_id AND st.trait_id = %s
+				JOIN placement.inventories i ON i.resource_provider_id = sa.resource_provider_id
+				WHERE ra.resource_provider_id = %s AND %s OFFSET 0)`, arg(s.sharingID), tree, static)
+		}
+		sb.WriteString(")")
+	}
+	sb.WriteString(" ORDER BY r.id")
+	if lim > 0 {
+		sb.WriteString(" LIMIT " + arg(int64(lim)))
+	}
+	return sb.String(), args
+}
+
+// loadWorld loads the trees of roots (all trees when nil).
+func (f *Finder) loadWorld(ctx context.Context, roots []int64, sharingID int64) (*cWorld, error) {
+	qs, build := worldQueries(roots)
+	if err := f.queriesNoJIT(ctx, qs); err != nil {
+		return nil, err
+	}
+	return build(sharingID), nil
+}
+
+// worldQueries returns the queries loading the trees of roots (all trees
+// when nil) and the function building the world from their rows.
+func worldQueries(roots []int64) ([]cQuery, func(sharingID int64) *cWorld) {
+	// The five queries run in one batch: one round trip, one snapshot.
+	// Rows are decoded straight from their binary form into flat slices
+	// and then spread over the providers with one allocation per kind.
+	rows := worldRowsPool.Get().(*worldRows)
+	rows.provs, rows.traits, rows.aggs, rows.invs, rows.usage = rows.provs[:0], rows.traits[:0], rows.aggs[:0], rows.invs[:0], rows.usage[:0]
+	var rootsArg []any
+	provSQL, traitSQL, aggSQL, invSQL, usageSQL := candProvidersAll, candTraitsAll, candAggregatesAll, candInventoriesAll, candUsageAll
+	if roots != nil {
+		rootsArg = []any{roots}
+		provSQL, traitSQL, aggSQL, invSQL, usageSQL = candProvidersIn, candTraitsIn, candAggregatesIn, candInventoriesIn, candUsageIn
+	}
+	qs := []cQuery{
+		{provSQL, rootsArg, func(r pgx.Rows) error {
+			var p provRow
+			if v, ok := rawBinary(r); ok && len(v[0]) == 8 && len(v[1]) == 16 {
+				p.id = rawInt(v[0])
+				copy(p.uuid[:], v[1])
+				p.parent = rawInt(v[2])
+				p.root = rawInt(v[3])
+			} else {
+				var parent, root *int64
+				if err := r.Scan(&p.id, &p.uuid, &parent, &root); err != nil {
+					return err
+				}
+				if parent != nil {
+					p.parent = *parent
+				}
+				if root != nil {
+					p.root = *root
+				}
+			}
+			if p.root == 0 {
+				p.root = p.id
+			}
+			rows.provs = append(rows.provs, p)
+			return nil
+		}},
+		{traitSQL, rootsArg, func(r pgx.Rows) error {
+			if v, ok := rawBinary(r); ok && len(v[0]) == 8 && len(v[1]) == 8 {
+				rows.traits = append(rows.traits, traitRow{rawInt(v[0]), rawInt(v[1])})
+				return nil
+			}
+			var t traitRow
+			err := r.Scan(&t.pid, &t.trait)
+			rows.traits = append(rows.traits, t)
+			return err
+		}},
+		{aggSQL, rootsArg, func(r pgx.Rows) error {
+			var a aggRow
+			if v, ok := rawBinary(r); ok && len(v[0]) == 8 && len(v[1]) == 16 {
+				a.pid = rawInt(v[0])
+				copy(a.agg[:], v[1])
+				rows.aggs = append(rows.aggs, a)
+				return nil
+			}
+			err := r.Scan(&a.pid, &a.agg)
+			rows.aggs = append(rows.aggs, a)
+			return err
+		}},
+		{invSQL, rootsArg, func(r pgx.Rows) error {
+			// NULL columns are at their usual values (see the query).
+			var x invRow
+			if v, ok := rawBinary(r); ok && len(v[0]) == 8 && len(v[2]) == 4 && (v[7] == nil || len(v[7]) == 8) {
+				x.pid, x.inv.rc, x.inv.total = rawInt(v[0]), int32(rawInt(v[1])), int32(rawInt(v[2]))
+				x.inv.reserved, x.inv.minUnit, x.inv.maxUnit, x.inv.step = 0, 1, x.inv.total, 1
+				if v[3] != nil {
+					x.inv.reserved = int32(rawInt(v[3]))
+				}
+				if v[4] != nil {
+					x.inv.minUnit = int32(rawInt(v[4]))
+				}
+				if v[5] != nil {
+					x.inv.maxUnit = int32(rawInt(v[5]))
+				}
+				if v[6] != nil {
+					x.inv.step = int32(rawInt(v[6]))
+				}
+				x.inv.ratio = 1
+				if v[7] != nil {
+					x.inv.ratio = math.Float64frombits(binary.BigEndian.Uint64(v[7]))
+				}
+				rows.invs = append(rows.invs, x)
+				return nil
+			}
+			var reserved, minUnit, maxUnit, step *int32
+			var ratio *float64
+			if err := r.Scan(&x.pid, &x.inv.rc, &x.inv.total, &reserved, &minUnit, &maxUnit, &step, &ratio); err != nil {
+				return err
+			}
+			x.inv.reserved, x.inv.minUnit, x.inv.maxUnit, x.inv.step, x.inv.ratio = 0, 1, x.inv.total, 1, 1
+			if reserved != nil {
+				x.inv.reserved = *reserved
+			}
+			if minUnit != nil {
+				x.inv.minUnit = *minUnit
+			}
+			if maxUnit != nil {
+				x.inv.maxUnit = *maxUnit
+			}
+			if step != nil {
+				x.inv.step = *step
+			}
+			if ratio != nil {
+				x.inv.ratio = *ratio
+			}
+			rows.invs = append(rows.invs, x)
+			return nil
+		}},
+		{usageSQL, rootsArg, func(r pgx.Rows) error {
+			var u usageRow
+			if v, ok := rawBinary(r); ok && len(v[0]) == 8 && len(v[2]) == 8 {
+				u.pid, u.rc, u.used = rawInt(v[0]), int32(rawInt(v[1])), rawInt(v[2])
+				rows.usage = append(rows.usage, u)
+				return nil
+			}
+			err := r.Scan(&u.pid, &u.rc, &u.used)
+			rows.usage = append(rows.usage, u)
+			return err
+		}},
+	}
+	return qs, func(sharingID int64) *cWorld {
+		w := buildWorld(rows, sharingID)
+		if len(rows.invs) <= 1<<16 && len(rows.traits) <= 1<<16 {
+			worldRowsPool.Put(rows)
+		}
+		return w
+	}
+}
+
+// worldRows is the rows read by worldQueries (reused between requests).
+type worldRows struct {
+	provs  []provRow
+	traits []traitRow
+	aggs   []aggRow
+	invs   []invRow
+	usage  []usageRow
+}
+
+var worldRowsPool = sync.Pool{New: func() any { return new(worldRows) }}
+
+type (
+	provRow struct {
+		id, parent, root int64
+		uuid             uuid.UUID
+	}
+	invRow struct {
+		pid int64
+		inv cInv
+	}
+	usageRow struct {
+		pid  int64
+		rc   int32
+		used int64
+	}
+	traitRow struct{ pid, trait int64 }
+	aggRow   struct {
+		pid int64
+		agg uuid.UUID
+	}
+)
+
+// buildWorld builds the world from the rows of worldQueries.
+func buildWorld(rows *worldRows, sharingID int64) *cWorld {
+	w := &cWorld{sharingAnchors: map[int64][]int64{}}
+	traits, aggs, invs, usage := rows.traits, rows.aggs, rows.invs, rows.usage
+	byID := func(a, b provRow) int { return cmp.Compare(a.id, b.id) }
+	if !slices.IsSortedFunc(rows.provs, byID) {
+		slices.SortFunc(rows.provs, byID)
+	}
+	store := make([]cProv, len(rows.provs))
+	for i, r := range rows.provs {
+		store[i] = cProv{id: r.id, parent: r.parent, root: r.root, uuid: r.uuid}
+	}
+	n := len(store)
+	w.order = make([]*cProv, n)
+	if n > 0 && store[n-1].id-store[0].id < int64(4*n+1024) {
+		w.base = store[0].id
+		w.dense = make([]*cProv, store[n-1].id-store[0].id+1)
+	} else {
+		w.provs = make(map[int64]*cProv, n)
+	}
+	for i := range store {
+		p := &store[i]
+		if w.dense != nil {
+			w.dense[p.id-w.base] = p
+		} else {
+			w.provs[p.id] = p
+		}
+		w.order[i] = p
+		p.ix = int32(i)
+	}
+	for _, p := range w.order {
+		p.rootP = w.get(p.root)
+		if p.parent != 0 {
+			p.parentP = w.get(p.parent)
+		}
+		if p.root == p.id {
+			w.rootOrder = append(w.rootOrder, p)
+		}
+	}
+	// Trees: contiguous runs of the providers ordered by (root, id).
+	nested := false
+	for _, p := range w.order {
+		if p.root != p.id {
+			nested = true
+			break
+		}
+	}
+	byRoot := w.order
+	if nested {
+		byRoot = append([]*cProv(nil), w.order...)
+		sort.SliceStable(byRoot, func(i, j int) bool { return byRoot[i].root < byRoot[j].root })
+	}
+	for i := 0; i < len(byRoot); {
+		j := i + 1
+		for j < len(byRoot) && byRoot[j].root == byRoot[i].root {
+			j++
+		}
+		if r := w.get(byRoot[i].root); r != nil {
+			r.tree = byRoot[i:j:j]
+		}
+		i = j
+	}
+	// Spread the rows over the providers (in row order), each kind in one
+	// backing array.
+	spread(w, invs, func(x invRow) int64 { return x.pid }, func(p *cProv) *[]cInv { return &p.inv },
+		func(x invRow) cInv { return x.inv })
+	for _, u := range usage {
+		if p := w.get(u.pid); p != nil {
+			if inv := p.invFor(u.rc); inv != nil {
+				inv.used = u.used
+			}
+		}
+	}
+	spread(w, traits, func(t traitRow) int64 { return t.pid }, func(p *cProv) *[]int64 { return &p.traits },
+		func(t traitRow) int64 { return t.trait })
+	for _, t := range traits {
+		if t.trait == sharingID {
+			if p := w.get(t.pid); p != nil {
+				p.sharing = true
+			}
+		}
+	}
+	spread(w, aggs, func(a aggRow) int64 { return a.pid }, func(p *cProv) *[]uuid.UUID { return &p.aggs },
+		func(a aggRow) uuid.UUID { return a.agg })
+	// Anchors of sharing providers: the roots of the providers sharing an
+	// aggregate with them (their own included when they are in one).
+	var sharing []*cProv
+	for _, p := range w.order {
+		if p.sharing && len(p.aggs) > 0 {
+			sharing = append(sharing, p)
+		}
+	}
+	if len(sharing) > 0 {
+		byAgg := map[uuid.UUID][]int64{}
+		for _, p := range w.order {
+			for _, a := range p.aggs {
+				byAgg[a] = append(byAgg[a], p.root)
+			}
+		}
+		for _, sp := range sharing {
+			set := map[int64]bool{}
+			for _, a := range sp.aggs {
+				for _, r := range byAgg[a] {
+					set[r] = true
+				}
+			}
+			list := make([]int64, 0, len(set))
+			for r := range set {
+				list = append(list, r)
+			}
+			sort.Slice(list, func(i, j int) bool { return list[i] < list[j] })
+			w.sharingAnchors[sp.id] = list
+		}
+	}
+	return w
+}
+
+// spread appends the value of each row to the list field of its provider
+// (rows of providers not in w are skipped), all lists sharing one backing
+// array sized by a first counting pass.
+func spread[R, V any](w *cWorld, rows []R, pid func(R) int64, field func(*cProv) *[]V, val func(R) V) {
+	if len(rows) == 0 || len(w.order) == 0 {
+		return
+	}
+	count := make([]int32, len(w.order)) // by position in w.order
+	for _, r := range rows {
+		if p := w.get(pid(r)); p != nil {
+			count[p.ix]++
+		}
+	}
+	back := make([]V, len(rows))
+	off := 0
+	for i, p := range w.order {
+		c := int(count[i])
+		*field(p) = back[off : off : off+c]
+		off += c
+	}
+	for _, r := range rows {
+		if p := w.get(pid(r)); p != nil {
+			f := field(p)
+			*f = append(*f, val(r))
+		}
+	}
+}

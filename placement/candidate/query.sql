@@ -1,0 +1,93 @@
+-- The allocation candidates search (engine.go) loads the provider trees in
+-- play with these few queries and combines them in Go.
+
+-- name: ResourceClassNames :many
+SELECT id, name FROM placement.resource_classes ORDER BY id;
+
+-- name: TraitsByNames :many
+SELECT id, name FROM placement.traits WHERE name = ANY(@names::text[]);
+
+-- name: CandTreeRoot :one
+-- The root of the tree of provider @uuid (in_tree).
+SELECT root_provider_id FROM placement.resource_providers WHERE uuid = @uuid;
+
+-- name: CandContext :one
+-- Whether any provider has a parent (nested trees in use) and whether any
+-- provider shares its inventory (trait MISC_SHARES_VIA_AGGREGATE).
+SELECT EXISTS (SELECT 1 FROM placement.resource_providers WHERE parent_provider_id IS NOT NULL)::boolean AS has_trees,
+       EXISTS (SELECT 1 FROM placement.resource_provider_traits rpt
+                 JOIN placement.traits t ON t.id = rpt.trait_id
+                WHERE t.name = 'MISC_SHARES_VIA_AGGREGATE')::boolean AS has_sharing;
+
+-- name: CandProvidersAll :many
+-- Unordered (a sequential scan; the caller sorts by id); root_provider_id
+-- is NULL when it is the provider itself (NULLs cost nothing to send).
+SELECT rp.id, rp.uuid, rp.parent_provider_id, CASE WHEN rp.root_provider_id <> rp.id THEN rp.root_provider_id END AS root_provider_id
+  FROM placement.resource_providers rp;
+
+-- name: CandProvidersIn :many
+SELECT rp.id, rp.uuid, rp.parent_provider_id, CASE WHEN rp.root_provider_id <> rp.id THEN rp.root_provider_id END AS root_provider_id
+  FROM placement.resource_providers rp
+ WHERE rp.root_provider_id = ANY(@roots::bigint[]);
+
+-- name: CandTraitsAll :many
+SELECT resource_provider_id, trait_id FROM placement.resource_provider_traits;
+
+-- name: CandTraitsIn :many
+SELECT rpt.resource_provider_id, rpt.trait_id
+  FROM placement.resource_provider_traits rpt
+  JOIN placement.resource_providers rp ON rp.id = rpt.resource_provider_id
+ WHERE rp.root_provider_id = ANY(@roots::bigint[]);
+
+-- name: CandAggregatesAll :many
+SELECT resource_provider_id, aggregate_uuid FROM placement.resource_provider_aggregates;
+
+-- name: CandAggregatesIn :many
+SELECT rpa.resource_provider_id, rpa.aggregate_uuid
+  FROM placement.resource_provider_aggregates rpa
+  JOIN placement.resource_providers rp ON rp.id = rpa.resource_provider_id
+ WHERE rp.root_provider_id = ANY(@roots::bigint[]);
+
+-- name: CandTraitNames :many
+SELECT id, name FROM placement.traits WHERE id = ANY(@ids::bigint[]);
+
+-- name: CandInventoriesAll :many
+-- Columns at their usual values are NULL (reserved 0, min_unit 1, max_unit
+-- total, step_size 1, allocation_ratio 1): sending a value is most of the
+-- cost of these scans. Usage comes from CandUsageAll.
+SELECT i.resource_provider_id, i.resource_class_id, i.total, CASE WHEN i.reserved <> 0 THEN i.reserved END AS reserved,
+       CASE WHEN i.min_unit <> 1 THEN i.min_unit END AS min_unit, CASE WHEN i.max_unit <> i.total THEN i.max_unit END AS max_unit,
+       CASE WHEN i.step_size <> 1 THEN i.step_size END AS step_size, CASE WHEN i.allocation_ratio <> 1 THEN i.allocation_ratio END AS allocation_ratio
+  FROM placement.inventories i;
+
+-- name: CandInventoriesIn :many
+SELECT i.resource_provider_id, i.resource_class_id, i.total, CASE WHEN i.reserved <> 0 THEN i.reserved END AS reserved,
+       CASE WHEN i.min_unit <> 1 THEN i.min_unit END AS min_unit, CASE WHEN i.max_unit <> i.total THEN i.max_unit END AS max_unit,
+       CASE WHEN i.step_size <> 1 THEN i.step_size END AS step_size, CASE WHEN i.allocation_ratio <> 1 THEN i.allocation_ratio END AS allocation_ratio
+  FROM placement.inventories i
+  JOIN placement.resource_providers rp ON rp.id = i.resource_provider_id
+ WHERE rp.root_provider_id = ANY(@roots::bigint[]);
+
+-- name: CandUsageAll :many
+SELECT a.resource_provider_id, a.resource_class_id, sum(a.used)::bigint AS used
+  FROM placement.allocations a
+ GROUP BY a.resource_provider_id, a.resource_class_id;
+
+-- name: CandUsageIn :many
+SELECT a.resource_provider_id, a.resource_class_id, sum(a.used)::bigint AS used
+  FROM placement.allocations a
+  JOIN placement.resource_providers arp ON arp.id = a.resource_provider_id
+ WHERE arp.root_provider_id = ANY(@roots::bigint[])
+ GROUP BY a.resource_provider_id, a.resource_class_id;
+
+-- name: CandSharingRootsFor :many
+-- Roots of the sharing providers (trait @sharing_trait) in an aggregate
+-- with any provider of the trees of @roots.
+SELECT DISTINCT sp.root_provider_id
+  FROM placement.resource_providers p
+  JOIN placement.resource_provider_aggregates pa ON pa.resource_provider_id = p.id
+  JOIN placement.resource_provider_aggregates sa ON sa.aggregate_uuid = pa.aggregate_uuid
+  JOIN placement.resource_provider_traits rpt ON rpt.resource_provider_id = sa.resource_provider_id
+                                              AND rpt.trait_id = @sharing_trait::bigint
+  JOIN placement.resource_providers sp ON sp.id = sa.resource_provider_id
+ WHERE p.root_provider_id = ANY(@roots::bigint[]);

@@ -1,0 +1,482 @@
+package candidate
+
+import (
+	"encoding/binary"
+	"slices"
+	"sort"
+)
+
+// cSearch is the request-wide state.
+type cSearch struct {
+	req        *Request
+	groups     []*cGroupQ
+	classNames map[int32]string
+	hasTrees   bool
+	hasSharing bool
+	anchorIn   map[int64]bool // batch restriction (nil for all)
+	arena      cArena
+	rootReq    []int64
+	rootForb   []int64
+	sharingID  int64 // trait id of MISC_SHARES_VIA_AGGREGATE (-1 if none)
+	traitNames map[int64]string
+}
+
+func (s *cSearch) anchorOK(w *cWorld, root int64) bool {
+	if s.anchorIn != nil && !s.anchorIn[root] {
+		return false
+	}
+	if len(s.rootReq) == 0 && len(s.rootForb) == 0 {
+		return true
+	}
+	r := w.get(root)
+	if r == nil || r.parent != 0 {
+		return false
+	}
+	for _, t := range s.rootReq {
+		if !r.hasTrait(t) {
+			return false
+		}
+	}
+	for _, t := range s.rootForb {
+		if r.hasTrait(t) {
+			return false
+		}
+	}
+	return true
+}
+
+// search matches every group in w and merges them; seen dedups merged
+// candidates (also across batches).
+func (s *cSearch) search(w *cWorld, seen map[string]bool) []*cAreq {
+	groupAreqs := func(gi int) []*cAreq {
+		g := s.groups[gi]
+		if g.SameProvider || len(g.classes) == 0 {
+			return s.singleProvider(w, gi, g)
+		}
+		return s.multiProvider(w, gi, g)
+	}
+	if len(s.groups) == 1 {
+		// One group: its requests are the candidates.
+		areqs := groupAreqs(0)
+		out := areqs[:0]
+		var keyBuf []byte
+		for _, a := range areqs {
+			a.one[0] = a.provs
+			a.mappings = a.one[:]
+			if a.needsKey() {
+				keyBuf = a.key(keyBuf)
+				if seen[string(keyBuf)] {
+					continue
+				}
+				seen[string(keyBuf)] = true
+			}
+			out = append(out, a)
+		}
+		return out
+	}
+	perGroup := make([]map[int64][]*cAreq, len(s.groups))
+	for gi := range s.groups {
+		areqs := groupAreqs(gi)
+		if len(areqs) == 0 {
+			return nil
+		}
+		m := map[int64][]*cAreq{}
+		for _, a := range areqs {
+			m[a.anchor] = append(m[a.anchor], a)
+		}
+		perGroup[gi] = m
+	}
+	var anchors []int64
+	for a := range perGroup[0] {
+		ok := true
+		for _, m := range perGroup[1:] {
+			if len(m[a]) == 0 {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			anchors = append(anchors, a)
+		}
+	}
+	sort.Slice(anchors, func(i, j int) bool { return anchors[i] < anchors[j] })
+	numGranular := 0
+	for _, g := range s.groups {
+		if g.SameProvider {
+			numGranular++
+		}
+	}
+	var out []*cAreq
+	var keyBuf []byte
+	idx := make([]int, len(s.groups))
+	pick := make([]*cAreq, len(s.groups))
+	for _, anchor := range anchors {
+		lists := make([][]*cAreq, len(s.groups))
+		for gi := range s.groups {
+			lists[gi] = perGroup[gi][anchor]
+			idx[gi] = 0
+		}
+		for {
+			for gi := range lists {
+				pick[gi] = lists[gi][idx[gi]]
+			}
+			if a := s.merge(w, anchor, pick, numGranular); a != nil {
+				if a.needsKey() {
+					keyBuf = a.key(keyBuf)
+					if seen[string(keyBuf)] {
+						goto next
+					}
+					seen[string(keyBuf)] = true
+				}
+				out = append(out, a)
+			}
+		next:
+			// next combination
+			gi := len(lists) - 1
+			for ; gi >= 0; gi-- {
+				idx[gi]++
+				if idx[gi] < len(lists[gi]) {
+					break
+				}
+				idx[gi] = 0
+			}
+			if gi < 0 {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// merge combines one allocation request per group, applying group_policy,
+// same_subtree and the final capacity check (nil when they fail).
+func (s *cSearch) merge(w *cWorld, anchor int64, pick []*cAreq, numGranular int) *cAreq {
+	if s.req.GroupPolicy == "isolate" && numGranular > 0 {
+		ids := map[int64]bool{}
+		for gi, a := range pick {
+			if s.groups[gi].SameProvider {
+				ids[a.provs[0].id] = true
+			}
+		}
+		if len(ids) != numGranular {
+			return nil
+		}
+	}
+	for _, set := range s.req.SameSubtrees {
+		var ps []*cProv
+		for gi, a := range pick {
+			if slices.Contains(set, s.groups[gi].Suffix) {
+				for _, p := range a.provs {
+					if !containsProv(ps, p) {
+						ps = append(ps, p)
+					}
+				}
+			}
+		}
+		if !sameSubtree(w, ps) {
+			return nil
+		}
+	}
+	m := &cAreq{anchor: anchor, mappings: make([][]*cProv, len(pick))}
+	for gi, a := range pick {
+		m.mappings[gi] = a.provs
+		for _, rr := range a.rrs {
+			merged := false
+			for i := range m.rrs {
+				if m.rrs[i].p == rr.p && m.rrs[i].rc == rr.rc {
+					m.rrs[i].amount += rr.amount
+					merged = true
+					break
+				}
+			}
+			if !merged {
+				m.rrs = append(m.rrs, rr)
+			}
+		}
+	}
+	for _, rr := range m.rrs {
+		inv := rr.p.invFor(rr.rc)
+		if inv.used+rr.amount > inv.capacity() || rr.amount > int64(inv.maxUnit) {
+			return nil
+		}
+	}
+	return m
+}
+
+func containsProv(list []*cProv, p *cProv) bool {
+	for _, x := range list {
+		if x == p {
+			return true
+		}
+	}
+	return false
+}
+
+// sameSubtree tells whether one of ps is an ancestor (or self) of all.
+func sameSubtree(w *cWorld, ps []*cProv) bool {
+	if len(ps) <= 1 {
+		return true
+	}
+	for _, cand := range ps {
+		all := true
+		for _, p := range ps {
+			if !isAncestor(w, cand, p) {
+				all = false
+				break
+			}
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+func isAncestor(w *cWorld, anc, p *cProv) bool {
+	for p != nil {
+		if p == anc {
+			return true
+		}
+		if p.parent == 0 {
+			return false
+		}
+		p = w.get(p.parent)
+	}
+	return false
+}
+
+// key identifies a merged request: its amounts (by provider and class)
+// and mappings, in a compact binary form.
+func (a *cAreq) key(buf []byte) []byte {
+	rrs := a.rrs
+	if !sort.SliceIsSorted(rrs, func(i, j int) bool { return rrLess(rrs[i], rrs[j]) }) {
+		rrs = append([]cRR(nil), rrs...)
+		sort.Slice(rrs, func(i, j int) bool { return rrLess(rrs[i], rrs[j]) })
+	}
+	buf = buf[:0]
+	for _, rr := range rrs {
+		buf = binary.AppendUvarint(buf, uint64(rr.p.id))
+		buf = binary.AppendUvarint(buf, uint64(rr.rc))
+		buf = binary.AppendUvarint(buf, uint64(rr.amount))
+	}
+	for _, ps := range a.mappings {
+		buf = append(buf, 0xff)
+		if len(ps) == 1 {
+			buf = binary.AppendUvarint(buf, uint64(ps[0].id))
+			continue
+		}
+		ids := make([]int64, len(ps))
+		for i, p := range ps {
+			ids[i] = p.id
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		for _, id := range ids {
+			buf = binary.AppendUvarint(buf, uint64(id))
+		}
+	}
+	return buf
+}
+
+func rrLess(a, b cRR) bool {
+	if a.p.id != b.p.id {
+		return a.p.id < b.p.id
+	}
+	return a.rc < b.rc
+}
+
+// traitsOK checks required (ANDed any-of sets, against the union of the
+// providers' traits) and forbidden traits (on none of them).
+func traitsOK(ps []*cProv, required [][]int64, forbidden []int64) bool {
+	for _, p := range ps {
+		for _, t := range forbidden {
+			if p.hasTrait(t) {
+				return false
+			}
+		}
+	}
+	for _, set := range required {
+		found := false
+		for _, t := range set {
+			for _, p := range ps {
+				if p.hasTrait(t) {
+					found = true
+					break
+				}
+			}
+			if found {
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// singleProvider matches a group whose resources come from one provider
+// (granular groups; resourceless groups), as Placement's
+// get_provider_ids_matching and _alloc_candidates_single_provider.
+func (s *cSearch) singleProvider(w *cWorld, gi int, g *cGroupQ) []*cAreq {
+	if len(g.classes) == 0 && len(g.requiredIDs) == 0 && len(g.MemberOf) == 0 {
+		// Placement finds nothing for a group without any filter.
+		return nil
+	}
+	var out []*cAreq
+	for _, p := range w.order {
+		if len(g.classes) > 0 && g.inTreeRoot != 0 && p.root != g.inTreeRoot {
+			continue
+		}
+		ok := true
+		for _, c := range g.classes {
+			inv := p.invFor(c.rc)
+			if inv == nil || !inv.fits(c.amount) {
+				ok = false
+				break
+			}
+		}
+		if !ok || !traitsOK([]*cProv{p}, g.requiredIDs, g.forbiddenIDs) {
+			continue
+		}
+		if len(g.MemberOf) > 0 && !p.inAllAggs(g.MemberOf) {
+			continue
+		}
+		if len(g.ForbiddenAggs) > 0 && p.inAnyAgg(g.ForbiddenAggs) {
+			continue
+		}
+		rrs := make([]cRR, len(g.classes))
+		for i, c := range g.classes {
+			rrs[i] = cRR{p: p, rc: c.rc, amount: c.amount}
+		}
+		provs := []*cProv{p}
+		if s.anchorOK(w, p.root) {
+			out = append(out, &cAreq{anchor: p.root, rrs: rrs, provs: provs, group: gi})
+		}
+		if p.sharing {
+			for _, a := range w.sharingAnchors[p.id] {
+				if a != p.root && s.anchorOK(w, a) {
+					out = append(out, &cAreq{anchor: a, rrs: rrs, provs: provs, group: gi})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// multiProvider matches the unsuffixed group: each class from any provider
+// of a tree or from a sharing provider in an aggregate with it, as
+// Placement's get_trees_matching_all and
+// _alloc_candidates_multiple_providers. Trees are taken one at a time (in
+// root id order) as anchors.
+func (s *cSearch) multiProvider(w *cWorld, gi int, g *cGroupQ) []*cAreq {
+	// Sharing providers by the anchors they serve.
+	var sharingAt [][]*cProv // by the anchor's position in w.order
+	if g.inTreeRoot == 0 {
+		for _, p := range w.order {
+			if !p.sharing {
+				continue
+			}
+			if len(g.MemberOf) > 0 && !p.inAllAggs(g.MemberOf) {
+				continue
+			}
+			for _, a := range w.sharingAnchors[p.id] {
+				if a == p.root {
+					continue
+				}
+				ap := w.get(a)
+				if ap == nil {
+					continue
+				}
+				if sharingAt == nil {
+					sharingAt = make([][]*cProv, len(w.order))
+				}
+				sharingAt[ap.ix] = append(sharingAt[ap.ix], p)
+			}
+		}
+	}
+	lists := make([][]*cProv, len(g.classes))
+	idx := make([]int, len(g.classes))
+	combo := make([]*cProv, len(g.classes))
+	var out []*cAreq
+	for _, root := range w.rootOrder {
+		if g.inTreeRoot != 0 && root.id != g.inTreeRoot {
+			continue
+		}
+		if !s.anchorOK(w, root.id) {
+			continue
+		}
+		anchorInAggs := len(g.MemberOf) == 0 || root.inAllAggs(g.MemberOf)
+		anchorForbidden := len(g.ForbiddenAggs) > 0 && root.inAnyAgg(g.ForbiddenAggs)
+		if anchorForbidden {
+			continue
+		}
+		ok := true
+		for ci, c := range g.classes {
+			l := lists[ci][:0]
+			consider := func(p *cProv) {
+				inv := p.invFor(c.rc)
+				if inv == nil || !inv.fits(c.amount) {
+					return
+				}
+				if !anchorInAggs && !p.inAllAggs(g.MemberOf) {
+					return
+				}
+				if len(g.ForbiddenAggs) > 0 && p.inAnyAgg(g.ForbiddenAggs) {
+					return
+				}
+				l = append(l, p)
+			}
+			for _, p := range root.tree {
+				consider(p)
+			}
+			var shared []*cProv
+			if sharingAt != nil {
+				shared = sharingAt[root.ix]
+			}
+			for _, p := range shared {
+				consider(p)
+			}
+			lists[ci] = l
+			if len(l) == 0 {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		for ci := range idx {
+			idx[ci] = 0
+		}
+		for {
+			for ci := range lists {
+				combo[ci] = lists[ci][idx[ci]]
+			}
+			if traitsOK(combo, g.requiredIDs, g.forbiddenIDs) {
+				a := s.arena.areq()
+				a.anchor, a.group = root.id, gi
+				a.rrs = s.arena.rrSlice(len(combo))
+				a.provs = s.arena.provSlice(len(combo))
+				for ci, p := range combo {
+					a.rrs[ci] = cRR{p: p, rc: g.classes[ci].rc, amount: g.classes[ci].amount}
+					if !containsProv(a.provs, p) {
+						a.provs = append(a.provs, p)
+					}
+				}
+				out = append(out, a)
+			}
+			ci := len(lists) - 1
+			for ; ci >= 0; ci-- {
+				idx[ci]++
+				if idx[ci] < len(lists[ci]) {
+					break
+				}
+				idx[ci] = 0
+			}
+			if ci < 0 {
+				break
+			}
+		}
+	}
+	return out
+}
