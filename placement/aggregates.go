@@ -9,11 +9,10 @@ import (
 	"github.com/metalloc/metalloc/web"
 )
 
-func init() {
-	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
-		g.GET("/resource_providers/:uuid/aggregates", since(1, 1, h.getProviderAggregates), checkAccept)
-		g.PUT("/resource_providers/:uuid/aggregates", since(1, 1, h.putProviderAggregates))
-	})
+// registerAggregates adds the routes of provider aggregates.
+func (h *Handler) registerAggregates(g *echo.Group) {
+	g.GET("/resource_providers/:uuid/aggregates", since(1, 1, h.getProviderAggregates), checkAccept)
+	g.PUT("/resource_providers/:uuid/aggregates", since(1, 1, h.putProviderAggregates))
 }
 
 // Placement's PUT_AGGREGATES_SCHEMA_V1_1 (a bare list of unique uuids) and

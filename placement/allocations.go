@@ -42,14 +42,13 @@ import (
 // writers of allocations and inventories lock the provider rows, so racing
 // claims never over-commit a provider; they queue instead of failing with
 // generation conflicts.
-func init() {
-	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
-		g.GET("/allocations/:consumer_uuid", h.getConsumerAllocations, checkAccept)
-		g.PUT("/allocations/:consumer_uuid", h.putConsumerAllocations)
-		g.DELETE("/allocations/:consumer_uuid", h.deleteConsumerAllocations)
-		g.POST("/allocations", h.postAllocations)
-		g.GET("/resource_providers/:uuid/allocations", h.getProviderAllocations, checkAccept)
-	})
+// registerAllocations adds the routes of consumer and provider allocations.
+func (h *Handler) registerAllocations(g *echo.Group) {
+	g.GET("/allocations/:consumer_uuid", h.getConsumerAllocations, checkAccept)
+	g.PUT("/allocations/:consumer_uuid", h.putConsumerAllocations)
+	g.DELETE("/allocations/:consumer_uuid", h.deleteConsumerAllocations)
+	g.POST("/allocations", h.postAllocations)
+	g.GET("/resource_providers/:uuid/allocations", h.getProviderAllocations, checkAccept)
 }
 
 // IncompleteConsumerID is Placement's default incomplete_consumer_project_id

@@ -20,10 +20,9 @@ import (
 // (schemas per microversion, request groups, request-wide parameters);
 // candidates_engine.go finds the candidates and writes the response.
 
-func init() {
-	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
-		g.GET("/allocation_candidates", h.listAllocationCandidates)
-	})
+// registerCandidates adds the routes of allocation candidates.
+func (h *Handler) registerCandidates(g *echo.Group) {
+	g.GET("/allocation_candidates", h.listAllocationCandidates)
 }
 
 // SetRandomizeAllocationCandidates sets Placement's

@@ -12,14 +12,13 @@ import (
 	"github.com/metalloc/metalloc/web"
 )
 
-func init() {
-	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
-		g.GET("/resource_classes", since(1, 2, h.listResourceClasses), checkAccept)
-		g.POST("/resource_classes", since(1, 2, h.createResourceClass))
-		g.GET("/resource_classes/:name", since(1, 2, h.getResourceClass), checkAccept)
-		g.PUT("/resource_classes/:name", since(1, 2, h.putResourceClass))
-		g.DELETE("/resource_classes/:name", since(1, 2, h.deleteResourceClass))
-	})
+// registerClasses adds the routes of resource classes.
+func (h *Handler) registerClasses(g *echo.Group) {
+	g.GET("/resource_classes", since(1, 2, h.listResourceClasses), checkAccept)
+	g.POST("/resource_classes", since(1, 2, h.createResourceClass))
+	g.GET("/resource_classes/:name", since(1, 2, h.getResourceClass), checkAccept)
+	g.PUT("/resource_classes/:name", since(1, 2, h.putResourceClass))
+	g.DELETE("/resource_classes/:name", since(1, 2, h.deleteResourceClass))
 }
 
 // firstCustomClassID is where CUSTOM_ resource class ids start (the

@@ -31,16 +31,15 @@ import (
 // that the provider row is locked for the rest of the transaction, which
 // serialises inventory writes with allocation claims, which lock the same
 // row); a lost race is 409 placement.concurrent_update.
-func init() {
-	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
-		g.GET("/resource_providers/:uuid/inventories", h.getInventories, checkAccept)
-		g.POST("/resource_providers/:uuid/inventories", h.createInventory)
-		g.PUT("/resource_providers/:uuid/inventories", h.setInventories)
-		g.DELETE("/resource_providers/:uuid/inventories", h.deleteInventories)
-		g.GET("/resource_providers/:uuid/inventories/:resource_class", h.getInventory, checkAccept)
-		g.PUT("/resource_providers/:uuid/inventories/:resource_class", h.updateInventory)
-		g.DELETE("/resource_providers/:uuid/inventories/:resource_class", h.deleteInventory)
-	})
+// registerInventories adds the routes of provider inventories.
+func (h *Handler) registerInventories(g *echo.Group) {
+	g.GET("/resource_providers/:uuid/inventories", h.getInventories, checkAccept)
+	g.POST("/resource_providers/:uuid/inventories", h.createInventory)
+	g.PUT("/resource_providers/:uuid/inventories", h.setInventories)
+	g.DELETE("/resource_providers/:uuid/inventories", h.deleteInventories)
+	g.GET("/resource_providers/:uuid/inventories/:resource_class", h.getInventory, checkAccept)
+	g.PUT("/resource_providers/:uuid/inventories/:resource_class", h.updateInventory)
+	g.DELETE("/resource_providers/:uuid/inventories/:resource_class", h.deleteInventory)
 }
 
 // maxInt is Placement's db constants MAX_INT, the upper bound of every

@@ -10,13 +10,5 @@ import (
 // safe with several processes starting at once): the standard traits are
 // synced in (see traits.go). It is a no-op until traits exist.
 func Prepare(ctx context.Context, pool *pgxpool.Pool) error {
-	for _, f := range prepareSteps {
-		if err := f(ctx, pool); err != nil {
-			return err
-		}
-	}
-	return nil
+	return syncStandardTraits(ctx, pool)
 }
-
-// prepareSteps are added by the resource files' init functions.
-var prepareSteps []func(context.Context, *pgxpool.Pool) error

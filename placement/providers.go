@@ -29,14 +29,13 @@ import (
 	"github.com/metalloc/metalloc/web"
 )
 
-func init() {
-	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
-		g.GET("/resource_providers", h.listProviders, checkAccept)
-		g.POST("/resource_providers", h.createProvider)
-		g.GET("/resource_providers/:uuid", h.getProvider, checkAccept)
-		g.PUT("/resource_providers/:uuid", h.updateProvider)
-		g.DELETE("/resource_providers/:uuid", h.deleteProvider)
-	})
+// registerProviders adds the routes of resource providers.
+func (h *Handler) registerProviders(g *echo.Group) {
+	g.GET("/resource_providers", h.listProviders, checkAccept)
+	g.POST("/resource_providers", h.createProvider)
+	g.GET("/resource_providers/:uuid", h.getProvider, checkAccept)
+	g.PUT("/resource_providers/:uuid", h.updateProvider)
+	g.DELETE("/resource_providers/:uuid", h.deleteProvider)
 }
 
 // ProviderRow is a resource provider as the handlers use it: its own columns

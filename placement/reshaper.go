@@ -18,10 +18,9 @@ import (
 // the allocations against it can move between providers (e.g. from a
 // compute node to a new child provider) without a moment where either is
 // missing or doubled.
-func init() {
-	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
-		g.POST("/reshaper", h.reshape)
-	})
+// registerReshaper adds the routes of reshaper.
+func (h *Handler) registerReshaper(g *echo.Group) {
+	g.POST("/reshaper", h.reshape)
 }
 
 // reshaperSchema is Placement's POST_RESHAPER_SCHEMA (allocations as POST

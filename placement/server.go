@@ -59,14 +59,16 @@ func (h *Handler) root(c echo.Context) error {
 	return c.JSON(http.StatusOK, web.PlacementVersionDoc())
 }
 
-// registerRoutes adds the resource routes; each resource's file adds its own
-// (see providers.go, inventories.go, allocations.go ...).
+// registerRoutes adds the resource routes, each resource's from its own
+// file.
 func (h *Handler) registerRoutes(g *echo.Group) {
-	for _, add := range routeSets {
-		add(h, g)
-	}
+	h.registerAggregates(g)
+	h.registerAllocations(g)
+	h.registerCandidates(g)
+	h.registerClasses(g)
+	h.registerInventories(g)
+	h.registerProviders(g)
+	h.registerReshaper(g)
+	h.registerTraits(g)
+	h.registerUsages(g)
 }
-
-// routeSets are the route registrations of each resource file, added from
-// their init functions so that the files stay independent.
-var routeSets []func(h *Handler, g *echo.Group)

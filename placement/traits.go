@@ -16,17 +16,15 @@ import (
 	"github.com/metalloc/metalloc/web"
 )
 
-func init() {
-	prepareSteps = append(prepareSteps, syncStandardTraits)
-	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
-		g.GET("/traits", since(1, 6, h.listTraits), checkAccept)
-		g.GET("/traits/:name", since(1, 6, h.getTrait))
-		g.PUT("/traits/:name", since(1, 6, h.putTrait))
-		g.DELETE("/traits/:name", since(1, 6, h.deleteTrait))
-		g.GET("/resource_providers/:uuid/traits", since(1, 6, h.getProviderTraits), checkAccept)
-		g.PUT("/resource_providers/:uuid/traits", since(1, 6, h.putProviderTraits))
-		g.DELETE("/resource_providers/:uuid/traits", since(1, 6, h.deleteProviderTraits))
-	})
+// registerTraits adds the routes of traits and provider traits.
+func (h *Handler) registerTraits(g *echo.Group) {
+	g.GET("/traits", since(1, 6, h.listTraits), checkAccept)
+	g.GET("/traits/:name", since(1, 6, h.getTrait))
+	g.PUT("/traits/:name", since(1, 6, h.putTrait))
+	g.DELETE("/traits/:name", since(1, 6, h.deleteTrait))
+	g.GET("/resource_providers/:uuid/traits", since(1, 6, h.getProviderTraits), checkAccept)
+	g.PUT("/resource_providers/:uuid/traits", since(1, 6, h.putProviderTraits))
+	g.DELETE("/resource_providers/:uuid/traits", since(1, 6, h.deleteProviderTraits))
 }
 
 // syncStandardTraits inserts the os-traits standard traits (package trait)

@@ -16,11 +16,11 @@ import (
 //
 //	GET /resource_providers/{uuid}/usages
 //	GET /usages?project_id=&user_id=[&consumer_type=]   (1.9+, type 1.38+)
-func init() {
-	routeSets = append(routeSets, func(h *Handler, g *echo.Group) {
-		g.GET("/resource_providers/:uuid/usages", h.getProviderUsages, checkAccept)
-		g.GET("/usages", h.getTotalUsages, checkAccept)
-	})
+//
+// registerUsages adds the routes of usages.
+func (h *Handler) registerUsages(g *echo.Group) {
+	g.GET("/resource_providers/:uuid/usages", h.getProviderUsages, checkAccept)
+	g.GET("/usages", h.getTotalUsages, checkAccept)
 }
 
 // getProviderUsages is GET /resource_providers/{uuid}/usages: the usage of
