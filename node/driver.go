@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/metalloc/metalloc/web"
 )
 
 // Driver performs a node's hardware operations. metalloc drives no hardware:
@@ -94,7 +96,7 @@ func (d FakeDriver) Validate(_ context.Context, n *Node) error {
 		if !slices.Contains(valid, v) {
 			quoted := make([]string, len(valid))
 			for i, s := range valid {
-				quoted[i] = pyRepr(s)
+				quoted[i] = web.PyRepr(s)
 			}
 			return invalidf("Could not find the following interface in the 'ironic.hardware.interfaces.%s' entrypoint: %s. Valid interfaces are [%s].",
 				strings.TrimSuffix(f, "_interface"), v, strings.Join(quoted, ", "))

@@ -128,7 +128,7 @@ func readObject(c echo.Context) (map[string]any, error) {
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, web.BadRequest("Expected a JSON object in the request body, got %s", pyRepr(v))
+		return nil, web.BadRequest("Expected a JSON object in the request body, got %s", web.PyRepr(v))
 	}
 	return m, nil
 }

@@ -248,11 +248,11 @@ func checkConfigDrive(v web.Version, target string, cd any) error {
 			switch k {
 			case "meta_data", "network_data", "vendor_data":
 				if _, ok := val.(map[string]any); !ok {
-					return invalidf("Invalid configdrive format: %s is not of type 'object'", pyRepr(val))
+					return invalidf("Invalid configdrive format: %s is not of type 'object'", web.PyRepr(val))
 				}
 			case "user_data":
 			default:
-				return invalidf("Invalid configdrive format: Additional properties are not allowed (%s was unexpected)", pyStr(k))
+				return invalidf("Invalid configdrive format: Additional properties are not allowed (%s was unexpected)", web.PyStr(k))
 			}
 		}
 		if _, ok := x["vendor_data"]; ok && !v.AtLeast(1, 59) {

@@ -52,11 +52,11 @@ func traitsBody(body any) ([]string, bool, error) {
 	}
 	m, ok := body.(map[string]any)
 	if !ok {
-		return nil, false, invalidf("Schema error for body: %s is not of type 'object'", pyRepr(body))
+		return nil, false, invalidf("Schema error for body: %s is not of type 'object'", web.PyRepr(body))
 	}
 	for k := range m {
 		if k != "traits" {
-			return nil, false, invalidf("Schema error for body: Additional properties are not allowed (%s was unexpected)", pyStr(k))
+			return nil, false, invalidf("Schema error for body: Additional properties are not allowed (%s was unexpected)", web.PyStr(k))
 		}
 	}
 	raw, ok := m["traits"]
@@ -65,13 +65,13 @@ func traitsBody(body any) ([]string, bool, error) {
 	}
 	list, ok := raw.([]any)
 	if !ok {
-		return nil, false, invalidf("Schema error for body: %s is not of type 'array'", pyRepr(raw))
+		return nil, false, invalidf("Schema error for body: %s is not of type 'array'", web.PyRepr(raw))
 	}
 	traits := make([]string, 0, len(list))
 	for _, t := range list {
 		s, ok := t.(string)
 		if !ok {
-			return nil, false, invalidf("Schema error for body: %s is not of type 'string'", pyRepr(t))
+			return nil, false, invalidf("Schema error for body: %s is not of type 'string'", web.PyRepr(t))
 		}
 		if err := checkTraitAs("body", s); err != nil {
 			return nil, false, err

@@ -80,7 +80,7 @@ func (h *Handler) patch(c echo.Context) error {
 	for _, op := range ops {
 		if _, ok := op.raw["value"]; !ok && op.Op != "remove" {
 			return apiError(invalidf("Couldn't apply patch '%s'. Reason: The operation does not contain a 'value' member",
-				pyRepr(op.raw)), ident)
+				web.PyRepr(op.raw)), ident)
 		}
 	}
 	// _validate_patch

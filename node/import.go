@@ -140,7 +140,7 @@ func readImportFile(r io.Reader) ([]any, error) {
 func importOne(ctx context.Context, store *Store, raw any, opts ImportOptions, res *ImportResult) error {
 	doc, ok := raw.(map[string]any)
 	if !ok {
-		return fmt.Errorf("expected an object, got %s", pyRepr(raw))
+		return fmt.Errorf("expected an object, got %s", web.PyRepr(raw))
 	}
 	doc = maps.Clone(doc)
 	var traits []string
@@ -155,7 +155,7 @@ func importOne(ctx context.Context, store *Store, raw any, opts ImportOptions, r
 		for _, x := range list {
 			s, ok := x.(string)
 			if !ok {
-				return fmt.Errorf("trait %s is not a string", pyRepr(x))
+				return fmt.Errorf("trait %s is not a string", web.PyRepr(x))
 			}
 			traits = append(traits, s)
 		}

@@ -60,7 +60,7 @@ func pyReprPlain(v any) string {
 	if s, ok := v.(string); ok {
 		return s
 	}
-	return pyRepr(v)
+	return web.PyRepr(v)
 }
 
 var (

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
+
+	"github.com/metalloc/metalloc/web"
 )
 
 // applyPatch applies a JSON patch (already checked against
@@ -28,7 +30,7 @@ func applyPatch(doc map[string]any, ops []patchOp) (map[string]any, error) {
 	}
 	for _, op := range ops {
 		fail := func(reason string) error {
-			return invalidf("Couldn't apply patch '%s'. Reason: %s", pyRepr(op.raw), reason)
+			return invalidf("Couldn't apply patch '%s'. Reason: %s", web.PyRepr(op.raw), reason)
 		}
 		if _, hasValue := op.raw["value"]; !hasValue && op.Op != "remove" {
 			return nil, fail("The operation does not contain a 'value' member")
@@ -74,7 +76,7 @@ func pointerProblem(doc any, op patchOp) string {
 			v, ok := c[part]
 			if !ok {
 				if !last {
-					return fmt.Sprintf("member '%s' not found in %s", part, pyRepr(c))
+					return fmt.Sprintf("member '%s' not found in %s", part, web.PyRepr(c))
 				}
 				switch op.Op {
 				case "remove":

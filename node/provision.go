@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/metalloc/metalloc/web"
 )
 
 // Provision targets (verbs) of PUT /v1/nodes/{ident}/states/provision.
@@ -343,28 +345,28 @@ func checkSteps(kind string, steps []any, required []string) error {
 	for _, st := range steps {
 		m, ok := st.(map[string]any)
 		if !ok {
-			return invalidf("Invalid %s_steps: %s is not of type 'object'", kind, pyRepr(st))
+			return invalidf("Invalid %s_steps: %s is not of type 'object'", kind, web.PyRepr(st))
 		}
 		for _, r := range required {
 			if _, ok := m[r]; !ok {
-				return invalidf("Invalid %s_steps: %s is a required property", kind, pyRepr(r))
+				return invalidf("Invalid %s_steps: %s is a required property", kind, web.PyRepr(r))
 			}
 		}
 		for k := range m {
 			if !slices.Contains([]string{"args", "interface", "priority", "step"}, k) ||
 				(kind == "clean" && k == "priority") {
-				return invalidf("Invalid %s_steps: Additional properties are not allowed (%s was unexpected)", kind, pyRepr(k))
+				return invalidf("Invalid %s_steps: Additional properties are not allowed (%s was unexpected)", kind, web.PyRepr(k))
 			}
 		}
 		if iface, _ := m["interface"].(string); !slices.Contains(interfaces, iface) {
-			return invalidf("Invalid %s_steps: %s is not one of %s", kind, pyRepr(m["interface"]), pyRepr(anySlice(interfaces)))
+			return invalidf("Invalid %s_steps: %s is not one of %s", kind, web.PyRepr(m["interface"]), web.PyRepr(anySlice(interfaces)))
 		}
 		if step, _ := m["step"].(string); step == "" {
-			return invalidf("Invalid %s_steps: %s is not of type 'string'", kind, pyRepr(m["step"]))
+			return invalidf("Invalid %s_steps: %s is not of type 'string'", kind, web.PyRepr(m["step"]))
 		}
 		if a, ok := m["args"]; ok {
 			if _, isObj := a.(map[string]any); !isObj {
-				return invalidf("Invalid %s_steps: %s is not of type 'object'", kind, pyRepr(a))
+				return invalidf("Invalid %s_steps: %s is not of type 'object'", kind, web.PyRepr(a))
 			}
 		}
 	}

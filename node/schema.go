@@ -187,19 +187,19 @@ func describe(e *jsonschema.ValidationError, doc any) string {
 		slices.SortFunc(want, func(a, b string) int { return slices.Index(typeOrder, a) - slices.Index(typeOrder, b) })
 		parts := make([]string, len(want))
 		for i, w := range want {
-			parts[i] = pyStr(w)
+			parts[i] = web.PyStr(w)
 		}
-		return fmt.Sprintf("%s is not of type %s", pyRepr(inst), strings.Join(parts, ", "))
+		return fmt.Sprintf("%s is not of type %s", web.PyRepr(inst), strings.Join(parts, ", "))
 	case *kind.Required:
 		if len(k.Missing) > 0 {
-			return fmt.Sprintf("%s is a required property", pyStr(k.Missing[0]))
+			return fmt.Sprintf("%s is a required property", web.PyStr(k.Missing[0]))
 		}
 	case *kind.AdditionalProperties:
 		props := slices.Clone(k.Properties)
 		slices.Sort(props)
 		parts := make([]string, len(props))
 		for i, p := range props {
-			parts[i] = pyStr(p)
+			parts[i] = web.PyStr(p)
 		}
 		verb := "was"
 		if len(parts) > 1 {
@@ -207,15 +207,15 @@ func describe(e *jsonschema.ValidationError, doc any) string {
 		}
 		return fmt.Sprintf("Additional properties are not allowed (%s %s unexpected)", strings.Join(parts, ", "), verb)
 	case *kind.MaxLength:
-		return fmt.Sprintf("%s is too long", pyRepr(inst))
+		return fmt.Sprintf("%s is too long", web.PyRepr(inst))
 	case *kind.MinLength:
-		return fmt.Sprintf("%s is too short", pyRepr(inst))
+		return fmt.Sprintf("%s is too short", web.PyRepr(inst))
 	case *kind.Enum:
-		return fmt.Sprintf("%s is not one of %s", pyRepr(inst), pyRepr(k.Want))
+		return fmt.Sprintf("%s is not one of %s", web.PyRepr(inst), web.PyRepr(k.Want))
 	case *kind.Pattern:
-		return fmt.Sprintf("%s does not match %s", pyRepr(inst), pyStr(k.Want))
+		return fmt.Sprintf("%s does not match %s", web.PyRepr(inst), web.PyStr(k.Want))
 	case *kind.AnyOf, *kind.OneOf:
-		return fmt.Sprintf("%s is not valid under any of the given schemas", pyRepr(inst))
+		return fmt.Sprintf("%s is not valid under any of the given schemas", web.PyRepr(inst))
 	}
 	s := e.Error()
 	if i := strings.LastIndex(s, ": "); i >= 0 {

@@ -504,12 +504,12 @@ func checkTrait(t string) error {
 func checkTraitAs(what, t string) error {
 	switch {
 	case len(t) > trait.MaxLength:
-		return invalidf("Schema error for %s: %s is too long", what, pyRepr(t))
+		return invalidf("Schema error for %s: %s is too long", what, web.PyRepr(t))
 	case t == "":
-		return invalidf("Schema error for %s: %s is too short", what, pyRepr(t))
+		return invalidf("Schema error for %s: %s is too short", what, web.PyRepr(t))
 	case !trait.Valid(t):
 		return invalidf("Schema error for %s: %s is not valid under any of the given schemas. Possible root cause: %s does not match %s",
-			what, pyRepr(t), pyRepr(t), pyRepr("^"+trait.CustomPrefix+"[A-Z0-9_]+$"))
+			what, web.PyRepr(t), web.PyRepr(t), web.PyRepr("^"+trait.CustomPrefix+"[A-Z0-9_]+$"))
 	}
 	return nil
 }
@@ -644,7 +644,7 @@ func updateParams(n Node) (UpdateNodeParams, error) {
 func pyTuple(items []string) string {
 	parts := make([]string, len(items))
 	for i, s := range items {
-		parts[i] = pyRepr(s)
+		parts[i] = web.PyRepr(s)
 	}
 	return "(" + strings.Join(parts, ", ") + ")"
 }

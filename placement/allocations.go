@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
 	"net/http"
 	"sort"
 	"strings"
@@ -15,11 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/labstack/echo/v4"
-	"github.com/santhosh-tekuri/jsonschema/v6"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 
 	"github.com/metalloc/metalloc/web"
 )
@@ -121,19 +115,19 @@ var (
 
 	// PUT /allocations/{consumer_uuid} schemas: ALLOCATION_SCHEMA (1.0),
 	// _V1_8, _V1_12, _V1_28, _V1_34, _V1_38.
-	putAllocSchema10  = newReqSchema("allocation_1_0", consumerSchemaDoc([]string{allocListProp}, []string{"allocations"}))
-	putAllocSchema18  = newReqSchema("allocation_1_8", consumerSchemaDoc([]string{allocListProp, projectUserProps}, []string{"allocations", "project_id", "user_id"}))
-	putAllocSchema112 = newReqSchema("allocation_1_12", cons112)
-	putAllocSchema128 = newReqSchema("allocation_1_28", cons128)
-	putAllocSchema134 = newReqSchema("allocation_1_34", cons134)
-	putAllocSchema138 = newReqSchema("allocation_1_38", cons138)
+	putAllocSchema10  = mustBodySchema("allocation_1_0", consumerSchemaDoc([]string{allocListProp}, []string{"allocations"}))
+	putAllocSchema18  = mustBodySchema("allocation_1_8", consumerSchemaDoc([]string{allocListProp, projectUserProps}, []string{"allocations", "project_id", "user_id"}))
+	putAllocSchema112 = mustBodySchema("allocation_1_12", cons112)
+	putAllocSchema128 = mustBodySchema("allocation_1_28", cons128)
+	putAllocSchema134 = mustBodySchema("allocation_1_34", cons134)
+	putAllocSchema138 = mustBodySchema("allocation_1_38", cons138)
 
 	// POST /allocations schemas: POST_ALLOCATIONS_V1_13, _V1_28, _V1_34,
 	// _V1_38.
-	postAllocSchema113 = newReqSchema("post_allocations_1_13", postSchemaDoc(consDel))
-	postAllocSchema128 = newReqSchema("post_allocations_1_28", postSchemaDoc(cons128))
-	postAllocSchema134 = newReqSchema("post_allocations_1_34", postSchemaDoc(cons134))
-	postAllocSchema138 = newReqSchema("post_allocations_1_38", postSchemaDoc(cons138))
+	postAllocSchema113 = mustBodySchema("post_allocations_1_13", postSchemaDoc(consDel))
+	postAllocSchema128 = mustBodySchema("post_allocations_1_28", postSchemaDoc(cons128))
+	postAllocSchema134 = mustBodySchema("post_allocations_1_34", postSchemaDoc(cons134))
+	postAllocSchema138 = mustBodySchema("post_allocations_1_38", postSchemaDoc(cons138))
 )
 
 // consumerBody is one consumer's allocations in a request (1.12+ format;
@@ -306,7 +300,7 @@ func (h *Handler) getProviderAllocations(c echo.Context) error {
 // every allocation; 1.34 accepts mappings; 1.38 requires consumer_type.
 func (h *Handler) putConsumerAllocations(c echo.Context) error {
 	v := web.PlacementRequestVersion(c)
-	if err := mustJSONContent(c); err != nil {
+	if err := requireJSONContent(c); err != nil {
 		return err
 	}
 	raw := c.Param("consumer_uuid")
@@ -388,7 +382,7 @@ func (h *Handler) postAllocations(c echo.Context) error {
 	if !v.AtLeast(1, 13) {
 		return web.PlacementErr(http.StatusNotFound, "", "The resource could not be found.")
 	}
-	if err := mustJSONContent(c); err != nil {
+	if err := requireJSONContent(c); err != nil {
 		return err
 	}
 	s := postAllocSchema113
@@ -435,7 +429,7 @@ func (h *Handler) deleteConsumerAllocations(c echo.Context) error {
 	if err != nil {
 		return notFound
 	}
-	err = h.inTx(ctx, func(q *Queries) error {
+	err = h.runTx(ctx, func(q *Queries) error {
 		cons, err := q.LockConsumer(ctx, consumer)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound
@@ -471,7 +465,7 @@ func (h *Handler) deleteConsumerAllocations(c echo.Context) error {
 // consumer handling of ensure_consumer and update_consumers. notFound words
 // the 400 for an unknown resource class.
 func (h *Handler) writeAllocations(ctx context.Context, v web.Version, claims []claim, notFound func(string) string) error {
-	return h.inTx(ctx, func(q *Queries) error {
+	return h.runTx(ctx, func(q *Queries) error {
 		return writeAllocationsTx(ctx, q, v, claims, notFound, claimHooks{})
 	})
 }
@@ -820,76 +814,4 @@ func (n *jsonInt) UnmarshalJSON(b []byte) error {
 	}
 	*n = jsonInt(f)
 	return nil
-}
-
-// reqSchema is a compiled JSON Schema of a Placement request body.
-type reqSchema struct {
-	sch *jsonschema.Schema
-}
-
-var reqSchemaPrinter = message.NewPrinter(language.English)
-
-// newReqSchema compiles src (with format assertions, as Placement's
-// FormatChecker); it panics on a bad schema, a programming error any test
-// catches.
-func newReqSchema(name, src string) *reqSchema {
-	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(src))
-	if err != nil {
-		panic(fmt.Sprintf("schema %s: %v", name, err))
-	}
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	c.RegisterFormat(uuidFormat)
-	url := "mem://placement/" + name + ".json"
-	if err := c.AddResource(url, doc); err != nil {
-		panic(fmt.Sprintf("schema %s: %v", name, err))
-	}
-	sch, err := c.Compile(url)
-	if err != nil {
-		panic(fmt.Sprintf("schema %s: %v", name, err))
-	}
-	return &reqSchema{sch: sch}
-}
-
-// decode reads the request body, validates it and unmarshals it into out.
-// Malformed JSON is 400 "Malformed JSON: ...", a schema violation 400 "JSON
-// does not validate: ...", as Placement's util.extract_json.
-func (s *reqSchema) decode(c echo.Context, out any) error {
-	body, err := io.ReadAll(c.Request().Body)
-	if err != nil {
-		return web.PlacementErr(http.StatusBadRequest, "", "Malformed JSON: %v", err)
-	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
-	if err != nil {
-		return web.PlacementErr(http.StatusBadRequest, "", "Malformed JSON: %v", err)
-	}
-	if err := s.sch.Validate(inst); err != nil {
-		// Worded as python-jsonschema does, like readBody's.
-		return web.PlacementErr(http.StatusBadRequest, "", "JSON does not validate: %s", schemaMessage(err, inst))
-	}
-	if err := json.Unmarshal(body, out); err != nil {
-		return web.PlacementErr(http.StatusBadRequest, "", "JSON does not validate: %v", err)
-	}
-	return nil
-}
-
-// mustJSONContent is Placement's require_content('application/json'): any
-// other (or no) Content-Type is 415.
-func mustJSONContent(c echo.Context) error {
-	ct := c.Request().Header.Get("Content-Type")
-	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil || mt != "application/json" {
-		if ct == "" {
-			ct = "None"
-		}
-		return web.PlacementErr(http.StatusUnsupportedMediaType, "",
-			"The media type %s is not supported, use application/json", ct)
-	}
-	return nil
-}
-
-// pgUniqueViolation reports whether err is a unique constraint violation.
-func pgUniqueViolation(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "23505"
 }

@@ -131,7 +131,7 @@ func candValidateSchema(q url.Values, v web.Version) error {
 		sort.Strings(extra)
 		quoted := make([]string, len(extra))
 		for i, e := range extra {
-			quoted[i] = pyRepr(e)
+			quoted[i] = web.PyRepr(e)
 		}
 		if grouped {
 			verb := "does"
@@ -140,7 +140,7 @@ func candValidateSchema(q url.Values, v web.Version) error {
 			}
 			qp := make([]string, len(patterns))
 			for i, p := range patterns {
-				qp[i] = pyRepr(p)
+				qp[i] = web.PyRepr(p)
 			}
 			return badQuery("%s %s not match any of the regexes: %s", strings.Join(quoted, ", "), verb, strings.Join(qp, ", "))
 		}
@@ -157,12 +157,12 @@ func candValidateSchema(q url.Values, v web.Version) error {
 	}
 	if _, ok := q["limit"]; ok {
 		if l := lastValue(q, "limit"); !candLimitPattern.MatchString(l) {
-			return badQuery("%s does not match %s", pyRepr(l), pyRepr("^[1-9][0-9]*$"))
+			return badQuery("%s does not match %s", web.PyRepr(l), web.PyRepr("^[1-9][0-9]*$"))
 		}
 	}
 	if _, ok := q["group_policy"]; ok {
 		if gp := lastValue(q, "group_policy"); gp != "none" && gp != "isolate" {
-			return badQuery("%s is not one of ['none', 'isolate']", pyRepr(gp))
+			return badQuery("%s is not one of ['none', 'isolate']", web.PyRepr(gp))
 		}
 	}
 	return nil
@@ -181,7 +181,7 @@ func parseCandRequest(raw string, v web.Version) (*candidate.Request, error) {
 	if vals := q["limit"]; len(vals) > 0 {
 		n, err := strconv.Atoi(vals[0])
 		if err != nil || n < 1 {
-			return nil, badQuery("%s does not match %s", pyRepr(vals[0]), pyRepr("^[1-9][0-9]*$"))
+			return nil, badQuery("%s does not match %s", web.PyRepr(vals[0]), web.PyRepr("^[1-9][0-9]*$"))
 		}
 		r.Limit = n
 	}
@@ -515,7 +515,7 @@ func containsUUID(list []uuid.UUID, id uuid.UUID) bool {
 func pyList(list []string) string {
 	parts := make([]string, len(list))
 	for i, s := range list {
-		parts[i] = pyRepr(s)
+		parts[i] = web.PyRepr(s)
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/metalloc/metalloc/web"
@@ -66,18 +65,18 @@ const rcPattern = `^[A-Z0-9_]+$`
 var (
 	// baseInventorySchema is Placement's BASE_INVENTORY_SCHEMA (PUT of one
 	// inventory).
-	baseInventorySchema = newReqSchema("base_inventory", `{"type": "object",
+	baseInventorySchema = mustBodySchema("base_inventory", `{"type": "object",
   "properties": {`+inventoryProps+`},
   "required": ["total", "resource_provider_generation"],
   "additionalProperties": false}`)
 	// postInventorySchema is Placement's POST_INVENTORY_SCHEMA.
-	postInventorySchema = newReqSchema("post_inventory", `{"type": "object",
+	postInventorySchema = mustBodySchema("post_inventory", `{"type": "object",
   "properties": {`+inventoryProps+`,
     "resource_class": {"type": "string", "pattern": "`+rcPattern+`"}},
   "required": ["total", "resource_class"],
   "additionalProperties": false}`)
 	// putInventoriesSchema is Placement's PUT_INVENTORY_SCHEMA.
-	putInventoriesSchema = newReqSchema("put_inventories", `{"type": "object",
+	putInventoriesSchema = mustBodySchema("put_inventories", `{"type": "object",
   "properties": {
     "resource_provider_generation": {"type": "integer"},
     "inventories": {"type": "object", "patternProperties": {"`+rcPattern+`": {
@@ -319,7 +318,7 @@ func (h *Handler) getInventory(c echo.Context) error {
 // placement.concurrent_update; an unknown class or a bad capacity is 400.
 func (h *Handler) createInventory(c echo.Context) error {
 	ctx := c.Request().Context()
-	if err := mustJSONContent(c); err != nil {
+	if err := requireJSONContent(c); err != nil {
 		return err
 	}
 	rp, err := h.pathProvider(c, h.q, "")
@@ -335,7 +334,7 @@ func (h *Handler) createInventory(c echo.Context) error {
 		return web.PlacementErr(http.StatusBadRequest, "",
 			"Unable to create inventory for resource provider %s: %s", rp.Uuid, msg)
 	}
-	err = h.inTx(ctx, func(q *Queries) error {
+	err = h.runTx(ctx, func(q *Queries) error {
 		if err := bumpGeneration(ctx, q, rp.ID, rp.Generation); err != nil {
 			return err
 		}
@@ -344,7 +343,7 @@ func (h *Handler) createInventory(c echo.Context) error {
 			return rewordPlacementErr(err, "Unable to create inventory for resource provider %s: %s", rp.Uuid)
 		}
 		err = q.InsertInventory(ctx, inventoryParams(rp.ID, classID, inv))
-		if pgUniqueViolation(err) {
+		if isUniqueViolation(err) {
 			return web.PlacementErr(http.StatusConflict, web.PlacementCodeConcurrentUpdate,
 				"Update conflict: Inventory for '%s' on resource provider '%s' already exists.",
 				inv.ResourceClass, rp.Uuid)
@@ -368,7 +367,7 @@ func (h *Handler) createInventory(c echo.Context) error {
 // Placement 8.0 only logs a warning).
 func (h *Handler) updateInventory(c echo.Context) error {
 	ctx := c.Request().Context()
-	if err := mustJSONContent(c); err != nil {
+	if err := requireJSONContent(c); err != nil {
 		return err
 	}
 	rp, err := h.pathProvider(c, h.q, "")
@@ -389,7 +388,7 @@ func (h *Handler) updateInventory(c echo.Context) error {
 		return web.PlacementErr(http.StatusBadRequest, "",
 			"Unable to update inventory for resource provider %s: %s", rp.Uuid, msg)
 	}
-	err = h.inTx(ctx, func(q *Queries) error {
+	err = h.runTx(ctx, func(q *Queries) error {
 		if err := bumpGeneration(ctx, q, rp.ID, rp.Generation); err != nil {
 			var pe *web.PlacementError
 			if errors.As(err, &pe) {
@@ -433,7 +432,7 @@ func (h *Handler) updateInventory(c echo.Context) error {
 // placement.inventory.inuse.
 func (h *Handler) setInventories(c echo.Context) error {
 	ctx := c.Request().Context()
-	if err := mustJSONContent(c); err != nil {
+	if err := requireJSONContent(c); err != nil {
 		return err
 	}
 	rp, err := h.pathProvider(c, h.q, "")
@@ -459,7 +458,7 @@ func (h *Handler) setInventories(c echo.Context) error {
 		return web.PlacementErr(http.StatusBadRequest, "",
 			"Unable to update inventory for resource provider %s: %s", rp.Uuid, msg)
 	}
-	err = h.inTx(ctx, func(q *Queries) error {
+	err = h.runTx(ctx, func(q *Queries) error {
 		if err := bumpGeneration(ctx, q, rp.ID, rp.Generation); err != nil {
 			var pe *web.PlacementError
 			if errors.As(err, &pe) {
@@ -554,7 +553,7 @@ func (h *Handler) deleteInventories(c echo.Context) error {
 	if err != nil {
 		return web.PlacementRaised(err) // Placement lets this NotFound escape
 	}
-	err = h.inTx(ctx, func(q *Queries) error {
+	err = h.runTx(ctx, func(q *Queries) error {
 		if err := bumpGeneration(ctx, q, rp.ID, rp.Generation); err != nil {
 			if !isPlacementErr(err) {
 				return err
@@ -581,7 +580,7 @@ func (h *Handler) deleteInventory(c echo.Context) error {
 		return web.PlacementRaised(err) // Placement lets this NotFound escape
 	}
 	class := c.Param("resource_class")
-	err = h.inTx(ctx, func(q *Queries) error {
+	err = h.runTx(ctx, func(q *Queries) error {
 		if err := bumpGeneration(ctx, q, rp.ID, rp.Generation); err != nil {
 			if !isPlacementErr(err) {
 				return err
@@ -637,11 +636,6 @@ func rewordPlacementErr(err error, format string, arg any) error {
 		return web.PlacementErr(pe.Status, pe.Code, format, arg, pe.Detail)
 	}
 	return err
-}
-
-// inTx runs f in one transaction (committed when f returns nil).
-func (h *Handler) inTx(ctx context.Context, f func(q *Queries) error) error {
-	return pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error { return f(h.q.WithTx(tx)) })
 }
 
 // isPlacementErr reports whether err is a *web.PlacementError.

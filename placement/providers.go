@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,6 +24,7 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
+	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/placement/candidate"
 	"github.com/metalloc/metalloc/web"
 )
@@ -108,16 +108,13 @@ func bumpGeneration(ctx context.Context, q *Queries, id int64, expected int32) e
 
 // runTx runs f in one transaction on h's pool, committing when f returns nil.
 func (h *Handler) runTx(ctx context.Context, f func(q *Queries) error) error {
-	return pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error { return f(h.q.WithTx(tx)) })
+	return db.InTx(ctx, h.pool, func(tx pgx.Tx) error { return f(h.q.WithTx(tx)) })
 }
 
 // bodySchema is a compiled JSON Schema for a Placement request body.
 type bodySchema struct{ sch *jsonschema.Schema }
 
-var (
-	bodySchemaMu sync.Mutex
-	msgPrinter   = message.NewPrinter(language.English)
-)
+var msgPrinter = message.NewPrinter(language.English)
 
 // mustBodySchema compiles src (a JSON Schema document, formats asserted as
 // Placement's FormatChecker does); a bad schema panics at init.
@@ -126,20 +123,12 @@ func mustBodySchema(name, src string) *bodySchema {
 	if err != nil {
 		panic(fmt.Sprintf("schema %s: %v", name, err))
 	}
-	bodySchemaMu.Lock()
-	defer bodySchemaMu.Unlock()
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	c.RegisterFormat(uuidFormat)
 	u := "mem://placement/" + name + ".json"
-	if err := c.AddResource(u, doc); err != nil {
-		panic(fmt.Sprintf("schema %s: %v", name, err))
-	}
-	sch, err := c.Compile(u)
+	schs, err := web.CompileSchemas(map[string]any{u: doc}, uuidFormat)
 	if err != nil {
 		panic(fmt.Sprintf("schema %s: %v", name, err))
 	}
-	return &bodySchema{sch: sch}
+	return &bodySchema{sch: schs[u]}
 }
 
 // uuidFormat is Placement's "uuid" format, oslo's is_uuid_like: any
@@ -177,6 +166,19 @@ func readBody(c echo.Context, s *bodySchema, dst any) (any, error) {
 	if err := requireJSONContent(c); err != nil {
 		return nil, err
 	}
+	return s.parse(c, dst)
+}
+
+// decode reads the body (its content type already checked), validates it
+// and unmarshals it into out, with readBody's messages.
+func (s *bodySchema) decode(c echo.Context, out any) error {
+	_, err := s.parse(c, out)
+	return err
+}
+
+// parse reads the request body, validates it against s and, when dst is not
+// nil, unmarshals it into dst; it returns the decoded document.
+func (s *bodySchema) parse(c echo.Context, dst any) (any, error) {
 	body, err := io.ReadAll(c.Request().Body)
 	if err != nil {
 		return nil, web.PlacementErr(http.StatusBadRequest, "", "Malformed JSON: %v", err)
@@ -220,18 +222,18 @@ func schemaMessage(err error, doc any) string {
 	case *kind.Type:
 		want := make([]string, len(k.Want))
 		for i, w := range k.Want {
-			want[i] = pyRepr(w)
+			want[i] = web.PyRepr(w)
 		}
-		return fmt.Sprintf("%s is not of type %s", pyRepr(inst), strings.Join(want, ", "))
+		return fmt.Sprintf("%s is not of type %s", web.PyRepr(inst), strings.Join(want, ", "))
 	case *kind.Required:
 		if len(k.Missing) > 0 {
-			return fmt.Sprintf("%s is a required property", pyRepr(k.Missing[0]))
+			return fmt.Sprintf("%s is a required property", web.PyRepr(k.Missing[0]))
 		}
 	case *kind.AdditionalProperties:
 		props := append([]string(nil), k.Properties...)
 		sort.Strings(props)
 		for i, p := range props {
-			props[i] = pyRepr(p)
+			props[i] = web.PyRepr(p)
 		}
 		verb := "was"
 		if len(props) > 1 {
@@ -239,27 +241,27 @@ func schemaMessage(err error, doc any) string {
 		}
 		return fmt.Sprintf("Additional properties are not allowed (%s %s unexpected)", strings.Join(props, ", "), verb)
 	case *kind.MaxLength:
-		return fmt.Sprintf("%s is too long", pyRepr(inst))
+		return fmt.Sprintf("%s is too long", web.PyRepr(inst))
 	case *kind.MinLength:
-		return fmt.Sprintf("%s is too short", pyRepr(inst))
+		return fmt.Sprintf("%s is too short", web.PyRepr(inst))
 	case *kind.Pattern:
-		return fmt.Sprintf("%s does not match %s", pyRepr(inst), pyRepr(k.Want))
+		return fmt.Sprintf("%s does not match %s", web.PyRepr(inst), web.PyRepr(k.Want))
 	case *kind.Format:
-		return fmt.Sprintf("%s is not a %s", pyRepr(inst), pyRepr(k.Want))
+		return fmt.Sprintf("%s is not a %s", web.PyRepr(inst), web.PyRepr(k.Want))
 	case *kind.UniqueItems:
-		return fmt.Sprintf("%s has non-unique elements", pyRepr(inst))
+		return fmt.Sprintf("%s has non-unique elements", web.PyRepr(inst))
 	case *kind.Minimum:
-		return fmt.Sprintf("%s is less than the minimum of %s", pyRepr(inst), k.Want.RatString())
+		return fmt.Sprintf("%s is less than the minimum of %s", web.PyRepr(inst), k.Want.RatString())
 	case *kind.Maximum:
-		return fmt.Sprintf("%s is greater than the maximum of %s", pyRepr(inst), k.Want.RatString())
+		return fmt.Sprintf("%s is greater than the maximum of %s", web.PyRepr(inst), k.Want.RatString())
 	case *kind.MinProperties:
-		return fmt.Sprintf("%s does not have enough properties", pyRepr(inst))
+		return fmt.Sprintf("%s does not have enough properties", web.PyRepr(inst))
 	case *kind.MinItems:
-		return fmt.Sprintf("%s is too short", pyRepr(inst))
+		return fmt.Sprintf("%s is too short", web.PyRepr(inst))
 	case *kind.MaxItems:
-		return fmt.Sprintf("%s is too long", pyRepr(inst))
+		return fmt.Sprintf("%s is too long", web.PyRepr(inst))
 	case *kind.AnyOf, *kind.OneOf:
-		return fmt.Sprintf("%s is not valid under any of the given schemas", pyRepr(inst))
+		return fmt.Sprintf("%s is not valid under any of the given schemas", web.PyRepr(inst))
 	}
 	return ve.ErrorKind.LocalizedString(msgPrinter)
 }
@@ -282,43 +284,6 @@ func valueAt(doc any, path []string) any {
 		}
 	}
 	return cur
-}
-
-// pyRepr renders a JSON value as Python's repr would in python-jsonschema
-// messages.
-func pyRepr(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "None"
-	case bool:
-		if x {
-			return "True"
-		}
-		return "False"
-	case string:
-		if strings.Contains(x, "'") && !strings.Contains(x, `"`) {
-			return `"` + x + `"`
-		}
-		return "'" + strings.ReplaceAll(x, "'", `\'`) + "'"
-	case []any:
-		parts := make([]string, len(x))
-		for i, e := range x {
-			parts[i] = pyRepr(e)
-		}
-		return "[" + strings.Join(parts, ", ") + "]"
-	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			parts[i] = pyRepr(k) + ": " + pyRepr(x[k])
-		}
-		return "{" + strings.Join(parts, ", ") + "}"
-	}
-	return fmt.Sprint(v)
 }
 
 // badQuery is Placement's 400 for query parameters failing their schema.
@@ -547,10 +512,7 @@ func isFKViolation(err error) bool {
 }
 
 // isUniqueViolation tells a unique-constraint violation.
-func isUniqueViolation(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "23505"
-}
+func isUniqueViolation(err error) bool { return db.IsUniqueViolation(err, "") }
 
 // getProvider is GET /resource_providers/{uuid}, as Placement's
 // get_resource_provider (last-modified and cache-control from 1.15).

@@ -26,7 +26,7 @@ func (h *Handler) registerReshaper(g *echo.Group) {
 // reshaperSchema is Placement's POST_RESHAPER_SCHEMA (allocations as POST
 // /allocations at 1.28, possibly empty), with the 1.34 and 1.38 allocation
 // variants.
-func reshaperSchema(consumer string) *reqSchema {
+func reshaperSchema(consumer string) *bodySchema {
 	inventories := `{"type": "object", "properties": {
     "resource_provider_generation": {"type": "integer"},
     "inventories": {"type": "object", "patternProperties": {"` + rcPattern + `": {
@@ -34,7 +34,7 @@ func reshaperSchema(consumer string) *reqSchema {
       "required": ["total"], "additionalProperties": false}}}},
   "required": ["resource_provider_generation", "inventories"],
   "additionalProperties": false}`
-	return newReqSchema("reshaper", `{"type": "object", "properties": {
+	return mustBodySchema("reshaper", `{"type": "object", "properties": {
   "inventories": {"type": "object", "patternProperties": {"`+uuidPattern+`": `+inventories+`},
     "minProperties": 1, "additionalProperties": false},
   "allocations": {"type": "object", "minProperties": 0, "additionalProperties": false,
@@ -61,7 +61,7 @@ func (h *Handler) reshape(c echo.Context) error {
 	if !v.AtLeast(1, 30) {
 		return web.PlacementErr(http.StatusNotFound, "", "The resource could not be found.")
 	}
-	if err := mustJSONContent(c); err != nil {
+	if err := requireJSONContent(c); err != nil {
 		return err
 	}
 	s := reshaperSchema130
@@ -127,7 +127,7 @@ func (h *Handler) reshape(c echo.Context) error {
 	// removed holds, by provider, the classes to drop once the new
 	// allocations are in.
 	removed := map[int64][]int32{}
-	err := h.inTx(ctx, func(q *Queries) error {
+	err := h.runTx(ctx, func(q *Queries) error {
 		hooks := claimHooks{lock: lock}
 		hooks.afterLock = func(locked map[uuid.UUID]LockClaimProvidersRow) error {
 			for _, t := range targets {

@@ -41,11 +41,18 @@ func MustSchema(name string, src []byte) *Schema {
 // CompileSchemas compiles JSON Schema documents (decoded, keyed by the
 // resource name others refer to them by) and returns each compiled, by the
 // same name: the project's one JSON Schema compiler (draft 2020-12 unless a
-// document says otherwise).
-func CompileSchemas(docs map[string]any) (map[string]*jsonschema.Schema, error) {
+// document says otherwise). With formats, format keywords are asserted and
+// those formats added (as Placement's FormatChecker does).
+func CompileSchemas(docs map[string]any, formats ...*jsonschema.Format) (map[string]*jsonschema.Schema, error) {
 	schemaMu.Lock()
 	defer schemaMu.Unlock()
 	c := jsonschema.NewCompiler()
+	if len(formats) > 0 {
+		c.AssertFormat()
+		for _, f := range formats {
+			c.RegisterFormat(f)
+		}
+	}
 	for name, doc := range docs {
 		if err := c.AddResource(name, doc); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)

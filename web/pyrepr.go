@@ -1,4 +1,4 @@
-package node
+package web
 
 import (
 	"encoding/json"
@@ -9,10 +9,11 @@ import (
 	"strings"
 )
 
-// pyRepr renders a decoded JSON value the way Python's repr() shows it, so
-// that validation messages read like Ironic's (which embed Python reprs):
+// PyRepr renders a decoded JSON value the way Python's repr() shows it, so
+// that validation messages read like Ironic's and Placement's (which embed
+// Python reprs):
 // 'str', True/False/None, [1, 2], {'k': 'v'}.
-func pyRepr(v any) string {
+func PyRepr(v any) string {
 	var b strings.Builder
 	writePyRepr(&b, v)
 	return b.String()
@@ -29,7 +30,7 @@ func writePyRepr(b *strings.Builder, v any) {
 			b.WriteString("False")
 		}
 	case string:
-		b.WriteString(pyStr(x))
+		b.WriteString(PyStr(x))
 	case json.Number:
 		b.WriteString(x.String())
 	case float64:
@@ -57,7 +58,7 @@ func writePyRepr(b *strings.Builder, v any) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString(pyStr(e))
+			b.WriteString(PyStr(e))
 		}
 		b.WriteByte(']')
 	case map[string]any:
@@ -71,7 +72,7 @@ func writePyRepr(b *strings.Builder, v any) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString(pyStr(k))
+			b.WriteString(PyStr(k))
 			b.WriteString(": ")
 			writePyRepr(b, x[k])
 		}
@@ -81,9 +82,9 @@ func writePyRepr(b *strings.Builder, v any) {
 	}
 }
 
-// pyStr quotes s as Python's repr of a str does: single quotes unless s
+// PyStr quotes s as Python's repr of a str does: single quotes unless s
 // contains a single quote and no double quote.
-func pyStr(s string) string {
+func PyStr(s string) string {
 	q := byte('\'')
 	if strings.ContainsRune(s, '\'') && !strings.ContainsRune(s, '"') {
 		q = '"'
