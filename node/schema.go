@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -180,7 +179,7 @@ var typeOrder = []string{"string", "boolean", "object", "array", "integer", "num
 
 // describe words one error as python-jsonschema 4 does.
 func describe(e *jsonschema.ValidationError, doc any) string {
-	inst := lookup(doc, e.InstanceLocation)
+	inst := web.ValueAt(doc, e.InstanceLocation)
 	switch k := e.ErrorKind.(type) {
 	case *kind.Type:
 		want := slices.Clone(k.Want)
@@ -222,26 +221,6 @@ func describe(e *jsonschema.ValidationError, doc any) string {
 		s = s[i+2:]
 	}
 	return strings.TrimSpace(s)
-}
-
-// lookup returns the value at an instance location (nil if absent).
-func lookup(doc any, path []string) any {
-	cur := doc
-	for _, p := range path {
-		switch c := cur.(type) {
-		case map[string]any:
-			cur = c[p]
-		case []any:
-			i, err := strconv.Atoi(p)
-			if err != nil || i < 0 || i >= len(c) {
-				return nil
-			}
-			cur = c[i]
-		default:
-			return nil
-		}
-	}
-	return cur
 }
 
 // decodeJSON decodes a request body into generic JSON values (numbers as

@@ -130,7 +130,7 @@ func schemaMessage(err error, doc any) string {
 		}
 		break
 	}
-	inst := valueAt(doc, ve.InstanceLocation)
+	inst := web.ValueAt(doc, ve.InstanceLocation)
 	switch k := ve.ErrorKind.(type) {
 	case *kind.Type:
 		want := make([]string, len(k.Want))
@@ -177,26 +177,6 @@ func schemaMessage(err error, doc any) string {
 		return fmt.Sprintf("%s is not valid under any of the given schemas", web.PyRepr(inst))
 	}
 	return ve.ErrorKind.LocalizedString(msgPrinter)
-}
-
-// valueAt is the value at a JSON instance location (nil if absent).
-func valueAt(doc any, path []string) any {
-	cur := doc
-	for _, p := range path {
-		switch c := cur.(type) {
-		case map[string]any:
-			cur = c[p]
-		case []any:
-			i, err := strconv.Atoi(p)
-			if err != nil || i < 0 || i >= len(c) {
-				return nil
-			}
-			cur = c[i]
-		default:
-			return nil
-		}
-	}
-	return cur
 }
 
 // badQuery is Placement's 400 for query parameters failing their schema.

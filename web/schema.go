@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -102,4 +103,27 @@ func leafMessage(ve *jsonschema.ValidationError) string {
 		return "/" + strings.Join(ve.InstanceLocation, "/") + ": " + msg
 	}
 	return msg
+}
+
+// ValueAt returns the value at a JSON instance location (a validation
+// error's InstanceLocation) in a decoded document, nil if absent; for
+// messages that quote the offending value as Ironic's and Placement's
+// (python-jsonschema) do.
+func ValueAt(doc any, path []string) any {
+	cur := doc
+	for _, p := range path {
+		switch c := cur.(type) {
+		case map[string]any:
+			cur = c[p]
+		case []any:
+			i, err := strconv.Atoi(p)
+			if err != nil || i < 0 || i >= len(c) {
+				return nil
+			}
+			cur = c[i]
+		default:
+			return nil
+		}
+	}
+	return cur
 }
