@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -37,25 +36,11 @@ func TestFailoverToSynchronousStandby(t *testing.T) {
 	}
 	ctx := context.Background()
 	log := zaptest.NewLogger(t)
-	dir, err := os.MkdirTemp(os.TempDir(), "metalloc-failover-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755)) // the server user must reach the two data dirs
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-
 	// synchronous_commit on; once the standby streams, any standby is
 	// synchronous: a commit returns only once the standby has the WAL.
 	syncRep := map[string]string{"synchronous_commit": "on"}
-	primary, err := embedded.Start(ctx, embedded.Options{DataDir: filepath.Join(dir, "primary"), Log: log, Settings: syncRep})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = primary.Stop(context.Background()) })
-	require.NoError(t, primary.CreateDatabase(ctx, "metalloc"))
-	_, err = db.Migrate(ctx, primary.URL("metalloc"), nil)
-	require.NoError(t, err)
-	seed, err := db.Open(ctx, primary.URL("metalloc"), db.PoolOptions{MaxConns: 1})
-	require.NoError(t, err)
 	const nodes = 600
-	dbtest.Nodes(t, seed, nodes, "fo")
-	seed.Close()
+	primary, dir := privateCluster(t, syncRep, nodes, "fo")
 	standby, err := primary.StartStandby(ctx, filepath.Join(dir, "standby1"), embedded.Options{Settings: syncRep})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = standby.Stop(context.Background()) })

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -21,7 +19,6 @@ import (
 
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/db/dbtest"
-	"github.com/metalloc/metalloc/db/embedded"
 	"github.com/metalloc/metalloc/devstack"
 )
 
@@ -204,22 +201,11 @@ func TestConductorSessionsStalledPastHeartbeatTimeout(t *testing.T) {
 func TestConnectionSlotsExhausted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dir, err := os.MkdirTemp(os.TempDir(), "metalloc-slots-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	cluster, err := embedded.Start(ctx, embedded.Options{DataDir: filepath.Join(dir, "pg"), Log: zaptest.NewLogger(t),
-		Settings: map[string]string{"max_connections": "40", "superuser_reserved_connections": "0"}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cluster.Stop(context.Background()) })
-	require.NoError(t, cluster.CreateDatabase(ctx, "metalloc"))
+	cluster, _ := privateCluster(t, map[string]string{"max_connections": "40", "superuser_reserved_connections": "0"}, 300, "slots")
 	url := cluster.URL("metalloc")
-	_, err = db.Migrate(ctx, url, nil)
-	require.NoError(t, err)
 	pool, err := db.Open(ctx, url, db.PoolOptions{MaxConns: 2})
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	dbtest.Nodes(t, pool, 300, "slots")
 	stack, err := devstack.Start(ctx, devstack.Options{
 		BinDir: binDir, DatabaseURL: url, Conductors: 1, LogDir: t.TempDir(), Log: zaptest.NewLogger(t),
 		Env: []string{"METALLOC_LOG_LEVEL=warn", "METALLOC_DATABASE_MAX_CONNS=12"},

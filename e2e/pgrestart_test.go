@@ -19,9 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/metalloc/metalloc/db"
-	"github.com/metalloc/metalloc/db/dbtest"
-	"github.com/metalloc/metalloc/db/embedded"
 	"github.com/metalloc/metalloc/devstack"
 )
 
@@ -62,20 +59,8 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	ctx := context.Background()
 
 	// A private cluster: the test stops it, so not the shared DATABASE_URL.
-	dir, err := os.MkdirTemp(os.TempDir(), "metalloc-pgrestart-")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	cluster, err := embedded.Start(ctx, embedded.Options{DataDir: dir, Log: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cluster.Stop(context.Background()) })
-	require.NoError(t, cluster.CreateDatabase(ctx, "metalloc"))
+	cluster, _ := privateCluster(t, nil, pgrNodes, "pgr")
 	dbURL := cluster.URL("metalloc")
-	_, err = db.Migrate(ctx, dbURL, nil)
-	require.NoError(t, err)
-	seed, err := db.Open(ctx, dbURL, db.PoolOptions{MaxConns: 1})
-	require.NoError(t, err)
-	dbtest.Nodes(t, seed, pgrNodes, "pgr")
-	seed.Close()
 
 	logDir := t.TempDir()
 	stack, err := devstack.Start(ctx, devstack.Options{
