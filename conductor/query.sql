@@ -105,10 +105,10 @@ SELECT n.uuid,
        coalesce(n.resource_class, '')::text AS resource_class,
        metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
                           n.instance_uuid, n.allocation_id)::bool AS available,
-       -- Otherwise available, but holding the allocation the placement
-       -- backend claimed in Placement for it: that claim already uses the
-       -- node's whole inventory, so there is nothing to reserve.
-       (NOT n.maintenance AND n.provision_state = 'available' AND n.power_state IS NOT NULL
+       -- Free but for holding the allocation the placement backend
+       -- claimed in Placement for it: that claim already uses the node's
+       -- whole inventory, so there is nothing to reserve.
+       (metalloc_node_free(n.provision_state, n.maintenance, n.power_state, NULL, NULL)
             AND EXISTS (SELECT 1 FROM placement_claims c
                          WHERE c.consumer_uuid = n.instance_uuid AND c.provider_uuid = n.uuid))::bool AS claimed,
        (CASE WHEN n.properties->>'cpus' ~ '^\s*[0-9]{1,12}\s*$'

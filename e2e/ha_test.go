@@ -370,7 +370,7 @@ func TestPausedConductorLosesItsRowsAndCannotOverwrite(t *testing.T) {
 	checkInvariants(t, pool)
 	// Back from the pause, it heartbeats again and counts as alive.
 	dbtest.WaitFor(t, 5*time.Second, "resumed conductor alive again", func() bool {
-		return queryInt(t, pool, `SELECT count(*) FROM conductors WHERE hostname = $1 AND online AND heartbeat_at > now() - interval '2 seconds'`, owner) == 1
+		return queryInt(t, pool, `SELECT count(*) FROM conductors WHERE hostname = $1 AND metalloc_conductor_alive(online, heartbeat_at, 2)`, owner) == 1
 	})
 }
 
