@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -80,8 +81,25 @@ func (c *Cluster) Kill() error {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("embedded postgres: stopping %d: %w", pid, err)
 	}
-	for _, ch := range childrenOf(pid) {
-		_ = syscall.Kill(ch, syscall.SIGKILL)
+	// The stop takes effect asynchronously: wait for it, then kill the
+	// children until none is left running (a dead child stays a zombie
+	// until the postmaster, stopped, would reap it).
+	deadline := time.Now().Add(5 * time.Second)
+	for procState(pid) != "T" && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	for {
+		live := 0
+		for _, ch := range childrenOf(pid) {
+			if procState(ch) != "Z" {
+				live++
+				_ = syscall.Kill(ch, syscall.SIGKILL)
+			}
+		}
+		if live == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("embedded postgres: killing %d: %w", pid, err)
@@ -119,4 +137,21 @@ func childrenOf(pid int) []int {
 		}
 	}
 	return out
+}
+
+// procState is the state letter of process pid in /proc ("R", "S", "T",
+// "Z", ...), "" when it is gone.
+func procState(pid int) string {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		s = s[i+1:]
+	}
+	if f := strings.Fields(s); len(f) > 0 {
+		return f[0]
+	}
+	return ""
 }
