@@ -336,7 +336,7 @@ func (r SoakResult) Report() (string, bool) {
 	for _, e := range r.Events {
 		fmt.Fprintf(&b, "  %s\n", e)
 	}
-	b.WriteString("process                                   first sample → last sample (RSS MiB, goroutines)\n")
+	b.WriteString("process                                   first sample → last sample (RSS MiB, goroutines; at 0/25/50/75/100% of its samples)\n")
 	names := make([]string, 0, len(r.Samples))
 	for n := range r.Samples {
 		names = append(names, n)
@@ -345,9 +345,15 @@ func (r SoakResult) Report() (string, bool) {
 	for _, n := range names {
 		s := r.Samples[n]
 		first, last := s[0], s[len(s)-1]
-		fmt.Fprintf(&b, "  %-40s %s → %s: RSS %.1f → %.1f, goroutines %d → %d (%d samples)\n", n,
+		var rss, gr []string
+		for _, q := range []int{0, 1, 2, 3, 4} {
+			x := s[q*(len(s)-1)/4]
+			rss = append(rss, fmt.Sprintf("%.1f", float64(x.RSSKiB)/1024))
+			gr = append(gr, strconv.FormatInt(x.Goroutines, 10))
+		}
+		fmt.Fprintf(&b, "  %-40s %s → %s: RSS %s, goroutines %s (%d samples)\n", n,
 			first.At.UTC().Format("15:04:05"), last.At.UTC().Format("15:04:05"),
-			float64(first.RSSKiB)/1024, float64(last.RSSKiB)/1024, first.Goroutines, last.Goroutines, len(s))
+			strings.Join(rss, " "), strings.Join(gr, " "), len(s))
 	}
 	if pass {
 		b.WriteString("PASS\n")
