@@ -2,8 +2,12 @@ package conductor
 
 import (
 	"context"
+	"errors"
+
+	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/allocation"
+	"github.com/metalloc/metalloc/db"
 )
 
 // Backend is how a conductor gets a node for each allocation it owns: the
@@ -26,11 +30,25 @@ type Backend interface {
 
 // databaseBackend claims and reserves in one transaction
 // (allocation.Allocator.ClaimReserve, the fast path); rows with no free node
-// at that moment go through Process.
-type databaseBackend struct{ *allocation.Allocator }
+// at that moment go through Process. When the fast path fails as a whole
+// for another reason than an outage (a constraint race on one row rolls the
+// batch back), the batch is claimed only (Rows.Claim) and every row goes
+// through Process, which fails the offending row with a reason instead of
+// letting it block the batch at every attempt.
+type databaseBackend struct {
+	*allocation.Allocator
+	rows *Rows
+	log  *zap.Logger
+}
 
 func (b databaseBackend) Claim(ctx context.Context, me int64, n int) (reserved, rest []allocation.Claimed, err error) {
-	return b.ClaimReserve(ctx, me, n)
+	reserved, rest, err = b.ClaimReserve(ctx, me, n)
+	if err == nil || errors.Is(err, allocation.ErrClaimedUnread) || db.IsUnavailable(err) || ctx.Err() != nil {
+		return reserved, rest, err
+	}
+	b.log.Warn("batch reservation failed; claiming the batch for the slow path", zap.Error(err))
+	rest, err = b.rows.Claim(ctx, me, n)
+	return nil, rest, err
 }
 
 // placementBackend claims rows (Rows.Claim) and processes each through

@@ -205,7 +205,7 @@ func NewService(cfg Config, pool *pgxpool.Pool, log *zap.Logger) (*Service, erro
 	default:
 		alloc := allocation.NewAllocator(pool, log)
 		alloc.LockedWait = cfg.LockedNodeWait
-		backend = databaseBackend{alloc}
+		backend = databaseBackend{alloc, rows, log}
 	}
 	return &Service{
 		cfg: cfg, pool: pool, q: q, rows: rows, backend: backend, log: log,

@@ -218,3 +218,27 @@ func TestConfigBackend(t *testing.T) {
 	c.Backend = "etcd"
 	require.ErrorContains(t, c.Validate(), `"etcd" is neither`)
 }
+
+// One row whose reservation violates a constraint (its uuid is already some
+// node's instance_uuid) fails the fast path's whole batch: the batch goes
+// through the slow path instead, where that row fails with a reason and the
+// others are reserved, rather than blocking the batch at every attempt.
+func TestBatchFailureFallsBackToSlowPath(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	dbtest.Nodes(t, pool, 3, "gold")
+	_, bad := dbtest.Allocation(t, pool, dbtest.AllocationSpec{})
+	_, err := pool.Exec(context.Background(), `UPDATE nodes SET instance_uuid = $1, provision_state = 'active' WHERE name = 'gold-1'`, bad)
+	require.NoError(t, err)
+	addAllocations(t, pool, 2, "gold")
+	start(t, pool, Config{Hostname: "c", PollInterval: 50 * time.Millisecond})
+	dbtest.WaitFor(t, 20*time.Second, "every allocation to leave allocating", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'allocating'`) == 0
+	})
+	var state, lastErr string
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT state, coalesce(last_error, '') FROM allocations WHERE uuid = $1`, bad).Scan(&state, &lastErr))
+	require.Equal(t, "error", state)
+	require.Contains(t, lastErr, "is already associated with another node")
+	require.Equal(t, 2, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active'`))
+}

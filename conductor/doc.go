@@ -50,8 +50,12 @@
 // path for each (allocation.Allocator.Process): one short reservation
 // transaction per attempt (metalloc_reserve), backing off while every
 // fitting node is locked by others, and failing the row with a last_error
-// that counts what each filter left (FitStats) when nothing fits. The
-// placement backend (placementBackend) claims only, and processes each row
+// that counts what each filter left (FitStats) when nothing fits. If the
+// fast path fails as a whole for another reason than an outage (a
+// constraint race on one row rolls the whole batch back), the database
+// backend claims the batch only and sends every row down the slow path,
+// which fails the offending row with a reason instead of letting it block
+// the batch at every attempt. The placement backend (placementBackend) claims only, and processes each row
 // through Placement (allocation.PlacementAllocator.Process). The claim loop
 // does not know which backend it drives.
 //
