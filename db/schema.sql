@@ -187,6 +187,7 @@ CREATE FUNCTION public.metalloc_pick(p_resource_class text, p_traits text[], p_c
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_sort TO 'off'
+    SET jit TO 'off'
     AS $$
 DECLARE
     v_lo bigint;

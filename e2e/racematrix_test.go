@@ -239,12 +239,23 @@ func dropCell(t *testing.T, pool *pgxpool.Pool, c *cell) {
 }
 
 // deadlocks is PostgreSQL's count of deadlocks detected in the database of
-// url, read on a fresh connection once the pools that ran the work are
-// closed (a backend reports its statistics when it exits).
-func deadlocks(t *testing.T, url string) int64 {
+// url, read on a fresh connection; afterWork, once every other session has
+// ended (a backend reports its statistics when it exits).
+func deadlocks(t *testing.T, url string, afterWork bool) int64 {
 	conn, err := pgx.Connect(context.Background(), url)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
+	// A backend flushes its statistics as it exits: after the work, wait
+	// until the sessions that did it are gone.
+	dbtest.WaitFor(t, 30*time.Second, "the database's other sessions to end", func() bool {
+		if !afterWork {
+			return true
+		}
+		var others int
+		require.NoError(t, conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&others))
+		return others == 0
+	})
 	var n int64
 	require.NoError(t, conn.QueryRow(context.Background(),
 		`SELECT coalesce(deadlocks, 0) FROM pg_stat_database WHERE datname = current_database()`).Scan(&n))
@@ -339,7 +350,7 @@ func TestRaceMatrix(t *testing.T) {
 	url := dbtest.NewURL(t)
 	pool, err := db.Open(context.Background(), url, db.PoolOptions{MaxConns: 20, ApplicationName: "race-matrix"})
 	require.NoError(t, err)
-	before := deadlocks(t, url)
+	before := deadlocks(t, url, false)
 
 	// Every log line of both API servers and the conductor operations goes
 	// to obs as well, to look for deadlock reports.
@@ -368,7 +379,7 @@ func TestRaceMatrix(t *testing.T) {
 	pairs, statuses := runMatrix(t, pool, ops, rounds, 1, base, nil)
 	pool.Close()
 
-	after := deadlocks(t, url)
+	after := deadlocks(t, url, true)
 	for _, e := range obs.All() {
 		line := e.Message + " " + fmt.Sprint(e.ContextMap())
 		require.NotContains(t, line, "deadlock detected", "log line: %s", line)
@@ -392,7 +403,7 @@ func TestRaceMatrixProcesses(t *testing.T) {
 	t.Cleanup(func() { stack.Stop(context.Background()) })
 	pool, err := db.Open(context.Background(), url, db.PoolOptions{MaxConns: 8, ApplicationName: "race-matrix"})
 	require.NoError(t, err)
-	before := deadlocks(t, url)
+	before := deadlocks(t, url, false)
 
 	base := cell{
 		l1:      dbtest.Conductor(t, pool, "absent-1", 0, true), // rows of a live conductor that is not running
@@ -418,7 +429,7 @@ func TestRaceMatrixProcesses(t *testing.T) {
 	pool.Close()
 	stack.Stop(context.Background())
 
-	after := deadlocks(t, url)
+	after := deadlocks(t, url, true)
 	for _, p := range append([]*devstack.Process{stack.API}, stack.Conductors...) {
 		b, err := os.ReadFile(p.LogPath)
 		require.NoError(t, err)

@@ -104,13 +104,16 @@ $$;
 -- planner from trading the ordered scan for "fetch every free node of the
 -- class, then sort", which its estimates for unknown parameters favour and
 -- which costs a pick O(free nodes) under load; the candidates' random order
--- still sorts, having no alternative.
+-- still sorts, having no alternative. jit = off: that sort's penalty cost
+-- would otherwise trigger JIT compilation (100 ms and more) at every call
+-- of a query that runs in microseconds.
 CREATE OR REPLACE FUNCTION metalloc_pick(
     p_resource_class text, p_traits text[], p_candidates uuid[], p_owner text,
     p_name text, p_start bigint, OUT node_id bigint, OUT node_uuid uuid)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
+SET jit = off
 AS $$
 DECLARE
     v_lo bigint;
