@@ -122,7 +122,7 @@ func TestConductorSessionsTerminatedMidClaim(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(20 * time.Millisecond):
+			case <-time.After(5 * time.Millisecond): // claims last milliseconds: poll often to catch one
 			}
 			var n int
 			_ = pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
