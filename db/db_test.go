@@ -3,7 +3,12 @@ package db_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"syscall"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/stretchr/testify/require"
 
@@ -44,4 +49,31 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	v2, err := db.Migrate(context.Background(), url, nil)
 	require.NoError(t, err)
 	require.Equal(t, v1, v2)
+}
+
+// The errors a failover produces are unavailable (503), query errors are not.
+func TestIsUnavailableClassifiesFailoverErrors(t *testing.T) {
+	t.Parallel()
+	for code, want := range map[string]bool{
+		"25006": true, // read_only_sql_transaction: a standby, or a fenced primary
+		"57P01": true, // admin_shutdown
+		"57P02": true, // crash_shutdown
+		"57P03": true, // cannot_connect_now: starting up, recovering
+		"53300": true, // too_many_connections
+		"08006": true, // connection_failure
+		"23505": false, "40001": false, "42P01": false,
+	} {
+		err := fmt.Errorf("claiming: %w", &pgconn.PgError{Code: code})
+		require.Equal(t, want, db.IsUnavailable(err), code)
+	}
+	for _, err := range []error{
+		fmt.Errorf("dial: %w", syscall.ECONNREFUSED),
+		fmt.Errorf("read: %w", syscall.ECONNRESET),
+		io.ErrUnexpectedEOF,
+		context.DeadlineExceeded,
+	} {
+		require.True(t, db.IsUnavailable(err), "%v", err)
+	}
+	require.False(t, db.IsUnavailable(nil))
+	require.False(t, db.IsUnavailable(errors.New("no rows")))
 }
