@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/stretchr/testify/require"
 
 	"github.com/metalloc/metalloc/db"
