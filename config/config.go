@@ -16,6 +16,9 @@ import (
 	"github.com/spf13/viper"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/metalloc/metalloc/auth"
+	"github.com/metalloc/metalloc/web"
 )
 
 // Heartbeat defaults, the one place they are set: a conductor writes its
@@ -37,7 +40,37 @@ type Config struct {
 	// PlacementBackend configures the conductor's Placement backend
 	// (conductor.allocation_backend: placement) and its resource tracker.
 	PlacementBackend PlacementBackend `mapstructure:"placement_backend"`
-	Log              Log              `mapstructure:"log"`
+	// Keystone is where tokens are validated (auth_strategy keystone) and
+	// the service user metalloc authenticates as (also to Placement with
+	// placement_backend.auth_strategy keystone).
+	Keystone auth.KeystoneConfig `mapstructure:"keystone"`
+	Log      Log                 `mapstructure:"log"`
+}
+
+// Access is the authentication, access-rule and request-size settings of
+// one API (the api.* and placement.* keys of the same names).
+type Access struct {
+	// AuthStrategy is noauth (the default), http_basic or keystone
+	// (Ironic's auth_strategy; see auth.StrategyNoAuth ...).
+	AuthStrategy string `mapstructure:"auth_strategy"`
+	// HTTPBasicAuthUserFile is the htpasswd file (bcrypt entries) of
+	// http_basic, re-read when it changes.
+	HTTPBasicAuthUserFile string `mapstructure:"http_basic_auth_user_file"`
+	// AllowInsecureNoAuth lets noauth serve on a non-loopback address
+	// (also the --insecure-noauth flag); without it the service refuses
+	// to start.
+	AllowInsecureNoAuth bool `mapstructure:"allow_insecure_noauth"`
+	// PolicyFile is a YAML file of access rules (oslo.policy syntax)
+	// overriding single default rules; "" = defaults only.
+	PolicyFile string `mapstructure:"policy_file"`
+	// EnforceScope and EnforceNewDefaults are oslo.policy's
+	// [oslo_policy] options of the same names (default false, as in
+	// Ironic 21.4 and Placement 8.0).
+	EnforceScope       bool `mapstructure:"enforce_scope"`
+	EnforceNewDefaults bool `mapstructure:"enforce_new_defaults"`
+	// MaxRequestBodySize is the largest request body accepted, in bytes
+	// (default 114688, oslo.middleware's); larger gets 413.
+	MaxRequestBodySize int64 `mapstructure:"max_request_body_size"`
 }
 
 // Database configures the PostgreSQL connection.
@@ -50,8 +83,10 @@ type Database struct {
 
 // API configures metalloc-api.
 type API struct {
-	// Listen is the address:port to serve on (default 127.0.0.1:6385, Ironic's port).
-	Listen string `mapstructure:"listen"`
+	// ServerConfig: listen is the address:port to serve on (default
+	// 127.0.0.1:6385, Ironic's port), plus TLS and timeouts.
+	web.ServerConfig `mapstructure:",squash"`
+	Access           `mapstructure:",squash"`
 	// PublicEndpoint is the base URL used in links; empty = the request's host.
 	PublicEndpoint string `mapstructure:"public_endpoint"`
 	// MaxLimit caps list page sizes (default 1000, as Ironic's [api]max_limit).
@@ -63,9 +98,10 @@ type API struct {
 
 // Placement configures metalloc-placement.
 type Placement struct {
-	// Listen is the address:port to serve on (default 127.0.0.1:8778,
-	// Placement's usual port).
-	Listen string `mapstructure:"listen"`
+	// ServerConfig: listen is the address:port to serve on (default
+	// 127.0.0.1:8778, Placement's usual port), plus TLS and timeouts.
+	web.ServerConfig `mapstructure:",squash"`
+	Access           `mapstructure:",squash"`
 	// RandomizeAllocationCandidates makes a limited GET
 	// /allocation_candidates return a random sample (Placement's
 	// [placement] randomize_allocation_candidates; default false).
@@ -93,6 +129,9 @@ type Conductor struct {
 	// MetricsListen is the address:port of the conductor's own Prometheus
 	// /metrics listener (default 127.0.0.1:9464; "off" disables it).
 	MetricsListen string `mapstructure:"metrics_listen"`
+	// MetricsTLSCertFile and MetricsTLSKeyFile serve /metrics over TLS.
+	MetricsTLSCertFile string `mapstructure:"metrics_tls_cert_file"`
+	MetricsTLSKeyFile  string `mapstructure:"metrics_tls_key_file"`
 }
 
 // PlacementBackend configures how metalloc-conductor allocates through a
@@ -102,8 +141,21 @@ type Conductor struct {
 type PlacementBackend struct {
 	// Endpoint is the Placement API root (default http://127.0.0.1:8778).
 	Endpoint string `mapstructure:"endpoint"`
-	// Token is sent as X-Auth-Token (default "admin", for noauth2).
+	// AuthStrategy is how the conductor authenticates to Placement:
+	// "token" (default: send Token as X-Auth-Token, for noauth2),
+	// "keystone" (a token of the keystone section's service user, renewed
+	// before it expires and after a 401) or "http_basic" (Username and
+	// Password).
+	AuthStrategy string `mapstructure:"auth_strategy"`
+	// Token is sent as X-Auth-Token with auth_strategy token (default
+	// "admin", for noauth2).
 	Token string `mapstructure:"token"`
+	// Username and Password are the http_basic credentials.
+	Username string `mapstructure:"username"`
+	Password string `mapstructure:"password"`
+	// CAFile is a PEM bundle to verify an https endpoint with (default:
+	// the system's roots).
+	CAFile string `mapstructure:"ca_file"`
 	// Timeout bounds each Placement request (default 30s).
 	Timeout time.Duration `mapstructure:"timeout"`
 	// MaxAlternates is how many alternates each Selection list carries
@@ -162,6 +214,31 @@ func defaults(v *viper.Viper) {
 	v.SetDefault("api.public_endpoint", "")
 	v.SetDefault("api.max_limit", 1000)
 	v.SetDefault("api.request_timeout", "30s")
+	v.SetDefault("conductor.metrics_tls_cert_file", "")
+	v.SetDefault("conductor.metrics_tls_key_file", "")
+	for _, api := range []string{"api", "placement"} {
+		v.SetDefault(api+".tls_cert_file", "")
+		v.SetDefault(api+".tls_key_file", "")
+		v.SetDefault(api+".read_timeout", "60s")
+		v.SetDefault(api+".write_timeout", "120s")
+		v.SetDefault(api+".idle_timeout", "120s")
+		v.SetDefault(api+".auth_strategy", auth.StrategyNoAuth)
+		v.SetDefault(api+".http_basic_auth_user_file", "")
+		v.SetDefault(api+".allow_insecure_noauth", false)
+		v.SetDefault(api+".policy_file", "")
+		v.SetDefault(api+".enforce_scope", false)
+		v.SetDefault(api+".enforce_new_defaults", false)
+		v.SetDefault(api+".max_request_body_size", web.DefaultMaxRequestBodySize)
+	}
+	v.SetDefault("keystone.auth_url", "")
+	v.SetDefault("keystone.username", "")
+	v.SetDefault("keystone.password", "")
+	v.SetDefault("keystone.project_name", "service")
+	v.SetDefault("keystone.user_domain_name", "Default")
+	v.SetDefault("keystone.project_domain_name", "Default")
+	v.SetDefault("keystone.token_cache_time", auth.DefaultTokenCacheTime.String())
+	v.SetDefault("keystone.ca_file", "")
+	v.SetDefault("keystone.timeout", "10s")
 	v.SetDefault("placement.listen", "127.0.0.1:8778")
 	v.SetDefault("placement.randomize_allocation_candidates", false)
 	v.SetDefault("conductor.hostname", "")
@@ -178,7 +255,11 @@ func defaults(v *viper.Viper) {
 	v.SetDefault("conductor.metrics_listen", "127.0.0.1:9464")
 	v.SetDefault("conductor.allocation_backend", "database")
 	v.SetDefault("placement_backend.endpoint", "http://127.0.0.1:8778")
+	v.SetDefault("placement_backend.auth_strategy", "token")
 	v.SetDefault("placement_backend.token", "admin")
+	v.SetDefault("placement_backend.username", "")
+	v.SetDefault("placement_backend.password", "")
+	v.SetDefault("placement_backend.ca_file", "")
 	v.SetDefault("placement_backend.timeout", "30s")
 	v.SetDefault("placement_backend.max_alternates", 2)
 	v.SetDefault("placement_backend.max_attempts", 3)

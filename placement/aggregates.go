@@ -11,8 +11,8 @@ import (
 
 // registerAggregates adds the routes of provider aggregates.
 func (h *Handler) registerAggregates(g *echo.Group) {
-	g.GET("/resource_providers/:uuid/aggregates", since(1, 1, h.getProviderAggregates), checkAccept)
-	g.PUT("/resource_providers/:uuid/aggregates", since(1, 1, h.putProviderAggregates))
+	g.GET("/resource_providers/:uuid/aggregates", since(1, 1, h.can(ruleAggregatesList, h.getProviderAggregates)), checkAccept)
+	g.PUT("/resource_providers/:uuid/aggregates", since(1, 1, h.can(ruleAggregatesUpdate, h.putProviderAggregates)))
 }
 
 // Placement's PUT_AGGREGATES_SCHEMA_V1_1 (a bare list of unique uuids) and

@@ -36,11 +36,11 @@ import (
 // generation conflicts.
 // registerAllocations adds the routes of consumer and provider allocations.
 func (h *Handler) registerAllocations(g *echo.Group) {
-	g.GET("/allocations/:consumer_uuid", h.getConsumerAllocations, checkAccept)
-	g.PUT("/allocations/:consumer_uuid", h.putConsumerAllocations)
-	g.DELETE("/allocations/:consumer_uuid", h.deleteConsumerAllocations)
-	g.POST("/allocations", h.postAllocations)
-	g.GET("/resource_providers/:uuid/allocations", h.getProviderAllocations, checkAccept)
+	g.GET("/allocations/:consumer_uuid", h.can(ruleAllocationsList, h.getConsumerAllocations), checkAccept)
+	g.PUT("/allocations/:consumer_uuid", h.can(ruleAllocationsUpdate, h.putConsumerAllocations))
+	g.DELETE("/allocations/:consumer_uuid", h.can(ruleAllocationsDelete, h.deleteConsumerAllocations))
+	g.POST("/allocations", h.can(ruleAllocationsManage, h.postAllocations))
+	g.GET("/resource_providers/:uuid/allocations", h.can(ruleProviderAllocations, h.getProviderAllocations), checkAccept)
 }
 
 // IncompleteConsumerID is Placement's default incomplete_consumer_project_id

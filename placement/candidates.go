@@ -22,7 +22,7 @@ import (
 
 // registerCandidates adds the routes of allocation candidates.
 func (h *Handler) registerCandidates(g *echo.Group) {
-	g.GET("/allocation_candidates", h.listAllocationCandidates)
+	g.GET("/allocation_candidates", h.can(ruleCandidatesList, h.listAllocationCandidates))
 }
 
 // SetRandomizeAllocationCandidates sets Placement's

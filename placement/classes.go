@@ -14,11 +14,11 @@ import (
 
 // registerClasses adds the routes of resource classes.
 func (h *Handler) registerClasses(g *echo.Group) {
-	g.GET("/resource_classes", since(1, 2, h.listResourceClasses), checkAccept)
-	g.POST("/resource_classes", since(1, 2, h.createResourceClass))
-	g.GET("/resource_classes/:name", since(1, 2, h.getResourceClass), checkAccept)
-	g.PUT("/resource_classes/:name", since(1, 2, h.putResourceClass))
-	g.DELETE("/resource_classes/:name", since(1, 2, h.deleteResourceClass))
+	g.GET("/resource_classes", since(1, 2, h.can(ruleClassesList, h.listResourceClasses)), checkAccept)
+	g.POST("/resource_classes", since(1, 2, h.can(ruleClassesCreate, h.createResourceClass)))
+	g.GET("/resource_classes/:name", since(1, 2, h.can(ruleClassesShow, h.getResourceClass)), checkAccept)
+	g.PUT("/resource_classes/:name", since(1, 2, h.can(ruleClassesUpdate, h.putResourceClass)))
+	g.DELETE("/resource_classes/:name", since(1, 2, h.can(ruleClassesDelete, h.deleteResourceClass)))
 }
 
 // firstCustomClassID is where CUSTOM_ resource class ids start (the

@@ -32,13 +32,13 @@ import (
 // row); a lost race is 409 placement.concurrent_update.
 // registerInventories adds the routes of provider inventories.
 func (h *Handler) registerInventories(g *echo.Group) {
-	g.GET("/resource_providers/:uuid/inventories", h.getInventories, checkAccept)
-	g.POST("/resource_providers/:uuid/inventories", h.createInventory)
-	g.PUT("/resource_providers/:uuid/inventories", h.setInventories)
-	g.DELETE("/resource_providers/:uuid/inventories", h.deleteInventories)
-	g.GET("/resource_providers/:uuid/inventories/:resource_class", h.getInventory, checkAccept)
-	g.PUT("/resource_providers/:uuid/inventories/:resource_class", h.updateInventory)
-	g.DELETE("/resource_providers/:uuid/inventories/:resource_class", h.deleteInventory)
+	g.GET("/resource_providers/:uuid/inventories", h.can(ruleInventoriesList, h.getInventories), checkAccept)
+	g.POST("/resource_providers/:uuid/inventories", h.can(ruleInventoriesCreate, h.createInventory))
+	g.PUT("/resource_providers/:uuid/inventories", h.can(ruleInventoriesUpdate, h.setInventories))
+	g.DELETE("/resource_providers/:uuid/inventories", h.can(ruleInventoriesDelete, h.deleteInventories))
+	g.GET("/resource_providers/:uuid/inventories/:resource_class", h.can(ruleInventoriesShow, h.getInventory), checkAccept)
+	g.PUT("/resource_providers/:uuid/inventories/:resource_class", h.can(ruleInventoriesUpdate, h.updateInventory))
+	g.DELETE("/resource_providers/:uuid/inventories/:resource_class", h.can(ruleInventoriesDelete, h.deleteInventory))
 }
 
 // maxInt is Placement's db constants MAX_INT, the upper bound of every

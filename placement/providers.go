@@ -20,11 +20,11 @@ import (
 
 // registerProviders adds the routes of resource providers.
 func (h *Handler) registerProviders(g *echo.Group) {
-	g.GET("/resource_providers", h.listProviders, checkAccept)
-	g.POST("/resource_providers", h.createProvider)
-	g.GET("/resource_providers/:uuid", h.getProvider, checkAccept)
-	g.PUT("/resource_providers/:uuid", h.updateProvider)
-	g.DELETE("/resource_providers/:uuid", h.deleteProvider)
+	g.GET("/resource_providers", h.can(ruleProviderList, h.listProviders), checkAccept)
+	g.POST("/resource_providers", h.can(ruleProviderCreate, h.createProvider))
+	g.GET("/resource_providers/:uuid", h.can(ruleProviderShow, h.getProvider), checkAccept)
+	g.PUT("/resource_providers/:uuid", h.can(ruleProviderUpdate, h.updateProvider))
+	g.DELETE("/resource_providers/:uuid", h.can(ruleProviderDelete, h.deleteProvider))
 }
 
 // ProviderRow is a resource provider as the handlers use it: its own columns

@@ -20,7 +20,7 @@ import (
 // missing or doubled.
 // registerReshaper adds the routes of reshaper.
 func (h *Handler) registerReshaper(g *echo.Group) {
-	g.POST("/reshaper", h.reshape)
+	g.POST("/reshaper", since(1, 30, h.can(ruleReshape, h.reshape)))
 }
 
 // reshaperSchema is Placement's POST_RESHAPER_SCHEMA (allocations as POST

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
+	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/placement/candidate"
 	"github.com/metalloc/metalloc/web"
 )
@@ -17,6 +18,11 @@ type Options struct {
 	// randomize_allocation_candidates (default false): see
 	// Handler.SetRandomizeAllocationCandidates.
 	RandomizeAllocationCandidates bool
+	// Authenticator authenticates every request but "/" (nil:
+	// auth.PlacementNoAuth{}, noauth2).
+	Authenticator auth.Authenticator
+	// Authorizer applies the access rules (nil: LegacyAdmin{}).
+	Authorizer auth.Authorizer
 }
 
 // Handler serves the Placement API on a database pool.
@@ -32,6 +38,12 @@ type Handler struct {
 
 // NewHandler returns the Placement API handlers on pool.
 func NewHandler(pool *pgxpool.Pool, opts Options) *Handler {
+	if opts.Authenticator == nil {
+		opts.Authenticator = auth.PlacementNoAuth{}
+	}
+	if opts.Authorizer == nil {
+		opts.Authorizer = LegacyAdmin{}
+	}
 	h := &Handler{pool: pool, q: New(pool), opts: opts}
 	h.randomize.Store(opts.RandomizeAllocationCandidates)
 	h.candidates = candidate.NewFinder(pool, h.randomizeCandidates)
@@ -39,13 +51,14 @@ func NewHandler(pool *pgxpool.Pool, opts Options) *Handler {
 }
 
 // Register installs the version document at "/" (no authentication, as
-// Placement) and every API route. Authentication, microversion negotiation
-// and authorization (see Auth) are e-wide middleware, so that they also run
-// for unknown routes (404) and known routes with another method (405, with
-// an Allow header), as Placement's do; a route group with middleware would
-// turn every 405 into a 404.
+// Placement) and every API route. Authentication and microversion
+// negotiation are e-wide middleware, so that they also run for unknown
+// routes (404) and known routes with another method (405, with an Allow
+// header), as Placement's do; a route group with middleware would turn
+// every 405 into a 404. Each route checks its access rule in its handler
+// (can), as Placement does.
 func (h *Handler) Register(e *echo.Echo) {
-	e.Use(Authenticate(), web.PlacementVersion(), web.PlacementNoOptions(), Authorize())
+	e.Use(h.authenticate(), web.PlacementVersion(), web.PlacementNoOptions())
 	e.GET("/", h.root)
 	h.registerRoutes(e.Group(""))
 }

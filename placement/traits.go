@@ -18,13 +18,13 @@ import (
 
 // registerTraits adds the routes of traits and provider traits.
 func (h *Handler) registerTraits(g *echo.Group) {
-	g.GET("/traits", since(1, 6, h.listTraits), checkAccept)
-	g.GET("/traits/:name", since(1, 6, h.getTrait))
-	g.PUT("/traits/:name", since(1, 6, h.putTrait))
-	g.DELETE("/traits/:name", since(1, 6, h.deleteTrait))
-	g.GET("/resource_providers/:uuid/traits", since(1, 6, h.getProviderTraits), checkAccept)
-	g.PUT("/resource_providers/:uuid/traits", since(1, 6, h.putProviderTraits))
-	g.DELETE("/resource_providers/:uuid/traits", since(1, 6, h.deleteProviderTraits))
+	g.GET("/traits", since(1, 6, h.can(ruleTraitsList, h.listTraits)), checkAccept)
+	g.GET("/traits/:name", since(1, 6, h.can(ruleTraitsShow, h.getTrait)))
+	g.PUT("/traits/:name", since(1, 6, h.can(ruleTraitsUpdate, h.putTrait)))
+	g.DELETE("/traits/:name", since(1, 6, h.can(ruleTraitsDelete, h.deleteTrait)))
+	g.GET("/resource_providers/:uuid/traits", since(1, 6, h.can(ruleProviderTraitsList, h.getProviderTraits)), checkAccept)
+	g.PUT("/resource_providers/:uuid/traits", since(1, 6, h.can(ruleProviderTraitsUpd, h.putProviderTraits)))
+	g.DELETE("/resource_providers/:uuid/traits", since(1, 6, h.can(ruleProviderTraitsDel, h.deleteProviderTraits)))
 }
 
 // syncStandardTraits inserts the os-traits standard traits (package trait)

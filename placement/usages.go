@@ -19,8 +19,8 @@ import (
 //
 // registerUsages adds the routes of usages.
 func (h *Handler) registerUsages(g *echo.Group) {
-	g.GET("/resource_providers/:uuid/usages", h.getProviderUsages, checkAccept)
-	g.GET("/usages", h.getTotalUsages, checkAccept)
+	g.GET("/resource_providers/:uuid/usages", h.can(ruleProviderUsages, h.getProviderUsages), checkAccept)
+	g.GET("/usages", since(1, 9, h.canTarget(ruleTotalUsages, usagesTarget, h.getTotalUsages)), checkAccept)
 }
 
 // getProviderUsages is GET /resource_providers/{uuid}/usages: the usage of
@@ -182,4 +182,10 @@ func (h *Handler) getTotalUsages(c echo.Context) error {
 		setCacheHeaders(c, nil)
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// usagesTarget is GET /usages' access-rule target: the project asked
+// about, as Placement's (a project reader may read its own usages).
+func usagesTarget(c echo.Context) map[string]string {
+	return map[string]string{"project_id": c.QueryParam("project_id")}
 }

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
 
+	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/db"
 )
 
@@ -104,4 +106,24 @@ func IronicErrorHandler(err error, c echo.Context) {
 		return
 	}
 	_ = c.JSON(status, IronicErrorBody(status, msg))
+}
+
+// IronicPublicRoute reports whether the request is for a route Ironic
+// serves without authentication: the version documents (/, /v1) and
+// /metrics (counters only, no secrets; see docs/operations.md).
+func IronicPublicRoute(c echo.Context) bool {
+	switch strings.TrimRight(c.Request().URL.Path, "/") {
+	case "", "/v1", "/metrics":
+		return true
+	}
+	return false
+}
+
+// IronicAuthFailure renders an authentication refusal in Ironic's error
+// body, with its WWW-Authenticate challenge.
+func IronicAuthFailure(c echo.Context, f *auth.Failure) error {
+	if f.Challenge != "" {
+		c.Response().Header().Set("WWW-Authenticate", f.Challenge)
+	}
+	return Errorf(f.Status, "%s", f.Message)
 }

@@ -77,15 +77,22 @@ func PlacementRaised(err error) error {
 	return err
 }
 
-// PlacementUnauthorized is the 401 of Placement's authentication
-// middleware, which runs outside microversion negotiation: the response has
-// neither OpenStack-API-Version nor Vary, and its body is the generic
-// {"code", "message", "title"} document, not Placement's error list.
-func PlacementUnauthorized() error { return placementAuthError{} }
+// PlacementAuthFailure is a refusal of Placement's authentication
+// middleware (401, or 400/503), which runs outside microversion
+// negotiation: the response has neither OpenStack-API-Version nor Vary, and
+// its body is the generic {"code", "message", "title"} document
+// keystonemiddleware writes, not Placement's error list. challenge, when
+// set, is sent as WWW-Authenticate.
+func PlacementAuthFailure(status int, message, challenge string) error {
+	return placementAuthError{status: status, message: message, challenge: challenge}
+}
 
-type placementAuthError struct{}
+type placementAuthError struct {
+	status             int
+	message, challenge string
+}
 
-func (placementAuthError) Error() string { return "401: authentication required" }
+func (e placementAuthError) Error() string { return fmt.Sprintf("%d: %s", e.status, e.message) }
 
 type placementVersionKey struct{}
 
@@ -163,10 +170,17 @@ func PlacementErrorHandler(err error, c echo.Context) {
 		h := c.Response().Header()
 		h.Del(PlacementVersionHeader)
 		h.Del("Vary")
-		_ = c.JSON(http.StatusUnauthorized, map[string]any{
-			"code":    "401 Unauthorized",
-			"title":   "Unauthorized",
-			"message": "The request you have made requires authentication.",
+		if ae.challenge != "" {
+			h.Set("WWW-Authenticate", ae.challenge)
+		}
+		msg := ae.message
+		if ae.status == http.StatusUnauthorized {
+			msg = "The request you have made requires authentication."
+		}
+		_ = c.JSON(ae.status, map[string]any{
+			"code":    fmt.Sprintf("%d %s", ae.status, http.StatusText(ae.status)),
+			"title":   http.StatusText(ae.status),
+			"message": msg,
 		})
 		return
 	case errors.As(err, &pe):

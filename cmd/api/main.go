@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/allocation"
+	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor/conductorapi"
 	"github.com/metalloc/metalloc/db"
@@ -42,6 +42,7 @@ func main() {
 	cmd.Flags().String("config", "", "YAML config file (see configs/metalloc.yaml)")
 	cmd.Flags().String("api.listen", "", "address:port to serve on (default 127.0.0.1:6385)")
 	cmd.Flags().String("database.url", "", "PostgreSQL URL (default $DATABASE_URL)")
+	cli.AddAccessFlags(cmd)
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "metalloc-api:", err)
 		os.Exit(1)
@@ -55,6 +56,11 @@ func run(cmd *cobra.Command, _ []string) error {
 	}
 	defer svc.Close()
 	cfg, log, pool, ctx := svc.Config, svc.Log, svc.Pool, svc.Ctx
+
+	authn, err := cli.Authenticator(cmd, cfg, cfg.API.Access, cfg.API.Listen, auth.IronicNoAuth{}, log)
+	if err != nil {
+		return err
+	}
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -83,6 +89,10 @@ func run(cmd *cobra.Command, _ []string) error {
 		e.Use(middleware.ContextTimeout(cfg.API.RequestTimeout))
 	}
 	e.GET("/metrics", web.MetricsHandler(reg))
+	e.Use(web.BodyLimit(cfg.API.MaxRequestBodySize, func() error {
+		return web.Errorf(http.StatusRequestEntityTooLarge, "Request is too large.")
+	}))
+	e.Use(auth.Middleware(authn, web.IronicPublicRoute, web.IronicAuthFailure))
 	resources := []string{"nodes", "conductors", "allocations"}
 	web.RegisterIronicRoot(e, cfg.API.PublicEndpoint, resources)
 	v1 := e.Group("/v1", web.IronicVersion())
@@ -102,14 +112,13 @@ func run(cmd *cobra.Command, _ []string) error {
 	// at the stop signal, WATCHDOG=1 when the unit asks for it.
 	sd := cli.StartSystemd(ctx, log)
 	defer sd.Close()
-	ln, err := net.Listen("tcp", cfg.API.Listen)
+	srv, err := web.NewServer(cfg.API.ServerConfig, e)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Addr: cfg.API.Listen, Handler: e, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	log.Info("metalloc-api listening", zap.String("listen", ln.Addr().String()))
+	go func() { errc <- srv.Serve() }()
+	log.Info("metalloc-api listening", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.API.TLS()))
 	sd.Ready()
 	select {
 	case err := <-errc:

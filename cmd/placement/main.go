@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/web"
@@ -33,6 +33,7 @@ func main() {
 	cmd.Flags().String("config", "", "YAML config file (see configs/metalloc.yaml)")
 	cmd.Flags().String("placement.listen", "", "address:port to serve on (default 127.0.0.1:8778)")
 	cmd.Flags().String("database.url", "", "PostgreSQL URL (default $DATABASE_URL)")
+	cli.AddAccessFlags(cmd)
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "metalloc-placement:", err)
 		os.Exit(1)
@@ -50,6 +51,11 @@ func run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 
+	authn, err := cli.Authenticator(cmd, cfg, cfg.Placement.Access, cfg.Placement.Listen, auth.PlacementNoAuth{}, log)
+	if err != nil {
+		return err
+	}
+
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = web.PlacementErrorHandler
@@ -58,18 +64,21 @@ func run(cmd *cobra.Command, _ []string) error {
 	if cfg.API.RequestTimeout > 0 {
 		e.Use(middleware.ContextTimeout(cfg.API.RequestTimeout))
 	}
+	e.Use(web.BodyLimit(cfg.Placement.MaxRequestBodySize, func() error {
+		return web.PlacementErr(http.StatusRequestEntityTooLarge, "", "Request is too large.")
+	}))
 	placement.NewHandler(pool, placement.Options{
 		RandomizeAllocationCandidates: cfg.Placement.RandomizeAllocationCandidates,
+		Authenticator:                 authn,
 	}).Register(e)
 
-	ln, err := net.Listen("tcp", cfg.Placement.Listen)
+	srv, err := web.NewServer(cfg.Placement.ServerConfig, e)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	log.Info("metalloc-placement listening", zap.String("listen", ln.Addr().String()))
+	go func() { errc <- srv.Serve() }()
+	log.Info("metalloc-placement listening", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.Placement.TLS()))
 	select {
 	case err := <-errc:
 		return err

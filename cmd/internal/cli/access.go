@@ -1,0 +1,40 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/auth"
+	"github.com/metalloc/metalloc/config"
+)
+
+// AddAccessFlags adds the flags both APIs take for authentication:
+// --insecure-noauth.
+func AddAccessFlags(cmd *cobra.Command) {
+	cmd.Flags().Bool("insecure-noauth", false, "allow auth_strategy noauth on a non-loopback listen address (anybody who reaches it is an administrator)")
+}
+
+// Authenticator builds an API's Authenticator from its access settings
+// (noauth is what noauth means for that API), after refusing noauth on a
+// non-loopback listen address unless allow_insecure_noauth or
+// --insecure-noauth.
+func Authenticator(cmd *cobra.Command, cfg config.Config, a config.Access, listen string, noauth auth.Authenticator, log *zap.Logger) (auth.Authenticator, error) {
+	insecure, _ := cmd.Flags().GetBool("insecure-noauth")
+	if err := auth.CheckNoAuthListen(a.AuthStrategy, listen, a.AllowInsecureNoAuth || insecure); err != nil {
+		return nil, err
+	}
+	authn, err := auth.New(auth.Options{
+		Strategy:              a.AuthStrategy,
+		HTTPBasicAuthUserFile: a.HTTPBasicAuthUserFile,
+		Keystone:              cfg.Keystone,
+		NoAuth:                noauth,
+	}, log)
+	if err != nil {
+		return nil, err
+	}
+	if a.AuthStrategy == auth.StrategyNoAuth && insecure {
+		log.Warn("auth_strategy noauth on a non-loopback address: anybody who can reach it is an administrator", zap.String("listen", listen))
+	}
+	log.Info("authentication", zap.String("auth_strategy", a.AuthStrategy))
+	return authn, nil
+}

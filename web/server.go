@@ -1,0 +1,111 @@
+package web
+
+import (
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// ServerConfig is one listener's settings (the api.*, placement.* and
+// conductor.metrics_* keys): address, TLS and timeouts.
+type ServerConfig struct {
+	// Listen is address:port.
+	Listen string `mapstructure:"listen"`
+	// TLSCertFile and TLSKeyFile (PEM) turn TLS on (1.2 or later); both or
+	// neither. The files are read at start.
+	TLSCertFile string `mapstructure:"tls_cert_file"`
+	TLSKeyFile  string `mapstructure:"tls_key_file"`
+	// ReadTimeout bounds reading a whole request (headers and body),
+	// WriteTimeout writing its answer (from the end of the request
+	// headers), IdleTimeout how long a keep-alive connection waits for the
+	// next request. 0 = no limit. Request headers always have 10 s.
+	ReadTimeout  time.Duration `mapstructure:"read_timeout"`
+	WriteTimeout time.Duration `mapstructure:"write_timeout"`
+	IdleTimeout  time.Duration `mapstructure:"idle_timeout"`
+}
+
+// TLS reports whether the listener serves TLS.
+func (c ServerConfig) TLS() bool { return c.TLSCertFile != "" || c.TLSKeyFile != "" }
+
+// Server is an http.Server bound to its listener.
+type Server struct {
+	*http.Server
+	ln net.Listener
+}
+
+// NewServer loads the TLS key pair (if any) and binds cfg.Listen, so that a
+// bad certificate or a busy port fails at start; Serve then serves h.
+func NewServer(cfg ServerConfig, h http.Handler) (*Server, error) {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+	}
+	if cfg.TLS() {
+		if cfg.TLSCertFile == "" || cfg.TLSKeyFile == "" {
+			return nil, errors.New("TLS needs both tls_cert_file and tls_key_file")
+		}
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("loading TLS key pair: %w", err)
+		}
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, err
+	}
+	if srv.TLSConfig != nil {
+		ln = tls.NewListener(ln, srv.TLSConfig)
+	}
+	return &Server{Server: srv, ln: ln}, nil
+}
+
+// Addr is the bound address (host:port).
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Serve serves until Shutdown; it returns http.ErrServerClosed then.
+func (s *Server) Serve() error { return s.Server.Serve(s.ln) }
+
+// DefaultMaxRequestBodySize is oslo.middleware's [oslo_middleware]
+// max_request_body_size default (bytes), the default of
+// api.max_request_body_size and placement.max_request_body_size.
+const DefaultMaxRequestBodySize = 114688
+
+// BodyLimit refuses request bodies over max bytes (0 = no limit) with the
+// error tooLarge returns (413 in the API's format), as oslo.middleware's
+// sizelimit does, before any handler runs: a declared Content-Length over
+// max is refused unread; any other body is read up to max+1 bytes first and
+// refused if longer, so that nothing of a refused request is stored.
+func BodyLimit(max int64, tooLarge func() error) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			if max <= 0 || r.Body == nil || r.Body == http.NoBody {
+				return next(c)
+			}
+			if r.ContentLength > max {
+				return tooLarge()
+			}
+			body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+			if err != nil {
+				return BadRequest("Could not read the request body: %v", err)
+			}
+			if int64(len(body)) > max {
+				return tooLarge()
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
+			return next(c)
+		}
+	}
+}
