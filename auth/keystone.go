@@ -107,7 +107,9 @@ func NewKeystone(cfg KeystoneConfig, client *http.Client, log *zap.Logger) (*Key
 	return &Keystone{cfg: cfg, base: base, client: client, log: log, cache: map[[32]byte]cachedToken{}}, nil
 }
 
-func (k *Keystone) challenge() string { return `Keystone uri="` + strings.TrimSuffix(k.base, "/v3") + `"` }
+func (k *Keystone) challenge() string {
+	return `Keystone uri="` + strings.TrimSuffix(k.base, "/v3") + `"`
+}
 
 func (k *Keystone) unavailable(err error) *Failure {
 	k.log.Warn("keystone unavailable", zap.Error(err))
