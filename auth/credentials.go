@@ -24,9 +24,18 @@ type Credentials struct {
 	UserName    string
 	ProjectID   string
 	ProjectName string
-	DomainID    string
-	Roles       []string
-	SystemScope string
+	// ProjectDomainID is the domain of the project (Keystone's "default"
+	// for the Default domain).
+	ProjectDomainID string
+	DomainID        string
+	Roles           []string
+	SystemScope     string
+	// NotAdminProject is Keystone's is_admin_project=false: the token is
+	// scoped to a project other than the cloud's admin project. Keystone
+	// (and keystonemiddleware) report true unless an admin project is
+	// configured, hence the negative field, whose zero value is
+	// oslo.context's default. Old Ironic rules check is_admin_project:True.
+	NotAdminProject bool
 }
 
 // HasRole reports whether the credentials carry role (case-insensitive, as

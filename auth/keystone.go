@@ -176,6 +176,7 @@ type tokenBody struct {
 		} `json:"user"`
 		Project *struct {
 			ID, Name string
+			Domain   struct{ ID string } `json:"domain"`
 		} `json:"project"`
 		Domain *struct {
 			ID, Name string
@@ -186,6 +187,7 @@ type tokenBody struct {
 		Roles []struct {
 			Name string `json:"name"`
 		} `json:"roles"`
+		IsAdminProject *bool `json:"is_admin_project"`
 	} `json:"token"`
 }
 
@@ -231,7 +233,7 @@ func tokenEntry(tb tokenBody) cachedToken {
 	t := tb.Token
 	c := Credentials{UserID: t.User.ID, UserName: t.User.Name}
 	if t.Project != nil {
-		c.ProjectID, c.ProjectName = t.Project.ID, t.Project.Name
+		c.ProjectID, c.ProjectName, c.ProjectDomainID = t.Project.ID, t.Project.Name, t.Project.Domain.ID
 	}
 	if t.Domain != nil {
 		c.DomainID = t.Domain.ID
@@ -242,6 +244,7 @@ func tokenEntry(tb tokenBody) cachedToken {
 	for _, r := range t.Roles {
 		c.Roles = append(c.Roles, strings.ToLower(r.Name))
 	}
+	c.NotAdminProject = t.IsAdminProject != nil && !*t.IsAdminProject
 	return cachedToken{creds: c, until: t.ExpiresAt}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -20,6 +21,10 @@ type HandlerOptions struct {
 	MaxLimit int
 	// Driver performs the hardware operations (nil = FakeDriver{}).
 	Driver Driver
+	// Rules are the access rules (Ironic's baremetal:node:* defaults in
+	// keystone mode; the zero value allows everything, as Ironic's
+	// noauth and http_basic do).
+	Rules auth.Rules
 }
 
 // Handler serves Ironic's node API (/v1/nodes...) on a Store.
@@ -64,19 +69,42 @@ func (h *Handler) Register(v1 *echo.Group) {
 	v1.POST("/nodes", h.create)
 	v1.GET("/nodes", h.list)
 	v1.GET("/nodes/detail", h.detail)
-	v1.GET("/nodes/:ident", h.get)
-	v1.PATCH("/nodes/:ident", h.patch)
-	v1.DELETE("/nodes/:ident", h.delete)
-	v1.PUT("/nodes/:ident/maintenance", h.setMaintenance)
-	v1.DELETE("/nodes/:ident/maintenance", h.clearMaintenance)
-	v1.GET("/nodes/:ident/states", h.states)
-	v1.PUT("/nodes/:ident/states/power", h.power)
-	v1.PUT("/nodes/:ident/states/provision", h.provision)
-	v1.GET("/nodes/:ident/traits", h.getTraits)
-	v1.PUT("/nodes/:ident/traits", h.setTraits)
-	v1.DELETE("/nodes/:ident/traits", h.deleteTraits)
-	v1.PUT("/nodes/:ident/traits/:trait", h.addTrait)
-	v1.DELETE("/nodes/:ident/traits/:trait", h.deleteTrait)
+	v1.GET("/nodes/:ident", h.guard(h.get))
+	v1.PATCH("/nodes/:ident", h.patch) // rules per patched path, in patch
+	v1.DELETE("/nodes/:ident", h.guard(h.delete, "baremetal:node:delete"))
+	v1.PUT("/nodes/:ident/maintenance", h.guard(h.setMaintenance, "baremetal:node:set_maintenance"))
+	v1.DELETE("/nodes/:ident/maintenance", h.guard(h.clearMaintenance, "baremetal:node:clear_maintenance"))
+	v1.GET("/nodes/:ident/states", h.guard(h.states, "baremetal:node:get_states"))
+	v1.PUT("/nodes/:ident/states/power", h.guard(h.power, "baremetal:node:set_power_state"))
+	v1.PUT("/nodes/:ident/states/provision", h.guard(h.provision, "baremetal:node:set_provision_state"))
+	v1.GET("/nodes/:ident/traits", h.guard(h.getTraits, "baremetal:node:traits:list"))
+	v1.PUT("/nodes/:ident/traits", h.guard(h.setTraits, "baremetal:node:traits:set"))
+	v1.DELETE("/nodes/:ident/traits", h.guard(h.deleteTraits, "baremetal:node:traits:delete"))
+	v1.PUT("/nodes/:ident/traits/:trait", h.guard(h.addTrait, "baremetal:node:traits:set"))
+	v1.DELETE("/nodes/:ident/traits/:trait", h.guard(h.deleteTrait, "baremetal:node:traits:delete"))
+}
+
+// guard checks the access rules of a /nodes/{ident} route on the node
+// before next runs (CheckNode: 404 for a node the caller may not see, 403
+// for a rule it fails). Open rules cost nothing: the node is not loaded.
+func (h *Handler) guard(next echo.HandlerFunc, rules ...string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if h.opts.Rules.Open() {
+			return next(c)
+		}
+		ident, err := h.ident(c)
+		if err != nil {
+			return err
+		}
+		n, err := h.store.Get(c.Request().Context(), ident)
+		if err != nil {
+			return apiError(err, ident)
+		}
+		if err := CheckNode(c, h.opts.Rules, n.Owner, n.Lessee, ident, rules...); err != nil {
+			return err
+		}
+		return next(c)
+	}
 }
 
 func (h *Handler) base(c echo.Context) string { return web.PublicURL(c, h.opts.PublicEndpoint) }

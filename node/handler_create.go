@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -18,6 +19,9 @@ func (h *Handler) create(c echo.Context) error {
 	}
 	if err := checkArgs(c, nil); err != nil {
 		return apiError(err, "")
+	}
+	if creds := auth.Caller(ctx); !h.opts.Rules.Allowed("baremetal:node:create", auth.Target(creds), creds) {
+		return Forbidden("baremetal:node:create")
 	}
 	body, err := readBody(c)
 	if err != nil {

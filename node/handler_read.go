@@ -141,6 +141,16 @@ func (h *Handler) listNodes(c echo.Context, detailPath bool) error {
 	if q.Has("chassis_uuid") {
 		return web.NotFound("Chassis %s could not be found.", q.Get("chassis_uuid"))
 	}
+	project, err := ListScope(c, h.opts.Rules, "node", opts.Owner)
+	if err != nil {
+		return err
+	}
+	if project != nil {
+		if opts.Project != nil && *opts.Project != *project {
+			return Forbidden("baremetal:node:list_all")
+		}
+		opts.Project = project
+	}
 	nodes, err := h.store.List(ctx, opts)
 	if err != nil {
 		marker := ""

@@ -106,7 +106,14 @@ func (h *Handler) patch(c echo.Context) error {
 	}
 	onlyRemoveInstance := len(ops) == 1 && ops[0].Op == "remove" && ops[0].Path == "/instance_uuid" && len(ops[0].raw) == 2
 
+	paths := make([]string, len(ops))
+	for i, op := range ops {
+		paths[i] = op.Path
+	}
 	n, err := h.store.Update(ctx, ident, h.opts.Driver, h.remover, func(n *Node) error {
+		if err := CheckNode(c, h.opts.Rules, n.Owner, n.Lessee, ident, patchRules(paths)...); err != nil {
+			return err
+		}
 		if n.Maintenance && onlyRemoveInstance {
 			// Ironic lets this through whatever the state, to recover
 			// nodes from broken deployments.
