@@ -18,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/trait"
@@ -44,6 +45,9 @@ type HandlerOptions struct {
 	// Created, if not nil, counts allocations created (each 201 of POST
 	// /v1/allocations); see NewCreatedCounter.
 	Created prometheus.Counter
+	// Rules are the access rules (Ironic's baremetal:allocation:* in
+	// keystone mode; the zero value allows everything).
+	Rules auth.Rules
 }
 
 // Handler serves the allocation endpoints of the Ironic API.
@@ -119,6 +123,9 @@ func (h *Handler) create(c echo.Context) error {
 	if req.Owner != nil && !ver.AtLeast(1, 60) {
 		return web.Errorf(http.StatusNotAcceptable, "Request not acceptable.")
 	}
+	if err := h.authorizeCreate(c, &req); err != nil {
+		return err
+	}
 	if req.Name != nil && *req.Name != "" && !web.ValidLogicalName(*req.Name, ver) {
 		return web.BadRequest("Cannot create allocation with invalid name '%s'", *req.Name)
 	}
@@ -157,6 +164,9 @@ func (h *Handler) create(c echo.Context) error {
 			id, err := nodeID(ctx, q, *req.Node)
 			if err != nil {
 				return err
+			}
+			if err := h.checkNodeVisible(c, q, id, *req.Node); err != nil {
+				return web.BadRequest("Node %s could not be found.", *req.Node)
 			}
 			n, err := q.LockNode(ctx, id)
 			if errors.Is(err, pgx.ErrNoRows) { // deleted since it was looked up
@@ -378,6 +388,11 @@ func (h *Handler) list(c echo.Context) error {
 		f.Owner = &s
 		keep.Set("owner", s)
 	}
+	if project, err := node.ListScope(c, h.opts.Rules, "allocation", f.Owner); err != nil {
+		return err
+	} else if project != nil {
+		f.Owner = project
+	}
 	if s := c.QueryParam("node"); s != "" {
 		id, err := nodeID(ctx, h.store.q, s)
 		if err != nil {
@@ -466,6 +481,9 @@ func (h *Handler) get(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := h.checkAllocation(c, v, c.Param("ident"), ""); err != nil {
+		return err
+	}
 	return c.JSON(http.StatusOK, web.Project(v.Doc(h.base(c), ver), fields))
 }
 
@@ -484,12 +502,18 @@ func (h *Handler) getForNode(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := h.checkNodeVisible(c, h.store.q, id, ident); err != nil {
+		return err
+	}
 	views, err := h.store.List(ctx, ListFilter{NodeID: &id}, "id", false, 0, 1)
 	if err != nil {
 		return err
 	}
 	if len(views) == 0 {
 		return web.NotFound("Allocation for node %s was not found", ident)
+	}
+	if err := h.checkAllocation(c, views[0], ident, ""); err != nil {
+		return err
 	}
 	return c.JSON(http.StatusOK, web.Project(views[0].Doc(h.base(c), ver), fields))
 }
@@ -543,6 +567,9 @@ func (h *Handler) patch(c echo.Context) error {
 		} else if err != nil {
 			return err
 		}
+		if err := h.checkAllocation(c, v, c.Param("ident"), ruleUpdate); err != nil {
+			return err
+		}
 		if _, err := q.LockAllocation(ctx, v.ID); errors.Is(err, pgx.ErrNoRows) { // deleted meanwhile
 			return web.NotFound("Allocation %s could not be found.", c.Param("ident"))
 		} else if err != nil {
@@ -588,8 +615,10 @@ func (h *Handler) delete(c echo.Context) error {
 		v, err := get(c.Request().Context(), q, ident)
 		if errors.Is(err, ErrNotFound) {
 			return v, web.NotFound("Allocation %s could not be found.", ident)
+		} else if err != nil {
+			return v, err
 		}
-		return v, err
+		return v, h.checkAllocation(c, v, ident, ruleDelete)
 	})
 }
 
@@ -604,6 +633,9 @@ func (h *Handler) deleteForNode(c echo.Context) error {
 		} else if err != nil {
 			return View{}, err
 		}
+		if err := h.checkNodeVisible(c, q, id, ident); err != nil {
+			return View{}, err
+		}
 		views, err := h.store.List(ctx, ListFilter{NodeID: &id}, "id", false, 0, 1)
 		if err != nil {
 			return View{}, err
@@ -611,7 +643,7 @@ func (h *Handler) deleteForNode(c echo.Context) error {
 		if len(views) == 0 {
 			return View{}, web.NotFound("Allocation for node %s was not found", ident)
 		}
-		return views[0], nil
+		return views[0], h.checkAllocation(c, views[0], ident, ruleDelete)
 	})
 }
 

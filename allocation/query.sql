@@ -162,3 +162,8 @@ DELETE FROM placement_claims
 -- Who holds an allocation now (after a compare-and-set found it was no
 -- longer ours).
 SELECT state, conductor_affinity FROM allocations WHERE id = @id;
+
+-- name: NodeTenancy :one
+-- A node's owner and lessee, for the access rules of
+-- /v1/nodes/{ident}/allocation (keystone mode only).
+SELECT owner, lessee FROM nodes WHERE id = @id;

@@ -607,6 +607,24 @@ func (q *Queries) NodeIDRange(ctx context.Context) (NodeIDRangeRow, error) {
 	return i, err
 }
 
+const nodeTenancy = `-- name: NodeTenancy :one
+SELECT owner, lessee FROM nodes WHERE id = $1
+`
+
+type NodeTenancyRow struct {
+	Owner  *string
+	Lessee *string
+}
+
+// A node's owner and lessee, for the access rules of
+// /v1/nodes/{ident}/allocation (keystone mode only).
+func (q *Queries) NodeTenancy(ctx context.Context, id int64) (NodeTenancyRow, error) {
+	row := q.db.QueryRow(ctx, nodeTenancy, id)
+	var i NodeTenancyRow
+	err := row.Scan(&i.Owner, &i.Lessee)
+	return i, err
+}
+
 const nodeTraits = `-- name: NodeTraits :many
 SELECT trait FROM node_traits WHERE node_id = $1 ORDER BY trait
 `

@@ -24,6 +24,7 @@ import (
 
 	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/auth"
+	"github.com/metalloc/metalloc/auth/policy"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor/conductorapi"
 	"github.com/metalloc/metalloc/db"
@@ -58,6 +59,10 @@ func run(cmd *cobra.Command, _ []string) error {
 	cfg, log, pool, ctx := svc.Config, svc.Log, svc.Pool, svc.Ctx
 
 	authn, err := cli.Authenticator(cmd, cfg, cfg.API.Access, cfg.API.Listen, auth.IronicNoAuth{}, log)
+	if err != nil {
+		return err
+	}
+	rules, err := cli.Rules(cfg.API.Access, policy.IronicDefaults(), true)
 	if err != nil {
 		return err
 	}
@@ -98,13 +103,13 @@ func run(cmd *cobra.Command, _ []string) error {
 	v1 := e.Group("/v1", web.IronicVersion())
 	nodes := node.NewStore(pool)
 	node.NewHandler(nodes, node.Deallocator{}, node.HandlerOptions{
-		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit,
+		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
 	}).Register(v1)
 	allocation.NewHandler(allocation.NewStore(pool), allocation.HandlerOptions{
-		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Created: created,
+		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Created: created, Rules: rules,
 	}).Register(v1)
 	conductorapi.NewHandler(pool, conductorapi.HandlerOptions{
-		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit,
+		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
 		HeartbeatTimeout: cfg.Conductor.HeartbeatTimeout,
 	}).Register(v1)
 

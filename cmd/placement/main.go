@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/auth"
+	"github.com/metalloc/metalloc/auth/policy"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/web"
@@ -55,6 +56,10 @@ func run(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
+	rules, err := cli.Rules(cfg.Placement.Access, policy.PlacementDefaults(), false)
+	if err != nil {
+		return err
+	}
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -70,6 +75,7 @@ func run(cmd *cobra.Command, _ []string) error {
 	placement.NewHandler(pool, placement.Options{
 		RandomizeAllocationCandidates: cfg.Placement.RandomizeAllocationCandidates,
 		Authenticator:                 authn,
+		Authorizer:                    rules.Authorizer,
 	}).Register(e)
 
 	srv, err := web.NewServer(cfg.Placement.ServerConfig, e)

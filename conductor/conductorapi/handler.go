@@ -13,7 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
+	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/config"
+	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -29,6 +31,9 @@ type HandlerOptions struct {
 	// (default config.DefaultHeartbeatTimeout, 60s, as Ironic's
 	// [conductor]heartbeat_timeout).
 	HeartbeatTimeout time.Duration
+	// Rules are the access rules (baremetal:conductor:get in keystone
+	// mode; the zero value allows everything).
+	Rules auth.Rules
 }
 
 // Handler serves GET /v1/conductors and GET /v1/conductors/{hostname} as
@@ -56,8 +61,8 @@ func NewHandler(db DBTX, opts HandlerOptions) *Handler {
 // "Resource could not be found.", as Ironic does; other methods are 405 at
 // every version (the resource is read-only), with Allow: GET.
 func (h *Handler) Register(v1 *echo.Group) {
-	v1.GET("/conductors", h.list, requireConductors)
-	v1.GET("/conductors/:hostname", h.get, requireConductors)
+	v1.GET("/conductors", h.list, requireConductors, h.canGet)
+	v1.GET("/conductors/:hostname", h.get, requireConductors, h.canGet)
 	readOnly := []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 	v1.Match(readOnly, "/conductors", methodNotAllowed)
 	v1.Match(readOnly, "/conductors/:hostname", methodNotAllowed)
@@ -295,4 +300,16 @@ func (h *Handler) get(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, web.Project(v.doc(h.base(c)), fields))
+}
+
+// canGet is Ironic's baremetal:conductor:get check (403), run after the
+// microversion gate.
+func (h *Handler) canGet(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		creds := auth.Caller(c.Request().Context())
+		if !h.opts.Rules.Allowed("baremetal:conductor:get", auth.Target(creds), creds) {
+			return node.Forbidden("baremetal:conductor:get")
+		}
+		return next(c)
+	}
 }

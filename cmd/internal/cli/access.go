@@ -5,6 +5,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/auth"
+	"github.com/metalloc/metalloc/auth/policy"
 	"github.com/metalloc/metalloc/config"
 )
 
@@ -37,4 +38,20 @@ func Authenticator(cmd *cobra.Command, cfg config.Config, a config.Access, liste
 	}
 	log.Info("authentication", zap.String("auth_strategy", a.AuthStrategy))
 	return authn, nil
+}
+
+// Rules builds an API's access rules from defaults and its settings
+// (policy_file, enforce_scope, enforce_new_defaults). ironic selects
+// Ironic's behaviour: no rules at all outside keystone mode.
+func Rules(a config.Access, defaults []policy.Default, ironic bool) (auth.Rules, error) {
+	if ironic && a.AuthStrategy != auth.StrategyKeystone {
+		return auth.Rules{}, nil
+	}
+	e, err := policy.New(defaults, policy.Options{
+		EnforceScope: a.EnforceScope, EnforceNewDefaults: a.EnforceNewDefaults, File: a.PolicyFile,
+	})
+	if err != nil {
+		return auth.Rules{}, err
+	}
+	return auth.Rules{Authorizer: e, EnforceNewDefaults: a.EnforceNewDefaults}, nil
 }

@@ -1,0 +1,106 @@
+package allocation
+
+import (
+	"github.com/labstack/echo/v4"
+
+	"github.com/metalloc/metalloc/auth"
+	"github.com/metalloc/metalloc/node"
+	"github.com/metalloc/metalloc/web"
+)
+
+// Access rule names of the allocation API (Ironic 21.4's).
+const (
+	ruleGet              = "baremetal:allocation:get"
+	ruleUpdate           = "baremetal:allocation:update"
+	ruleDelete           = "baremetal:allocation:delete"
+	ruleCreate           = "baremetal:allocation:create"
+	ruleCreateRestricted = "baremetal:allocation:create_restricted"
+	ruleCreatePreRBAC    = "baremetal:allocation:create_pre_rbac"
+)
+
+// checkAllocation applies rule to allocation v (owned by v.Owner) for the
+// request's caller, as Ironic's check_allocation_policy_and_retrieve: a
+// caller who may not even baremetal:allocation:get it gets 404 (its
+// existence is concealed), one who may see it but not perform rule 403.
+// rule "" checks only visibility.
+func (h *Handler) checkAllocation(c echo.Context, v View, ident, rule string) error {
+	r := h.opts.Rules
+	if r.Open() {
+		return nil
+	}
+	creds := auth.Caller(c.Request().Context())
+	t := auth.Target(creds, "allocation.owner", deref(v.Owner))
+	if !r.Allowed(ruleGet, t, creds) {
+		return web.NotFound("Allocation %s could not be found.", ident)
+	}
+	if rule != "" && !r.Allowed(rule, t, creds) {
+		return node.Forbidden(rule)
+	}
+	return nil
+}
+
+// checkNodeVisible is the baremetal:node:get check of the
+// /v1/nodes/{ident}/allocation routes: 404 for a node the caller may not
+// see.
+func (h *Handler) checkNodeVisible(c echo.Context, q *Queries, nodeID int64, ident string) error {
+	if h.opts.Rules.Open() {
+		return nil
+	}
+	t, err := q.NodeTenancy(c.Request().Context(), nodeID)
+	if err != nil {
+		return web.NotFound("Node %s could not be found.", ident)
+	}
+	return node.CheckNode(c, h.opts.Rules, t.Owner, t.Lessee, ident)
+}
+
+// authorizeCreate decides who may create req and whose it is, as Ironic's
+// _authorize_create_allocation and post: a caller allowed
+// baremetal:allocation:create (and, with enforce_new_defaults off and no
+// owner given, create_pre_rbac) creates as asked; otherwise a
+// project-scoped caller may create for its own project only (another owner
+// is 403), needs create_restricted, and the allocation's owner becomes its
+// project. With enforce_new_defaults on, a caller that is not system-scoped
+// gets its project as owner when none is given, and may name another
+// owner only with create_restricted. The owner scopes the node search to
+// nodes it owns or leases.
+func (h *Handler) authorizeCreate(c echo.Context, req *createRequest) error {
+	r := h.opts.Rules
+	if r.Open() {
+		return nil
+	}
+	creds := auth.Caller(c.Request().Context())
+	t := auth.Target(creds)
+	owner, project := deref(req.Owner), creds.ProjectID
+	ok := r.Allowed(ruleCreate, t, creds)
+	if ok && !r.EnforceNewDefaults && owner == "" {
+		ok = r.Allowed(ruleCreatePreRBAC, t, creds)
+	}
+	if !ok {
+		if project != "" && owner != "" && owner != project {
+			return node.Forbidden(ruleCreate)
+		}
+		if owner != "" && !r.EnforceNewDefaults && !r.Allowed(ruleCreatePreRBAC, t, creds) {
+			return node.Forbidden(ruleCreatePreRBAC)
+		}
+		if !r.Allowed(ruleCreateRestricted, t, creds) {
+			return node.Forbidden(ruleCreateRestricted)
+		}
+		req.Owner = nonEmpty(project)
+	}
+	if r.EnforceNewDefaults && !creds.System() {
+		if owner = deref(req.Owner); owner == "" {
+			req.Owner = nonEmpty(project)
+		} else if owner != project && !r.Allowed(ruleCreateRestricted, t, creds) {
+			return web.Errorf(403, "Cannot create allocation with an owner Project ID value %s not matching the requestor Project ID %s. Policy %s is required for this capability.",
+				owner, project, ruleCreateRestricted)
+		}
+	}
+	return nil
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
