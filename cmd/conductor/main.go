@@ -20,6 +20,7 @@ import (
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/placement/client"
+	"github.com/metalloc/metalloc/web"
 )
 
 // version is stamped at build time (-ldflags "-X main.version=...").
@@ -80,7 +81,9 @@ func run(cmd *cobra.Command, _ []string) error {
 	// the Placement service at placement_backend.endpoint.
 	var pc *client.Client
 	if c.AllocationBackend == conductor.BackendPlacement {
-		pc = client.New(pb.Endpoint, pb.Token, pb.Timeout)
+		if pc, err = cli.PlacementClient(env.Config, env.Log); err != nil {
+			return err
+		}
 	}
 	svc, err := conductor.NewService(conductor.Config{
 		Hostname: c.Hostname, Group: c.Group, Workers: c.Workers, ClaimBatch: c.ClaimBatch,
@@ -112,7 +115,9 @@ func run(cmd *cobra.Command, _ []string) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		db.NewPoolCollector(env.Pool, nil))
 	svc.Metrics = conductor.NewMetrics(reg)
-	stopMetrics, err := cli.ServeMetrics(c.MetricsListen, reg, env.Log)
+	stopMetrics, err := cli.ServeMetrics(web.ServerConfig{
+		Listen: c.MetricsListen, TLSCertFile: c.MetricsTLSCertFile, TLSKeyFile: c.MetricsTLSKeyFile,
+	}, reg, env.Log)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor"
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db"
@@ -87,8 +88,10 @@ func withPlacement(cmd *cobra.Command, fn func(context.Context, config.Config, *
 		return err
 	}
 	defer pool.Close()
-	pb := cfg.PlacementBackend
-	pc := client.New(pb.Endpoint, pb.Token, pb.Timeout)
+	pc, err := cli.PlacementClient(cfg, log)
+	if err != nil {
+		return err
+	}
 	return fn(ctx, cfg, pool, pc, log)
 }
 

@@ -2,7 +2,8 @@
 // the conductor's Placement backend uses it: resource providers, inventories,
 // traits, resource classes, allocation candidates and allocations. It speaks
 // microversion 1.39 (Placement 8.0, Zed, and metalloc-placement) and sends
-// the token in X-Auth-Token (noauth2's "admin", or a Keystone token).
+// a Credential with each request: a fixed X-Auth-Token (noauth2's "admin"),
+// HTTP Basic, or a Keystone service token renewed after a 401.
 //
 // Every method returns *Error for an answer outside 2xx, carrying the status
 // and Placement's error code (placement.concurrent_update, …), so callers
@@ -37,7 +38,7 @@ const ConsumerType = "INSTANCE"
 // Client talks to one Placement endpoint. It is safe for concurrent use.
 type Client struct {
 	endpoint string // without a trailing slash, e.g. http://127.0.0.1:8778
-	token    string
+	cred     Credential
 	http     *http.Client
 }
 
@@ -48,13 +49,19 @@ func New(endpoint, token string, timeout time.Duration) *Client {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	return &Client{
-		endpoint: strings.TrimRight(endpoint, "/"),
-		token:    token,
-		http: &http.Client{Timeout: timeout, Transport: &http.Transport{
-			Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 32, IdleConnTimeout: 90 * time.Second,
-		}},
+	return NewWithCredential(endpoint, Token(token), &http.Client{Timeout: timeout, Transport: &http.Transport{
+		Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 32, IdleConnTimeout: 90 * time.Second,
+	}})
+}
+
+// NewWithCredential returns a client of the Placement API at endpoint that
+// authenticates with cred and sends its requests through hc (its timeout,
+// and TLS roots for an https endpoint: auth.HTTPClient).
+func NewWithCredential(endpoint string, cred Credential, hc *http.Client) *Client {
+	if cred == nil {
+		cred = Token("")
 	}
+	return &Client{endpoint: strings.TrimRight(endpoint, "/"), cred: cred, http: hc}
 }
 
 // Endpoint is the API root the client talks to.
@@ -125,27 +132,19 @@ func IsUnreachable(err error) bool {
 // do sends one request; body (if not nil) is JSON-encoded, and a 2xx answer
 // is decoded into out (if not nil). A 404 on GET is an *Error too.
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
+	var raw []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return err
 		}
-		rd = bytes.NewReader(b)
+		raw = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.endpoint+path, rd)
-	if err != nil {
-		return &Error{Method: method, Path: path, Err: err}
+	resp, err := c.send(ctx, method, path, raw)
+	if err == nil && resp.StatusCode == http.StatusUnauthorized && c.cred.Rejected() {
+		resp.Body.Close()
+		resp, err = c.send(ctx, method, path, raw)
 	}
-	req.Header.Set("OpenStack-API-Version", "placement "+Microversion)
-	req.Header.Set("Accept", "application/json")
-	if c.token != "" {
-		req.Header.Set("X-Auth-Token", c.token)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
 	if err != nil {
 		return &Error{Method: method, Path: path, Err: err, Detail: err.Error()}
 	}
@@ -180,6 +179,27 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		}
 	}
 	return nil
+}
+
+// send makes and sends one request with the client's credential.
+func (c *Client) send(ctx context.Context, method, path string, raw []byte) (*http.Response, error) {
+	var rd io.Reader
+	if raw != nil {
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.endpoint+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("OpenStack-API-Version", "placement "+Microversion)
+	req.Header.Set("Accept", "application/json")
+	if raw != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if err := c.cred.Apply(ctx, req); err != nil {
+		return nil, err
+	}
+	return c.http.Do(req)
 }
 
 // Provider is a resource provider (GET /resource_providers/{uuid}).

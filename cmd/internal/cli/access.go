@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/auth/policy"
 	"github.com/metalloc/metalloc/config"
+	"github.com/metalloc/metalloc/placement/client"
 )
 
 // AddAccessFlags adds the flags both APIs take for authentication:
@@ -54,4 +57,33 @@ func Rules(a config.Access, defaults []policy.Default, ironic bool) (auth.Rules,
 		return auth.Rules{}, err
 	}
 	return auth.Rules{Authorizer: e, EnforceNewDefaults: a.EnforceNewDefaults}, nil
+}
+
+// PlacementClient builds the conductor's Placement client from the
+// placement_backend section: auth_strategy token (X-Auth-Token: token),
+// http_basic (username, password) or keystone (a service token of the
+// keystone section's user, renewed after a 401), verifying an https
+// endpoint with ca_file, each request bounded by timeout.
+func PlacementClient(cfg config.Config, log *zap.Logger) (*client.Client, error) {
+	pb := cfg.PlacementBackend
+	hc, err := auth.HTTPClient(pb.CAFile, pb.Timeout)
+	if err != nil {
+		return nil, fmt.Errorf("placement_backend.ca_file: %w", err)
+	}
+	var cred client.Credential
+	switch pb.AuthStrategy {
+	case "", "token":
+		cred = client.Token(pb.Token)
+	case auth.StrategyHTTPBasic:
+		cred = client.Basic{User: pb.Username, Password: pb.Password}
+	case auth.StrategyKeystone:
+		ks, err := auth.NewKeystone(cfg.Keystone, nil, log)
+		if err != nil {
+			return nil, err
+		}
+		cred = client.Keystone{Source: ks}
+	default:
+		return nil, fmt.Errorf("placement_backend.auth_strategy %q: want token, http_basic or keystone", pb.AuthStrategy)
+	}
+	return client.NewWithCredential(pb.Endpoint, cred, hc), nil
 }

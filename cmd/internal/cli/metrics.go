@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -12,28 +11,34 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/web"
 )
 
-// ServeMetrics serves reg's metrics at /metrics on its own listener at
-// listen (address:port; "off" or "" serves nothing). It fails at once when
-// the address cannot be bound; the returned stop shuts the server down.
-func ServeMetrics(listen string, reg *prometheus.Registry, log *zap.Logger) (stop func(), err error) {
-	if listen == "" || strings.EqualFold(listen, "off") {
+// ServeMetrics serves reg's metrics at /metrics on its own listener,
+// srv.Listen (address:port; "off" or "" serves nothing), over TLS when
+// srv names a certificate and key. It fails at once when the address cannot
+// be bound or the key pair not loaded; the returned stop shuts the server
+// down.
+func ServeMetrics(cfg web.ServerConfig, reg *prometheus.Registry, log *zap.Logger) (stop func(), err error) {
+	if cfg.Listen == "" || strings.EqualFold(cfg.Listen, "off") {
 		return func() {}, nil
-	}
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return nil, fmt.Errorf("metrics listener: %w (set conductor.metrics_listen to a free address:port, or off)", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout, cfg.WriteTimeout, cfg.IdleTimeout = 10*time.Second, 30*time.Second, 120*time.Second
+	}
+	srv, err := web.NewServer(cfg, mux)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener: %w (set conductor.metrics_listen to a free address:port, or off)", err)
+	}
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Warn("metrics listener stopped", zap.Error(err))
 		}
 	}()
-	log.Info("serving metrics", zap.String("listen", ln.Addr().String()))
+	log.Info("serving metrics", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.TLS()))
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
