@@ -64,8 +64,9 @@ type Access struct {
 	// overriding single default rules; "" = defaults only.
 	PolicyFile string `mapstructure:"policy_file"`
 	// EnforceScope and EnforceNewDefaults are oslo.policy's
-	// [oslo_policy] options of the same names (default false, as in
-	// Ironic 21.4 and Placement 8.0).
+	// [oslo_policy] options of the same names. Defaults: true for the
+	// api section (as Ironic from 2023.2: scope-checked, secure-RBAC
+	// rules only), false for placement (as Placement 8.0).
 	EnforceScope       bool `mapstructure:"enforce_scope"`
 	EnforceNewDefaults bool `mapstructure:"enforce_new_defaults"`
 	// MaxRequestBodySize is the largest request body accepted, in bytes
@@ -226,8 +227,14 @@ func defaults(v *viper.Viper) {
 		v.SetDefault(api+".http_basic_auth_user_file", "")
 		v.SetDefault(api+".allow_insecure_noauth", false)
 		v.SetDefault(api+".policy_file", "")
-		v.SetDefault(api+".enforce_scope", false)
-		v.SetDefault(api+".enforce_new_defaults", false)
+		// Placement keeps Placement 8.0's defaults (legacy rules, what its
+		// clients and upstream suite expect); metalloc-api is safer by
+		// default, as Ironic itself is from 2023.2 on: scope checked, no
+		// deprecated rule (a project member could otherwise allocate for
+		// another project through create_restricted's deprecated rule).
+		secure := api == "api"
+		v.SetDefault(api+".enforce_scope", secure)
+		v.SetDefault(api+".enforce_new_defaults", secure)
 		v.SetDefault(api+".max_request_body_size", web.DefaultMaxRequestBodySize)
 	}
 	v.SetDefault("keystone.auth_url", "")

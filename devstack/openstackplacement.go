@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -34,11 +32,8 @@ type OpenStackPlacement struct {
 	Dir string
 	// LogPath is gunicorn's and Placement's log.
 	LogPath string
-	cmd     *exec.Cmd
-	done    chan struct{} // closed when gunicorn's master has exited
-	waitErr error
-	once    sync.Once
-	log     *zap.Logger
+	*gunicorn
+	log *zap.Logger
 }
 
 // StartOpenStackPlacement writes a placement.conf into dir (sqlite database
@@ -60,10 +55,6 @@ func StartOpenStackPlacement(ctx context.Context, dir string, log *zap.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("OpenStack Placement is not installed (placement-manage not found): "+
 			"apt-get install -y %s", OpenStackPlacementPackages)
-	}
-	gunicorn, err := exec.LookPath("gunicorn")
-	if err != nil {
-		return nil, fmt.Errorf("gunicorn is not installed: apt-get install -y %s", OpenStackPlacementPackages)
 	}
 	dir, err = filepath.Abs(dir)
 	if err != nil {
@@ -102,29 +93,16 @@ sqlite_synchronous = false
 		return nil, err
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(port)
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	g, err := startGunicorn("OpenStack Placement", dir, listen, "placement.wsgi:init_application()", logPath, env, log)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(gunicorn, "--workers", "1", "--bind", listen, "--timeout", "300",
-		"--graceful-timeout", "5", "--chdir", dir, "placement.wsgi:init_application()")
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("starting gunicorn: %w", err)
-	}
-	p := &OpenStackPlacement{URL: "http://" + listen, Dir: dir, LogPath: logPath, cmd: cmd,
-		done: make(chan struct{}), log: log}
-	go func() { p.waitErr = cmd.Wait(); f.Close(); close(p.done) }()
+	p := &OpenStackPlacement{URL: "http://" + listen, Dir: dir, LogPath: logPath, gunicorn: g, log: log}
 
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		select {
-		case <-p.done:
-			return nil, fmt.Errorf("OpenStack Placement (gunicorn) exited (%v); see %s", p.waitErr, logPath)
-		default:
+		if err := p.exited(); err != nil {
+			return nil, fmt.Errorf("%w; see %s", err, logPath)
 		}
 		resp, err := http.Get(p.URL + "/")
 		if err == nil {
@@ -150,25 +128,7 @@ sqlite_synchronous = false
 
 // Stop terminates gunicorn and its workers (the whole process group):
 // SIGTERM, then SIGKILL after 10 s. Calling it again does nothing.
-func (p *OpenStackPlacement) Stop() {
-	p.once.Do(func() {
-		pgid := -p.cmd.Process.Pid
-		_ = syscall.Kill(pgid, syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(pgid, syscall.SIGKILL)
-			select {
-			case <-p.done:
-			case <-time.After(5 * time.Second):
-				p.log.Warn("OpenStack Placement did not exit", zap.Int("pid", p.cmd.Process.Pid))
-			}
-		}
-		// A worker may outlive its master; the group is still ours until
-		// its last member exits.
-		_ = syscall.Kill(pgid, syscall.SIGKILL)
-	})
-}
+func (p *OpenStackPlacement) Stop() { p.stop() }
 
 // PlacementProviders counts the resource providers of the Placement service
 // at url (metalloc-placement or OpenStack Placement), authenticating with

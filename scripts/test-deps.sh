@@ -2,12 +2,19 @@
 # Installs what the test suite runs besides Go and PostgreSQL (which the
 # embedded cluster installs itself): the reference OpenStack Placement 8.0
 # from Debian's packages (devstack.StartOpenStackPlacement, used by the
-# placement-backend tests) and systemd-analyze (configs/systemd_test.go).
+# placement-backend tests), Keystone 22 (devstack.StartKeystone, the
+# authentication end-to-end tests), the openstack CLI with its baremetal and
+# placement plugins (driven by those tests as a user would), and
+# systemd-analyze (configs/systemd_test.go).
 # Does nothing when they are present; needs root (or sudo) otherwise.
 set -euo pipefail
 pkgs=()
 command -v placement-manage >/dev/null || pkgs+=(python3-placement placement-api)
 command -v gunicorn >/dev/null || pkgs+=(gunicorn python3-gunicorn)
+command -v keystone-manage >/dev/null || pkgs+=(python3-keystone)
+command -v openstack >/dev/null || pkgs+=(python3-openstackclient)
+/usr/bin/python3 -c 'import ironicclient' 2>/dev/null || pkgs+=(python3-ironicclient)
+/usr/bin/python3 -c 'import osc_placement' 2>/dev/null || pkgs+=(python3-osc-placement)
 command -v systemd-analyze >/dev/null || pkgs+=(systemd)
 [ ${#pkgs[@]} -eq 0 ] && exit 0
 sudo=""

@@ -1,0 +1,83 @@
+package devstack
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// gunicorn is a gunicorn master (and its workers, one process group)
+// serving a Python WSGI application: the reference OpenStack services the
+// tests start from Debian's packages.
+type gunicorn struct {
+	name    string // for messages: "OpenStack Placement", "Keystone"
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when the master has exited
+	waitErr error
+	once    sync.Once
+	log     *zap.Logger
+}
+
+// startGunicorn starts gunicorn with one sync worker serving app (module:
+// callable) from dir on listen, with env, appending its output to logPath.
+// One worker: two processes on one sqlite file answer concurrent writes
+// with "database is locked".
+func startGunicorn(name, dir, listen, app, logPath string, env []string, log *zap.Logger) (*gunicorn, error) {
+	bin, err := exec.LookPath("gunicorn")
+	if err != nil {
+		return nil, fmt.Errorf("gunicorn is not installed: apt-get install -y gunicorn python3-gunicorn")
+	}
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "--workers", "1", "--bind", listen, "--timeout", "300",
+		"--graceful-timeout", "5", "--chdir", dir, app)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting gunicorn for %s: %w", name, err)
+	}
+	g := &gunicorn{name: name, cmd: cmd, done: make(chan struct{}), log: log}
+	go func() { g.waitErr = cmd.Wait(); f.Close(); close(g.done) }()
+	return g, nil
+}
+
+// exited returns an error when the master has exited.
+func (g *gunicorn) exited() error {
+	select {
+	case <-g.done:
+		return fmt.Errorf("%s (gunicorn) exited (%v)", g.name, g.waitErr)
+	default:
+		return nil
+	}
+}
+
+// stop terminates the process group: SIGTERM, then SIGKILL after 10 s.
+// Calling it again does nothing.
+func (g *gunicorn) stop() {
+	g.once.Do(func() {
+		pgid := -g.cmd.Process.Pid
+		_ = syscall.Kill(pgid, syscall.SIGTERM)
+		select {
+		case <-g.done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(pgid, syscall.SIGKILL)
+			select {
+			case <-g.done:
+			case <-time.After(5 * time.Second):
+				g.log.Warn(g.name+" did not exit", zap.Int("pid", g.cmd.Process.Pid))
+			}
+		}
+		// A worker may outlive its master; the group is still ours until
+		// its last member exits.
+		_ = syscall.Kill(pgid, syscall.SIGKILL)
+	})
+}
