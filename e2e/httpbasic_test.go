@@ -78,14 +78,8 @@ func TestHTTPBasicEndToEnd(t *testing.T) {
 	})
 	require.NoError(t, err)
 	bm.Microversion = "1.82"
-	sample := loadSample(t)
-	rc := sample[0].ResourceClass
-	var mine []sampleNode
-	for _, s := range sample {
-		if s.ResourceClass == rc && len(mine) < 3 {
-			mine = append(mine, s)
-		}
-	}
+	mine := firstOfOneClass(t, 3)
+	rc := mine[0].ResourceClass
 	enroll(t, ctx, bm, mine)
 	// The resource tracker mirrors them into Placement (with the
 	// conductors' basic credentials) before they can be allocated.

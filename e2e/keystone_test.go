@@ -149,15 +149,8 @@ func TestKeystoneEndToEnd(t *testing.T) {
 	bm, err := openstack.NewBareMetalV1(provider, gophercloud.EndpointOpts{Region: "RegionOne"})
 	require.NoError(t, err)
 	bm.Microversion = "1.82"
-	sample := loadSample(t)
-	rc := sample[0].ResourceClass
-	var mine []sampleNode
-	for _, s := range sample {
-		if s.ResourceClass == rc && len(mine) < 4 {
-			mine = append(mine, s)
-		}
-	}
-	require.Len(t, mine, 4)
+	mine := firstOfOneClass(t, 4)
+	rc := mine[0].ResourceClass
 	enroll(t, ctx, bm, mine)
 	set := func(name, field, value string) {
 		_, err := nodes.Update(ctx, bm, name, nodes.UpdateOpts{nodes.UpdateOperation{
@@ -257,4 +250,19 @@ func nodeName(t *testing.T, bm *gophercloud.ServiceClient, id string) string {
 	n, err := nodes.Get(context.Background(), bm, id).Extract()
 	require.NoError(t, err)
 	return n.Name
+}
+
+// firstOfOneClass is the first n sample nodes of the first node's resource
+// class.
+func firstOfOneClass(t *testing.T, n int) []sampleNode {
+	t.Helper()
+	sample := loadSample(t)
+	var mine []sampleNode
+	for _, s := range sample {
+		if s.ResourceClass == sample[0].ResourceClass && len(mine) < n {
+			mine = append(mine, s)
+		}
+	}
+	require.Len(t, mine, n)
+	return mine
 }
