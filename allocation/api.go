@@ -643,7 +643,7 @@ func (h *Handler) deleteForNode(c echo.Context) error {
 		if len(views) == 0 {
 			return View{}, web.NotFound("Allocation for node %s was not found", ident)
 		}
-		return views[0], h.checkAllocation(c, views[0], ident, ruleDelete)
+		return views[0], h.checkAllocationRule(c, views[0], ruleDelete)
 	})
 }
 

@@ -39,6 +39,22 @@ func (h *Handler) checkAllocation(c echo.Context, v View, ident, rule string) er
 	return nil
 }
 
+// checkAllocationRule checks rule alone on v, without hiding it first:
+// DELETE /v1/nodes/{ident}/allocation does so once the node is visible, so
+// a caller who sees the node but not its allocation gets 403 (Ironic's
+// NodeAllocationController.delete).
+func (h *Handler) checkAllocationRule(c echo.Context, v View, rule string) error {
+	r := h.opts.Rules
+	if r.Open() {
+		return nil
+	}
+	creds := auth.Caller(c.Request().Context())
+	if !r.Allowed(rule, auth.Target(creds, "allocation.owner", deref(v.Owner)), creds) {
+		return node.Forbidden(rule)
+	}
+	return nil
+}
+
 // checkNodeVisible is the baremetal:node:get check of the
 // /v1/nodes/{ident}/allocation routes: 404 for a node the caller may not
 // see.

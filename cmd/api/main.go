@@ -15,6 +15,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,7 @@ import (
 	"github.com/metalloc/metalloc/auth/policy"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor/conductorapi"
+	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/web"
@@ -67,6 +69,44 @@ func run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 
+	e, err := newAPI(cfg, pool, authn, rules, log)
+	if err != nil {
+		return err
+	}
+
+	// systemd (Type=notify): READY=1 once the socket is bound, STOPPING=1
+	// at the stop signal, WATCHDOG=1 when the unit asks for it.
+	sd := cli.StartSystemd(ctx, log)
+	defer sd.Close()
+	srv, err := web.NewServer(cfg.API.ServerConfig, e)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve() }()
+	log.Info("metalloc-api listening", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.API.TLS()))
+	sd.Ready()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// newAPI builds the API's HTTP handler: Ironic's error body and version
+// negotiation, /metrics (Go runtime, process, the database pool, HTTP
+// requests, allocations created), request ids and access log, the request
+// timeout and body limit, authentication by authn (/, /v1 and /metrics
+// are public), and the node, allocation and conductor routes checked
+// against rules.
+func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rules auth.Rules, log *zap.Logger) (*echo.Echo, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = web.IronicErrorHandler
@@ -80,11 +120,11 @@ func run(cmd *cobra.Command, _ []string) error {
 		db.NewPoolCollector(pool, nil))
 	httpMetrics, err := web.HTTPMetrics(reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	created, err := allocation.NewCreatedCounter(reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	e.Use(httpMetrics, web.RequestID(log), web.AccessLog(), middleware.Recover())
@@ -113,28 +153,5 @@ func run(cmd *cobra.Command, _ []string) error {
 		HeartbeatTimeout: cfg.Conductor.HeartbeatTimeout,
 	}).Register(v1)
 
-	// systemd (Type=notify): READY=1 once the socket is bound, STOPPING=1
-	// at the stop signal, WATCHDOG=1 when the unit asks for it.
-	sd := cli.StartSystemd(ctx, log)
-	defer sd.Close()
-	srv, err := web.NewServer(cfg.API.ServerConfig, e)
-	if err != nil {
-		return err
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve() }()
-	log.Info("metalloc-api listening", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.API.TLS()))
-	sd.Ready()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return e, nil
 }

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/auth"
+	"github.com/metalloc/metalloc/auth/policy"
+	"github.com/metalloc/metalloc/cmd/internal/cli"
+	"github.com/metalloc/metalloc/config"
+	"github.com/metalloc/metalloc/db/dbtest"
+)
+
+// Projects of the route table: the node's owner, its lessee, and a third.
+const (
+	ownerProject  = "0wner000000000000000000000000000"
+	lesseeProject = "1essee00000000000000000000000000"
+	otherProject  = "0ther000000000000000000000000000"
+)
+
+// personas are the callers of the route table, in column order: what a
+// Keystone token of each would carry (Keystone adds implied roles: admin
+// implies member implies reader). anonymous sends no token.
+var personas = []struct {
+	name  string
+	creds *auth.Credentials
+}{
+	{"system-admin", &auth.Credentials{UserID: "sa", Roles: []string{"admin", "member", "reader"}, SystemScope: "all"}},
+	{"system-reader", &auth.Credentials{UserID: "sr", Roles: []string{"reader"}, SystemScope: "all"}},
+	{"owner", &auth.Credentials{UserID: "ow", ProjectID: ownerProject, ProjectDomainID: "default", Roles: []string{"member", "reader"}}},
+	{"lessee", &auth.Credentials{UserID: "le", ProjectID: lesseeProject, ProjectDomainID: "default", Roles: []string{"member", "reader"}}},
+	{"other-project", &auth.Credentials{UserID: "ot", ProjectID: otherProject, ProjectDomainID: "default", Roles: []string{"member", "reader"}}},
+	{"anonymous", nil},
+}
+
+// personaAuth authenticates X-Auth-Token as the persona of that name, as
+// auth.Keystone would a token of such a user; no token is 401.
+type personaAuth struct{}
+
+func (personaAuth) Authenticate(_ context.Context, r *http.Request) (auth.Credentials, error) {
+	for _, p := range personas {
+		if p.creds != nil && r.Header.Get("X-Auth-Token") == p.name {
+			return *p.creds, nil
+		}
+	}
+	return auth.Credentials{}, &auth.Failure{Status: http.StatusUnauthorized,
+		Message: "The request you have made requires authentication.", Challenge: `Keystone uri="http://keystone.test"`}
+}
+
+// route is one row of the table: a request, with {node} (a node owned by
+// ownerProject, leased to lesseeProject, holding an active allocation owned
+// by ownerProject), {alloc} (that allocation) and {rand} (a fresh name)
+// filled in, and the status each persona gets, in personas' order.
+type route struct {
+	method, path, body string
+	want               [6]int
+}
+
+// TestRouteRoleTable sends every route of metalloc-api as each persona,
+// with auth_strategy keystone and the default access rules (Ironic's with
+// enforce_scope and enforce_new_defaults on), each cell on fresh objects,
+// and checks the status against what Ironic's default rules give: system
+// readers read everything and change nothing; project members read and
+// change nodes their project owns or leases as the node rules allow (a
+// lessee member may set power and maintenance only with the admin or
+// manager role, traits are for the owner's admins), nodes of other
+// projects are 404; allocations are their owner's; conductors are for
+// system readers; /, /v1 and /metrics need no token. Every registered route
+// must have a row.
+func TestRouteRoleTable(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	cfg, err := config.Load("", nil)
+	require.NoError(t, err)
+	cfg.API.AuthStrategy = auth.StrategyKeystone
+	rules, err := cli.Rules(cfg.API.Access, policy.IronicDefaults(), true)
+	require.NoError(t, err)
+	e, err := newAPI(cfg, pool, personaAuth{}, rules, zap.NewNop())
+	require.NoError(t, err)
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	dbtest.Conductor(t, pool, "conductor-1", 0, true)
+
+	const (
+		ok, created, accepted, none = 200, 201, 202, 204
+		forbidden, notFound, unauth = 403, 404, 401
+	)
+	table := []route{
+		{"GET", "/", "", [6]int{ok, ok, ok, ok, ok, ok}},
+		{"GET", "/v1", "", [6]int{ok, ok, ok, ok, ok, ok}},
+		{"GET", "/metrics", "", [6]int{ok, ok, ok, ok, ok, ok}},
+
+		{"POST", "/v1/nodes", `{"driver":"fake-hardware","name":"{rand}"}`, [6]int{created, forbidden, forbidden, forbidden, forbidden, unauth}},
+		{"GET", "/v1/nodes", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/v1/nodes/detail", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/v1/nodes/{node}", "", [6]int{ok, ok, ok, ok, notFound, unauth}},
+		{"PATCH", "/v1/nodes/{node}", `[{"op":"add","path":"/extra/x","value":"y"}]`, [6]int{ok, forbidden, ok, ok, notFound, unauth}},
+		{"PATCH", "/v1/nodes/{node}", `[{"op":"replace","path":"/name","value":"{rand}"}]`, [6]int{ok, forbidden, ok, forbidden, notFound, unauth}},
+		{"PATCH", "/v1/nodes/{node}", `[{"op":"replace","path":"/lessee","value":"` + otherProject + `"}]`, [6]int{ok, forbidden, ok, forbidden, notFound, unauth}},
+		{"PATCH", "/v1/nodes/{node}", `[{"op":"replace","path":"/owner","value":"` + otherProject + `"}]`, [6]int{409, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"DELETE", "/v1/nodes/{node}", "", [6]int{409, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"PUT", "/v1/nodes/{node}/maintenance", `{"reason":"x"}`, [6]int{accepted, forbidden, accepted, forbidden, notFound, unauth}},
+		{"DELETE", "/v1/nodes/{node}/maintenance", "", [6]int{accepted, forbidden, accepted, forbidden, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/states", "", [6]int{ok, ok, ok, ok, notFound, unauth}},
+		{"PUT", "/v1/nodes/{node}/states/power", `{"target":"power off"}`, [6]int{accepted, forbidden, accepted, accepted, notFound, unauth}},
+		{"PUT", "/v1/nodes/{node}/states/provision", `{"target":"manage"}`, [6]int{accepted, forbidden, accepted, forbidden, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/traits", "", [6]int{ok, ok, ok, ok, notFound, unauth}},
+		{"PUT", "/v1/nodes/{node}/traits", `{"traits":["CUSTOM_X"]}`, [6]int{none, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"DELETE", "/v1/nodes/{node}/traits", "", [6]int{none, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"PUT", "/v1/nodes/{node}/traits/CUSTOM_X", "", [6]int{none, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"DELETE", "/v1/nodes/{node}/traits/CUSTOM_T", "", [6]int{none, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/allocation", "", [6]int{ok, ok, ok, notFound, notFound, unauth}},
+		{"DELETE", "/v1/nodes/{node}/allocation", "", [6]int{none, forbidden, none, forbidden, notFound, unauth}},
+
+		{"POST", "/v1/allocations", `{"resource_class":"gold"}`, [6]int{created, forbidden, created, created, created, unauth}},
+		{"POST", "/v1/allocations", `{"resource_class":"gold","owner":"` + otherProject + `"}`, [6]int{created, forbidden, forbidden, forbidden, created, unauth}},
+		{"GET", "/v1/allocations", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/v1/allocations/{alloc}", "", [6]int{ok, ok, ok, notFound, notFound, unauth}},
+		{"PATCH", "/v1/allocations/{alloc}", `[{"op":"add","path":"/extra/x","value":"y"}]`, [6]int{ok, forbidden, ok, notFound, notFound, unauth}},
+		{"DELETE", "/v1/allocations/{alloc}", "", [6]int{none, forbidden, none, notFound, notFound, unauth}},
+
+		{"GET", "/v1/conductors", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+		{"GET", "/v1/conductors/conductor-1", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+	}
+	// Conductors are read-only: other methods are 405 to whoever is
+	// authenticated.
+	for _, m := range []string{"POST", "PUT", "PATCH", "DELETE"} {
+		for _, path := range []string{"/v1/conductors", "/v1/conductors/conductor-1"} {
+			table = append(table, route{m, path, "", [6]int{405, 405, 405, 405, 405, unauth}})
+		}
+	}
+
+	// Every registered route has a row.
+	covered := map[string]bool{}
+	for _, r := range table {
+		covered[r.method+" "+routePattern(r.path)] = true
+	}
+	var missing []string
+	for _, r := range e.Routes() {
+		if k := r.Method + " " + r.Path; !covered[k] && r.Path != "/v1/" && r.Method != "echo_route_not_found" {
+			missing = append(missing, k)
+		}
+	}
+	sort.Strings(missing)
+	require.Empty(t, missing, "routes without a row in the table")
+
+	var diffs []string
+	for _, r := range table {
+		for i, p := range personas {
+			nodeID, nodeUUID := dbtest.Node(t, pool, dbtest.NodeSpec{
+				ProvisionState: "available", Owner: ptr(ownerProject), Lessee: ptr(lesseeProject), Traits: []string{"CUSTOM_T"},
+			})
+			_, allocUUID := dbtest.Allocation(t, pool, dbtest.AllocationSpec{Owner: ptr(ownerProject), Node: nodeID})
+			rnd := "n-" + uuid.NewString()[:8]
+			repl := strings.NewReplacer("{node}", nodeUUID.String(), "{alloc}", allocUUID.String(), "{rand}", rnd)
+			req, err := http.NewRequest(r.method, srv.URL+repl.Replace(r.path), strings.NewReader(repl.Replace(r.body)))
+			require.NoError(t, err)
+			req.Header.Set("X-OpenStack-Ironic-API-Version", "1.82")
+			if r.body != "" {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			if p.creds != nil {
+				req.Header.Set("X-Auth-Token", p.name)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != r.want[i] {
+				diffs = append(diffs, fmt.Sprintf("%s %s %s as %s: got %d, want %d: %.200s",
+					r.method, r.path, r.body, p.name, resp.StatusCode, r.want[i], body))
+			}
+			if resp.StatusCode == unauth {
+				require.Equal(t, `Keystone uri="http://keystone.test"`, resp.Header.Get("WWW-Authenticate"))
+			}
+		}
+	}
+	require.Empty(t, diffs, "\n%s", strings.Join(diffs, "\n"))
+}
+
+// routePattern turns a table path into echo's route pattern.
+func routePattern(path string) string {
+	path = strings.NewReplacer("{node}", ":ident", "{alloc}", ":ident").Replace(path)
+	switch {
+	case strings.HasPrefix(path, "/v1/conductors/"):
+		return "/v1/conductors/:hostname"
+	case strings.HasPrefix(path, "/v1/nodes/:ident/traits/"):
+		return "/v1/nodes/:ident/traits/:trait"
+	}
+	return path
+}
+
+func ptr[T any](v T) *T { return &v }
