@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 NODES   ?= ../shared/data/dc1-nodes.yaml
 
-.PHONY: build run test generate lint bench
+.PHONY: build run test generate lint bench fuzz
 
 CMDS := $(notdir $(wildcard cmd/api cmd/conductor cmd/manage cmd/placement))
 
@@ -23,6 +23,12 @@ run: build
 test: build
 	scripts/test-deps.sh
 	$(BIN)/metalloc-manage dev exec -- $(GO) test -race -count=1 -timeout 30m ./...
+	scripts/fuzz.sh $(FUZZTIME)
+
+# Every Go native fuzz target for FUZZTIME each (make test: 5s; try 10m).
+FUZZTIME ?= 5s
+fuzz:
+	scripts/fuzz.sh $(FUZZTIME)
 
 # Regenerate sqlc code (needs sqlc: go install github.com/sqlc-dev/sqlc/cmd/sqlc@v1.31.1)
 # and db/schema.sql (the schema after every migration, from pg_dump).

@@ -276,6 +276,9 @@ func (p *Process) Wait(d time.Duration) error {
 	}
 }
 
+// DatabaseURL is the database every process of the stack uses.
+func (s *Stack) DatabaseURL() string { return s.opts.DatabaseURL }
+
 // Stop sends SIGTERM to every process, waits up to 30s each, then kills.
 func (s *Stack) Stop(ctx context.Context) {
 	all := append([]*Process{}, s.Conductors...)

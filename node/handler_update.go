@@ -68,41 +68,9 @@ func (h *Handler) patch(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := validateSchema(patchSchema, "patch", body); err != nil {
+	ops, err := decodePatchOps(body, v, reset)
+	if err != nil {
 		return apiError(err, ident)
-	}
-	var ops []patchOp
-	for _, item := range body.([]any) {
-		m := item.(map[string]any)
-		op := patchOp{Op: m["op"].(string), Path: m["path"].(string), Value: m["value"], raw: m}
-		ops = append(ops, op)
-	}
-	for _, op := range ops {
-		if _, ok := op.raw["value"]; !ok && op.Op != "remove" {
-			return apiError(invalidf("Couldn't apply patch '%s'. Reason: The operation does not contain a 'value' member",
-				web.PyRepr(op.raw)), ident)
-		}
-	}
-	// _validate_patch
-	for _, op := range ops {
-		root := strings.Split(op.Path, "/")[1]
-		if !slices.Contains(patchAllowedFields, root) {
-			return apiError(invalidf("Cannot patch %s. Only the following can be updated: %s",
-				op.Path, strings.Join(patchAllowedFields, ", ")), ident)
-		}
-	}
-	for f := range apiFields {
-		if !fieldAllowed(f, v) && len(patchValues(ops, "/"+f)) > 0 {
-			return apiError(notAcceptable(), ident)
-		}
-	}
-	if reset && len(patchValues(ops, "/driver")) == 0 {
-		return web.BadRequest("The reset_interfaces parameter can only be used when changing the node's driver.")
-	}
-	if d := patchValues(ops, "/description"); len(d) > 0 {
-		if s, ok := d[0].(string); ok && len([]rune(s)) > MaxDescriptionLength {
-			return web.BadRequest("Cannot update node with description exceeding %d characters", MaxDescriptionLength)
-		}
 	}
 	onlyRemoveInstance := len(ops) == 1 && ops[0].Op == "remove" && ops[0].Path == "/instance_uuid" && len(ops[0].raw) == 2
 
@@ -122,31 +90,7 @@ func (h *Handler) patch(c echo.Context) error {
 		} else if n.ProvisionState == StateInspecting && v.AtLeast(1, 39) {
 			return conflictf("Cannot update node \"%s\" while it is in state \"%s\".", n.UUID, StateInspecting)
 		}
-		for _, name := range patchValues(ops, "/name") {
-			if err := checkNodeName(v, name, "Node "+ident+": Cannot change name to invalid name '%s'"); err != nil {
-				return err
-			}
-		}
-		doc := patchDocument(n)
-		patched, err := applyPatch(doc, ops)
-		if err != nil {
-			return err
-		}
-		for k := range patched {
-			if !nodeSchemaProps[k] {
-				delete(patched, k)
-			}
-		}
-		if err := validateSchema(patchedNodeSchema, "patch", patched); err != nil {
-			return err
-		}
-		if err := validateExtra(patched); err != nil {
-			return err
-		}
-		if cu, ok := patched["chassis_uuid"].(string); ok && cu != "" {
-			return invalidf("Chassis %s could not be found.", cu)
-		}
-		return applyPatched(n, patched, ops, reset)
+		return patchNode(n, v, ident, ops, reset)
 	})
 	if err != nil {
 		return apiError(err, ident)
@@ -241,3 +185,80 @@ func (h *Handler) delete(c echo.Context) error {
 }
 
 // --- maintenance ----------------------------------------------------------
+
+// decodePatchOps checks a PATCH body (decoded JSON) against
+// schema/patch.json and Ironic's _validate_patch: every operation has a
+// value (but remove), patches a patchable field that exists at version v,
+// reset_interfaces only with a driver change, a description within
+// MaxDescriptionLength. Errors are Ironic's 400 or 406.
+func decodePatchOps(body any, v web.Version, reset bool) ([]patchOp, error) {
+	if err := validateSchema(patchSchema, "patch", body); err != nil {
+		return nil, err
+	}
+	var ops []patchOp
+	for _, item := range body.([]any) {
+		m := item.(map[string]any)
+		op := patchOp{Op: m["op"].(string), Path: m["path"].(string), Value: m["value"], raw: m}
+		ops = append(ops, op)
+	}
+	for _, op := range ops {
+		if _, ok := op.raw["value"]; !ok && op.Op != "remove" {
+			return nil, invalidf("Couldn't apply patch '%s'. Reason: The operation does not contain a 'value' member",
+				web.PyRepr(op.raw))
+		}
+	}
+	// _validate_patch
+	for _, op := range ops {
+		root := strings.Split(op.Path, "/")[1]
+		if !slices.Contains(patchAllowedFields, root) {
+			return nil, invalidf("Cannot patch %s. Only the following can be updated: %s",
+				op.Path, strings.Join(patchAllowedFields, ", "))
+		}
+	}
+	for f := range apiFields {
+		if !fieldAllowed(f, v) && len(patchValues(ops, "/"+f)) > 0 {
+			return nil, notAcceptable()
+		}
+	}
+	if reset && len(patchValues(ops, "/driver")) == 0 {
+		return nil, web.BadRequest("The reset_interfaces parameter can only be used when changing the node's driver.")
+	}
+	if d := patchValues(ops, "/description"); len(d) > 0 {
+		if s, ok := d[0].(string); ok && len([]rune(s)) > MaxDescriptionLength {
+			return nil, web.BadRequest("Cannot update node with description exceeding %d characters", MaxDescriptionLength)
+		}
+	}
+	return ops, nil
+}
+
+// patchNode applies ops to n (locked by the caller, who checked access and
+// state): names valid at v, the patched document valid against the node
+// schema and extra's limits, then copied back (applyPatched). ident names
+// the node in messages.
+func patchNode(n *Node, v web.Version, ident string, ops []patchOp, reset bool) error {
+	for _, name := range patchValues(ops, "/name") {
+		if err := checkNodeName(v, name, "Node "+ident+": Cannot change name to invalid name '%s'"); err != nil {
+			return err
+		}
+	}
+	doc := patchDocument(n)
+	patched, err := applyPatch(doc, ops)
+	if err != nil {
+		return err
+	}
+	for k := range patched {
+		if !nodeSchemaProps[k] {
+			delete(patched, k)
+		}
+	}
+	if err := validateSchema(patchedNodeSchema, "patch", patched); err != nil {
+		return err
+	}
+	if err := validateExtra(patched); err != nil {
+		return err
+	}
+	if cu, ok := patched["chassis_uuid"].(string); ok && cu != "" {
+		return invalidf("Chassis %s could not be found.", cu)
+	}
+	return applyPatched(n, patched, ops, reset)
+}
