@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	neturl "net/url"
@@ -69,6 +70,7 @@ func TestHTTPBasicEndToEnd(t *testing.T) {
 			"METALLOC_PLACEMENT_BACKEND_AUTH_STRATEGY=http_basic",
 			"METALLOC_PLACEMENT_BACKEND_USERNAME=conductor",
 			"METALLOC_PLACEMENT_BACKEND_PASSWORD=cond-pw",
+			"METALLOC_LOG_LEVEL=debug", // for requireNoSecrets
 		},
 	})
 	ctx := context.Background()
@@ -134,4 +136,7 @@ func TestHTTPBasicEndToEnd(t *testing.T) {
 		_, err := nodes.List(late, nil).AllPages(ctx)
 		return err == nil
 	}, 10*time.Second, 200*time.Millisecond)
+
+	requireNoSecrets(t, stack, "op-pw", "cond-pw", "late-pw",
+		base64.StdEncoding.EncodeToString([]byte("operator:op-pw")), base64.StdEncoding.EncodeToString([]byte("conductor:cond-pw")))
 }

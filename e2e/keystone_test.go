@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -116,6 +117,7 @@ func TestKeystoneEndToEnd(t *testing.T) {
 			"METALLOC_KEYSTONE_USERNAME=metalloc",
 			"METALLOC_KEYSTONE_PASSWORD=metalloc-service-pw",
 			"METALLOC_KEYSTONE_TOKEN_CACHE_TIME=1s",
+			"METALLOC_LOG_LEVEL=debug", // for requireNoSecrets
 		},
 	})
 	require.NoError(t, ks.AddEndpoint(ctx, "baremetal", "ironic", stack.APIURL))
@@ -242,6 +244,37 @@ func TestKeystoneEndToEnd(t *testing.T) {
 		return get(stack.APIURL+"/v1/nodes", tok).StatusCode == http.StatusUnauthorized &&
 			get(stack.BackendPlacementURL+"/resource_providers", tok).StatusCode == http.StatusUnauthorized
 	}, 15*time.Second, 200*time.Millisecond, "a revoked token is refused by both APIs")
+
+	// Secrets never reach the logs or /metrics.
+	requireNoSecrets(t, stack, "metalloc-service-pw", "operator-pw", "alice-pw", tok)
+}
+
+// requireNoSecrets fails if any process log of stack, or the /metrics of
+// the API or a conductor, contains one of secrets.
+func requireNoSecrets(t *testing.T, stack *devstack.Stack, secrets ...string) {
+	t.Helper()
+	var texts []string
+	for _, p := range append([]*devstack.Process{stack.API, stack.Placement}, stack.Conductors...) {
+		if p == nil {
+			continue
+		}
+		raw, err := os.ReadFile(p.LogPath)
+		require.NoError(t, err)
+		texts = append(texts, string(raw))
+		if p.MetricsURL != "" {
+			texts = append(texts, scrape(t, p.MetricsURL))
+		}
+	}
+	resp, err := http.Get(stack.APIURL + "/metrics")
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	texts = append(texts, string(raw))
+	for _, s := range secrets {
+		for _, text := range texts {
+			require.NotContains(t, text, s, "a secret leaked")
+		}
+	}
 }
 
 // nodeName is the name of the node with the given UUID.
