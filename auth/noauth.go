@@ -20,7 +20,8 @@ func (IronicNoAuth) Authenticate(context.Context, *http.Request) (Credentials, e
 // token reads "user[:project]" (project defaults to the user); roles come
 // from X-Roles (comma-separated, as Keystone would flatten them), else user
 // "admin" has the admin role and anybody else none; a non-empty
-// OpenStack-System-Scope header makes the token system-scoped (no project).
+// OpenStack-System-Scope header makes the token system-scoped (no project);
+// an X-Project-Id header overrides the project.
 // Nothing is verified: this mode is for loopback and tests (see
 // config.API.AllowInsecureNoAuth).
 type PlacementNoAuth struct{}
@@ -49,6 +50,11 @@ func (PlacementNoAuth) Authenticate(_ context.Context, r *http.Request) (Credent
 		c.SystemScope = strings.ToLower(s)
 	} else {
 		c.ProjectID = project
+	}
+	// oslo.context reads X-Project-Id before the X-Tenant-Id noauth2 sets,
+	// so a project sent by the client wins (Placement's tests rely on it).
+	if p := r.Header.Get("X-Project-Id"); p != "" {
+		c.ProjectID = p
 	}
 	return c, nil
 }

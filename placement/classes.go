@@ -152,7 +152,7 @@ func (h *Handler) createResourceClass(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	c.Response().Header().Set("Location", resourceClassURL(in.Name))
+	setLocation(c, resourceClassURL(in.Name))
 	return c.NoContent(http.StatusCreated)
 }
 
@@ -179,7 +179,7 @@ func (h *Handler) putResourceClass(c echo.Context) error {
 		} else if err != nil {
 			return err
 		}
-		c.Response().Header().Set("Location", resourceClassURL(name))
+		setLocation(c, resourceClassURL(name))
 		return c.NoContent(status)
 	}
 	var in struct {

@@ -49,7 +49,7 @@ func TestResourceClasses(t *testing.T) {
 	// Create.
 	status, h, body = call(t, srv, "POST", "/resource_classes", "1.2", `{"name": "CUSTOM_GOLD"}`)
 	require.Equal(t, 201, status, "%v", body)
-	require.Equal(t, "/resource_classes/CUSTOM_GOLD", h.Get("Location"))
+	require.Equal(t, srv.URL+"/resource_classes/CUSTOM_GOLD", h.Get("Location"))
 	status, _, body = call(t, srv, "POST", "/resource_classes", "1.2", `{"name": "CUSTOM_GOLD"}`)
 	require.Equal(t, 409, status)
 	require.Contains(t, rpErrDetail(t, body), "Conflicting resource class already exists: CUSTOM_GOLD")
@@ -88,7 +88,7 @@ func TestResourceClasses(t *testing.T) {
 	// PUT 1.7+ creates or confirms.
 	status, h, _ = call(t, srv, "PUT", "/resource_classes/CUSTOM_BRONZE", "1.7", "")
 	require.Equal(t, 201, status)
-	require.Equal(t, "/resource_classes/CUSTOM_BRONZE", h.Get("Location"))
+	require.Equal(t, srv.URL+"/resource_classes/CUSTOM_BRONZE", h.Get("Location"))
 	status, _, _ = call(t, srv, "PUT", "/resource_classes/CUSTOM_BRONZE", "1.7", "")
 	require.Equal(t, 204, status)
 	status, _, _ = call(t, srv, "PUT", "/resource_classes/VCPU", "1.7", "")

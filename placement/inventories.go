@@ -354,8 +354,7 @@ func (h *Handler) createInventory(c echo.Context) error {
 		return err
 	}
 	inv.Modified = time.Now()
-	c.Response().Header().Set("Location",
-		fmt.Sprintf("/resource_providers/%s/inventories/%s", rp.Uuid, inv.ResourceClass))
+	setLocation(c, fmt.Sprintf("/resource_providers/%s/inventories/%s", rp.Uuid, inv.ResourceClass))
 	return sendInventory(c, http.StatusCreated, rp.Generation+1, inv)
 }
 

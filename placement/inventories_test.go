@@ -73,7 +73,7 @@ func TestInventoriesCRUD(t *testing.T) {
 	// POST: defaults, 201, Location.
 	st, h, body = call(t, srv, "POST", base, "1.23", `{"resource_class": "VCPU", "total": 8}`)
 	require.Equal(t, 201, st, body)
-	require.Equal(t, base+"/VCPU", h.Get("Location"))
+	require.Equal(t, srv.URL+base+"/VCPU", h.Get("Location"))
 	require.EqualValues(t, 1, body["resource_provider_generation"])
 	require.EqualValues(t, 0, body["reserved"])
 	require.EqualValues(t, 1, body["min_unit"])

@@ -245,7 +245,7 @@ func (h *Handler) createProvider(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	c.Response().Header().Set("Location", providerURL(rp.Uuid))
+	setLocation(c, providerURL(rp.Uuid))
 	if v.AtLeast(1, 20) {
 		t := providerModified(rp)
 		setCacheHeaders(c, &t)

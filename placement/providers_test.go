@@ -57,13 +57,13 @@ func TestProviderCRUD(t *testing.T) {
 	status, h, body := call(t, srv, "POST", "/resource_providers", "", `{"name": "a", "uuid": "`+rpU1+`"}`)
 	require.Equal(t, 201, status)
 	require.Nil(t, body)
-	require.Equal(t, "/resource_providers/"+rpU1, h.Get("Location"))
+	require.Equal(t, srv.URL+"/resource_providers/"+rpU1, h.Get("Location"))
 
 	// 1.20: 200 with the provider.
 	status, h, body = call(t, srv, "POST", "/resource_providers", "1.20", `{"name": "b"}`)
 	require.Equal(t, 200, status)
 	require.NotEmpty(t, body["uuid"])
-	require.Equal(t, "/resource_providers/"+body["uuid"].(string), h.Get("Location"))
+	require.Equal(t, srv.URL+"/resource_providers/"+body["uuid"].(string), h.Get("Location"))
 	require.Equal(t, body["uuid"], body["root_provider_uuid"])
 	require.Nil(t, body["parent_provider_uuid"])
 	require.EqualValues(t, 0, body["generation"])

@@ -85,3 +85,9 @@ func (h *Handler) registerRoutes(g *echo.Group) {
 	h.registerTraits(g)
 	h.registerUsages(g)
 }
+
+// setLocation sets the Location header to path made absolute with the
+// request's scheme and host, as Placement's (webob's) answers carry it.
+func setLocation(c echo.Context, path string) {
+	c.Response().Header().Set("Location", c.Scheme()+"://"+c.Request().Host+path)
+}

@@ -138,7 +138,7 @@ func (h *Handler) putTrait(c echo.Context) error {
 	if n == 1 {
 		status = http.StatusCreated
 	}
-	c.Response().Header().Set("Location", traitURL(name))
+	setLocation(c, traitURL(name))
 	if web.PlacementRequestVersion(c).AtLeast(1, 15) {
 		t, err := h.q.TraitByName(ctx, name)
 		if err != nil {

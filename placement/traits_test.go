@@ -28,7 +28,7 @@ func TestTraits(t *testing.T) {
 	// PUT creates custom traits only.
 	status, h, _ = call(t, srv, "PUT", "/traits/CUSTOM_FOO", "1.6", "")
 	require.Equal(t, 201, status)
-	require.Equal(t, "/traits/CUSTOM_FOO", h.Get("Location"))
+	require.Equal(t, srv.URL+"/traits/CUSTOM_FOO", h.Get("Location"))
 	status, h, _ = call(t, srv, "PUT", "/traits/CUSTOM_FOO", "1.15", "")
 	require.Equal(t, 204, status)
 	require.NotEmpty(t, h.Get("Last-Modified"))
