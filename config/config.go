@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -305,6 +306,17 @@ func Load(path string, fs *pflag.FlagSet) (Config, error) {
 		return Config{}, fmt.Errorf("parsing config: %w", err)
 	}
 	return c, nil
+}
+
+// Keys lists every configuration key that has a default ("api.listen",
+// "keystone.auth_url", ...), sorted: what configs/metalloc.yaml and the
+// README's table must document.
+func Keys() []string {
+	v := viper.New()
+	defaults(v)
+	keys := v.AllKeys()
+	sort.Strings(keys)
+	return keys
 }
 
 // RequireDatabase returns an error naming the key when no database URL is set.
