@@ -320,7 +320,10 @@ func (h *Handler) updateProvider(c echo.Context) error {
 		if rp, err = h.providerFromPathRaised(c, q); err != nil {
 			return err
 		}
-		if _, err := q.ProviderLockForUpdate(ctx, rp.ID); err != nil {
+		if _, err := q.ProviderLockForUpdate(ctx, rp.ID); errors.Is(err, pgx.ErrNoRows) {
+			// Deleted by a concurrent request since it was read.
+			return web.PlacementRaised(errProviderNotFound(rp.Uuid.String()))
+		} else if err != nil {
 			return err
 		}
 		actionErr := func(action, reason string) error {
@@ -423,7 +426,9 @@ func (h *Handler) deleteProvider(c echo.Context) error {
 		} else if err != nil {
 			return err
 		}
-		if _, err := q.ProviderLockForUpdate(ctx, rp.ID); err != nil {
+		if _, err := q.ProviderLockForUpdate(ctx, rp.ID); errors.Is(err, pgx.ErrNoRows) {
+			return notFound // a concurrent DELETE won
+		} else if err != nil {
 			return err
 		}
 		if has, err := q.ProviderHasChildren(ctx, rp.ID); err != nil {
