@@ -142,12 +142,12 @@ func (t *Tracker) desiredInventories(n TrackerNodesRow, rc string, cur map[strin
 // FullyReserved is the reserved amount that leaves an inventory of total
 // units at allocation ratio ratio no free capacity while its allocations
 // use used units: Nova's ironic driver reserves the whole total of an
-// unavailable node, which OpenStack Placement accepts with a warning even
-// below the usage, but metalloc-placement refuses (409
-// placement.inventory.inuse) a capacity, int((total − reserved) × ratio),
-// below the usage. So it keeps the fewest units whose capacity still
-// covers used (used itself at ratio 1.0) and reserves the rest; never below
-// 0, total when nothing is used.
+// unavailable node, which Placement (OpenStack's and metalloc's) accepts
+// with a warning even when the capacity, int((total − reserved) × ratio),
+// falls below the usage; metalloc-placement then counts the inventory as
+// over capacity (metric, upgrade check). So it keeps the fewest units whose
+// capacity still covers used (used itself at ratio 1.0) and reserves the
+// rest; never below 0, total when nothing is used.
 func FullyReserved(total, used int64, ratio float64) int64 {
 	if used <= 0 {
 		return total

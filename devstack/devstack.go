@@ -92,22 +92,8 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	if opts.Conductors <= 0 {
 		opts.Conductors = 2
 	}
-	if opts.Log == nil {
-		opts.Log = zap.NewNop()
-	}
-	if opts.BinDir == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		opts.BinDir = filepath.Dir(exe)
-	}
-	if opts.LogDir == "" {
-		dir, err := os.MkdirTemp("", "metalloc-logs-")
-		if err != nil {
-			return nil, err
-		}
-		opts.LogDir = dir
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
 	}
 	if opts.APIListen == "" {
 		port, err := freePort()
@@ -142,20 +128,10 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	s.API = api
 	if opts.Placement {
-		if opts.PlacementListen == "" {
-			port, err := freePort()
-			if err != nil {
-				s.Stop(context.WithoutCancel(ctx))
-				return nil, err
-			}
-			opts.PlacementListen = "127.0.0.1:" + strconv.Itoa(port)
-		}
-		p, err := s.spawnEnv("metalloc-placement", "placement", placementEnv, "--placement.listen", opts.PlacementListen)
-		if err != nil {
+		if err := s.spawnPlacement(placementEnv); err != nil {
 			s.Stop(context.WithoutCancel(ctx))
 			return nil, err
 		}
-		s.Placement, s.PlacementURL = p, "http://"+opts.PlacementListen
 	}
 	if opts.AllocationBackend == "placement" {
 		s.BackendPlacementURL = opts.PlacementBackendEndpoint
@@ -193,6 +169,69 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	opts.Log.Info("metalloc stack up", zap.String("api", s.APIURL), zap.Int("conductors", opts.Conductors),
 		zap.String("backend", opts.AllocationBackend), zap.String("backend_placement", s.BackendPlacementURL),
 		zap.String("logs", opts.LogDir))
+	return s, nil
+}
+
+// setDefaults fills in Log (no-op), BinDir (the running executable's
+// directory) and LogDir (a new temp dir) when unset.
+func (o *Options) setDefaults() error {
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	if o.BinDir == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		o.BinDir = filepath.Dir(exe)
+	}
+	if o.LogDir == "" {
+		dir, err := os.MkdirTemp("", "metalloc-logs-")
+		if err != nil {
+			return err
+		}
+		o.LogDir = dir
+	}
+	return nil
+}
+
+// spawnPlacement starts metalloc-placement on opts.PlacementListen (a free
+// loopback port when empty) with env before the stack's Env.
+func (s *Stack) spawnPlacement(env []string) error {
+	if s.opts.PlacementListen == "" {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		s.opts.PlacementListen = "127.0.0.1:" + strconv.Itoa(port)
+	}
+	p, err := s.spawnEnv("metalloc-placement", "placement", env, "--placement.listen", s.opts.PlacementListen)
+	if err != nil {
+		return err
+	}
+	s.Placement, s.PlacementURL = p, "http://"+s.opts.PlacementListen
+	return nil
+}
+
+// StartPlacement starts metalloc-placement alone (no API, no conductors),
+// as Options say (BinDir, DatabaseURL, PlacementListen, LogDir, Env, Log;
+// the rest is ignored), and waits until it answers. Stop the returned
+// Stack.
+func StartPlacement(ctx context.Context, opts Options) (*Stack, error) {
+	if opts.DatabaseURL == "" {
+		return nil, errors.New("devstack: DatabaseURL is required")
+	}
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Stack{opts: opts}
+	if err := s.spawnPlacement(nil); err != nil {
+		return nil, err
+	}
+	if err := waitHTTP(ctx, s.Placement, s.PlacementURL); err != nil {
+		s.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 
 	"github.com/google/uuid"
@@ -32,13 +33,18 @@ type claimHooks struct {
 	lock        []uuid.UUID
 	afterLock   func(locked map[uuid.UUID]LockClaimProvidersRow) error
 	afterInsert func() error
+	// allocationBumps, when set, is told the ids of the providers whose
+	// generation the allocation write itself increments (those the new
+	// allocations name and those an emptied consumer leaves), before the
+	// lock targets are added.
+	allocationBumps func(ids map[int64]bool)
 }
 
 // claimBumpIDs is the set of provider ids whose generation a write of
 // claims increments (see writeAllocationsTx); call it before the consumers'
 // old allocations are deleted.
 func claimBumpIDs(ctx context.Context, q *Queries, claims []claim, consumers []PlacementConsumer,
-	fresh []bool, byUUID map[uuid.UUID]int64, named, extra []uuid.UUID) ([]int64, error) {
+	fresh []bool, byUUID map[uuid.UUID]int64, named []uuid.UUID) ([]int64, error) {
 	seen := map[int64]bool{}
 	var ids []int64
 	add := func(id int64) {
@@ -47,7 +53,7 @@ func claimBumpIDs(ctx context.Context, q *Queries, claims []claim, consumers []P
 			ids = append(ids, id)
 		}
 	}
-	for _, u := range append(append([]uuid.UUID(nil), named...), extra...) {
+	for _, u := range named {
 		if id, ok := byUUID[u]; ok {
 			add(id)
 		}
@@ -121,10 +127,23 @@ func writeAllocationsTx(ctx context.Context, q *Queries, v web.Version, claims [
 	// the providers the new allocations name, of the providers a consumer
 	// given no allocations leaves, and (reshaper) of the locked targets;
 	// a provider a consumer moves away from keeps its generation.
-	bumpIDs, err := claimBumpIDs(ctx, q, claims, consumers, fresh, byUUID, wantUUIDs, hooks.lock)
+	bumpIDs, err := claimBumpIDs(ctx, q, claims, consumers, fresh, byUUID, wantUUIDs)
 	if err != nil {
 		return err
 	}
+	if hooks.allocationBumps != nil {
+		set := make(map[int64]bool, len(bumpIDs))
+		for _, id := range bumpIDs {
+			set[id] = true
+		}
+		hooks.allocationBumps(set)
+	}
+	for _, u := range hooks.lock {
+		if id, ok := byUUID[u]; ok && !slices.Contains(bumpIDs, id) {
+			bumpIDs = append(bumpIDs, id)
+		}
+	}
+	slices.Sort(bumpIDs)
 	if len(existing) > 0 {
 		if err := q.DeleteConsumerAllocations(ctx, existing); err != nil {
 			return err

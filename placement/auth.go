@@ -47,18 +47,19 @@ const (
 	ruleTotalUsages         = "placement:usages"
 )
 
-// isRootPath reports whether the request is for the version document,
-// which Placement serves without authentication.
-func isRootPath(c echo.Context) bool {
+// isPublicPath reports whether the request is for the version document,
+// which Placement serves without authentication, or for /metrics, which
+// metalloc-placement serves without authentication as metalloc-api does.
+func isPublicPath(c echo.Context) bool {
 	p := c.Request().URL.Path
-	return p == "/" || p == ""
+	return p == "/" || p == "" || p == "/metrics"
 }
 
 // authenticate is the Authenticator as echo middleware: every request but
-// the version document needs credentials; a refusal is Placement's
+// the version document and /metrics needs credentials; a refusal is Placement's
 // authentication 401 (or 400/503), outside microversion negotiation.
 func (h *Handler) authenticate() echo.MiddlewareFunc {
-	return auth.Middleware(h.opts.Authenticator, isRootPath, func(_ echo.Context, f *auth.Failure) error {
+	return auth.Middleware(h.opts.Authenticator, isPublicPath, func(_ echo.Context, f *auth.Failure) error {
 		return web.PlacementAuthFailure(f.Status, f.Message, f.Challenge)
 	})
 }

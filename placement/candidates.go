@@ -157,12 +157,13 @@ func candValidateSchema(q url.Values, v web.Version) error {
 	}
 	if _, ok := q["limit"]; ok {
 		if l := lastValue(q, "limit"); !candLimitPattern.MatchString(l) {
-			return badQuery("%s does not match %s", web.PyRepr(l), web.PyRepr("^[1-9][0-9]*$"))
+			return badLimit(l)
 		}
 	}
 	if _, ok := q["group_policy"]; ok {
 		if gp := lastValue(q, "group_policy"); gp != "none" && gp != "isolate" {
-			return badQuery("%s is not one of ['none', 'isolate']", web.PyRepr(gp))
+			return badQueryValue(web.PyRepr(gp)+" is not one of ['none', 'isolate']", "enum", "group_policy",
+				map[string]any{"type": "string", "enum": []any{"none", "isolate"}}, gp)
 		}
 	}
 	return nil
@@ -181,7 +182,7 @@ func parseCandRequest(raw string, v web.Version) (*candidate.Request, error) {
 	if vals := q["limit"]; len(vals) > 0 {
 		n, err := strconv.Atoi(vals[0])
 		if err != nil || n < 1 {
-			return nil, badQuery("%s does not match %s", web.PyRepr(vals[0]), web.PyRepr("^[1-9][0-9]*$"))
+			return nil, badLimit(vals[0])
 		}
 		r.Limit = n
 	}

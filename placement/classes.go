@@ -166,8 +166,8 @@ func (h *Handler) putResourceClass(c echo.Context) error {
 	name := c.Param("name")
 	if web.PlacementRequestVersion(c).AtLeast(1, 7) {
 		doc := map[string]any{"name": name}
-		if err := customClassSchema.sch.Validate(doc); err != nil {
-			return web.PlacementErr(http.StatusBadRequest, "", "JSON does not validate: %s", schemaMessage(err, doc))
+		if err := customClassSchema.validate(doc); err != nil {
+			return err
 		}
 		status := http.StatusNoContent
 		if _, err := h.q.ResourceClassByName(ctx, name); errors.Is(err, pgx.ErrNoRows) {

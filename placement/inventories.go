@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/web"
 )
@@ -188,19 +189,25 @@ func checkCapacity(v web.Version, rp uuid.UUID, invs ...inventory) string {
 	return ""
 }
 
-// checkUsage refuses (409 placement.inventory.inuse) an inventory whose
-// capacity would fall below what the provider's allocations already use of
-// that class: allocations never end up above capacity. (Placement 8.0 only
-// logs a warning here.)
-func checkUsage(ctx context.Context, q *Queries, rp ProviderRow, classID int32, inv inventory, prefix string) error {
-	used, err := q.ProviderClassUsage(ctx, ProviderClassUsageParams{ProviderID: rp.ID, ClassID: classID})
+// noteOverCapacity warns (log and metric) when the provider's allocations
+// of the class now use more than inv's capacity. Placement 8.0 accepts such
+// an inventory (Nova's resource tracker and metalloc's own depend on it,
+// for example when a node's resource class changes under an allocation);
+// the over-commitment stays visible instead: a warning, the counter
+// metalloc_placement_inventory_over_capacity_total and
+// "metalloc-manage status upgrade-check".
+func (h *Handler) noteOverCapacity(c echo.Context, q *Queries, rp ProviderRow, classID int32, inv inventory) error {
+	used, err := q.ProviderClassUsage(c.Request().Context(), ProviderClassUsageParams{ProviderID: rp.ID, ClassID: classID})
 	if err != nil {
 		return err
 	}
 	if used > inv.capacity() {
-		return web.PlacementErr(http.StatusConflict, web.PlacementCodeInventoryInUse,
-			"%sUnable to update inventory for resource provider %s: the capacity of %s would be %d, "+
-				"below the %d its allocations use.", prefix, rp.Uuid, inv.ResourceClass, inv.capacity(), used)
+		web.Logger(c).Warn("inventory update leaves allocations above capacity",
+			zap.Stringer("resource_provider", rp.Uuid), zap.String("resource_class", inv.ResourceClass),
+			zap.Int64("used", used), zap.Int64("capacity", inv.capacity()))
+		if h.overCapacity != nil {
+			h.overCapacity.WithLabelValues(inv.ResourceClass).Inc()
+		}
 	}
 	return nil
 }
@@ -362,8 +369,8 @@ func (h *Handler) createInventory(c echo.Context) error {
 // the body's resource_provider_generation must be current (409
 // placement.concurrent_update); the provider must have inventory of the
 // class (400), the class must exist (404). Shrinking the capacity below
-// current usage is refused with 409 placement.inventory.inuse (checkUsage;
-// Placement 8.0 only logs a warning).
+// current usage is accepted with a warning, as Placement 8.0
+// (noteOverCapacity).
 func (h *Handler) updateInventory(c echo.Context) error {
 	ctx := c.Request().Context()
 	if err := requireJSONContent(c); err != nil {
@@ -415,7 +422,7 @@ func (h *Handler) updateInventory(c echo.Context) error {
 				"No inventory record with resource class for resource provider %s: No inventory of class %s found.",
 				rp.Uuid, class)
 		}
-		return checkUsage(ctx, q, rp, classID, inv, "")
+		return h.noteOverCapacity(c, q, rp, classID, inv)
 	})
 	if err != nil {
 		return err
@@ -427,8 +434,8 @@ func (h *Handler) updateInventory(c echo.Context) error {
 // setInventories is PUT /resource_providers/{uuid}/inventories: replaces
 // every inventory of the provider in one transaction. A stale generation is
 // 409 placement.concurrent_update, an unknown class 400, removing an
-// inventory that has allocations or shrinking one below its usage 409
-// placement.inventory.inuse.
+// inventory that has allocations 409 placement.inventory.inuse; shrinking
+// one below its usage is accepted with a warning (noteOverCapacity).
 func (h *Handler) setInventories(c echo.Context) error {
 	ctx := c.Request().Context()
 	if err := requireJSONContent(c); err != nil {
@@ -465,7 +472,7 @@ func (h *Handler) setInventories(c echo.Context) error {
 			}
 			return err
 		}
-		return replaceInventories(c, q, rp, invs, "update conflict: ")
+		return h.replaceInventories(c, q, rp, invs, "update conflict: ")
 	})
 	if err != nil {
 		var pe *web.PlacementError
@@ -486,7 +493,7 @@ func (h *Handler) setInventories(c echo.Context) error {
 // provider row locked by the caller): removed classes must have no
 // allocations (409 placement.inventory.inuse, detail prefixed with
 // inUsePrefix), unknown classes are 400 "No such resource class X.".
-func replaceInventories(c echo.Context, q *Queries, rp ProviderRow, invs []inventory, inUsePrefix string) error {
+func (h *Handler) replaceInventories(c echo.Context, q *Queries, rp ProviderRow, invs []inventory, inUsePrefix string) error {
 	ctx := c.Request().Context()
 	current, err := q.ProviderInventories(ctx, rp.ID)
 	if err != nil {
@@ -529,7 +536,7 @@ func replaceInventories(c echo.Context, q *Queries, rp ProviderRow, invs []inven
 				AllocationRatio: p.AllocationRatio}); err != nil {
 				return err
 			}
-			if err := checkUsage(ctx, q, rp, classID, inv, inUsePrefix); err != nil {
+			if err := h.noteOverCapacity(c, q, rp, classID, inv); err != nil {
 				return err
 			}
 		} else if err := q.InsertInventory(ctx, p); err != nil {
@@ -561,7 +568,7 @@ func (h *Handler) deleteInventories(c echo.Context) error {
 				"Unable to delete inventory for resource provider %s because the inventory was updated by "+
 					"another process. Please retry your request.", rp.Uuid)
 		}
-		return replaceInventories(c, q, rp, nil, "")
+		return h.replaceInventories(c, q, rp, nil, "")
 	})
 	if err != nil {
 		return err

@@ -3,7 +3,10 @@ package placement
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -18,15 +21,16 @@ import (
 
 // invServer is testServer that also returns the database pool, so that
 // tests can create providers with plain SQL.
-func invServer(t testing.TB) (*httptest.Server, *pgxpool.Pool) {
+func invServer(t testing.TB, opts ...Options) (*httptest.Server, *pgxpool.Pool) {
 	t.Helper()
+	opts = append(opts, Options{})
 	pool := dbtest.New(t)
 	require.NoError(t, Prepare(context.Background(), pool))
 	e := echo.New()
 	e.HTTPErrorHandler = web.PlacementErrorHandler
 	e.JSONSerializer = web.JSONSerializer{}
 	e.Use(web.RequestID(zap.NewNop()))
-	NewHandler(pool, Options{}).Register(e)
+	NewHandler(pool, opts[0]).Register(e)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return srv, pool
@@ -176,7 +180,8 @@ func TestInventoriesCRUD(t *testing.T) {
 
 func TestInventoryInUse(t *testing.T) {
 	t.Parallel()
-	srv, pool := invServer(t)
+	reg := prometheus.NewRegistry()
+	srv, pool := invServer(t, Options{Metrics: reg})
 	rp := mkProvider(t, pool, "rp1")
 	base := "/resource_providers/" + rp + "/inventories"
 	st, _, body := call(t, srv, "PUT", base, "", `{"resource_provider_generation": 0,
@@ -199,22 +204,32 @@ func TestInventoryInUse(t *testing.T) {
 	_, code, _ = errOf(t, body)
 	require.Equal(t, "placement.inventory.inuse", code)
 
-	// Removing the unused one is fine; shrinking below usage is refused
-	// (409 placement.inventory.inuse), by one PUT or by PUT all, and changes
-	// nothing.
+	// Removing the unused one is fine; shrinking below usage is accepted
+	// (as Placement 8.0), by one PUT or by PUT all, with a warning: the
+	// counter, and OverCapacity lists the provider.
 	st, _, body = call(t, srv, "DELETE", base+"/DISK_GB", "", "")
 	require.Equal(t, 204, st, body)
 	st, _, body = call(t, srv, "PUT", base+"/VCPU", "1.23", `{"resource_provider_generation": 3, "total": 1}`)
-	require.Equal(t, 409, st, body)
-	_, code, detail = errOf(t, body)
-	require.Equal(t, "placement.inventory.inuse", code)
-	require.Contains(t, detail, "below the 2 its allocations use")
-	st, _, body = call(t, srv, "PUT", base, "1.23", `{"resource_provider_generation": 3, "inventories": {"VCPU": {"total": 1}}}`)
-	require.Equal(t, 409, st, body)
-	st, _, body = call(t, srv, "GET", base+"/VCPU", "", "")
 	require.Equal(t, 200, st, body)
-	require.EqualValues(t, 3, body["resource_provider_generation"])
-	require.EqualValues(t, 4, body["total"])
+	require.EqualValues(t, 1, body["total"])
+	st, _, body = call(t, srv, "PUT", base, "1.26", `{"resource_provider_generation": 4, "inventories": {"VCPU": {"total": 1, "reserved": 1}}}`)
+	require.Equal(t, 200, st, body)
+	over, err := OverCapacity(context.Background(), pool)
+	require.NoError(t, err)
+	require.Len(t, over, 1)
+	require.Equal(t, rp, over[0].ProviderUuid.String())
+	require.Equal(t, "VCPU", over[0].ResourceClass)
+	require.EqualValues(t, 2, over[0].Used)
+	require.EqualValues(t, 0, over[0].Capacity)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP metalloc_placement_inventory_over_capacity_total Inventory writes accepted although the provider's allocations of the class use more than its new capacity, by resource class.
+# TYPE metalloc_placement_inventory_over_capacity_total counter
+metalloc_placement_inventory_over_capacity_total{resource_class="VCPU"} 2
+`)))
+	// New allocations are still held to capacity.
+	st, _, body = call(t, srv, "PUT", "/allocations/"+uuid.NewString(), "1.12",
+		fmt.Sprintf(`{"allocations": {"%s": {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u"}`, rp))
+	require.Equal(t, 409, st, body)
 }
 
 // Inventory values no allocation could use are refused with 400.

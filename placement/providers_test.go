@@ -304,8 +304,14 @@ func TestSchemaMessages(t *testing.T) {
 	for b, want := range cases {
 		status, _, body := call(t, srv, "POST", "/resource_providers", "1.14", b)
 		require.Equal(t, 400, status, b)
-		require.Equal(t, "JSON does not validate: "+want, rpErrDetail(t, body), b)
+		first, _, _ := strings.Cut(rpErrDetail(t, body), "\n")
+		require.Equal(t, "JSON does not validate: "+want, first, b)
 	}
+	// The rest is python-jsonschema's: keyword, sub-schema path and value.
+	_, _, body := call(t, srv, "POST", "/resource_providers", "1.14", `{"name": "x", "uuid": "bad"}`)
+	require.Equal(t, "JSON does not validate: 'bad' is not a 'uuid'\n\n"+
+		"Failed validating 'format' in schema['properties']['uuid']:\n    {'format': 'uuid', 'type': 'string'}\n\n"+
+		"On instance['uuid']:\n    'bad'", rpErrDetail(t, body))
 }
 
 // TestProviderCreateNameAndUUIDSpelling: an empty name is 400 (Placement's

@@ -167,11 +167,29 @@ DELETE FROM placement.inventories
  WHERE resource_provider_id = @provider_id AND resource_class_id = ANY(@class_ids::int[]);
 
 -- name: ClassesInUse :many
-SELECT DISTINCT rc.name
-  FROM placement.allocations a
-  JOIN placement.resource_classes rc ON rc.id = a.resource_class_id
- WHERE a.resource_provider_id = @provider_id AND a.resource_class_id = ANY(@class_ids::int[])
- ORDER BY rc.name;
+-- In class id order (standard classes first), as Placement names them in
+-- "Inventory for 'VCPU, DISK_GB' ... in use".
+SELECT rc.name
+  FROM placement.resource_classes rc
+ WHERE rc.id = ANY(@class_ids::int[])
+   AND EXISTS (SELECT 1 FROM placement.allocations a
+                WHERE a.resource_provider_id = @provider_id AND a.resource_class_id = rc.id)
+ ORDER BY rc.id;
+
+-- name: OverCapacity :many
+-- Inventories whose allocations use more than their capacity ((total -
+-- reserved) * allocation_ratio), which Placement allows an inventory update
+-- to leave behind; by provider uuid and class.
+SELECT rp.uuid AS provider_uuid, rp.name AS provider_name, rc.name AS resource_class,
+       u.used::bigint AS used, floor((i.total - i.reserved) * i.allocation_ratio)::bigint AS capacity
+  FROM placement.inventories i
+  JOIN (SELECT resource_provider_id, resource_class_id, sum(used) AS used
+          FROM placement.allocations GROUP BY resource_provider_id, resource_class_id) u
+    ON u.resource_provider_id = i.resource_provider_id AND u.resource_class_id = i.resource_class_id
+  JOIN placement.resource_providers rp ON rp.id = i.resource_provider_id
+  JOIN placement.resource_classes rc ON rc.id = i.resource_class_id
+ WHERE u.used > floor((i.total - i.reserved) * i.allocation_ratio)
+ ORDER BY rp.uuid, rc.name;
 
 -- name: ProviderClassUsage :one
 SELECT COALESCE(sum(used), 0)::bigint AS used

@@ -83,20 +83,23 @@ func (q *Queries) ClaimInventories(ctx context.Context, arg ClaimInventoriesPara
 }
 
 const classesInUse = `-- name: ClassesInUse :many
-SELECT DISTINCT rc.name
-  FROM placement.allocations a
-  JOIN placement.resource_classes rc ON rc.id = a.resource_class_id
- WHERE a.resource_provider_id = $1 AND a.resource_class_id = ANY($2::int[])
- ORDER BY rc.name
+SELECT rc.name
+  FROM placement.resource_classes rc
+ WHERE rc.id = ANY($1::int[])
+   AND EXISTS (SELECT 1 FROM placement.allocations a
+                WHERE a.resource_provider_id = $2 AND a.resource_class_id = rc.id)
+ ORDER BY rc.id
 `
 
 type ClassesInUseParams struct {
-	ProviderID int64
 	ClassIds   []int32
+	ProviderID int64
 }
 
+// In class id order (standard classes first), as Placement names them in
+// "Inventory for 'VCPU, DISK_GB' ... in use".
 func (q *Queries) ClassesInUse(ctx context.Context, arg ClassesInUseParams) ([]string, error) {
-	rows, err := q.db.Query(ctx, classesInUse, arg.ProviderID, arg.ClassIds)
+	rows, err := q.db.Query(ctx, classesInUse, arg.ClassIds, arg.ProviderID)
 	if err != nil {
 		return nil, err
 	}
@@ -443,6 +446,56 @@ func (q *Queries) LockProviders(ctx context.Context, ids []int64) ([]LockProvide
 	for rows.Next() {
 		var i LockProvidersRow
 		if err := rows.Scan(&i.ID, &i.Uuid, &i.Generation); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const overCapacity = `-- name: OverCapacity :many
+SELECT rp.uuid AS provider_uuid, rp.name AS provider_name, rc.name AS resource_class,
+       u.used::bigint AS used, floor((i.total - i.reserved) * i.allocation_ratio)::bigint AS capacity
+  FROM placement.inventories i
+  JOIN (SELECT resource_provider_id, resource_class_id, sum(used) AS used
+          FROM placement.allocations GROUP BY resource_provider_id, resource_class_id) u
+    ON u.resource_provider_id = i.resource_provider_id AND u.resource_class_id = i.resource_class_id
+  JOIN placement.resource_providers rp ON rp.id = i.resource_provider_id
+  JOIN placement.resource_classes rc ON rc.id = i.resource_class_id
+ WHERE u.used > floor((i.total - i.reserved) * i.allocation_ratio)
+ ORDER BY rp.uuid, rc.name
+`
+
+type OverCapacityRow struct {
+	ProviderUuid  uuid.UUID
+	ProviderName  string
+	ResourceClass string
+	Used          int64
+	Capacity      int64
+}
+
+// Inventories whose allocations use more than their capacity ((total -
+// reserved) * allocation_ratio), which Placement allows an inventory update
+// to leave behind; by provider uuid and class.
+func (q *Queries) OverCapacity(ctx context.Context) ([]OverCapacityRow, error) {
+	rows, err := q.db.Query(ctx, overCapacity)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OverCapacityRow
+	for rows.Next() {
+		var i OverCapacityRow
+		if err := rows.Scan(
+			&i.ProviderUuid,
+			&i.ProviderName,
+			&i.ResourceClass,
+			&i.Used,
+			&i.Capacity,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -24,8 +24,12 @@ import (
 	"github.com/metalloc/metalloc/web"
 )
 
-// bodySchema is a compiled JSON Schema for a Placement request body.
-type bodySchema struct{ sch *jsonschema.Schema }
+// bodySchema is a compiled JSON Schema for a Placement request body, with
+// its source document (for python-jsonschema's error texts).
+type bodySchema struct {
+	sch *jsonschema.Schema
+	doc any
+}
 
 var msgPrinter = message.NewPrinter(language.English)
 
@@ -41,7 +45,7 @@ func mustBodySchema(name, src string) *bodySchema {
 	if err != nil {
 		panic(fmt.Sprintf("schema %s: %v", name, err))
 	}
-	return &bodySchema{sch: schs[u]}
+	return &bodySchema{sch: schs[u], doc: doc}
 }
 
 // uuidFormat is Placement's "uuid" format, oslo's is_uuid_like: any
@@ -100,8 +104,8 @@ func (s *bodySchema) parse(c echo.Context, dst any) (any, error) {
 	if err != nil {
 		return nil, web.PlacementErr(http.StatusBadRequest, "", "Malformed JSON: %v", err)
 	}
-	if err := s.sch.Validate(inst); err != nil {
-		return nil, web.PlacementErr(http.StatusBadRequest, "", "JSON does not validate: %s", schemaMessage(err, inst))
+	if err := s.validate(inst); err != nil {
+		return nil, err
 	}
 	if dst != nil {
 		if err := json.Unmarshal(body, dst); err != nil {
@@ -111,11 +115,20 @@ func (s *bodySchema) parse(c echo.Context, dst any) (any, error) {
 	return inst, nil
 }
 
-// schemaMessage words the most relevant reason of a validation error as
-// python-jsonschema does (the first line of Placement's message): "'name'
-// is a required property", "1 is not of type 'string'", "'x' is not a
-// 'uuid'", and so on.
-func schemaMessage(err error, doc any) string {
+// validate checks a decoded document against s: a violation is Placement's
+// 400 "JSON does not validate: <python-jsonschema's text>".
+func (s *bodySchema) validate(inst any) error {
+	if err := s.sch.Validate(inst); err != nil {
+		return web.PlacementErr(http.StatusBadRequest, "", "JSON does not validate: %s", s.explain(err, inst))
+	}
+	return nil
+}
+
+// explain words the most relevant reason of a validation error as
+// python-jsonschema's str(ValidationError) does (see web.PyValidationError):
+// "'name' is a required property", "1 is not of type 'string'", "'x' is not
+// a 'uuid'", and so on, then the keyword, sub-schema and value it failed on.
+func (s *bodySchema) explain(err error, doc any) string {
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
 		return err.Error()
@@ -131,6 +144,65 @@ func schemaMessage(err error, doc any) string {
 		break
 	}
 	inst := web.ValueAt(doc, ve.InstanceLocation)
+	kw := ve.ErrorKind.KeywordPath()
+	schemaPath := append(schemaPointer(ve.SchemaURL), kw...)
+	keyword := ""
+	if len(schemaPath) > 0 {
+		keyword = schemaPath[len(schemaPath)-1]
+		schemaPath = schemaPath[:len(schemaPath)-1]
+	}
+	sub := web.ValueAt(s.doc, schemaPath)
+	msg := schemaMessage(ve, inst, sub)
+	return web.PyValidationError(msg, keyword, schemaPath, sub, instancePath(doc, ve.InstanceLocation), inst)
+}
+
+// schemaPointer is the JSON pointer of a schema location URL
+// ("mem://x.json#/properties/a~1b" -> ["properties", "a/b"]).
+func schemaPointer(u string) []string {
+	_, frag, ok := strings.Cut(u, "#")
+	if !ok || frag == "" || frag == "/" {
+		return nil
+	}
+	if f, err := url.PathUnescape(frag); err == nil {
+		frag = f
+	}
+	parts := strings.Split(strings.TrimPrefix(frag, "/"), "/")
+	for i, p := range parts {
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(p, "~1", "/"), "~0", "~")
+	}
+	return parts
+}
+
+// instancePath turns an instance location into python-jsonschema's path:
+// array positions as ints, member names as strings.
+func instancePath(doc any, loc []string) []any {
+	out := make([]any, len(loc))
+	cur := doc
+	for i, p := range loc {
+		out[i] = p
+		switch c := cur.(type) {
+		case []any:
+			if n, err := strconv.Atoi(p); err == nil {
+				out[i] = n
+				if n >= 0 && n < len(c) {
+					cur = c[n]
+					continue
+				}
+			}
+			cur = nil
+		case map[string]any:
+			cur = c[p]
+		default:
+			cur = nil
+		}
+	}
+	return out
+}
+
+// schemaMessage is python-jsonschema's message (the first line of
+// Placement's text) for the validation error ve on value inst, sub being the
+// schema holding the failed keyword.
+func schemaMessage(ve *jsonschema.ValidationError, inst, sub any) string {
 	switch k := ve.ErrorKind.(type) {
 	case *kind.Type:
 		want := make([]string, len(k.Want))
@@ -147,6 +219,25 @@ func schemaMessage(err error, doc any) string {
 		sort.Strings(props)
 		for i, p := range props {
 			props[i] = web.PyRepr(p)
+		}
+		if m, ok := sub.(map[string]any); ok {
+			if pp, ok := m["patternProperties"].(map[string]any); ok && len(pp) > 0 {
+				// With patternProperties python-jsonschema names the
+				// regexes the members failed to match.
+				pats := make([]string, 0, len(pp))
+				for p := range pp {
+					pats = append(pats, p)
+				}
+				sort.Strings(pats)
+				for i, p := range pats {
+					pats[i] = web.PyRepr(p)
+				}
+				verb := "does"
+				if len(props) > 1 {
+					verb = "do"
+				}
+				return fmt.Sprintf("%s %s not match any of the regexes: %s", strings.Join(props, ", "), verb, strings.Join(pats, ", "))
+			}
 		}
 		verb := "was"
 		if len(props) > 1 {
@@ -182,6 +273,20 @@ func schemaMessage(err error, doc any) string {
 // badQuery is Placement's 400 for query parameters failing their schema.
 func badQuery(format string, args ...any) *web.PlacementError {
 	return web.PlacementErr(http.StatusBadRequest, "", "Invalid query string parameters: "+format, args...)
+}
+
+// badQueryValue is Placement's 400 for a query parameter failing its
+// property schema sub (keyword the one failed), worded as python-jsonschema
+// does (see web.PyValidationError).
+func badQueryValue(msg, keyword, param string, sub map[string]any, value string) *web.PlacementError {
+	return badQuery("%s", web.PyValidationError(msg, keyword, []string{"properties", param}, sub, []any{param}, value))
+}
+
+// badLimit is the 400 for a limit that is not a positive integer, Placement's
+// pattern ^[1-9][0-9]*$ on the string.
+func badLimit(l string) *web.PlacementError {
+	return badQueryValue(fmt.Sprintf("%s does not match %s", web.PyRepr(l), web.PyRepr(candLimitPattern.String())),
+		"pattern", "limit", map[string]any{"type": "string", "pattern": candLimitPattern.String()}, l)
 }
 
 // checkQueryParams rejects query parameters outside allowed, as Placement's

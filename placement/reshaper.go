@@ -194,12 +194,14 @@ func (h *Handler) reshape(c echo.Context) error {
 			}
 			return nil
 		}
+		var allocBumped map[int64]bool
+		hooks.allocationBumps = func(ids map[int64]bool) { allocBumped = ids }
 		if err := writeAllocationsTx(ctx, q, v, claims, func(detail string) string {
 			return "malformed reshaper data: " + detail
 		}, hooks); err != nil {
 			return err
 		}
-		return bumpReshapeTargets(ctx, q, targets, claims)
+		return bumpReshapeTargets(ctx, q, targets, allocBumped)
 	})
 	if err != nil {
 		var pe *web.PlacementError
@@ -220,23 +222,19 @@ type reshapeTarget struct {
 
 // bumpReshapeTargets gives each reshaped provider the generation Placement's
 // reshape leaves it with: one increment for the interim inventory (when the
-// new inventory is not empty), one when the new allocations name it, one
-// for the final inventory. writeAllocationsTx has made one (the providers
-// it locks for the reshaper); the others are made here.
-func bumpReshapeTargets(ctx context.Context, q *Queries, targets []reshapeTarget, claims []claim) error {
-	named := map[uuid.UUID]bool{}
-	for _, cl := range claims {
-		for _, r := range cl.resources {
-			named[r.provider] = true
-		}
-	}
+// new inventory is not empty), one when the allocation write touches it
+// (allocBumped: the new allocations name it, or a consumer given no
+// allocations leaves it), one for the final inventory. writeAllocationsTx
+// has made one (the providers it locks for the reshaper); the others are
+// made here.
+func bumpReshapeTargets(ctx context.Context, q *Queries, targets []reshapeTarget, allocBumped map[int64]bool) error {
 	var once, twice []int64
 	for _, t := range targets {
 		n := 0
 		if len(t.invs) > 0 {
 			n++
 		}
-		if named[t.rp.Uuid] {
+		if allocBumped[t.rp.ID] {
 			n++
 		}
 		switch n {

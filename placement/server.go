@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/placement/candidate"
@@ -23,6 +24,9 @@ type Options struct {
 	Authenticator auth.Authenticator
 	// Authorizer applies the access rules (nil: LegacyAdmin{}).
 	Authorizer auth.Authorizer
+	// Metrics, when set, registers the handlers' own metrics
+	// (metalloc_placement_inventory_over_capacity_total).
+	Metrics prometheus.Registerer
 }
 
 // Handler serves the Placement API on a database pool.
@@ -34,6 +38,9 @@ type Handler struct {
 	randomize atomic.Bool
 	// candidates answers GET /allocation_candidates.
 	candidates *candidate.Finder
+	// overCapacity counts inventory writes that left allocations above
+	// capacity, by resource class (nil without Options.Metrics).
+	overCapacity *prometheus.CounterVec
 }
 
 // NewHandler returns the Placement API handlers on pool.
@@ -47,6 +54,13 @@ func NewHandler(pool *pgxpool.Pool, opts Options) *Handler {
 	h := &Handler{pool: pool, q: New(pool), opts: opts}
 	h.randomize.Store(opts.RandomizeAllocationCandidates)
 	h.candidates = candidate.NewFinder(pool, h.randomizeCandidates)
+	if opts.Metrics != nil {
+		h.overCapacity = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "metalloc_placement_inventory_over_capacity_total",
+			Help: "Inventory writes accepted although the provider's allocations of the class use more than its new capacity, by resource class.",
+		}, []string{"resource_class"})
+		opts.Metrics.MustRegister(h.overCapacity)
+	}
 	return h
 }
 
@@ -58,9 +72,25 @@ func NewHandler(pool *pgxpool.Pool, opts Options) *Handler {
 // every 405 into a 404. Each route checks its access rule in its handler
 // (can), as Placement does.
 func (h *Handler) Register(e *echo.Echo) {
-	e.Use(h.authenticate(), web.PlacementVersion(), web.PlacementNoOptions())
+	e.Use(h.authenticate(), web.PlacementVersion(), web.PlacementNoOptions(), requireContentType())
 	e.GET("/", h.root)
 	h.registerRoutes(e.Group(""))
+}
+
+// requireContentType refuses a request with a body (Content-Length above 0)
+// but no Content-Type, whatever the route, with 400 "content-type header
+// required when content-length > 0", as Placement's handler does before
+// dispatching.
+func requireContentType() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			if r.ContentLength > 0 && r.Header.Get("Content-Type") == "" {
+				return web.PlacementErr(http.StatusBadRequest, "", "content-type header required when content-length > 0")
+			}
+			return next(c)
+		}
+	}
 }
 
 // root serves the version document; from 1.15 with cache-control and

@@ -61,7 +61,7 @@ func TestRootAndVersionNegotiation(t *testing.T) {
 	status, h, body := call(t, srv, "GET", "/", "", "")
 	require.Equal(t, 200, status)
 	require.Equal(t, "placement 1.0", h.Get("OpenStack-API-Version"))
-	require.Contains(t, h.Values("Vary"), "OpenStack-API-Version")
+	require.Contains(t, h.Values("Vary"), "openstack-api-version")
 	v := body["versions"].([]any)[0].(map[string]any)
 	require.Equal(t, "1.39", v["max_version"])
 	require.Equal(t, "1.0", v["min_version"])
@@ -165,7 +165,7 @@ func TestConformanceHeaders(t *testing.T) {
 	require.Empty(t, h.Values("Vary"))
 	st, h, _ = callRaw(t, srv, "GET", "/resource_providers/"+rpU4+"/traits", ver("1.39"), "")
 	require.Equal(t, 404, st)
-	require.Contains(t, h.Values("Vary"), "OpenStack-API-Version")
+	require.Contains(t, h.Values("Vary"), "openstack-api-version")
 
 	// Known route, other method: 405 with Allow (no OPTIONS), Vary kept;
 	// OPTIONS itself is 405 too.
@@ -173,7 +173,7 @@ func TestConformanceHeaders(t *testing.T) {
 		st, h, body = callRaw(t, srv, m, "/resource_providers", ver("1.39"), "")
 		require.Equal(t, 405, st, m)
 		require.Equal(t, "placement 1.39", h.Get("OpenStack-API-Version"))
-		require.Contains(t, h.Values("Vary"), "OpenStack-API-Version")
+		require.Contains(t, h.Values("Vary"), "openstack-api-version")
 		require.ElementsMatch(t, []string{"GET", "POST"}, strings.Split(strings.ReplaceAll(h.Get("Allow"), " ", ""), ","), m)
 		if m != "OPTIONS" {
 			require.Contains(t, body, "Method Not Allowed")

@@ -1,7 +1,9 @@
 package placement
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"sort"
@@ -97,11 +99,12 @@ func (h *Handler) getTotalUsages(c echo.Context) error {
 			return nil, nil
 		}
 		s := vals[len(vals)-1]
+		idSchema := map[string]any{"type": "string", "minLength": 1, "maxLength": 255}
 		if s == "" {
-			return nil, bad("'' should be non-empty")
+			return nil, badQueryValue(web.PyRepr(s)+" is too short", "minLength", k, idSchema, s)
 		}
 		if len(s) > 255 {
-			return nil, bad("'%s' is too long", s)
+			return nil, badQueryValue(web.PyRepr(s)+" is too long", "maxLength", k, idSchema, s)
 		}
 		return &s, nil
 	}
@@ -118,7 +121,8 @@ func (h *Handler) getTotalUsages(c echo.Context) error {
 		return err
 	}
 	if consumerType != nil && !consumerTypeQueryRE.MatchString(*consumerType) {
-		return bad("'%s' does not match '%s'", *consumerType, consumerTypeQueryRE.String())
+		return badQueryValue(fmt.Sprintf("%s does not match %s", web.PyRepr(*consumerType), web.PyRepr(consumerTypeQueryRE.String())),
+			"pattern", "consumer_type", map[string]any{"type": "string", "pattern": consumerTypeQueryRE.String()}, *consumerType)
 	}
 
 	var out map[string]any
@@ -188,4 +192,12 @@ func (h *Handler) getTotalUsages(c echo.Context) error {
 // about, as Placement's (a project reader may read its own usages).
 func usagesTarget(c echo.Context) map[string]string {
 	return map[string]string{"project_id": c.QueryParam("project_id")}
+}
+
+// OverCapacity lists the inventories whose allocations use more than their
+// capacity, which an inventory update may leave behind as in Placement 8.0
+// (see Handler.noteOverCapacity); for "metalloc-manage status
+// upgrade-check". Rows are by provider uuid, then class.
+func OverCapacity(ctx context.Context, db DBTX) ([]OverCapacityRow, error) {
+	return New(db).OverCapacity(ctx)
 }

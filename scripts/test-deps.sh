@@ -4,7 +4,8 @@
 # from Debian's packages (devstack.StartOpenStackPlacement, used by the
 # placement-backend tests), Keystone 22 (devstack.StartKeystone, the
 # authentication end-to-end tests), the openstack CLI with its baremetal and
-# placement plugins (driven by those tests as a user would), and
+# placement plugins (driven by those tests as a user would), gabbi (the
+# runner of Placement's upstream suite, e2e TestPlacementUpstreamSuite), and
 # systemd-analyze (configs/systemd_test.go).
 # Does nothing when they are present; needs root (or sudo) otherwise.
 set -euo pipefail
@@ -15,6 +16,7 @@ command -v keystone-manage >/dev/null || pkgs+=(python3-keystone)
 command -v openstack >/dev/null || pkgs+=(python3-openstackclient)
 /usr/bin/python3 -c 'import ironicclient' 2>/dev/null || pkgs+=(python3-ironicclient)
 /usr/bin/python3 -c 'import osc_placement' 2>/dev/null || pkgs+=(python3-osc-placement)
+/usr/bin/python3 -c 'import gabbi' 2>/dev/null || pkgs+=(python3-gabbi)
 command -v systemd-analyze >/dev/null || pkgs+=(systemd)
 [ ${#pkgs[@]} -eq 0 ] && exit 0
 sudo=""

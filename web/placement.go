@@ -3,6 +3,7 @@ package web
 import (
 	"errors"
 	"fmt"
+	"html"
 	"mime"
 	"net/http"
 	"strconv"
@@ -118,7 +119,7 @@ func PlacementVersion() echo.MiddlewareFunc {
 				v = parsed
 			}
 			h.Set(PlacementVersionHeader, placementService+" "+v.String())
-			h.Add("Vary", PlacementVersionHeader)
+			h.Add("Vary", strings.ToLower(PlacementVersionHeader)) // as Placement spells it
 			c.Set("placement.version", v)
 			return next(c)
 		}
@@ -225,12 +226,77 @@ func PlacementErrorHandler(err error, c echo.Context) {
 		_ = c.NoContent(pe.Status)
 		return
 	}
-	if a := strings.TrimSpace(c.Request().Header.Get("Accept")); a != "" && !AcceptsJSON(a) {
-		// Placement formats errors as JSON only for clients that take it.
-		_ = c.String(pe.Status, fmt.Sprintf("%d %s\n\n%s", pe.Status, http.StatusText(pe.Status), pe.Detail))
-		return
+	status := fmt.Sprintf("%d %s", pe.Status, http.StatusText(pe.Status))
+	switch ErrorMediaType(c.Request().Header.Get("Accept")) {
+	case echo.MIMETextHTML:
+		_ = c.HTML(pe.Status, "<html>\n <head>\n  <title>"+status+"</title>\n </head>\n <body>\n  <h1>"+status+
+			"</h1>\n  "+html.EscapeString(pe.Detail)+"\n </body>\n</html>")
+	case echo.MIMETextPlain:
+		_ = c.String(pe.Status, status+"\n\n"+pe.Detail)
+	default:
+		_ = c.JSON(pe.Status, map[string]any{"errors": []any{body}})
 	}
-	_ = c.JSON(pe.Status, map[string]any{"errors": []any{body}})
+}
+
+// ErrorMediaType picks the media type of an error body from the request's
+// Accept header as Placement (webob) does: JSON when the header is absent
+// or "*/*"; otherwise the preferred of text/html and application/json by
+// q-value (text/html on a tie), and text/plain when neither is acceptable.
+// An unparsable header gets JSON.
+func ErrorMediaType(accept string) string {
+	accept = strings.TrimSpace(accept)
+	if accept == "" || accept == "*/*" {
+		return echo.MIMEApplicationJSON
+	}
+	best, bestQ := echo.MIMETextPlain, 0.0
+	for _, offer := range []string{echo.MIMETextHTML, echo.MIMEApplicationJSON} {
+		q, ok := acceptQ(accept, offer)
+		if !ok {
+			return echo.MIMEApplicationJSON
+		}
+		if q > bestQ {
+			best, bestQ = offer, q
+		}
+	}
+	return best
+}
+
+// acceptQ is the q-value the Accept header gives offer (type/subtype): that
+// of its most specific matching range, 0 when none matches; ok is false for
+// a header that does not parse.
+func acceptQ(accept, offer string) (q float64, ok bool) {
+	otyp, osub, _ := strings.Cut(offer, "/")
+	specificity := -1
+	for _, part := range strings.Split(accept, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		mt, params, err := mime.ParseMediaType(part)
+		if err != nil {
+			return 0, false
+		}
+		rq := 1.0
+		if s, has := params["q"]; has {
+			if rq, err = strconv.ParseFloat(s, 64); err != nil {
+				return 0, false
+			}
+		}
+		typ, sub, _ := strings.Cut(strings.ToLower(mt), "/")
+		spec := -1
+		switch {
+		case typ == otyp && sub == osub:
+			spec = 2
+		case typ == otyp && sub == "*":
+			spec = 1
+		case typ == "*" && sub == "*":
+			spec = 0
+		}
+		if spec > specificity {
+			specificity, q = spec, rq
+		}
+	}
+	return q, true
 }
 
 // PlacementVersionDoc is the version document Placement serves at "/".
@@ -245,32 +311,11 @@ func PlacementVersionDoc() map[string]any {
 }
 
 // AcceptsJSON reports whether the Accept header value admits
-// application/json.
+// application/json (at a q-value above 0; a header that does not parse
+// admits everything).
 func AcceptsJSON(accept string) bool {
-	for _, part := range strings.Split(accept, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		mt, params, err := mime.ParseMediaType(part)
-		if err != nil {
-			return true // not a valid header: everything is acceptable
-		}
-		if q, ok := params["q"]; ok {
-			f, err := strconv.ParseFloat(q, 64)
-			if err != nil {
-				return true
-			}
-			if f <= 0 {
-				continue
-			}
-		}
-		typ, sub, _ := strings.Cut(strings.ToLower(mt), "/")
-		if (typ == "*" || typ == "application") && (sub == "*" || sub == "json") {
-			return true
-		}
-	}
-	return false
+	q, ok := acceptQ(accept, echo.MIMEApplicationJSON)
+	return !ok || q > 0
 }
 
 // setPlacementAllow sets the Allow header of a 405 to the methods the

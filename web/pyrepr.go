@@ -113,3 +113,40 @@ func PyStr(s string) string {
 	b.WriteByte(q)
 	return b.String()
 }
+
+// PyValidationError renders a JSON Schema violation the way
+// python-jsonschema's str(ValidationError) does, the text Placement puts
+// after "JSON does not validate: " and "Invalid query string parameters: "
+// and that its clients and tests match on:
+//
+//	<msg>
+//
+//	Failed validating '<keyword>' in schema['properties']['total']:
+//	    <sub-schema>
+//
+//	On instance['total']:
+//	    <value>
+//
+// schemaPath is the path of the sub-schema holding keyword (without the
+// keyword), instancePath that of the offending value (strings for object
+// members, ints for array items).
+func PyValidationError(msg, keyword string, schemaPath []string, subschema any, instancePath []any, value any) string {
+	sp := make([]any, len(schemaPath))
+	for i, s := range schemaPath {
+		sp[i] = s
+	}
+	return fmt.Sprintf("%s\n\nFailed validating %s in %s:\n    %s\n\nOn %s:\n    %s",
+		msg, PyStr(keyword), pyIndex("schema", sp), PyRepr(subschema), pyIndex("instance", instancePath), PyRepr(value))
+}
+
+// pyIndex is python-jsonschema's format_as_index: container['a'][0].
+func pyIndex(container string, path []any) string {
+	var b strings.Builder
+	b.WriteString(container)
+	for _, p := range path {
+		b.WriteByte('[')
+		writePyRepr(&b, p)
+		b.WriteByte(']')
+	}
+	return b.String()
+}

@@ -38,6 +38,13 @@ func (c ServerConfig) TLS() bool { return c.TLSCertFile != "" || c.TLSKeyFile !=
 type Server struct {
 	*http.Server
 	ln net.Listener
+	// Malformed, when set before Serve, renders the answers to requests
+	// net/http cannot parse (400, 431, 501) in the API's error format
+	// instead of Go's bare text/plain (see PlacementMalformed,
+	// IronicMalformed). Plain HTTP only: over TLS net/http must see its
+	// *tls.Conn (for HTTP/2 and the request's TLS state), so Go's own
+	// answer stays.
+	Malformed MalformedRenderer
 }
 
 // NewServer loads the TLS key pair (if any) and binds cfg.Listen, so that a
@@ -74,7 +81,12 @@ func NewServer(cfg ServerConfig, h http.Handler) (*Server, error) {
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // Serve serves until Shutdown; it returns http.ErrServerClosed then.
-func (s *Server) Serve() error { return s.Server.Serve(s.ln) }
+func (s *Server) Serve() error {
+	if s.Malformed != nil && s.TLSConfig == nil {
+		return s.Server.Serve(malformedListener{Listener: s.ln, render: s.Malformed})
+	}
+	return s.Server.Serve(s.ln)
+}
 
 // DefaultMaxRequestBodySize is oslo.middleware's [oslo_middleware]
 // max_request_body_size default (bytes), the default of

@@ -18,8 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -29,7 +27,6 @@ import (
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor/conductorapi"
 	"github.com/metalloc/metalloc/config"
-	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/web"
 )
@@ -82,6 +79,7 @@ func run(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
+	srv.Malformed = web.IronicMalformed
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve() }()
 	log.Info("metalloc-api listening", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.API.TLS()))
@@ -114,10 +112,7 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	e.Pre(middleware.RemoveTrailingSlash()) // Ironic accepts /v1/nodes/ as /v1/nodes
 
 	// Prometheus metrics at GET /metrics on the API's own listener.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		db.NewPoolCollector(pool, nil))
+	reg := cli.NewRegistry(pool)
 	httpMetrics, err := web.HTTPMetrics(reg)
 	if err != nil {
 		return nil, err

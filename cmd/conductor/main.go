@@ -9,9 +9,6 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -111,9 +108,7 @@ func run(cmd *cobra.Command, _ []string) error {
 		}()
 		defer func() { stopTracker(); <-trackerDone }()
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		db.NewPoolCollector(env.Pool, nil))
+	reg := cli.NewRegistry(env.Pool)
 	svc.Metrics = conductor.NewMetrics(reg)
 	stopMetrics, err := cli.ServeMetrics(web.ServerConfig{
 		Listen: c.MetricsListen, TLSCertFile: c.MetricsTLSCertFile, TLSKeyFile: c.MetricsTLSKeyFile,

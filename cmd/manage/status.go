@@ -16,6 +16,7 @@ import (
 	"github.com/metalloc/metalloc/conductor"
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/placement/client"
 )
 
@@ -131,6 +132,29 @@ func upgradeCheck(ctx context.Context, pb config.PlacementBackend, pool *pgxpool
 		r.details = fmt.Sprintf("%d inventories of %d resource providers have an allocation_ratio of 0.0 or none "+
 			"(first: %s %s). Run \"metalloc-manage db online-data-migrations\".",
 			len(zs), len(provs), zs[0].Provider, zs[0].ResourceClass)
+	}
+	results = append(results, r)
+
+	// 3. Inventories that an update left below their allocations' usage
+	// (accepted, as Placement 8.0 does, with a warning).
+	r = result{check: "Allocations within capacity"}
+	over, err := placement.OverCapacity(ctx, pool)
+	switch {
+	case err != nil:
+		r.code = checkFailure
+		r.details = "cannot read metalloc-placement's inventories: " + err.Error()
+	case len(over) > 0:
+		r.code = checkWarning
+		list := make([]string, 0, min(len(over), 5))
+		for _, o := range over[:min(len(over), 5)] {
+			list = append(list, fmt.Sprintf("%s (%s) %s: %d used of %d", o.ProviderUuid, o.ProviderName, o.ResourceClass, o.Used, o.Capacity))
+		}
+		more := ""
+		if len(over) > len(list) {
+			more = fmt.Sprintf(" and %d more", len(over)-len(list))
+		}
+		r.details = fmt.Sprintf("%d inventories have allocations above their capacity: %s%s. "+
+			"Free or move those allocations, or raise the inventory.", len(over), strings.Join(list, "; "), more)
 	}
 	results = append(results, r)
 

@@ -78,7 +78,7 @@ func TestUpgradeCheckAndOnlineDataMigrations(t *testing.T) {
 	out, code := runManage(t, yaml, "status", "upgrade-check")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "| Check ")
-	require.Contains(t, out, "| Allocation ratio options   | Success")
+	require.Regexp(t, `\| Allocation ratio options +\| Success`, out)
 
 	// Ratios of 0.0, as an old release left them (metalloc-placement
 	// refuses to write them, so behind its back).
@@ -113,6 +113,20 @@ func TestUpgradeCheckAndOnlineDataMigrations(t *testing.T) {
 	out, code = runManage(t, yaml, "db", "online-data-migrations")
 	require.Equal(t, 0, code, out)
 	require.Regexp(t, `\| fill_zero_allocation_ratios \| 0 +\| 0 +\|`, out)
+
+	// An inventory shrunk below its allocations' usage (accepted, as
+	// Placement 8.0) is a warning naming the provider.
+	require.NoError(t, pc.PutAllocations(ctx, uuid.New(), client.Claim{
+		Request: client.AllocationRequest{Allocations: map[uuid.UUID]client.ProviderResources{
+			n: {Resources: map[string]int64{"VCPU": 4}}}},
+		ProjectID: "p", UserID: "u",
+	}))
+	_, err = pool.Exec(ctx, `UPDATE placement.inventories i SET total = 2, max_unit = 2, allocation_ratio = 1
+	      FROM placement.resource_classes c WHERE c.id = i.resource_class_id AND c.name = 'VCPU'`)
+	require.NoError(t, err)
+	out, code = runManage(t, yaml, "status", "upgrade-check")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "1 inventories have allocations above their capacity: "+n.String()+" (n1) VCPU: 4 used of 2")
 
 	// Placement unreachable: the check cannot pass, the migration reports it.
 	bad := "database:\n  url: " + dbURL + "\nplacement_backend:\n  endpoint: http://127.0.0.1:1\n  timeout: 1s\n"

@@ -65,7 +65,16 @@ func run(cmd *cobra.Command, _ []string) error {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = web.PlacementErrorHandler
 	e.JSONSerializer = web.JSONSerializer{}
-	e.Use(web.RequestID(log), web.AccessLog(), middleware.Recover())
+	// Prometheus metrics at GET /metrics (no authentication, as
+	// metalloc-api's): Go runtime, process, the database pool, HTTP
+	// requests, inventories left over capacity.
+	reg := cli.NewRegistry(pool)
+	httpMetrics, err := web.HTTPMetrics(reg)
+	if err != nil {
+		return err
+	}
+	e.GET("/metrics", web.MetricsHandler(reg))
+	e.Use(httpMetrics, web.RequestID(log), web.AccessLog(), middleware.Recover())
 	if cfg.API.RequestTimeout > 0 {
 		e.Use(middleware.ContextTimeout(cfg.API.RequestTimeout))
 	}
@@ -76,12 +85,14 @@ func run(cmd *cobra.Command, _ []string) error {
 		RandomizeAllocationCandidates: cfg.Placement.RandomizeAllocationCandidates,
 		Authenticator:                 authn,
 		Authorizer:                    rules.Authorizer,
+		Metrics:                       reg,
 	}).Register(e)
 
 	srv, err := web.NewServer(cfg.Placement.ServerConfig, e)
 	if err != nil {
 		return err
 	}
+	srv.Malformed = web.PlacementMalformed
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve() }()
 	log.Info("metalloc-placement listening", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.Placement.TLS()))

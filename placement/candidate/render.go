@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"io"
 	"slices"
-	"sort"
 	"strconv"
 
 	"github.com/google/uuid"
@@ -184,13 +183,15 @@ func (s *cSearch) render(out io.Writer, areqs []*cAreq, sums []*cProv, v web.Ver
 			}
 			frag, ok := traitJSON[string(key)]
 			if !ok {
+				// In trait id order (standard traits first, custom ones
+				// in order of creation), as Placement lists them.
+				ids := slices.Sorted(slices.Values(p.traits))
 				names = names[:0]
-				for _, t := range p.traits {
+				for _, t := range ids {
 					if n := s.traitNames[t]; n != "" {
 						names = append(names, n)
 					}
 				}
-				sort.Strings(names)
 				frag = append([]byte(nil), `, "traits": [`...)
 				for k, t := range names {
 					if k > 0 {

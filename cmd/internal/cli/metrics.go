@@ -8,12 +8,24 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/web"
 )
+
+// NewRegistry is a daemon's Prometheus registry with the Go runtime,
+// process and database pool (pool) collectors registered.
+func NewRegistry(pool *pgxpool.Pool) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		db.NewPoolCollector(pool, nil))
+	return reg
+}
 
 // ServeMetrics serves reg's metrics at /metrics on its own listener,
 // srv.Listen (address:port; "off" or "" serves nothing), over TLS when
