@@ -19,7 +19,14 @@ import (
 // one transaction, as Placement's AllocationList.replace_all with the
 // consumer handling of ensure_consumer and update_consumers. notFound words
 // the 400 for an unknown resource class.
+// Claims of new consumers go through the pipelined claim first
+// (claimPipelined), which hands anything unusual back to the general path.
 func (h *Handler) writeAllocations(ctx context.Context, v web.Version, claims []claim, notFound func(string) string) error {
+	if fastClaimable(claims) {
+		if err := h.claimPipelined(ctx, claims); !errors.Is(err, errSlowPath) {
+			return err
+		}
+	}
 	return h.runTx(ctx, func(q *Queries) error {
 		return writeAllocationsTx(ctx, q, v, claims, notFound, claimHooks{})
 	})
@@ -263,26 +270,47 @@ type invKey struct {
 // the allocation rows to insert.
 func checkClaims(ctx context.Context, q *Queries, claims []claim, consumers []PlacementConsumer,
 	byUUID map[uuid.UUID]int64, notFound func(string) string) (InsertAllocationsBumpParams, error) {
-	var ins InsertAllocationsBumpParams
-	provIDs := make([]int64, 0, len(byUUID))
-	for _, id := range byUUID {
-		provIDs = append(provIDs, id)
+	provs := make([]uuid.UUID, 0, len(byUUID))
+	for u := range byUUID {
+		provs = append(provs, u)
 	}
-	classSet := map[string]bool{}
+	rows, err := q.ClaimInventories(ctx, ClaimInventoriesParams{ProviderUuids: provs, ClassNames: claimClasses(claims)})
+	if err != nil {
+		return InsertAllocationsBumpParams{}, err
+	}
+	ins, missing, err := evalClaims(claims, consumers, byUUID, rows)
+	if missing != nil {
+		return ins, missingInventory(ctx, q, claimClasses(claims), *missing, notFound)
+	}
+	return ins, err
+}
+
+// claimClasses lists the classes the claims name, each once.
+func claimClasses(claims []claim) []string {
+	seen := map[string]bool{}
 	var classes []string
+	for _, cl := range claims {
+		for _, r := range cl.resources {
+			if !seen[r.class] {
+				seen[r.class] = true
+				classes = append(classes, r.class)
+			}
+		}
+	}
+	return classes
+}
+
+// evalClaims checks the claims against the inventories rows (with their
+// current usage) and returns the allocation rows to insert; missing is the
+// first claimed amount with no inventory row (left to missingInventory),
+// err a constraint or capacity violation (409).
+func evalClaims(claims []claim, consumers []PlacementConsumer, byUUID map[uuid.UUID]int64,
+	rows []ClaimInventoriesRow) (ins InsertAllocationsBumpParams, missing *claimResource, err error) {
 	want := map[invKey]int64{}
 	for _, cl := range claims {
 		for _, r := range cl.resources {
-			if !classSet[r.class] {
-				classSet[r.class] = true
-				classes = append(classes, r.class)
-			}
 			want[invKey{byUUID[r.provider], r.class}] += r.used
 		}
-	}
-	rows, err := q.ClaimInventories(ctx, ClaimInventoriesParams{ProviderIds: provIDs, ClassNames: classes})
-	if err != nil {
-		return ins, err
 	}
 	invs := make(map[invKey]ClaimInventoriesRow, len(rows))
 	for _, r := range rows {
@@ -293,16 +321,16 @@ func checkClaims(ctx context.Context, q *Queries, claims []claim, consumers []Pl
 			key := invKey{byUUID[r.provider], r.class}
 			inv, ok := invs[key]
 			if !ok {
-				return ins, missingInventory(ctx, q, classes, r, notFound)
+				return ins, &r, nil
 			}
 			if r.used < int64(inv.MinUnit) || r.used > int64(inv.MaxUnit) || r.used%int64(inv.StepSize) != 0 {
-				return ins, web.PlacementErr(http.StatusConflict, "",
+				return ins, nil, web.PlacementErr(http.StatusConflict, "",
 					"Unable to allocate inventory: Unable to create allocation for '%s' on resource provider '%s'. "+
 						"The requested amount would violate inventory constraints.", r.class, r.provider)
 			}
 			capacity := float64(int64(inv.Total)-int64(inv.Reserved)) * inv.AllocationRatio
 			if capacity < float64(inv.Used+want[key]) {
-				return ins, web.PlacementErr(http.StatusConflict, "",
+				return ins, nil, web.PlacementErr(http.StatusConflict, "",
 					"Unable to allocate inventory: Unable to create allocation for '%s' on resource provider '%s'. "+
 						"The requested amount would exceed the capacity.", r.class, r.provider)
 			}
@@ -312,7 +340,7 @@ func checkClaims(ctx context.Context, q *Queries, claims []claim, consumers []Pl
 			ins.Used = append(ins.Used, r.used)
 		}
 	}
-	return ins, nil
+	return ins, nil, nil
 }
 
 // missingInventory explains a claim on an inventory that does not exist:

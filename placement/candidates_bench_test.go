@@ -85,7 +85,7 @@ func buildComputeProviders(b testing.TB, pool *pgxpool.Pool, n int) string {
 		require.NoError(b, err)
 	}
 	aggs := (n + 49) / 50
-	exec(`CREATE TEMP TABLE IF NOT EXISTS bench_aggs AS
+	exec(`CREATE TABLE IF NOT EXISTS bench_aggs AS
 		SELECT g AS n, gen_random_uuid() AS agg FROM generate_series(0, $1 - 1) g`, aggs)
 	exec(`INSERT INTO placement.resource_providers (uuid, name)
 		SELECT gen_random_uuid(), 'cn-' || g FROM generate_series(0, $1 - 1) g`, n)

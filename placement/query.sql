@@ -227,14 +227,20 @@ SELECT id, uuid, generation FROM placement.resource_providers
  WHERE id = ANY(@ids::bigint[]) ORDER BY id FOR UPDATE;
 
 -- name: ClaimInventories :many
+-- The inventories of the classes on the providers (by uuid: the pipelined
+-- claim sends it with the lock, before it knows the providers' ids), with
+-- their current usage. The providers are found first (OFFSET 0 keeps the
+-- planner from scanning every inventory of a class when a bulk insert left
+-- no statistics).
 SELECT i.resource_provider_id, i.resource_class_id, rc.name AS resource_class,
        i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio,
        COALESCE((SELECT sum(a.used) FROM placement.allocations a
                   WHERE a.resource_provider_id = i.resource_provider_id
                     AND a.resource_class_id = i.resource_class_id), 0)::bigint AS used
-  FROM placement.inventories i
-  JOIN placement.resource_classes rc ON rc.id = i.resource_class_id
- WHERE i.resource_provider_id = ANY(@provider_ids::bigint[]) AND rc.name = ANY(@class_names::text[]);
+  FROM (SELECT p.id FROM placement.resource_providers p WHERE p.uuid = ANY(@provider_uuids::uuid[]) OFFSET 0) p
+  CROSS JOIN placement.resource_classes rc
+  JOIN placement.inventories i ON i.resource_provider_id = p.id AND i.resource_class_id = rc.id
+ WHERE rc.name = ANY(@class_names::text[]);
 
 -- name: BumpProviderGenerations :exec
 UPDATE placement.resource_providers SET generation = generation + 1, updated_at = now()

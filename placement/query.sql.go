@@ -28,14 +28,15 @@ SELECT i.resource_provider_id, i.resource_class_id, rc.name AS resource_class,
        COALESCE((SELECT sum(a.used) FROM placement.allocations a
                   WHERE a.resource_provider_id = i.resource_provider_id
                     AND a.resource_class_id = i.resource_class_id), 0)::bigint AS used
-  FROM placement.inventories i
-  JOIN placement.resource_classes rc ON rc.id = i.resource_class_id
- WHERE i.resource_provider_id = ANY($1::bigint[]) AND rc.name = ANY($2::text[])
+  FROM (SELECT p.id FROM placement.resource_providers p WHERE p.uuid = ANY($1::uuid[]) OFFSET 0) p
+  CROSS JOIN placement.resource_classes rc
+  JOIN placement.inventories i ON i.resource_provider_id = p.id AND i.resource_class_id = rc.id
+ WHERE rc.name = ANY($2::text[])
 `
 
 type ClaimInventoriesParams struct {
-	ProviderIds []int64
-	ClassNames  []string
+	ProviderUuids []uuid.UUID
+	ClassNames    []string
 }
 
 type ClaimInventoriesRow struct {
@@ -51,8 +52,13 @@ type ClaimInventoriesRow struct {
 	Used               int64
 }
 
+// The inventories of the classes on the providers (by uuid: the pipelined
+// claim sends it with the lock, before it knows the providers' ids), with
+// their current usage. The providers are found first (OFFSET 0 keeps the
+// planner from scanning every inventory of a class when a bulk insert left
+// no statistics).
 func (q *Queries) ClaimInventories(ctx context.Context, arg ClaimInventoriesParams) ([]ClaimInventoriesRow, error) {
-	rows, err := q.db.Query(ctx, claimInventories, arg.ProviderIds, arg.ClassNames)
+	rows, err := q.db.Query(ctx, claimInventories, arg.ProviderUuids, arg.ClassNames)
 	if err != nil {
 		return nil, err
 	}
