@@ -77,7 +77,15 @@ func (g *gunicorn) stop() {
 			}
 		}
 		// A worker may outlive its master; the group is still ours until
-		// its last member exits.
+		// its last member exits (killed workers take a moment to go, more
+		// on a loaded machine), so wait for the group to be empty.
 		_ = syscall.Kill(pgid, syscall.SIGKILL)
+		for deadline := time.Now().Add(10 * time.Second); syscall.Kill(pgid, 0) != syscall.ESRCH; {
+			if time.Now().After(deadline) {
+				g.log.Warn(g.name+" workers did not exit", zap.Int("pgid", -pgid))
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	})
 }
