@@ -150,7 +150,9 @@ func portgroupNotFound(ident string) *web.Error {
 func nodeNotFound(ident string) *web.Error { return web.NotFound("Node %s could not be found.", ident) }
 
 // operationNotPermitted is Ironic's OperationNotPermitted (403).
-func operationNotPermitted() error { return web.Errorf(http.StatusForbidden, "Operation not permitted.") }
+func operationNotPermitted() error {
+	return web.Errorf(http.StatusForbidden, "Operation not permitted.")
+}
 
 func notAcceptable() error { return node.NotAcceptable().HTTP() }
 

@@ -51,7 +51,9 @@ func (s *Store) InTx(ctx context.Context, fn func(tx Tx) error) error {
 func (s *Store) read() Tx { return Tx{q: s.q} }
 
 // Node returns the node with uuid or name ident, or ErrNotFound.
-func (s *Store) Node(ctx context.Context, ident string) (NodeRef, error) { return s.read().Node(ctx, ident) }
+func (s *Store) Node(ctx context.Context, ident string) (NodeRef, error) {
+	return s.read().Node(ctx, ident)
+}
 
 // Port returns the port with uuid u, or ErrNotFound.
 func (s *Store) Port(ctx context.Context, u uuid.UUID) (Port, error) { return s.read().Port(ctx, u) }
