@@ -1,8 +1,3 @@
--- Queries of package port, compiled by sqlc (scripts/sqlc-gen.sh port).
--- Reads return the row with what the API shows beside it (the node's uuid,
--- the port group's uuid) and what access checks need (the node's owner and
--- lessee). The list queries are built in Go (list.go).
-
 -- name: GetNodeRef :one
 -- The node a port or port group belongs to or names, by uuid or by name.
 SELECT id, uuid, owner, lessee, provision_state, maintenance, instance_uuid
@@ -63,3 +58,9 @@ DELETE FROM portgroups WHERE id = $1;
 
 -- name: CountPortgroupPorts :one
 SELECT count(*) FROM ports WHERE portgroup_id = $1;
+
+-- name: PortUUIDByAddress :one
+SELECT uuid FROM ports WHERE address = $1;
+
+-- name: PortgroupUUIDByAddress :one
+SELECT uuid FROM portgroups WHERE address = $1;

@@ -48,7 +48,6 @@ func (q *Queries) DeletePortgroup(ctx context.Context, id int64) (int64, error) 
 }
 
 const getNodeRef = `-- name: GetNodeRef :one
-
 SELECT id, uuid, owner, lessee, provision_state, maintenance, instance_uuid
 FROM nodes
 WHERE ($1::uuid IS NOT NULL AND uuid = $1)
@@ -70,10 +69,6 @@ type GetNodeRefRow struct {
 	InstanceUuid   *uuid.UUID
 }
 
-// Queries of package port, compiled by sqlc (scripts/sqlc-gen.sh port).
-// Reads return the row with what the API shows beside it (the node's uuid,
-// the port group's uuid) and what access checks need (the node's owner and
-// lessee). The list queries are built in Go (list.go).
 // The node a port or port group belongs to or names, by uuid or by name.
 func (q *Queries) GetNodeRef(ctx context.Context, arg GetNodeRefParams) (GetNodeRefRow, error) {
 	row := q.db.QueryRow(ctx, getNodeRef, arg.NodeUuid, arg.NodeName)
@@ -302,6 +297,28 @@ func (q *Queries) LockNodeRef(ctx context.Context, id int64) (LockNodeRefRow, er
 		&i.InstanceUuid,
 	)
 	return i, err
+}
+
+const portUUIDByAddress = `-- name: PortUUIDByAddress :one
+SELECT uuid FROM ports WHERE address = $1
+`
+
+func (q *Queries) PortUUIDByAddress(ctx context.Context, address string) (uuid.UUID, error) {
+	row := q.db.QueryRow(ctx, portUUIDByAddress, address)
+	var uuid uuid.UUID
+	err := row.Scan(&uuid)
+	return uuid, err
+}
+
+const portgroupUUIDByAddress = `-- name: PortgroupUUIDByAddress :one
+SELECT uuid FROM portgroups WHERE address = $1
+`
+
+func (q *Queries) PortgroupUUIDByAddress(ctx context.Context, address *string) (uuid.UUID, error) {
+	row := q.db.QueryRow(ctx, portgroupUUIDByAddress, address)
+	var uuid uuid.UUID
+	err := row.Scan(&uuid)
+	return uuid, err
 }
 
 const updatePort = `-- name: UpdatePort :execrows
