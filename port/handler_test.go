@@ -423,3 +423,52 @@ func TestPortAccessRules(t *testing.T) {
 	e.must(http.StatusForbidden, req{"DELETE", "/v1/portgroups/pg-mine", latest, "owner", nil})
 	e.must(http.StatusNoContent, req{"DELETE", "/v1/portgroups/pg-mine", latest, "owner-admin", nil})
 }
+
+// TestPortMalformedRequests: malformed bodies, paths and queries are 4xx in
+// Ironic's error body, never 5xx, and store nothing.
+func TestPortMalformedRequests(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	e := setup(t, pool, false)
+	_, nu := dbtest.Node(t, pool, dbtest.NodeSpec{ProvisionState: "manageable"})
+	n := nu.String()
+	p := e.must(http.StatusCreated, req{"POST", "/v1/ports", latest, "", map[string]any{"address": "52:54:00:00:00:01", "node_uuid": n}}).body["uuid"].(string)
+	g := e.must(http.StatusCreated, req{"POST", "/v1/portgroups", latest, "", map[string]any{"node_uuid": n}}).body["uuid"].(string)
+	for _, r := range []req{
+		{"POST", "/v1/ports", latest, "", ""},
+		{"POST", "/v1/ports", latest, "", "null"},
+		{"POST", "/v1/ports", latest, "", "[]"},
+		{"POST", "/v1/ports", latest, "", "{"},
+		{"POST", "/v1/ports", latest, "", `{"address": 5, "node_uuid": "` + n + `"}`},
+		{"POST", "/v1/ports", latest, "", `{"address": "52:54:00:00:00:02", "node_uuid": "` + n + `", "extra": {"a": "\u0000"}}`},
+		{"POST", "/v1/ports", latest, "", `{"address": "52:54:00:00:00:02", "node_uuid": "` + n + `", "physical_network": "a\u0000"}`},
+		{"POST", "/v1/ports", latest, "", `{"address": "52:54:00:00:00:02", "node_uuid": "` + n + `", "local_link_connection": {"port_id": 1}}`},
+		{"POST", "/v1/portgroups", latest, "", `{"node_uuid": "` + n + `", "name": "a\u0000"}`},
+		{"POST", "/v1/portgroups", latest, "", `{"node_uuid": "` + n + `", "extra": []}`},
+		{"PATCH", "/v1/ports/" + p, latest, "", "{}"},
+		{"PATCH", "/v1/ports/" + p, latest, "", `[{"op": "move", "path": "/extra"}]`},
+		{"PATCH", "/v1/ports/" + p, latest, "", `[{"op": "add", "path": "/extra/a/b", "value": 1}]`},
+		{"PATCH", "/v1/ports/" + p, latest, "", `[{"op": "replace", "path": "/node_uuid", "value": 7}]`},
+		{"PATCH", "/v1/ports/" + p, latest, "", `[{"op": "replace", "path": "/portgroup_uuid", "value": "nope"}]`},
+		{"PATCH", "/v1/ports/" + p, latest, "", `[{"op": "replace", "path": "/physical_network", "value": ""}]`},
+		{"PATCH", "/v1/ports/" + p, latest, "", `[{"op": "replace", "path": "/local_link_connection", "value": {"x": 1}}]`},
+		{"PATCH", "/v1/portgroups/" + g, latest, "", `[{"op": "replace", "path": "/name", "value": "bad name"}]`},
+		{"PATCH", "/v1/portgroups/" + g, latest, "", `[{"op": "replace", "path": "/node_uuid", "value": "nope"}]`},
+		{"PATCH", "/v1/portgroups/" + g, latest, "", `[{"op": "replace", "path": "/properties", "value": 1}]`},
+		{"GET", "/v1/ports?marker=nope", latest, "", nil},
+		{"GET", "/v1/ports?sort_dir=up", latest, "", nil},
+		{"GET", "/v1/ports?detail=maybe", latest, "", nil},
+		{"GET", "/v1/ports?node=bad%20name", latest, "", nil},
+		{"GET", "/v1/ports?node_uuid=x", latest, "", nil},
+		{"GET", "/v1/portgroups?sort_key=properties", latest, "", nil},
+		{"GET", "/v1/portgroups?limit=-1", latest, "", nil},
+		{"GET", "/v1/nodes/bad%20name/ports", latest, "", nil},
+		{"DELETE", "/v1/ports/x", latest, "", nil},
+	} {
+		resp := e.do(r)
+		require.True(t, resp.status >= 400 && resp.status < 500, "%s %s %v: %d %s", r.method, r.path, r.body, resp.status, resp.raw)
+		require.NotEmpty(t, resp.fault(t), "%s %s", r.method, r.path)
+	}
+	require.Equal(t, 1, dbtest.Count(t, pool, `SELECT count(*) FROM ports`))
+	require.Equal(t, 1, dbtest.Count(t, pool, `SELECT count(*) FROM portgroups`))
+}
