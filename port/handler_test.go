@@ -3,6 +3,7 @@ package port_test
 import (
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -471,4 +472,38 @@ func TestPortMalformedRequests(t *testing.T) {
 	}
 	require.Equal(t, 1, dbtest.Count(t, pool, `SELECT count(*) FROM ports`))
 	require.Equal(t, 1, dbtest.Count(t, pool, `SELECT count(*) FROM portgroups`))
+}
+
+// TestPortConcurrentSameMAC: many clients creating a port with one MAC
+// address (in different cases) on different nodes at once: exactly one is
+// created, every other gets Ironic's 409.
+func TestPortConcurrentSameMAC(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	e := setup(t, pool, false)
+	const n = 12
+	nodes := make([]uuid.UUID, n)
+	for i := range nodes {
+		_, nodes[i] = dbtest.Node(t, pool, dbtest.NodeSpec{ProvisionState: "manageable"})
+	}
+	statuses := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mac := "52:54:00:00:00:aa"
+			if i%2 == 1 {
+				mac = strings.ToUpper(mac)
+			}
+			statuses <- e.do(req{"POST", "/v1/ports", latest, "", map[string]any{"address": mac, "node_uuid": nodes[i].String()}}).status
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	count := map[int]int{}
+	for s := range statuses {
+		count[s]++
+	}
+	require.Equal(t, map[int]int{http.StatusCreated: 1, http.StatusConflict: n - 1}, count)
 }
