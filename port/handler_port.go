@@ -158,11 +158,12 @@ func portFromDoc(p *Port, doc map[string]any) {
 }
 
 // smartNICLinkOK reports whether a Smart NIC port's local_link_connection
-// names port_id and hostname (LOCAL_LINK_SMART_NIC_SCHEMA).
+// names port_id and hostname (LOCAL_LINK_SMART_NIC_SCHEMA). As in Ironic,
+// whose schema validator passes None, a port without one is not checked.
 func smartNICLinkOK(llc any) bool {
 	m, ok := llc.(map[string]any)
 	if !ok {
-		return false
+		return llc == nil
 	}
 	_, a := m["port_id"]
 	_, b := m["hostname"]
@@ -583,7 +584,7 @@ func (h *Handler) listPorts(detailPath bool, parent string) echo.HandlerFunc {
 		var shards []string
 		if q.Has("shard") {
 			if !v.AtLeast(1, 82) {
-				return notAcceptable()
+				return web.Errorf(http.StatusNotAcceptable, "Request not acceptable. The minimal required API version should be 1.82")
 			}
 			shards = []string{}
 			for _, s := range strings.Split(q.Get("shard"), ",") {

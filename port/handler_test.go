@@ -113,7 +113,7 @@ func TestPortValidation(t *testing.T) {
 		{map[string]any{"address": "52:54:00:00:00:01", "node_uuid": n, "pxe_enabled": "maybe"},
 			"Invalid pxe_enabled: Unrecognized value 'maybe', acceptable values are: '0', '1', 'f', 'false', 'n', 'no', 'off', 'on', 't', 'true', 'y', 'yes'"},
 		{map[string]any{"address": "52:54:00:00:00:01", "node_uuid": n, "physical_network": ""}, "A non-empty value is required when setting physical_network"},
-		{map[string]any{"address": "52:54:00:00:00:01", "node_uuid": n, "is_smartnic": true}, "Smart NIC port must have port_id and hostname in local_link_connection"},
+		{map[string]any{"address": "52:54:00:00:00:01", "node_uuid": n, "is_smartnic": true, "local_link_connection": map[string]any{}}, "Smart NIC port must have port_id and hostname in local_link_connection"},
 		{map[string]any{"address": "52:54:00:00:00:01", "node_uuid": n, "local_link_connection": map[string]any{"port_id": "p", "switch_id": "nope"}},
 			"Expected a MAC address or OpenFlow datapath ID but received nope."},
 		{map[string]any{"address": "52:54:00:00:00:01", "node_uuid": n, "portgroup_uuid": missing}, "Portgroup " + missing + " could not be found."},
