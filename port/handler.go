@@ -196,17 +196,14 @@ func (h *Handler) checkCreate(c echo.Context, n *NodeRef, rule string) (visible 
 	return visible, nil
 }
 
-// listParams are the parsed paging, sorting and projection parameters of a
-// list request.
+// listParams are the list arguments checked before the access rules.
 type listParams struct {
-	web.ListParams
-	fields []string // nil: all
-	detail *bool
+	detail *bool // the detail argument (nil: absent)
 }
 
-// parseList reads limit, marker, sort_key, sort_dir, fields and detail as
-// Ironic's get_all does: argument types first (limit an integer, marker a
-// uuid, detail a boolean), fields and detail checked by the caller.
+// parseList checks the types of limit (an integer), marker (a uuid) and
+// detail (a boolean) as Ironic's args.validate does, before anything else;
+// the rest of the page parameters are read by pageParams.
 func (h *Handler) parseList(c echo.Context) (listParams, error) {
 	q := c.QueryParams()
 	var lp listParams
@@ -293,7 +290,8 @@ func checkFields(fields []string, doc map[string]any) error {
 	return nil
 }
 
-// readObject decodes the request body as a JSON object for a schema check.
+// readBody decodes the JSON request body (nil when empty) for a schema
+// check.
 func readBody(c echo.Context) (any, error) {
 	v, err := node.ReadBody(c)
 	return v, apiError(err, nil)
