@@ -44,7 +44,8 @@
 // # Not implemented
 //
 // metalloc attaches no VIFs and talks to no network service, so Ironic's
-// checks on attached VIFs, port group physical network consistency and
-// DHCP/neutron updates on MAC changes are absent; the port name field
-// (Ironic 1.88) is after the 21.4 reference.
+// checks on attached VIFs and DHCP/neutron updates on MAC changes are
+// absent; the port name field (Ironic 1.88) is after the 21.4 reference.
+// The conductor's port group rule that members share one physical network
+// is kept (Tx.CreatePort, Tx.UpdatePort).
 package port

@@ -507,3 +507,24 @@ func TestPortConcurrentSameMAC(t *testing.T) {
 	}
 	require.Equal(t, map[int]int{http.StatusCreated: 1, http.StatusConflict: n - 1}, count)
 }
+
+// TestPortgroupPhysicalNetwork: the members of a port group share one
+// physical network (the conductor's validate_port_physnet), on create and
+// on patch.
+func TestPortgroupPhysicalNetwork(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	e := setup(t, pool, false)
+	_, nu := dbtest.Node(t, pool, dbtest.NodeSpec{ProvisionState: "manageable"})
+	n := nu.String()
+	g := e.must(http.StatusCreated, req{"POST", "/v1/portgroups", latest, "", map[string]any{"node_uuid": n}}).body["uuid"].(string)
+	e.must(http.StatusCreated, req{"POST", "/v1/ports", latest, "", map[string]any{"address": "52:54:00:00:00:01", "node_uuid": n,
+		"portgroup_uuid": g, "physical_network": "net1"}})
+	e.mustFail(http.StatusConflict, "Port with physical network None cannot become a member of port group "+g+" which has ports in physical network net1.",
+		req{"POST", "/v1/ports", latest, "", map[string]any{"address": "52:54:00:00:00:02", "node_uuid": n, "portgroup_uuid": g}})
+	p := e.must(http.StatusCreated, req{"POST", "/v1/ports", latest, "", map[string]any{"address": "52:54:00:00:00:02", "node_uuid": n,
+		"portgroup_uuid": g, "physical_network": "net1"}}).body["uuid"].(string)
+	e.mustFail(http.StatusConflict, "Port with physical network net2 cannot become a member of port group "+g+" which has ports in physical network net1.",
+		req{"PATCH", "/v1/ports/" + p, latest, "", []map[string]any{{"op": "replace", "path": "/physical_network", "value": "net2"}}})
+	e.must(http.StatusOK, req{"PATCH", "/v1/ports/" + p, latest, "", []map[string]any{{"op": "add", "path": "/extra/x", "value": 1}}})
+}

@@ -64,3 +64,11 @@ SELECT uuid FROM ports WHERE address = $1;
 
 -- name: PortgroupUUIDByAddress :one
 SELECT uuid FROM portgroups WHERE address = $1;
+
+-- name: PortgroupPhysnets :many
+-- The physical networks of a port group's member ports other than port id
+-- (NULL included: a port without one).
+SELECT DISTINCT physical_network FROM ports WHERE portgroup_id = $1 AND id <> $2;
+
+-- name: PortgroupUUID :one
+SELECT uuid FROM portgroups WHERE id = $1;

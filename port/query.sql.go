@@ -310,6 +310,48 @@ func (q *Queries) PortUUIDByAddress(ctx context.Context, address string) (uuid.U
 	return uuid, err
 }
 
+const portgroupPhysnets = `-- name: PortgroupPhysnets :many
+SELECT DISTINCT physical_network FROM ports WHERE portgroup_id = $1 AND id <> $2
+`
+
+type PortgroupPhysnetsParams struct {
+	PortgroupID *int64
+	ID          int64
+}
+
+// The physical networks of a port group's member ports other than port id
+// (NULL included: a port without one).
+func (q *Queries) PortgroupPhysnets(ctx context.Context, arg PortgroupPhysnetsParams) ([]*string, error) {
+	rows, err := q.db.Query(ctx, portgroupPhysnets, arg.PortgroupID, arg.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*string
+	for rows.Next() {
+		var physical_network *string
+		if err := rows.Scan(&physical_network); err != nil {
+			return nil, err
+		}
+		items = append(items, physical_network)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const portgroupUUID = `-- name: PortgroupUUID :one
+SELECT uuid FROM portgroups WHERE id = $1
+`
+
+func (q *Queries) PortgroupUUID(ctx context.Context, id int64) (uuid.UUID, error) {
+	row := q.db.QueryRow(ctx, portgroupUUID, id)
+	var uuid uuid.UUID
+	err := row.Scan(&uuid)
+	return uuid, err
+}
+
 const portgroupUUIDByAddress = `-- name: PortgroupUUIDByAddress :one
 SELECT uuid FROM portgroups WHERE address = $1
 `

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -131,6 +133,9 @@ func (t Tx) CreatePort(ctx context.Context, p Port) (Port, error) {
 	if _, err := t.LockNode(ctx, p.NodeID); err != nil {
 		return Port{}, err
 	}
+	if err := t.checkPhysnet(ctx, p, 0); err != nil {
+		return Port{}, err
+	}
 	llc, extra, err := marshal2(p.LocalLinkConnection, p.Extra)
 	if err != nil {
 		return Port{}, err
@@ -159,6 +164,11 @@ func (t Tx) UpdatePort(ctx context.Context, u uuid.UUID, change func(cur Port, n
 	}
 	if next.NodeID != cur.NodeID {
 		if _, err := t.LockNode(ctx, next.NodeID); err != nil {
+			return Port{}, err
+		}
+	}
+	if !equalPtr(next.PortgroupID, cur.PortgroupID) || !equalPtr(next.PhysicalNetwork, cur.PhysicalNetwork) {
+		if err := t.checkPhysnet(ctx, next, cur.ID); err != nil {
 			return Port{}, err
 		}
 	}
@@ -196,6 +206,48 @@ func (t Tx) lockPort(ctx context.Context, u uuid.UUID) (Port, NodeRef, error) {
 			return again, n, nil
 		}
 	}
+}
+
+// checkPhysnet is the conductor's validate_port_physnet: a member of a port
+// group must be on the physical network of the group's other ports (409),
+// which must agree among themselves. self is the port's own id (0 when
+// new).
+func (t Tx) checkPhysnet(ctx context.Context, p Port, self int64) error {
+	if p.PortgroupID == nil {
+		return nil
+	}
+	nets, err := t.q.PortgroupPhysnets(ctx, PortgroupPhysnetsParams{PortgroupID: p.PortgroupID, ID: self})
+	if err != nil {
+		return fmt.Errorf("reading port group physical networks: %w", err)
+	}
+	if len(nets) == 0 {
+		return nil
+	}
+	pyNone := func(s *string) string {
+		if s == nil {
+			return "None"
+		}
+		return *s
+	}
+	uuidOf, err := t.q.PortgroupUUID(ctx, *p.PortgroupID)
+	if err != nil {
+		return notFound(err, "portgroup", fmt.Sprint(*p.PortgroupID))
+	}
+	if len(nets) > 1 {
+		names := make([]string, len(nets))
+		for i, n := range nets {
+			names[i] = pyNone(n)
+		}
+		// Ironic's PortgroupPhysnetInconsistent (a 500 there); the rule
+		// below keeps it from happening.
+		return web.Errorf(http.StatusConflict, "Port group %s has member ports with inconsistent physical networks (%s). All ports in a port group must have the same physical network.",
+			uuidOf, strings.Join(names, ", "))
+	}
+	if !equalPtr(p.PhysicalNetwork, nets[0]) {
+		return web.Conflict("Port with physical network %s cannot become a member of port group %s which has ports in physical network %s.",
+			pyNone(p.PhysicalNetwork), uuidOf, pyNone(nets[0]))
+	}
+	return nil
 }
 
 // DeletePort deletes port u under its node's lock.
