@@ -711,6 +711,73 @@ CREATE TABLE public.placement_trackers (
 );
 
 --
+-- Name: portgroups; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.portgroups (
+    id bigint NOT NULL,
+    uuid uuid NOT NULL,
+    name text,
+    node_id bigint NOT NULL,
+    address text,
+    mode text,
+    properties jsonb DEFAULT '{}'::jsonb NOT NULL,
+    standalone_ports_supported boolean DEFAULT true NOT NULL,
+    extra jsonb DEFAULT '{}'::jsonb NOT NULL,
+    internal_info jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone,
+    CONSTRAINT portgroups_address_check CHECK ((address = lower(address)))
+);
+
+--
+-- Name: portgroups_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.portgroups ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.portgroups_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: ports; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ports (
+    id bigint NOT NULL,
+    uuid uuid NOT NULL,
+    address text NOT NULL,
+    node_id bigint NOT NULL,
+    portgroup_id bigint,
+    pxe_enabled boolean DEFAULT true NOT NULL,
+    local_link_connection jsonb DEFAULT '{}'::jsonb NOT NULL,
+    physical_network text,
+    is_smartnic boolean DEFAULT false NOT NULL,
+    extra jsonb DEFAULT '{}'::jsonb NOT NULL,
+    internal_info jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone,
+    CONSTRAINT ports_address_check CHECK ((address = lower(address)))
+);
+
+--
+-- Name: ports_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.ports ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.ports_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: allocations allocations_consumer_id_resource_provider_id_resource_class_key; Type: CONSTRAINT; Schema: placement; Owner: -
 --
 
@@ -928,6 +995,62 @@ ALTER TABLE ONLY public.placement_trackers
     ADD CONSTRAINT placement_trackers_pkey PRIMARY KEY (id);
 
 --
+-- Name: portgroups portgroups_address_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.portgroups
+    ADD CONSTRAINT portgroups_address_key UNIQUE (address);
+
+--
+-- Name: portgroups portgroups_id_node_id_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.portgroups
+    ADD CONSTRAINT portgroups_id_node_id_key UNIQUE (id, node_id);
+
+--
+-- Name: portgroups portgroups_name_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.portgroups
+    ADD CONSTRAINT portgroups_name_key UNIQUE (name);
+
+--
+-- Name: portgroups portgroups_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.portgroups
+    ADD CONSTRAINT portgroups_pkey PRIMARY KEY (id);
+
+--
+-- Name: portgroups portgroups_uuid_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.portgroups
+    ADD CONSTRAINT portgroups_uuid_key UNIQUE (uuid);
+
+--
+-- Name: ports ports_address_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ports
+    ADD CONSTRAINT ports_address_key UNIQUE (address);
+
+--
+-- Name: ports ports_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ports
+    ADD CONSTRAINT ports_pkey PRIMARY KEY (id);
+
+--
+-- Name: ports ports_uuid_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ports
+    ADD CONSTRAINT ports_uuid_key UNIQUE (uuid);
+
+--
 -- Name: allocations_provider_class_idx; Type: INDEX; Schema: placement; Owner: -
 --
 
@@ -986,6 +1109,24 @@ CREATE INDEX node_traits_trait_idx ON public.node_traits USING btree (trait, nod
 --
 
 CREATE INDEX nodes_free_idx ON public.nodes USING btree (resource_class, id) WHERE public.metalloc_node_free(provision_state, maintenance, power_state, instance_uuid, allocation_id);
+
+--
+-- Name: portgroups_node_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX portgroups_node_idx ON public.portgroups USING btree (node_id, id);
+
+--
+-- Name: ports_node_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ports_node_idx ON public.ports USING btree (node_id, id);
+
+--
+-- Name: ports_portgroup_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ports_portgroup_idx ON public.ports USING btree (portgroup_id, id) WHERE (portgroup_id IS NOT NULL);
 
 --
 -- Name: allocations allocations_node_link; Type: TRIGGER; Schema: public; Owner: -
@@ -1144,6 +1285,27 @@ ALTER TABLE ONLY public.node_traits
 
 ALTER TABLE ONLY public.nodes
     ADD CONSTRAINT nodes_allocation_id_fkey FOREIGN KEY (allocation_id) REFERENCES public.allocations(id) ON DELETE SET NULL;
+
+--
+-- Name: portgroups portgroups_node_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.portgroups
+    ADD CONSTRAINT portgroups_node_id_fkey FOREIGN KEY (node_id) REFERENCES public.nodes(id) ON DELETE CASCADE;
+
+--
+-- Name: ports ports_node_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ports
+    ADD CONSTRAINT ports_node_id_fkey FOREIGN KEY (node_id) REFERENCES public.nodes(id) ON DELETE CASCADE;
+
+--
+-- Name: ports ports_portgroup_id_node_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ports
+    ADD CONSTRAINT ports_portgroup_id_node_id_fkey FOREIGN KEY (portgroup_id, node_id) REFERENCES public.portgroups(id, node_id);
 
 --
 -- PostgreSQL database dump complete

@@ -61,7 +61,8 @@ var (
 	fuzzParams  = []string{"limit", "marker", "sort_key", "sort_dir", "fields", "detail", "resource_class",
 		"provision_state", "owner", "lessee", "driver", "maintenance", "associated", "conductor_group", "fault",
 		"node", "state", "name", "uuid", "member_of", "resources", "required", "in_tree", "project_id",
-		"user_id", "group_policy", "same_subtree", "root_required", "resources1", "required_X"}
+		"user_id", "group_policy", "same_subtree", "root_required", "resources1", "required_X", "address", "portgroup",
+		"node_uuid", "shard"}
 )
 
 func (f *fuzzer) pick(xs []string) string { return xs[f.rng.IntN(len(xs))] }
@@ -212,6 +213,14 @@ func (f *fuzzer) next() (*http.Request, string, bool) {
 			{"PATCH", "/v1/allocations/" + alloc, `[{"op":"add","path":"/extra/x","value":"y"}]`},
 			{"DELETE", "/v1/allocations/" + alloc, ""},
 			{f.pick(fuzzMethods), "/v1/nodes/" + node, `{}`},
+			{"GET", "/v1/ports?" + f.query(), ""},
+			{"GET", "/v1/portgroups/detail?" + f.query(), ""},
+			{"GET", "/v1/nodes/" + node + "/ports?" + f.query(), ""},
+			{"GET", "/v1/ports/" + f.ident(nil) + "?" + f.query(), ""},
+			{"POST", "/v1/ports", `{"node_uuid":"` + node + `","address":"` + fmt.Sprintf("52:54:00:%02x:%02x:%02x", f.rng.IntN(256), f.rng.IntN(256), f.rng.IntN(256)) +
+				`","extra":{"a":"b"},"local_link_connection":{"port_id":"p","switch_id":"aa:bb:cc:dd:ee:ff"},"physical_network":"n"}`},
+			{"POST", "/v1/portgroups", `{"node_uuid":"` + node + `","name":"fpg-` + strconv.Itoa(f.rng.IntN(1e6)) + `","mode":"802.3ad","properties":{}}`},
+			{"PATCH", "/v1/portgroups/" + f.ident(nil), `[{"op":"add","path":"/extra/x","value":"y"}]`},
 		}
 	} else {
 		ts = []tmpl{
@@ -282,6 +291,7 @@ func (f *fuzzer) next() (*http.Request, string, bool) {
 // types, huge and deeply nested values, NUL and odd unicode, bad uuids and
 // names in paths, injection-like filters, fields, sort keys and markers,
 // bad microversions, wrong content types, odd methods, bad credentials.
+// Port and port group routes are fuzzed too (for their answers).
 // No answer may be a 5xx, both services must still be running and
 // answering, neither may have logged a panic, and the database must hold
 // exactly what the accepted (2xx) requests wrote: the nodes, allocations
@@ -479,7 +489,9 @@ func fuzzCheckDatabase(t *testing.T, pool *pgxpool.Pool, before fuzzState, resul
 			continue
 		}
 		writes = append(writes, r)
-		if r.method == "POST" {
+		// Ports and port groups are not part of the snapshot (they are
+		// fuzzed for their answers only, and go with their node).
+		if r.method == "POST" && !strings.Contains(r.url, "/v1/port") {
 			var v struct{ UUID, Name string }
 			_ = json.Unmarshal(r.answer, &v)
 			if v.UUID == "" && r.location != "" {

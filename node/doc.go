@@ -18,6 +18,10 @@
 // bind parameter. Pagination is keyset on (sort key, id), never OFFSET, so a
 // page costs the same wherever it is and concurrent inserts do not shift it.
 //
+// A node's ports and port groups (package port) reference it with ON DELETE
+// CASCADE: the statement of Store.Delete that removes the node removes them
+// in the same transaction, after Ironic's delete checks passed.
+//
 // Every change runs in one transaction that first takes the node's row lock
 // (SELECT ... FOR UPDATE). Conductors reserving nodes for allocations use
 // FOR UPDATE SKIP LOCKED, so they pass over a node being changed rather than

@@ -192,20 +192,9 @@ func (h *Handler) delete(c echo.Context) error {
 // reset_interfaces only with a driver change, a description within
 // MaxDescriptionLength. Errors are Ironic's 400 or 406.
 func decodePatchOps(body any, v web.Version, reset bool) ([]patchOp, error) {
-	if err := validateSchema(patchSchema, "patch", body); err != nil {
+	ops, err := DecodePatch(body)
+	if err != nil {
 		return nil, err
-	}
-	var ops []patchOp
-	for _, item := range body.([]any) {
-		m := item.(map[string]any)
-		op := patchOp{Op: m["op"].(string), Path: m["path"].(string), Value: m["value"], raw: m}
-		ops = append(ops, op)
-	}
-	for _, op := range ops {
-		if _, ok := op.raw["value"]; !ok && op.Op != "remove" {
-			return nil, invalidf("Couldn't apply patch '%s'. Reason: The operation does not contain a 'value' member",
-				web.PyRepr(op.raw))
-		}
 	}
 	// _validate_patch
 	for _, op := range ops {

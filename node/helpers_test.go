@@ -21,6 +21,7 @@ import (
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/web"
+	"github.com/metalloc/metalloc/web/webtest"
 )
 
 // fakeRemover is the AllocationRemover of the tests: the real deallocation
@@ -76,14 +77,7 @@ type response struct {
 // fault returns the faultstring of an Ironic error body.
 func (r response) fault(t *testing.T) string {
 	t.Helper()
-	em, ok := r.body["error_message"].(string)
-	require.True(t, ok, "no error_message in %s", r.raw)
-	var inner struct {
-		Faultstring string `json:"faultstring"`
-		Faultcode   string `json:"faultcode"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(em), &inner))
-	return inner.Faultstring
+	return webtest.IronicFault(t, r.body)
 }
 
 // do sends a request at microversion version ("" = no header) with body

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/metalloc/metalloc/web"
@@ -27,6 +28,22 @@ type ImportOptions struct {
 	// Driver validates drivers and interfaces and performs the power and
 	// provisioning steps (nil = FakeDriver{}).
 	Driver Driver
+	// Ports imports each node's ports and portgroups (package port's
+	// Importer; nil: they are skipped with a warning).
+	Ports PortImporter
+}
+
+// PortImporter creates or updates the ports and port groups a node entry
+// of an import file lists (package port implements it; cmd wiring injects
+// it). It runs inside tx, which holds the row lock of node n, and returns
+// how many ports and port groups it created or changed.
+type PortImporter interface {
+	ImportPorts(ctx context.Context, tx pgx.Tx, n Node, portgroups, ports []any) (PortCounts, error)
+}
+
+// PortCounts counts what a PortImporter created or changed.
+type PortCounts struct {
+	Ports, Portgroups int
 }
 
 // ImportResult counts what Import did.
@@ -41,7 +58,11 @@ type ImportResult struct {
 	// Nodes are the uuids of the nodes imported without error, in file
 	// order.
 	Nodes []uuid.UUID
-	// Warnings are things in the file Import ignored (ports, port groups).
+	// Ports and Portgroups count the ports and port groups created or
+	// changed.
+	Ports, Portgroups int
+	// Warnings are things in the file Import ignored (ports and port
+	// groups when ImportOptions.Ports is nil).
 	Warnings []string
 }
 
@@ -52,9 +73,11 @@ type ImportResult struct {
 // a match gets the fields the file sets (and, when the file lists traits,
 // exactly those traits), anything else is created (in enroll). Running it
 // twice changes nothing the second time. Node fields are validated as POST
-// /v1/nodes validates them at the newest microversion. Ports and port groups
-// are not supported by metalloc and are skipped with a warning; chassis are
-// refused.
+// /v1/nodes validates them at the newest microversion. A node's "ports" and
+// "portgroups" (each port group with its own "ports") go to
+// ImportOptions.Ports, in the transaction that creates the node (so a bad
+// port leaves no node behind) or, for an existing node, in one holding its
+// row lock; chassis are refused.
 //
 // progress, if not nil, is called with (done, total) after each node. A
 // failing node does not stop the import: Import carries on and returns the
@@ -160,14 +183,26 @@ func importOne(ctx context.Context, store *Store, raw any, opts ImportOptions, r
 			traits = append(traits, s)
 		}
 	}
-	for _, k := range []string{"ports", "portgroups"} {
+	var lists [2][]any // portgroups, ports
+	for i, k := range []string{"portgroups", "ports"} {
 		if v, ok := doc[k]; ok {
 			delete(doc, k)
-			if l, ok := v.([]any); !ok || len(l) > 0 {
-				res.Warnings = append(res.Warnings, fmt.Sprintf("%v: %s ignored (metalloc has no %s)",
-					doc["name"], k, k))
+			l, ok := v.([]any)
+			if !ok && v != nil {
+				return fmt.Errorf("%s must be a list", k)
 			}
+			lists[i] = l
 		}
+	}
+	hasPorts := len(lists[0])+len(lists[1]) > 0
+	if hasPorts && opts.Ports == nil {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%v: ports and portgroups ignored", doc["name"]))
+		hasPorts = false
+	}
+	var counts PortCounts
+	importPorts := func(tx pgx.Tx, n Node) (err error) {
+		counts, err = opts.Ports.ImportPorts(ctx, tx, n, lists[0], lists[1])
+		return err
 	}
 	if err := validateSchema(createSchema, "node", doc); err != nil {
 		return err
@@ -191,7 +226,11 @@ func importOne(ctx context.Context, store *Store, raw any, opts ImportOptions, r
 		if err := opts.Driver.Validate(ctx, &n); err != nil {
 			return err
 		}
-		if cur, err = store.Create(ctx, n); err != nil {
+		var then func(pgx.Tx, Node) error
+		if hasPorts {
+			then = importPorts
+		}
+		if cur, err = store.CreateWith(ctx, n, then); err != nil {
 			return err
 		}
 		res.Created++
@@ -218,13 +257,20 @@ func importOne(ctx context.Context, store *Store, raw any, opts ImportOptions, r
 				return err
 			}
 		}
-		if changed || traitsChanged {
+		if hasPorts {
+			if err := store.Locked(ctx, existing.UUID.String(), importPorts); err != nil {
+				return err
+			}
+		}
+		if changed || traitsChanged || counts != (PortCounts{}) {
 			res.Updated++
 		} else {
 			res.Unchanged++
 		}
 	}
 	res.Nodes = append(res.Nodes, cur.UUID)
+	res.Ports += counts.Ports
+	res.Portgroups += counts.Portgroups
 	if opts.MakeAvailable {
 		made, err := makeAvailable(ctx, store, cur, opts.Driver)
 		if err != nil {

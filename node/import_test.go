@@ -13,7 +13,9 @@ import (
 	"github.com/metalloc/metalloc/node"
 )
 
-const dc1 = "/work/shared/data/dc1-nodes.yaml"
+// dc1 is the shared sample data centre, relative to this package (the
+// repository's ../shared, as e2e finds it).
+const dc1 = "../../shared/data/dc1-nodes.yaml"
 
 func TestImportDC1(t *testing.T) {
 	t.Parallel()

@@ -3,7 +3,6 @@ package node
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"regexp"
 	"slices"
 	"strings"
@@ -144,18 +143,7 @@ func apiError(err error, ident string) error {
 	}
 	var e *Error
 	if errors.As(err, &e) {
-		status := http.StatusBadRequest
-		switch e.Kind {
-		case KindConflict:
-			status = http.StatusConflict
-		case KindForbidden:
-			status = http.StatusForbidden
-		case KindNotFound:
-			status = http.StatusNotFound
-		case KindNotAcceptable:
-			status = http.StatusNotAcceptable
-		}
-		return web.Errorf(status, "%s", e.Message)
+		return e.HTTP()
 	}
 	return err
 }

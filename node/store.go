@@ -119,6 +119,13 @@ func (s *Store) get(ctx context.Context, q *Queries, ident string, lock bool) (N
 // *Error conflicts with Ironic's messages; invalid traits are *Error invalid.
 // Create does not validate the driver: callers run Driver.Validate first.
 func (s *Store) Create(ctx context.Context, n Node) (Node, error) {
+	return s.CreateWith(ctx, n, nil)
+}
+
+// CreateWith is Create, then runs then (when not nil) on the new node in
+// the same transaction: an error from then rolls the node back too (node
+// import creates a node's ports this way).
+func (s *Store) CreateWith(ctx context.Context, n Node, then func(tx pgx.Tx, n Node) error) (Node, error) {
 	if n.UUID == uuid.Nil {
 		n.UUID = uuid.New()
 	}
@@ -149,13 +156,28 @@ func (s *Store) Create(ctx context.Context, n Node) (Node, error) {
 				return fmt.Errorf("adding traits to node %s: %w", n.UUID, err)
 			}
 		}
-		out, err = s.get(ctx, q, n.UUID.String(), false)
-		return err
+		if out, err = s.get(ctx, q, n.UUID.String(), false); err != nil || then == nil {
+			return err
+		}
+		return then(tx, out)
 	})
 	if err != nil {
 		return Node{}, err
 	}
 	return out, nil
+}
+
+// Locked runs fn on node ident inside one transaction holding the node's
+// row lock, without writing the node itself; fn's error rolls back what it
+// did on tx.
+func (s *Store) Locked(ctx context.Context, ident string, fn func(tx pgx.Tx, n Node) error) error {
+	return db.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		n, err := s.get(ctx, s.q.WithTx(tx), ident, true)
+		if err != nil {
+			return err
+		}
+		return fn(tx, n)
+	})
 }
 
 // uniqueError turns a unique violation on insert/update of n into Ironic's

@@ -28,6 +28,7 @@ import (
 	"github.com/metalloc/metalloc/conductor/conductorapi"
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/node"
+	"github.com/metalloc/metalloc/port"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -102,7 +103,7 @@ func run(cmd *cobra.Command, _ []string) error {
 // negotiation, /metrics (Go runtime, process, the database pool, HTTP
 // requests, allocations created), request ids and access log, the request
 // timeout and body limit, authentication by authn (/, /v1 and /metrics
-// are public), and the node, allocation and conductor routes checked
+// are public), and the node, port, port group, allocation and conductor routes checked
 // against rules.
 func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rules auth.Rules, log *zap.Logger) (*echo.Echo, error) {
 	e := echo.New()
@@ -133,11 +134,14 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 		return web.Errorf(http.StatusRequestEntityTooLarge, "Request is too large.")
 	}))
 	e.Use(auth.Middleware(authn, web.IronicPublicRoute, web.IronicAuthFailure))
-	resources := []string{"nodes", "conductors", "allocations"}
+	resources := []string{"nodes", "ports", "portgroups", "conductors", "allocations"}
 	web.RegisterIronicRoot(e, cfg.API.PublicEndpoint, resources)
 	v1 := e.Group("/v1", web.IronicVersion())
 	nodes := node.NewStore(pool)
 	node.NewHandler(nodes, node.Deallocator{}, node.HandlerOptions{
+		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
+	}).Register(v1)
+	port.NewHandler(port.NewStore(pool), port.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
 	}).Register(v1)
 	allocation.NewHandler(allocation.NewStore(pool), allocation.HandlerOptions{

@@ -74,7 +74,9 @@ type route struct {
 // change nodes their project owns or leases as the node rules allow (a
 // lessee member may set power and maintenance only with the admin or
 // manager role, traits are for the owner's admins), nodes of other
-// projects are 404; allocations are their owner's; conductors are for
+// projects are 404; ports and port groups follow their node (created, changed and deleted
+// by system admins and the owner's admins or managers); allocations are
+// their owner's; conductors are for
 // system readers; /, /v1 and /metrics need no token. Every registered route
 // must have a row.
 func TestRouteRoleTable(t *testing.T) {
@@ -122,6 +124,25 @@ func TestRouteRoleTable(t *testing.T) {
 		{"GET", "/v1/nodes/{node}/allocation", "", [6]int{ok, ok, ok, notFound, notFound, unauth}},
 		{"DELETE", "/v1/nodes/{node}/allocation", "", [6]int{none, forbidden, none, forbidden, notFound, unauth}},
 
+		{"POST", "/v1/ports", `{"node_uuid":"{node}","address":"{mac}"}`, [6]int{created, forbidden, forbidden, forbidden, forbidden, unauth}},
+		{"GET", "/v1/ports", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/v1/ports/detail", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/v1/ports/{port}", "", [6]int{ok, ok, ok, ok, notFound, unauth}},
+		{"PATCH", "/v1/ports/{port}", `[{"op":"add","path":"/extra/x","value":"y"}]`, [6]int{ok, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"DELETE", "/v1/ports/{port}", "", [6]int{none, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/ports", "", [6]int{ok, ok, ok, ok, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/ports/detail", "", [6]int{ok, ok, ok, ok, notFound, unauth}},
+		{"POST", "/v1/portgroups", `{"node_uuid":"{node}","name":"{rand}"}`, [6]int{created, forbidden, forbidden, forbidden, forbidden, unauth}},
+		{"GET", "/v1/portgroups", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/v1/portgroups/detail", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/v1/portgroups/{pg}", "", [6]int{ok, ok, ok, ok, notFound, unauth}},
+		{"PATCH", "/v1/portgroups/{pg}", `[{"op":"add","path":"/extra/x","value":"y"}]`, [6]int{ok, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"DELETE", "/v1/portgroups/{pg}", "", [6]int{none, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"GET", "/v1/portgroups/{pg}/ports", "", [6]int{ok, ok, ok, ok, notFound, unauth}},
+		{"GET", "/v1/portgroups/{pg}/ports/detail", "", [6]int{ok, ok, ok, ok, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/portgroups", "", [6]int{ok, ok, ok, ok, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/portgroups/detail", "", [6]int{ok, ok, ok, ok, notFound, unauth}},
+
 		{"POST", "/v1/allocations", `{"resource_class":"gold"}`, [6]int{created, forbidden, created, created, created, unauth}},
 		{"POST", "/v1/allocations", `{"resource_class":"gold","owner":"` + otherProject + `"}`, [6]int{created, forbidden, forbidden, forbidden, created, unauth}},
 		{"GET", "/v1/allocations", "", [6]int{ok, ok, ok, ok, ok, unauth}},
@@ -162,7 +183,15 @@ func TestRouteRoleTable(t *testing.T) {
 			})
 			_, allocUUID := dbtest.Allocation(t, pool, dbtest.AllocationSpec{Owner: ptr(ownerProject), Node: nodeID})
 			rnd := "n-" + uuid.NewString()[:8]
-			repl := strings.NewReplacer("{node}", nodeUUID.String(), "{alloc}", allocUUID.String(), "{rand}", rnd)
+			portUUID, pgUUID := uuid.New(), uuid.New()
+			var pgID int64
+			require.NoError(t, pool.QueryRow(t.Context(), `INSERT INTO portgroups (uuid, node_id) VALUES ($1, $2) RETURNING id`,
+				pgUUID, nodeID).Scan(&pgID))
+			_, err := pool.Exec(t.Context(), `INSERT INTO ports (uuid, address, node_id) VALUES ($1, $2, $3)`,
+				portUUID, mac(), nodeID)
+			require.NoError(t, err)
+			repl := strings.NewReplacer("{node}", nodeUUID.String(), "{alloc}", allocUUID.String(), "{rand}", rnd,
+				"{port}", portUUID.String(), "{pg}", pgUUID.String(), "{mac}", mac())
 			req, err := http.NewRequest(r.method, srv.URL+repl.Replace(r.path), strings.NewReader(repl.Replace(r.body)))
 			require.NoError(t, err)
 			req.Header.Set("X-OpenStack-Ironic-API-Version", "1.82")
@@ -190,7 +219,7 @@ func TestRouteRoleTable(t *testing.T) {
 
 // routePattern turns a table path into echo's route pattern.
 func routePattern(path string) string {
-	path = strings.NewReplacer("{node}", ":ident", "{alloc}", ":ident").Replace(path)
+	path = strings.NewReplacer("{node}", ":ident", "{alloc}", ":ident", "{port}", ":ident", "{pg}", ":ident").Replace(path)
 	switch {
 	case strings.HasPrefix(path, "/v1/conductors/"):
 		return "/v1/conductors/:hostname"
@@ -201,6 +230,12 @@ func routePattern(path string) string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// mac returns a random locally administered MAC address.
+func mac() string {
+	b := uuid.New()
+	return fmt.Sprintf("02:%02x:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3], b[4])
+}
 
 // TestOversizedBodyStoresNothing: a 50 MB extra in POST /v1/allocations
 // (and a body just over api.max_request_body_size) is 413 in Ironic's error

@@ -12,6 +12,7 @@ import (
 
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/node"
+	"github.com/metalloc/metalloc/port"
 )
 
 func nodeCmd() *cobra.Command {
@@ -19,7 +20,7 @@ func nodeCmd() *cobra.Command {
 	var available bool
 	imp := &cobra.Command{
 		Use:   "import FILE",
-		Short: "create or update nodes from an `openstack baremetal create` file (JSON or YAML, plus traits)",
+		Short: "create or update nodes (with their ports and port groups) from an `openstack baremetal create` file (JSON or YAML, plus traits)",
 		Long: "Idempotent by uuid (else name). With --available (default) enrolled nodes are driven\n" +
 			"through manage, power off and provide so that they can be allocated.",
 		Args: cobra.ExactArgs(1),
@@ -55,7 +56,7 @@ func importNodes(ctx context.Context, url, path string, available bool, log *zap
 	}
 	defer f.Close()
 	var bar *progressbar.ProgressBar
-	res, err := node.Import(ctx, node.NewStore(pool), f, node.ImportOptions{MakeAvailable: available},
+	res, err := node.Import(ctx, node.NewStore(pool), f, node.ImportOptions{MakeAvailable: available, Ports: port.Importer{}},
 		func(done, total int) {
 			if bar == nil {
 				bar = progressbar.NewOptions(total, progressbar.OptionSetDescription("importing nodes"),
@@ -72,6 +73,7 @@ func importNodes(ctx context.Context, url, path string, available bool, log *zap
 	}
 	log.Info("nodes imported", zap.String("file", path), zap.Int("total", res.Total), zap.Int("created", res.Created),
 		zap.Int("updated", res.Updated), zap.Int("unchanged", res.Unchanged), zap.Int("made_available", res.MadeAvailable),
+		zap.Int("ports", res.Ports), zap.Int("portgroups", res.Portgroups),
 		zap.Strings("warnings", res.Warnings))
 	return nil
 }

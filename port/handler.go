@@ -1,0 +1,298 @@
+package port
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/metalloc/metalloc/auth"
+	"github.com/metalloc/metalloc/node"
+	"github.com/metalloc/metalloc/web"
+)
+
+// HandlerOptions configures the port and port group API handlers.
+type HandlerOptions struct {
+	// PublicEndpoint is the base URL of links and Location headers ("" =
+	// scheme://host of each request).
+	PublicEndpoint string
+	// MaxLimit caps list page sizes and is the default page size (0 =
+	// web.DefaultMaxLimit).
+	MaxLimit int
+	// Rules are the access rules (Ironic's baremetal:port:* and
+	// baremetal:portgroup:* defaults in keystone mode; the zero value
+	// allows everything).
+	Rules auth.Rules
+}
+
+// Handler serves Ironic's port and port group API on a Store.
+type Handler struct {
+	store *Store
+	opts  HandlerOptions
+}
+
+// NewHandler returns a Handler.
+func NewHandler(store *Store, opts HandlerOptions) *Handler {
+	if opts.MaxLimit <= 0 {
+		opts.MaxLimit = web.DefaultMaxLimit
+	}
+	return &Handler{store: store, opts: opts}
+}
+
+// Register mounts the routes on v1, a group that already negotiates the
+// Ironic microversion (web.IronicVersion):
+//
+//	GET    /ports, /ports/detail                   list
+//	POST   /ports                                  create (201)
+//	GET    /ports/{uuid}                           show
+//	PATCH  /ports/{uuid}                           update (JSON patch)
+//	DELETE /ports/{uuid}                           delete (204)
+//	GET    /nodes/{ident}/ports[/detail]           a node's ports
+//	GET    /portgroups, /portgroups/detail         list (1.23)
+//	POST   /portgroups                             create (201, 1.23)
+//	GET    /portgroups/{ident}                     show (uuid or name)
+//	PATCH  /portgroups/{ident}                     update
+//	DELETE /portgroups/{ident}                     delete (204)
+//	GET    /portgroups/{ident}/ports[/detail]      a port group's ports (1.24)
+//	GET    /nodes/{ident}/portgroups[/detail]      a node's port groups (1.24)
+func (h *Handler) Register(v1 *echo.Group) {
+	v1.GET("/ports", h.listPorts(false, ""))
+	v1.GET("/ports/detail", h.listPorts(true, ""))
+	v1.POST("/ports", h.createPort)
+	v1.GET("/ports/:ident", h.getPort)
+	v1.PATCH("/ports/:ident", h.patchPort)
+	v1.DELETE("/ports/:ident", h.deletePort)
+	v1.GET("/nodes/:ident/ports", h.listPorts(false, "node"))
+	v1.GET("/nodes/:ident/ports/detail", h.listPorts(true, "node"))
+
+	v1.GET("/portgroups", h.listPortgroups(false, false))
+	v1.GET("/portgroups/detail", h.listPortgroups(true, false))
+	v1.POST("/portgroups", h.createPortgroup)
+	v1.GET("/portgroups/:ident", h.getPortgroup)
+	v1.PATCH("/portgroups/:ident", h.patchPortgroup)
+	v1.DELETE("/portgroups/:ident", h.deletePortgroup)
+	v1.GET("/portgroups/:ident/ports", h.listPorts(false, "portgroup"))
+	v1.GET("/portgroups/:ident/ports/detail", h.listPorts(true, "portgroup"))
+	v1.GET("/nodes/:ident/portgroups", h.listPortgroups(false, true))
+	v1.GET("/nodes/:ident/portgroups/detail", h.listPortgroups(true, true))
+}
+
+func (h *Handler) base(c echo.Context) string { return web.PublicURL(c, h.opts.PublicEndpoint) }
+
+// pathIdent is the unescaped {ident} of the path.
+func pathIdent(c echo.Context) string {
+	ident := c.Param("ident")
+	if u, err := url.PathUnescape(ident); err == nil {
+		ident = u
+	}
+	return ident
+}
+
+// uuidOrName is Ironic's args.uuid_or_name.
+func uuidOrName(name, value string) error {
+	if _, ok := web.UUIDLike(value); ok || web.ValidLogicalName(value, web.IronicMaxVersion) {
+		return nil
+	}
+	return web.BadRequest("Expected UUID or name for %s: %s", name, value)
+}
+
+// uuidArg is Ironic's args.uuid.
+func uuidArg(name, value string) (uuid.UUID, error) {
+	if u, ok := web.UUIDLike(value); ok {
+		return u, nil
+	}
+	return uuid.Nil, web.BadRequest("Expected UUID for %s: %s", name, value)
+}
+
+// macArg is Ironic's args.mac_address.
+func macArg(name string, value any) (string, error) {
+	s, _ := value.(string)
+	if mac, ok := NormalizeMAC(s); ok {
+		return mac, nil
+	}
+	return "", web.BadRequest("Expected valid MAC address for %s: %s", name, pyStr(value))
+}
+
+// pyStr is Python's str() of a JSON value.
+func pyStr(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return web.PyRepr(v)
+}
+
+// apiError maps errors of this package and of node's helpers to responses:
+// ErrNotFound is notFound (a *web.Error built by the caller), *node.Error
+// by kind; *web.Error passes as is.
+func apiError(err error, notFoundErr *web.Error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrNotFound) && notFoundErr != nil {
+		return notFoundErr
+	}
+	var ne *node.Error
+	if errors.As(err, &ne) {
+		return ne.HTTP()
+	}
+	return err
+}
+
+func portNotFound(ident string) *web.Error { return web.NotFound("Port %s could not be found.", ident) }
+func portgroupNotFound(ident string) *web.Error {
+	return web.NotFound("Portgroup %s could not be found.", ident)
+}
+func nodeNotFound(ident string) *web.Error { return web.NotFound("Node %s could not be found.", ident) }
+
+// operationNotPermitted is Ironic's OperationNotPermitted (403).
+func operationNotPermitted() error {
+	return web.Errorf(http.StatusForbidden, "Operation not permitted.")
+}
+
+func notAcceptable() error { return node.NotAcceptable().HTTP() }
+
+// checkOn applies Ironic's check_port_policy_and_retrieve to an object of
+// node owner/lessee: a caller who may not baremetal:node:get the node gets
+// hidden (the object's 404), one failing rule 403.
+func (h *Handler) checkOn(c echo.Context, owner, lessee *string, hidden error, rule string) error {
+	if h.opts.Rules.Open() {
+		return nil
+	}
+	creds := auth.Caller(c.Request().Context())
+	t := node.NodeTarget(creds, owner, lessee)
+	if !h.opts.Rules.Allowed("baremetal:node:get", t, creds) {
+		return hidden
+	}
+	if !h.opts.Rules.Allowed(rule, t, creds) {
+		return node.Forbidden(rule)
+	}
+	return nil
+}
+
+// checkCreate is the access check of POST /v1/ports and /v1/portgroups:
+// rule on the node (owner and lessee nil when the node does not exist or
+// the caller may not see it, as Ironic checks it before saying the node
+// is missing).
+func (h *Handler) checkCreate(c echo.Context, n *NodeRef, rule string) (visible bool, err error) {
+	if h.opts.Rules.Open() {
+		return n != nil, nil
+	}
+	creds := auth.Caller(c.Request().Context())
+	var owner, lessee *string
+	if n != nil {
+		t := node.NodeTarget(creds, n.Owner, n.Lessee)
+		if h.opts.Rules.Allowed("baremetal:node:get", t, creds) {
+			owner, lessee, visible = n.Owner, n.Lessee, true
+		}
+	}
+	if !h.opts.Rules.Allowed(rule, node.NodeTarget(creds, owner, lessee), creds) {
+		return false, node.Forbidden(rule)
+	}
+	return visible, nil
+}
+
+// listParams are the list arguments checked before the access rules.
+type listParams struct {
+	detail *bool // the detail argument (nil: absent)
+}
+
+// parseList checks the types of limit (an integer), marker (a uuid) and
+// detail (a boolean) as Ironic's args.validate does, before anything else;
+// the rest of the page parameters are read by pageParams.
+func (h *Handler) parseList(c echo.Context) (listParams, error) {
+	q := c.QueryParams()
+	var lp listParams
+	if q.Has("limit") {
+		if _, err := strconv.Atoi(strings.TrimSpace(q.Get("limit"))); err != nil {
+			return lp, web.BadRequest("Expected an integer for limit: %s", q.Get("limit"))
+		}
+	}
+	if q.Has("marker") {
+		if _, err := uuidArg("marker", q.Get("marker")); err != nil {
+			return lp, err
+		}
+	}
+	if q.Has("detail") {
+		b, err := node.ParseBool("detail", q.Get("detail"))
+		if err != nil {
+			return lp, apiError(err, nil)
+		}
+		lp.detail = &b
+	}
+	return lp, nil
+}
+
+// returnFields is Ironic's get_request_return_fields: detail needs 1.43,
+// not with fields; without either, the defaults.
+func returnFields(v web.Version, fields []string, detail *bool, c echo.Context, defaults []string) ([]string, error) {
+	if detail != nil && !v.AtLeast(1, 43) {
+		return nil, web.BadRequest("Invalid query parameter ?detail=%s received.", c.QueryParam("detail"))
+	}
+	if fields != nil && detail != nil && *detail {
+		return nil, web.BadRequest("Can not specify ?detail=True and fields in the same request.")
+	}
+	if fields == nil && (detail == nil || !*detail) {
+		return defaults, nil
+	}
+	return fields, nil
+}
+
+// pageParams finishes parsing the page parameters after the access and
+// version checks (limit positive and capped, sort_dir, the marker uuid).
+func (h *Handler) pageParams(c echo.Context, invalidSort []string, keys map[string]bool) (ListOptions, error) {
+	var opts ListOptions
+	lp, err := web.ParseListParams(c, h.opts.MaxLimit)
+	if err != nil {
+		return opts, err
+	}
+	opts.Limit, opts.SortKey, opts.SortDesc = lp.Limit, lp.SortKey, lp.SortDesc
+	if lp.Marker != "" {
+		u, _ := web.UUIDLike(lp.Marker)
+		opts.Marker = &u
+	}
+	if slices.Contains(invalidSort, opts.SortKey) {
+		return opts, web.BadRequest("The sort_key value %s is an invalid field for sorting", opts.SortKey)
+	}
+	if !keys[opts.SortKey] {
+		return opts, web.BadRequest("The sort_key value \"%s\" is an invalid field for sorting", opts.SortKey)
+	}
+	return opts, nil
+}
+
+// nextLink is the collection's next link when the page came back full,
+// keeping the request's other arguments, as Ironic's collection links do.
+func (h *Handler) nextLink(c echo.Context, resource string, n, limit int, last uuid.UUID) string {
+	keep := url.Values{}
+	for k, vs := range c.QueryParams() {
+		if k != "limit" && k != "marker" {
+			keep[k] = vs
+		}
+	}
+	return web.NextLink(h.base(c), resource, n, limit, last.String(), keep)
+}
+
+// checkFields is Ironic's check_for_invalid_fields over a rendered object.
+func checkFields(fields []string, doc map[string]any) error {
+	var bad []string
+	for _, f := range fields {
+		if _, ok := doc[f]; !ok {
+			bad = append(bad, f)
+		}
+	}
+	if len(bad) > 0 {
+		return web.BadRequest("Field(s) \"%s\" are not valid", strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// readBody decodes the JSON request body (nil when empty) for a schema
+// check.
+func readBody(c echo.Context) (any, error) {
+	v, err := node.ReadBody(c)
+	return v, apiError(err, nil)
+}
