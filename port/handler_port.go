@@ -334,7 +334,7 @@ func checkPatchAllowed(ops []node.PatchOp, allowed []string) error {
 }
 
 // patchNodeTarget resolves a patched node_uuid (Ironic's Node.get, 400
-// when missing) and locks it.
+// when missing) and locks it after cur (Tx.LockSecond).
 func patchNodeTarget(c echo.Context, tx Tx, cur NodeRef, value any) (NodeRef, error) {
 	s, ok := value.(string)
 	if !ok || s == cur.UUID.String() {
@@ -348,7 +348,7 @@ func patchNodeTarget(c echo.Context, tx Tx, cur NodeRef, value any) (NodeRef, er
 	if err != nil {
 		return NodeRef{}, apiError(err, web.BadRequest("Node %s could not be found.", s))
 	}
-	return tx.LockNode(ctx, n.ID)
+	return tx.LockSecond(ctx, cur.ID, n.ID)
 }
 
 func (h *Handler) patchPort(c echo.Context) error {

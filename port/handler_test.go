@@ -1,6 +1,7 @@
 package port_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -527,4 +528,47 @@ func TestPortgroupPhysicalNetwork(t *testing.T) {
 	e.mustFail(http.StatusConflict, "Port with physical network net2 cannot become a member of port group "+g+" which has ports in physical network net1.",
 		req{"PATCH", "/v1/ports/" + p, latest, "", []map[string]any{{"op": "replace", "path": "/physical_network", "value": "net2"}}})
 	e.must(http.StatusOK, req{"PATCH", "/v1/ports/" + p, latest, "", []map[string]any{{"op": "add", "path": "/extra/x", "value": 1}}})
+}
+
+// TestPortOppositeMovesNoDeadlock: two clients move ports between the same
+// two nodes in opposite directions at once, over and over. Each move holds
+// the port's node and takes the other (a lower id with NOWAIT, so nobody
+// waits against the lock order): every answer is 200 or a 409 to retry,
+// never a 500, and PostgreSQL detects no deadlock.
+func TestPortOppositeMovesNoDeadlock(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	e := setup(t, pool, false)
+	_, a := dbtest.Node(t, pool, dbtest.NodeSpec{ProvisionState: "manageable"})
+	_, b := dbtest.Node(t, pool, dbtest.NodeSpec{ProvisionState: "manageable"})
+	deadlocks := func() int {
+		return dbtest.Count(t, pool, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`)
+	}
+	before := deadlocks()
+	ports := make([]string, 2)
+	for i, n := range []uuid.UUID{a, b} {
+		r := e.do(req{"POST", "/v1/ports", latest, "", map[string]any{"address": fmt.Sprintf("52:54:00:00:01:%02x", i), "node_uuid": n.String()}})
+		require.Equal(t, http.StatusCreated, r.status, string(r.raw))
+		ports[i] = r.body["uuid"].(string)
+	}
+	var wg sync.WaitGroup
+	statuses := make(chan int, 200)
+	for i, route := range [][2]uuid.UUID{{b, a}, {a, b}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range 40 {
+				to := route[round%2]
+				statuses <- e.do(req{"PATCH", "/v1/ports/" + ports[i], latest, "", []map[string]any{
+					{"op": "replace", "path": "/node_uuid", "value": to.String()},
+				}}).status
+			}
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	for s := range statuses {
+		require.Contains(t, []int{http.StatusOK, http.StatusConflict}, s)
+	}
+	require.Equal(t, before, deadlocks(), "PostgreSQL detected a deadlock")
 }

@@ -11,6 +11,13 @@ WHERE (sqlc.narg(node_uuid)::uuid IS NOT NULL AND uuid = sqlc.narg(node_uuid))
 SELECT id, uuid, owner, lessee, provision_state, maintenance, instance_uuid
 FROM nodes WHERE id = $1 FOR UPDATE;
 
+-- name: LockNodeRefNowait :one
+-- A second node's lock taken against the lock order (a lower id than the
+-- node already held): fails at once with 55P03 instead of waiting, and the
+-- transaction starts over (db.InTx), so two opposite moves cannot deadlock.
+SELECT id, uuid, owner, lessee, provision_state, maintenance, instance_uuid
+FROM nodes WHERE id = $1 FOR UPDATE NOWAIT;
+
 -- name: GetPort :one
 SELECT sqlc.embed(p), n.uuid AS node_uuid, n.owner AS node_owner, n.lessee AS node_lessee,
        g.uuid AS portgroup_uuid

@@ -299,6 +299,39 @@ func (q *Queries) LockNodeRef(ctx context.Context, id int64) (LockNodeRefRow, er
 	return i, err
 }
 
+const lockNodeRefNowait = `-- name: LockNodeRefNowait :one
+SELECT id, uuid, owner, lessee, provision_state, maintenance, instance_uuid
+FROM nodes WHERE id = $1 FOR UPDATE NOWAIT
+`
+
+type LockNodeRefNowaitRow struct {
+	ID             int64
+	Uuid           uuid.UUID
+	Owner          *string
+	Lessee         *string
+	ProvisionState string
+	Maintenance    bool
+	InstanceUuid   *uuid.UUID
+}
+
+// A second node's lock taken against the lock order (a lower id than the
+// node already held): fails at once with 55P03 instead of waiting, and the
+// transaction starts over (db.InTx), so two opposite moves cannot deadlock.
+func (q *Queries) LockNodeRefNowait(ctx context.Context, id int64) (LockNodeRefNowaitRow, error) {
+	row := q.db.QueryRow(ctx, lockNodeRefNowait, id)
+	var i LockNodeRefNowaitRow
+	err := row.Scan(
+		&i.ID,
+		&i.Uuid,
+		&i.Owner,
+		&i.Lessee,
+		&i.ProvisionState,
+		&i.Maintenance,
+		&i.InstanceUuid,
+	)
+	return i, err
+}
+
 const portUUIDByAddress = `-- name: PortUUIDByAddress :one
 SELECT uuid FROM ports WHERE address = $1
 `

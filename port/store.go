@@ -84,8 +84,27 @@ func (t Tx) Node(ctx context.Context, ident string) (NodeRef, error) {
 	if err != nil {
 		return NodeRef{}, notFound(err, "node", ident)
 	}
+	return nodeRef(LockNodeRefRow(r)), nil
+}
+
+func nodeRef(r LockNodeRefRow) NodeRef {
 	return NodeRef{ID: r.ID, UUID: r.Uuid, Owner: r.Owner, Lessee: r.Lessee, ProvisionState: r.ProvisionState,
-		Maintenance: r.Maintenance, InstanceUUID: r.InstanceUuid}, nil
+		Maintenance: r.Maintenance, InstanceUUID: r.InstanceUuid}
+}
+
+// LockSecond locks node next while node held is locked, keeping the lock
+// order of node rows (ascending id): a lower id is taken with NOWAIT, whose
+// 55P03 makes db.InTx start the transaction over rather than wait in the
+// opposite order of a concurrent move (a deadlock). It returns next.
+func (t Tx) LockSecond(ctx context.Context, held, next int64) (NodeRef, error) {
+	if next >= held {
+		return t.LockNode(ctx, next)
+	}
+	r, err := t.q.LockNodeRefNowait(ctx, next)
+	if err != nil {
+		return NodeRef{}, notFound(err, "node", fmt.Sprint(next))
+	}
+	return nodeRef(LockNodeRefRow(r)), nil
 }
 
 // LockNode takes the row lock of node id and returns it.
@@ -94,8 +113,7 @@ func (t Tx) LockNode(ctx context.Context, id int64) (NodeRef, error) {
 	if err != nil {
 		return NodeRef{}, notFound(err, "node", fmt.Sprint(id))
 	}
-	return NodeRef{ID: r.ID, UUID: r.Uuid, Owner: r.Owner, Lessee: r.Lessee, ProvisionState: r.ProvisionState,
-		Maintenance: r.Maintenance, InstanceUUID: r.InstanceUuid}, nil
+	return nodeRef(r), nil
 }
 
 // Port returns the port with uuid u, or ErrNotFound.
@@ -163,7 +181,7 @@ func (t Tx) UpdatePort(ctx context.Context, u uuid.UUID, change func(cur Port, n
 		return Port{}, err
 	}
 	if next.NodeID != cur.NodeID {
-		if _, err := t.LockNode(ctx, next.NodeID); err != nil {
+		if _, err := t.LockSecond(ctx, cur.NodeID, next.NodeID); err != nil {
 			return Port{}, err
 		}
 	}
@@ -322,7 +340,7 @@ func (t Tx) UpdatePortgroup(ctx context.Context, ident string,
 		return Portgroup{}, err
 	}
 	if next.NodeID != cur.NodeID {
-		if _, err := t.LockNode(ctx, next.NodeID); err != nil {
+		if _, err := t.LockSecond(ctx, cur.NodeID, next.NodeID); err != nil {
 			return Portgroup{}, err
 		}
 	}

@@ -60,8 +60,9 @@ func IronicErrorBody(status int, msg string) map[string]string {
 }
 
 // ClassifyError turns any handler error into a status and a message safe to
-// show: *Error as is, echo's routing errors with their status, an unreachable
-// database as 503, everything else as 500 without internals (logged in full).
+// show: *Error as is, echo's routing errors with their status, a lock or
+// serialization conflict left after retries as 409, an unreachable database
+// as 503, everything else as 500 without internals (logged in full).
 func ClassifyError(err error, log *zap.Logger) (int, string) {
 	var apiErr *Error
 	if errors.As(err, &apiErr) {
@@ -86,6 +87,12 @@ func ClassifyError(err error, log *zap.Logger) (int, string) {
 		// Values PostgreSQL cannot store (a NUL byte, invalid UTF-8, a
 		// number out of range) are the client's mistake, not ours.
 		return http.StatusBadRequest, "Invalid value in request: " + msg
+	}
+	if db.IsTransient(err) {
+		// A lock or serialization conflict that outlasted db.InTx's
+		// retries: the client may retry, as after Ironic's NodeLocked (409).
+		log.Warn("concurrency conflict after retries", zap.Error(err))
+		return http.StatusConflict, "The resource is busy with a concurrent request; retry after it completes."
 	}
 	if db.IsUnavailable(err) {
 		log.Warn("database unavailable", zap.Error(err))
