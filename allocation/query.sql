@@ -167,3 +167,39 @@ SELECT state, conductor_affinity FROM allocations WHERE id = @id;
 -- A node's owner and lessee, for the access rules of
 -- /v1/nodes/{ident}/allocation (keystone mode only).
 SELECT owner, lessee FROM nodes WHERE id = @id;
+
+-- name: EventsAfter :many
+-- The allocation events after key (after_xid, after_id) in (xid, id) order,
+-- only those final for this snapshot: written by a transaction below its
+-- xmin, so that no event can later appear before them (see
+-- migrations/00006_allocation_events.sql). xid8 travels as bigint.
+SELECT e.xid::text::bigint AS xid, e.id, e.at, e.kind, e.allocation_uuid, e.name, e.state,
+       e.resource_class, e.owner, e.node_uuid, e.last_error
+  FROM allocation_events e
+ WHERE (e.xid, e.id) > (CAST(CAST(sqlc.arg(after_xid)::bigint AS text) AS xid8), sqlc.arg(after_id)::bigint)
+   AND e.xid < pg_snapshot_xmin(pg_current_snapshot())
+ ORDER BY e.xid, e.id
+ LIMIT @max_rows;
+
+-- name: EventsHeldBack :one
+-- Whether committed events wait for an older transaction to end (their xid
+-- is at or above the snapshot's xmin): the reader looks again shortly.
+SELECT EXISTS (SELECT 1 FROM allocation_events e
+                WHERE e.xid >= pg_snapshot_xmin(pg_current_snapshot()))::boolean AS held;
+
+-- name: EventsHead :one
+-- The newest final event key ((0, 0) when there is none): where a stream
+-- without Last-Event-ID starts, and the pruning mark.
+SELECT COALESCE((SELECT e.xid::text::bigint FROM allocation_events e
+                  WHERE e.xid < pg_snapshot_xmin(pg_current_snapshot())
+                  ORDER BY e.xid DESC, e.id DESC LIMIT 1), 0)::bigint AS xid,
+       COALESCE((SELECT e.id FROM allocation_events e
+                  WHERE e.xid < pg_snapshot_xmin(pg_current_snapshot())
+                  ORDER BY e.xid DESC, e.id DESC LIMIT 1), 0)::bigint AS id,
+       p.xid::text::bigint AS pruned_xid, p.id AS pruned_id
+  FROM allocation_events_pruned p;
+
+-- name: PruneEvents :one
+-- Deletes events older than max_age or beyond the max_rows newest
+-- (metalloc_prune_allocation_events); returns how many.
+SELECT metalloc_prune_allocation_events(make_interval(secs => @max_age_seconds::float8), @max_rows::bigint)::bigint AS deleted;

@@ -246,6 +246,118 @@ func (q *Queries) Deallocate(ctx context.Context, allocationID int64) error {
 	return err
 }
 
+const eventsAfter = `-- name: EventsAfter :many
+SELECT e.xid::text::bigint AS xid, e.id, e.at, e.kind, e.allocation_uuid, e.name, e.state,
+       e.resource_class, e.owner, e.node_uuid, e.last_error
+  FROM allocation_events e
+ WHERE (e.xid, e.id) > (CAST(CAST($1::bigint AS text) AS xid8), $2::bigint)
+   AND e.xid < pg_snapshot_xmin(pg_current_snapshot())
+ ORDER BY e.xid, e.id
+ LIMIT $3
+`
+
+type EventsAfterParams struct {
+	AfterXid int64
+	AfterID  int64
+	MaxRows  int32
+}
+
+type EventsAfterRow struct {
+	Xid            int64
+	ID             int64
+	At             time.Time
+	Kind           string
+	AllocationUuid uuid.UUID
+	Name           *string
+	State          string
+	ResourceClass  string
+	Owner          *string
+	NodeUuid       *uuid.UUID
+	LastError      *string
+}
+
+// The allocation events after key (after_xid, after_id) in (xid, id) order,
+// only those final for this snapshot: written by a transaction below its
+// xmin, so that no event can later appear before them (see
+// migrations/00006_allocation_events.sql). xid8 travels as bigint.
+func (q *Queries) EventsAfter(ctx context.Context, arg EventsAfterParams) ([]EventsAfterRow, error) {
+	rows, err := q.db.Query(ctx, eventsAfter, arg.AfterXid, arg.AfterID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []EventsAfterRow
+	for rows.Next() {
+		var i EventsAfterRow
+		if err := rows.Scan(
+			&i.Xid,
+			&i.ID,
+			&i.At,
+			&i.Kind,
+			&i.AllocationUuid,
+			&i.Name,
+			&i.State,
+			&i.ResourceClass,
+			&i.Owner,
+			&i.NodeUuid,
+			&i.LastError,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const eventsHead = `-- name: EventsHead :one
+SELECT COALESCE((SELECT e.xid::text::bigint FROM allocation_events e
+                  WHERE e.xid < pg_snapshot_xmin(pg_current_snapshot())
+                  ORDER BY e.xid DESC, e.id DESC LIMIT 1), 0)::bigint AS xid,
+       COALESCE((SELECT e.id FROM allocation_events e
+                  WHERE e.xid < pg_snapshot_xmin(pg_current_snapshot())
+                  ORDER BY e.xid DESC, e.id DESC LIMIT 1), 0)::bigint AS id,
+       p.xid::text::bigint AS pruned_xid, p.id AS pruned_id
+  FROM allocation_events_pruned p
+`
+
+type EventsHeadRow struct {
+	Xid       int64
+	ID        int64
+	PrunedXid int64
+	PrunedID  int64
+}
+
+// The newest final event key ((0, 0) when there is none): where a stream
+// without Last-Event-ID starts, and the pruning mark.
+func (q *Queries) EventsHead(ctx context.Context) (EventsHeadRow, error) {
+	row := q.db.QueryRow(ctx, eventsHead)
+	var i EventsHeadRow
+	err := row.Scan(
+		&i.Xid,
+		&i.ID,
+		&i.PrunedXid,
+		&i.PrunedID,
+	)
+	return i, err
+}
+
+const eventsHeldBack = `-- name: EventsHeldBack :one
+SELECT EXISTS (SELECT 1 FROM allocation_events e
+                WHERE e.xid >= pg_snapshot_xmin(pg_current_snapshot()))::boolean AS held
+`
+
+// Whether committed events wait for an older transaction to end (their xid
+// is at or above the snapshot's xmin): the reader looks again shortly.
+func (q *Queries) EventsHeldBack(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, eventsHeldBack)
+	var held bool
+	err := row.Scan(&held)
+	return held, err
+}
+
 const failAllocation = `-- name: FailAllocation :execrows
 UPDATE allocations
    SET state = 'error', last_error = $1, node_id = NULL, updated_at = now()
@@ -647,6 +759,24 @@ func (q *Queries) NodeTraits(ctx context.Context, nodeID int64) ([]string, error
 		return nil, err
 	}
 	return items, nil
+}
+
+const pruneEvents = `-- name: PruneEvents :one
+SELECT metalloc_prune_allocation_events(make_interval(secs => $1::float8), $2::bigint)::bigint AS deleted
+`
+
+type PruneEventsParams struct {
+	MaxAgeSeconds float64
+	MaxRows       int64
+}
+
+// Deletes events older than max_age or beyond the max_rows newest
+// (metalloc_prune_allocation_events); returns how many.
+func (q *Queries) PruneEvents(ctx context.Context, arg PruneEventsParams) (int64, error) {
+	row := q.db.QueryRow(ctx, pruneEvents, arg.MaxAgeSeconds, arg.MaxRows)
+	var deleted int64
+	err := row.Scan(&deleted)
+	return deleted, err
 }
 
 const recordPlacementClaim = `-- name: RecordPlacementClaim :exec

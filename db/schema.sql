@@ -48,6 +48,35 @@ END;
 $$;
 
 --
+-- Name: allocations_event(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.allocations_event() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    r allocations;
+    k text;
+    node uuid;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        r := OLD; k := 'deleted';
+    ELSIF TG_OP = 'INSERT' THEN
+        r := NEW; k := 'created';
+    ELSE
+        r := NEW; k := 'updated';
+    END IF;
+    IF r.node_id IS NOT NULL THEN
+        SELECT n.uuid INTO node FROM nodes n WHERE n.id = r.node_id;
+    END IF;
+    INSERT INTO allocation_events (kind, allocation_uuid, name, state, resource_class, owner, node_uuid, last_error)
+    VALUES (k, r.uuid, r.name, r.state, r.resource_class, r.owner, node, r.last_error);
+    PERFORM pg_notify('metalloc_allocation_events', r.uuid::text);
+    RETURN NULL;
+END;
+$$;
+
+--
 -- Name: allocations_notify(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -233,6 +262,48 @@ BEGIN
            FOR UPDATE OF n SKIP LOCKED;
         EXIT WHEN node_id IS NOT NULL;
     END LOOP;
+END;
+$$;
+
+--
+-- Name: metalloc_prune_allocation_events(interval, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_prune_allocation_events(max_age interval, max_rows bigint) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    horizon xid8 := pg_snapshot_xmin(pg_current_snapshot());
+    bx xid8;
+    bi bigint;
+    cx xid8;
+    ci bigint;
+    n bigint;
+BEGIN
+    -- Keep from the first young event on ...
+    SELECT e.xid, e.id INTO bx, bi FROM allocation_events e
+     WHERE e.at >= now() - max_age ORDER BY e.xid, e.id LIMIT 1;
+    IF NOT FOUND THEN
+        bx := horizon; bi := 0;
+    END IF;
+    -- ... or from the max_rows-th newest, whichever keeps fewer.
+    SELECT e.xid, e.id INTO cx, ci FROM allocation_events e
+     ORDER BY e.xid DESC, e.id DESC OFFSET greatest(max_rows - 1, 0) LIMIT 1;
+    IF FOUND AND (cx, ci) > (bx, bi) THEN
+        bx := cx; bi := ci;
+    END IF;
+    WITH gone AS (
+        DELETE FROM allocation_events e
+         WHERE (e.xid, e.id) < (bx, bi) AND e.xid < horizon
+        RETURNING e.xid, e.id
+    ), newest AS (
+        SELECT g.xid, g.id FROM gone g ORDER BY g.xid DESC, g.id DESC LIMIT 1
+    ), mark AS (
+        UPDATE allocation_events_pruned p SET xid = newest.xid, id = newest.id
+          FROM newest WHERE (newest.xid, newest.id) > (p.xid, p.id)
+    )
+    SELECT count(*) INTO n FROM gone;
+    RETURN n;
 END;
 $$;
 
@@ -459,6 +530,49 @@ ALTER TABLE placement.traits ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+--
+-- Name: allocation_events; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.allocation_events (
+    xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    id bigint NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    kind text NOT NULL,
+    allocation_uuid uuid NOT NULL,
+    name text,
+    state text NOT NULL,
+    resource_class text NOT NULL,
+    owner text,
+    node_uuid uuid,
+    last_error text,
+    CONSTRAINT allocation_events_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'updated'::text, 'deleted'::text])))
+);
+
+--
+-- Name: allocation_events_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.allocation_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.allocation_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: allocation_events_pruned; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.allocation_events_pruned (
+    one boolean DEFAULT true NOT NULL,
+    xid xid8 NOT NULL,
+    id bigint NOT NULL,
+    CONSTRAINT allocation_events_pruned_one_check CHECK (one)
 );
 
 --
@@ -809,6 +923,20 @@ ALTER TABLE ONLY placement.traits
     ADD CONSTRAINT traits_pkey PRIMARY KEY (id);
 
 --
+-- Name: allocation_events allocation_events_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.allocation_events
+    ADD CONSTRAINT allocation_events_pkey PRIMARY KEY (xid, id);
+
+--
+-- Name: allocation_events_pruned allocation_events_pruned_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.allocation_events_pruned
+    ADD CONSTRAINT allocation_events_pruned_pkey PRIMARY KEY (one);
+
+--
 -- Name: allocation_traits allocation_traits_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -986,6 +1114,18 @@ CREATE INDEX node_traits_trait_idx ON public.node_traits USING btree (trait, nod
 --
 
 CREATE INDEX nodes_free_idx ON public.nodes USING btree (resource_class, id) WHERE public.metalloc_node_free(provision_state, maintenance, power_state, instance_uuid, allocation_id);
+
+--
+-- Name: allocations allocations_event; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER allocations_event AFTER INSERT OR DELETE ON public.allocations FOR EACH ROW EXECUTE FUNCTION public.allocations_event();
+
+--
+-- Name: allocations allocations_event_state; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER allocations_event_state AFTER UPDATE OF state ON public.allocations FOR EACH ROW WHEN ((old.state IS DISTINCT FROM new.state)) EXECUTE FUNCTION public.allocations_event();
 
 --
 -- Name: allocations allocations_node_link; Type: TRIGGER; Schema: public; Owner: -

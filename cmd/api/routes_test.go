@@ -85,7 +85,7 @@ func TestRouteRoleTable(t *testing.T) {
 	cfg.API.AuthStrategy = auth.StrategyKeystone
 	rules, err := cli.Rules(cfg.API.Access, policy.IronicDefaults(), true)
 	require.NoError(t, err)
-	e, err := newAPI(cfg, pool, personaAuth{}, rules, zap.NewNop())
+	e, err := newAPI(cfg, pool, personaAuth{}, rules, nil, zap.NewNop())
 	require.NoError(t, err)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
@@ -210,7 +210,7 @@ func TestOversizedBodyStoresNothing(t *testing.T) {
 	pool := dbtest.New(t)
 	cfg, err := config.Load("", nil)
 	require.NoError(t, err)
-	e, err := newAPI(cfg, pool, auth.IronicNoAuth{}, auth.Rules{}, zap.NewNop())
+	e, err := newAPI(cfg, pool, auth.IronicNoAuth{}, auth.Rules{}, nil, zap.NewNop())
 	require.NoError(t, err)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
