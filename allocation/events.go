@@ -32,7 +32,9 @@ type EventID struct{ Xid, ID int64 }
 func (a EventID) Less(b EventID) bool { return a.Xid < b.Xid || (a.Xid == b.Xid && a.ID < b.ID) }
 
 // String is the SSE id form, "<xid>-<id>".
-func (a EventID) String() string { return strconv.FormatInt(a.Xid, 10) + "-" + strconv.FormatInt(a.ID, 10) }
+func (a EventID) String() string {
+	return strconv.FormatInt(a.Xid, 10) + "-" + strconv.FormatInt(a.ID, 10)
+}
 
 // ParseEventID reads the form String writes; ok is false for anything else.
 func ParseEventID(s string) (EventID, bool) {

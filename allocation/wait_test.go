@@ -1,14 +1,12 @@
 package allocation
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/web"
+	"github.com/metalloc/metalloc/web/webtest"
 )
 
 type waitFixture struct {
@@ -186,91 +185,21 @@ func TestAllocationNamedEvents(t *testing.T) {
 	require.Equal(t, 204, resp.StatusCode)
 }
 
-// sse is a test client of GET /v1/allocations/events.
-type sse struct {
-	resp   *http.Response
-	events chan sseEvent
-}
-
-type sseEvent struct {
-	id, kind string
-	data     map[string]any
-}
-
-func openStream(t *testing.T, url string, hdr map[string]string) *sse {
+// openStream opens the event stream at microversion 1.82 and checks it
+// started.
+func openStream(t *testing.T, url string, hdr map[string]string) *webtest.SSE {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set(web.IronicVersionHeader, "1.82")
+	h := map[string]string{web.IronicVersionHeader: "1.82"}
 	for k, v := range hdr {
-		req.Header.Set(k, v)
+		h[k] = v
 	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	require.Equal(t, 200, resp.StatusCode)
-	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
-	s := &sse{resp: resp, events: make(chan sseEvent, 1000)}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		defer close(s.events)
-		sc := bufio.NewScanner(resp.Body)
-		var ev sseEvent
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if ev.kind != "" {
-					s.events <- ev
-				}
-				ev = sseEvent{}
-			case strings.HasPrefix(line, "id: "):
-				ev.id = line[4:]
-			case strings.HasPrefix(line, "event: "):
-				ev.kind = line[7:]
-			case strings.HasPrefix(line, "data: "):
-				_ = json.Unmarshal([]byte(line[6:]), &ev.data)
-			}
-		}
-	})
-	t.Cleanup(func() { cancel(); resp.Body.Close(); wg.Wait() })
+	s := webtest.OpenSSE(t, url, h)
+	require.Equal(t, 200, s.Resp.StatusCode)
+	require.Equal(t, "text/event-stream", s.Resp.Header.Get("Content-Type"))
 	return s
 }
 
-// next returns the stream's next n events.
-func (s *sse) next(t *testing.T, n int) []sseEvent {
-	t.Helper()
-	var out []sseEvent
-	timeout := time.After(10 * time.Second)
-	for len(out) < n {
-		select {
-		case e, ok := <-s.events:
-			require.True(t, ok, "stream ended after %v", out)
-			out = append(out, e)
-		case <-timeout:
-			t.Fatalf("got %d of %d events: %v", len(out), n, out)
-		}
-	}
-	return out
-}
-
-// quiet checks that no event arrives for a while.
-func (s *sse) quiet(t *testing.T) {
-	t.Helper()
-	select {
-	case e := <-s.events:
-		t.Fatalf("unexpected event %v", e)
-	case <-time.After(300 * time.Millisecond):
-	}
-}
-
-func summary(evs []sseEvent) []string {
-	var out []string
-	for _, e := range evs {
-		out = append(out, e.kind+" "+e.data["name"].(string)+" "+e.data["state"].(string))
-	}
-	return out
-}
+var summary = webtest.Summary
 
 func TestEventStreamOrderResumeFilters(t *testing.T) {
 	t.Parallel()
@@ -286,28 +215,28 @@ func TestEventStreamOrderResumeFilters(t *testing.T) {
 	resp, _ := w.request("DELETE", "/v1/allocations/s1", nil, "")
 	require.Equal(t, 204, resp.StatusCode)
 
-	evs := all.next(t, 4)
+	evs := all.Next(t, 4)
 	require.Equal(t, []string{"created a1 allocating", "created s1 allocating", "updated a1 active", "deleted s1 allocating"}, summary(evs))
-	require.NotNil(t, evs[2].data["node_uuid"])
+	require.NotNil(t, evs[2].Data["node_uuid"])
 	for i := 1; i < len(evs); i++ {
-		a, _ := ParseEventID(evs[i-1].id)
-		b, ok := ParseEventID(evs[i].id)
+		a, _ := ParseEventID(evs[i-1].ID)
+		b, ok := ParseEventID(evs[i].ID)
 		require.True(t, ok)
-		require.True(t, a.Less(b), "ids increase: %s %s", evs[i-1].id, evs[i].id)
+		require.True(t, a.Less(b), "ids increase: %s %s", evs[i-1].ID, evs[i].ID)
 	}
-	require.Equal(t, []string{"created s1 allocating", "deleted s1 allocating"}, summary(silver.next(t, 2)))
-	require.Equal(t, []string{"updated a1 active"}, summary(active.next(t, 1)))
-	all.quiet(t)
+	require.Equal(t, []string{"created s1 allocating", "deleted s1 allocating"}, summary(silver.Next(t, 2)))
+	require.Equal(t, []string{"updated a1 active"}, summary(active.Next(t, 1)))
+	all.Quiet(t, 300*time.Millisecond)
 
 	// Resume after the first event: the other three, in order, then live.
-	resumed := openStream(t, w.srv.URL+"/v1/allocations/events", map[string]string{"Last-Event-ID": evs[0].id})
-	require.Equal(t, summary(evs[1:]), summary(resumed.next(t, 3)))
+	resumed := openStream(t, w.srv.URL+"/v1/allocations/events", map[string]string{"Last-Event-ID": evs[0].ID})
+	require.Equal(t, summary(evs[1:]), summary(resumed.Next(t, 3)))
 	w.create("a2", "gold")
-	require.Equal(t, []string{"created a2 allocating"}, summary(resumed.next(t, 1)))
-	require.Equal(t, []string{"created a2 allocating"}, summary(all.next(t, 1)))
+	require.Equal(t, []string{"created a2 allocating"}, summary(resumed.Next(t, 1)))
+	require.Equal(t, []string{"created a2 allocating"}, summary(all.Next(t, 1)))
 	// The query parameter does the same (EventSource cannot set headers).
-	q := openStream(t, w.srv.URL+"/v1/allocations/events?last_event_id="+evs[2].id, nil)
-	require.Equal(t, []string{"deleted s1 allocating", "created a2 allocating"}, summary(q.next(t, 2)))
+	q := openStream(t, w.srv.URL+"/v1/allocations/events?last_event_id="+evs[2].ID, nil)
+	require.Equal(t, []string{"deleted s1 allocating", "created a2 allocating"}, summary(q.Next(t, 2)))
 
 	// A bad id is a 400.
 	resp, body := w.request("GET", "/v1/allocations/events", map[string]string{"Accept": "text/event-stream", "Last-Event-ID": "x"}, "")
@@ -316,10 +245,10 @@ func TestEventStreamOrderResumeFilters(t *testing.T) {
 	// Pruned past the id: a reset event first, then what is left.
 	_, err := w.pool.Exec(context.Background(), `SELECT metalloc_prune_allocation_events('1 hour', 1)`)
 	require.NoError(t, err)
-	r := openStream(t, w.srv.URL+"/v1/allocations/events", map[string]string{"Last-Event-ID": evs[0].id})
-	first := r.next(t, 1)[0]
-	require.Equal(t, "reset", first.kind)
-	require.Equal(t, []string{"created a2 allocating"}, summary(r.next(t, 1)))
+	r := openStream(t, w.srv.URL+"/v1/allocations/events", map[string]string{"Last-Event-ID": evs[0].ID})
+	first := r.Next(t, 1)[0]
+	require.Equal(t, "reset", first.Kind)
+	require.Equal(t, []string{"created a2 allocating"}, summary(r.Next(t, 1)))
 }
 
 // Many subscribers on one hub each get every event, in the same order.
@@ -327,7 +256,7 @@ func TestEventStreamManySubscribers(t *testing.T) {
 	t.Parallel()
 	w := setupWait(t)
 	const subs, allocs = 50, 40
-	streams := make([]*sse, subs)
+	streams := make([]*webtest.SSE, subs)
 	for i := range streams {
 		streams[i] = openStream(t, w.srv.URL+"/v1/allocations/events", nil)
 	}
@@ -338,8 +267,8 @@ func TestEventStreamManySubscribers(t *testing.T) {
 			`INSERT INTO allocations (uuid, name, resource_class) VALUES (gen_random_uuid(), $1, 'gold')`, "m"+strings.Repeat("x", i%3)+uuid.NewString()[:6])
 		require.NoError(t, err)
 	}
-	want := summary(streams[0].next(t, allocs))
+	want := summary(streams[0].Next(t, allocs))
 	for _, s := range streams[1:] {
-		require.Equal(t, want, summary(s.next(t, allocs)))
+		require.Equal(t, want, summary(s.Next(t, allocs)))
 	}
 }

@@ -126,6 +126,8 @@ func TestRouteRoleTable(t *testing.T) {
 		{"POST", "/v1/allocations", `{"resource_class":"gold","owner":"` + otherProject + `"}`, [6]int{created, forbidden, forbidden, forbidden, created, unauth}},
 		{"GET", "/v1/allocations", "", [6]int{ok, ok, ok, ok, ok, unauth}},
 		{"GET", "/v1/allocations/{alloc}", "", [6]int{ok, ok, ok, notFound, notFound, unauth}},
+		// Without Accept: text/event-stream, the allocation named "events".
+		{"GET", "/v1/allocations/events", "", [6]int{notFound, notFound, notFound, notFound, notFound, unauth}},
 		{"PATCH", "/v1/allocations/{alloc}", `[{"op":"add","path":"/extra/x","value":"y"}]`, [6]int{ok, forbidden, ok, notFound, notFound, unauth}},
 		{"DELETE", "/v1/allocations/{alloc}", "", [6]int{none, forbidden, none, notFound, notFound, unauth}},
 
