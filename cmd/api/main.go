@@ -131,6 +131,11 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	if err != nil {
 		return nil, err
 	}
+	if hub != nil {
+		if err := allocation.RegisterHubMetrics(reg, hub); err != nil {
+			return nil, err
+		}
+	}
 
 	e.Use(httpMetrics, web.RequestID(log), web.AccessLog(), middleware.Recover())
 	if cfg.API.RequestTimeout > 0 {
