@@ -21,33 +21,11 @@ import (
 // is the allocation's uuid. Conductors do not listen to it.
 const EventsChannel = "metalloc_allocation_events"
 
-// EventID is the key of an allocation event: the id of the transaction that
-// wrote it (xid8) and its sequence number. Events are totally ordered by
-// (Xid, ID), and only delivered once no event can appear before them
-// (migrations/00006_allocation_events.sql), so "every event after this key"
-// is a complete resumption. Its text form, the SSE id, is "<xid>-<id>".
-type EventID struct{ Xid, ID int64 }
-
-// Less reports whether a sorts before b.
-func (a EventID) Less(b EventID) bool { return a.Xid < b.Xid || (a.Xid == b.Xid && a.ID < b.ID) }
-
-// String is the SSE id form, "<xid>-<id>".
-func (a EventID) String() string {
-	return strconv.FormatInt(a.Xid, 10) + "-" + strconv.FormatInt(a.ID, 10)
-}
-
-// ParseEventID reads the form String writes; ok is false for anything else.
-func ParseEventID(s string) (EventID, bool) {
-	x, i, found := strings.Cut(strings.TrimSpace(s), "-")
-	if !found {
-		return EventID{}, false
-	}
-	xid, err1 := strconv.ParseInt(x, 10, 64)
-	id, err2 := strconv.ParseInt(i, 10, 64)
-	if err1 != nil || err2 != nil || xid < 0 || id < 0 {
-		return EventID{}, false
-	}
-	return EventID{xid, id}, true
+// ParseEventID reads an event id (the SSE id: the event's seq, a
+// non-negative decimal integer); ok is false for anything else.
+func ParseEventID(s string) (int64, bool) {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	return n, err == nil && n >= 0
 }
 
 // Event kinds.
@@ -60,7 +38,11 @@ const (
 // Event is one change of an allocation, with the allocation as it was
 // right after it (before it, for deleted).
 type Event struct {
-	ID            EventID
+	// ID is the event's seq: events are numbered 1, 2, ... in the order
+	// their transactions committed (give or take a numbering round), and
+	// every event below a delivered one was delivered before it
+	// (migrations/00006_allocation_events.sql).
+	ID            int64
 	At            time.Time // the writing transaction's start
 	Kind          string    // EventCreated, EventUpdated or EventDeleted
 	UUID          uuid.UUID
@@ -73,7 +55,7 @@ type Event struct {
 }
 
 func eventFromRow(r EventsAfterRow) Event {
-	return Event{ID: EventID{r.Xid, r.ID}, At: r.At, Kind: r.Kind, UUID: r.AllocationUuid, Name: r.Name,
+	return Event{ID: r.Seq, At: r.At, Kind: r.Kind, UUID: r.AllocationUuid, Name: r.Name,
 		State: r.State, ResourceClass: r.ResourceClass, Owner: r.Owner, NodeUUID: r.NodeUuid, LastError: r.LastError}
 }
 
@@ -81,7 +63,7 @@ func eventFromRow(r EventsAfterRow) Event {
 // order. A stream whose cursor is below from missed some and reads them
 // from the table.
 type batch struct {
-	from, to EventID
+	from, to int64
 	events   []Event
 }
 
@@ -116,7 +98,7 @@ type Hub struct {
 	mu       sync.Mutex
 	waiters  map[uuid.UUID][]*Waiter
 	streams  map[*subscription]struct{}
-	cursor   EventID
+	cursor   int64
 	cursorOK bool // cursor was read from the table
 
 	poke chan struct{} // wakes the reader (capacity 1)
@@ -278,16 +260,16 @@ func (h *Hub) Streams() int {
 
 // Cursor is the key of the last event the hub delivered; ok is false until
 // its first read.
-func (h *Hub) Cursor() (EventID, bool) {
+func (h *Hub) Cursor() (int64, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.cursor, h.cursorOK
 }
 
 // read follows the event table: on every poke (a notification, a
-// reconnection) it reads what became final, and while committed events
-// wait for an older transaction it looks again after 10 ms, backing off to
-// 1 s; after an error, from 100 ms to 5 s.
+// reconnection) it numbers what committed (SequenceEvents) and reads every
+// event after its cursor; after an error it tries again from 100 ms to 5 s
+// later.
 func (h *Hub) read(ctx context.Context) {
 	var retry time.Duration
 	for {
@@ -301,39 +283,40 @@ func (h *Hub) read(ctx context.Context) {
 		case <-h.poke:
 		case <-timer:
 		}
-		held, err := h.readOnce(ctx)
+		err := h.readOnce(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
 			h.opts.Log.Warn("allocation events: read failed", zap.Error(err))
 			retry = min(max(retry*2, 100*time.Millisecond), 5*time.Second)
-		case held:
-			retry = min(max(retry*2, 10*time.Millisecond), time.Second)
 		default:
 			retry = 0
 		}
 	}
 }
 
-func (h *Hub) readOnce(ctx context.Context) (held bool, err error) {
+func (h *Hub) readOnce(ctx context.Context) error {
 	h.mu.Lock()
 	cur, ok := h.cursor, h.cursorOK
 	h.mu.Unlock()
 	if !ok {
 		head, err := h.q.EventsHead(ctx)
 		if err != nil {
-			return false, err
+			return err
 		}
-		cur = EventID{head.Xid, head.ID}
+		cur = head.LastSeq
 		h.mu.Lock()
 		h.cursor, h.cursorOK = cur, true
 		h.mu.Unlock()
 	}
+	if _, err := h.q.SequenceEvents(ctx); err != nil {
+		return fmt.Errorf("numbering allocation events: %w", err)
+	}
 	for {
 		events, err := readEvents(ctx, h.q, cur, h.opts.ReadLimit)
 		if err != nil {
-			return false, err
+			return err
 		}
 		if len(events) > 0 {
 			b := &batch{from: cur, to: events[len(events)-1].ID, events: events}
@@ -341,15 +324,14 @@ func (h *Hub) readOnce(ctx context.Context) (held bool, err error) {
 			h.broadcast(b)
 		}
 		if len(events) < int(h.opts.ReadLimit) {
-			break
+			return nil
 		}
 	}
-	return h.q.EventsHeldBack(ctx)
 }
 
-// readEvents reads up to limit final events after cur.
-func readEvents(ctx context.Context, q *Queries, cur EventID, limit int32) ([]Event, error) {
-	rows, err := q.EventsAfter(ctx, EventsAfterParams{AfterXid: cur.Xid, AfterID: cur.ID, MaxRows: limit})
+// readEvents reads up to limit numbered events after seq cur.
+func readEvents(ctx context.Context, q *Queries, cur int64, limit int32) ([]Event, error) {
+	rows, err := q.EventsAfter(ctx, EventsAfterParams{After: cur, MaxRows: limit})
 	if err != nil {
 		return nil, fmt.Errorf("reading allocation events: %w", err)
 	}

@@ -168,36 +168,24 @@ SELECT state, conductor_affinity FROM allocations WHERE id = @id;
 -- /v1/nodes/{ident}/allocation (keystone mode only).
 SELECT owner, lessee FROM nodes WHERE id = @id;
 
+-- name: SequenceEvents :one
+-- Numbers the committed events that have none yet
+-- (metalloc_sequence_allocation_events); returns how many.
+SELECT metalloc_sequence_allocation_events()::bigint AS numbered;
+
 -- name: EventsAfter :many
--- The allocation events after key (after_xid, after_id) in (xid, id) order,
--- only those final for this snapshot: written by a transaction below its
--- xmin, so that no event can later appear before them (see
--- migrations/00006_allocation_events.sql). xid8 travels as bigint.
-SELECT e.xid::text::bigint AS xid, e.id, e.at, e.kind, e.allocation_uuid, e.name, e.state,
+-- The numbered allocation events after seq @after, in order.
+SELECT e.seq::bigint AS seq, e.at, e.kind, e.allocation_uuid, e.name, e.state,
        e.resource_class, e.owner, e.node_uuid, e.last_error
   FROM allocation_events e
- WHERE (e.xid, e.id) > (CAST(CAST(sqlc.arg(after_xid)::bigint AS text) AS xid8), sqlc.arg(after_id)::bigint)
-   AND e.xid < pg_snapshot_xmin(pg_current_snapshot())
- ORDER BY e.xid, e.id
+ WHERE e.seq > @after::bigint
+ ORDER BY e.seq
  LIMIT @max_rows;
 
--- name: EventsHeldBack :one
--- Whether committed events wait for an older transaction to end (their xid
--- is at or above the snapshot's xmin): the reader looks again shortly.
-SELECT EXISTS (SELECT 1 FROM allocation_events e
-                WHERE e.xid >= pg_snapshot_xmin(pg_current_snapshot()))::boolean AS held;
-
 -- name: EventsHead :one
--- The newest final event key ((0, 0) when there is none): where a stream
--- without Last-Event-ID starts, and the pruning mark.
-SELECT COALESCE((SELECT e.xid::text::bigint FROM allocation_events e
-                  WHERE e.xid < pg_snapshot_xmin(pg_current_snapshot())
-                  ORDER BY e.xid DESC, e.id DESC LIMIT 1), 0)::bigint AS xid,
-       COALESCE((SELECT e.id FROM allocation_events e
-                  WHERE e.xid < pg_snapshot_xmin(pg_current_snapshot())
-                  ORDER BY e.xid DESC, e.id DESC LIMIT 1), 0)::bigint AS id,
-       p.xid::text::bigint AS pruned_xid, p.id AS pruned_id
-  FROM allocation_events_pruned p;
+-- The last seq given (where a stream without Last-Event-ID starts) and the
+-- newest seq pruned.
+SELECT last_seq, pruned_seq FROM allocation_events_meta;
 
 -- name: PruneEvents :one
 -- Deletes events older than max_age or beyond the max_rows newest

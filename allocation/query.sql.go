@@ -247,24 +247,21 @@ func (q *Queries) Deallocate(ctx context.Context, allocationID int64) error {
 }
 
 const eventsAfter = `-- name: EventsAfter :many
-SELECT e.xid::text::bigint AS xid, e.id, e.at, e.kind, e.allocation_uuid, e.name, e.state,
+SELECT e.seq::bigint AS seq, e.at, e.kind, e.allocation_uuid, e.name, e.state,
        e.resource_class, e.owner, e.node_uuid, e.last_error
   FROM allocation_events e
- WHERE (e.xid, e.id) > (CAST(CAST($1::bigint AS text) AS xid8), $2::bigint)
-   AND e.xid < pg_snapshot_xmin(pg_current_snapshot())
- ORDER BY e.xid, e.id
- LIMIT $3
+ WHERE e.seq > $1::bigint
+ ORDER BY e.seq
+ LIMIT $2
 `
 
 type EventsAfterParams struct {
-	AfterXid int64
-	AfterID  int64
-	MaxRows  int32
+	After   int64
+	MaxRows int32
 }
 
 type EventsAfterRow struct {
-	Xid            int64
-	ID             int64
+	Seq            int64
 	At             time.Time
 	Kind           string
 	AllocationUuid uuid.UUID
@@ -276,12 +273,9 @@ type EventsAfterRow struct {
 	LastError      *string
 }
 
-// The allocation events after key (after_xid, after_id) in (xid, id) order,
-// only those final for this snapshot: written by a transaction below its
-// xmin, so that no event can later appear before them (see
-// migrations/00006_allocation_events.sql). xid8 travels as bigint.
+// The numbered allocation events after seq @after, in order.
 func (q *Queries) EventsAfter(ctx context.Context, arg EventsAfterParams) ([]EventsAfterRow, error) {
-	rows, err := q.db.Query(ctx, eventsAfter, arg.AfterXid, arg.AfterID, arg.MaxRows)
+	rows, err := q.db.Query(ctx, eventsAfter, arg.After, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
@@ -290,8 +284,7 @@ func (q *Queries) EventsAfter(ctx context.Context, arg EventsAfterParams) ([]Eve
 	for rows.Next() {
 		var i EventsAfterRow
 		if err := rows.Scan(
-			&i.Xid,
-			&i.ID,
+			&i.Seq,
 			&i.At,
 			&i.Kind,
 			&i.AllocationUuid,
@@ -313,49 +306,21 @@ func (q *Queries) EventsAfter(ctx context.Context, arg EventsAfterParams) ([]Eve
 }
 
 const eventsHead = `-- name: EventsHead :one
-SELECT COALESCE((SELECT e.xid::text::bigint FROM allocation_events e
-                  WHERE e.xid < pg_snapshot_xmin(pg_current_snapshot())
-                  ORDER BY e.xid DESC, e.id DESC LIMIT 1), 0)::bigint AS xid,
-       COALESCE((SELECT e.id FROM allocation_events e
-                  WHERE e.xid < pg_snapshot_xmin(pg_current_snapshot())
-                  ORDER BY e.xid DESC, e.id DESC LIMIT 1), 0)::bigint AS id,
-       p.xid::text::bigint AS pruned_xid, p.id AS pruned_id
-  FROM allocation_events_pruned p
+SELECT last_seq, pruned_seq FROM allocation_events_meta
 `
 
 type EventsHeadRow struct {
-	Xid       int64
-	ID        int64
-	PrunedXid int64
-	PrunedID  int64
+	LastSeq   int64
+	PrunedSeq int64
 }
 
-// The newest final event key ((0, 0) when there is none): where a stream
-// without Last-Event-ID starts, and the pruning mark.
+// The last seq given (where a stream without Last-Event-ID starts) and the
+// newest seq pruned.
 func (q *Queries) EventsHead(ctx context.Context) (EventsHeadRow, error) {
 	row := q.db.QueryRow(ctx, eventsHead)
 	var i EventsHeadRow
-	err := row.Scan(
-		&i.Xid,
-		&i.ID,
-		&i.PrunedXid,
-		&i.PrunedID,
-	)
+	err := row.Scan(&i.LastSeq, &i.PrunedSeq)
 	return i, err
-}
-
-const eventsHeldBack = `-- name: EventsHeldBack :one
-SELECT EXISTS (SELECT 1 FROM allocation_events e
-                WHERE e.xid >= pg_snapshot_xmin(pg_current_snapshot()))::boolean AS held
-`
-
-// Whether committed events wait for an older transaction to end (their xid
-// is at or above the snapshot's xmin): the reader looks again shortly.
-func (q *Queries) EventsHeldBack(ctx context.Context) (bool, error) {
-	row := q.db.QueryRow(ctx, eventsHeldBack)
-	var held bool
-	err := row.Scan(&held)
-	return held, err
 }
 
 const failAllocation = `-- name: FailAllocation :execrows
@@ -875,6 +840,19 @@ func (q *Queries) ResolveNodes(ctx context.Context, arg ResolveNodesParams) ([]R
 		return nil, err
 	}
 	return items, nil
+}
+
+const sequenceEvents = `-- name: SequenceEvents :one
+SELECT metalloc_sequence_allocation_events()::bigint AS numbered
+`
+
+// Numbers the committed events that have none yet
+// (metalloc_sequence_allocation_events); returns how many.
+func (q *Queries) SequenceEvents(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, sequenceEvents)
+	var numbered int64
+	err := row.Scan(&numbered)
+	return numbered, err
 }
 
 const updateAllocationNameExtra = `-- name: UpdateAllocationNameExtra :exec

@@ -153,7 +153,7 @@ func (h *Handler) await(c echo.Context, v View, ident string, w *Waiter, wait ti
 
 // events serves GET /v1/allocations/events (a metalloc extension): Server-
 // Sent Events, one per allocation created, state change or deletion, in
-// order, id "<xid>-<id>" (EventID), event created/updated/deleted, data a
+// order, id the event's seq (1, 2, ...; Event.ID), event created/updated/deleted, data a
 // JSON object (uuid, name, state, resource_class, owner from 1.60,
 // node_uuid, last_error, at). Filters: resource_class, owner (1.60),
 // state. Last-Event-ID (header, or the last_event_id query parameter)
@@ -188,7 +188,7 @@ func (h *Handler) events(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var cur EventID
+	var cur int64
 	resume := r.Header.Get("Last-Event-ID")
 	if resume == "" {
 		resume = c.QueryParam("last_event_id")
@@ -196,7 +196,7 @@ func (h *Handler) events(c echo.Context) error {
 	if resume != "" {
 		var ok bool
 		if cur, ok = ParseEventID(resume); !ok {
-			return web.BadRequest("Invalid Last-Event-ID %q: expected <xid>-<id> as sent in an event's id", resume)
+			return web.BadRequest("Invalid Last-Event-ID %q: expected the id of an event (a non-negative integer)", resume)
 		}
 	}
 	hub := h.opts.Hub
@@ -210,12 +210,11 @@ func (h *Handler) events(c echo.Context) error {
 		return err
 	}
 	reset := false
-	pruned := EventID{head.PrunedXid, head.PrunedID}
 	switch {
 	case resume == "":
-		cur = EventID{head.Xid, head.ID}
-	case cur.Less(pruned):
-		reset, cur = true, pruned
+		cur = head.LastSeq
+	case cur < head.PrunedSeq:
+		reset, cur = true, head.PrunedSeq
 	}
 
 	// Streams outlive the server's read and write timeouts: lift the read
@@ -238,9 +237,9 @@ func (h *Handler) events(c echo.Context) error {
 	}
 	bw.WriteString("retry: 1000\n")
 	if reset {
-		bw.WriteString("id: " + cur.String() + "\nevent: reset\ndata: {}\n\n")
+		bw.WriteString("id: " + strconv.FormatInt(cur, 10) + "\nevent: reset\ndata: {}\n\n")
 	} else {
-		bw.WriteString(": stream of allocation events after " + cur.String() + "\n\n")
+		bw.WriteString(": stream of allocation events after " + strconv.FormatInt(cur, 10) + "\n\n")
 	}
 	if err := flush(); err != nil {
 		return nil
@@ -270,7 +269,7 @@ func (h *Handler) events(c echo.Context) error {
 	send := func(events []Event) {
 		for i := range events {
 			e := &events[i]
-			if cur.Less(e.ID) {
+			if e.ID > cur {
 				cur = e.ID
 				if visible(e) {
 					writeEvent(bw, e, ver)
@@ -279,8 +278,8 @@ func (h *Handler) events(c echo.Context) error {
 		}
 	}
 	// catchUp reads the table from cur until it has caught up with to.
-	catchUp := func(to EventID) error {
-		for cur.Less(to) {
+	catchUp := func(to int64) error {
+		for cur < to {
 			ctx, cancel := h.readContext(c)
 			events, err := readEvents(ctx, hub.q, cur, hub.opts.ReadLimit)
 			cancel()
@@ -310,7 +309,7 @@ func (h *Handler) events(c echo.Context) error {
 		case <-r.Context().Done():
 			return nil
 		case b := <-sub.ch:
-			if cur.Less(b.from) {
+			if cur < b.from {
 				err = catchUp(b.to)
 			} else {
 				send(b.events)
@@ -345,7 +344,7 @@ func writeEvent(w *bufio.Writer, e *Event, ver web.Version) {
 		d["node_uuid"] = e.NodeUUID.String()
 	}
 	data, _ := json.Marshal(d)
-	w.WriteString("id: " + e.ID.String() + "\nevent: " + e.Kind + "\ndata: ")
+	w.WriteString("id: " + strconv.FormatInt(e.ID, 10) + "\nevent: " + e.Kind + "\ndata: ")
 	w.Write(data)
 	w.WriteString("\n\n")
 }

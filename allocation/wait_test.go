@@ -222,7 +222,7 @@ func TestEventStreamOrderResumeFilters(t *testing.T) {
 		a, _ := ParseEventID(evs[i-1].ID)
 		b, ok := ParseEventID(evs[i].ID)
 		require.True(t, ok)
-		require.True(t, a.Less(b), "ids increase: %s %s", evs[i-1].ID, evs[i].ID)
+		require.Equal(t, a+1, b, "ids increase by one: %s %s", evs[i-1].ID, evs[i].ID)
 	}
 	require.Equal(t, []string{"created s1 allocating", "deleted s1 allocating"}, summary(silver.Next(t, 2)))
 	require.Equal(t, []string{"updated a1 active"}, summary(active.Next(t, 1)))
@@ -271,4 +271,32 @@ func TestEventStreamManySubscribers(t *testing.T) {
 	for _, s := range streams[1:] {
 		require.Equal(t, want, summary(s.Next(t, allocs)))
 	}
+}
+
+// A change whose notification the hub's listener never got (its
+// connection was killed before the commit) still ends the wait: after the
+// listener reconnects every waiter looks again.
+func TestPreferWaitAfterListenerLoss(t *testing.T) {
+	t.Parallel()
+	w := setupWait(t)
+	w.node("n1", "gold")
+	w.create("a1", "gold")
+	go func() {
+		dbtest.WaitFor(t, 3*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
+		ctx := context.Background()
+		tx, err := w.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx)
+		var killed int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE 'LISTEN %' AND position($1 in query) > 0`, EventsChannel).Scan(&killed))
+		require.Equal(t, 1, killed)
+		var id int64
+		require.NoError(t, tx.QueryRow(ctx, `UPDATE allocations SET state = 'error', last_error = 'x', updated_at = now()
+			WHERE name = 'a1' RETURNING id`).Scan(&id))
+		require.NoError(t, tx.Commit(ctx))
+	}()
+	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=3"}, "")
+	require.Equal(t, 200, resp.StatusCode, body)
+	require.Equal(t, "error", body["state"])
 }

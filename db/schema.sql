@@ -273,36 +273,23 @@ CREATE FUNCTION public.metalloc_prune_allocation_events(max_age interval, max_ro
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    horizon xid8 := pg_snapshot_xmin(pg_current_snapshot());
-    bx xid8;
-    bi bigint;
-    cx xid8;
-    ci bigint;
+    keep_from bigint;
     n bigint;
+    newest bigint;
 BEGIN
-    -- Keep from the first young event on ...
-    SELECT e.xid, e.id INTO bx, bi FROM allocation_events e
-     WHERE e.at >= now() - max_age ORDER BY e.xid, e.id LIMIT 1;
-    IF NOT FOUND THEN
-        bx := horizon; bi := 0;
-    END IF;
-    -- ... or from the max_rows-th newest, whichever keeps fewer.
-    SELECT e.xid, e.id INTO cx, ci FROM allocation_events e
-     ORDER BY e.xid DESC, e.id DESC OFFSET greatest(max_rows - 1, 0) LIMIT 1;
-    IF FOUND AND (cx, ci) > (bx, bi) THEN
-        bx := cx; bi := ci;
-    END IF;
+    -- Keep from the first young event on, or from the max_rows-th newest,
+    -- whichever keeps fewer.
+    SELECT greatest(
+        coalesce((SELECT min(e.seq) FROM allocation_events e WHERE e.at >= now() - max_age), m.last_seq + 1),
+        m.last_seq - max_rows + 1)
+      INTO keep_from FROM allocation_events_meta m;
     WITH gone AS (
-        DELETE FROM allocation_events e
-         WHERE (e.xid, e.id) < (bx, bi) AND e.xid < horizon
-        RETURNING e.xid, e.id
-    ), newest AS (
-        SELECT g.xid, g.id FROM gone g ORDER BY g.xid DESC, g.id DESC LIMIT 1
-    ), mark AS (
-        UPDATE allocation_events_pruned p SET xid = newest.xid, id = newest.id
-          FROM newest WHERE (newest.xid, newest.id) > (p.xid, p.id)
+        DELETE FROM allocation_events e WHERE e.seq < keep_from RETURNING e.seq
     )
-    SELECT count(*) INTO n FROM gone;
+    SELECT count(*), max(g.seq) INTO n, newest FROM gone g;
+    IF newest IS NOT NULL THEN
+        UPDATE allocation_events_meta SET pruned_seq = greatest(pruned_seq, newest);
+    END IF;
     RETURN n;
 END;
 $$;
@@ -331,6 +318,32 @@ BEGIN
         PERFORM metalloc_hold(node_id, p_allocation_id, v_alloc, p_traits);
     END IF;
     RETURN NEXT;
+END;
+$$;
+
+--
+-- Name: metalloc_sequence_allocation_events(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_sequence_allocation_events() RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    base bigint;
+    n bigint;
+BEGIN
+    SELECT m.last_seq INTO base FROM allocation_events_meta m FOR UPDATE;
+    WITH todo AS (
+        SELECT e.id, row_number() OVER (ORDER BY e.id) AS rn
+          FROM allocation_events e WHERE e.seq IS NULL
+    )
+    UPDATE allocation_events e SET seq = base + todo.rn FROM todo WHERE e.id = todo.id;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n > 0 THEN
+        UPDATE allocation_events_meta SET last_seq = base + n;
+        PERFORM pg_notify('metalloc_allocation_events', '');
+    END IF;
+    RETURN n;
 END;
 $$;
 
@@ -537,8 +550,8 @@ ALTER TABLE placement.traits ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 --
 
 CREATE TABLE public.allocation_events (
-    xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
     id bigint NOT NULL,
+    seq bigint,
     at timestamp with time zone DEFAULT now() NOT NULL,
     kind text NOT NULL,
     allocation_uuid uuid NOT NULL,
@@ -565,14 +578,14 @@ ALTER TABLE public.allocation_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDE
 );
 
 --
--- Name: allocation_events_pruned; Type: TABLE; Schema: public; Owner: -
+-- Name: allocation_events_meta; Type: TABLE; Schema: public; Owner: -
 --
 
-CREATE TABLE public.allocation_events_pruned (
+CREATE TABLE public.allocation_events_meta (
     one boolean DEFAULT true NOT NULL,
-    xid xid8 NOT NULL,
-    id bigint NOT NULL,
-    CONSTRAINT allocation_events_pruned_one_check CHECK (one)
+    last_seq bigint NOT NULL,
+    pruned_seq bigint NOT NULL,
+    CONSTRAINT allocation_events_meta_one_check CHECK (one)
 );
 
 --
@@ -923,18 +936,25 @@ ALTER TABLE ONLY placement.traits
     ADD CONSTRAINT traits_pkey PRIMARY KEY (id);
 
 --
+-- Name: allocation_events_meta allocation_events_meta_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.allocation_events_meta
+    ADD CONSTRAINT allocation_events_meta_pkey PRIMARY KEY (one);
+
+--
 -- Name: allocation_events allocation_events_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
 ALTER TABLE ONLY public.allocation_events
-    ADD CONSTRAINT allocation_events_pkey PRIMARY KEY (xid, id);
+    ADD CONSTRAINT allocation_events_pkey PRIMARY KEY (id);
 
 --
--- Name: allocation_events_pruned allocation_events_pruned_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+-- Name: allocation_events allocation_events_seq_key; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
-ALTER TABLE ONLY public.allocation_events_pruned
-    ADD CONSTRAINT allocation_events_pruned_pkey PRIMARY KEY (one);
+ALTER TABLE ONLY public.allocation_events
+    ADD CONSTRAINT allocation_events_seq_key UNIQUE (seq);
 
 --
 -- Name: allocation_traits allocation_traits_pkey; Type: CONSTRAINT; Schema: public; Owner: -
@@ -1096,6 +1116,12 @@ CREATE INDEX resource_providers_parent_idx ON placement.resource_providers USING
 --
 
 CREATE INDEX resource_providers_root_idx ON placement.resource_providers USING btree (root_provider_id);
+
+--
+-- Name: allocation_events_unnumbered; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX allocation_events_unnumbered ON public.allocation_events USING btree (id) WHERE (seq IS NULL);
 
 --
 -- Name: allocations_allocating_idx; Type: INDEX; Schema: public; Owner: -

@@ -4,21 +4,20 @@
 -- allocation writes its event in the same transaction, so an event exists
 -- exactly when its change committed.
 --
--- Order and resumption. A plain sequence is not commit-ordered: a
--- transaction can take id 5, another id 6 and commit first, and a reader
--- that delivered 6 would skip 5 for ever. Events are therefore ordered by
--- (xid, id): the writing transaction's id (pg_current_xact_id, 64-bit, never
--- wraps), then a sequence within it; and a reader only delivers events whose
--- transaction id is below its snapshot's xmin (pg_snapshot_xmin): every
--- transaction older than that has ended, and every transaction that has not
--- yet ended or not yet started has a larger id. An event delivered is thus
--- never followed by one that sorts before it, and "everything after (xid,
--- id)" is a complete resumption. The price: while some transaction that
--- started earlier is still open (in any database of the cluster), later
--- events wait for it to end.
+-- Order and resumption. An id taken from a sequence at insert time is not
+-- commit-ordered: a transaction can take id 5, another id 6 and commit
+-- first, and a reader that delivered 6 would skip 5 for ever. Events are
+-- therefore numbered after they commit: metalloc_sequence_allocation_events
+-- gives every committed event without a number the next ones (seq), in id
+-- order, in a transaction that holds the allocation_events_meta row, so
+-- that numberings never overlap and commit one after the other. A reader
+-- that saw seq n has seen every seq below it, and "every event after n" is
+-- a complete resumption. A transaction that stays open holds back only its
+-- own events.
 CREATE TABLE allocation_events (
-    xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
-    id bigint GENERATED ALWAYS AS IDENTITY,
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    -- the delivery order, set once committed; NULL until then.
+    seq bigint UNIQUE,
     -- the writing transaction's start (now()): pruning by age.
     at timestamptz NOT NULL DEFAULT now(),
     kind text NOT NULL CHECK (kind IN ('created', 'updated', 'deleted')),
@@ -28,19 +27,20 @@ CREATE TABLE allocation_events (
     resource_class text NOT NULL,
     owner text,
     node_uuid uuid,
-    last_error text,
-    PRIMARY KEY (xid, id)
+    last_error text
 );
+CREATE INDEX allocation_events_unnumbered ON allocation_events (id) WHERE seq IS NULL;
 
--- One row: the newest event key pruning removed, so that a stream resuming
--- from an older key knows it missed events (GET /v1/allocations/events
--- answers it with a reset event).
-CREATE TABLE allocation_events_pruned (
+-- One row: the last seq given (numbering continues from it even when every
+-- event was pruned), and the newest seq pruning removed, so that a stream
+-- resuming from an older one knows it missed events (GET
+-- /v1/allocations/events answers it with a reset event).
+CREATE TABLE allocation_events_meta (
     one boolean PRIMARY KEY DEFAULT true CHECK (one),
-    xid xid8 NOT NULL,
-    id bigint NOT NULL
+    last_seq bigint NOT NULL,
+    pruned_seq bigint NOT NULL
 );
-INSERT INTO allocation_events_pruned (xid, id) VALUES ('0', 0);
+INSERT INTO allocation_events_meta (last_seq, pruned_seq) VALUES (0, 0);
 
 -- +goose StatementBegin
 -- Records an allocation's creation, state change or deletion in
@@ -80,43 +80,59 @@ CREATE TRIGGER allocations_event_state AFTER UPDATE OF state ON allocations
     EXECUTE FUNCTION allocations_event();
 
 -- +goose StatementBegin
--- Deletes the oldest events, in (xid, id) order, that are older than max_age
--- or beyond the max_rows newest, never one a reader could still be waiting
--- to deliver (xid at or above the snapshot's xmin); records the newest key
--- deleted in allocation_events_pruned. Returns how many it deleted.
+-- Numbers the committed events that have no seq yet, in id order, after the
+-- last seq given, and wakes the API processes (NOTIFY
+-- metalloc_allocation_events, empty payload) if there were any. The lock on
+-- the allocation_events_meta row serializes numberings: one that waited
+-- reads the row and the events afresh (READ COMMITTED), after the previous
+-- one committed. Returns how many it numbered. Every metalloc-api calls it
+-- when woken; the work is tiny and idempotent.
+CREATE FUNCTION metalloc_sequence_allocation_events() RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    base bigint;
+    n bigint;
+BEGIN
+    SELECT m.last_seq INTO base FROM allocation_events_meta m FOR UPDATE;
+    WITH todo AS (
+        SELECT e.id, row_number() OVER (ORDER BY e.id) AS rn
+          FROM allocation_events e WHERE e.seq IS NULL
+    )
+    UPDATE allocation_events e SET seq = base + todo.rn FROM todo WHERE e.id = todo.id;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n > 0 THEN
+        UPDATE allocation_events_meta SET last_seq = base + n;
+        PERFORM pg_notify('metalloc_allocation_events', '');
+    END IF;
+    RETURN n;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Deletes the numbered events older than max_age or beyond the max_rows
+-- newest, and records the newest seq deleted in allocation_events_meta.
+-- Returns how many it deleted.
 CREATE FUNCTION metalloc_prune_allocation_events(max_age interval, max_rows bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-    horizon xid8 := pg_snapshot_xmin(pg_current_snapshot());
-    bx xid8;
-    bi bigint;
-    cx xid8;
-    ci bigint;
+    keep_from bigint;
     n bigint;
+    newest bigint;
 BEGIN
-    -- Keep from the first young event on ...
-    SELECT e.xid, e.id INTO bx, bi FROM allocation_events e
-     WHERE e.at >= now() - max_age ORDER BY e.xid, e.id LIMIT 1;
-    IF NOT FOUND THEN
-        bx := horizon; bi := 0;
-    END IF;
-    -- ... or from the max_rows-th newest, whichever keeps fewer.
-    SELECT e.xid, e.id INTO cx, ci FROM allocation_events e
-     ORDER BY e.xid DESC, e.id DESC OFFSET greatest(max_rows - 1, 0) LIMIT 1;
-    IF FOUND AND (cx, ci) > (bx, bi) THEN
-        bx := cx; bi := ci;
-    END IF;
+    -- Keep from the first young event on, or from the max_rows-th newest,
+    -- whichever keeps fewer.
+    SELECT greatest(
+        coalesce((SELECT min(e.seq) FROM allocation_events e WHERE e.at >= now() - max_age), m.last_seq + 1),
+        m.last_seq - max_rows + 1)
+      INTO keep_from FROM allocation_events_meta m;
     WITH gone AS (
-        DELETE FROM allocation_events e
-         WHERE (e.xid, e.id) < (bx, bi) AND e.xid < horizon
-        RETURNING e.xid, e.id
-    ), newest AS (
-        SELECT g.xid, g.id FROM gone g ORDER BY g.xid DESC, g.id DESC LIMIT 1
-    ), mark AS (
-        UPDATE allocation_events_pruned p SET xid = newest.xid, id = newest.id
-          FROM newest WHERE (newest.xid, newest.id) > (p.xid, p.id)
+        DELETE FROM allocation_events e WHERE e.seq < keep_from RETURNING e.seq
     )
-    SELECT count(*) INTO n FROM gone;
+    SELECT count(*), max(g.seq) INTO n, newest FROM gone g;
+    IF newest IS NOT NULL THEN
+        UPDATE allocation_events_meta SET pruned_seq = greatest(pruned_seq, newest);
+    END IF;
     RETURN n;
 END;
 $$;
@@ -124,8 +140,9 @@ $$;
 
 -- +goose Down
 DROP FUNCTION metalloc_prune_allocation_events(interval, bigint);
+DROP FUNCTION metalloc_sequence_allocation_events();
 DROP TRIGGER allocations_event_state ON allocations;
 DROP TRIGGER allocations_event ON allocations;
 DROP FUNCTION allocations_event();
-DROP TABLE allocation_events_pruned;
+DROP TABLE allocation_events_meta;
 DROP TABLE allocation_events;
