@@ -102,6 +102,9 @@ type Hub struct {
 	cursorOK bool // cursor was read from the table
 
 	poke chan struct{} // wakes the reader (capacity 1)
+
+	stopping chan struct{} // closed by Shutdown
+	stopOnce sync.Once
 }
 
 // NewHub returns a Hub on pool; Run makes it work.
@@ -122,7 +125,7 @@ func NewHub(pool *pgxpool.Pool, opts HubOptions) *Hub {
 		opts.ReadLimit = 1000
 	}
 	return &Hub{pool: pool, q: New(pool), opts: opts, waiters: map[uuid.UUID][]*Waiter{},
-		streams: map[*subscription]struct{}{}, poke: make(chan struct{}, 1)}
+		streams: map[*subscription]struct{}{}, poke: make(chan struct{}, 1), stopping: make(chan struct{})}
 }
 
 // Run listens, reads and prunes until ctx ends; it returns when all its
@@ -134,6 +137,12 @@ func (h *Hub) Run(ctx context.Context) {
 	h.read(ctx)
 	wg.Wait()
 }
+
+// Shutdown ends every wait (answered with the allocation's state now) and
+// every stream (clients reconnect with their Last-Event-ID), so that the
+// HTTP server can stop without waiting for them. Call it before
+// http.Server.Shutdown; Run keeps going until its context ends.
+func (h *Hub) Shutdown() { h.stopOnce.Do(func() { close(h.stopping) }) }
 
 // Waiter is a wait for one allocation's next change: C receives (capacity
 // 1, never closed) when a change of it commits, and when the hub's

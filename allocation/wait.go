@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -28,15 +29,21 @@ const (
 // errGone: the allocation waited for was deleted meanwhile.
 var errGone = errors.New("allocation deleted while waiting")
 
-// LongRequest reports whether r may outlive api.request_timeout: a
-// request with Prefer: wait, or the event stream. metalloc-api does not
-// apply its whole-request timeout to those; their handlers bound each
-// database read by it instead.
+// LongRequest reports whether r may outlive api.request_timeout: POST
+// /v1/allocations or GET /v1/allocations/{ident} with Prefer: wait, or the
+// event stream. metalloc-api does not apply its whole-request timeout to
+// those; their handlers bound each database read by it instead.
 func LongRequest(r *http.Request) bool {
-	if _, ok := web.PreferWait(r.Header); ok {
-		return true
+	p := r.URL.Path
+	switch {
+	case r.Method == http.MethodPost && p == "/v1/allocations":
+		_, ok := web.PreferWait(r.Header)
+		return ok
+	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/allocations/") && !strings.Contains(p[len("/v1/allocations/"):], "/"):
+		_, ok := web.PreferWait(r.Header)
+		return ok || web.AcceptsEventStream(r.Header)
 	}
-	return r.Method == http.MethodGet && web.AcceptsEventStream(r.Header)
+	return false
 }
 
 // preferWait is the wait the request asks for, capped by MaxWait; ok is
@@ -144,6 +151,8 @@ func (h *Handler) await(c echo.Context, v View, ident string, w *Waiter, wait ti
 			return reread() // the current state, even if a notification was lost
 		case <-ctx.Done():
 			return v, ctx.Err()
+		case <-h.opts.Hub.stopping:
+			return reread() // shutting down: answer now
 		}
 		if v, err = reread(); err != nil || v.State != StateAllocating {
 			return v, err
@@ -308,6 +317,8 @@ func (h *Handler) events(c echo.Context) error {
 		select {
 		case <-r.Context().Done():
 			return nil
+		case <-hub.stopping:
+			return nil // shutting down: the client reconnects elsewhere with its last id
 		case b := <-sub.ch:
 			if cur < b.from {
 				err = catchUp(b.to)

@@ -300,3 +300,20 @@ func TestPreferWaitAfterListenerLoss(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode, body)
 	require.Equal(t, "error", body["state"])
 }
+
+// Shutdown answers open waits at once and ends the streams.
+func TestHubShutdownEndsWaitsAndStreams(t *testing.T) {
+	t.Parallel()
+	w := setupWait(t)
+	w.create("a1", "gold")
+	s := openStream(t, w.srv.URL+"/v1/allocations/events", nil)
+	go func() {
+		dbtest.WaitFor(t, 3*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
+		w.hub.Shutdown()
+	}()
+	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=3"}, "")
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "allocating", body["state"])
+	_, err := io.ReadAll(s.Resp.Body) // the stream ends
+	require.NoError(t, err)
+}

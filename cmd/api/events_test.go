@@ -31,6 +31,8 @@ func TestWaitAndEventsAccess(t *testing.T) {
 	require.NoError(t, err)
 	cfg.API.AuthStrategy = auth.StrategyKeystone
 	cfg.API.MaxWait = 2 * time.Second
+	// Shorter than the waits below: they must not be cut to 503 by it.
+	cfg.API.RequestTimeout = 500 * time.Millisecond
 	rules, err := cli.Rules(cfg.API.Access, policy.IronicDefaults(), true)
 	require.NoError(t, err)
 	hub := allocation.NewHub(pool, allocation.HubOptions{})
@@ -87,4 +89,6 @@ func TestWaitAndEventsAccess(t *testing.T) {
 	st, applied := wait("owner", mine.String())
 	require.Equal(t, http.StatusOK, st)
 	require.Equal(t, "wait=1", applied)
+	owner.Quiet(t, time.Second) // outlives api.request_timeout too
+	require.Equal(t, 3, hub.Streams()) // owner, reader, other: still open
 }

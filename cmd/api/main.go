@@ -100,6 +100,7 @@ func run(cmd *cobra.Command, _ []string) error {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
+	hub.Shutdown() // open waits answer now, streams end
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
