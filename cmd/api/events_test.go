@@ -89,6 +89,6 @@ func TestWaitAndEventsAccess(t *testing.T) {
 	st, applied := wait("owner", mine.String())
 	require.Equal(t, http.StatusOK, st)
 	require.Equal(t, "wait=1", applied)
-	owner.Quiet(t, time.Second) // outlives api.request_timeout too
+	owner.Quiet(t, time.Second)        // outlives api.request_timeout too
 	require.Equal(t, 3, hub.Streams()) // owner, reader, other: still open
 }
