@@ -11,10 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/allocation"
-	"github.com/metalloc/metalloc/auth"
-	"github.com/metalloc/metalloc/auth/policy"
-	"github.com/metalloc/metalloc/cmd/internal/cli"
-	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/web/webtest"
 )
@@ -27,14 +23,10 @@ import (
 func TestWaitAndEventsAccess(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	cfg, err := config.Load("", nil)
-	require.NoError(t, err)
-	cfg.API.AuthStrategy = auth.StrategyKeystone
+	cfg, rules := keystoneDefaults(t)
 	cfg.API.MaxWait = 2 * time.Second
 	// Shorter than the waits below: they must not be cut to 503 by it.
 	cfg.API.RequestTimeout = 500 * time.Millisecond
-	rules, err := cli.Rules(cfg.API.Access, policy.IronicDefaults(), true)
-	require.NoError(t, err)
 	hub := allocation.NewHub(pool, allocation.HubOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

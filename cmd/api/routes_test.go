@@ -80,11 +80,7 @@ type route struct {
 func TestRouteRoleTable(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	cfg, err := config.Load("", nil)
-	require.NoError(t, err)
-	cfg.API.AuthStrategy = auth.StrategyKeystone
-	rules, err := cli.Rules(cfg.API.Access, policy.IronicDefaults(), true)
-	require.NoError(t, err)
+	cfg, rules := keystoneDefaults(t)
 	e, err := newAPI(cfg, pool, personaAuth{}, rules, nil, zap.NewNop())
 	require.NoError(t, err)
 	srv := httptest.NewServer(e)
@@ -188,6 +184,18 @@ func TestRouteRoleTable(t *testing.T) {
 		}
 	}
 	require.Empty(t, diffs, "\n%s", strings.Join(diffs, "\n"))
+}
+
+// keystoneDefaults is the default configuration with auth_strategy
+// keystone, and its access rules (Ironic's defaults).
+func keystoneDefaults(t *testing.T) (config.Config, auth.Rules) {
+	t.Helper()
+	cfg, err := config.Load("", nil)
+	require.NoError(t, err)
+	cfg.API.AuthStrategy = auth.StrategyKeystone
+	rules, err := cli.Rules(cfg.API.Access, policy.IronicDefaults(), true)
+	require.NoError(t, err)
+	return cfg, rules
 }
 
 // routePattern turns a table path into echo's route pattern.
