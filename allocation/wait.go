@@ -162,12 +162,12 @@ func (h *Handler) await(c echo.Context, v View, ident string, w *Waiter, wait ti
 
 // events serves GET /v1/allocations/events (a metalloc extension): Server-
 // Sent Events, one per allocation created, state change or deletion, in
-// order, id the event's seq (1, 2, ...; Event.ID), event created/updated/deleted, data a
-// JSON object (uuid, name, state, resource_class, owner from 1.60,
+// order, id the event's seq (1, 2, ...; Event.ID), event
+// created/updated/deleted, data a JSON object (uuid, name, state, resource_class, owner from 1.60,
 // node_uuid, last_error, at). Filters: resource_class, owner (1.60),
 // state. Last-Event-ID (header, or the last_event_id query parameter)
-// resumes after that event; an id older than the pruned events starts
-// with a reset event (re-list, then follow). Without one the stream starts
+// resumes after that event; an id older than the pruned events, or newer
+// than any given, starts with a reset event (re-list, then follow). Without one the stream starts
 // with the next change. A comment line every EventsHeartbeat keeps it
 // open. Access as GET /v1/allocations: a caller who may list only its
 // project's allocations sees only their events. A request that does not
@@ -224,6 +224,8 @@ func (h *Handler) events(c echo.Context) error {
 		cur = head.LastSeq
 	case cur < head.PrunedSeq:
 		reset, cur = true, head.PrunedSeq
+	case cur > head.LastSeq: // not from this database (restored from a backup?)
+		reset, cur = true, head.LastSeq
 	}
 
 	// Streams outlive the server's read and write timeouts: lift the read

@@ -249,6 +249,11 @@ func TestEventStreamOrderResumeFilters(t *testing.T) {
 	first := r.Next(t, 1)[0]
 	require.Equal(t, "reset", first.Kind)
 	require.Equal(t, []string{"created a2 allocating"}, summary(r.Next(t, 1)))
+	// An id from the future (another database): reset, then live.
+	f := openStream(t, w.srv.URL+"/v1/allocations/events", map[string]string{"Last-Event-ID": "999999"})
+	require.Equal(t, "reset", f.Next(t, 1)[0].Kind)
+	w.create("a3", "gold")
+	require.Equal(t, []string{"created a3 allocating"}, summary(f.Next(t, 1)))
 }
 
 // Many subscribers on one hub each get every event, in the same order.
