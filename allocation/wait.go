@@ -212,14 +212,20 @@ func (h *Handler) events(c echo.Context) error {
 	sub := hub.subscribe() // before reading the table: no batch is missed
 	defer hub.unsubscribe(sub)
 
-	ctx, cancel := h.readContext(c)
-	head, err := hub.q.EventsHead(ctx)
-	cancel()
-	if err != nil {
-		return err
-	}
 	reset := false
+	hubCur, hubOK := hub.Cursor()
+	var head EventsHeadRow
+	if resume != "" || !hubOK {
+		ctx, cancel := h.readContext(c)
+		head, err = hub.q.EventsHead(ctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 	switch {
+	case resume == "" && hubOK:
+		cur = hubCur // no database read: opening many streams stays cheap
 	case resume == "":
 		cur = head.LastSeq
 	case cur < head.PrunedSeq:

@@ -46,6 +46,9 @@ type WaitersResult struct {
 	// FanOut how long after Release the last one came.
 	Answered int
 	FanOut   time.Duration
+	// Retried is how many opens were sent again: answered 503 (the API's
+	// database pool exhausted by the burst) or closed unanswered.
+	Retried int
 }
 
 // APIMemory is a scrape of metalloc-api's /metrics: resident set, Go heap
@@ -64,13 +67,14 @@ func (r WaitersResult) String() string {
 		"  heap inuse %7.1f MiB -> %7.1f MiB  (%s)\n"+
 		"  stacks     %7.1f MiB -> %7.1f MiB  (%s)\n"+
 		"  goroutines %7.0f     -> %7.0f      (%.2f/%s)\n"+
+		"opens retried (503 or closed): %d\n"+
 		"release: %d of %d answered, the last %s after the release",
 		r.N, r.Mode,
 		r.Before.RSS/(1<<20), r.After.RSS/(1<<20), per(r.Before.RSS, r.After.RSS),
 		r.Before.HeapInuse/(1<<20), r.After.HeapInuse/(1<<20), per(r.Before.HeapInuse, r.After.HeapInuse),
 		r.Before.StackInuse/(1<<20), r.After.StackInuse/(1<<20), per(r.Before.StackInuse, r.After.StackInuse),
 		r.Before.Goroutines, r.After.Goroutines, (r.After.Goroutines-r.Before.Goroutines)/float64(r.N), r.Mode,
-		r.Answered, r.N, r.FanOut.Round(time.Millisecond))
+		r.Retried, r.Answered, r.N, r.FanOut.Round(time.Millisecond))
 }
 
 // RunWaiters creates N allocations through the API (they must stay
@@ -129,7 +133,7 @@ func RunWaiters(ctx context.Context, o WaitersOptions) (WaitersResult, error) {
 		return res, err
 	}
 
-	// Open the N requests, 500 at a time, each on its own connection.
+	// Open the N requests, 500 every 100 ms, each on its own connection.
 	openCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var answered atomic.Int64
@@ -148,7 +152,7 @@ func RunWaiters(ctx context.Context, o WaitersOptions) (WaitersResult, error) {
 			last.Store(time.Now().UnixNano())
 		})
 		if i%500 == 499 {
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	gauge := "metalloc_allocation_waiters"
@@ -195,11 +199,15 @@ func RunWaiters(ctx context.Context, o WaitersOptions) (WaitersResult, error) {
 	cancel()
 	<-allDone
 	res.Answered = int(answered.Load())
+	res.Retried = int(retried.Load())
 	if l := last.Load(); l > 0 {
 		res.FanOut = time.Unix(0, l).Sub(released)
 	}
 	return res, nil
 }
+
+// retried counts the opens sent again (503 or connection closed).
+var retried atomic.Int64
 
 // openOne holds request i open until its answer (wait) or first event
 // (stream).
@@ -219,6 +227,17 @@ func openOne(ctx context.Context, c *client, o WaitersOptions, uuids []string, i
 		req.Header.Set("Accept", "text/event-stream")
 	}
 	resp, err := c.http.Do(req)
+	// A burst of opens can exhaust the API's database pool (503) or keep
+	// it from reading a new connection's request within its 10 s (the
+	// connection is closed): retry shortly, as a client would.
+	for try := 0; try < 20 && ctx.Err() == nil && (err != nil || resp.StatusCode == http.StatusServiceUnavailable); try++ {
+		if err == nil {
+			resp.Body.Close()
+		}
+		retried.Add(1)
+		time.Sleep(200 * time.Millisecond)
+		resp, err = c.http.Do(req)
+	}
 	if err != nil {
 		return err
 	}
