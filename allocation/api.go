@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/google/uuid"
@@ -48,6 +49,19 @@ type HandlerOptions struct {
 	// Rules are the access rules (Ironic's baremetal:allocation:* in
 	// keystone mode; the zero value allows everything).
 	Rules auth.Rules
+	// Hub, when set, enables the metalloc extensions without polling:
+	// Prefer: wait on POST /v1/allocations and GET
+	// /v1/allocations/{ident}, and GET /v1/allocations/events (wait.go).
+	Hub *Hub
+	// MaxWait caps Prefer: wait (api.max_wait, default 60 s).
+	MaxWait time.Duration
+	// RequestTimeout bounds each database read of a wait or stream
+	// (api.request_timeout): those requests skip the whole-request
+	// timeout (see LongRequest).
+	RequestTimeout time.Duration
+	// EventsHeartbeat is the interval of the comment lines that keep an
+	// idle event stream open (api.events_heartbeat, default 15 s).
+	EventsHeartbeat time.Duration
 }
 
 // Handler serves the allocation endpoints of the Ironic API.
@@ -61,15 +75,25 @@ func NewHandler(store *Store, opts HandlerOptions) *Handler {
 	if opts.MaxLimit <= 0 {
 		opts.MaxLimit = web.DefaultMaxLimit
 	}
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = DefaultMaxWait
+	}
+	if opts.EventsHeartbeat <= 0 {
+		opts.EventsHeartbeat = DefaultEventsHeartbeat
+	}
 	return &Handler{store: store, opts: opts}
 }
 
 // Register adds the routes under v1 (a group with Ironic version negotiation):
-// /v1/allocations[/{ident}] and /v1/nodes/{ident}/allocation.
+// /v1/allocations[/{ident}] and /v1/nodes/{ident}/allocation, and the
+// event stream GET /v1/allocations/events (only for requests that accept
+// text/event-stream; any other GET of that path shows the allocation named
+// "events", a valid Ironic name).
 func (h *Handler) Register(v1 *echo.Group) {
 	g := v1.Group("", h.requireAllocations)
 	g.POST("/allocations", h.create)
 	g.GET("/allocations", h.list)
+	g.GET("/allocations/events", h.events)
 	g.GET("/allocations/:ident", h.get)
 	g.PATCH("/allocations/:ident", h.patch)
 	g.DELETE("/allocations/:ident", h.delete)
@@ -156,6 +180,18 @@ func (h *Handler) create(c echo.Context) error {
 	var row CreateAllocationRow
 	userUUID := params.Uuid != uuid.Nil
 	backfill := req.Node != nil && *req.Node != ""
+	wait, waiting := h.preferWait(c)
+	var w *Waiter
+	if waiting && !backfill {
+		// Watch before the row exists: its activation cannot be missed,
+		// and the wait needs no read of its own.
+		if params.Uuid == uuid.Nil {
+			params.Uuid = uuid.New()
+		}
+		w = h.opts.Hub.Watch(params.Uuid)
+		defer w.Close()
+		ctx = h.boundRequest(c)
+	}
 	create := func(q *Queries) error {
 		if backfill {
 			if !ver.AtLeast(1, 58) {
@@ -230,6 +266,18 @@ func (h *Handler) create(c echo.Context) error {
 		h.opts.Created.Inc()
 	}
 	c.Response().Header().Set("Location", h.base(c)+"/v1/allocations/"+v.Uuid.String())
+	if waiting {
+		h.unboundRequest(c)
+		h.applied(c, wait)
+		if v, err = h.await(c, v, v.Uuid.String(), w, wait); err != nil {
+			if errors.Is(err, errGone) {
+				// Deleted while we waited: the 201 stands, with the
+				// allocation as it was created.
+				return c.JSON(http.StatusCreated, View{Allocation: Allocation(row), Traits: params.Traits}.Doc(h.base(c), ver))
+			}
+			return err
+		}
+	}
 	return c.JSON(http.StatusCreated, v.Doc(h.base(c), ver))
 }
 
@@ -461,7 +509,9 @@ func (h *Handler) checkFields(fields []string, ver web.Version) error {
 }
 
 func (h *Handler) lookup(c echo.Context, ident string) (View, error) {
-	v, err := h.store.Get(c.Request().Context(), ident)
+	ctx, cancel := h.readContext(c)
+	defer cancel()
+	v, err := h.store.Get(ctx, ident)
 	if errors.Is(err, ErrNotFound) {
 		return v, web.NotFound("Allocation %s could not be found.", ident)
 	}
@@ -477,12 +527,24 @@ func (h *Handler) get(c echo.Context) error {
 	if err := h.checkFields(fields, ver); err != nil {
 		return err
 	}
-	v, err := h.lookup(c, c.Param("ident"))
+	ident := c.Param("ident")
+	wait, waiting := h.preferWait(c)
+	var w *Waiter
+	if u, ok := web.UUIDLike(ident); ok && waiting {
+		w = h.opts.Hub.Watch(u) // before the read: no change is missed
+		defer w.Close()
+	}
+	v, err := h.show(c, ident)
 	if err != nil {
 		return err
 	}
-	if err := h.checkAllocation(c, v, c.Param("ident"), ""); err != nil {
-		return err
+	if waiting {
+		h.applied(c, wait)
+		if v, err = h.await(c, v, ident, w, wait); errors.Is(err, errGone) {
+			return web.NotFound("Allocation %s could not be found.", ident)
+		} else if err != nil {
+			return err
+		}
 	}
 	return c.JSON(http.StatusOK, web.Project(v.Doc(h.base(c), ver), fields))
 }

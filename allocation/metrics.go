@@ -17,3 +17,24 @@ func NewCreatedCounter(reg prometheus.Registerer) (prometheus.Counter, error) {
 	}
 	return c, nil
 }
+
+// RegisterHubMetrics registers the gauges of hub on reg:
+// metalloc_allocation_waiters (open Prefer: wait requests) and
+// metalloc_allocation_event_streams (open GET /v1/allocations/events).
+func RegisterHubMetrics(reg prometheus.Registerer, hub *Hub) error {
+	for _, g := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "metalloc_allocation_waiters",
+			Help: "Requests waiting for an allocation to leave allocating (Prefer: wait).",
+		}, func() float64 { return float64(hub.Waiters()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "metalloc_allocation_event_streams",
+			Help: "Open allocation event streams (GET /v1/allocations/events).",
+		}, func() float64 { return float64(hub.Streams()) }),
+	} {
+		if err := reg.Register(g); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -167,3 +167,27 @@ SELECT state, conductor_affinity FROM allocations WHERE id = @id;
 -- A node's owner and lessee, for the access rules of
 -- /v1/nodes/{ident}/allocation (keystone mode only).
 SELECT owner, lessee FROM nodes WHERE id = @id;
+
+-- name: SequenceEvents :one
+-- Numbers the committed events that have none yet
+-- (metalloc_sequence_allocation_events); returns how many.
+SELECT metalloc_sequence_allocation_events()::bigint AS numbered;
+
+-- name: EventsAfter :many
+-- The numbered allocation events after seq @after, in order.
+SELECT e.seq::bigint AS seq, e.at, e.kind, e.allocation_uuid, e.name, e.state,
+       e.resource_class, e.owner, e.node_uuid, e.last_error
+  FROM allocation_events e
+ WHERE e.seq > @after::bigint
+ ORDER BY e.seq
+ LIMIT @max_rows;
+
+-- name: EventsHead :one
+-- The last seq given (where a stream without Last-Event-ID starts) and the
+-- newest seq pruned.
+SELECT last_seq, pruned_seq FROM allocation_events_meta;
+
+-- name: PruneEvents :one
+-- Deletes events older than max_age or beyond the max_rows newest
+-- (metalloc_prune_allocation_events); returns how many.
+SELECT metalloc_prune_allocation_events(make_interval(secs => @max_age_seconds::float8), @max_rows::bigint)::bigint AS deleted;

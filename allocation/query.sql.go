@@ -246,6 +246,83 @@ func (q *Queries) Deallocate(ctx context.Context, allocationID int64) error {
 	return err
 }
 
+const eventsAfter = `-- name: EventsAfter :many
+SELECT e.seq::bigint AS seq, e.at, e.kind, e.allocation_uuid, e.name, e.state,
+       e.resource_class, e.owner, e.node_uuid, e.last_error
+  FROM allocation_events e
+ WHERE e.seq > $1::bigint
+ ORDER BY e.seq
+ LIMIT $2
+`
+
+type EventsAfterParams struct {
+	After   int64
+	MaxRows int32
+}
+
+type EventsAfterRow struct {
+	Seq            int64
+	At             time.Time
+	Kind           string
+	AllocationUuid uuid.UUID
+	Name           *string
+	State          string
+	ResourceClass  string
+	Owner          *string
+	NodeUuid       *uuid.UUID
+	LastError      *string
+}
+
+// The numbered allocation events after seq @after, in order.
+func (q *Queries) EventsAfter(ctx context.Context, arg EventsAfterParams) ([]EventsAfterRow, error) {
+	rows, err := q.db.Query(ctx, eventsAfter, arg.After, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []EventsAfterRow
+	for rows.Next() {
+		var i EventsAfterRow
+		if err := rows.Scan(
+			&i.Seq,
+			&i.At,
+			&i.Kind,
+			&i.AllocationUuid,
+			&i.Name,
+			&i.State,
+			&i.ResourceClass,
+			&i.Owner,
+			&i.NodeUuid,
+			&i.LastError,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const eventsHead = `-- name: EventsHead :one
+SELECT last_seq, pruned_seq FROM allocation_events_meta
+`
+
+type EventsHeadRow struct {
+	LastSeq   int64
+	PrunedSeq int64
+}
+
+// The last seq given (where a stream without Last-Event-ID starts) and the
+// newest seq pruned.
+func (q *Queries) EventsHead(ctx context.Context) (EventsHeadRow, error) {
+	row := q.db.QueryRow(ctx, eventsHead)
+	var i EventsHeadRow
+	err := row.Scan(&i.LastSeq, &i.PrunedSeq)
+	return i, err
+}
+
 const failAllocation = `-- name: FailAllocation :execrows
 UPDATE allocations
    SET state = 'error', last_error = $1, node_id = NULL, updated_at = now()
@@ -649,6 +726,24 @@ func (q *Queries) NodeTraits(ctx context.Context, nodeID int64) ([]string, error
 	return items, nil
 }
 
+const pruneEvents = `-- name: PruneEvents :one
+SELECT metalloc_prune_allocation_events(make_interval(secs => $1::float8), $2::bigint)::bigint AS deleted
+`
+
+type PruneEventsParams struct {
+	MaxAgeSeconds float64
+	MaxRows       int64
+}
+
+// Deletes events older than max_age or beyond the max_rows newest
+// (metalloc_prune_allocation_events); returns how many.
+func (q *Queries) PruneEvents(ctx context.Context, arg PruneEventsParams) (int64, error) {
+	row := q.db.QueryRow(ctx, pruneEvents, arg.MaxAgeSeconds, arg.MaxRows)
+	var deleted int64
+	err := row.Scan(&deleted)
+	return deleted, err
+}
+
 const recordPlacementClaim = `-- name: RecordPlacementClaim :exec
 INSERT INTO placement_claims (consumer_uuid, provider_uuid)
 VALUES ($1, $2)
@@ -745,6 +840,19 @@ func (q *Queries) ResolveNodes(ctx context.Context, arg ResolveNodesParams) ([]R
 		return nil, err
 	}
 	return items, nil
+}
+
+const sequenceEvents = `-- name: SequenceEvents :one
+SELECT metalloc_sequence_allocation_events()::bigint AS numbered
+`
+
+// Numbers the committed events that have none yet
+// (metalloc_sequence_allocation_events); returns how many.
+func (q *Queries) SequenceEvents(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, sequenceEvents)
+	var numbered int64
+	err := row.Scan(&numbered)
+	return numbered, err
 }
 
 const updateAllocationNameExtra = `-- name: UpdateAllocationNameExtra :exec

@@ -96,6 +96,18 @@ type API struct {
 	// RequestTimeout bounds a request's database work (default 30s); past it
 	// the request answers 503, so a frozen database cannot hang clients.
 	RequestTimeout time.Duration `mapstructure:"request_timeout"`
+	// MaxWait caps the metalloc extension Prefer: wait=N on POST
+	// /v1/allocations and GET /v1/allocations/{ident} (default 60s; keep
+	// it below write_timeout).
+	MaxWait time.Duration `mapstructure:"max_wait"`
+	// EventsHeartbeat is how often an idle GET /v1/allocations/events
+	// stream gets a comment line (default 15s).
+	EventsHeartbeat time.Duration `mapstructure:"events_heartbeat"`
+	// EventsRetention and EventsMaxCount bound the allocation event table
+	// streams resume from: older events, and all but the newest
+	// EventsMaxCount, are pruned (defaults 1h, 100000).
+	EventsRetention time.Duration `mapstructure:"events_retention"`
+	EventsMaxCount  int64         `mapstructure:"events_max_count"`
 }
 
 // Placement configures metalloc-placement.
@@ -216,6 +228,10 @@ func defaults(v *viper.Viper) {
 	v.SetDefault("api.public_endpoint", "")
 	v.SetDefault("api.max_limit", 1000)
 	v.SetDefault("api.request_timeout", "30s")
+	v.SetDefault("api.max_wait", "60s")
+	v.SetDefault("api.events_heartbeat", "15s")
+	v.SetDefault("api.events_retention", "1h")
+	v.SetDefault("api.events_max_count", 100000)
 	v.SetDefault("conductor.metrics_tls_cert_file", "")
 	v.SetDefault("conductor.metrics_tls_key_file", "")
 	for _, api := range []string{"api", "placement"} {

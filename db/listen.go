@@ -17,9 +17,22 @@ import (
 // reset once listening again). Used by the conductor (new allocations) and
 // the resource tracker (node changes).
 func Listen(ctx context.Context, pool *pgxpool.Pool, channel string, log *zap.Logger, signal, listening func()) {
+	ListenPayloads(ctx, pool, channel, log, func(string) { signal() }, func() {
+		listening()
+		signal()
+	})
+}
+
+// ListenPayloads is Listen for callers that need each notification's
+// payload: notify gets every payload, in the order PostgreSQL delivers them;
+// listening is called after every (re)connection, once LISTEN is in effect,
+// and is the only sign that notifications may have been missed while the
+// connection was away (no synthetic notify follows). Used by metalloc-api's
+// allocation event hub (one connection per process).
+func ListenPayloads(ctx context.Context, pool *pgxpool.Pool, channel string, log *zap.Logger, notify func(payload string), listening func()) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := listenOnce(ctx, pool, channel, signal, func() {
+		err := listenOnce(ctx, pool, channel, notify, func() {
 			backoff = 100 * time.Millisecond
 			listening()
 		})
@@ -37,7 +50,7 @@ func Listen(ctx context.Context, pool *pgxpool.Pool, channel string, log *zap.Lo
 	}
 }
 
-func listenOnce(ctx context.Context, pool *pgxpool.Pool, channel string, signal, listening func()) error {
+func listenOnce(ctx context.Context, pool *pgxpool.Pool, channel string, notify func(string), listening func()) error {
 	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return err
@@ -47,11 +60,11 @@ func listenOnce(ctx context.Context, pool *pgxpool.Pool, channel string, signal,
 		return err
 	}
 	listening()
-	signal()
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
 			return err
 		}
-		signal()
+		notify(n.Payload)
 	}
 }

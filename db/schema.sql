@@ -48,6 +48,35 @@ END;
 $$;
 
 --
+-- Name: allocations_event(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.allocations_event() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    r allocations;
+    k text;
+    node uuid;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        r := OLD; k := 'deleted';
+    ELSIF TG_OP = 'INSERT' THEN
+        r := NEW; k := 'created';
+    ELSE
+        r := NEW; k := 'updated';
+    END IF;
+    IF r.node_id IS NOT NULL THEN
+        SELECT n.uuid INTO node FROM nodes n WHERE n.id = r.node_id;
+    END IF;
+    INSERT INTO allocation_events (kind, allocation_uuid, name, state, resource_class, owner, node_uuid, last_error)
+    VALUES (k, r.uuid, r.name, r.state, r.resource_class, r.owner, node, r.last_error);
+    PERFORM pg_notify('metalloc_allocation_events', r.uuid::text);
+    RETURN NULL;
+END;
+$$;
+
+--
 -- Name: allocations_notify(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -237,6 +266,35 @@ END;
 $$;
 
 --
+-- Name: metalloc_prune_allocation_events(interval, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_prune_allocation_events(max_age interval, max_rows bigint) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    keep_from bigint;
+    n bigint;
+    newest bigint;
+BEGIN
+    -- Keep from the first young event on, or from the max_rows-th newest,
+    -- whichever keeps fewer.
+    SELECT greatest(
+        coalesce((SELECT min(e.seq) FROM allocation_events e WHERE e.at >= now() - max_age), m.last_seq + 1),
+        m.last_seq - max_rows + 1)
+      INTO keep_from FROM allocation_events_meta m;
+    WITH gone AS (
+        DELETE FROM allocation_events e WHERE e.seq < keep_from RETURNING e.seq
+    )
+    SELECT count(*), max(g.seq) INTO n, newest FROM gone g;
+    IF newest IS NOT NULL THEN
+        UPDATE allocation_events_meta SET pruned_seq = greatest(pruned_seq, newest);
+    END IF;
+    RETURN n;
+END;
+$$;
+
+--
 -- Name: metalloc_reserve(bigint, bigint, text, text[], uuid[], text, text, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -260,6 +318,32 @@ BEGIN
         PERFORM metalloc_hold(node_id, p_allocation_id, v_alloc, p_traits);
     END IF;
     RETURN NEXT;
+END;
+$$;
+
+--
+-- Name: metalloc_sequence_allocation_events(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_sequence_allocation_events() RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    base bigint;
+    n bigint;
+BEGIN
+    SELECT m.last_seq INTO base FROM allocation_events_meta m FOR UPDATE;
+    WITH todo AS (
+        SELECT e.id, row_number() OVER (ORDER BY e.id) AS rn
+          FROM allocation_events e WHERE e.seq IS NULL
+    )
+    UPDATE allocation_events e SET seq = base + todo.rn FROM todo WHERE e.id = todo.id;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n > 0 THEN
+        UPDATE allocation_events_meta SET last_seq = base + n;
+        PERFORM pg_notify('metalloc_allocation_events', '');
+    END IF;
+    RETURN n;
 END;
 $$;
 
@@ -459,6 +543,49 @@ ALTER TABLE placement.traits ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+--
+-- Name: allocation_events; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.allocation_events (
+    id bigint NOT NULL,
+    seq bigint,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    kind text NOT NULL,
+    allocation_uuid uuid NOT NULL,
+    name text,
+    state text NOT NULL,
+    resource_class text NOT NULL,
+    owner text,
+    node_uuid uuid,
+    last_error text,
+    CONSTRAINT allocation_events_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'updated'::text, 'deleted'::text])))
+);
+
+--
+-- Name: allocation_events_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.allocation_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.allocation_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: allocation_events_meta; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.allocation_events_meta (
+    one boolean DEFAULT true NOT NULL,
+    last_seq bigint NOT NULL,
+    pruned_seq bigint NOT NULL,
+    CONSTRAINT allocation_events_meta_one_check CHECK (one)
 );
 
 --
@@ -876,6 +1003,27 @@ ALTER TABLE ONLY placement.traits
     ADD CONSTRAINT traits_pkey PRIMARY KEY (id);
 
 --
+-- Name: allocation_events_meta allocation_events_meta_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.allocation_events_meta
+    ADD CONSTRAINT allocation_events_meta_pkey PRIMARY KEY (one);
+
+--
+-- Name: allocation_events allocation_events_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.allocation_events
+    ADD CONSTRAINT allocation_events_pkey PRIMARY KEY (id);
+
+--
+-- Name: allocation_events allocation_events_seq_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.allocation_events
+    ADD CONSTRAINT allocation_events_seq_key UNIQUE (seq);
+
+--
 -- Name: allocation_traits allocation_traits_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1093,6 +1241,12 @@ CREATE INDEX resource_providers_parent_idx ON placement.resource_providers USING
 CREATE INDEX resource_providers_root_idx ON placement.resource_providers USING btree (root_provider_id);
 
 --
+-- Name: allocation_events_unnumbered; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX allocation_events_unnumbered ON public.allocation_events USING btree (id) WHERE (seq IS NULL);
+
+--
 -- Name: allocations_allocating_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -1127,6 +1281,18 @@ CREATE INDEX ports_node_idx ON public.ports USING btree (node_id, id);
 --
 
 CREATE INDEX ports_portgroup_idx ON public.ports USING btree (portgroup_id, id) WHERE (portgroup_id IS NOT NULL);
+
+--
+-- Name: allocations allocations_event; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER allocations_event AFTER INSERT OR DELETE ON public.allocations FOR EACH ROW EXECUTE FUNCTION public.allocations_event();
+
+--
+-- Name: allocations allocations_event_state; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER allocations_event_state AFTER UPDATE OF state ON public.allocations FOR EACH ROW WHEN ((old.state IS DISTINCT FROM new.state)) EXECUTE FUNCTION public.allocations_event();
 
 --
 -- Name: allocations allocations_node_link; Type: TRIGGER; Schema: public; Owner: -

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	for _, c := range []string{"api", "conductor", "placement"} {
+	for _, c := range []string{"api", "conductor", "placement", "manage"} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "metalloc-"+c), "./cmd/"+c)
 		cmd.Dir = repoRoot()
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

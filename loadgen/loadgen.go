@@ -42,6 +42,12 @@ type Options struct {
 	// Timeline prints mean and max latency per tenth of the run, in send
 	// order, to show where slow allocations happen.
 	Timeline bool
+	// Mode is how the clients learn allocations finished: "poll"
+	// (default: POST, and the bench polls the list until nothing is
+	// allocating) or "wait" (every POST carries the Prefer: wait
+	// extension and is answered with the finished allocation, one round
+	// trip; see waitActive).
+	Mode string
 	// Progress, when set, is called as work completes (phase, done, total).
 	Progress func(phase string, done, total int)
 	Log      *zap.Logger
@@ -256,7 +262,12 @@ func allocate(ctx context.Context, c *client, o Options) (Result, error) {
 			body["traits"] = []string{traitPool[rand.IntN(len(traitPool))]}
 		}
 		sent[i] = time.Now()
-		if _, err := c.do(ctx, "POST", "/v1/allocations", body, nil); err != nil {
+		if o.Mode == "wait" {
+			if err := waitActive(ctx, c, body); err != nil {
+				postErrors.Add(1)
+				o.Log.Warn("POST failed", zap.Error(err))
+			}
+		} else if _, err := c.do(ctx, "POST", "/v1/allocations", body, nil); err != nil {
 			postErrors.Add(1)
 			o.Log.Warn("POST failed", zap.Error(err))
 		}
@@ -386,6 +397,41 @@ func allocate(ctx context.Context, c *client, o Options) (Result, error) {
 		r.PerSecond = float64(o.Allocations) / r.Duration.Seconds()
 	}
 	return r, nil
+}
+
+// waitActive POSTs the allocation body with Prefer: wait=25 (below the
+// client's 30 s timeout): metalloc-api answers once the allocation left
+// allocating, so the client needs no polling. An answer still allocating
+// is an error.
+func waitActive(ctx context.Context, c *client, body map[string]any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, "POST", c.base+"/v1/allocations", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-OpenStack-Ironic-API-Version", apiVersion)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Prefer", "wait=25")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var a allocDoc
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("POST /v1/allocations: %d %s", resp.StatusCode, strings.TrimSpace(string(data)))
+	}
+	if err := json.Unmarshal(data, &a); err != nil {
+		return err
+	}
+	if a.State == "allocating" {
+		return fmt.Errorf("allocation %s still allocating after the wait (Preference-Applied: %q)", a.UUID, resp.Header.Get("Preference-Applied"))
+	}
+	return nil
 }
 
 // listAll follows `next` links and returns every item of collection key.

@@ -59,6 +59,20 @@ func IronicErrorBody(status int, msg string) map[string]string {
 	return map[string]string{"error_message": string(inner)}
 }
 
+// IronicFaultString is the faultstring of an Ironic error body (the
+// inverse of IronicErrorBody), or the body itself, trimmed, when it is not
+// one: what a client shows.
+func IronicFaultString(body []byte) string {
+	var outer struct {
+		ErrorMessage string `json:"error_message"`
+	}
+	var inner ironicFault
+	if json.Unmarshal(body, &outer) == nil && json.Unmarshal([]byte(outer.ErrorMessage), &inner) == nil && inner.Faultstring != "" {
+		return inner.Faultstring
+	}
+	return strings.TrimSpace(string(body))
+}
+
 // ClassifyError turns any handler error into a status and a message safe to
 // show: *Error as is, echo's routing errors with their status, a lock or
 // serialization conflict left after retries as 409, an unreachable database

@@ -67,7 +67,17 @@ func run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 
-	e, err := newAPI(cfg, pool, authn, rules, log)
+	// One LISTEN connection and one event reader for the whole process:
+	// Prefer: wait and GET /v1/allocations/events (allocation.Hub).
+	hub := allocation.NewHub(pool, allocation.HubOptions{
+		Log: log, Retention: cfg.API.EventsRetention, MaxEvents: cfg.API.EventsMaxCount,
+	})
+	hubDone := make(chan struct{})
+	hubCtx, stopHub := context.WithCancel(ctx)
+	go func() { defer close(hubDone); hub.Run(hubCtx) }()
+	defer func() { stopHub(); <-hubDone }()
+
+	e, err := newAPI(cfg, pool, authn, rules, hub, log)
 	if err != nil {
 		return err
 	}
@@ -91,6 +101,7 @@ func run(cmd *cobra.Command, _ []string) error {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
+	hub.Shutdown() // open waits answer now, streams end
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -105,7 +116,7 @@ func run(cmd *cobra.Command, _ []string) error {
 // timeout and body limit, authentication by authn (/, /v1 and /metrics
 // are public), and the node, port, port group, allocation and conductor routes checked
 // against rules.
-func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rules auth.Rules, log *zap.Logger) (*echo.Echo, error) {
+func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rules auth.Rules, hub *allocation.Hub, log *zap.Logger) (*echo.Echo, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = web.IronicErrorHandler
@@ -122,12 +133,21 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	if err != nil {
 		return nil, err
 	}
+	if hub != nil {
+		if err := allocation.RegisterHubMetrics(reg, hub); err != nil {
+			return nil, err
+		}
+	}
 
 	e.Use(httpMetrics, web.RequestID(log), web.AccessLog(), middleware.Recover())
 	if cfg.API.RequestTimeout > 0 {
 		// The request's context ends after RequestTimeout: a database that
-		// stopped answering gives 503, not a hung client.
-		e.Use(middleware.ContextTimeout(cfg.API.RequestTimeout))
+		// stopped answering gives 503, not a hung client. Waits and event
+		// streams bound each of their reads instead.
+		e.Use(middleware.ContextTimeoutWithConfig(middleware.ContextTimeoutConfig{
+			Timeout: cfg.API.RequestTimeout,
+			Skipper: func(c echo.Context) bool { return allocation.LongRequest(c.Request()) },
+		}))
 	}
 	e.GET("/metrics", web.MetricsHandler(reg))
 	e.Use(web.BodyLimit(cfg.API.MaxRequestBodySize, func() error {
@@ -146,6 +166,8 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	}).Register(v1)
 	allocation.NewHandler(allocation.NewStore(pool), allocation.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Created: created, Rules: rules,
+		Hub: hub, MaxWait: cfg.API.MaxWait, RequestTimeout: cfg.API.RequestTimeout,
+		EventsHeartbeat: cfg.API.EventsHeartbeat,
 	}).Register(v1)
 	conductorapi.NewHandler(pool, conductorapi.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,

@@ -82,12 +82,8 @@ type route struct {
 func TestRouteRoleTable(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	cfg, err := config.Load("", nil)
-	require.NoError(t, err)
-	cfg.API.AuthStrategy = auth.StrategyKeystone
-	rules, err := cli.Rules(cfg.API.Access, policy.IronicDefaults(), true)
-	require.NoError(t, err)
-	e, err := newAPI(cfg, pool, personaAuth{}, rules, zap.NewNop())
+	cfg, rules := keystoneDefaults(t)
+	e, err := newAPI(cfg, pool, personaAuth{}, rules, nil, zap.NewNop())
 	require.NoError(t, err)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
@@ -147,6 +143,8 @@ func TestRouteRoleTable(t *testing.T) {
 		{"POST", "/v1/allocations", `{"resource_class":"gold","owner":"` + otherProject + `"}`, [6]int{created, forbidden, forbidden, forbidden, created, unauth}},
 		{"GET", "/v1/allocations", "", [6]int{ok, ok, ok, ok, ok, unauth}},
 		{"GET", "/v1/allocations/{alloc}", "", [6]int{ok, ok, ok, notFound, notFound, unauth}},
+		// Without Accept: text/event-stream, the allocation named "events".
+		{"GET", "/v1/allocations/events", "", [6]int{notFound, notFound, notFound, notFound, notFound, unauth}},
 		{"PATCH", "/v1/allocations/{alloc}", `[{"op":"add","path":"/extra/x","value":"y"}]`, [6]int{ok, forbidden, ok, notFound, notFound, unauth}},
 		{"DELETE", "/v1/allocations/{alloc}", "", [6]int{none, forbidden, none, notFound, notFound, unauth}},
 
@@ -217,6 +215,18 @@ func TestRouteRoleTable(t *testing.T) {
 	require.Empty(t, diffs, "\n%s", strings.Join(diffs, "\n"))
 }
 
+// keystoneDefaults is the default configuration with auth_strategy
+// keystone, and its access rules (Ironic's defaults).
+func keystoneDefaults(t *testing.T) (config.Config, auth.Rules) {
+	t.Helper()
+	cfg, err := config.Load("", nil)
+	require.NoError(t, err)
+	cfg.API.AuthStrategy = auth.StrategyKeystone
+	rules, err := cli.Rules(cfg.API.Access, policy.IronicDefaults(), true)
+	require.NoError(t, err)
+	return cfg, rules
+}
+
 // routePattern turns a table path into echo's route pattern.
 func routePattern(path string) string {
 	path = strings.NewReplacer("{node}", ":ident", "{alloc}", ":ident", "{port}", ":ident", "{pg}", ":ident").Replace(path)
@@ -245,7 +255,7 @@ func TestOversizedBodyStoresNothing(t *testing.T) {
 	pool := dbtest.New(t)
 	cfg, err := config.Load("", nil)
 	require.NoError(t, err)
-	e, err := newAPI(cfg, pool, auth.IronicNoAuth{}, auth.Rules{}, zap.NewNop())
+	e, err := newAPI(cfg, pool, auth.IronicNoAuth{}, auth.Rules{}, nil, zap.NewNop())
 	require.NoError(t, err)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)

@@ -97,6 +97,7 @@ func benchCmd() *cobra.Command {
 	alloc.Flags().StringVar(&api, "api", "", "use this running API instead of starting one")
 	alloc.Flags().StringVar(&backend, "backend", "database", "allocation backend of the conductors started: database or placement (also starts metalloc-placement)")
 	alloc.Flags().BoolVar(&o.Timeline, "timeline", false, "print latency per tenth of the run")
-	c.AddCommand(alloc)
+	alloc.Flags().StringVar(&o.Mode, "mode", "poll", "poll (POST, then poll the list until nothing is allocating) or wait (each POST with Prefer: wait answers when its allocation is done)")
+	c.AddCommand(alloc, waitersCmd())
 	return c
 }

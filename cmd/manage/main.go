@@ -1,7 +1,8 @@
 // Command metalloc-manage is metalloc's admin tool: schema migrations
 // (db sync, db online-data-migrations), upgrade checks (status
-// upgrade-check), node import, the local development stack (dev up, dev exec) and
-// the allocation load benchmark (bench allocations).
+// upgrade-check), node import, the local development stack (dev up, dev exec),
+// the allocation load benchmark (bench allocations) and a scripting client of
+// the allocation API (allocation create/show/delete, waiting without polling).
 package main
 
 import (
@@ -25,7 +26,7 @@ func main() {
 	}
 	root.PersistentFlags().String("config", "", "YAML config file (see configs/metalloc.yaml)")
 	root.PersistentFlags().String("database.url", "", "PostgreSQL URL (default $DATABASE_URL)")
-	root.AddCommand(dbCmd(), devCmd(), nodeCmd(), benchCmd(), statusCmd(), soakCmd())
+	root.AddCommand(dbCmd(), devCmd(), nodeCmd(), benchCmd(), statusCmd(), soakCmd(), allocationCmd())
 	if err := root.Execute(); err != nil {
 		var code exitCode
 		if errors.As(err, &code) {

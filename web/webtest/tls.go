@@ -1,5 +1,6 @@
 // Package webtest has test helpers for metalloc's HTTP servers: a
-// self-signed certificate for the TLS listeners.
+// self-signed certificate for the TLS listeners, a Server-Sent Events
+// client.
 package webtest
 
 import (

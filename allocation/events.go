@@ -1,0 +1,391 @@
+package allocation
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/db"
+)
+
+// EventsChannel is the NOTIFY channel of allocation changes (trigger
+// allocations_event, migrations/00007_allocation_events.sql): the payload
+// is the allocation's uuid. Conductors do not listen to it.
+const EventsChannel = "metalloc_allocation_events"
+
+// ParseEventID reads an event id (the SSE id: the event's seq, a
+// non-negative decimal integer); ok is false for anything else.
+func ParseEventID(s string) (int64, bool) {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	return n, err == nil && n >= 0
+}
+
+// Event kinds.
+const (
+	EventCreated = "created"
+	EventUpdated = "updated" // the state changed
+	EventDeleted = "deleted"
+)
+
+// Event is one change of an allocation, with the allocation as it was
+// right after it (before it, for deleted).
+type Event struct {
+	// ID is the event's seq: events are numbered 1, 2, ... in the order
+	// their transactions committed (give or take a numbering round), and
+	// every event below a delivered one was delivered before it
+	// (migrations/00007_allocation_events.sql).
+	ID            int64
+	At            time.Time // the writing transaction's start
+	Kind          string    // EventCreated, EventUpdated or EventDeleted
+	UUID          uuid.UUID
+	Name          *string
+	State         string
+	ResourceClass string
+	Owner         *string
+	NodeUUID      *uuid.UUID
+	LastError     *string
+}
+
+func eventFromRow(r EventsAfterRow) Event {
+	return Event{ID: r.Seq, At: r.At, Kind: r.Kind, UUID: r.AllocationUuid, Name: r.Name,
+		State: r.State, ResourceClass: r.ResourceClass, Owner: r.Owner, NodeUUID: r.NodeUuid, LastError: r.LastError}
+}
+
+// batch is a run of events the hub read: every event in (from, to], in
+// order. A stream whose cursor is below from missed some and reads them
+// from the table.
+type batch struct {
+	from, to int64
+	events   []Event
+}
+
+// HubOptions configures a Hub.
+type HubOptions struct {
+	Log *zap.Logger
+	// Retention and MaxEvents bound the event table: events older than
+	// Retention (default 1h) or beyond the MaxEvents newest (default
+	// 100000) are pruned every PruneInterval (default 1m, jittered). A
+	// stream resuming from a pruned event gets a reset event.
+	Retention     time.Duration
+	MaxEvents     int64
+	PruneInterval time.Duration
+	// ReadLimit is how many events one read fetches (default 1000).
+	ReadLimit int32
+}
+
+// Hub is one API process's view of allocation changes: ONE LISTEN
+// connection (db.ListenPayloads on EventsChannel) whose notifications wake
+// the waiters of that allocation (Watch, for Prefer: wait), and one reader
+// that follows the event table and hands every batch to all streams
+// (GET /v1/allocations/events). After the listener reconnects (a database
+// restart) every waiter is woken to look again, and the reader reads from
+// where it was: nothing notified while it was away is lost. Memory is a few
+// hundred bytes per waiter or stream (the HTTP connection and its
+// goroutine cost more; see `metalloc-manage bench waiters`).
+type Hub struct {
+	pool *pgxpool.Pool
+	q    *Queries
+	opts HubOptions
+
+	mu       sync.Mutex
+	waiters  map[uuid.UUID][]*Waiter
+	streams  map[*subscription]struct{}
+	cursor   int64
+	cursorOK bool // cursor was read from the table
+
+	poke chan struct{} // wakes the reader (capacity 1)
+
+	stopping chan struct{} // closed by Shutdown
+	stopOnce sync.Once
+}
+
+// NewHub returns a Hub on pool; Run makes it work.
+func NewHub(pool *pgxpool.Pool, opts HubOptions) *Hub {
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	if opts.Retention <= 0 {
+		opts.Retention = time.Hour
+	}
+	if opts.MaxEvents <= 0 {
+		opts.MaxEvents = 100000
+	}
+	if opts.PruneInterval <= 0 {
+		opts.PruneInterval = time.Minute
+	}
+	if opts.ReadLimit <= 0 {
+		opts.ReadLimit = 1000
+	}
+	return &Hub{pool: pool, q: New(pool), opts: opts, waiters: map[uuid.UUID][]*Waiter{},
+		streams: map[*subscription]struct{}{}, poke: make(chan struct{}, 1), stopping: make(chan struct{})}
+}
+
+// Run listens, reads and prunes until ctx ends; it returns when all its
+// goroutines have.
+func (h *Hub) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { db.ListenPayloads(ctx, h.pool, EventsChannel, h.opts.Log, h.notified, h.reconnected) })
+	wg.Go(func() { h.prune(ctx) })
+	h.read(ctx)
+	wg.Wait()
+}
+
+// Shutdown ends every wait (answered with the allocation's state now) and
+// every stream (clients reconnect with their Last-Event-ID), so that the
+// HTTP server can stop without waiting for them. Call it before
+// http.Server.Shutdown; Run keeps going until its context ends.
+func (h *Hub) Shutdown() { h.stopOnce.Do(func() { close(h.stopping) }) }
+
+// Waiter is a wait for one allocation's next change: C receives (capacity
+// 1, never closed) when a change of it commits, and when the hub's
+// listener reconnected (changes may have been missed). Look again after
+// every receive.
+type Waiter struct {
+	C    chan struct{}
+	uuid uuid.UUID
+	hub  *Hub
+}
+
+// Watch starts a wait for changes of allocation u. Call it before reading
+// the allocation, so that no change between the read and the wait is
+// missed, and Close it when done.
+func (h *Hub) Watch(u uuid.UUID) *Waiter {
+	w := &Waiter{C: make(chan struct{}, 1), uuid: u, hub: h}
+	h.mu.Lock()
+	h.waiters[u] = append(h.waiters[u], w)
+	h.mu.Unlock()
+	return w
+}
+
+// Close ends the wait.
+func (w *Waiter) Close() {
+	h := w.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ws := h.waiters[w.uuid]
+	for i, x := range ws {
+		if x == w {
+			ws[i] = ws[len(ws)-1]
+			ws[len(ws)-1] = nil
+			ws = ws[:len(ws)-1]
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(h.waiters, w.uuid)
+	} else {
+		h.waiters[w.uuid] = ws
+	}
+}
+
+// Waiters is how many waits are open (for tests and the bench).
+func (h *Hub) Waiters() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, ws := range h.waiters {
+		n += len(ws)
+	}
+	return n
+}
+
+func wake(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// notified handles one notification: its waiters look again, the reader
+// reads.
+func (h *Hub) notified(payload string) {
+	if u, err := uuid.Parse(payload); err == nil {
+		h.mu.Lock()
+		for _, w := range h.waiters[u] {
+			wake(w.C)
+		}
+		h.mu.Unlock()
+	}
+	wake(h.poke)
+}
+
+// reconnected runs after every (re)connection of the listener:
+// notifications may have been missed, so every waiter looks again and the
+// reader reads.
+func (h *Hub) reconnected() {
+	h.mu.Lock()
+	n := 0
+	for _, ws := range h.waiters {
+		for _, w := range ws {
+			wake(w.C)
+			n++
+		}
+	}
+	h.mu.Unlock()
+	h.opts.Log.Info("allocation events: listening", zap.Int("waiters_woken", n))
+	wake(h.poke)
+}
+
+// subscription is one stream's link to the hub: batches arrive on ch;
+// lagged receives when a batch was dropped because ch was full (the stream
+// then reads from the table).
+type subscription struct {
+	ch     chan *batch
+	lagged chan struct{}
+}
+
+// subscribeBuffer is how many batches a stream may have pending before it
+// falls back to reading the table.
+const subscribeBuffer = 16
+
+func (h *Hub) subscribe() *subscription {
+	s := &subscription{ch: make(chan *batch, subscribeBuffer), lagged: make(chan struct{}, 1)}
+	h.mu.Lock()
+	h.streams[s] = struct{}{}
+	h.mu.Unlock()
+	return s
+}
+
+func (h *Hub) unsubscribe(s *subscription) {
+	h.mu.Lock()
+	delete(h.streams, s)
+	h.mu.Unlock()
+}
+
+// Streams is how many streams are subscribed.
+func (h *Hub) Streams() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.streams)
+}
+
+// Cursor is the key of the last event the hub delivered; ok is false until
+// its first read.
+func (h *Hub) Cursor() (int64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cursor, h.cursorOK
+}
+
+// read follows the event table: on every poke (a notification, a
+// reconnection) it numbers what committed (SequenceEvents) and reads every
+// event after its cursor; after an error it tries again from 100 ms to 5 s
+// later.
+func (h *Hub) read(ctx context.Context) {
+	var retry time.Duration
+	for {
+		var timer <-chan time.Time
+		if retry > 0 {
+			timer = time.After(retry)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.poke:
+		case <-timer:
+		}
+		err := h.readOnce(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			h.opts.Log.Warn("allocation events: read failed", zap.Error(err))
+			retry = min(max(retry*2, 100*time.Millisecond), 5*time.Second)
+		default:
+			retry = 0
+		}
+	}
+}
+
+func (h *Hub) readOnce(ctx context.Context) error {
+	h.mu.Lock()
+	cur, ok := h.cursor, h.cursorOK
+	h.mu.Unlock()
+	if !ok {
+		head, err := h.q.EventsHead(ctx)
+		if err != nil {
+			return err
+		}
+		cur = head.LastSeq
+		h.mu.Lock()
+		h.cursor, h.cursorOK = cur, true
+		h.mu.Unlock()
+	}
+	if _, err := h.q.SequenceEvents(ctx); err != nil {
+		return fmt.Errorf("numbering allocation events: %w", err)
+	}
+	for {
+		events, err := readEvents(ctx, h.q, cur, h.opts.ReadLimit)
+		if err != nil {
+			return err
+		}
+		if len(events) > 0 {
+			b := &batch{from: cur, to: events[len(events)-1].ID, events: events}
+			cur = b.to
+			h.broadcast(b)
+		}
+		if len(events) < int(h.opts.ReadLimit) {
+			return nil
+		}
+	}
+}
+
+// readEvents reads up to limit numbered events after seq cur.
+func readEvents(ctx context.Context, q *Queries, cur int64, limit int32) ([]Event, error) {
+	rows, err := q.EventsAfter(ctx, EventsAfterParams{After: cur, MaxRows: limit})
+	if err != nil {
+		return nil, fmt.Errorf("reading allocation events: %w", err)
+	}
+	events := make([]Event, len(rows))
+	for i, r := range rows {
+		events[i] = eventFromRow(r)
+	}
+	return events, nil
+}
+
+// broadcast hands b to every stream without blocking: a stream whose buffer
+// is full is told it lagged.
+func (h *Hub) broadcast(b *batch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cursor = b.to
+	for s := range h.streams {
+		select {
+		case s.ch <- b:
+		default:
+			wake(s.lagged)
+		}
+	}
+}
+
+// prune deletes old events every PruneInterval (± 25 %, so that API
+// processes spread out).
+func (h *Hub) prune(ctx context.Context) {
+	for {
+		d := h.opts.PruneInterval
+		d = d*3/4 + time.Duration(rand.Int64N(int64(d/2)+1))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+		n, err := h.q.PruneEvents(ctx, PruneEventsParams{MaxAgeSeconds: h.opts.Retention.Seconds(), MaxRows: h.opts.MaxEvents})
+		if err != nil {
+			if ctx.Err() == nil {
+				h.opts.Log.Warn("allocation events: pruning failed", zap.Error(err))
+			}
+			continue
+		}
+		if n > 0 {
+			h.opts.Log.Debug("allocation events pruned", zap.Int64("deleted", n))
+		}
+	}
+}

@@ -1,0 +1,324 @@
+package allocation
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/metalloc/metalloc/db/dbtest"
+	"github.com/metalloc/metalloc/web"
+	"github.com/metalloc/metalloc/web/webtest"
+)
+
+type waitFixture struct {
+	*fixture
+	hub *Hub
+	srv *httptest.Server
+	me  int64 // a conductor, to activate and fail rows
+}
+
+// setupWait serves the allocation API with a running Hub (Prefer: wait and
+// the event stream), MaxWait 3 s.
+func setupWait(t *testing.T) *waitFixture {
+	t.Helper()
+	f := setup(t)
+	hub := NewHub(f.pool, HubOptions{Log: zaptest.NewLogger(t)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); hub.Run(ctx) }()
+	e := echo.New()
+	e.HTTPErrorHandler = web.IronicErrorHandler
+	NewHandler(NewStore(f.pool), HandlerOptions{Hub: hub, MaxWait: 3 * time.Second, RequestTimeout: 5 * time.Second,
+		EventsHeartbeat: 200 * time.Millisecond}).Register(e.Group("/v1", web.IronicVersion()))
+	srv := httptest.NewServer(e)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		cancel()
+		<-done
+	})
+	return &waitFixture{fixture: f, hub: hub, srv: srv, me: f.conductor("c-" + uuid.NewString()[:8])}
+}
+
+func (w *waitFixture) request(method, path string, hdr map[string]string, body string) (*http.Response, map[string]any) {
+	w.t.Helper()
+	req, _ := http.NewRequest(method, w.srv.URL+path, strings.NewReader(body))
+	req.Header.Set(web.IronicVersionHeader, "1.82")
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(w.t, err)
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if len(raw) > 0 {
+		require.NoError(w.t, json.Unmarshal(raw, &out), string(raw))
+	}
+	return resp, out
+}
+
+// activate reserves a node for the allocation named name, as a conductor.
+func (w *waitFixture) activate(name string) {
+	w.t.Helper()
+	ctx := context.Background()
+	var id int64
+	var rc string
+	require.NoError(w.t, w.pool.QueryRow(ctx, `UPDATE allocations SET conductor_affinity = $1 WHERE name = $2 RETURNING id, resource_class`,
+		w.me, name).Scan(&id, &rc))
+	r, err := w.q.Reserve(ctx, ReserveParams{AllocationID: id, Me: w.me, ResourceClass: rc, Traits: []string{}})
+	require.NoError(w.t, err)
+	require.True(w.t, r.Reserved)
+}
+
+func (w *waitFixture) create(name, rc string) {
+	resp, body := w.request("POST", "/v1/allocations", nil, `{"resource_class":"`+rc+`","name":"`+name+`"}`)
+	require.Equal(w.t, 201, resp.StatusCode, body)
+}
+
+func TestPreferWaitAnswersOnChange(t *testing.T) {
+	t.Parallel()
+	w := setupWait(t)
+	w.node("n1", "gold")
+	w.create("a1", "gold")
+	go func() {
+		dbtest.WaitFor(t, 3*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
+		w.activate("a1")
+	}()
+	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=3"}, "")
+	require.Equal(t, 200, resp.StatusCode, body)
+	require.Equal(t, "active", body["state"])
+	require.NotNil(t, body["node_uuid"])
+	require.Equal(t, "wait=3", resp.Header.Get("Preference-Applied"))
+	require.Zero(t, w.hub.Waiters())
+
+	// Already finished: at once, still saying the wait applied.
+	resp, body = w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=3"}, "")
+	require.Equal(t, "active", body["state"])
+	require.Equal(t, "wait=3", resp.Header.Get("Preference-Applied"))
+	// Without the preference: no header.
+	resp, _ = w.request("GET", "/v1/allocations/a1", nil, "")
+	require.Empty(t, resp.Header.Get("Preference-Applied"))
+}
+
+func TestPreferWaitTimesOutWithCurrentState(t *testing.T) {
+	t.Parallel()
+	w := setupWait(t)
+	w.create("a1", "gold")
+	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "respond-async, wait=1"}, "")
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "allocating", body["state"])
+	require.Equal(t, "wait=1", resp.Header.Get("Preference-Applied"))
+	// Capped by MaxWait (3 s), and said so.
+	resp, body = w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=3600"}, "")
+	require.Equal(t, "allocating", body["state"])
+	require.Equal(t, "wait=3", resp.Header.Get("Preference-Applied"))
+	// An unreadable wait is ignored (RFC 7240).
+	resp, _ = w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=soon"}, "")
+	require.Equal(t, 200, resp.StatusCode)
+	require.Empty(t, resp.Header.Get("Preference-Applied"))
+	// Unknown allocation: 404 at once, no wait.
+	resp, _ = w.request("GET", "/v1/allocations/nope", map[string]string{"Prefer": "wait=3"}, "")
+	require.Equal(t, 404, resp.StatusCode)
+}
+
+func TestPreferWaitDeletedIs404(t *testing.T) {
+	t.Parallel()
+	w := setupWait(t)
+	w.create("a1", "gold")
+	go func() {
+		dbtest.WaitFor(t, 3*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
+		resp, _ := w.request("DELETE", "/v1/allocations/a1", nil, "")
+		require.Equal(t, 204, resp.StatusCode)
+	}()
+	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=3"}, "")
+	require.Equal(t, 404, resp.StatusCode, body)
+	require.Equal(t, "wait=3", resp.Header.Get("Preference-Applied"))
+}
+
+func TestPreferWaitOnCreate(t *testing.T) {
+	t.Parallel()
+	w := setupWait(t)
+	w.node("n1", "gold")
+	go func() {
+		dbtest.WaitFor(t, 3*time.Second, "the row", func() bool {
+			return dbtest.Count(t, w.pool, `SELECT count(*) FROM allocations WHERE name = 'a1'`) == 1
+		})
+		w.activate("a1")
+	}()
+	resp, body := w.request("POST", "/v1/allocations", map[string]string{"Prefer": "wait=3"}, `{"resource_class":"gold","name":"a1"}`)
+	require.Equal(t, 201, resp.StatusCode, body)
+	require.Equal(t, "active", body["state"])
+	require.Equal(t, "wait=3", resp.Header.Get("Preference-Applied"))
+	require.Contains(t, resp.Header.Get("Location"), body["uuid"])
+	// Nothing fits and nobody works: the wait ends with the allocating row.
+	resp, body = w.request("POST", "/v1/allocations", map[string]string{"Prefer": "wait=1"}, `{"resource_class":"gold","name":"a2"}`)
+	require.Equal(t, 201, resp.StatusCode, body)
+	require.Equal(t, "allocating", body["state"])
+}
+
+// An allocation may be named "events": only an event-stream request gets
+// the stream.
+func TestAllocationNamedEvents(t *testing.T) {
+	t.Parallel()
+	w := setupWait(t)
+	resp, _ := w.request("GET", "/v1/allocations/events", nil, "")
+	require.Equal(t, 404, resp.StatusCode)
+	w.create("events", "gold")
+	resp, body := w.request("GET", "/v1/allocations/events", nil, "")
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "events", body["name"])
+	resp, body = w.request("PATCH", "/v1/allocations/events", nil, `[{"op":"add","path":"/extra/x","value":"y"}]`)
+	require.Equal(t, 200, resp.StatusCode, body)
+	resp, _ = w.request("DELETE", "/v1/allocations/events", nil, "")
+	require.Equal(t, 204, resp.StatusCode)
+}
+
+// openStream opens the event stream at microversion 1.82 and checks it
+// started.
+func openStream(t *testing.T, url string, hdr map[string]string) *webtest.SSE {
+	t.Helper()
+	h := map[string]string{web.IronicVersionHeader: "1.82"}
+	for k, v := range hdr {
+		h[k] = v
+	}
+	s := webtest.OpenSSE(t, url, h)
+	require.Equal(t, 200, s.Resp.StatusCode)
+	require.Equal(t, "text/event-stream", s.Resp.Header.Get("Content-Type"))
+	return s
+}
+
+var summary = webtest.Summary
+
+func TestEventStreamOrderResumeFilters(t *testing.T) {
+	t.Parallel()
+	w := setupWait(t)
+	w.node("n1", "gold")
+	all := openStream(t, w.srv.URL+"/v1/allocations/events", nil)
+	silver := openStream(t, w.srv.URL+"/v1/allocations/events?resource_class=silver", nil)
+	active := openStream(t, w.srv.URL+"/v1/allocations/events?state=active", nil)
+
+	w.create("a1", "gold")
+	w.create("s1", "silver")
+	w.activate("a1")
+	resp, _ := w.request("DELETE", "/v1/allocations/s1", nil, "")
+	require.Equal(t, 204, resp.StatusCode)
+
+	evs := all.Next(t, 4)
+	require.Equal(t, []string{"created a1 allocating", "created s1 allocating", "updated a1 active", "deleted s1 allocating"}, summary(evs))
+	require.NotNil(t, evs[2].Data["node_uuid"])
+	for i := 1; i < len(evs); i++ {
+		a, _ := ParseEventID(evs[i-1].ID)
+		b, ok := ParseEventID(evs[i].ID)
+		require.True(t, ok)
+		require.Equal(t, a+1, b, "ids increase by one: %s %s", evs[i-1].ID, evs[i].ID)
+	}
+	require.Equal(t, []string{"created s1 allocating", "deleted s1 allocating"}, summary(silver.Next(t, 2)))
+	require.Equal(t, []string{"updated a1 active"}, summary(active.Next(t, 1)))
+	all.Quiet(t, 300*time.Millisecond)
+
+	// Resume after the first event: the other three, in order, then live.
+	resumed := openStream(t, w.srv.URL+"/v1/allocations/events", map[string]string{"Last-Event-ID": evs[0].ID})
+	require.Equal(t, summary(evs[1:]), summary(resumed.Next(t, 3)))
+	w.create("a2", "gold")
+	require.Equal(t, []string{"created a2 allocating"}, summary(resumed.Next(t, 1)))
+	require.Equal(t, []string{"created a2 allocating"}, summary(all.Next(t, 1)))
+	// The query parameter does the same (EventSource cannot set headers).
+	q := openStream(t, w.srv.URL+"/v1/allocations/events?last_event_id="+evs[2].ID, nil)
+	require.Equal(t, []string{"deleted s1 allocating", "created a2 allocating"}, summary(q.Next(t, 2)))
+
+	// A bad id is a 400.
+	resp, body := w.request("GET", "/v1/allocations/events", map[string]string{"Accept": "text/event-stream", "Last-Event-ID": "x"}, "")
+	require.Equal(t, 400, resp.StatusCode, body)
+
+	// Pruned past the id: a reset event first, then what is left.
+	_, err := w.pool.Exec(context.Background(), `SELECT metalloc_prune_allocation_events('1 hour', 1)`)
+	require.NoError(t, err)
+	r := openStream(t, w.srv.URL+"/v1/allocations/events", map[string]string{"Last-Event-ID": evs[0].ID})
+	first := r.Next(t, 1)[0]
+	require.Equal(t, "reset", first.Kind)
+	require.Equal(t, []string{"created a2 allocating"}, summary(r.Next(t, 1)))
+	// An id from the future (another database): reset, then live.
+	f := openStream(t, w.srv.URL+"/v1/allocations/events", map[string]string{"Last-Event-ID": "999999"})
+	require.Equal(t, "reset", f.Next(t, 1)[0].Kind)
+	w.create("a3", "gold")
+	require.Equal(t, []string{"created a3 allocating"}, summary(f.Next(t, 1)))
+}
+
+// Many subscribers on one hub each get every event, in the same order.
+func TestEventStreamManySubscribers(t *testing.T) {
+	t.Parallel()
+	w := setupWait(t)
+	const subs, allocs = 50, 40
+	streams := make([]*webtest.SSE, subs)
+	for i := range streams {
+		streams[i] = openStream(t, w.srv.URL+"/v1/allocations/events", nil)
+	}
+	dbtest.WaitFor(t, 5*time.Second, "subscribers", func() bool { return w.hub.Streams() == subs })
+	for i := range allocs {
+		// One transaction per event batch the hub may see: many batches.
+		_, err := w.pool.Exec(context.Background(),
+			`INSERT INTO allocations (uuid, name, resource_class) VALUES (gen_random_uuid(), $1, 'gold')`, "m"+strings.Repeat("x", i%3)+uuid.NewString()[:6])
+		require.NoError(t, err)
+	}
+	want := summary(streams[0].Next(t, allocs))
+	for _, s := range streams[1:] {
+		require.Equal(t, want, summary(s.Next(t, allocs)))
+	}
+}
+
+// A change whose notification the hub's listener never got (its
+// connection was killed before the commit) still ends the wait: after the
+// listener reconnects every waiter looks again.
+func TestPreferWaitAfterListenerLoss(t *testing.T) {
+	t.Parallel()
+	w := setupWait(t)
+	w.node("n1", "gold")
+	w.create("a1", "gold")
+	go func() {
+		dbtest.WaitFor(t, 3*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
+		ctx := context.Background()
+		tx, err := w.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx)
+		var killed int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE 'LISTEN %' AND position($1 in query) > 0`, EventsChannel).Scan(&killed))
+		require.Equal(t, 1, killed)
+		var id int64
+		require.NoError(t, tx.QueryRow(ctx, `UPDATE allocations SET state = 'error', last_error = 'x', updated_at = now()
+			WHERE name = 'a1' RETURNING id`).Scan(&id))
+		require.NoError(t, tx.Commit(ctx))
+	}()
+	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=3"}, "")
+	require.Equal(t, 200, resp.StatusCode, body)
+	require.Equal(t, "error", body["state"])
+}
+
+// Shutdown answers open waits at once and ends the streams.
+func TestHubShutdownEndsWaitsAndStreams(t *testing.T) {
+	t.Parallel()
+	w := setupWait(t)
+	w.create("a1", "gold")
+	s := openStream(t, w.srv.URL+"/v1/allocations/events", nil)
+	go func() {
+		dbtest.WaitFor(t, 3*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
+		w.hub.Shutdown()
+	}()
+	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=3"}, "")
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "allocating", body["state"])
+	_, err := io.ReadAll(s.Resp.Body) // the stream ends
+	require.NoError(t, err)
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/devstack"
+	"github.com/metalloc/metalloc/loadgen"
+)
+
+// waitersCmd is `metalloc-manage bench waiters`: what 10,000 open
+// Prefer: wait requests (or event streams) cost metalloc-api.
+func waitersCmd() *cobra.Command {
+	var o loadgen.WaitersOptions
+	c := &cobra.Command{
+		Use:   "waiters",
+		Short: "open N Prefer: wait requests (or event streams) on metalloc-api, report its memory per waiter and the fan-out time",
+		Long: "Starts metalloc-api on DATABASE_URL (a fresh database) with no conductor, creates N allocations\n" +
+			"(which stay allocating), opens N GET /v1/allocations/{uuid} with Prefer: wait (--mode wait) or N\n" +
+			"GET /v1/allocations/events (--mode stream), each on its own connection, and reads the API's\n" +
+			"/metrics before and after: RSS, Go heap and stacks, goroutines, per waiter. Then one UPDATE\n" +
+			"fails every allocation (wait) or one allocation is created (stream), and it times until the\n" +
+			"last client got its answer. Needs N file descriptors here and in metalloc-api (ulimit -n).",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, log, err := load(cmd)
+			if err != nil {
+				return err
+			}
+			if err := cfg.RequireDatabase(); err != nil {
+				return err
+			}
+			var lim syscall.Rlimit
+			if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil && lim.Cur < uint64(o.N+256) {
+				return fmt.Errorf("ulimit -n is %d; %d waiters need about %d (in this process and in metalloc-api)", lim.Cur, o.N, o.N+256)
+			}
+			ctx := cmd.Context()
+			stack, err := devstack.Start(ctx, devstack.Options{DatabaseURL: cfg.Database.URL, Conductors: 1, Log: log,
+				Env: []string{"METALLOC_API_MAX_WAIT=" + (o.Wait + 30*time.Second).String()}})
+			if err != nil {
+				return err
+			}
+			defer stack.Stop(context.WithoutCancel(ctx))
+			// No conductor: the allocations must stay allocating.
+			for _, p := range stack.Conductors {
+				_ = p.Signal(syscall.SIGTERM)
+				_ = p.Wait(30 * time.Second)
+			}
+			pool, err := db.Open(ctx, cfg.Database.URL, db.PoolOptions{MaxConns: 2, ApplicationName: "metalloc-bench"})
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			o.APIURL = stack.APIURL
+			o.Progress = func(phase string, done, total int) {
+				log.Info("progress", zap.String("phase", phase), zap.Int("done", done), zap.Int("total", total))
+			}
+			o.Release = func(ctx context.Context) error {
+				if o.Mode == "stream" {
+					_, err := pool.Exec(ctx, `INSERT INTO allocations (uuid, resource_class) VALUES (gen_random_uuid(), 'waiters-bench')`)
+					return err
+				}
+				_, err := pool.Exec(ctx, `UPDATE allocations SET state = 'error', last_error = 'bench waiters', updated_at = now()
+					WHERE state = 'allocating' AND resource_class = 'waiters-bench'`)
+				return err
+			}
+			r, err := loadgen.RunWaiters(ctx, o)
+			if err != nil {
+				return err
+			}
+			fmt.Println(r)
+			return nil
+		},
+	}
+	c.Flags().IntVar(&o.N, "n", 10000, "waiters (or streams) to open")
+	c.Flags().StringVar(&o.Mode, "mode", "wait", "wait (Prefer: wait GETs) or stream (event streams)")
+	c.Flags().DurationVar(&o.Wait, "wait", 60*time.Second, "Prefer: wait asked")
+	return c
+}
