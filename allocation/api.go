@@ -67,14 +67,37 @@ func NewHandler(store *Store, opts HandlerOptions) *Handler {
 // Register adds the routes under v1 (a group with Ironic version negotiation):
 // /v1/allocations[/{ident}] and /v1/nodes/{ident}/allocation.
 func (h *Handler) Register(v1 *echo.Group) {
-	g := v1.Group("", h.requireAllocations)
-	g.POST("/allocations", h.create)
-	g.GET("/allocations", h.list)
-	g.GET("/allocations/:ident", h.get)
-	g.PATCH("/allocations/:ident", h.patch)
-	g.DELETE("/allocations/:ident", h.delete)
-	g.GET("/nodes/:ident/allocation", h.getForNode)
-	g.DELETE("/nodes/:ident/allocation", h.deleteForNode)
+	// Each route is wrapped on its own: a group middleware would also wrap
+	// echo's not-found handler for every other /v1 path.
+	// An allocation identifier is checked as get_rpc_allocation does
+	// (InvalidUuidOrName), a node's as the node _lookup does, before the
+	// version gate.
+	gate := h.requireAllocations
+	alloc := checkIdent("Expected a logical name or UUID but received %s.")
+	node := checkIdent("Expected UUID or name for node: %s")
+	v1.POST("/allocations", gate(h.create))
+	v1.GET("/allocations", gate(h.list))
+	v1.GET("/allocations/:ident", gate(alloc(h.get)))
+	v1.PATCH("/allocations/:ident", gate(alloc(h.patch)))
+	v1.DELETE("/allocations/:ident", gate(alloc(h.delete)))
+	v1.GET("/nodes/:ident/allocation", node(gate(h.getForNode)))
+	v1.DELETE("/nodes/:ident/allocation", node(gate(h.deleteForNode)))
+}
+
+// checkIdent returns a middleware that refuses a path identifier that is
+// neither a uuid nor a valid logical name with 400 and the message format
+// (one %s: the percent-decoded identifier), as Ironic checks identifiers
+// before looking them up.
+func checkIdent(format string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			ident := web.PathIdent(c)
+			if _, ok := web.UUIDLike(ident); !ok && !web.ValidLogicalName(ident, web.IronicMaxVersion) {
+				return web.BadRequest(format, ident)
+			}
+			return next(c)
+		}
+	}
 }
 
 // requireAllocations hides the endpoints below 1.52, as Ironic does: 404 for

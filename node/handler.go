@@ -2,7 +2,6 @@ package node
 
 import (
 	"io"
-	"net/url"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -65,6 +64,11 @@ func NewHandler(store *Store, remover AllocationRemover, opts HandlerOptions) *H
 //	DELETE /nodes/{ident}/traits           remove all traits (204)
 //	PUT    /nodes/{ident}/traits/{trait}   add a trait (204)
 //	DELETE /nodes/{ident}/traits/{trait}   remove a trait (204)
+//
+// and the routes of interfaces metalloc does not drive (driverRoutes:
+// states/raid, states/console, states/boot_mode, states/secure_boot,
+// management/..., vendor_passthru, bios, history, inventory), answered as
+// Ironic answers for a hardware type without them.
 func (h *Handler) Register(v1 *echo.Group) {
 	v1.POST("/nodes", h.create)
 	v1.GET("/nodes", h.list)
@@ -82,6 +86,7 @@ func (h *Handler) Register(v1 *echo.Group) {
 	v1.DELETE("/nodes/:ident/traits", h.guard(h.deleteTraits, "baremetal:node:traits:delete"))
 	v1.PUT("/nodes/:ident/traits/:trait", h.guard(h.addTrait, "baremetal:node:traits:set"))
 	v1.DELETE("/nodes/:ident/traits/:trait", h.guard(h.deleteTrait, "baremetal:node:traits:delete"))
+	h.registerDriverRoutes(v1)
 }
 
 // guard checks the access rules of a /nodes/{ident} route on the node
@@ -112,10 +117,7 @@ func (h *Handler) base(c echo.Context) string { return web.PublicURL(c, h.opts.P
 // ident returns the node identifier of the path, checked as Ironic's
 // _lookup and get_rpc_node do: a uuid, or (from 1.5) a valid name.
 func (h *Handler) ident(c echo.Context) (string, error) {
-	ident := c.Param("ident")
-	if u, err := url.PathUnescape(ident); err == nil {
-		ident = u
-	}
+	ident := web.PathIdent(c)
 	if isUUIDLike(ident) {
 		return ident, nil
 	}
