@@ -69,17 +69,19 @@ func NewHandler(store *Store, opts HandlerOptions) *Handler {
 func (h *Handler) Register(v1 *echo.Group) {
 	// Each route is wrapped on its own: a group middleware would also wrap
 	// echo's not-found handler for every other /v1 path.
-	// An allocation identifier is checked as get_rpc_allocation does
-	// (InvalidUuidOrName), a node's as the node _lookup does, before the
-	// version gate.
+	// Identifiers are checked with Ironic's messages: GET and DELETE
+	// validate the argument allocation_ident, PATCH looks it up
+	// (get_rpc_allocation: InvalidUuidOrName), /nodes/{ident}/allocation is
+	// found by the node _lookup, before the version gate.
 	gate := h.requireAllocations
-	alloc := checkIdent("Expected a logical name or UUID but received %s.")
+	arg := checkIdent("Expected UUID or name for allocation_ident: %s")
+	lookup := checkIdent("Expected a logical name or UUID but received %s.")
 	node := checkIdent("Expected UUID or name for node: %s")
 	v1.POST("/allocations", gate(h.create))
 	v1.GET("/allocations", gate(h.list))
-	v1.GET("/allocations/:ident", gate(alloc(h.get)))
-	v1.PATCH("/allocations/:ident", gate(alloc(h.patch)))
-	v1.DELETE("/allocations/:ident", gate(alloc(h.delete)))
+	v1.GET("/allocations/:ident", gate(arg(h.get)))
+	v1.PATCH("/allocations/:ident", gate(lookup(h.patch)))
+	v1.DELETE("/allocations/:ident", gate(arg(h.delete)))
 	v1.GET("/nodes/:ident/allocation", node(gate(h.getForNode)))
 	v1.DELETE("/nodes/:ident/allocation", node(gate(h.deleteForNode)))
 }

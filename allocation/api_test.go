@@ -290,9 +290,10 @@ func keys(m map[string]any) []string {
 }
 
 // TestAPIInvalidIdent: an identifier that is neither a uuid nor a valid
-// name is 400 with Ironic's messages (get_rpc_allocation for allocations,
-// the node _lookup for /nodes/{ident}/allocation, before its version gate);
-// a valid unknown name stays 404.
+// name is 400 with Ironic 21.4's messages (as the reference answers: the
+// argument allocation_ident for GET and DELETE, get_rpc_allocation for
+// PATCH, both after the version gate; the node _lookup for
+// /nodes/{ident}/allocation, before it); a valid unknown name stays 404.
 func TestAPIInvalidIdent(t *testing.T) {
 	t.Parallel()
 	a := setupAPI(t)
@@ -301,10 +302,11 @@ func TestAPIInvalidIdent(t *testing.T) {
 		status            int
 		msg               string
 	}{
-		{"GET", "/v1/allocations/bad%20ident", "1.52", 400, "Expected a logical name or UUID but received bad ident."},
+		{"GET", "/v1/allocations/bad%20ident", "1.52", 400, "Expected UUID or name for allocation_ident: bad ident"},
 		{"PATCH", "/v1/allocations/bad%20ident", "1.60", 400, "Expected a logical name or UUID but received bad ident."},
-		{"DELETE", "/v1/allocations/bad%20ident", "1.52", 400, "Expected a logical name or UUID but received bad ident."},
-		{"GET", "/v1/allocations/a%2Fb", "1.52", 400, "Expected a logical name or UUID but received a/b."},
+		{"DELETE", "/v1/allocations/bad%20ident", "1.52", 400, "Expected UUID or name for allocation_ident: bad ident"},
+		{"GET", "/v1/allocations/bad%20ident", "", 404, "The API version does not allow allocations"},
+		{"PATCH", "/v1/allocations/bad%20ident", "1.51", 405, "The API version does not allow allocations"},
 		{"GET", "/v1/allocations/good-name", "1.52", 404, "Allocation good-name could not be found."},
 		{"GET", "/v1/nodes/bad%20ident/allocation", "1.52", 400, "Expected UUID or name for node: bad ident"},
 		{"DELETE", "/v1/nodes/bad%20ident/allocation", "1.52", 400, "Expected UUID or name for node: bad ident"},

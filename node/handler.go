@@ -67,8 +67,9 @@ func NewHandler(store *Store, remover AllocationRemover, opts HandlerOptions) *H
 //
 // and the routes of interfaces metalloc does not drive (driverRoutes:
 // states/raid, states/console, states/boot_mode, states/secure_boot,
-// management/..., vendor_passthru, bios, history, inventory), answered as
-// Ironic answers for a hardware type without them.
+// management/..., vendor_passthru, vifs, bios, history, inventory), answered
+// as Ironic answers for a hardware type without them, and GET
+// /nodes/{ident}/{segment} for any other segment (getField).
 func (h *Handler) Register(v1 *echo.Group) {
 	v1.POST("/nodes", h.create)
 	v1.GET("/nodes", h.list)
@@ -122,7 +123,7 @@ func (h *Handler) ident(c echo.Context) (string, error) {
 		return ident, nil
 	}
 	if !isValidLogicalName(ident) {
-		return "", web.BadRequest("Expected UUID or name for node: %s", ident)
+		return "", web.BadRequest("Expected UUID or name for %s: %s", identArg(c), ident)
 	}
 	v := web.RequestVersion(c)
 	if !v.AtLeast(1, 5) {
@@ -132,6 +133,25 @@ func (h *Handler) ident(c echo.Context) (string, error) {
 		return "", web.BadRequest("Expected a logical name or UUID but received %s.", ident)
 	}
 	return ident, nil
+}
+
+// identArgRoutes are the sub-routes of Ironic's node sub-controllers that
+// are attributes of its NodesController (states, maintenance, management,
+// vendor passthru): their methods validate the identifier as the argument
+// node_ident. The node itself and the sub-controllers found by the node
+// _lookup (traits, bios, allocation, history, inventory, ...) call it node.
+var identArgRoutes = []string{"/nodes/:ident/states", "/nodes/:ident/maintenance",
+	"/nodes/:ident/management", "/nodes/:ident/vendor_passthru"}
+
+// identArg is the name an invalid node identifier of c's route is reported
+// under: "node_ident" or "node".
+func identArg(c echo.Context) string {
+	for _, r := range identArgRoutes {
+		if strings.Contains(c.Path(), r) {
+			return "node_ident"
+		}
+	}
+	return "node"
 }
 
 // readBody decodes the JSON request body (nil when empty).

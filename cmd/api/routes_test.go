@@ -123,7 +123,7 @@ func TestRouteRoleTable(t *testing.T) {
 		{"DELETE", "/v1/nodes/{node}/allocation", "", [6]int{none, forbidden, none, forbidden, notFound, unauth}},
 		// Interfaces metalloc does not drive: Ironic's answers for a
 		// hardware type without them, behind Ironic's rules.
-		{"PUT", "/v1/nodes/{node}/states/raid", `{}`, [6]int{notFound, forbidden, notFound, forbidden, notFound, unauth}},
+		{"PUT", "/v1/nodes/{node}/states/raid", `{}`, [6]int{none, forbidden, none, forbidden, notFound, unauth}},
 		{"GET", "/v1/nodes/{node}/states/console", "", [6]int{ok, forbidden, ok, forbidden, notFound, unauth}},
 		{"PUT", "/v1/nodes/{node}/states/console", `{"enabled":true}`, [6]int{bad, forbidden, bad, forbidden, notFound, unauth}},
 		{"PUT", "/v1/nodes/{node}/states/boot_mode", `{"target":"uefi"}`, [6]int{bad, forbidden, bad, bad, notFound, unauth}},
@@ -136,11 +136,13 @@ func TestRouteRoleTable(t *testing.T) {
 		{"GET", "/v1/nodes/{node}/management/indicators/led@system", "", [6]int{bad, bad, bad, bad, notFound, unauth}},
 		{"PUT", "/v1/nodes/{node}/management/indicators/led@system", `{"state":"ON"}`, [6]int{bad, forbidden, bad, forbidden, notFound, unauth}},
 		{"GET", "/v1/nodes/{node}/vendor_passthru/methods", "", [6]int{ok, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/vifs", "", [6]int{ok, ok, ok, ok, notFound, unauth}},
 		{"GET", "/v1/nodes/{node}/bios", "", [6]int{ok, ok, ok, ok, notFound, unauth}},
 		{"GET", "/v1/nodes/{node}/bios/virtualization", "", [6]int{notFound, notFound, notFound, notFound, notFound, unauth}},
 		{"GET", "/v1/nodes/{node}/history", "", [6]int{ok, ok, ok, forbidden, notFound, unauth}},
 		{"GET", "/v1/nodes/{node}/history/e1", "", [6]int{notFound, notFound, notFound, forbidden, notFound, unauth}},
 		{"GET", "/v1/nodes/{node}/inventory", "", [6]int{notFound, notFound, notFound, forbidden, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/name", "", [6]int{ok, ok, ok, ok, notFound, unauth}}, // show with fields=name, as Ironic routes it
 
 		{"POST", "/v1/allocations", `{"resource_class":"gold"}`, [6]int{created, forbidden, created, created, created, unauth}},
 		{"POST", "/v1/allocations", `{"resource_class":"gold","owner":"` + otherProject + `"}`, [6]int{created, forbidden, forbidden, forbidden, created, unauth}},
@@ -220,6 +222,8 @@ func routePattern(path string) string {
 		return "/v1/conductors/:hostname"
 	case strings.HasPrefix(path, "/v1/nodes/:ident/traits/"):
 		return "/v1/nodes/:ident/traits/:trait"
+	case path == "/v1/nodes/:ident/name":
+		return "/v1/nodes/:ident/:field"
 	case strings.HasPrefix(path, "/v1/nodes/:ident/bios/"):
 		return "/v1/nodes/:ident/bios/:setting"
 	case strings.HasPrefix(path, "/v1/nodes/:ident/history/"):
