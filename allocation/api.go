@@ -70,17 +70,17 @@ func (h *Handler) Register(v1 *echo.Group) {
 	// Each route is wrapped on its own: a group middleware would also wrap
 	// echo's not-found handler for every other /v1 path.
 	// Identifiers are checked with Ironic's messages: GET and DELETE
-	// validate the argument allocation_ident, PATCH looks it up
-	// (get_rpc_allocation: InvalidUuidOrName), /nodes/{ident}/allocation is
-	// found by the node _lookup, before the version gate.
+	// validate the argument allocation_ident, PATCH looks it up after its
+	// own gate (patch: get_rpc_allocation's InvalidUuidOrName),
+	// /nodes/{ident}/allocation is found by the node _lookup, before the
+	// version gate.
 	gate := h.requireAllocations
 	arg := checkIdent("Expected UUID or name for allocation_ident: %s")
-	lookup := checkIdent("Expected a logical name or UUID but received %s.")
 	node := checkIdent("Expected UUID or name for node: %s")
 	v1.POST("/allocations", gate(h.create))
 	v1.GET("/allocations", gate(h.list))
 	v1.GET("/allocations/:ident", gate(arg(h.get)))
-	v1.PATCH("/allocations/:ident", gate(lookup(h.patch)))
+	v1.PATCH("/allocations/:ident", gate(h.patch))
 	v1.DELETE("/allocations/:ident", gate(arg(h.delete)))
 	v1.GET("/nodes/:ident/allocation", node(gate(h.getForNode)))
 	v1.DELETE("/nodes/:ident/allocation", node(gate(h.deleteForNode)))
@@ -93,13 +93,21 @@ func (h *Handler) Register(v1 *echo.Group) {
 func checkIdent(format string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			ident := web.PathIdent(c)
-			if _, ok := web.UUIDLike(ident); !ok && !web.ValidLogicalName(ident, web.IronicMaxVersion) {
-				return web.BadRequest(format, ident)
+			if err := validIdent(c, format); err != nil {
+				return err
 			}
 			return next(c)
 		}
 	}
+}
+
+// validIdent is checkIdent's check.
+func validIdent(c echo.Context, format string) error {
+	ident := web.PathIdent(c)
+	if _, ok := web.UUIDLike(ident); !ok && !web.ValidLogicalName(ident, web.IronicMaxVersion) {
+		return web.BadRequest(format, ident)
+	}
+	return nil
 }
 
 // requireAllocations hides the endpoints below 1.52, as Ironic does: 404 for
@@ -554,6 +562,9 @@ func (h *Handler) patch(c echo.Context) error {
 		return web.BadRequest("Could not read the request body: %v", err)
 	}
 	if _, err := patchSchema.Decode(body); err != nil {
+		return err
+	}
+	if err := validIdent(c, "Expected a logical name or UUID but received %s."); err != nil {
 		return err
 	}
 	var ops []struct {

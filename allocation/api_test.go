@@ -307,6 +307,7 @@ func TestAPIInvalidIdent(t *testing.T) {
 		{"DELETE", "/v1/allocations/bad%20ident", "1.52", 400, "Expected UUID or name for allocation_ident: bad ident"},
 		{"GET", "/v1/allocations/bad%20ident", "", 404, "The API version does not allow allocations"},
 		{"PATCH", "/v1/allocations/bad%20ident", "1.51", 405, "The API version does not allow allocations"},
+		{"PATCH", "/v1/allocations/bad%20ident", "1.52", 405, "The API version does not allow updating allocations"},
 		{"GET", "/v1/allocations/good-name", "1.52", 404, "Allocation good-name could not be found."},
 		{"GET", "/v1/nodes/bad%20ident/allocation", "1.52", 400, "Expected UUID or name for node: bad ident"},
 		{"DELETE", "/v1/nodes/bad%20ident/allocation", "1.52", 400, "Expected UUID or name for node: bad ident"},

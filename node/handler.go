@@ -118,12 +118,12 @@ func (h *Handler) base(c echo.Context) string { return web.PublicURL(c, h.opts.P
 // ident returns the node identifier of the path, checked as Ironic's
 // _lookup and get_rpc_node do: a uuid, or (from 1.5) a valid name.
 func (h *Handler) ident(c echo.Context) (string, error) {
+	if err := identSyntax(c); err != nil {
+		return "", err
+	}
 	ident := web.PathIdent(c)
 	if isUUIDLike(ident) {
 		return ident, nil
-	}
-	if !isValidLogicalName(ident) {
-		return "", web.BadRequest("Expected UUID or name for %s: %s", identArg(c), ident)
 	}
 	v := web.RequestVersion(c)
 	if !v.AtLeast(1, 5) {
@@ -133,6 +133,18 @@ func (h *Handler) ident(c echo.Context) (string, error) {
 		return "", web.BadRequest("Expected a logical name or UUID but received %s.", ident)
 	}
 	return ident, nil
+}
+
+// identSyntax is the first check of a node identifier, at any
+// microversion (Ironic's args.uuid_or_name): a uuid or a valid logical name,
+// else 400 "Expected UUID or name for node: <ident>" (or node_ident,
+// identArg).
+func identSyntax(c echo.Context) error {
+	ident := web.PathIdent(c)
+	if !isUUIDLike(ident) && !isValidLogicalName(ident) {
+		return web.BadRequest("Expected UUID or name for %s: %s", identArg(c), ident)
+	}
+	return nil
 }
 
 // identArgRoutes are the sub-routes of Ironic's node sub-controllers that

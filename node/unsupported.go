@@ -155,12 +155,16 @@ var driverRoutes = []driverRoute{
 		}},
 }
 
-// vendorPassthru is /nodes/{ident}/vendor_passthru?method=M, which Ironic
+// vendorPassthru is /nodes/{ident}/vendor_passthru/{method} (ironicclient's
+// form) or /nodes/{ident}/vendor_passthru?method={method}, which Ironic
 // routes for every HTTP method to the vendor interface (the body is the
 // method's data).
 var vendorPassthru = driverRoute{path: "/nodes/:ident/vendor_passthru", args: []string{"method"}, rule: "baremetal:node:vendor_passthru",
 	answer: func(_ *Handler, c echo.Context, _ *Node, _ map[string]any) error {
-		m := c.QueryParam("method")
+		m := c.Param("method")
+		if m == "" {
+			m = c.QueryParam("method")
+		}
 		if m == "" {
 			return web.BadRequest("Missing mandatory parameter: method")
 		}
@@ -174,6 +178,7 @@ func (h *Handler) registerDriverRoutes(v1 *echo.Group) {
 	}
 	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		v1.Add(m, vendorPassthru.path, h.driverRoute(vendorPassthru))
+		v1.Add(m, vendorPassthru.path+"/:method", h.driverRoute(vendorPassthru))
 	}
 	v1.GET("/nodes/:ident/:field", h.guard(h.getField))
 }
@@ -194,8 +199,7 @@ func (h *Handler) getField(c echo.Context) error {
 // driverRoute serves r (see driverRoute for the order of checks).
 func (h *Handler) driverRoute(r driverRoute) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		ident, err := h.ident(c)
-		if err != nil {
+		if err := identSyntax(c); err != nil {
 			return err
 		}
 		old := r.since != (web.Version{}) && !web.RequestVersion(c).AtLeast(r.since.Major, r.since.Minor)
@@ -203,6 +207,7 @@ func (h *Handler) driverRoute(r driverRoute) echo.HandlerFunc {
 			return r.gone()
 		}
 		var body map[string]any
+		var err error
 		switch {
 		case r.raidBody:
 			if body, err = raidConfig(c); err != nil {
@@ -214,7 +219,11 @@ func (h *Handler) driverRoute(r driverRoute) echo.HandlerFunc {
 			}
 		}
 		if err := checkDriverArgs(c, r, body); err != nil {
-			return apiError(err, ident)
+			return apiError(err, web.PathIdent(c))
+		}
+		ident, err := h.ident(c) // names from 1.5: a lookup rule
+		if err != nil {
+			return err
 		}
 		n, err := h.store.Get(c.Request().Context(), ident)
 		if err != nil {

@@ -72,6 +72,8 @@ func TestDriverRoutes(t *testing.T) {
 		{"POST", "/vendor_passthru?method=reset", "1.82", `{}`, 400, "No handler for method reset"},
 		{"GET", "/vendor_passthru?method=status", "1.82", "", 400, "No handler for method status"},
 		{"DELETE", "/vendor_passthru", "1.82", "", 400, "Missing mandatory parameter: method"},
+		{"POST", "/vendor_passthru/reset", "1.82", `{"a":1}`, 400, "No handler for method reset"},
+		{"GET", "/vendor_passthru/status", "1.82", "", 400, "No handler for method status"},
 		{"GET", "/vifs", "1.28", "", 200, `{"vifs":[]}`},
 		{"GET", "/vifs", "1.27", "", 404, gone},
 		{"GET", "/bios", "1.40", "", 200, `{"bios":[]}`},
@@ -133,6 +135,11 @@ func TestDriverRoutes(t *testing.T) {
 		{"PUT", "/missing/management/inject_nmi", "1.28", `{}`, 404, "Resource could not be found."},
 		{"GET", "/missing/bios", "1.82", "", 404, "Node missing could not be found."},
 		{"GET", "/missing/firmware", "1.82", "", 404, "Node missing could not be found."},
+		// Names are a lookup rule (from 1.5): arguments and gates come first.
+		{"PUT", "/missing/states/console", "1.1", `{}`, 400, "Missing mandatory parameter: enabled"},
+		{"GET", "/missing/bios", "1.1", "", 404, gone},
+		{"GET", "/bad%20ident/traits", "1.1", "", 400, "Expected UUID or name for node: bad ident"},
+		{"GET", "/missing/states/console", "1.1", "", 404, "Node missing could not be found."},
 	} {
 		var body any
 		if tc.body != "" {

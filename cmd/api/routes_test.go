@@ -157,6 +157,7 @@ func TestRouteRoleTable(t *testing.T) {
 	// Vendor passthru takes every method (no ?method= here: 400).
 	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
 		table = append(table, route{m, "/v1/nodes/{node}/vendor_passthru", "", [6]int{bad, forbidden, forbidden, forbidden, notFound, unauth}})
+		table = append(table, route{m, "/v1/nodes/{node}/vendor_passthru/reset", "", [6]int{bad, forbidden, forbidden, forbidden, notFound, unauth}})
 	}
 	// Conductors are read-only: other methods are 405 to whoever is
 	// authenticated.
@@ -224,6 +225,8 @@ func routePattern(path string) string {
 		return "/v1/nodes/:ident/traits/:trait"
 	case path == "/v1/nodes/:ident/name":
 		return "/v1/nodes/:ident/:field"
+	case path == "/v1/nodes/:ident/vendor_passthru/reset":
+		return "/v1/nodes/:ident/vendor_passthru/:method"
 	case strings.HasPrefix(path, "/v1/nodes/:ident/bios/"):
 		return "/v1/nodes/:ident/bios/:setting"
 	case strings.HasPrefix(path, "/v1/nodes/:ident/history/"):
