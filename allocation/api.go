@@ -82,8 +82,20 @@ func (h *Handler) Register(v1 *echo.Group) {
 	v1.GET("/allocations/:ident", gate(arg(h.get)))
 	v1.PATCH("/allocations/:ident", gate(h.patch))
 	v1.DELETE("/allocations/:ident", gate(arg(h.delete)))
-	v1.GET("/nodes/:ident/allocation", node(gate(h.getForNode)))
-	v1.DELETE("/nodes/:ident/allocation", node(gate(h.deleteForNode)))
+	v1.GET("/nodes/:ident/allocation", node(requireNodeAllocation(h.getForNode)))
+	v1.DELETE("/nodes/:ident/allocation", node(requireNodeAllocation(h.deleteForNode)))
+}
+
+// requireNodeAllocation hides /nodes/{ident}/allocation below 1.52 as
+// Ironic's node _lookup does: 404 "The resource could not be found." for
+// every method.
+func requireNodeAllocation(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !web.RequestVersion(c).AtLeast(1, 52) {
+			return web.NotFound("The resource could not be found.")
+		}
+		return next(c)
+	}
 }
 
 // checkIdent returns a middleware that refuses a path identifier that is
@@ -554,15 +566,16 @@ func (h *Handler) getForNode(c echo.Context) error {
 func (h *Handler) patch(c echo.Context) error {
 	ctx := c.Request().Context()
 	ver := web.RequestVersion(c)
-	if !ver.AtLeast(1, 57) {
-		return web.Errorf(http.StatusMethodNotAllowed, "The API version does not allow updating allocations")
-	}
+	// Ironic's order: the patch document, the version, the identifier.
 	body, err := io.ReadAll(c.Request().Body)
 	if err != nil {
 		return web.BadRequest("Could not read the request body: %v", err)
 	}
 	if _, err := patchSchema.Decode(body); err != nil {
 		return err
+	}
+	if !ver.AtLeast(1, 57) {
+		return web.Errorf(http.StatusMethodNotAllowed, "The API version does not allow updating allocations")
 	}
 	if err := validIdent(c, "Expected a logical name or UUID but received %s."); err != nil {
 		return err

@@ -312,6 +312,8 @@ func TestAPIInvalidIdent(t *testing.T) {
 		{"GET", "/v1/nodes/bad%20ident/allocation", "1.52", 400, "Expected UUID or name for node: bad ident"},
 		{"DELETE", "/v1/nodes/bad%20ident/allocation", "1.52", 400, "Expected UUID or name for node: bad ident"},
 		{"GET", "/v1/nodes/bad%20ident/allocation", "", 400, "Expected UUID or name for node: bad ident"},
+		{"GET", "/v1/nodes/n1/allocation", "1.51", 404, "The resource could not be found."},
+		{"DELETE", "/v1/nodes/n1/allocation", "", 404, "The resource could not be found."},
 		// Other /v1 paths are not the allocation API's to answer.
 		{"PUT", "/v1/nodes/n1/states/raid", "", 404, "The resource could not be found."},
 		{"GET", "/v1/nope", "", 404, "The resource could not be found."},

@@ -196,30 +196,52 @@ func (h *Handler) getField(c echo.Context) error {
 	return h.get(c)
 }
 
-// driverRoute serves r (see driverRoute for the order of checks).
+// driverRoute serves r in Ironic's order of checks. Under a node
+// sub-controller found by Ironic's _lookup (bios, history, ...) the
+// identifier's syntax and the microversion come first, then the arguments;
+// under /states, /management and /vendor_passthru the identifier is one of
+// the method's arguments: unexpected arguments first, then the identifier,
+// then the other arguments, then a microversion checked in the method.
+// Names (1.5), the node, the access rule and a late microversion follow.
 func (h *Handler) driverRoute(r driverRoute) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if err := identSyntax(c); err != nil {
-			return err
-		}
+		lookup := identArg(c) == "node"
 		old := r.since != (web.Version{}) && !web.RequestVersion(c).AtLeast(r.since.Major, r.since.Minor)
-		if old && r.goneFirst {
-			return r.gone()
+		if lookup {
+			if err := identSyntax(c); err != nil {
+				return err
+			}
+			if old && r.goneFirst {
+				return r.gone()
+			}
 		}
 		var body map[string]any
 		var err error
-		switch {
-		case r.raidBody:
-			if body, err = raidConfig(c); err != nil {
-				return err
-			}
-		case r.method == http.MethodPut:
+		if r.method == http.MethodPut && !r.raidBody {
 			if body, err = readObject(c); err != nil {
 				return err
 			}
 		}
-		if err := checkDriverArgs(c, r, body); err != nil {
+		if !r.anyArgs {
+			if err := checkArgs(c, body, r.args...); err != nil {
+				return apiError(err, web.PathIdent(c))
+			}
+		}
+		if !lookup {
+			if err := identSyntax(c); err != nil {
+				return err
+			}
+		}
+		if r.raidBody {
+			if body, err = raidConfig(c); err != nil {
+				return err
+			}
+		}
+		if err := checkParams(c, r, body); err != nil {
 			return apiError(err, web.PathIdent(c))
+		}
+		if !lookup && old && r.goneFirst {
+			return r.gone()
 		}
 		ident, err := h.ident(c) // names from 1.5: a lookup rule
 		if err != nil {
@@ -239,19 +261,9 @@ func (h *Handler) driverRoute(r driverRoute) echo.HandlerFunc {
 	}
 }
 
-// checkDriverArgs is args.validate for r: unexpected arguments, booleans,
-// then missing mandatory ones. Routes without args (and the RAID body,
-// which is one argument) take no query parameters.
-func checkDriverArgs(c echo.Context, r driverRoute, body map[string]any) error {
-	if r.anyArgs {
-		return nil
-	}
-	if r.raidBody {
-		body = nil
-	}
-	if err := checkArgs(c, body, r.args...); err != nil {
-		return err
-	}
+// checkParams is the rest of args.validate for r's arguments (in the body
+// or the query): booleans, and missing mandatory ones.
+func checkParams(c echo.Context, r driverRoute, body map[string]any) error {
 	for _, name := range r.args {
 		v, ok := body[name]
 		if !ok && c.QueryParams().Has(name) {

@@ -135,6 +135,12 @@ func TestDriverRoutes(t *testing.T) {
 		{"PUT", "/missing/management/inject_nmi", "1.28", `{}`, 404, "Resource could not be found."},
 		{"GET", "/missing/bios", "1.82", "", 404, "Node missing could not be found."},
 		{"GET", "/missing/firmware", "1.82", "", 404, "Node missing could not be found."},
+		// Under /states, /management and /vendor_passthru the identifier is
+		// an argument: unexpected arguments come before it.
+		{"PUT", "/bad%20ident/states/console", "1.82", `{"x":1}`, 400, "Unexpected arguments: x"},
+		{"PUT", "/bad%20ident/states/console", "1.82", `{}`, 400, "Expected UUID or name for node_ident: bad ident"},
+		{"PUT", "/bad%20ident/management/inject_nmi", "1.28", `{}`, 400, "Expected UUID or name for node_ident: bad ident"},
+		{"GET", "/bad%20ident/bios?x=1", "1.82", "", 400, "Expected UUID or name for node: bad ident"},
 		// Names are a lookup rule (from 1.5): arguments and gates come first.
 		{"PUT", "/missing/states/console", "1.1", `{}`, 400, "Missing mandatory parameter: enabled"},
 		{"GET", "/missing/bios", "1.1", "", 404, gone},
