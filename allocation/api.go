@@ -90,15 +90,60 @@ func NewHandler(store *Store, opts HandlerOptions) *Handler {
 // text/event-stream; any other GET of that path shows the allocation named
 // "events", a valid Ironic name).
 func (h *Handler) Register(v1 *echo.Group) {
-	g := v1.Group("", h.requireAllocations)
-	g.POST("/allocations", h.create)
-	g.GET("/allocations", h.list)
-	g.GET("/allocations/events", h.events)
-	g.GET("/allocations/:ident", h.get)
-	g.PATCH("/allocations/:ident", h.patch)
-	g.DELETE("/allocations/:ident", h.delete)
-	g.GET("/nodes/:ident/allocation", h.getForNode)
-	g.DELETE("/nodes/:ident/allocation", h.deleteForNode)
+	// Each route is wrapped on its own: a group middleware would also wrap
+	// echo's not-found handler for every other /v1 path.
+	// Identifiers are checked with Ironic's messages: GET and DELETE
+	// validate the argument allocation_ident, PATCH looks it up after its
+	// own gate (patch: get_rpc_allocation's InvalidUuidOrName),
+	// /nodes/{ident}/allocation is found by the node _lookup, before the
+	// version gate.
+	gate := h.requireAllocations
+	arg := checkIdent("Expected UUID or name for allocation_ident: %s")
+	node := checkIdent("Expected UUID or name for node: %s")
+	v1.POST("/allocations", gate(h.create))
+	v1.GET("/allocations", gate(h.list))
+	v1.GET("/allocations/events", gate(h.events))
+	v1.GET("/allocations/:ident", gate(arg(h.get)))
+	v1.PATCH("/allocations/:ident", gate(h.patch))
+	v1.DELETE("/allocations/:ident", gate(arg(h.delete)))
+	v1.GET("/nodes/:ident/allocation", node(requireNodeAllocation(h.getForNode)))
+	v1.DELETE("/nodes/:ident/allocation", node(requireNodeAllocation(h.deleteForNode)))
+}
+
+// requireNodeAllocation hides /nodes/{ident}/allocation below 1.52 as
+// Ironic's node _lookup does: 404 "The resource could not be found." for
+// every method.
+func requireNodeAllocation(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !web.RequestVersion(c).AtLeast(1, 52) {
+			return web.NotFound("The resource could not be found.")
+		}
+		return next(c)
+	}
+}
+
+// checkIdent returns a middleware that refuses a path identifier that is
+// neither a uuid nor a valid logical name with 400 and the message format
+// (one %s: the percent-decoded identifier), as Ironic checks identifiers
+// before looking them up.
+func checkIdent(format string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if err := validIdent(c, format); err != nil {
+				return err
+			}
+			return next(c)
+		}
+	}
+}
+
+// validIdent is checkIdent's check.
+func validIdent(c echo.Context, format string) error {
+	ident := web.PathIdent(c)
+	if _, ok := web.UUIDLike(ident); !ok && !web.ValidLogicalName(ident, web.IronicMaxVersion) {
+		return web.BadRequest(format, ident)
+	}
+	return nil
 }
 
 // requireAllocations hides the endpoints below 1.52, as Ironic does: 404 for
@@ -583,14 +628,18 @@ func (h *Handler) getForNode(c echo.Context) error {
 func (h *Handler) patch(c echo.Context) error {
 	ctx := c.Request().Context()
 	ver := web.RequestVersion(c)
-	if !ver.AtLeast(1, 57) {
-		return web.Errorf(http.StatusMethodNotAllowed, "The API version does not allow updating allocations")
-	}
+	// Ironic's order: the patch document, the version, the identifier.
 	body, err := io.ReadAll(c.Request().Body)
 	if err != nil {
 		return web.BadRequest("Could not read the request body: %v", err)
 	}
 	if _, err := patchSchema.Decode(body); err != nil {
+		return err
+	}
+	if !ver.AtLeast(1, 57) {
+		return web.Errorf(http.StatusMethodNotAllowed, "The API version does not allow updating allocations")
+	}
+	if err := validIdent(c, "Expected a logical name or UUID but received %s."); err != nil {
 		return err
 	}
 	var ops []struct {

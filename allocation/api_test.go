@@ -288,3 +288,42 @@ func keys(m map[string]any) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestAPIInvalidIdent: an identifier that is neither a uuid nor a valid
+// name is 400 with Ironic 21.4's messages (as the reference answers: the
+// argument allocation_ident for GET and DELETE, get_rpc_allocation for
+// PATCH, both after the version gate; the node _lookup for
+// /nodes/{ident}/allocation, before it); a valid unknown name stays 404.
+func TestAPIInvalidIdent(t *testing.T) {
+	t.Parallel()
+	a := setupAPI(t)
+	for _, tc := range []struct {
+		method, path, ver string
+		status            int
+		msg               string
+	}{
+		{"GET", "/v1/allocations/bad%20ident", "1.52", 400, "Expected UUID or name for allocation_ident: bad ident"},
+		{"PATCH", "/v1/allocations/bad%20ident", "1.60", 400, "Expected a logical name or UUID but received bad ident."},
+		{"DELETE", "/v1/allocations/bad%20ident", "1.52", 400, "Expected UUID or name for allocation_ident: bad ident"},
+		{"GET", "/v1/allocations/bad%20ident", "", 404, "The API version does not allow allocations"},
+		{"PATCH", "/v1/allocations/bad%20ident", "1.51", 405, "The API version does not allow allocations"},
+		{"PATCH", "/v1/allocations/bad%20ident", "1.52", 405, "The API version does not allow updating allocations"},
+		{"GET", "/v1/allocations/good-name", "1.52", 404, "Allocation good-name could not be found."},
+		{"GET", "/v1/nodes/bad%20ident/allocation", "1.52", 400, "Expected UUID or name for node: bad ident"},
+		{"DELETE", "/v1/nodes/bad%20ident/allocation", "1.52", 400, "Expected UUID or name for node: bad ident"},
+		{"GET", "/v1/nodes/bad%20ident/allocation", "", 400, "Expected UUID or name for node: bad ident"},
+		{"GET", "/v1/nodes/n1/allocation", "1.51", 404, "The resource could not be found."},
+		{"DELETE", "/v1/nodes/n1/allocation", "", 404, "The resource could not be found."},
+		// Other /v1 paths are not the allocation API's to answer.
+		{"PUT", "/v1/nodes/n1/states/raid", "", 404, "The resource could not be found."},
+		{"GET", "/v1/nope", "", 404, "The resource could not be found."},
+	} {
+		var body any
+		if tc.method == "PATCH" {
+			body = []map[string]any{{"op": "add", "path": "/extra/x", "value": "y"}}
+		}
+		st, out, _ := a.call(tc.method, tc.path, tc.ver, body)
+		require.Equal(t, tc.status, st, "%s %s", tc.method, tc.path)
+		require.Equal(t, tc.msg, fault(t, out), "%s %s", tc.method, tc.path)
+	}
+}

@@ -350,8 +350,12 @@ func (p *PlacementAllocator) trouble(ctx context.Context, me int64, c Claimed, e
 }
 
 // failNoFit fails c when Placement offered no node on the first attempt or
-// refused the request (an unknown trait or class), saying which filter left nothing (from the database) or, when the
-// database has fitting nodes, that Placement does not offer them.
+// refused the request (an unknown trait or class). When the database has no
+// fitting node either, last_error is Ironic's sentence for the filter that
+// left nothing with the counts after it (noFit), as the database backend
+// writes it. When the database has fitting nodes, it is Ironic's sentence
+// for candidates that all dropped out during reservation, saying that
+// Placement does not offer them.
 func (p *PlacementAllocator) failNoFit(ctx context.Context, me int64, c Claimed, nvh error) (Outcome, error) {
 	stats, err := p.q.FitStats(ctx, FitStatsParams{
 		ResourceClass: c.ResourceClass, Candidates: c.CandidateNodes, Owner: c.Owner, Traits: c.Traits,
@@ -360,10 +364,11 @@ func (p *PlacementAllocator) failNoFit(ctx context.Context, me int64, c Claimed,
 		return p.trouble(ctx, me, c, err)
 	}
 	if stats.Fitting == 0 {
-		return p.fail(ctx, me, c, "no node fits: "+describe(c, stats))
+		reason, detail := noFit(c, stats)
+		return p.failDetail(ctx, me, c, reason, detail)
 	}
-	return p.fail(ctx, me, c, fmt.Sprintf(
-		"no node fits: %v; the database has %d fitting node(s) that Placement does not offer "+
+	return p.failDetail(ctx, me, c, "all nodes were filtered out during reservation", fmt.Sprintf(
+		"no node fits in Placement: %v; the database has %d fitting node(s) that Placement does not offer "+
 			"(claimed there by concurrent allocations, or not mirrored by the resource tracker yet)",
 		nvh, stats.Fitting))
 }
@@ -373,7 +378,12 @@ func (p *PlacementAllocator) failNoFit(ctx context.Context, me int64, c Claimed,
 // cannot be reached, the entry stays and the tracker removes the
 // allocation: c is in error now.
 func (p *PlacementAllocator) fail(ctx context.Context, me int64, c Claimed, reason string) (Outcome, error) {
-	out, err := markFailed(ctx, p.q, p.log, me, c, reason)
+	return p.failDetail(ctx, me, c, reason, "")
+}
+
+// failDetail is fail with a detail after the reason (markFailed).
+func (p *PlacementAllocator) failDetail(ctx context.Context, me int64, c Claimed, reason, detail string) (Outcome, error) {
+	out, err := markFailed(ctx, p.q, p.log, me, c, reason, detail)
 	if err != nil {
 		return out, err
 	}

@@ -207,10 +207,10 @@ func TestPlacementProcessNoFit(t *testing.T) {
 		traits []string
 		msg    string
 	}{
-		{"gold", []string{"CUSTOM_NOPE"}, "no node fits: 1 of resource class gold, 1 available, 0 with traits CUSTOM_NOPE"},
-		{"bronze", nil, "no node fits: 0 of resource class bronze"},
+		{"gold", []string{"CUSTOM_NOPE"}, "no suitable nodes have the requested traits CUSTOM_NOPE. (no node fits: 1 of resource class gold, 1 available, 0 with traits CUSTOM_NOPE)"},
+		{"bronze", nil, "no available nodes match the resource class bronze. (no node fits: 0 of resource class bronze"},
 		{"gold", []string{"CUSTOM_FAST"}, ""},
-		{"gold", nil, "no node fits: 1 of resource class gold, 0 available"},
+		{"gold", nil, "no available nodes match the resource class gold. (no node fits: 1 of resource class gold, 0 available)"},
 	} {
 		row := f.allocation(nil, tc.rc, tc.traits...)
 		ids = append(ids, row.ID)
@@ -237,6 +237,7 @@ func TestPlacementProcessNoFit(t *testing.T) {
 	out, err := a.Process(ctx, me, f.claim(row.ID, me))
 	require.NoError(t, err)
 	require.Equal(t, Failed, out)
+	require.Contains(t, *f.get(row.ID).LastError, "all nodes were filtered out during reservation. (no node fits in Placement: ")
 	require.Contains(t, *f.get(row.ID).LastError, "the database has 1 fitting node(s) that Placement does not offer")
 	f.checkNoLeak(ids)
 }

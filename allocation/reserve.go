@@ -153,7 +153,7 @@ func (a *Allocator) Process(ctx context.Context, me int64, c Claimed) (Outcome, 
 				return a.transient(ctx, c, serr)
 			}
 			if stats.Fitting == 0 {
-				return a.fail(ctx, me, c, "no node fits: "+describe(c, stats))
+				return a.failNoFit(ctx, me, c, stats)
 			}
 			lastFit = stats.Fitting
 		case db.IsUniqueViolation(err, "nodes_instance_uuid_key"):
@@ -238,15 +238,28 @@ func (a *Allocator) transient(_ context.Context, c Claimed, err error) (Outcome,
 
 // fail moves c to error, guarded by conductor_affinity = me.
 func (a *Allocator) fail(ctx context.Context, me int64, c Claimed, reason string) (Outcome, error) {
-	return markFailed(ctx, a.q, a.log, me, c, reason)
+	return markFailed(ctx, a.q, a.log, me, c, reason, "")
+}
+
+// failNoFit moves c to error when no node passes the filters (stats
+// Fitting is 0), with Ironic's sentence for the filter that left nothing
+// followed by the counts (noFit).
+func (a *Allocator) failNoFit(ctx context.Context, me int64, c Claimed, stats FitStatsRow) (Outcome, error) {
+	reason, detail := noFit(c, stats)
+	return markFailed(ctx, a.q, a.log, me, c, reason, detail)
 }
 
 // markFailed moves c to error with last_error "Failed to process
-// allocation <uuid>: <reason>.", guarded by conductor_affinity = me (both
-// backends): Failed, Lost when c is no longer me's (nothing written), or an
-// error (the database is unreachable; c stays allocating and owned).
-func markFailed(ctx context.Context, q *Queries, log *zap.Logger, me int64, c Claimed, reason string) (Outcome, error) {
+// allocation <uuid>: <reason>." (Ironic's AllocationFailed text), followed
+// by " (<detail>)" when detail is not empty, guarded by conductor_affinity =
+// me (both backends): Failed, Lost when c is no longer me's (nothing
+// written), or an error (the database is unreachable; c stays allocating and
+// owned).
+func markFailed(ctx context.Context, q *Queries, log *zap.Logger, me int64, c Claimed, reason, detail string) (Outcome, error) {
 	msg := fmt.Sprintf("Failed to process allocation %s: %s.", c.UUID, reason)
+	if detail != "" {
+		msg += " (" + detail + ")"
+	}
 	n, err := q.FailAllocation(ctx, FailAllocationParams{LastError: &msg, ID: c.ID, Me: me})
 	if err != nil {
 		return Lost, fmt.Errorf("processing allocation %s: %w", c.UUID, err)
@@ -256,6 +269,31 @@ func markFailed(ctx context.Context, q *Queries, log *zap.Logger, me int64, c Cl
 	}
 	log.Info("allocation failed", zap.Stringer("allocation", c.UUID), zap.String("last_error", msg))
 	return Failed, nil
+}
+
+// noFit is the last_error reason and detail for an allocation no node fits
+// (stats.Fitting is 0). The reason is Ironic's own sentence for the filter
+// that left nothing, as Ironic's conductor words it (_candidate_nodes),
+// because tools match on it:
+//   - "none of the requested nodes are available and match the resource
+//     class <rc>" when candidate_nodes is set and no node passes the class,
+//     availability, candidate and owner filters;
+//   - "no available nodes match the resource class <rc>" for the same
+//     without candidate_nodes;
+//   - "no suitable nodes have the requested traits <t1>, <t2>" when nodes
+//     pass those filters but none has every requested trait.
+//
+// The detail is "no node fits: " and the count each filter left (describe).
+func noFit(c Claimed, s FitStatsRow) (reason, detail string) {
+	switch {
+	case s.Candidates == 0 && len(c.CandidateNodes) > 0:
+		reason = "none of the requested nodes are available and match the resource class " + c.ResourceClass
+	case s.Candidates == 0:
+		reason = "no available nodes match the resource class " + c.ResourceClass
+	default:
+		reason = "no suitable nodes have the requested traits " + strings.Join(c.Traits, ", ")
+	}
+	return reason, "no node fits: " + describe(c, s)
 }
 
 // describe says how many nodes each filter left, in order.

@@ -162,7 +162,8 @@ func TestReserveLastErrorCountsFilters(t *testing.T) {
 	drain(t, NewAllocator(f.pool, zaptest.NewLogger(t)), f.conductor("c"))
 	v := f.get(row.ID)
 	require.Equal(t, StateError, v.State)
-	require.Equal(t, fmt.Sprintf("Failed to process allocation %s: no node fits: 5 of resource class gold, 4 available, 0 with traits CUSTOM_GPU_A100.", v.Uuid), *v.LastError)
+	require.Equal(t, fmt.Sprintf("Failed to process allocation %s: no suitable nodes have the requested traits CUSTOM_GPU_A100. "+
+		"(no node fits: 5 of resource class gold, 4 available, 0 with traits CUSTOM_GPU_A100)", v.Uuid), *v.LastError)
 }
 
 func TestReservePrefersNodeNamedLikeAllocation(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -227,9 +228,13 @@ func runEndToEndAllocations(t *testing.T, b backendRun) {
 		if !reqs[i].fits {
 			require.Equal(t, "error", a.State, "allocation %d (%v) should not fit", i, reqs[i].opts)
 			require.Contains(t, a.LastError, "no node fits: ")
+			// Ironic's own sentence first (tools match on it), then the counts.
+			prefix := "Failed to process allocation " + u + ": "
 			if reqs[i].opts.ResourceClass == "baremetal-nope" {
+				require.True(t, strings.HasPrefix(a.LastError, prefix+"no available nodes match the resource class baremetal-nope. ("), a.LastError)
 				require.Contains(t, a.LastError, "0 of resource class baremetal-nope")
 			} else {
+				require.True(t, strings.HasPrefix(a.LastError, prefix+"no suitable nodes have the requested traits CUSTOM_GPU_A100. ("), a.LastError)
 				require.Contains(t, a.LastError, "73 of resource class baremetal-gold")
 				require.Contains(t, a.LastError, "0 with traits CUSTOM_GPU_A100")
 			}

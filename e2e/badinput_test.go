@@ -36,6 +36,8 @@ func TestBadInputNeverServerError(t *testing.T) {
 		{"POST", "/v1/nodes"}, {"PATCH", "/v1/nodes/" + node},
 		{"PUT", "/v1/nodes/" + node + "/states/provision"}, {"PUT", "/v1/nodes/" + node + "/states/power"},
 		{"PUT", "/v1/nodes/" + node + "/traits"}, {"PUT", "/v1/nodes/" + node + "/maintenance"},
+		{"PUT", "/v1/nodes/" + node + "/states/raid"}, {"PUT", "/v1/nodes/" + node + "/states/console"},
+		{"PUT", "/v1/nodes/" + node + "/management/boot_device"}, {"POST", "/v1/nodes/" + node + "/vendor_passthru?method=x"},
 	}
 	queries := []string{"limit=-1", "limit=abc", "limit=99999999999999999999", "marker=zzz",
 		"marker=00000000-0000-0000-0000-000000000000", "sort_key=;drop", "sort_dir=sideways",
@@ -82,7 +84,8 @@ func TestBadInputNeverServerError(t *testing.T) {
 	}
 	for _, id := range idents {
 		for _, p := range []string{"/v1/nodes/%s", "/v1/allocations/%s", "/v1/nodes/%s/allocation",
-			"/v1/nodes/%s/states", "/v1/nodes/%s/traits"} {
+			"/v1/nodes/%s/states", "/v1/nodes/%s/traits", "/v1/nodes/%s/bios", "/v1/nodes/%s/firmware",
+			"/v1/nodes/%s/management/boot_device"} {
 			check("GET", stack.APIURL+fmt.Sprintf(p, id), "")
 		}
 		check("DELETE", stack.APIURL+"/v1/allocations/"+id, "")

@@ -64,6 +64,18 @@
 //     arguments", as Ironic's argument validation does;
 //   - driver_info and instance_info secrets are masked as for a caller
 //     without Ironic's show_password policy.
+//   - a path identifier that is neither a uuid nor a valid logical name is
+//     400 "Expected UUID or name for node: <ident>" (Ironic's node _lookup),
+//     "... for node_ident: ..." under /states, /maintenance, /management
+//     and /vendor_passthru (identArg);
+//   - the routes of hardware interfaces metalloc does not drive (RAID,
+//     console, boot mode, management, vendor passthru, VIFs, BIOS, history,
+//     inventory: driverRoutes) answer as Ironic answers for a hardware type
+//     without the interface: "Driver <driver> does not support <interface
+//     or method> (disabled or not implemented)." (UnsupportedDriverExtension),
+//     or an empty read where Ironic reads data only such an interface
+//     produces; GET /nodes/{ident}/{segment} is the show with
+//     fields=<segment>, as Ironic routes it.
 //
 // Errors of this package are ErrNotFound (wrapped) for a missing node and
 // *Error, whose Kind the handler maps to a status in one place (apiError).

@@ -2,7 +2,6 @@ package node
 
 import (
 	"io"
-	"net/url"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -65,6 +64,12 @@ func NewHandler(store *Store, remover AllocationRemover, opts HandlerOptions) *H
 //	DELETE /nodes/{ident}/traits           remove all traits (204)
 //	PUT    /nodes/{ident}/traits/{trait}   add a trait (204)
 //	DELETE /nodes/{ident}/traits/{trait}   remove a trait (204)
+//
+// and the routes of interfaces metalloc does not drive (driverRoutes:
+// states/raid, states/console, states/boot_mode, states/secure_boot,
+// management/..., vendor_passthru, vifs, bios, history, inventory), answered
+// as Ironic answers for a hardware type without them, and GET
+// /nodes/{ident}/{segment} for any other segment (getField).
 func (h *Handler) Register(v1 *echo.Group) {
 	v1.POST("/nodes", h.create)
 	v1.GET("/nodes", h.list)
@@ -82,6 +87,7 @@ func (h *Handler) Register(v1 *echo.Group) {
 	v1.DELETE("/nodes/:ident/traits", h.guard(h.deleteTraits, "baremetal:node:traits:delete"))
 	v1.PUT("/nodes/:ident/traits/:trait", h.guard(h.addTrait, "baremetal:node:traits:set"))
 	v1.DELETE("/nodes/:ident/traits/:trait", h.guard(h.deleteTrait, "baremetal:node:traits:delete"))
+	h.registerDriverRoutes(v1)
 }
 
 // guard checks the access rules of a /nodes/{ident} route on the node
@@ -112,15 +118,12 @@ func (h *Handler) base(c echo.Context) string { return web.PublicURL(c, h.opts.P
 // ident returns the node identifier of the path, checked as Ironic's
 // _lookup and get_rpc_node do: a uuid, or (from 1.5) a valid name.
 func (h *Handler) ident(c echo.Context) (string, error) {
-	ident := c.Param("ident")
-	if u, err := url.PathUnescape(ident); err == nil {
-		ident = u
+	if err := identSyntax(c); err != nil {
+		return "", err
 	}
+	ident := web.PathIdent(c)
 	if isUUIDLike(ident) {
 		return ident, nil
-	}
-	if !isValidLogicalName(ident) {
-		return "", web.BadRequest("Expected UUID or name for node: %s", ident)
 	}
 	v := web.RequestVersion(c)
 	if !v.AtLeast(1, 5) {
@@ -130,6 +133,37 @@ func (h *Handler) ident(c echo.Context) (string, error) {
 		return "", web.BadRequest("Expected a logical name or UUID but received %s.", ident)
 	}
 	return ident, nil
+}
+
+// identSyntax is the first check of a node identifier, at any
+// microversion (Ironic's args.uuid_or_name): a uuid or a valid logical name,
+// else 400 "Expected UUID or name for node: <ident>" (or node_ident,
+// identArg).
+func identSyntax(c echo.Context) error {
+	ident := web.PathIdent(c)
+	if !isUUIDLike(ident) && !isValidLogicalName(ident) {
+		return web.BadRequest("Expected UUID or name for %s: %s", identArg(c), ident)
+	}
+	return nil
+}
+
+// identArgRoutes are the sub-routes of Ironic's node sub-controllers that
+// are attributes of its NodesController (states, maintenance, management,
+// vendor passthru): their methods validate the identifier as the argument
+// node_ident. The node itself and the sub-controllers found by the node
+// _lookup (traits, bios, allocation, history, inventory, ...) call it node.
+var identArgRoutes = []string{"/nodes/:ident/states", "/nodes/:ident/maintenance",
+	"/nodes/:ident/management", "/nodes/:ident/vendor_passthru"}
+
+// identArg is the name an invalid node identifier of c's route is reported
+// under: "node_ident" or "node".
+func identArg(c echo.Context) string {
+	for _, r := range identArgRoutes {
+		if strings.Contains(c.Path(), r) {
+			return "node_ident"
+		}
+	}
+	return "node"
 }
 
 // readBody decodes the JSON request body (nil when empty).

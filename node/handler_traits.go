@@ -10,9 +10,13 @@ import (
 )
 
 // traitsIdent is ident for the traits endpoints, which exist from 1.37.
-// Below it a request gets what Ironic's routing gives it without the
+// The identifier's syntax is checked first (Ironic's node _lookup); below
+// 1.37 a request then gets what Ironic's routing gives it without the
 // sub-controller: 406 for GET, 405 for PUT, 404 for DELETE.
 func (h *Handler) traitsIdent(c echo.Context) (string, error) {
+	if err := identSyntax(c); err != nil {
+		return "", err
+	}
 	if !web.RequestVersion(c).AtLeast(1, 37) {
 		switch c.Request().Method {
 		case http.MethodGet:

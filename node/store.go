@@ -400,6 +400,16 @@ func (s *Store) SetMaintenance(ctx context.Context, ident string, on bool, reaso
 	})
 }
 
+// ClearTargetRAIDConfig sets the node's target_raid_config to {}, as
+// Ironic's set_target_raid_config does with an empty configuration (which
+// needs no RAID interface).
+func (s *Store) ClearTargetRAIDConfig(ctx context.Context, ident string) (Node, error) {
+	return s.change(ctx, ident, func(_ pgx.Tx, _ *Queries, n *Node) error {
+		n.TargetRaidConfig = map[string]any{}
+		return nil
+	})
+}
+
 // SetPowerState changes the node's power state through drv, which completes
 // at once: "power on", "rebooting" and "soft rebooting" end powered on,
 // "power off" and "soft power off" powered off. As in Ironic, nodes being

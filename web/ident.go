@@ -1,9 +1,11 @@
 package web
 
 import (
+	"net/url"
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
 )
 
 // UUIDLike reads ident the way Ironic tells a uuid from a name
@@ -22,4 +24,15 @@ func UUIDLike(ident string) (uuid.UUID, bool) {
 	}
 	u, err := uuid.Parse(s)
 	return u, err == nil
+}
+
+// PathIdent returns the "ident" path parameter of c percent-decoded, the
+// identifier the node and allocation routes check (Ironic decodes the path
+// once before routing).
+func PathIdent(c echo.Context) string {
+	ident := c.Param("ident")
+	if u, err := url.PathUnescape(ident); err == nil {
+		ident = u
+	}
+	return ident
 }

@@ -90,8 +90,8 @@ func TestRouteRoleTable(t *testing.T) {
 	dbtest.Conductor(t, pool, "conductor-1", 0, true)
 
 	const (
-		ok, created, accepted, none = 200, 201, 202, 204
-		forbidden, notFound, unauth = 403, 404, 401
+		ok, created, accepted, none      = 200, 201, 202, 204
+		bad, forbidden, notFound, unauth = 400, 403, 404, 401
 	)
 	table := []route{
 		{"GET", "/", "", [6]int{ok, ok, ok, ok, ok, ok}},
@@ -119,6 +119,28 @@ func TestRouteRoleTable(t *testing.T) {
 		{"DELETE", "/v1/nodes/{node}/traits/CUSTOM_T", "", [6]int{none, forbidden, forbidden, forbidden, notFound, unauth}},
 		{"GET", "/v1/nodes/{node}/allocation", "", [6]int{ok, ok, ok, notFound, notFound, unauth}},
 		{"DELETE", "/v1/nodes/{node}/allocation", "", [6]int{none, forbidden, none, forbidden, notFound, unauth}},
+		// Interfaces metalloc does not drive: Ironic's answers for a
+		// hardware type without them, behind Ironic's rules.
+		{"PUT", "/v1/nodes/{node}/states/raid", `{}`, [6]int{none, forbidden, none, forbidden, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/states/console", "", [6]int{ok, forbidden, ok, forbidden, notFound, unauth}},
+		{"PUT", "/v1/nodes/{node}/states/console", `{"enabled":true}`, [6]int{bad, forbidden, bad, forbidden, notFound, unauth}},
+		{"PUT", "/v1/nodes/{node}/states/boot_mode", `{"target":"uefi"}`, [6]int{bad, forbidden, bad, bad, notFound, unauth}},
+		{"PUT", "/v1/nodes/{node}/states/secure_boot", `{"target":true}`, [6]int{bad, forbidden, bad, bad, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/management/boot_device", "", [6]int{bad, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"PUT", "/v1/nodes/{node}/management/boot_device", `{"boot_device":"pxe"}`, [6]int{bad, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/management/boot_device/supported", "", [6]int{bad, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"PUT", "/v1/nodes/{node}/management/inject_nmi", `{}`, [6]int{bad, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/management/indicators", "", [6]int{bad, bad, bad, bad, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/management/indicators/led@system", "", [6]int{bad, bad, bad, bad, notFound, unauth}},
+		{"PUT", "/v1/nodes/{node}/management/indicators/led@system", `{"state":"ON"}`, [6]int{bad, forbidden, bad, forbidden, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/vendor_passthru/methods", "", [6]int{ok, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/vifs", "", [6]int{ok, ok, ok, ok, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/bios", "", [6]int{ok, ok, ok, ok, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/bios/virtualization", "", [6]int{notFound, notFound, notFound, notFound, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/history", "", [6]int{ok, ok, ok, forbidden, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/history/e1", "", [6]int{notFound, notFound, notFound, forbidden, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/inventory", "", [6]int{notFound, notFound, notFound, forbidden, notFound, unauth}},
+		{"GET", "/v1/nodes/{node}/name", "", [6]int{ok, ok, ok, ok, notFound, unauth}}, // show with fields=name, as Ironic routes it
 
 		{"POST", "/v1/ports", `{"node_uuid":"{node}","address":"{mac}"}`, [6]int{created, forbidden, forbidden, forbidden, forbidden, unauth}},
 		{"GET", "/v1/ports", "", [6]int{ok, ok, ok, ok, ok, unauth}},
@@ -150,6 +172,11 @@ func TestRouteRoleTable(t *testing.T) {
 
 		{"GET", "/v1/conductors", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
 		{"GET", "/v1/conductors/conductor-1", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+	}
+	// Vendor passthru takes every method (no ?method= here: 400).
+	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+		table = append(table, route{m, "/v1/nodes/{node}/vendor_passthru", "", [6]int{bad, forbidden, forbidden, forbidden, notFound, unauth}})
+		table = append(table, route{m, "/v1/nodes/{node}/vendor_passthru/reset", "", [6]int{bad, forbidden, forbidden, forbidden, notFound, unauth}})
 	}
 	// Conductors are read-only: other methods are 405 to whoever is
 	// authenticated.
@@ -235,6 +262,16 @@ func routePattern(path string) string {
 		return "/v1/conductors/:hostname"
 	case strings.HasPrefix(path, "/v1/nodes/:ident/traits/"):
 		return "/v1/nodes/:ident/traits/:trait"
+	case path == "/v1/nodes/:ident/name":
+		return "/v1/nodes/:ident/:field"
+	case path == "/v1/nodes/:ident/vendor_passthru/reset":
+		return "/v1/nodes/:ident/vendor_passthru/:method"
+	case strings.HasPrefix(path, "/v1/nodes/:ident/bios/"):
+		return "/v1/nodes/:ident/bios/:setting"
+	case strings.HasPrefix(path, "/v1/nodes/:ident/history/"):
+		return "/v1/nodes/:ident/history/:event"
+	case strings.HasPrefix(path, "/v1/nodes/:ident/management/indicators/"):
+		return "/v1/nodes/:ident/management/indicators/:indicator"
 	}
 	return path
 }
