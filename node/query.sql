@@ -155,3 +155,8 @@ SELECT id, uuid FROM nodes WHERE uuid = ANY(@uuids::uuid[]);
 
 -- name: CopyNodeTraits :copyfrom
 INSERT INTO node_traits (node_id, trait) VALUES ($1, $2);
+
+-- name: AnalyzeNodes :exec
+-- Fresh planner statistics after a bulk import, so that the first plans
+-- made on the imported nodes do not assume an empty or half-enrolled table.
+ANALYZE nodes, node_traits;

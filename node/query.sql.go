@@ -13,6 +13,17 @@ import (
 	"github.com/google/uuid"
 )
 
+const analyzeNodes = `-- name: AnalyzeNodes :exec
+ANALYZE nodes, node_traits
+`
+
+// Fresh planner statistics after a bulk import, so that the first plans
+// made on the imported nodes do not assume an empty or half-enrolled table.
+func (q *Queries) AnalyzeNodes(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, analyzeNodes)
+	return err
+}
+
 type CopyNodeTraitsParams struct {
 	NodeID int64
 	Trait  string
