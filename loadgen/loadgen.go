@@ -78,6 +78,10 @@ type Options struct {
 	// AfterEnroll, when set, runs between enrolment and the allocations
 	// (the placement backend waits there for its resource tracker).
 	AfterEnroll func(context.Context) error
+	// Work, when set, reads cumulative work counters (database buffers,
+	// CPU time of the system under test); Run reads them around the
+	// allocation phase and reports the difference per allocation.
+	Work func(context.Context) (Work, error)
 	// Timeline prints mean and max latency per tenth of the run, in send
 	// order, to show where slow allocations happen.
 	Timeline bool
@@ -154,6 +158,15 @@ func (r Rate) PerSecond() float64 {
 	return float64(r.N) / r.Duration.Seconds()
 }
 
+// Work is what the system under test did, as cumulative counters.
+type Work struct {
+	// Buffers: database shared-buffer hits and reads.
+	Buffers int64
+	// CPU: user and system time of the API, the conductors and their
+	// database server processes.
+	CPU time.Duration
+}
+
 // Result is what the benchmark measured, all through the public API.
 type Result struct {
 	// Enrolment: nodes enrolled (0 with EnrollNone) and how.
@@ -174,6 +187,9 @@ type Result struct {
 	Post Latency
 	// Polls is the number of GETs clients made while waiting.
 	Polls int
+	// Work is what the system did during the allocation phase (zero
+	// without Options.Work), polls included.
+	Work Work
 	// DoubleBooked counts nodes held by more than one active allocation, plus
 	// active allocations whose node does not name them back. Must be 0.
 	DoubleBooked int
@@ -200,6 +216,11 @@ func (r Result) String() string {
 	fmt.Fprintf(&b, "POST answered:                %s\n", r.Post)
 	if r.Allocations > 0 {
 		fmt.Fprintf(&b, "polls: %d (%.1f per allocation)\n", r.Polls, float64(r.Polls)/float64(r.Allocations))
+		if r.Work != (Work{}) {
+			fmt.Fprintf(&b, "work per allocation: %.0f database buffers, %s CPU (API, conductors, their database backends)\n",
+				float64(r.Work.Buffers)/float64(r.Allocations),
+				(r.Work.CPU / time.Duration(r.Allocations)).Round(10*time.Microsecond))
+		}
 	}
 	if r.Delete.N > 0 {
 		fmt.Fprintf(&b, "deletes: %d in %s, %.0f/s (failures %d)\n", r.Delete.N, r.Delete.Duration.Round(time.Millisecond),
@@ -269,9 +290,24 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return r, err
 		}
 	}
+	var before Work
+	if o.Work != nil {
+		if before, err = o.Work(ctx); err != nil {
+			return r, err
+		}
+	}
 	uuids, err := allocate(ctx, c, o, &r)
 	if err != nil {
 		return r, err
+	}
+	if o.Work != nil {
+		// Let backends report their last statistics (about once a second).
+		time.Sleep(1500 * time.Millisecond)
+		after, err := o.Work(ctx)
+		if err != nil {
+			return r, err
+		}
+		r.Work = Work{after.Buffers - before.Buffers, after.CPU - before.CPU}
 	}
 	if err := check(ctx, c, uuids, &r); err != nil {
 		return r, err

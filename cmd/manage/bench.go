@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/devstack"
 	"github.com/metalloc/metalloc/loadgen"
 	"github.com/metalloc/metalloc/placement/client"
@@ -67,6 +68,19 @@ func benchCmd() *cobra.Command {
 				}
 				defer stack.Stop(cmd.Context())
 				o.APIURL = stack.APIURL
+				pool, err := db.Open(cmd.Context(), cfg.Database.URL, db.PoolOptions{ApplicationName: "metalloc-bench"})
+				if err != nil {
+					return err
+				}
+				defer pool.Close()
+				o.Work = func(ctx context.Context) (loadgen.Work, error) {
+					pids := []int{stack.API.Cmd.Process.Pid}
+					for _, c := range stack.Conductors {
+						pids = append(pids, c.Cmd.Process.Pid)
+					}
+					w, err := db.ReadWork(ctx, pool, pids...)
+					return loadgen.Work{Buffers: w.Buffers, CPU: w.CPU}, err
+				}
 				o.AfterEnroll = func(ctx context.Context) error {
 					if stack.BackendPlacementURL == "" {
 						return nil
