@@ -20,8 +20,9 @@ type Work struct {
 	Buffers int64
 	// CPU is the user plus system CPU time of the given processes and of
 	// the server processes connected to the database right now (a backend
-	// that exited since the previous reading takes its time with it).
-	CPU time.Duration
+	// that exited since the previous reading takes its time with it);
+	// DatabaseCPU is the server processes' part of it.
+	CPU, DatabaseCPU time.Duration
 }
 
 // ReadWork reads Work for pool's database and the processes pids (Linux:
@@ -31,6 +32,9 @@ func ReadWork(ctx context.Context, pool *pgxpool.Pool, pids ...int) (Work, error
 	if err := pool.QueryRow(ctx, `SELECT blks_hit + blks_read FROM pg_stat_database
 		WHERE datname = current_database()`).Scan(&w.Buffers); err != nil {
 		return w, fmt.Errorf("reading pg_stat_database: %w", err)
+	}
+	for _, pid := range pids {
+		w.CPU += processCPU(pid)
 	}
 	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity
 		WHERE datname = current_database() AND pid <> pg_backend_pid()`)
@@ -42,14 +46,12 @@ func ReadWork(ctx context.Context, pool *pgxpool.Pool, pids ...int) (Work, error
 		if err := rows.Scan(&pid); err != nil {
 			return w, err
 		}
-		pids = append(pids, pid)
+		w.DatabaseCPU += processCPU(pid)
 	}
 	if err := rows.Err(); err != nil {
 		return w, err
 	}
-	for _, pid := range pids {
-		w.CPU += processCPU(pid)
-	}
+	w.CPU += w.DatabaseCPU
 	return w, nil
 }
 

@@ -163,8 +163,8 @@ type Work struct {
 	// Buffers: database shared-buffer hits and reads.
 	Buffers int64
 	// CPU: user and system time of the API, the conductors and their
-	// database server processes.
-	CPU time.Duration
+	// database server processes; DatabaseCPU: the server processes' part.
+	CPU, DatabaseCPU time.Duration
 }
 
 // Result is what the benchmark measured, all through the public API.
@@ -217,9 +217,11 @@ func (r Result) String() string {
 	if r.Allocations > 0 {
 		fmt.Fprintf(&b, "polls: %d (%.1f per allocation)\n", r.Polls, float64(r.Polls)/float64(r.Allocations))
 		if r.Work != (Work{}) {
-			fmt.Fprintf(&b, "work per allocation: %.0f database buffers, %s CPU (API, conductors, their database backends)\n",
-				float64(r.Work.Buffers)/float64(r.Allocations),
-				(r.Work.CPU / time.Duration(r.Allocations)).Round(10*time.Microsecond))
+			per := func(d time.Duration) time.Duration {
+				return (d / time.Duration(r.Allocations)).Round(10 * time.Microsecond)
+			}
+			fmt.Fprintf(&b, "work per allocation: %.0f database buffers, %s CPU (API, conductors and their database backends; database %s)\n",
+				float64(r.Work.Buffers)/float64(r.Allocations), per(r.Work.CPU), per(r.Work.DatabaseCPU))
 		}
 	}
 	if r.Delete.N > 0 {
@@ -307,7 +309,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if err != nil {
 			return r, err
 		}
-		r.Work = Work{after.Buffers - before.Buffers, after.CPU - before.CPU}
+		r.Work = Work{after.Buffers - before.Buffers, after.CPU - before.CPU, after.DatabaseCPU - before.DatabaseCPU}
 	}
 	if err := check(ctx, c, uuids, &r); err != nil {
 		return r, err

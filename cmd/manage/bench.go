@@ -79,7 +79,7 @@ func benchCmd() *cobra.Command {
 						pids = append(pids, c.Cmd.Process.Pid)
 					}
 					w, err := db.ReadWork(ctx, pool, pids...)
-					return loadgen.Work{Buffers: w.Buffers, CPU: w.CPU}, err
+					return loadgen.Work{Buffers: w.Buffers, CPU: w.CPU, DatabaseCPU: w.DatabaseCPU}, err
 				}
 				o.AfterEnroll = func(ctx context.Context) error {
 					if stack.BackendPlacementURL == "" {
