@@ -40,6 +40,18 @@ lint:
 	gofmt -l . | (! grep .)
 	$(GO) vet ./...
 
-# Allocation load benchmark (see README "Benchmarks").
+# Allocation load benchmark (see README "Benchmarks"), on a fresh private
+# PostgreSQL: make bench NODES=100000 ALLOCS=10000 ENROLL=import. NODES is
+# the node count here (make run's default node file means 10000).
+ALLOCS      ?= 5000
+CONCURRENCY ?= 32
+CONDUCTORS  ?= 2
+ENROLL      ?= api
+POLL        ?= 5ms
+MODE        ?= poll
+BENCHFLAGS  ?=
 bench: build
-	$(BIN)/metalloc-manage dev exec -- $(BIN)/metalloc-manage bench allocations
+	$(BIN)/metalloc-manage dev exec -- $(BIN)/metalloc-manage bench allocations \
+		--nodes $(if $(filter %.yaml %.yml %.json,$(NODES)),10000,$(NODES)) --allocations $(ALLOCS) \
+		--concurrency $(CONCURRENCY) --conductors $(CONDUCTORS) --enroll $(ENROLL) --poll-interval $(POLL) --mode $(MODE) \
+		$(BENCHFLAGS)

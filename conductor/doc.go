@@ -131,6 +131,17 @@
 // a conductor queues its own unfinished rows again (Rows.Owned,
 // Service.requeueOwned).
 //
+// # Housekeeping
+//
+// The claim scans allocations_allocating_idx from its start, and every
+// reserved allocation leaves a dead entry there until the table is vacuumed.
+// Every housekeepInterval (5 s) each conductor reads the table's dead-row
+// count and, at housekeepDeadRows (2,000) or more, runs VACUUM (SKIP_LOCKED)
+// allocations (Service.housekeep): autovacuum alone comes once a minute, by
+// when a busy system has left tens of thousands of entries for every claim
+// to step over. The claim's own plan is fixed (metalloc_claim_reserve sets
+// its planner options) so that it never depends on the table's statistics.
+//
 // # Lock order
 //
 // Every path that locks both a node and an allocation takes the node first,

@@ -181,3 +181,13 @@ DELETE FROM placement_trackers WHERE heartbeat_at < now() - interval '10 minutes
 
 -- name: UnregisterTracker :exec
 DELETE FROM placement_trackers WHERE id = @id;
+
+-- name: AllocationsDeadRows :one
+-- Dead row versions in allocations by the statistics collector's count
+-- (a second or so behind): reserved and deleted allocations.
+SELECT pg_stat_get_dead_tuples('allocations'::regclass)::bigint AS dead;
+
+-- name: VacuumAllocations :exec
+-- Clears the dead entries the claim scan walks (Service.housekeep); skips
+-- at once if another vacuum of the table is running.
+VACUUM (SKIP_LOCKED) allocations;

@@ -45,6 +45,19 @@ func (q *Queries) AllocatingOf(ctx context.Context, arg AllocatingOfParams) ([]i
 	return items, nil
 }
 
+const allocationsDeadRows = `-- name: AllocationsDeadRows :one
+SELECT pg_stat_get_dead_tuples('allocations'::regclass)::bigint AS dead
+`
+
+// Dead row versions in allocations by the statistics collector's count
+// (a second or so behind): reserved and deleted allocations.
+func (q *Queries) AllocationsDeadRows(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, allocationsDeadRows)
+	var dead int64
+	err := row.Scan(&dead)
+	return dead, err
+}
+
 const claimAllocations = `-- name: ClaimAllocations :many
 
 UPDATE allocations a
@@ -653,5 +666,16 @@ type UpsertPlacementSyncedParams struct {
 // Records that node @node_uuid's provider now matches @fingerprint.
 func (q *Queries) UpsertPlacementSynced(ctx context.Context, arg UpsertPlacementSyncedParams) error {
 	_, err := q.db.Exec(ctx, upsertPlacementSynced, arg.NodeUuid, arg.Fingerprint)
+	return err
+}
+
+const vacuumAllocations = `-- name: VacuumAllocations :exec
+VACUUM (SKIP_LOCKED) allocations
+`
+
+// Clears the dead entries the claim scan walks (Service.housekeep); skips
+// at once if another vacuum of the table is running.
+func (q *Queries) VacuumAllocations(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, vacuumAllocations)
 	return err
 }

@@ -330,20 +330,3 @@ func IsUnavailable(err error) bool {
 	}
 	return strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "connection refused")
 }
-
-// Vacuum runs VACUUM (ANALYZE) on the named tables (trusted identifiers) of
-// the database at url: after a bulk import, so that autovacuum does not
-// clean up the import's dead rows in the middle of the next burst of work.
-func Vacuum(ctx context.Context, url string, tables ...string) error {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return fmt.Errorf("connecting to database: %w", err)
-	}
-	defer conn.Close(ctx)
-	for _, t := range tables {
-		if _, err := conn.Exec(ctx, "VACUUM (ANALYZE) "+pgx.Identifier{t}.Sanitize()); err != nil {
-			return fmt.Errorf("vacuuming %s: %w", t, err)
-		}
-	}
-	return nil
-}

@@ -111,6 +111,10 @@ $$;
 
 CREATE FUNCTION public.metalloc_claim_reserve(p_me bigint, p_batch integer, p_starts bigint[]) RETURNS TABLE(out_id bigint, out_uuid uuid, out_created_at timestamp with time zone, out_reserved boolean)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_bitmapscan TO 'off'
+    SET enable_sort TO 'off'
+    SET jit TO 'off'
     AS $$
 DECLARE
     r record;
@@ -119,14 +123,15 @@ DECLARE
     v_node_uuid uuid;
 BEGIN
     FOR r IN
-        SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
+        SELECT c.id, c.uuid, c.name, c.resource_class, c.candidate_nodes, c.owner, c.created_at,
                (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-                  FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
-          FROM allocations a
-         WHERE a.state = 'allocating' AND a.conductor_affinity IS NULL
-         ORDER BY a.id
-         LIMIT p_batch
-           FOR UPDATE OF a SKIP LOCKED
+                  FROM allocation_traits t WHERE t.allocation_id = c.id)::text[] AS traits
+          FROM (SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at
+                  FROM allocations a
+                 WHERE a.state = 'allocating' AND a.conductor_affinity IS NULL
+                 ORDER BY a.id
+                 LIMIT p_batch
+                   FOR UPDATE OF a SKIP LOCKED) c
     LOOP
         i := i + 1;
         SELECT p.node_id, p.node_uuid INTO v_node, v_node_uuid
@@ -618,7 +623,7 @@ CREATE TABLE public.allocations (
     CONSTRAINT allocations_check CHECK (((state <> 'active'::text) OR (node_id IS NOT NULL))),
     CONSTRAINT allocations_state_check CHECK ((state = ANY (ARRAY['allocating'::text, 'active'::text, 'error'::text])))
 )
-WITH (fillfactor='80');
+WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='200', autovacuum_vacuum_insert_scale_factor='0.02', autovacuum_vacuum_insert_threshold='200', autovacuum_analyze_scale_factor='0.05', autovacuum_vacuum_cost_delay='0');
 
 --
 -- Name: allocations_id_seq; Type: SEQUENCE; Schema: public; Owner: -
@@ -671,7 +676,8 @@ CREATE TABLE public.node_traits (
     node_id bigint NOT NULL,
     trait text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL
-);
+)
+WITH (autovacuum_analyze_scale_factor='0.05', autovacuum_vacuum_insert_scale_factor='0.05');
 
 --
 -- Name: nodes; Type: TABLE; Schema: public; Owner: -
@@ -718,7 +724,7 @@ CREATE TABLE public.nodes (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone
 )
-WITH (fillfactor='80');
+WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.05', autovacuum_analyze_scale_factor='0.05', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_vacuum_cost_delay='0');
 
 --
 -- Name: free_nodes; Type: VIEW; Schema: public; Owner: -

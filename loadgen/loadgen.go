@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -24,60 +25,215 @@ import (
 	"go.uber.org/zap"
 )
 
-// Options sizes the benchmark.
+// Enrolment is how Run enrolls the nodes.
+type Enrolment string
+
+// Enrolment methods.
+const (
+	// EnrollAPI enrolls every node through the Ironic API as `openstack
+	// baremetal node create` followed by `node add trait`, `node manage`,
+	// `node power off` and `node provide` does: five requests per node.
+	EnrollAPI Enrolment = "api"
+	// EnrollImport hands a node file (NodeFile) to Options.Import
+	// (`metalloc-manage node import`).
+	EnrollImport Enrolment = "import"
+	// EnrollNone enrolls nothing: the nodes are already there.
+	EnrollNone Enrolment = "none"
+)
+
+// Mode is how a client learns that its allocation finished.
+type Mode string
+
+// Modes.
+const (
+	// ModePoll: GET /v1/allocations/{uuid} every Options.PollInterval until
+	// the state is no longer allocating, as openstacksdk's
+	// wait_for_allocation does (with a finer interval).
+	ModePoll Mode = "poll"
+	// ModeWait: the POST carries metalloc's Prefer: wait extension and is
+	// answered with the finished allocation, one round trip (an answer
+	// still allocating falls back to polling).
+	ModeWait Mode = "wait"
+)
+
+// Options sizes the benchmark. Zero values take the defaults noted.
 type Options struct {
 	// APIURL is metalloc-api's base URL.
 	APIURL string
 	// Nodes to enroll (default 10000), Allocations to create (default 5000),
-	// Concurrency of both phases (default 32).
+	// Concurrency: clients in every phase (default 32).
 	Nodes, Allocations, Concurrency int
 	// Classes is how many resource classes the nodes are spread over (default 4).
 	Classes int
-	// Timeout bounds the wait for all allocations to finish (default 5m).
+	// Timeout bounds each phase (default 10m).
 	Timeout time.Duration
-	// AfterEnroll, when set, runs between enrollment and the allocations
-	// (the bench command vacuums the tables the enrollment churned, as an
-	// operator does after a bulk import).
+	// Enroll is the enrolment method (default EnrollAPI).
+	Enroll Enrolment
+	// Import imports a node file in the `openstack baremetal create`
+	// format; required with EnrollImport.
+	Import func(ctx context.Context, file []byte) error
+	// Mode is how clients wait for their allocation (default ModePoll).
+	Mode Mode
+	// PollInterval is the pause between a client's GETs (default 5ms).
+	PollInterval time.Duration
+	// SkipDeletes leaves the allocations in place instead of deleting them
+	// all at the end (the delete phase).
+	SkipDeletes bool
+	// AfterEnroll, when set, runs between enrolment and the allocations
+	// (the placement backend waits there for its resource tracker).
 	AfterEnroll func(context.Context) error
+	// Work, when set, reads cumulative work counters (database buffers,
+	// CPU time of the system under test); Run reads them around the
+	// allocation phase and reports the difference per allocation.
+	Work func(context.Context) (Work, error)
 	// Timeline prints mean and max latency per tenth of the run, in send
 	// order, to show where slow allocations happen.
 	Timeline bool
-	// Mode is how the clients learn allocations finished: "poll"
-	// (default: POST, and the bench polls the list until nothing is
-	// allocating) or "wait" (every POST carries the Prefer: wait
-	// extension and is answered with the finished allocation, one round
-	// trip; see waitActive).
-	Mode string
-	// Progress, when set, is called as work completes (phase, done, total).
+	// Progress, when set, is called every couple of seconds during a phase
+	// and at its end (phase, done, total).
 	Progress func(phase string, done, total int)
 	Log      *zap.Logger
 }
 
-// Result is what the benchmark measured.
-type Result struct {
-	Allocations, Active, Error int
-	// Duration is from the first POST to the last allocation's activation.
-	Duration time.Duration
-	// PerSecond is Allocations / Duration.
-	PerSecond float64
-	// P50, P95, P99, Max: POST sent to allocation finished (active or error).
+func (o *Options) setDefaults() {
+	if o.Nodes <= 0 {
+		o.Nodes = 10000
+	}
+	if o.Allocations <= 0 {
+		o.Allocations = 5000
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 32
+	}
+	if o.Classes <= 0 {
+		o.Classes = 4
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	if o.Enroll == "" {
+		o.Enroll = EnrollAPI
+	}
+	if o.Mode == "" {
+		o.Mode = ModePoll
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = 5 * time.Millisecond
+	}
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	if o.Progress == nil {
+		o.Progress = func(string, int, int) {}
+	}
+}
+
+// Latency is a latency distribution.
+type Latency struct {
 	P50, P95, P99, Max time.Duration
+}
+
+func latencyOf(d []time.Duration) Latency {
+	if len(d) == 0 {
+		return Latency{}
+	}
+	d = slices.Clone(d)
+	slices.Sort(d)
+	pct := func(p float64) time.Duration { return d[min(len(d)-1, int(p*float64(len(d))))] }
+	return Latency{pct(0.50), pct(0.95), pct(0.99), d[len(d)-1]}
+}
+
+func (l Latency) String() string {
+	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+	return fmt.Sprintf("p50 %s  p95 %s  p99 %s  max %s", r(l.P50), r(l.P95), r(l.P99), r(l.Max))
+}
+
+// Rate is a phase's size and duration.
+type Rate struct {
+	N        int
+	Duration time.Duration
+}
+
+// PerSecond is N / Duration.
+func (r Rate) PerSecond() float64 {
+	if r.Duration <= 0 {
+		return 0
+	}
+	return float64(r.N) / r.Duration.Seconds()
+}
+
+// Work is what the system under test did, as cumulative counters.
+type Work struct {
+	// Buffers: database shared-buffer hits and reads.
+	Buffers int64
+	// CPU: user and system time of the API, the conductors and their
+	// database server processes; DatabaseCPU: the server processes' part.
+	CPU, DatabaseCPU time.Duration
+}
+
+// Result is what the benchmark measured, all through the public API.
+type Result struct {
+	// Enrolment: nodes enrolled (0 with EnrollNone) and how.
+	Enrolment Rate
+	EnrollBy  Enrolment
+	// Allocations created; Active, Error: how they ended.
+	Allocations, Active, Error int
+	// Allocate: Allocations from the first POST sent to the last
+	// allocation a client saw finished.
+	Allocate Rate
+	// Client: POST sent to the client seeing the allocation finished
+	// (active or error) itself.
+	Client Latency
+	// Server: the allocation's updated_at - created_at (the row's insert
+	// to its activation, by the database clock).
+	Server Latency
+	// Post: POST sent to its answer.
+	Post Latency
+	// Polls is the number of GETs clients made while waiting.
+	Polls int
+	// Work is what the system did during the allocation phase (zero
+	// without Options.Work), polls included.
+	Work Work
 	// DoubleBooked counts nodes held by more than one active allocation, plus
 	// active allocations whose node does not name them back. Must be 0.
 	DoubleBooked int
 	// PostErrors counts POSTs that did not answer 201.
 	PostErrors int
+	// Delete: every allocation deleted by Concurrency clients (N = 0 when
+	// skipped); DeleteErrors counts DELETEs that did not answer 204.
+	Delete       Rate
+	DeleteErrors int
 }
 
 // String formats r for people.
 func (r Result) String() string {
-	return fmt.Sprintf("allocations: %d (active %d, error %d, POST failures %d)\n"+
-		"throughput:  %.0f allocations/s over %s\n"+
-		"POST-to-active latency: p50 %s  p95 %s  p99 %s  max %s\n"+
-		"double-booked: %d",
-		r.Allocations, r.Active, r.Error, r.PostErrors, r.PerSecond, r.Duration.Round(time.Millisecond),
-		r.P50.Round(time.Microsecond*100), r.P95.Round(time.Microsecond*100), r.P99.Round(time.Microsecond*100),
-		r.Max.Round(time.Microsecond*100), r.DoubleBooked)
+	var b strings.Builder
+	if r.Enrolment.N > 0 {
+		fmt.Fprintf(&b, "enrolment (%s): %d nodes in %s, %.0f nodes/s\n", r.EnrollBy, r.Enrolment.N,
+			r.Enrolment.Duration.Round(time.Millisecond), r.Enrolment.PerSecond())
+	}
+	fmt.Fprintf(&b, "allocations: %d (active %d, error %d, POST failures %d)\n", r.Allocations, r.Active, r.Error, r.PostErrors)
+	fmt.Fprintf(&b, "throughput:  %.0f allocations/s over %s (client-seen)\n", r.Allocate.PerSecond(),
+		r.Allocate.Duration.Round(time.Millisecond))
+	fmt.Fprintf(&b, "client POST-to-seen-finished: %s\n", r.Client)
+	fmt.Fprintf(&b, "server created-to-updated:    %s\n", r.Server)
+	fmt.Fprintf(&b, "POST answered:                %s\n", r.Post)
+	if r.Allocations > 0 {
+		fmt.Fprintf(&b, "polls: %d (%.1f per allocation)\n", r.Polls, float64(r.Polls)/float64(r.Allocations))
+		if r.Work != (Work{}) {
+			per := func(d time.Duration) time.Duration {
+				return (d / time.Duration(r.Allocations)).Round(10 * time.Microsecond)
+			}
+			fmt.Fprintf(&b, "work per allocation: %.0f database buffers, %s CPU (API, conductors and their database backends; database %s)\n",
+				float64(r.Work.Buffers)/float64(r.Allocations), per(r.Work.CPU), per(r.Work.DatabaseCPU))
+		}
+	}
+	if r.Delete.N > 0 {
+		fmt.Fprintf(&b, "deletes: %d in %s, %.0f/s (failures %d)\n", r.Delete.N, r.Delete.Duration.Round(time.Millisecond),
+			r.Delete.PerSecond(), r.DeleteErrors)
+	}
+	fmt.Fprintf(&b, "double-booked: %d", r.DoubleBooked)
+	return b.String()
 }
 
 const apiVersion = "1.82"
@@ -90,6 +246,11 @@ type client struct {
 }
 
 func (c *client) do(ctx context.Context, method, path string, body any, out any) (int, error) {
+	return c.doHeader(ctx, method, path, body, out, nil)
+}
+
+// doHeader is do with extra request headers.
+func (c *client) doHeader(ctx context.Context, method, path string, body any, out any, header map[string]string) (int, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -105,6 +266,9 @@ func (c *client) do(ctx context.Context, method, path string, body any, out any)
 	req.Header.Set("X-OpenStack-Ironic-API-Version", apiVersion)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -124,52 +288,85 @@ func (c *client) do(ctx context.Context, method, path string, body any, out any)
 	return resp.StatusCode, nil
 }
 
-// Run executes the benchmark.
+// Run executes the benchmark: enrolment, allocations (each client POSTs,
+// then waits for its allocation as Options.Mode says, then sends the next),
+// a consistency check, and the delete phase.
 func Run(ctx context.Context, o Options) (Result, error) {
-	if o.Nodes <= 0 {
-		o.Nodes = 10000
-	}
-	if o.Allocations <= 0 {
-		o.Allocations = 5000
-	}
-	if o.Concurrency <= 0 {
-		o.Concurrency = 32
-	}
-	if o.Classes <= 0 {
-		o.Classes = 4
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 5 * time.Minute
-	}
-	if o.Log == nil {
-		o.Log = zap.NewNop()
-	}
-	if o.Progress == nil {
-		o.Progress = func(string, int, int) {}
-	}
-	c := &client{base: strings.TrimRight(o.APIURL, "/"), http: &http.Client{
-		Timeout:   30 * time.Second,
-		Transport: &http.Transport{MaxIdleConnsPerHost: o.Concurrency * 2, MaxIdleConns: o.Concurrency * 2},
-	}}
-	if err := enroll(ctx, c, o); err != nil {
-		return Result{}, err
+	o.setDefaults()
+	c := newClient(o.APIURL, o.Concurrency)
+	r := Result{EnrollBy: o.Enroll}
+	var err error
+	if r.Enrolment, err = enrollBy(ctx, c, o); err != nil {
+		return r, fmt.Errorf("enrolling: %w", err)
 	}
 	if o.AfterEnroll != nil {
 		if err := o.AfterEnroll(ctx); err != nil {
-			return Result{}, err
+			return r, err
 		}
 	}
-	return allocate(ctx, c, o)
+	var before Work
+	if o.Work != nil {
+		if before, err = o.Work(ctx); err != nil {
+			return r, err
+		}
+	}
+	uuids, err := allocate(ctx, c, o, &r)
+	if err != nil {
+		return r, err
+	}
+	if o.Work != nil {
+		// Let backends report their last statistics (about once a second).
+		time.Sleep(1500 * time.Millisecond)
+		after, err := o.Work(ctx)
+		if err != nil {
+			return r, err
+		}
+		r.Work = Work{after.Buffers - before.Buffers, after.CPU - before.CPU, after.DatabaseCPU - before.DatabaseCPU}
+	}
+	if err := check(ctx, c, uuids, &r); err != nil {
+		return r, err
+	}
+	if !o.SkipDeletes {
+		if err := deleteAll(ctx, c, o, uuids, &r); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
 }
 
-// parallel runs fn(i) for i in [0, n) on o.Concurrency goroutines, stopping
-// at the first error.
-func parallel(ctx context.Context, n, workers int, progress func(int), fn func(context.Context, int) error) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+func newClient(base string, concurrency int) *client {
+	return &client{base: strings.TrimRight(base, "/"), http: &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{MaxIdleConnsPerHost: concurrency * 2, MaxIdleConns: concurrency * 2,
+			MaxConnsPerHost: concurrency * 2},
+	}}
+}
+
+// parallel runs fn(i) for i in [0, n) on workers goroutines, stopping at the
+// first error, within timeout. It reports progress every two seconds and at
+// the end.
+func parallel(ctx context.Context, o Options, phase string, n int, fn func(context.Context, int) error) (time.Duration, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, o.Timeout, fmt.Errorf("%s: not done after %s", phase, o.Timeout))
+	defer cancel()
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
 	var next, done atomic.Int64
 	var wg sync.WaitGroup
-	for range workers {
+	start := time.Now()
+	stop := make(chan struct{})
+	go func() {
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				o.Progress(phase, int(done.Load()), n)
+			}
+		}
+	}()
+	for range o.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -179,44 +376,92 @@ func parallel(ctx context.Context, n, workers int, progress func(int), fn func(c
 					return
 				}
 				if err := fn(ctx, i); err != nil {
-					cancel(err)
+					fail(err)
 					return
 				}
-				progress(int(done.Add(1)))
+				done.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
-	return context.Cause(ctx)
+	took := time.Since(start)
+	close(stop)
+	if err := context.Cause(ctx); err != nil {
+		return took, err
+	}
+	o.Progress(phase, n, n)
+	return took, nil
 }
 
 func className(i int) string { return fmt.Sprintf("bench-%d", i) }
 
-// enroll creates o.Nodes nodes across o.Classes resource classes, each with
-// one or two traits, and drives them to available with a known power state.
-func enroll(ctx context.Context, c *client, o Options) error {
-	o.Log.Info("enrolling nodes", zap.Int("nodes", o.Nodes))
-	return parallel(ctx, o.Nodes, o.Concurrency, func(d int) {
-		if d%500 == 0 || d == o.Nodes {
-			o.Progress("enroll", d, o.Nodes)
+// benchNode is node i of the benchmark: its name, resource class and traits.
+// Traits are spread evenly inside every class: a quarter of each class has
+// each trait, a third of the nodes a second one.
+func benchNode(i, classes int) (name, class string, traits []string) {
+	k := i / classes
+	traits = []string{traitPool[k%len(traitPool)]}
+	if k%3 == 0 {
+		traits = append(traits, traitPool[(k+1)%len(traitPool)])
+	}
+	return fmt.Sprintf("bench-node-%d", i), className(i % classes), traits
+}
+
+// NodeFile is the benchmark's nodes as a node file (`openstack baremetal
+// create` format, JSON), for EnrollImport.
+func NodeFile(nodes, classes int) []byte {
+	type entry struct {
+		Name          string   `json:"name"`
+		Driver        string   `json:"driver"`
+		ResourceClass string   `json:"resource_class"`
+		Traits        []string `json:"traits"`
+	}
+	doc := struct {
+		Nodes []entry `json:"nodes"`
+	}{Nodes: make([]entry, nodes)}
+	for i := range nodes {
+		name, class, traits := benchNode(i, classes)
+		doc.Nodes[i] = entry{name, "fake-hardware", class, traits}
+	}
+	b, _ := json.Marshal(doc)
+	return b
+}
+
+func enrollBy(ctx context.Context, c *client, o Options) (Rate, error) {
+	switch o.Enroll {
+	case EnrollNone:
+		return Rate{}, nil
+	case EnrollImport:
+		if o.Import == nil {
+			return Rate{}, errors.New("EnrollImport needs Options.Import")
 		}
-	}, func(ctx context.Context, i int) error {
+		file := NodeFile(o.Nodes, o.Classes)
+		o.Log.Info("importing nodes", zap.Int("nodes", o.Nodes))
+		start := time.Now()
+		if err := o.Import(ctx, file); err != nil {
+			return Rate{}, err
+		}
+		return Rate{o.Nodes, time.Since(start)}, nil
+	case EnrollAPI:
+		took, err := enroll(ctx, c, o)
+		return Rate{o.Nodes, took}, err
+	}
+	return Rate{}, fmt.Errorf("unknown enrolment method %q (api, import or none)", o.Enroll)
+}
+
+// enroll creates o.Nodes nodes across o.Classes resource classes through
+// the API, each with one or two traits, and drives them to available with a
+// known power state, as an operator does with the openstack CLI.
+func enroll(ctx context.Context, c *client, o Options) (time.Duration, error) {
+	o.Log.Info("enrolling nodes through the API", zap.Int("nodes", o.Nodes))
+	return parallel(ctx, o, "enroll", o.Nodes, func(ctx context.Context, i int) error {
 		var n struct {
 			UUID string `json:"uuid"`
 		}
-		body := map[string]any{
-			"name": fmt.Sprintf("bench-node-%d", i), "driver": "fake-hardware",
-			"resource_class": className(i % o.Classes),
-		}
+		name, class, traits := benchNode(i, o.Classes)
+		body := map[string]any{"name": name, "driver": "fake-hardware", "resource_class": class}
 		if _, err := c.do(ctx, "POST", "/v1/nodes", body, &n); err != nil {
 			return err
-		}
-		// Traits spread evenly inside every class: a quarter of each class
-		// has each trait, a third of the nodes a second one.
-		k := i / o.Classes
-		traits := []string{traitPool[k%len(traitPool)]}
-		if k%3 == 0 {
-			traits = append(traits, traitPool[(k+1)%len(traitPool)])
 		}
 		steps := []struct {
 			method, path string
@@ -240,96 +485,176 @@ type allocDoc struct {
 	UUID      string  `json:"uuid"`
 	State     string  `json:"state"`
 	NodeUUID  *string `json:"node_uuid"`
+	CreatedAt string  `json:"created_at"`
 	UpdatedAt *string `json:"updated_at"`
 	LastError *string `json:"last_error"`
 }
 
-func allocate(ctx context.Context, c *client, o Options) (Result, error) {
-	o.Log.Info("creating allocations", zap.Int("allocations", o.Allocations), zap.Int("concurrency", o.Concurrency))
-	sent := make([]time.Time, o.Allocations)
-	answered := make([]time.Duration, o.Allocations)
-	uuids := make([]string, o.Allocations)
-	var postErrors atomic.Int64
-	start := time.Now()
-	err := parallel(ctx, o.Allocations, o.Concurrency, func(d int) {
-		if d%500 == 0 || d == o.Allocations {
-			o.Progress("allocate", d, o.Allocations)
+// serverLatency is updated_at - created_at.
+func (a allocDoc) serverLatency() (time.Duration, bool) {
+	if a.UpdatedAt == nil {
+		return 0, false
+	}
+	c, err1 := time.Parse(time.RFC3339Nano, a.CreatedAt)
+	u, err2 := time.Parse(time.RFC3339Nano, *a.UpdatedAt)
+	return u.Sub(c), err1 == nil && err2 == nil
+}
+
+// waitFinished waits until allocation u is no longer allocating, as o.Mode
+// says, and returns its document and the number of requests it took.
+func waitFinished(ctx context.Context, c *client, o Options, u string) (allocDoc, int, error) {
+	var a allocDoc
+	for polls := 1; ; polls++ {
+		select {
+		case <-ctx.Done():
+			return a, polls - 1, context.Cause(ctx)
+		case <-time.After(o.PollInterval):
 		}
-	}, func(ctx context.Context, i int) error {
+		if _, err := c.do(ctx, "GET", "/v1/allocations/"+u, nil, &a); err != nil {
+			return a, polls, err
+		}
+		if a.State != "allocating" {
+			return a, polls, nil
+		}
+	}
+}
+
+// allocate runs the allocation phase: each client POSTs an allocation, waits
+// until it sees it finished, and sends the next.
+func allocate(ctx context.Context, c *client, o Options, r *Result) ([]string, error) {
+	o.Log.Info("creating allocations", zap.Int("allocations", o.Allocations), zap.Int("concurrency", o.Concurrency),
+		zap.String("mode", string(o.Mode)), zap.Duration("poll_interval", o.PollInterval))
+	if o.Mode != ModePoll && o.Mode != ModeWait {
+		return nil, fmt.Errorf("unknown wait mode %q (poll or wait)", o.Mode)
+	}
+	n := o.Allocations
+	sent := make([]time.Time, n)
+	seen := make([]time.Time, n)
+	post := make([]time.Duration, n)
+	docs := make([]allocDoc, n)
+	uuids := make([]string, n)
+	var postErrors, polls atomic.Int64
+	_, err := parallel(ctx, o, "allocate", n, func(ctx context.Context, i int) error {
 		uuids[i] = uuid.NewString()
 		body := map[string]any{"uuid": uuids[i], "resource_class": className(rand.IntN(o.Classes))}
 		if i%2 == 0 {
 			body["traits"] = []string{traitPool[rand.IntN(len(traitPool))]}
 		}
 		sent[i] = time.Now()
-		if o.Mode == "wait" {
-			if err := waitActive(ctx, c, body); err != nil {
-				postErrors.Add(1)
-				o.Log.Warn("POST failed", zap.Error(err))
-			}
-		} else if _, err := c.do(ctx, "POST", "/v1/allocations", body, nil); err != nil {
+		var a allocDoc
+		var hdr map[string]string
+		if o.Mode == ModeWait {
+			// Below the client's 30 s timeout.
+			hdr = map[string]string{"Prefer": "wait=25"}
+		}
+		_, err := c.doHeader(ctx, "POST", "/v1/allocations", body, &a, hdr)
+		post[i] = time.Since(sent[i])
+		if err != nil {
 			postErrors.Add(1)
 			o.Log.Warn("POST failed", zap.Error(err))
+			uuids[i] = ""
+			return nil
 		}
-		answered[i] = time.Since(sent[i])
+		if o.Mode == ModeWait && a.State != "allocating" {
+			seen[i], docs[i] = time.Now(), a
+			return nil
+		}
+		a, k, err := waitFinished(ctx, c, o, uuids[i])
+		polls.Add(int64(k))
+		if err != nil {
+			return fmt.Errorf("waiting for allocation %s: %w", uuids[i], err)
+		}
+		seen[i], docs[i] = time.Now(), a
 		return nil
 	})
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
-	o.Log.Info("all POSTs answered; waiting for the conductors", zap.Duration("took", time.Since(start)))
-	deadline := time.Now().Add(o.Timeout)
-	for {
-		var page struct {
-			Allocations []allocDoc `json:"allocations"`
-		}
-		if _, err := c.do(ctx, "GET", "/v1/allocations?state=allocating&limit=1&fields=uuid", nil, &page); err != nil {
-			return Result{}, err
-		}
-		if len(page.Allocations) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return Result{}, fmt.Errorf("allocations still allocating after %s", o.Timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	all, err := listAll(ctx, c, "/v1/allocations?fields=uuid,state,node_uuid,updated_at,last_error&limit=1000", "allocations")
-	if err != nil {
-		return Result{}, err
-	}
-	byUUID := map[string]allocDoc{}
-	for _, raw := range all {
-		var a allocDoc
-		if err := json.Unmarshal(raw, &a); err != nil {
-			return Result{}, err
-		}
-		byUUID[a.UUID] = a
-	}
-	r := Result{Allocations: o.Allocations, PostErrors: int(postErrors.Load())}
-	var lat []time.Duration
-	var last time.Time
-	held := map[string]int{}
-	for i, u := range uuids {
-		a, ok := byUUID[u]
-		if !ok {
+	r.Allocations, r.PostErrors, r.Polls = n, int(postErrors.Load()), int(polls.Load())
+	var client, server []time.Duration
+	var first, last time.Time
+	for i := range n {
+		if uuids[i] == "" {
 			continue
 		}
-		switch a.State {
+		switch docs[i].State {
 		case "active":
 			r.Active++
-			held[*a.NodeUUID]++
 		case "error":
 			r.Error++
 		}
-		if a.UpdatedAt != nil {
-			t, err := time.Parse("2006-01-02T15:04:05.999999-07:00", *a.UpdatedAt)
-			if err == nil {
-				lat = append(lat, t.Sub(sent[i]))
-				if t.After(last) {
-					last = t
-				}
-			}
+		client = append(client, seen[i].Sub(sent[i]))
+		if d, ok := docs[i].serverLatency(); ok {
+			server = append(server, d)
+		}
+		if first.IsZero() || sent[i].Before(first) {
+			first = sent[i]
+		}
+		if seen[i].After(last) {
+			last = seen[i]
+		}
+	}
+	r.Client, r.Server, r.Post = latencyOf(client), latencyOf(server), latencyOf(post)
+	r.Allocate = Rate{n, last.Sub(first)}
+	if o.Timeline {
+		printTimeline(sent, seen, post, uuids)
+	}
+	return uuids, nil
+}
+
+// printTimeline prints client latency by send order, in tenths of the run:
+// where the tail is.
+func printTimeline(sent, seen []time.Time, post []time.Duration, uuids []string) {
+	type sl struct {
+		t    time.Time
+		d, p time.Duration
+	}
+	var all []sl
+	for i := range sent {
+		if uuids[i] != "" {
+			all = append(all, sl{sent[i], seen[i].Sub(sent[i]), post[i]})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].t.Before(all[j].t) })
+	for k := 0; k < 10; k++ {
+		part := all[k*len(all)/10 : (k+1)*len(all)/10]
+		if len(part) == 0 {
+			continue
+		}
+		var mx, sum, psum, pmx time.Duration
+		for _, x := range part {
+			mx, pmx = max(mx, x.d), max(pmx, x.p)
+			sum += x.d
+			psum += x.p
+		}
+		n := time.Duration(len(part))
+		fmt.Printf("tenth %d: POST-to-seen mean %s max %s; POST answered mean %s max %s\n", k+1,
+			(sum / n).Round(time.Millisecond), mx.Round(time.Millisecond),
+			(psum / n).Round(time.Millisecond), pmx.Round(time.Millisecond))
+	}
+}
+
+// check counts double bookings through the API: nodes held by two active
+// allocations, and active allocations their node does not name.
+func check(ctx context.Context, c *client, uuids []string, r *Result) error {
+	all, err := listAll(ctx, c, "/v1/allocations?fields=uuid,state,node_uuid&limit=1000", "allocations")
+	if err != nil {
+		return err
+	}
+	mine := map[string]bool{}
+	for _, u := range uuids {
+		mine[u] = true
+	}
+	held := map[string]int{}
+	var active []allocDoc
+	for _, raw := range all {
+		var a allocDoc
+		if err := json.Unmarshal(raw, &a); err != nil {
+			return err
+		}
+		if a.State == "active" && a.NodeUUID != nil {
+			held[*a.NodeUUID]++
+			active = append(active, a)
 		}
 	}
 	for _, n := range held {
@@ -339,7 +664,7 @@ func allocate(ctx context.Context, c *client, o Options) (Result, error) {
 	}
 	nodes, err := listAll(ctx, c, "/v1/nodes?fields=uuid,allocation_uuid&limit=1000", "nodes")
 	if err != nil {
-		return Result{}, err
+		return err
 	}
 	nodeAlloc := map[string]string{}
 	for _, raw := range nodes {
@@ -348,90 +673,40 @@ func allocate(ctx context.Context, c *client, o Options) (Result, error) {
 			AllocationUUID *string `json:"allocation_uuid"`
 		}
 		if err := json.Unmarshal(raw, &n); err != nil {
-			return Result{}, err
+			return err
 		}
 		if n.AllocationUUID != nil {
 			nodeAlloc[n.UUID] = *n.AllocationUUID
 		}
 	}
-	for _, a := range byUUID {
-		if a.State == "active" && nodeAlloc[*a.NodeUUID] != a.UUID {
+	for _, a := range active {
+		if nodeAlloc[*a.NodeUUID] != a.UUID {
 			r.DoubleBooked++
 		}
 	}
-	if o.Timeline {
-		// Latency by send order, in tenths of the run: where the tail is.
-		type sl struct {
-			t    time.Time
-			d, p time.Duration
-		}
-		var all []sl
-		for i, u := range uuids {
-			if a, ok := byUUID[u]; ok && a.UpdatedAt != nil {
-				t, _ := time.Parse("2006-01-02T15:04:05.999999-07:00", *a.UpdatedAt)
-				all = append(all, sl{sent[i], t.Sub(sent[i]), answered[i]})
-			}
-		}
-		sort.Slice(all, func(i, j int) bool { return all[i].t.Before(all[j].t) })
-		for k := 0; k < 10; k++ {
-			part := all[k*len(all)/10 : (k+1)*len(all)/10]
-			var mx, sum, psum, pmx time.Duration
-			for _, x := range part {
-				mx, pmx = max(mx, x.d), max(pmx, x.p)
-				sum += x.d
-				psum += x.p
-			}
-			n := time.Duration(len(part))
-			fmt.Printf("tenth %d: POST-to-active mean %s max %s; POST answered mean %s max %s\n", k+1,
-				(sum / n).Round(time.Millisecond), mx.Round(time.Millisecond),
-				(psum / n).Round(time.Millisecond), pmx.Round(time.Millisecond))
-		}
-	}
-	if len(lat) > 0 {
-		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		pct := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
-		r.P50, r.P95, r.P99, r.Max = pct(0.50), pct(0.95), pct(0.99), lat[len(lat)-1]
-	}
-	r.Duration = last.Sub(slices.MinFunc(sent, func(a, b time.Time) int { return a.Compare(b) }))
-	if r.Duration > 0 {
-		r.PerSecond = float64(o.Allocations) / r.Duration.Seconds()
-	}
-	return r, nil
+	return nil
 }
 
-// waitActive POSTs the allocation body with Prefer: wait=25 (below the
-// client's 30 s timeout): metalloc-api answers once the allocation left
-// allocating, so the client needs no polling. An answer still allocating
-// is an error.
-func waitActive(ctx context.Context, c *client, body map[string]any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return err
+// deleteAll deletes every allocation the run created with o.Concurrency
+// clients.
+func deleteAll(ctx context.Context, c *client, o Options, uuids []string, r *Result) error {
+	var live []string
+	for _, u := range uuids {
+		if u != "" {
+			live = append(live, u)
+		}
 	}
-	req, err := http.NewRequestWithContext(ctx, "POST", c.base+"/v1/allocations", bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("X-OpenStack-Ironic-API-Version", apiVersion)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Prefer", "wait=25")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	var a allocDoc
-	data, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("POST /v1/allocations: %d %s", resp.StatusCode, strings.TrimSpace(string(data)))
-	}
-	if err := json.Unmarshal(data, &a); err != nil {
-		return err
-	}
-	if a.State == "allocating" {
-		return fmt.Errorf("allocation %s still allocating after the wait (Preference-Applied: %q)", a.UUID, resp.Header.Get("Preference-Applied"))
-	}
-	return nil
+	o.Log.Info("deleting allocations", zap.Int("allocations", len(live)))
+	var failures atomic.Int64
+	took, err := parallel(ctx, o, "delete", len(live), func(ctx context.Context, i int) error {
+		if _, err := c.do(ctx, "DELETE", "/v1/allocations/"+live[i], nil, nil); err != nil {
+			failures.Add(1)
+			o.Log.Warn("DELETE failed", zap.Error(err))
+		}
+		return nil
+	})
+	r.Delete, r.DeleteErrors = Rate{len(live), took}, int(failures.Load())
+	return err
 }
 
 // listAll follows `next` links and returns every item of collection key.

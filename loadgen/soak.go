@@ -88,15 +88,7 @@ func Soak(ctx context.Context, o SoakOptions) (SoakResult, error) {
 	if o.Load.Concurrency <= 0 {
 		o.Load.Concurrency = 8
 	}
-	if o.Load.Classes <= 0 {
-		o.Load.Classes = 4
-	}
-	if o.Load.Log == nil {
-		o.Load.Log = zap.NewNop()
-	}
-	if o.Load.Progress == nil {
-		o.Load.Progress = func(string, int, int) {}
-	}
+	o.Load.setDefaults()
 	if o.Duration <= 0 {
 		o.Duration = 30 * time.Minute
 	}
@@ -108,7 +100,7 @@ func Soak(ctx context.Context, o SoakOptions) (SoakResult, error) {
 	}
 	log := o.Load.Log
 	c := &client{base: strings.TrimRight(o.Load.APIURL, "/"), http: &http.Client{Timeout: 30 * time.Second}}
-	if err := enroll(ctx, c, o.Load); err != nil {
+	if _, err := enrollBy(ctx, c, o.Load); err != nil {
 		return SoakResult{}, fmt.Errorf("enrolling: %w", err)
 	}
 	res := SoakResult{Statuses: map[int]int64{}, Samples: map[string][]SoakSample{}}

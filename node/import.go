@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -77,9 +78,14 @@ type ImportResult struct {
 // "portgroups" (each port group with its own "ports") go to
 // ImportOptions.Ports, in the transaction that creates the node (so a bad
 // port leaves no node behind) or, for an existing node, in one holding its
-// row lock; chassis are refused.
+// row lock; chassis are refused. Entries with ports take the per-node path,
+// not the bulk COPY of new nodes.
 //
-// progress, if not nil, is called with (done, total) after each node. A
+// New nodes are written importChunk at a time (COPY); an import that
+// created or changed analyzeAfter nodes or more analyzes the node tables.
+//
+// progress, if not nil, is called with (done, total) for each node, once
+// the chunk of up to importChunk entries it was imported with is done. A
 // failing node does not stop the import: Import carries on and returns the
 // failures joined, each naming its node.
 func Import(ctx context.Context, store *Store, r io.Reader, opts ImportOptions, progress func(done, total int)) (ImportResult, error) {
@@ -96,27 +102,243 @@ func Import(ctx context.Context, store *Store, r io.Reader, opts ImportOptions, 
 	}
 	res.Total = len(nodes)
 	var errs []error
-	for i, raw := range nodes {
-		label := fmt.Sprintf("node %d", i+1)
-		if m, ok := raw.(map[string]any); ok {
-			if s, ok := m["name"].(string); ok {
-				label += " (" + s + ")"
-			} else if s, ok := m["uuid"].(string); ok {
-				label += " (" + s + ")"
-			}
-		}
-		if err := importOne(ctx, store, raw, opts, &res); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", label, err))
-		}
-		if progress != nil {
-			progress(i+1, len(nodes))
+	for lo := 0; lo < len(nodes); lo += importChunk {
+		hi := min(lo+importChunk, len(nodes))
+		errs = append(errs, importNodes(ctx, store, nodes[lo:hi], lo, opts, &res)...)
+		for done := lo + 1; progress != nil && done <= hi; done++ {
+			progress(done, len(nodes))
 		}
 		if ctx.Err() != nil {
 			errs = append(errs, ctx.Err())
 			break
 		}
 	}
+	if res.Created+res.Updated+res.MadeAvailable >= analyzeAfter && ctx.Err() == nil {
+		if err := store.q.AnalyzeNodes(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("analyzing the imported nodes: %w", err))
+		}
+	}
 	return res, errors.Join(errs...)
+}
+
+// analyzeAfter is how many nodes an import must create or change before it
+// analyzes nodes and node_traits itself: autovacuum would, but only after
+// its naptime, and plans made meanwhile by conductors and the API would see
+// a table that is still empty, or still in enroll.
+const analyzeAfter = 1000
+
+// importChunk is how many file entries Import handles together: new nodes
+// among them are written by one transaction (COPY).
+const importChunk = 1000
+
+// importLabel names file entry i (0-based) in errors.
+func importLabel(i int, raw any) string {
+	label := fmt.Sprintf("node %d", i+1)
+	if m, ok := raw.(map[string]any); ok {
+		if s, ok := m["name"].(string); ok {
+			label += " (" + s + ")"
+		} else if s, ok := m["uuid"].(string); ok {
+			label += " (" + s + ")"
+		}
+	}
+	return label
+}
+
+// importNodes imports the file entries nodes (the first is entry first of
+// the file). Entries that name no existing node and no other entry of the
+// chunk are new: they are validated and driven to their final state in
+// memory (the same state machine the API runs), then written together in
+// one transaction. The rest, and every new entry again if that transaction
+// fails (a node created meanwhile), go through importOne, one transaction
+// per step, in file order.
+func importNodes(ctx context.Context, store *Store, nodes []any, first int, opts ImportOptions, res *ImportResult) []error {
+	var errs []error
+	fail := func(i int, err error) { errs = append(errs, fmt.Errorf("%s: %w", importLabel(first+i, nodes[i]), err)) }
+	entries := make([]*importEntry, len(nodes))
+	var uuids []uuid.UUID
+	var names []string
+	for i, raw := range nodes {
+		e, err := prepareImport(raw, opts, res)
+		if err != nil {
+			fail(i, err)
+			continue
+		}
+		entries[i] = e
+		uuids = append(uuids, e.node.UUID)
+		if e.node.Name != nil {
+			names = append(names, *e.node.Name)
+		}
+	}
+	existing, err := store.q.ExistingNodeIdents(ctx, ExistingNodeIdentsParams{Uuids: uuids, Names: names})
+	if err != nil {
+		return append(errs, fmt.Errorf("looking up existing nodes: %w", err))
+	}
+	taken := map[string]bool{}
+	for _, r := range existing {
+		taken["u"+r.Uuid.String()] = true
+		if r.Name != nil {
+			taken["n"+*r.Name] = true
+		}
+	}
+	done := make([]*uuid.UUID, len(nodes))
+	var fresh []int
+	var rows []Node
+	for i, e := range entries {
+		if e == nil {
+			continue
+		}
+		keys := []string{}
+		if _, set := e.doc["uuid"].(string); set && e.node.UUID != uuid.Nil {
+			keys = append(keys, "u"+e.node.UUID.String())
+		}
+		if e.node.Name != nil {
+			keys = append(keys, "n"+*e.node.Name)
+		}
+		clash := false
+		for _, k := range keys {
+			clash = clash || taken[k]
+			taken[k] = true
+		}
+		if clash || e.hasPorts() {
+			continue
+		}
+		n, made, err := store.newImported(ctx, e, opts)
+		if err != nil {
+			fail(i, err)
+			entries[i] = nil
+			continue
+		}
+		e.made = made
+		fresh = append(fresh, i)
+		rows = append(rows, n)
+	}
+	if err := store.insertImported(ctx, rows); err == nil {
+		for k, i := range fresh {
+			done[i] = &rows[k].UUID
+			res.Created++
+			if entries[i].made {
+				res.MadeAvailable++
+			}
+		}
+	} else if ctx.Err() != nil {
+		return append(errs, err)
+	}
+	for i, e := range entries {
+		if e == nil || done[i] != nil {
+			continue
+		}
+		u, err := applyImport(ctx, store, e, opts, res)
+		if u != uuid.Nil {
+			done[i] = &u
+		}
+		if err != nil {
+			fail(i, err)
+		}
+	}
+	for _, u := range done {
+		if u != nil {
+			res.Nodes = append(res.Nodes, *u)
+		}
+	}
+	return errs
+}
+
+// importEntry is a validated file entry.
+type importEntry struct {
+	doc       map[string]any
+	node      Node
+	traitsSet bool
+	made      bool
+	// portgroups and ports are the entry's lists (nil without a
+	// PortImporter).
+	portgroups, ports []any
+}
+
+// hasPorts reports whether the entry brings ports or port groups.
+func (e *importEntry) hasPorts() bool { return len(e.portgroups)+len(e.ports) > 0 }
+
+// newImported is the node a new entry creates, as Store.Create would store
+// it, driven to available in memory when opts says so (with the state
+// machine of Store.Provision and Store.SetPowerState).
+func (s *Store) newImported(ctx context.Context, e *importEntry, opts ImportOptions) (Node, bool, error) {
+	n := e.node.Clone()
+	if err := opts.Driver.Validate(ctx, &n); err != nil {
+		return Node{}, false, err
+	}
+	if n.UUID == uuid.Nil {
+		n.UUID = uuid.New()
+	}
+	if n.ProvisionState == "" {
+		n.ProvisionState = StateEnroll
+	}
+	n.ConductorGroup = strings.ToLower(n.ConductorGroup)
+	if n.ProvisionUpdatedAt == nil {
+		n.ProvisionUpdatedAt = ptr(s.now().UTC())
+	}
+	if !opts.MakeAvailable {
+		return n, false, nil
+	}
+	before := n.Clone()
+	made, err := makeAvailable(n, opts.Driver, func(n Node, req ProvisionRequest) (Node, error) {
+		err := s.applyProvision(ctx, nil, &n, req, opts.Driver, nil)
+		return n, err
+	}, func(n Node, target string) (Node, error) {
+		err := applyPower(ctx, &n, n.UUID.String(), target, opts.Driver)
+		return n, err
+	}, func(m Node) { n = m })
+	if err != nil {
+		return Node{}, false, err
+	}
+	if !reflect.DeepEqual(before, n) {
+		n.UpdatedAt = ptr(s.now().UTC())
+	}
+	return n, made, nil
+}
+
+// insertImported writes new nodes and their traits in one transaction.
+func (s *Store) insertImported(ctx context.Context, nodes []Node) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	rows := make([]CopyNodesParams, len(nodes))
+	uuids := make([]uuid.UUID, len(nodes))
+	for i, n := range nodes {
+		p, err := insertParams(n)
+		if err != nil {
+			return err
+		}
+		rows[i] = CopyNodesParams{p.Uuid, p.Name, p.Driver, p.ResourceClass, p.ProvisionState, p.TargetProvisionState,
+			p.ProvisionUpdatedAt, p.PowerState, p.TargetPowerState, p.Maintenance, p.MaintenanceReason,
+			p.Fault, p.LastError, p.InstanceUuid, p.Owner, p.Lessee, p.Description, p.ConductorGroup,
+			p.Protected, p.ProtectedReason, p.Retired, p.RetiredReason, p.AutomatedClean, p.ConsoleEnabled,
+			p.Shard, p.Properties, p.Extra, p.InstanceInfo, p.DriverInfo, p.DriverInternalInfo, p.Interfaces,
+			p.NetworkData, p.RaidConfig, p.TargetRaidConfig, n.UpdatedAt}
+		uuids[i] = n.UUID
+	}
+	return db.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		q := s.q.WithTx(tx)
+		if _, err := q.CopyNodes(ctx, rows); err != nil {
+			return fmt.Errorf("writing nodes: %w", err)
+		}
+		ids, err := q.NodeIDsByUUID(ctx, uuids)
+		if err != nil {
+			return fmt.Errorf("reading node ids: %w", err)
+		}
+		byUUID := make(map[uuid.UUID]int64, len(ids))
+		for _, r := range ids {
+			byUUID[r.Uuid] = r.ID
+		}
+		var traits []CopyNodeTraitsParams
+		for _, n := range nodes {
+			for _, t := range n.Traits {
+				traits = append(traits, CopyNodeTraitsParams{NodeID: byUUID[n.UUID], Trait: t})
+			}
+		}
+		if _, err := q.CopyNodeTraits(ctx, traits); err != nil {
+			return fmt.Errorf("writing node traits: %w", err)
+		}
+		return nil
+	})
 }
 
 // readImportFile decodes the file (YAML, of which JSON is a subset) into
@@ -126,17 +348,21 @@ func readImportFile(r io.Reader) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading node file: %w", err)
 	}
-	var doc any
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		return nil, fmt.Errorf("node file is neither valid JSON nor valid YAML: %w", err)
-	}
-	// Round-trip through JSON so values have the types request bodies have.
-	b, err := json.Marshal(doc)
+	// A JSON file is read as JSON (five times faster than the YAML parser
+	// on a large file); anything else as YAML, of which JSON is a subset.
+	doc, err := decodeJSON(raw)
 	if err != nil {
-		return nil, fmt.Errorf("node file holds values JSON cannot represent: %w", err)
-	}
-	if doc, err = decodeJSON(b); err != nil {
-		return nil, fmt.Errorf("node file: %w", err)
+		if err := yaml.Unmarshal(raw, &doc); err != nil {
+			return nil, fmt.Errorf("node file is neither valid JSON nor valid YAML: %w", err)
+		}
+		// Round-trip through JSON so values have the types request bodies have.
+		b, err := json.Marshal(doc)
+		if err != nil {
+			return nil, fmt.Errorf("node file holds values JSON cannot represent: %w", err)
+		}
+		if doc, err = decodeJSON(b); err != nil {
+			return nil, fmt.Errorf("node file: %w", err)
+		}
 	}
 	top, ok := doc.(map[string]any)
 	if !ok {
@@ -160,10 +386,11 @@ func readImportFile(r io.Reader) ([]any, error) {
 	return nodes, nil
 }
 
-func importOne(ctx context.Context, store *Store, raw any, opts ImportOptions, res *ImportResult) error {
+// prepareImport validates one file entry and parses it as a node.
+func prepareImport(raw any, opts ImportOptions, res *ImportResult) (*importEntry, error) {
 	doc, ok := raw.(map[string]any)
 	if !ok {
-		return fmt.Errorf("expected an object, got %s", web.PyRepr(raw))
+		return nil, fmt.Errorf("expected an object, got %s", web.PyRepr(raw))
 	}
 	doc = maps.Clone(doc)
 	var traits []string
@@ -172,13 +399,13 @@ func importOne(ctx context.Context, store *Store, raw any, opts ImportOptions, r
 		delete(doc, "traits")
 		list, ok := t.([]any)
 		if !ok && t != nil {
-			return fmt.Errorf("traits must be a list")
+			return nil, fmt.Errorf("traits must be a list")
 		}
 		traitsSet = true
 		for _, x := range list {
 			s, ok := x.(string)
 			if !ok {
-				return fmt.Errorf("trait %s is not a string", web.PyRepr(x))
+				return nil, fmt.Errorf("trait %s is not a string", web.PyRepr(x))
 			}
 			traits = append(traits, s)
 		}
@@ -189,56 +416,60 @@ func importOne(ctx context.Context, store *Store, raw any, opts ImportOptions, r
 			delete(doc, k)
 			l, ok := v.([]any)
 			if !ok && v != nil {
-				return fmt.Errorf("%s must be a list", k)
+				return nil, fmt.Errorf("%s must be a list", k)
 			}
 			lists[i] = l
 		}
 	}
-	hasPorts := len(lists[0])+len(lists[1]) > 0
-	if hasPorts && opts.Ports == nil {
+	if len(lists[0])+len(lists[1]) > 0 && opts.Ports == nil {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("%v: ports and portgroups ignored", doc["name"]))
-		hasPorts = false
-	}
-	var counts PortCounts
-	importPorts := func(tx pgx.Tx, n Node) (err error) {
-		counts, err = opts.Ports.ImportPorts(ctx, tx, n, lists[0], lists[1])
-		return err
+		lists = [2][]any{}
 	}
 	if err := validateSchema(createSchema, "node", doc); err != nil {
-		return err
+		return nil, err
 	}
 	n, err := nodeFromCreate(web.IronicMaxVersion, doc)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if traitsSet {
 		if n.Traits, err = normaliseTraits(n.UUID, traits); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	return &importEntry{doc: doc, node: n, traitsSet: traitsSet, portgroups: lists[0], ports: lists[1]}, nil
+}
 
+// applyImport creates or updates the node of one prepared entry, one
+// transaction per step, and returns its uuid.
+func applyImport(ctx context.Context, store *Store, e *importEntry, opts ImportOptions, res *ImportResult) (uuid.UUID, error) {
+	doc, n, traitsSet := e.doc, e.node, e.traitsSet
 	existing, found, err := findExisting(ctx, store, doc)
 	if err != nil {
-		return err
+		return uuid.Nil, err
+	}
+	var counts PortCounts
+	var importPorts func(pgx.Tx, Node) error
+	if e.hasPorts() {
+		importPorts = func(tx pgx.Tx, n Node) (err error) {
+			counts, err = opts.Ports.ImportPorts(ctx, tx, n, e.portgroups, e.ports)
+			return err
+		}
 	}
 	var cur Node
 	if !found {
 		if err := opts.Driver.Validate(ctx, &n); err != nil {
-			return err
+			return uuid.Nil, err
 		}
-		var then func(pgx.Tx, Node) error
-		if hasPorts {
-			then = importPorts
-		}
-		if cur, err = store.CreateWith(ctx, n, then); err != nil {
-			return err
+		if cur, err = store.CreateWith(ctx, n, importPorts); err != nil {
+			return uuid.Nil, err
 		}
 		res.Created++
 	} else {
 		want := existing.Clone()
 		applyImported(&want, n, doc)
 		if err := opts.Driver.Validate(ctx, &want); err != nil {
-			return err
+			return uuid.Nil, err
 		}
 		changed := !reflect.DeepEqual(patchDocument(&existing), patchDocument(&want)) ||
 			existing.ConsoleEnabled != want.ConsoleEnabled
@@ -249,17 +480,17 @@ func importOne(ctx context.Context, store *Store, raw any, opts ImportOptions, r
 				applyImported(x, n, doc)
 				return nil
 			}); err != nil {
-				return err
+				return uuid.Nil, err
 			}
 		}
 		if traitsChanged {
 			if cur, err = store.SetTraits(ctx, existing.UUID.String(), n.Traits); err != nil {
-				return err
+				return uuid.Nil, err
 			}
 		}
-		if hasPorts {
+		if importPorts != nil {
 			if err := store.Locked(ctx, existing.UUID.String(), importPorts); err != nil {
-				return err
+				return uuid.Nil, err
 			}
 		}
 		if changed || traitsChanged || counts != (PortCounts{}) {
@@ -268,19 +499,23 @@ func importOne(ctx context.Context, store *Store, raw any, opts ImportOptions, r
 			res.Unchanged++
 		}
 	}
-	res.Nodes = append(res.Nodes, cur.UUID)
 	res.Ports += counts.Ports
 	res.Portgroups += counts.Portgroups
 	if opts.MakeAvailable {
-		made, err := makeAvailable(ctx, store, cur, opts.Driver)
+		id := cur.UUID.String()
+		made, err := makeAvailable(cur, opts.Driver, func(_ Node, req ProvisionRequest) (Node, error) {
+			return store.Provision(ctx, id, req, opts.Driver, nil)
+		}, func(_ Node, target string) (Node, error) {
+			return store.SetPowerState(ctx, id, target, opts.Driver)
+		}, func(Node) {})
 		if err != nil {
-			return err
+			return cur.UUID, err
 		}
 		if made {
 			res.MadeAvailable++
 		}
 	}
-	return nil
+	return cur.UUID, nil
 }
 
 // findExisting finds the node a file entry refers to: by uuid when it has
@@ -363,22 +598,27 @@ func applyImported(dst *Node, src Node, doc map[string]any) {
 	}
 }
 
-// makeAvailable drives n to available with power off (see ImportOptions).
-func makeAvailable(ctx context.Context, store *Store, n Node, drv Driver) (bool, error) {
-	id := n.UUID.String()
+// makeAvailable drives n to available with power off (see
+// ImportOptions): provision and power run one step on the node as it is
+// after the previous one and return the result; stored receives the node
+// after every step.
+func makeAvailable(n Node, drv Driver, provision func(Node, ProvisionRequest) (Node, error),
+	power func(Node, string) (Node, error), stored func(Node)) (bool, error) {
 	var err error
 	if n.ProvisionState == StateEnroll {
-		if n, err = store.Provision(ctx, id, ProvisionRequest{Target: TargetManage}, drv, nil); err != nil {
+		if n, err = provision(n, ProvisionRequest{Target: TargetManage}); err != nil {
 			return false, fmt.Errorf("manage: %w", err)
 		}
+		stored(n)
 	}
 	if n.ProvisionState != StateManageable && n.ProvisionState != StateAvailable {
 		return false, nil
 	}
 	if deref(n.PowerState) != PowerOff && (n.ProvisionState == StateManageable || n.PowerState == nil) {
-		if n, err = store.SetPowerState(ctx, id, PowerOff, drv); err != nil {
+		if n, err = power(n, PowerOff); err != nil {
 			return false, fmt.Errorf("power off: %w", err)
 		}
+		stored(n)
 		if n.LastError != nil && deref(n.PowerState) != PowerOff {
 			return false, fmt.Errorf("power off: %s", *n.LastError)
 		}
@@ -386,9 +626,10 @@ func makeAvailable(ctx context.Context, store *Store, n Node, drv Driver) (bool,
 	if n.ProvisionState != StateManageable {
 		return false, nil
 	}
-	if n, err = store.Provision(ctx, id, ProvisionRequest{Target: TargetProvide}, drv, nil); err != nil {
+	if n, err = provision(n, ProvisionRequest{Target: TargetProvide}); err != nil {
 		return false, fmt.Errorf("provide: %w", err)
 	}
+	stored(n)
 	if n.ProvisionState != StateAvailable {
 		return false, fmt.Errorf("provide left the node in %q: %s", n.ProvisionState, deref(n.LastError))
 	}

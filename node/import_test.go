@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -132,4 +133,49 @@ func TestImportUpdates(t *testing.T) {
 	require.Error(t, err)
 	_, err = node.Import(ctx, e.store, strings.NewReader(`{"servers": []}`), node.ImportOptions{}, nil)
 	require.ErrorContains(t, err, "unknown top-level key")
+}
+
+// TestImportBulk: new nodes of a large file go in by COPY, in file order,
+// driven to available; an entry naming a node met earlier in the same file
+// updates it; a new entry whose name an existing node holds fails alone;
+// the node tables are analyzed afterwards.
+func TestImportBulk(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := t.Context()
+	_, err := node.Import(ctx, e.store, strings.NewReader(`{"nodes": [{"name": "taken", "driver": "fake-hardware"}]}`),
+		node.ImportOptions{}, nil)
+	require.NoError(t, err)
+
+	var b strings.Builder
+	b.WriteString(`{"nodes": [`)
+	const n = 1500
+	for i := range n {
+		fmt.Fprintf(&b, `{"name": "bulk-%d", "driver": "fake-hardware", "resource_class": "rc", "traits": ["CUSTOM_T%d"]},`, i, i%3)
+	}
+	b.WriteString(`{"name": "bulk-7", "driver": "fake-hardware", "description": "second"},`)
+	b.WriteString(`{"uuid": "` + uuid.NewString() + `", "name": "taken", "driver": "fake-hardware"}]}`)
+	res, err := node.Import(ctx, e.store, strings.NewReader(b.String()), node.ImportOptions{MakeAvailable: true}, nil)
+	require.ErrorContains(t, err, "node 1502 (taken): A node with name taken already exists.")
+	require.Equal(t, n, res.Created)
+	require.Equal(t, 1, res.Updated)
+	require.Equal(t, n, res.MadeAvailable)
+	require.Len(t, res.Nodes, n+1)
+
+	first, err := e.store.Get(ctx, "bulk-0")
+	require.NoError(t, err)
+	require.Equal(t, first.UUID, res.Nodes[0])
+	require.Equal(t, "available", first.ProvisionState)
+	require.Equal(t, "power off", *first.PowerState)
+	require.Equal(t, []string{"CUSTOM_T0"}, first.Traits)
+	require.NotNil(t, first.UpdatedAt)
+	require.Equal(t, "fake", first.Interfaces["deploy_interface"])
+	seventh, err := e.store.Get(ctx, "bulk-7")
+	require.NoError(t, err)
+	require.Equal(t, "second", *seventh.Description)
+	require.Equal(t, []string{"CUSTOM_T1"}, seventh.Traits)
+
+	var reltuples float64
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE relname = 'nodes'`).Scan(&reltuples))
+	require.InDelta(t, n+1, reltuples, 1)
 }

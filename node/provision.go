@@ -124,16 +124,23 @@ func (s *Store) Provision(ctx context.Context, ident string, req ProvisionReques
 	}
 	remover = removerOrDefault(remover)
 	return s.change(ctx, ident, func(tx pgx.Tx, _ *Queries, n *Node) error {
-		before := n.ProvisionState
-		if err := s.provision(ctx, tx, n, req, drv, remover); err != nil {
-			return err
-		}
-		n.TargetProvisionState = nil
-		if n.ProvisionState != before {
-			n.ProvisionUpdatedAt = ptr(s.now().UTC())
-		}
-		return nil
+		return s.applyProvision(ctx, tx, n, req, drv, remover)
 	})
+}
+
+// applyProvision is Provision's change of n, in tx (which only a tear down
+// uses: nil is fine for manage and provide).
+func (s *Store) applyProvision(ctx context.Context, tx pgx.Tx, n *Node, req ProvisionRequest, drv Driver,
+	remover AllocationRemover) error {
+	before := n.ProvisionState
+	if err := s.provision(ctx, tx, n, req, drv, remover); err != nil {
+		return err
+	}
+	n.TargetProvisionState = nil
+	if n.ProvisionState != before {
+		n.ProvisionUpdatedAt = ptr(s.now().UTC())
+	}
+	return nil
 }
 
 func (s *Store) provision(ctx context.Context, tx pgx.Tx, n *Node, req ProvisionRequest, drv Driver,

@@ -127,3 +127,36 @@ SELECT hostname, conductor_group, drivers
   FROM conductors
  WHERE online
  ORDER BY hostname;
+
+-- name: ExistingNodeIdents :many
+-- The uuids and names, among those given, that nodes already use (bulk
+-- import: which file entries match an existing node).
+SELECT uuid, name FROM nodes
+ WHERE uuid = ANY(@uuids::uuid[]) OR name = ANY(@names::text[]);
+
+-- name: CopyNodes :copyfrom
+-- Bulk import of new nodes (COPY); columns as InsertNode plus updated_at.
+INSERT INTO nodes (
+    uuid, name, driver, resource_class, provision_state, target_provision_state,
+    provision_updated_at, power_state, target_power_state, maintenance,
+    maintenance_reason, fault, last_error, instance_uuid, owner, lessee,
+    description, conductor_group, protected, protected_reason, retired,
+    retired_reason, automated_clean, console_enabled, shard, properties, extra,
+    instance_info, driver_info, driver_internal_info, interfaces, network_data,
+    raid_config, target_raid_config, updated_at
+) VALUES (
+    $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+    $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32,
+    $33, $34, $35
+);
+
+-- name: NodeIDsByUUID :many
+SELECT id, uuid FROM nodes WHERE uuid = ANY(@uuids::uuid[]);
+
+-- name: CopyNodeTraits :copyfrom
+INSERT INTO node_traits (node_id, trait) VALUES ($1, $2);
+
+-- name: AnalyzeNodes :exec
+-- Fresh planner statistics after a bulk import, so that the first plans
+-- made on the imported nodes do not assume an empty or half-enrolled table.
+ANALYZE nodes, node_traits;

@@ -13,6 +13,60 @@ import (
 	"github.com/google/uuid"
 )
 
+const analyzeNodes = `-- name: AnalyzeNodes :exec
+ANALYZE nodes, node_traits
+`
+
+// Fresh planner statistics after a bulk import, so that the first plans
+// made on the imported nodes do not assume an empty or half-enrolled table.
+func (q *Queries) AnalyzeNodes(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, analyzeNodes)
+	return err
+}
+
+type CopyNodeTraitsParams struct {
+	NodeID int64
+	Trait  string
+}
+
+type CopyNodesParams struct {
+	Uuid                 uuid.UUID
+	Name                 *string
+	Driver               string
+	ResourceClass        *string
+	ProvisionState       string
+	TargetProvisionState *string
+	ProvisionUpdatedAt   *time.Time
+	PowerState           *string
+	TargetPowerState     *string
+	Maintenance          bool
+	MaintenanceReason    *string
+	Fault                *string
+	LastError            *string
+	InstanceUuid         *uuid.UUID
+	Owner                *string
+	Lessee               *string
+	Description          *string
+	ConductorGroup       string
+	Protected            bool
+	ProtectedReason      *string
+	Retired              bool
+	RetiredReason        *string
+	AutomatedClean       *bool
+	ConsoleEnabled       bool
+	Shard                *string
+	Properties           json.RawMessage
+	Extra                json.RawMessage
+	InstanceInfo         json.RawMessage
+	DriverInfo           json.RawMessage
+	DriverInternalInfo   json.RawMessage
+	Interfaces           json.RawMessage
+	NetworkData          json.RawMessage
+	RaidConfig           json.RawMessage
+	TargetRaidConfig     json.RawMessage
+	UpdatedAt            *time.Time
+}
+
 const deallocate = `-- name: Deallocate :exec
 SELECT metalloc_deallocate($1::bigint)
 `
@@ -59,6 +113,43 @@ DELETE FROM node_traits WHERE node_id = $1
 func (q *Queries) DeleteNodeTraits(ctx context.Context, nodeID int64) error {
 	_, err := q.db.Exec(ctx, deleteNodeTraits, nodeID)
 	return err
+}
+
+const existingNodeIdents = `-- name: ExistingNodeIdents :many
+SELECT uuid, name FROM nodes
+ WHERE uuid = ANY($1::uuid[]) OR name = ANY($2::text[])
+`
+
+type ExistingNodeIdentsParams struct {
+	Uuids []uuid.UUID
+	Names []string
+}
+
+type ExistingNodeIdentsRow struct {
+	Uuid uuid.UUID
+	Name *string
+}
+
+// The uuids and names, among those given, that nodes already use (bulk
+// import: which file entries match an existing node).
+func (q *Queries) ExistingNodeIdents(ctx context.Context, arg ExistingNodeIdentsParams) ([]ExistingNodeIdentsRow, error) {
+	rows, err := q.db.Query(ctx, existingNodeIdents, arg.Uuids, arg.Names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ExistingNodeIdentsRow
+	for rows.Next() {
+		var i ExistingNodeIdentsRow
+		if err := rows.Scan(&i.Uuid, &i.Name); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const getAllocationOwner = `-- name: GetAllocationOwner :one
@@ -486,6 +577,35 @@ func (q *Queries) LockNodeByUUID(ctx context.Context, argUuid uuid.UUID) (LockNo
 		&i.Traits,
 	)
 	return i, err
+}
+
+const nodeIDsByUUID = `-- name: NodeIDsByUUID :many
+SELECT id, uuid FROM nodes WHERE uuid = ANY($1::uuid[])
+`
+
+type NodeIDsByUUIDRow struct {
+	ID   int64
+	Uuid uuid.UUID
+}
+
+func (q *Queries) NodeIDsByUUID(ctx context.Context, uuids []uuid.UUID) ([]NodeIDsByUUIDRow, error) {
+	rows, err := q.db.Query(ctx, nodeIDsByUUID, uuids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []NodeIDsByUUIDRow
+	for rows.Next() {
+		var i NodeIDsByUUIDRow
+		if err := rows.Scan(&i.ID, &i.Uuid); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const touchNode = `-- name: TouchNode :exec

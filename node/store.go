@@ -421,19 +421,24 @@ func (s *Store) SetPowerState(ctx context.Context, ident, target string, drv Dri
 		drv = FakeDriver{}
 	}
 	return s.change(ctx, ident, func(_ pgx.Tx, _ *Queries, n *Node) error {
-		if !slices.Contains(powerTargets, target) {
-			return errInvalidStateRequested(target, ident, strOrNone(n.PowerState))
-		}
-		if n.ProvisionState == StateCleanWait || n.ProvisionState == StateCleaning {
-			return errInvalidStateRequested(target, ident, n.ProvisionState)
-		}
-		n.LastError = nil
-		if err := drv.SetPower(ctx, n, target); err != nil {
-			n.LastError = ptr(fmt.Sprintf("Failed to change power state to '%s' by '%s'. Error: %v", target, target, err))
-		}
-		n.TargetPowerState = nil
-		return nil
+		return applyPower(ctx, n, ident, target, drv)
 	})
+}
+
+// applyPower is SetPowerState's change of n (named ident in errors).
+func applyPower(ctx context.Context, n *Node, ident, target string, drv Driver) error {
+	if !slices.Contains(powerTargets, target) {
+		return errInvalidStateRequested(target, ident, strOrNone(n.PowerState))
+	}
+	if n.ProvisionState == StateCleanWait || n.ProvisionState == StateCleaning {
+		return errInvalidStateRequested(target, ident, n.ProvisionState)
+	}
+	n.LastError = nil
+	if err := drv.SetPower(ctx, n, target); err != nil {
+		n.LastError = ptr(fmt.Sprintf("Failed to change power state to '%s' by '%s'. Error: %v", target, target, err))
+	}
+	n.TargetPowerState = nil
+	return nil
 }
 
 // powerTargets are the power state targets the API accepts.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,13 +20,19 @@ func benchCmd() *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "benchmarks"}
 	var o loadgen.Options
 	var conductors int
-	var api, backend string
+	var api, backend, enroll string
 	alloc := &cobra.Command{
 		Use:   "allocations",
 		Short: "enroll nodes, fire allocations through the API, report allocations/s, latency and double-booking",
 		Long: "Starts metalloc-api and --conductors metalloc-conductor processes on DATABASE_URL (unless --api\n" +
-			"points at a running API), enrolls --nodes nodes, fires --allocations allocations with --concurrency\n" +
-			"clients, waits until every one is active or error, and prints the figures. Use a fresh database.\n" +
+			"points at a running API), enrolls --nodes nodes (--enroll api: through the Ironic API as the openstack\n" +
+			"CLI does, node create, traits, manage, power off, provide; --enroll import: metalloc-manage node\n" +
+			"import), then --concurrency clients each POST an allocation, poll it every --poll-interval until it\n" +
+			"is no longer allocating and send the next, --allocations in all; finally every allocation is\n" +
+			"deleted by --concurrency clients. Prints enrolment nodes/s, allocations/s and POST-to-seen-active\n" +
+			"latency as the clients saw them, the server-side latency (updated_at - created_at), deletes/s and\n" +
+			"a double-booking count. Nothing is vacuumed or analyzed: the run sees what a client would. Use a\n" +
+			"fresh database.\n" +
 			"With --backend placement the conductors allocate through metalloc-placement (started too, with\n" +
 			"randomized allocation candidates); after enrolling, the run waits until the conductors' resource\n" +
 			"tracker has mirrored every node into Placement, then fires the allocations.",
@@ -39,6 +46,15 @@ func benchCmd() *cobra.Command {
 				log.Info("progress", zap.String("phase", phase), zap.Int("done", done), zap.Int("total", total))
 			}
 			o.APIURL = api
+			o.Enroll = loadgen.Enrolment(enroll)
+			if o.Enroll == loadgen.EnrollImport {
+				if err := cfg.RequireDatabase(); err != nil {
+					return err
+				}
+				o.Import = func(ctx context.Context, file []byte) error {
+					return importFrom(ctx, cfg.Database.URL, bytes.NewReader(file), "bench nodes", true, log)
+				}
+			}
 			if api == "" {
 				if err := cfg.RequireDatabase(); err != nil {
 					return err
@@ -52,11 +68,20 @@ func benchCmd() *cobra.Command {
 				}
 				defer stack.Stop(cmd.Context())
 				o.APIURL = stack.APIURL
-				o.AfterEnroll = func(ctx context.Context) error {
-					log.Info("vacuuming after enrollment")
-					if err := db.Vacuum(ctx, cfg.Database.URL, "nodes", "node_traits"); err != nil {
-						return err
+				pool, err := db.Open(cmd.Context(), cfg.Database.URL, db.PoolOptions{ApplicationName: "metalloc-bench"})
+				if err != nil {
+					return err
+				}
+				defer pool.Close()
+				o.Work = func(ctx context.Context) (loadgen.Work, error) {
+					pids := []int{stack.API.Cmd.Process.Pid}
+					for _, c := range stack.Conductors {
+						pids = append(pids, c.Cmd.Process.Pid)
 					}
+					w, err := db.ReadWork(ctx, pool, pids...)
+					return loadgen.Work{Buffers: w.Buffers, CPU: w.CPU, DatabaseCPU: w.DatabaseCPU}, err
+				}
+				o.AfterEnroll = func(ctx context.Context) error {
 					if stack.BackendPlacementURL == "" {
 						return nil
 					}
@@ -83,7 +108,8 @@ func benchCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Printf("nodes: %d, conductors: %d, concurrency: %d, backend: %s\n%s\n", o.Nodes, conductors, o.Concurrency, backend, r)
+			fmt.Printf("nodes: %d, conductors: %d, concurrency: %d, backend: %s, mode: %s (poll every %s)\n%s\n",
+				o.Nodes, conductors, o.Concurrency, backend, o.Mode, o.PollInterval, r)
 			if r.DoubleBooked > 0 {
 				return fmt.Errorf("%d nodes double-booked", r.DoubleBooked)
 			}
@@ -96,8 +122,12 @@ func benchCmd() *cobra.Command {
 	alloc.Flags().IntVar(&conductors, "conductors", 2, "conductors to start")
 	alloc.Flags().StringVar(&api, "api", "", "use this running API instead of starting one")
 	alloc.Flags().StringVar(&backend, "backend", "database", "allocation backend of the conductors started: database or placement (also starts metalloc-placement)")
+	alloc.Flags().StringVar(&enroll, "enroll", "api", "how nodes are enrolled: api (5 requests per node), import (metalloc-manage node import) or none (already there)")
+	alloc.Flags().StringVar((*string)(&o.Mode), "mode", string(loadgen.ModePoll), "how clients learn their allocation finished: poll (GET every --poll-interval) or wait (each POST with Prefer: wait is answered when its allocation is done)")
+	alloc.Flags().DurationVar(&o.PollInterval, "poll-interval", 5*time.Millisecond, "pause between a client's GETs of its allocation")
+	alloc.Flags().BoolVar(&o.SkipDeletes, "skip-deletes", false, "leave the allocations in place (no delete phase)")
+	alloc.Flags().DurationVar(&o.Timeout, "timeout", 10*time.Minute, "bound on each phase")
 	alloc.Flags().BoolVar(&o.Timeline, "timeline", false, "print latency per tenth of the run")
-	alloc.Flags().StringVar(&o.Mode, "mode", "poll", "poll (POST, then poll the list until nothing is allocating) or wait (each POST with Prefer: wait answers when its allocation is done)")
 	c.AddCommand(alloc, waitersCmd())
 	return c
 }

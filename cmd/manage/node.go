@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -40,8 +41,19 @@ func nodeCmd() *cobra.Command {
 	return c
 }
 
-// importNodes runs node.Import on path with a progress bar.
+// importNodes runs node.Import on the node file at path with a progress bar.
 func importNodes(ctx context.Context, url, path string, available bool, log *zap.Logger) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return importFrom(ctx, url, f, path, available, log)
+}
+
+// importFrom runs node.Import on the node file r (named path in messages)
+// with a progress bar.
+func importFrom(ctx context.Context, url string, r io.Reader, path string, available bool, log *zap.Logger) error {
 	pool, err := db.Open(ctx, url, db.PoolOptions{ApplicationName: "metalloc-manage"})
 	if err != nil {
 		return err
@@ -50,13 +62,8 @@ func importNodes(ctx context.Context, url, path string, available bool, log *zap
 	if err := db.CheckSchema(ctx, pool); err != nil {
 		return err
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
 	var bar *progressbar.ProgressBar
-	res, err := node.Import(ctx, node.NewStore(pool), f, node.ImportOptions{MakeAvailable: available, Ports: port.Importer{}},
+	res, err := node.Import(ctx, node.NewStore(pool), r, node.ImportOptions{MakeAvailable: available, Ports: port.Importer{}},
 		func(done, total int) {
 			if bar == nil {
 				bar = progressbar.NewOptions(total, progressbar.OptionSetDescription("importing nodes"),

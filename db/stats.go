@@ -1,0 +1,78 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Work is what a database and some processes have done so far, as
+// cumulative counters (for benchmarks: take two and subtract).
+type Work struct {
+	// Buffers is the database's shared-buffer hits plus reads
+	// (pg_stat_database; the statistics collector is up to a second or so
+	// behind).
+	Buffers int64
+	// CPU is the user plus system CPU time of the given processes and of
+	// the server processes connected to the database right now (a backend
+	// that exited since the previous reading takes its time with it);
+	// DatabaseCPU is the server processes' part of it.
+	CPU, DatabaseCPU time.Duration
+}
+
+// ReadWork reads Work for pool's database and the processes pids (Linux:
+// /proc/PID/stat, which needs the database server on this machine).
+func ReadWork(ctx context.Context, pool *pgxpool.Pool, pids ...int) (Work, error) {
+	var w Work
+	if err := pool.QueryRow(ctx, `SELECT blks_hit + blks_read FROM pg_stat_database
+		WHERE datname = current_database()`).Scan(&w.Buffers); err != nil {
+		return w, fmt.Errorf("reading pg_stat_database: %w", err)
+	}
+	for _, pid := range pids {
+		w.CPU += processCPU(pid)
+	}
+	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	if err != nil {
+		return w, fmt.Errorf("reading pg_stat_activity: %w", err)
+	}
+	for rows.Next() {
+		var pid int
+		if err := rows.Scan(&pid); err != nil {
+			return w, err
+		}
+		w.DatabaseCPU += processCPU(pid)
+	}
+	if err := rows.Err(); err != nil {
+		return w, err
+	}
+	w.CPU += w.DatabaseCPU
+	return w, nil
+}
+
+// processCPU is utime + stime of pid, 0 if it cannot be read.
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses and may hold
+	// spaces: state is field 3, utime 14, stime 15.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / clockTicks
+}
+
+// clockTicks is the kernel's USER_HZ, 100 on every Linux architecture Go
+// supports.
+const clockTicks = 100
