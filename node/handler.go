@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/web"
@@ -65,6 +66,7 @@ func NewHandler(store *Store, remover AllocationRemover, opts HandlerOptions) *H
 //	DELETE /nodes/{ident}/traits           remove all traits (204)
 //	PUT    /nodes/{ident}/traits/{trait}   add a trait (204)
 //	DELETE /nodes/{ident}/traits/{trait}   remove a trait (204)
+//	GET    /ui/fleet                       the operator page's fleet summary (Fleet; metalloc's own, gzip)
 func (h *Handler) Register(v1 *echo.Group) {
 	v1.POST("/nodes", h.create)
 	v1.GET("/nodes", h.list)
@@ -82,6 +84,7 @@ func (h *Handler) Register(v1 *echo.Group) {
 	v1.DELETE("/nodes/:ident/traits", h.guard(h.deleteTraits, "baremetal:node:traits:delete"))
 	v1.PUT("/nodes/:ident/traits/:trait", h.guard(h.addTrait, "baremetal:node:traits:set"))
 	v1.DELETE("/nodes/:ident/traits/:trait", h.guard(h.deleteTrait, "baremetal:node:traits:delete"))
+	v1.GET("/ui/fleet", h.fleet, middleware.Gzip())
 }
 
 // guard checks the access rules of a /nodes/{ident} route on the node

@@ -61,6 +61,69 @@ func (q *Queries) DeleteNodeTraits(ctx context.Context, nodeID int64) error {
 	return err
 }
 
+const fleetNodes = `-- name: FleetNodes :many
+SELECT n.uuid, coalesce(n.name, '')::text AS name, n.provision_state, n.maintenance,
+       coalesce(n.resource_class, '')::text AS resource_class, coalesce(n.owner, '')::text AS owner,
+       coalesce(n.extra->>'row', '')::text AS row, coalesce(n.extra->>'rack', '')::text AS rack,
+       (n.allocation_id IS NOT NULL OR n.instance_uuid IS NOT NULL)::bool AS allocated,
+       metalloc_node_free(n.provision_state, n.maintenance, n.power_state, n.instance_uuid, n.allocation_id)::bool AS free,
+       coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t WHERE t.node_id = n.id), '{}')::text[] AS traits
+  FROM nodes n
+ WHERE $1::text IS NULL OR n.owner = $1 OR n.lessee = $1
+ ORDER BY n.id
+`
+
+type FleetNodesRow struct {
+	Uuid           uuid.UUID
+	Name           string
+	ProvisionState string
+	Maintenance    bool
+	ResourceClass  string
+	Owner          string
+	Row            string
+	Rack           string
+	Allocated      bool
+	Free           bool
+	Traits         []string
+}
+
+// Every node (or, with @project set, those @project owns or leases) as the
+// operator page's fleet summary needs it, in id order: topology from
+// extra.row and extra.rack (” when absent), whether it holds an
+// allocation or an instance, whether it is free (metalloc_node_free, the
+// one definition the conductors reserve by), and its traits.
+func (q *Queries) FleetNodes(ctx context.Context, project *string) ([]FleetNodesRow, error) {
+	rows, err := q.db.Query(ctx, fleetNodes, project)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []FleetNodesRow
+	for rows.Next() {
+		var i FleetNodesRow
+		if err := rows.Scan(
+			&i.Uuid,
+			&i.Name,
+			&i.ProvisionState,
+			&i.Maintenance,
+			&i.ResourceClass,
+			&i.Owner,
+			&i.Row,
+			&i.Rack,
+			&i.Allocated,
+			&i.Free,
+			&i.Traits,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const getAllocationOwner = `-- name: GetAllocationOwner :one
 SELECT owner FROM allocations WHERE id = $1
 `

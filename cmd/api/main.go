@@ -28,6 +28,7 @@ import (
 	"github.com/metalloc/metalloc/conductor/conductorapi"
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/node"
+	"github.com/metalloc/metalloc/ui"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -103,7 +104,8 @@ func run(cmd *cobra.Command, _ []string) error {
 // requests, allocations created), request ids and access log, the request
 // timeout and body limit, authentication by authn (/, /v1 and /metrics
 // are public), and the node, allocation and conductor routes checked
-// against rules.
+// against rules, and the operator page at /ui/ (package ui; its fleet
+// summary is node's GET /v1/ui/fleet).
 func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rules auth.Rules, log *zap.Logger) (*echo.Echo, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -147,6 +149,7 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
 		HeartbeatTimeout: cfg.Conductor.HeartbeatTimeout,
 	}).Register(v1)
+	ui.Register(e) // the operator page at /ui/, behind the same authentication
 
 	return e, nil
 }

@@ -131,6 +131,12 @@ func TestRouteRoleTable(t *testing.T) {
 
 		{"GET", "/v1/conductors", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
 		{"GET", "/v1/conductors/conductor-1", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+
+		// The operator page: its files for whoever is authenticated, its
+		// fleet summary scoped as the node list.
+		{"GET", "/ui", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/ui/app.js", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/v1/ui/fleet", "", [6]int{ok, ok, ok, ok, ok, unauth}},
 	}
 	// Conductors are read-only: other methods are 405 to whoever is
 	// authenticated.
@@ -194,6 +200,8 @@ func routePattern(path string) string {
 	switch {
 	case strings.HasPrefix(path, "/v1/conductors/"):
 		return "/v1/conductors/:hostname"
+	case strings.HasPrefix(path, "/ui/"):
+		return "/ui/*"
 	case strings.HasPrefix(path, "/v1/nodes/:ident/traits/"):
 		return "/v1/nodes/:ident/traits/:trait"
 	}
