@@ -167,3 +167,12 @@ SELECT state, conductor_affinity FROM allocations WHERE id = @id;
 -- A node's owner and lessee, for the access rules of
 -- /v1/nodes/{ident}/allocation (keystone mode only).
 SELECT owner, lessee FROM nodes WHERE id = @id;
+
+-- name: AllocatingStats :one
+-- The queue for metrics: rows waiting in allocating and the age in seconds
+-- of the oldest (0 when none), by the database clock. Reads the partial
+-- index allocations_allocating_idx's rows only.
+SELECT count(*)::bigint AS allocating,
+       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_seconds
+  FROM allocations
+ WHERE state = 'allocating';

@@ -100,8 +100,9 @@ func run(cmd *cobra.Command, _ []string) error {
 }
 
 // newAPI builds the API's HTTP handler: Ironic's error body and version
-// negotiation, /metrics (Go runtime, process, the database pool, HTTP
-// requests, allocations created), request ids and access log, the request
+// negotiation, /metrics (Go runtime, process, the database pool and
+// metalloc_db_up, HTTP requests, allocations created, the allocating queue,
+// conductor liveness), request ids and access log, the request
 // timeout and body limit, authentication by authn (/, /v1 and /metrics
 // are public), and the node, allocation and conductor routes checked
 // against rules, and the operator page at /ui/ (package ui; its fleet
@@ -121,6 +122,11 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	}
 	created, err := allocation.NewCreatedCounter(reg)
 	if err != nil {
+		return nil, err
+	}
+	// The allocating queue and the conductors' liveness, read at each scrape.
+	if err := errors.Join(reg.Register(allocation.NewQueueCollector(pool)),
+		reg.Register(conductorapi.NewCollector(pool, cfg.Conductor.HeartbeatTimeout))); err != nil {
 		return nil, err
 	}
 
