@@ -89,7 +89,7 @@
     const f = S.fleet, n = f.nodes.uuid.length, R = f.racks.length;
     const cell = n <= 2000 ? 14 : n <= 20000 ? 8 : 5;
     const fill = cell - (cell >= 8 ? 2 : 1);
-    const perCol = n <= 2000 ? 16 : 24;
+    const perCol = n <= 2000 ? 16 : n <= 20000 ? 24 : 40;
     const labelH = 13, rowLabelW = 44, gapX = 6, gapY = 8;
     // nodes of each rack, in id order (CSR: start[r]..start[r+1] in order)
     const start = new Int32Array(R + 1), order = new Int32Array(n), fillAt = new Int32Array(R);
@@ -103,8 +103,9 @@
     for (let r = 0; r < R; r++) {
       const count = start[r + 1] - start[r];
       const cols = Math.max(1, Math.ceil(count / perCol));
-      const label = f.racks[r].rack === '' ? '—' : 'rack ' + f.racks[r].rack;
-      const w = Math.max(cols * cell, cell >= 8 ? 44 : 22);
+      const rk = f.racks[r].rack;
+      const label = rk === '' ? '—' : cell >= 8 ? 'rack ' + rk : rk;
+      const w = Math.max(cols * cell, cell >= 8 ? 44 : 16);
       const h = labelH + Math.min(count, perCol) * cell;
       const row = f.racks[r].row;
       if (row !== prevRow || cx + w > width) {
@@ -125,44 +126,64 @@
     S.layout = { cell, fill, perCol, racks, rowLabels, order, x, y, width, height: cy + lineH + 6 };
   }
 
+  // draw paints the racks in view only: the canvas is as tall as the
+  // scrolled box (#grid-wrap), a sizer gives the scrollbar the full height,
+  // so a 100,000-node fleet costs what is on screen.
+  let drawQueued = false;
   function draw() {
-    const L = S.layout, f = S.fleet, n = f.nodes.uuid.length;
-    const canvas = $('grid'), dpr = window.devicePixelRatio || 1;
-    canvas.width = Math.ceil(L.width * dpr);
-    canvas.height = Math.ceil(L.height * dpr);
-    canvas.style.width = L.width + 'px';
-    canvas.style.height = L.height + 'px';
+    drawQueued = false;
+    const L = S.layout, f = S.fleet;
+    const wrap = $('grid-wrap'), canvas = $('grid'), dpr = window.devicePixelRatio || 1;
+    $('grid-sizer').style.height = L.height + 'px';
+    const maxH = Math.floor(window.innerHeight * 0.72);
+    const viewH = Math.min(L.height, maxH);
+    const top = Math.min(wrap.scrollTop, Math.max(0, L.height - viewH));
+    const cw = Math.ceil(L.width * dpr), ch = Math.ceil(viewH * dpr);
+    if (canvas.width !== cw || canvas.height !== ch) { // resizing reallocates the bitmap
+      canvas.width = cw;
+      canvas.height = ch;
+      canvas.style.width = L.width + 'px';
+      canvas.style.height = viewH + 'px';
+    }
     const ctx = canvas.getContext('2d');
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, L.width, L.height);
+    ctx.clearRect(0, 0, L.width, viewH);
+    ctx.setTransform(dpr, 0, 0, dpr, 0, -top * dpr);
+    const bottom = top + viewH;
+    const vis = L.racks.filter((rk) => rk.y < bottom && rk.y + rk.h > top);
     ctx.fillStyle = '#4b535c';
     ctx.font = '600 11px system-ui, sans-serif';
     ctx.textBaseline = 'top';
-    for (const rl of L.rowLabels) ctx.fillText(rl.text, 2, rl.y + 13);
+    for (const rl of L.rowLabels) if (rl.y + 30 > top && rl.y < bottom) ctx.fillText(rl.text, 2, rl.y + 13);
     ctx.font = (L.cell >= 8 ? 10 : 8) + 'px system-ui, sans-serif';
     ctx.fillStyle = '#6b737c';
-    for (const rk of L.racks) ctx.fillText(rk.label, rk.x, rk.y + 1, rk.w);
-    // one path per colour: 100,000 rects in six fills
+    for (const rk of vis) ctx.fillText(rk.label, rk.x, rk.y + 1, rk.w);
+    // one pass per colour, so the fill style changes six times, not per cell
     const colors = f.states.map((s) => COLORS[s] || '#000');
+    const st = f.nodes.state, m = S.match, X = L.x, Y = L.y, w = L.fill, order = L.order;
     let drawn = 0;
     for (let c = -1; c < colors.length; c++) {
-      ctx.beginPath();
-      for (let i = 0; i < n; i++) {
-        const want = S.match[i] ? f.nodes.state[i] : -1;
-        if (want === c) { ctx.rect(L.x[i], L.y[i], L.fill, L.fill); drawn++; }
-      }
       ctx.fillStyle = c < 0 ? DIM : colors[c];
-      ctx.fill();
+      for (const rk of vis) {
+        for (let k = rk.start, end = rk.start + rk.count; k < end; k++) {
+          const i = order[k];
+          if ((m[i] ? st[i] : -1) === c) { ctx.fillRect(X[i], Y[i], w, w); drawn++; }
+        }
+      }
     }
     if (S.selected >= 0) {
       ctx.strokeStyle = '#000';
       ctx.lineWidth = 2;
-      ctx.strokeRect(L.x[S.selected] - 1, L.y[S.selected] - 1, L.fill + 2, L.fill + 2);
+      ctx.strokeRect(X[S.selected] - 1, Y[S.selected] - 1, w + 2, w + 2);
     }
     L.drawn = drawn;
+    L.top = top;
+  }
+  function queueDraw() {
+    if (!drawQueued && S.layout) { drawQueued = true; requestAnimationFrame(draw); }
   }
 
-  // nodeAt is the node under canvas point (px, py), or -1.
+  // nodeAt is the node under grid point (px, py) (unscrolled), or -1.
   function nodeAt(px, py) {
     const L = S.layout;
     if (!L) return -1;
@@ -176,10 +197,14 @@
     return -1;
   }
 
-  // cellCenter gives a node's centre in page coordinates (for tests).
+  // cellCenter scrolls node i into view and gives its centre in page
+  // coordinates (for tests).
   S.cellCenter = function (i) {
-    const b = $('grid').getBoundingClientRect(), L = S.layout;
-    return { x: b.left + window.scrollX + L.x[i] + L.fill / 2, y: b.top + window.scrollY + L.y[i] + L.fill / 2 };
+    const L = S.layout, wrap = $('grid-wrap');
+    wrap.scrollTop = Math.max(0, L.y[i] - 100);
+    draw();
+    const b = $('grid').getBoundingClientRect();
+    return { x: b.left + window.scrollX + L.x[i] + L.fill / 2, y: b.top + window.scrollY + L.y[i] - L.top + L.fill / 2 };
   };
 
   function renderLegend() {
@@ -226,18 +251,24 @@
     const t1 = performance.now();
     S.skew = Date.parse(f.generated_at) - Date.now();
     S.fleet = f;
-    S.byUUID = new Map(f.nodes.uuid.map((u, i) => [u, i]));
-    fillSelect($('f-class'), f.classes.filter((c) => c !== ''));
-    fillSelect($('f-trait'), f.traits);
-    fillSelect($('f-owner'), f.owners.map((o) => (o === '' ? '(none)' : o)));
-    computeMatch();
-    layout();
-    draw();
-    renderLegend();
-    renderBars();
+    const phases = {}, tick = (name, fn) => { const t = performance.now(); fn(); phases[name] = performance.now() - t; };
+    tick('index', () => {
+      const m = new Map(), u = f.nodes.uuid;
+      for (let i = 0; i < u.length; i++) m.set(u[i], i);
+      S.byUUID = m;
+    });
+    tick('filters', () => {
+      fillSelect($('f-class'), f.classes.filter((c) => c !== ''));
+      fillSelect($('f-trait'), f.traits);
+      fillSelect($('f-owner'), f.owners.map((o) => (o === '' ? '(none)' : o)));
+      computeMatch();
+    });
+    tick('layout', layout);
+    tick('draw', draw);
+    tick('bars', () => { renderLegend(); renderBars(); });
     $('node-count').textContent = f.nodes.uuid.length + ' nodes in ' + f.racks.length + ' racks';
     $('updated').textContent = 'fleet at ' + new Date(Date.parse(f.generated_at)).toLocaleTimeString();
-    S.fleetTiming = { fetchMs: t1 - t0, renderMs: performance.now() - t1 };
+    S.fleetTiming = { fetchMs: t1 - t0, renderMs: performance.now() - t1, phases };
     if (S.firstLoad === null) S.firstLoad = performance.now();
     S.ready = true;
     document.body.dataset.ready = '1';
@@ -250,9 +281,10 @@
     });
   }
   window.addEventListener('resize', () => { if (S.fleet) { layout(); draw(); } });
+  $('grid-wrap').addEventListener('scroll', queueDraw);
   $('grid').addEventListener('click', (ev) => {
     const b = $('grid').getBoundingClientRect();
-    const i = nodeAt(ev.clientX - b.left, ev.clientY - b.top);
+    const i = nodeAt(ev.clientX - b.left, ev.clientY - b.top + (S.layout ? S.layout.top : 0));
     if (i >= 0) showNode(S.fleet.nodes.uuid[i]);
   });
   $('details-close').addEventListener('click', () => {
