@@ -3,10 +3,15 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -278,4 +283,59 @@ func BenchmarkOperatorPage100k(b *testing.B) {
 	b.ReportMetric(heapSum/n/1e6, "heap-MB")
 	b.ReportMetric(sum.Bytes/n/1e3, "fleet-KB")
 	b.ReportMetric(filterSum/n, "filter-ms")
+}
+
+// TestOperatorPageEventStream puts the page behind a proxy that adds GET
+// /v1/allocations/events as a text/event-stream: the page switches to it
+// (no 2 s polling: the safety poll is 30 s), and an allocation created
+// through the API appears as soon as an event arrives.
+func TestOperatorPageEventStream(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	stack, client := startStack(t, 1)
+	enroll(t, ctx, client, loadSample(t)[:8])
+
+	api, err := neturl.Parse(stack.APIURL)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(api)
+	events, done := make(chan string), make(chan struct{})
+	var streams atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/allocations/events" {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		streams.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		for {
+			select {
+			case id := <-events:
+				fmt.Fprintf(w, "event: allocation\ndata: {\"uuid\": %q}\n\n", id)
+				w.(http.Flusher).Flush()
+			case <-r.Context().Done():
+				return
+			case <-done:
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(done) })
+
+	bctx := browser(t, 1200, 900)
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/ui/")))
+	waitJS(t, bctx, 30*time.Second, "the fleet", `document.body.dataset.ready === '1' && metalloc.live === 'sse'`)
+	require.Equal(t, int32(1), streams.Load())
+	require.Equal(t, "live (event stream)", evalJS[string](t, bctx, `document.getElementById('live').textContent`))
+
+	a, err := allocations.Create(ctx, client, allocations.CreateOpts{Name: "ui-sse", ResourceClass: "baremetal-gold"}).Extract()
+	require.NoError(t, err)
+	time.Sleep(3 * time.Second) // longer than the 2 s poll: nothing may have asked yet
+	require.False(t, evalJS[bool](t, bctx, fmt.Sprintf(`!!document.querySelector('#allocations tr[data-uuid="%s"]')`, a.UUID)),
+		"the allocation appeared without an event: the page is polling")
+	events <- a.UUID
+	waitJS(t, bctx, 10*time.Second, "the allocation after its event",
+		fmt.Sprintf(`!!document.querySelector('#allocations tr[data-uuid="%s"]')`, a.UUID))
 }
