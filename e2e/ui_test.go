@@ -148,7 +148,8 @@ func TestOperatorPage(t *testing.T) {
 	}
 	waitJS(t, bctx, 15*time.Second, "two alive conductors",
 		`document.querySelectorAll('#conductors tbody tr .state.alive').length === 2`)
-	require.Equal(t, "poll", evalJS[string](t, bctx, `metalloc.live`), "no event stream on this API: the page polls")
+	// No event stream on this API: the page polls.
+	waitJS(t, bctx, 15*time.Second, "polling", `metalloc.live === 'poll'`)
 	screenshot(t, bctx, dir, "1-fleet")
 
 	// An allocation created through the API appears, goes active, and its
