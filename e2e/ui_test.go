@@ -340,3 +340,33 @@ func TestOperatorPageEventStream(t *testing.T) {
 	waitJS(t, bctx, 10*time.Second, "the allocation after its event",
 		fmt.Sprintf(`!!document.querySelector('#allocations tr[data-uuid="%s"]')`, a.UUID))
 }
+
+// TestOperatorPageHTTPBasic serves the page with api.auth_strategy
+// http_basic: without credentials /ui/ and the fleet summary are 401 with a
+// Basic challenge (the browser's prompt); a browser that has the user's
+// password (here in the URL, as a prompt would give it) loads the page and
+// its data.
+func TestOperatorPageHTTPBasic(t *testing.T) {
+	t.Parallel()
+	users := filepath.Join(t.TempDir(), "htpasswd")
+	htpasswd(t, users, "operator", "s3cret")
+	stack, _ := startStackOpts(t, 1, devstack.Options{Env: []string{
+		"METALLOC_API_AUTH_STRATEGY=http_basic", "METALLOC_API_HTTP_BASIC_AUTH_USER_FILE=" + users,
+	}})
+	for _, path := range []string{"/ui/", "/ui/app.js", "/v1/ui/fleet"} {
+		resp, err := http.Get(stack.APIURL + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, path)
+		require.Contains(t, resp.Header.Get("WWW-Authenticate"), "Basic", path)
+	}
+
+	u, err := neturl.Parse(stack.APIURL)
+	require.NoError(t, err)
+	u.User = neturl.UserPassword("operator", "s3cret")
+	bctx := browser(t, 1200, 900)
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(u.String()+"/ui/")))
+	waitJS(t, bctx, 30*time.Second, "the fleet and the conductors",
+		`document.body.dataset.ready === '1' && document.querySelectorAll('#conductors tbody tr .state.alive').length === 1`)
+	require.Equal(t, "", evalJS[string](t, bctx, `document.getElementById('error').textContent`))
+}

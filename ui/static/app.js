@@ -33,8 +33,13 @@
     return e;
   };
 
+  // url resolves an API path against the page's origin (never its full
+  // address: one opened as http://user:password@host/ui/ carries
+  // credentials that fetch refuses in a URL; the browser still sends them).
+  const url = (path) => new URL(path, location.origin).href;
+
   async function api(path) {
-    const r = await fetch(path, {
+    const r = await fetch(url(path), {
       credentials: 'same-origin',
       headers: { 'X-OpenStack-Ironic-API-Version': API_VERSION, Accept: 'application/json' },
     });
@@ -450,7 +455,7 @@
   async function events() {
     let r;
     try {
-      r = await fetch('/v1/allocations/events', {
+      r = await fetch(url('/v1/allocations/events'), {
         credentials: 'same-origin',
         headers: { Accept: 'text/event-stream', 'X-OpenStack-Ironic-API-Version': API_VERSION },
       });
