@@ -1,6 +1,12 @@
 package allocation
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/metalloc/metalloc/db"
+)
 
 // NewCreatedCounter registers on reg and returns the counter
 // metalloc_allocations_created_total: allocations POST /v1/allocations
@@ -37,4 +43,44 @@ func RegisterHubMetrics(reg prometheus.Registerer, hub *Hub) error {
 		}
 	}
 	return nil
+}
+
+// queueCollector exports the allocating queue; see NewQueueCollector.
+type queueCollector struct {
+	q                  *Queries
+	allocating, oldest *prometheus.Desc
+}
+
+// NewQueueCollector returns a prometheus.Collector that counts, at every
+// scrape (one AllocatingStats query within db.ScrapeTimeout; nothing is
+// exported when it fails), the queue of allocations the conductors have
+// not finished:
+//
+//	metalloc_allocations_allocating                 rows in state allocating (gauge)
+//	metalloc_allocations_oldest_allocating_seconds  age of the oldest of them, 0 when none (gauge)
+//
+// metalloc-api registers it; with several API replicas every one reports
+// the same numbers (aggregate with max).
+func NewQueueCollector(db DBTX) prometheus.Collector {
+	return &queueCollector{q: New(db),
+		allocating: prometheus.NewDesc("metalloc_allocations_allocating",
+			"Allocations waiting in state allocating (the conductors' queue).", nil, nil),
+		oldest: prometheus.NewDesc("metalloc_allocations_oldest_allocating_seconds",
+			"Age of the oldest allocation in state allocating, by the database clock (0 when none).", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.allocating; ch <- c.oldest }
+
+// Collect implements prometheus.Collector.
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), db.ScrapeTimeout)
+	defer cancel()
+	s, err := c.q.AllocatingStats(ctx)
+	if err != nil {
+		return // metalloc_db_up says why
+	}
+	ch <- prometheus.MustNewConstMetric(c.allocating, prometheus.GaugeValue, float64(s.Allocating))
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, s.OldestSeconds)
 }

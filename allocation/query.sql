@@ -191,3 +191,12 @@ SELECT last_seq, pruned_seq FROM allocation_events_meta;
 -- Deletes events older than max_age or beyond the max_rows newest
 -- (metalloc_prune_allocation_events); returns how many.
 SELECT metalloc_prune_allocation_events(make_interval(secs => @max_age_seconds::float8), @max_rows::bigint)::bigint AS deleted;
+
+-- name: AllocatingStats :one
+-- The queue for metrics: rows waiting in allocating and the age in seconds
+-- of the oldest (0 when none), by the database clock. Reads the partial
+-- index allocations_allocating_idx's rows only.
+SELECT count(*)::bigint AS allocating,
+       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_seconds
+  FROM allocations
+ WHERE state = 'allocating';

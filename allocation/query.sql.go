@@ -13,6 +13,28 @@ import (
 	"github.com/google/uuid"
 )
 
+const allocatingStats = `-- name: AllocatingStats :one
+SELECT count(*)::bigint AS allocating,
+       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_seconds
+  FROM allocations
+ WHERE state = 'allocating'
+`
+
+type AllocatingStatsRow struct {
+	Allocating    int64
+	OldestSeconds float64
+}
+
+// The queue for metrics: rows waiting in allocating and the age in seconds
+// of the oldest (0 when none), by the database clock. Reads the partial
+// index allocations_allocating_idx's rows only.
+func (q *Queries) AllocatingStats(ctx context.Context) (AllocatingStatsRow, error) {
+	row := q.db.QueryRow(ctx, allocatingStats)
+	var i AllocatingStatsRow
+	err := row.Scan(&i.Allocating, &i.OldestSeconds)
+	return i, err
+}
+
 const allocationOwnership = `-- name: AllocationOwnership :one
 SELECT state, conductor_affinity FROM allocations WHERE id = $1
 `

@@ -1,6 +1,9 @@
 package db
 
 import (
+	"context"
+	"time"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -101,4 +104,38 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.newConns, float64(s.NewConnsCount()))
 	counter(c.lifetimeClosed, float64(s.MaxLifetimeDestroyCount()))
 	counter(c.idleClosed, float64(s.MaxIdleDestroyCount()))
+}
+
+// ScrapeTimeout bounds the queries collectors run at a scrape, so that a
+// database that stopped answering cannot hang /metrics.
+const ScrapeTimeout = 2 * time.Second
+
+// upCollector exports metalloc_db_up; see NewUpCollector.
+type upCollector struct {
+	pool *pgxpool.Pool
+	up   *prometheus.Desc
+}
+
+// NewUpCollector returns a prometheus.Collector exporting the gauge
+// metalloc_db_up: 1 when a SELECT 1 through pool answered within
+// ScrapeTimeout at this scrape, 0 otherwise (the database is unreachable,
+// or the pool has no connection to give). Every metalloc service registers
+// it (its alert: configs/prometheus/alerts.yml, MetallocDatabaseUnreachable).
+func NewUpCollector(pool *pgxpool.Pool) prometheus.Collector {
+	return &upCollector{pool: pool, up: prometheus.NewDesc("metalloc_db_up",
+		"1 when the database answered a SELECT 1 at this scrape (within 2 s), 0 otherwise.", nil, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (c *upCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.up }
+
+// Collect implements prometheus.Collector.
+func (c *upCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeout)
+	defer cancel()
+	v := 1.0
+	if _, err := c.pool.Exec(ctx, "SELECT 1"); err != nil {
+		v = 0
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, v)
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/web"
@@ -64,6 +65,7 @@ func NewHandler(store *Store, remover AllocationRemover, opts HandlerOptions) *H
 //	DELETE /nodes/{ident}/traits           remove all traits (204)
 //	PUT    /nodes/{ident}/traits/{trait}   add a trait (204)
 //	DELETE /nodes/{ident}/traits/{trait}   remove a trait (204)
+//	GET    /ui/fleet                       the operator page's fleet summary (Fleet; metalloc's own, gzip)
 //
 // and the routes of interfaces metalloc does not drive (driverRoutes:
 // states/raid, states/console, states/boot_mode, states/secure_boot,
@@ -88,6 +90,7 @@ func (h *Handler) Register(v1 *echo.Group) {
 	v1.PUT("/nodes/:ident/traits/:trait", h.guard(h.addTrait, "baremetal:node:traits:set"))
 	v1.DELETE("/nodes/:ident/traits/:trait", h.guard(h.deleteTrait, "baremetal:node:traits:delete"))
 	h.registerDriverRoutes(v1)
+	v1.GET("/ui/fleet", h.fleet, middleware.Gzip())
 }
 
 // guard checks the access rules of a /nodes/{ident} route on the node

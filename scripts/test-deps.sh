@@ -5,8 +5,11 @@
 # placement-backend tests), Keystone 22 (devstack.StartKeystone, the
 # authentication end-to-end tests), the openstack CLI with its baremetal and
 # placement plugins (driven by those tests as a user would), gabbi (the
-# runner of Placement's upstream suite, e2e TestPlacementUpstreamSuite), and
-# systemd-analyze (configs/systemd_test.go).
+# runner of Placement's upstream suite, e2e TestPlacementUpstreamSuite),
+# systemd-analyze (configs/systemd_test.go), headless Chromium (the operator
+# page's browser test, e2e TestOperatorPage) and promtool from the
+# prometheus package (the alert rules and dashboard queries, e2e
+# TestDashboardMetrics).
 # Does nothing when they are present; needs root (or sudo) otherwise.
 set -euo pipefail
 pkgs=()
@@ -18,6 +21,8 @@ command -v openstack >/dev/null || pkgs+=(python3-openstackclient)
 /usr/bin/python3 -c 'import osc_placement' 2>/dev/null || pkgs+=(python3-osc-placement)
 /usr/bin/python3 -c 'import gabbi' 2>/dev/null || pkgs+=(python3-gabbi)
 command -v systemd-analyze >/dev/null || pkgs+=(systemd)
+command -v chromium >/dev/null || pkgs+=(chromium)
+command -v promtool >/dev/null || pkgs+=(prometheus)
 [ ${#pkgs[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"

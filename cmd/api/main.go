@@ -29,6 +29,7 @@ import (
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/port"
+	"github.com/metalloc/metalloc/ui"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -111,11 +112,13 @@ func run(cmd *cobra.Command, _ []string) error {
 }
 
 // newAPI builds the API's HTTP handler: Ironic's error body and version
-// negotiation, /metrics (Go runtime, process, the database pool, HTTP
-// requests, allocations created), request ids and access log, the request
+// negotiation, /metrics (Go runtime, process, the database pool and
+// metalloc_db_up, HTTP requests, allocations created, the allocating queue,
+// conductor liveness), request ids and access log, the request
 // timeout and body limit, authentication by authn (/, /v1 and /metrics
-// are public), and the node, port, port group, allocation and conductor routes checked
-// against rules.
+// are public), and the node, port, port group, allocation and conductor
+// routes checked against rules, and the operator page at /ui/ (package ui;
+// its fleet summary is node's GET /v1/ui/fleet).
 func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rules auth.Rules, hub *allocation.Hub, log *zap.Logger) (*echo.Echo, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -137,6 +140,11 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 		if err := allocation.RegisterHubMetrics(reg, hub); err != nil {
 			return nil, err
 		}
+	}
+	// The allocating queue and the conductors' liveness, read at each scrape.
+	if err := errors.Join(reg.Register(allocation.NewQueueCollector(pool)),
+		reg.Register(conductorapi.NewCollector(pool, cfg.Conductor.HeartbeatTimeout))); err != nil {
+		return nil, err
 	}
 
 	e.Use(httpMetrics, web.RequestID(log), web.AccessLog(), middleware.Recover())
@@ -173,6 +181,7 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
 		HeartbeatTimeout: cfg.Conductor.HeartbeatTimeout,
 	}).Register(v1)
+	ui.Register(e) // the operator page at /ui/, behind the same authentication
 
 	return e, nil
 }

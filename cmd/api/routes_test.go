@@ -172,6 +172,12 @@ func TestRouteRoleTable(t *testing.T) {
 
 		{"GET", "/v1/conductors", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
 		{"GET", "/v1/conductors/conductor-1", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+
+		// The operator page: its files for whoever is authenticated, its
+		// fleet summary scoped as the node list.
+		{"GET", "/ui", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/ui/app.js", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/v1/ui/fleet", "", [6]int{ok, ok, ok, ok, ok, unauth}},
 	}
 	// Vendor passthru takes every method (no ?method= here: 400).
 	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
@@ -260,6 +266,8 @@ func routePattern(path string) string {
 	switch {
 	case strings.HasPrefix(path, "/v1/conductors/"):
 		return "/v1/conductors/:hostname"
+	case strings.HasPrefix(path, "/ui/"):
+		return "/ui/*"
 	case strings.HasPrefix(path, "/v1/nodes/:ident/traits/"):
 		return "/v1/nodes/:ident/traits/:trait"
 	case path == "/v1/nodes/:ident/name":

@@ -47,3 +47,13 @@ SELECT k.id, k.hostname, k.conductor_group, k.drivers, k.created_at,
           CASE WHEN NOT @descending::bool THEN k.id END ASC,
           k.k_text DESC, k.k_time DESC, k.k_bool DESC, k.id DESC
  LIMIT @max_rows::int;
+
+-- name: ConductorHeartbeats :many
+-- Online conductors for metrics: hostname, whether alive (as ConductorDoc)
+-- and seconds since the last heartbeat by the database clock.
+SELECT c.hostname,
+       metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8)::bool AS alive,
+       extract(epoch FROM now() - c.heartbeat_at)::float8 AS age_seconds
+  FROM conductors c
+ WHERE c.online
+ ORDER BY c.hostname;

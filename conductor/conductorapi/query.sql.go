@@ -56,6 +56,43 @@ func (q *Queries) ConductorDoc(ctx context.Context, arg ConductorDocParams) (Con
 	return i, err
 }
 
+const conductorHeartbeats = `-- name: ConductorHeartbeats :many
+SELECT c.hostname,
+       metalloc_conductor_alive(c.online, c.heartbeat_at, $1::float8)::bool AS alive,
+       extract(epoch FROM now() - c.heartbeat_at)::float8 AS age_seconds
+  FROM conductors c
+ WHERE c.online
+ ORDER BY c.hostname
+`
+
+type ConductorHeartbeatsRow struct {
+	Hostname   string
+	Alive      bool
+	AgeSeconds float64
+}
+
+// Online conductors for metrics: hostname, whether alive (as ConductorDoc)
+// and seconds since the last heartbeat by the database clock.
+func (q *Queries) ConductorHeartbeats(ctx context.Context, aliveSeconds float64) ([]ConductorHeartbeatsRow, error) {
+	rows, err := q.db.Query(ctx, conductorHeartbeats, aliveSeconds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ConductorHeartbeatsRow
+	for rows.Next() {
+		var i ConductorHeartbeatsRow
+		if err := rows.Scan(&i.Hostname, &i.Alive, &i.AgeSeconds); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listConductors = `-- name: ListConductors :many
 WITH keyed AS (
     SELECT c.id, c.hostname, c.conductor_group, c.drivers, c.created_at,

@@ -19,11 +19,11 @@ import (
 )
 
 // NewRegistry is a daemon's Prometheus registry with the Go runtime,
-// process and database pool (pool) collectors registered.
+// process, database pool (pool) and metalloc_db_up collectors registered.
 func NewRegistry(pool *pgxpool.Pool) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		db.NewPoolCollector(pool, nil))
+		db.NewPoolCollector(pool, nil), db.NewUpCollector(pool))
 	return reg
 }
 

@@ -1,0 +1,67 @@
+package conductorapi
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/metalloc/metalloc/config"
+	"github.com/metalloc/metalloc/db"
+)
+
+// collector exports the conductors' liveness; see NewCollector.
+type collector struct {
+	q                 *Queries
+	aliveSeconds      float64
+	alive, dead, ages *prometheus.Desc
+}
+
+// NewCollector returns a prometheus.Collector reading the conductors table
+// at every scrape (one ConductorHeartbeats query within db.ScrapeTimeout;
+// nothing is exported when it fails), with liveness as GET /v1/conductors
+// judges it (heartbeatTimeout, conductor.heartbeat_timeout; 0 means the
+// default):
+//
+//	metalloc_conductors_alive                      online conductors with a fresh heartbeat (gauge)
+//	metalloc_conductors_dead                       online conductors whose heartbeat is older than the timeout (gauge)
+//	metalloc_conductors_heartbeat_age_seconds{hostname}  seconds since each online conductor's heartbeat, by the database clock
+//
+// Unlike each conductor's own metalloc_conductor_heartbeat_age_seconds,
+// these survive the conductor: a hung or killed conductor shows here as a
+// growing age, then dead. metalloc-api registers it.
+func NewCollector(db DBTX, heartbeatTimeout time.Duration) prometheus.Collector {
+	if heartbeatTimeout <= 0 {
+		heartbeatTimeout = config.DefaultHeartbeatTimeout
+	}
+	return &collector{q: New(db), aliveSeconds: heartbeatTimeout.Seconds(),
+		alive: prometheus.NewDesc("metalloc_conductors_alive",
+			"Online conductors whose heartbeat is younger than conductor.heartbeat_timeout.", nil, nil),
+		dead: prometheus.NewDesc("metalloc_conductors_dead",
+			"Online conductors whose heartbeat is older than conductor.heartbeat_timeout (their rows get taken over).", nil, nil),
+		ages: prometheus.NewDesc("metalloc_conductors_heartbeat_age_seconds",
+			"Seconds since each online conductor's last heartbeat, by the database clock.", []string{"hostname"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) { ch <- c.alive; ch <- c.dead; ch <- c.ages }
+
+// Collect implements prometheus.Collector.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), db.ScrapeTimeout)
+	defer cancel()
+	rows, err := c.q.ConductorHeartbeats(ctx, c.aliveSeconds)
+	if err != nil {
+		return // metalloc_db_up says why
+	}
+	alive := 0
+	for _, r := range rows {
+		if r.Alive {
+			alive++
+		}
+		ch <- prometheus.MustNewConstMetric(c.ages, prometheus.GaugeValue, r.AgeSeconds, r.Hostname)
+	}
+	ch <- prometheus.MustNewConstMetric(c.alive, prometheus.GaugeValue, float64(alive))
+	ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(len(rows)-alive))
+}

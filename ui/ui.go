@@ -1,0 +1,60 @@
+// Package ui is the operator page of metalloc-api: a read-only fleet view
+// served at /ui/ from files embedded in the binary (plain HTML, CSS and
+// JavaScript; nothing is built or downloaded). The page draws every node
+// on a canvas grouped by extra.row and extra.rack and coloured by state,
+// free/total bars per resource class and rack, the recent allocations with
+// their last_error explained filter by filter, and the conductors with
+// their heartbeat age. It reads only the API it is served by, with the
+// browser's credentials: GET /v1/ui/fleet (node.Fleet), /v1/nodes/{uuid},
+// /v1/allocations and /v1/conductors, and GET /v1/allocations/events when
+// that answers a text/event-stream (else it polls every few seconds).
+package ui
+
+import (
+	"embed"
+	"io/fs"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+)
+
+//go:embed static
+var static embed.FS
+
+// Files are the page's embedded files (index.html, app.js, style.css).
+func Files() fs.FS {
+	sub, err := fs.Sub(static, "static")
+	if err != nil {
+		panic(err) // the embedded directory exists at build time
+	}
+	return sub
+}
+
+// Register mounts the page on e: GET /ui (and /ui/, which the API's
+// trailing-slash removal turns into /ui) serves index.html, GET /ui/{file}
+// the other files (404 in the API's error body for unknown ones). Access
+// is whatever e's middleware decides (metalloc-api: auth.Middleware, as
+// for the API itself).
+func Register(e *echo.Echo) {
+	files := Files()
+	assets := http.FileServer(http.FS(files))
+	e.GET("/ui", func(c echo.Context) error {
+		index, err := fs.ReadFile(files, "index.html")
+		if err != nil {
+			return err
+		}
+		c.Response().Header().Set("Cache-Control", "no-cache")
+		return c.HTMLBlob(http.StatusOK, index)
+	})
+	e.GET("/ui/*", func(c echo.Context) error {
+		name := c.Param("*")
+		if _, err := fs.Stat(files, name); err != nil || name == "" {
+			return echo.ErrNotFound
+		}
+		c.Response().Header().Set("Cache-Control", "no-cache")
+		req := c.Request().Clone(c.Request().Context())
+		req.URL.Path = "/" + name
+		assets.ServeHTTP(c.Response(), req)
+		return nil
+	})
+}
