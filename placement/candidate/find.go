@@ -4,12 +4,10 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"slices"
 	"sort"
-	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -38,18 +36,28 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 		}
 		traitNames = append(traitNames, g.Forbidden...)
 	}
-	// The classes, the traits named, the context and (when all trees are
-	// in play: no limit, member_of or in_tree) the world are read in one
-	// round trip.
-	direct := req.Limit == 0
-	for _, g := range req.Groups {
-		if len(g.MemberOf) > 0 || (g.InTree != nil && len(g.Resources) > 0) {
-			direct = false
+	// The classes, the traits named, the context, the version of the
+	// static rows with those rows when the cached ones are older, and the
+	// usage are read in one round trip (one snapshot).
+	limited := req.Limit > 0
+	cached := f.cache.load()
+	knownV, rowsV := int64(-1), int64(-1)
+	if cached != nil {
+		knownV = cached.v
+		if cached.rows != nil {
+			rowsV = cached.v
 		}
 	}
+	// A limited request on a world known to be large takes the batched
+	// search: it reads no world rows here.
+	sendWorld := !limited || cached == nil || cached.small
 	classByName := map[string]int32{}
 	known := map[string]int64{}
 	var cc CandContextRow
+	var version int64
+	var small *bool
+	var usage []usageRow
+	var fresh *worldRows
 	qs := []cQuery{
 		{resourceClassNames, nil, func(r pgx.Rows) error {
 			var id int32
@@ -72,17 +80,34 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 			return nil
 		}},
 		{candContext, nil, func(r pgx.Rows) error { return r.Scan(&cc.HasTrees, &cc.HasSharing) }},
+		{candWorldVersion, []any{knownV, int64(maxCachedProviders)}, func(r pgx.Rows) error { return r.Scan(&version, &small) }},
 	}
-	var buildWorld func(int64) *cWorld
-	if direct {
-		wq, build := worldQueries(nil)
-		qs = append(qs, wq...)
-		buildWorld = build
+	if sendWorld {
+		fresh = &worldRows{}
+		args := []any{rowsV, !limited, int64(maxCachedProviders)}
+		qs = append(qs, worldQueries([4]string{candProvidersChanged, candTraitsChanged, candAggregatesChanged, candInventoriesChanged}, args, fresh)...)
+		qs = append(qs, usageQuery(candUsageAll, nil, &usage))
 	}
 	err := f.queriesNoJIT(ctx, qs)
 	if err != nil {
 		return nil, err
 	}
+	var static *worldRows // the whole world's static rows, when read or cached
+	isSmall := cached != nil && cached.small
+	if small != nil {
+		isSmall = *small
+	}
+	switch {
+	case cached != nil && cached.rows != nil && version == cached.v:
+		static = cached.rows
+	case sendWorld && (!limited || isSmall):
+		fresh.sortProviders()
+		static = fresh
+		f.cache.offer(&worldCache{v: version, rows: fresh, small: isSmall})
+	default:
+		f.cache.offer(&worldCache{v: version, small: isSmall})
+	}
+	whole := static != nil && (!limited || isSmall)
 	if id, ok := known["MISC_SHARES_VIA_AGGREGATE"]; ok {
 		s.sharingID = id
 	}
@@ -144,39 +169,33 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 	s.hasSharing = cc.HasSharing && s.sharingID >= 0
 
 	randomize := f.randomize()
+	// The search stops at the limit, unless candidates are dropped after
+	// it (before 1.29 on nested trees).
+	noCap := !v.AtLeast(1, 29) && s.hasTrees
 	var areqs []*cAreq
-	if req.Limit == 0 {
+	if whole {
+		w := buildWorld(static, usage, s.sharingID)
 		// With member_of, only the trees near the aggregates can anchor.
-		var scope []int64
 		for _, g := range s.groups {
 			if len(g.MemberOf) == 0 {
 				continue
 			}
-			roots, err := f.memberOfRoots(ctx, s, g.MemberOf)
-			if err != nil {
-				return nil, err
-			}
-			if len(roots) == 0 {
+			s.anchorIn = memberOfAnchors(w, g.MemberOf)
+			if len(s.anchorIn) == 0 {
 				return &Result{s: s, v: v}, nil
-			}
-			s.anchorIn = make(map[int64]bool, len(roots))
-			for _, r := range roots {
-				s.anchorIn[r] = true
-			}
-			if scope, err = f.withSharingRoots(ctx, s, roots); err != nil {
-				return nil, err
 			}
 			break
 		}
-		var w *cWorld
-		if buildWorld != nil {
-			w = buildWorld(s.sharingID)
-		} else if w, err = f.loadWorld(ctx, scope, s.sharingID); err != nil {
-			return nil, err
+		if limited && !noCap {
+			s.cap = req.Limit
+			if randomize && len(w.rootOrder) > 0 {
+				// As the batched walk: start at a random root and wrap.
+				s.rotate = rand.IntN(len(w.rootOrder))
+			}
 		}
 		areqs = s.search(w, map[string]bool{})
 	} else {
-		areqs, err = f.searchBatches(ctx, s, randomize)
+		areqs, err = f.searchBatches(ctx, s, randomize, noCap)
 		if err != nil {
 			return nil, err
 		}
@@ -283,7 +302,7 @@ func (f *Finder) traitNamesFor(ctx context.Context, s *cSearch, sums []*cProv, v
 // uniformly random root id and wraps around (the same cost as the ordered
 // walk, instead of listing every root to shuffle them); the caller shuffles
 // what it finds and keeps a random limit of them.
-func (f *Finder) searchBatches(ctx context.Context, s *cSearch, randomize bool) ([]*cAreq, error) {
+func (f *Finder) searchBatches(ctx context.Context, s *cSearch, randomize, noCap bool) ([]*cAreq, error) {
 	limit := s.req.Limit
 	var after, start int64 // start: the random first root id (0: none)
 	wrapped := false
@@ -328,6 +347,9 @@ func (f *Finder) searchBatches(ctx context.Context, s *cSearch, randomize bool) 
 			if err != nil {
 				return nil, err
 			}
+			if !noCap {
+				s.cap = limit - len(out)
+			}
 			out = append(out, s.search(w, seen)...)
 		}
 		if !full {
@@ -360,37 +382,24 @@ func (f *Finder) withSharingRoots(ctx context.Context, s *cSearch, roots []int64
 	return scope, nil
 }
 
-// memberOfRoots returns the roots that may anchor a candidate of a group
-// with member_of sets: those of the providers in the aggregates, and those
-// of the providers sharing an aggregate with a sharing provider in them.
-func (f *Finder) memberOfRoots(ctx context.Context, s *cSearch, memberOf [][]uuid.UUID) ([]int64, error) {
-	var sb strings.Builder
-	var args []any
-	sb.WriteString(`WITH m AS (SELECT p.id, p.root_provider_id FROM placement.resource_providers p WHERE true`)
-	for _, set := range memberOf {
-		args = append(args, set)
-		fmt.Fprintf(&sb, ` AND p.id IN (SELECT resource_provider_id FROM placement.resource_provider_aggregates
-			WHERE aggregate_uuid = ANY($%d::uuid[]))`, len(args))
-	}
-	sb.WriteString(`) SELECT root_provider_id FROM m`)
-	if s.hasSharing {
-		args = append(args, s.sharingID)
-		fmt.Fprintf(&sb, ` UNION SELECT o.root_provider_id FROM m
-			JOIN placement.resource_provider_traits st ON st.resource_provider_id = m.id AND st.trait_id = $%d
-			JOIN placement.resource_provider_aggregates sa ON sa.resource_provider_id = m.id
-			JOIN placement.resource_provider_aggregates oa ON oa.aggregate_uuid = sa.aggregate_uuid
-			JOIN placement.resource_providers o ON o.id = oa.resource_provider_id`, len(args))
-	}
-	var out []int64
-	err := f.queryNoJIT(ctx, sb.String(), args, func(r pgx.Rows) error {
-		var id *int64
-		err := r.Scan(&id)
-		if id != nil {
-			out = append(out, *id)
+// memberOfAnchors returns the roots that may anchor a candidate of a
+// group with member_of sets: those of the providers in the aggregates, and
+// those of the providers sharing an aggregate with a sharing provider in
+// them.
+func memberOfAnchors(w *cWorld, memberOf [][]uuid.UUID) map[int64]bool {
+	out := map[int64]bool{}
+	for _, p := range w.order {
+		if !p.inAllAggs(memberOf) {
+			continue
 		}
-		return err
-	})
-	return out, err
+		out[p.root] = true
+		if p.sharing {
+			for _, r := range w.sharingAnchors[p.id] {
+				out[r] = true
+			}
+		}
+	}
+	return out
 }
 
 // candidateRoots returns root providers after the id after (at most lim,

@@ -17,6 +17,9 @@ type Finder struct {
 	// traitIDNames caches trait names by id (a trait's name never changes
 	// and ids are not reused).
 	traitIDNames sync.Map
+	// cache holds the static rows of the whole world at a version of
+	// placement.world_version (cache.go).
+	cache cacheState
 }
 
 // NewFinder returns a Finder on pool. randomize reports Placement's

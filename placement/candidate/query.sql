@@ -68,6 +68,39 @@ SELECT i.resource_provider_id, i.resource_class_id, i.total, CASE WHEN i.reserve
   JOIN placement.resource_providers rp ON rp.id = i.resource_provider_id
  WHERE rp.root_provider_id = ANY(@roots::bigint[]);
 
+-- name: CandWorldVersion :one
+-- The version of the static rows (placement.world_version, migration 6)
+-- and, when it differs from @known_version, whether there are at most
+-- @max_providers providers (NULL otherwise).
+SELECT wv.v, CASE WHEN wv.v <> @known_version::bigint
+       THEN NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET @max_providers::bigint) END AS small
+  FROM placement.world_version wv;
+
+-- The Cand*Changed queries are the Cand*All ones answering no rows unless
+-- the version differs from @known_version (the rows cached by the process)
+-- and the whole world is wanted (@whole) or small: one batch then reads
+-- the version, these and the usage in one snapshot.
+
+-- name: CandProvidersChanged :many
+SELECT rp.id, rp.uuid, rp.parent_provider_id, CASE WHEN rp.root_provider_id <> rp.id THEN rp.root_provider_id END AS root_provider_id
+  FROM placement.resource_providers rp WHERE EXISTS (SELECT 1 FROM placement.world_version wv WHERE wv.v <> @known_version::bigint)
+   AND (@whole::boolean OR NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET @max_providers::bigint));
+
+-- name: CandTraitsChanged :many
+SELECT resource_provider_id, trait_id FROM placement.resource_provider_traits WHERE EXISTS (SELECT 1 FROM placement.world_version wv WHERE wv.v <> @known_version::bigint)
+   AND (@whole::boolean OR NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET @max_providers::bigint));
+
+-- name: CandAggregatesChanged :many
+SELECT resource_provider_id, aggregate_uuid FROM placement.resource_provider_aggregates WHERE EXISTS (SELECT 1 FROM placement.world_version wv WHERE wv.v <> @known_version::bigint)
+   AND (@whole::boolean OR NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET @max_providers::bigint));
+
+-- name: CandInventoriesChanged :many
+SELECT i.resource_provider_id, i.resource_class_id, i.total, CASE WHEN i.reserved <> 0 THEN i.reserved END AS reserved,
+       CASE WHEN i.min_unit <> 1 THEN i.min_unit END AS min_unit, CASE WHEN i.max_unit <> i.total THEN i.max_unit END AS max_unit,
+       CASE WHEN i.step_size <> 1 THEN i.step_size END AS step_size, CASE WHEN i.allocation_ratio <> 1 THEN i.allocation_ratio END AS allocation_ratio
+  FROM placement.inventories i WHERE EXISTS (SELECT 1 FROM placement.world_version wv WHERE wv.v <> @known_version::bigint)
+   AND (@whole::boolean OR NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET @max_providers::bigint));
+
 -- name: CandUsageAll :many
 SELECT a.resource_provider_id, a.resource_class_id, sum(a.used)::bigint AS used
   FROM placement.allocations a

@@ -35,6 +35,37 @@ func (q *Queries) CandAggregatesAll(ctx context.Context) ([]PlacementResourcePro
 	return items, nil
 }
 
+const candAggregatesChanged = `-- name: CandAggregatesChanged :many
+SELECT resource_provider_id, aggregate_uuid FROM placement.resource_provider_aggregates WHERE EXISTS (SELECT 1 FROM placement.world_version wv WHERE wv.v <> $1::bigint)
+   AND ($2::boolean OR NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET $3::bigint))
+`
+
+type CandAggregatesChangedParams struct {
+	KnownVersion int64
+	Whole        bool
+	MaxProviders int64
+}
+
+func (q *Queries) CandAggregatesChanged(ctx context.Context, arg CandAggregatesChangedParams) ([]PlacementResourceProviderAggregate, error) {
+	rows, err := q.db.Query(ctx, candAggregatesChanged, arg.KnownVersion, arg.Whole, arg.MaxProviders)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PlacementResourceProviderAggregate
+	for rows.Next() {
+		var i PlacementResourceProviderAggregate
+		if err := rows.Scan(&i.ResourceProviderID, &i.AggregateUuid); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const candAggregatesIn = `-- name: CandAggregatesIn :many
 SELECT rpa.resource_provider_id, rpa.aggregate_uuid
   FROM placement.resource_provider_aggregates rpa
@@ -133,6 +164,60 @@ func (q *Queries) CandInventoriesAll(ctx context.Context) ([]CandInventoriesAllR
 	return items, nil
 }
 
+const candInventoriesChanged = `-- name: CandInventoriesChanged :many
+SELECT i.resource_provider_id, i.resource_class_id, i.total, CASE WHEN i.reserved <> 0 THEN i.reserved END AS reserved,
+       CASE WHEN i.min_unit <> 1 THEN i.min_unit END AS min_unit, CASE WHEN i.max_unit <> i.total THEN i.max_unit END AS max_unit,
+       CASE WHEN i.step_size <> 1 THEN i.step_size END AS step_size, CASE WHEN i.allocation_ratio <> 1 THEN i.allocation_ratio END AS allocation_ratio
+  FROM placement.inventories i WHERE EXISTS (SELECT 1 FROM placement.world_version wv WHERE wv.v <> $1::bigint)
+   AND ($2::boolean OR NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET $3::bigint))
+`
+
+type CandInventoriesChangedParams struct {
+	KnownVersion int64
+	Whole        bool
+	MaxProviders int64
+}
+
+type CandInventoriesChangedRow struct {
+	ResourceProviderID int64
+	ResourceClassID    int32
+	Total              int32
+	Reserved           interface{}
+	MinUnit            interface{}
+	MaxUnit            interface{}
+	StepSize           interface{}
+	AllocationRatio    interface{}
+}
+
+func (q *Queries) CandInventoriesChanged(ctx context.Context, arg CandInventoriesChangedParams) ([]CandInventoriesChangedRow, error) {
+	rows, err := q.db.Query(ctx, candInventoriesChanged, arg.KnownVersion, arg.Whole, arg.MaxProviders)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CandInventoriesChangedRow
+	for rows.Next() {
+		var i CandInventoriesChangedRow
+		if err := rows.Scan(
+			&i.ResourceProviderID,
+			&i.ResourceClassID,
+			&i.Total,
+			&i.Reserved,
+			&i.MinUnit,
+			&i.MaxUnit,
+			&i.StepSize,
+			&i.AllocationRatio,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const candInventoriesIn = `-- name: CandInventoriesIn :many
 SELECT i.resource_provider_id, i.resource_class_id, i.total, CASE WHEN i.reserved <> 0 THEN i.reserved END AS reserved,
        CASE WHEN i.min_unit <> 1 THEN i.min_unit END AS min_unit, CASE WHEN i.max_unit <> i.total THEN i.max_unit END AS max_unit,
@@ -205,6 +290,55 @@ func (q *Queries) CandProvidersAll(ctx context.Context) ([]CandProvidersAllRow, 
 	var items []CandProvidersAllRow
 	for rows.Next() {
 		var i CandProvidersAllRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.ParentProviderID,
+			&i.RootProviderID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const candProvidersChanged = `-- name: CandProvidersChanged :many
+
+SELECT rp.id, rp.uuid, rp.parent_provider_id, CASE WHEN rp.root_provider_id <> rp.id THEN rp.root_provider_id END AS root_provider_id
+  FROM placement.resource_providers rp WHERE EXISTS (SELECT 1 FROM placement.world_version wv WHERE wv.v <> $1::bigint)
+   AND ($2::boolean OR NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET $3::bigint))
+`
+
+type CandProvidersChangedParams struct {
+	KnownVersion int64
+	Whole        bool
+	MaxProviders int64
+}
+
+type CandProvidersChangedRow struct {
+	ID               int64
+	Uuid             uuid.UUID
+	ParentProviderID *int64
+	RootProviderID   interface{}
+}
+
+// The Cand*Changed queries are the Cand*All ones answering no rows unless
+// the version differs from @known_version (the rows cached by the process)
+// and the whole world is wanted (@whole) or small: one batch then reads
+// the version, these and the usage in one snapshot.
+func (q *Queries) CandProvidersChanged(ctx context.Context, arg CandProvidersChangedParams) ([]CandProvidersChangedRow, error) {
+	rows, err := q.db.Query(ctx, candProvidersChanged, arg.KnownVersion, arg.Whole, arg.MaxProviders)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CandProvidersChangedRow
+	for rows.Next() {
+		var i CandProvidersChangedRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.Uuid,
@@ -350,6 +484,37 @@ func (q *Queries) CandTraitsAll(ctx context.Context) ([]PlacementResourceProvide
 	return items, nil
 }
 
+const candTraitsChanged = `-- name: CandTraitsChanged :many
+SELECT resource_provider_id, trait_id FROM placement.resource_provider_traits WHERE EXISTS (SELECT 1 FROM placement.world_version wv WHERE wv.v <> $1::bigint)
+   AND ($2::boolean OR NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET $3::bigint))
+`
+
+type CandTraitsChangedParams struct {
+	KnownVersion int64
+	Whole        bool
+	MaxProviders int64
+}
+
+func (q *Queries) CandTraitsChanged(ctx context.Context, arg CandTraitsChangedParams) ([]PlacementResourceProviderTrait, error) {
+	rows, err := q.db.Query(ctx, candTraitsChanged, arg.KnownVersion, arg.Whole, arg.MaxProviders)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PlacementResourceProviderTrait
+	for rows.Next() {
+		var i PlacementResourceProviderTrait
+		if err := rows.Scan(&i.ResourceProviderID, &i.TraitID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const candTraitsIn = `-- name: CandTraitsIn :many
 SELECT rpt.resource_provider_id, rpt.trait_id
   FROM placement.resource_provider_traits rpt
@@ -453,6 +618,32 @@ func (q *Queries) CandUsageIn(ctx context.Context, roots []int64) ([]CandUsageIn
 		return nil, err
 	}
 	return items, nil
+}
+
+const candWorldVersion = `-- name: CandWorldVersion :one
+SELECT wv.v, CASE WHEN wv.v <> $1::bigint
+       THEN NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET $2::bigint) END AS small
+  FROM placement.world_version wv
+`
+
+type CandWorldVersionParams struct {
+	KnownVersion int64
+	MaxProviders int64
+}
+
+type CandWorldVersionRow struct {
+	V     int64
+	Small interface{}
+}
+
+// The version of the static rows (placement.world_version, migration 6)
+// and, when it differs from @known_version, whether there are at most
+// @max_providers providers (NULL otherwise).
+func (q *Queries) CandWorldVersion(ctx context.Context, arg CandWorldVersionParams) (CandWorldVersionRow, error) {
+	row := q.db.QueryRow(ctx, candWorldVersion, arg.KnownVersion, arg.MaxProviders)
+	var i CandWorldVersionRow
+	err := row.Scan(&i.V, &i.Small)
+	return i, err
 }
 
 const resourceClassNames = `-- name: ResourceClassNames :many

@@ -26,9 +26,18 @@ func inv(rc, total int32) cInv {
 // provUUID is a readable uuid for provider id.
 func provUUID(id int64) uuid.UUID { return uuid.UUID{15: byte(id)} }
 
+// testRows is a world's rows with its usage.
+type testRows struct {
+	provs  []provRow
+	traits []traitRow
+	aggs   []aggRow
+	invs   []invRow
+	usage  []usageRow
+}
+
 // search runs the request groups over rows and returns, per candidate, the
 // ids of the providers of each group (sorted within a group).
-func search(t *testing.T, rows *worldRows, groups ...*cGroupQ) [][][]int64 {
+func search(t *testing.T, rows *testRows, groups ...*cGroupQ) [][][]int64 {
 	t.Helper()
 	s := &cSearch{req: &Request{}, groups: groups, classNames: map[int32]string{rcVCPU: "VCPU", rcMemory: "MEMORY_MB"},
 		sharingID: -1, traitNames: map[int64]string{}}
@@ -36,7 +45,7 @@ func search(t *testing.T, rows *worldRows, groups ...*cGroupQ) [][][]int64 {
 		s.req.Groups = append(s.req.Groups, g.Group)
 	}
 	var out [][][]int64
-	for _, a := range s.search(buildWorld(rows, -1), map[string]bool{}) {
+	for _, a := range s.search(buildWorld(&worldRows{provs: rows.provs, traits: rows.traits, aggs: rows.aggs, invs: rows.invs}, rows.usage, -1), map[string]bool{}) {
 		var cand [][]int64
 		for _, ps := range a.mappings {
 			var ids []int64
@@ -57,7 +66,7 @@ func group(suffix string, classes ...cClass) *cGroupQ {
 }
 
 func TestSearchSingleProvidersCapacityAndTraits(t *testing.T) {
-	rows := &worldRows{
+	rows := &testRows{
 		provs:  []provRow{{id: 1, root: 1, uuid: provUUID(1)}, {id: 2, root: 2, uuid: provUUID(2)}, {id: 3, root: 3, uuid: provUUID(3)}},
 		invs:   []invRow{{1, inv(rcVCPU, 8)}, {2, inv(rcVCPU, 2)}, {3, inv(rcVCPU, 4)}},
 		usage:  []usageRow{{pid: 2, rc: rcVCPU, used: 1}}, // 1 of 2 left: too little for 2
@@ -82,7 +91,7 @@ func TestSearchSingleProvidersCapacityAndTraits(t *testing.T) {
 // A tree: the unsuffixed group may take its classes from several providers
 // of one tree; granular groups each take theirs from one provider.
 func TestSearchTreesAndGranularGroups(t *testing.T) {
-	rows := &worldRows{
+	rows := &testRows{
 		provs: []provRow{
 			{id: 1, root: 1, uuid: provUUID(1)},            // compute node: memory
 			{id: 2, parent: 1, root: 1, uuid: provUUID(2)}, // NUMA 0: VCPU
