@@ -11,6 +11,26 @@
 CREATE SCHEMA placement;
 
 --
+-- Name: bump_world_version(); Type: FUNCTION; Schema: placement; Owner: -
+--
+
+CREATE FUNCTION placement.bump_world_version() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_LEVEL = 'STATEMENT' THEN
+        UPDATE placement.world_version SET v = v + 1;
+        RETURN NULL;
+    END IF;
+    IF current_setting('metalloc.world_bumped', true) IS DISTINCT FROM 'y' THEN
+        UPDATE placement.world_version SET v = v + 1;
+        PERFORM set_config('metalloc.world_bumped', 'y', true);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+--
 -- Name: allocation_node_link_check(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -462,6 +482,16 @@ ALTER TABLE placement.traits ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: world_version; Type: TABLE; Schema: placement; Owner: -
+--
+
+CREATE TABLE placement.world_version (
+    one boolean DEFAULT true NOT NULL,
+    v bigint NOT NULL,
+    CONSTRAINT world_version_one_check CHECK (one)
+);
+
+--
 -- Name: allocation_traits; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -809,6 +839,13 @@ ALTER TABLE ONLY placement.traits
     ADD CONSTRAINT traits_pkey PRIMARY KEY (id);
 
 --
+-- Name: world_version world_version_pkey; Type: CONSTRAINT; Schema: placement; Owner: -
+--
+
+ALTER TABLE ONLY placement.world_version
+    ADD CONSTRAINT world_version_pkey PRIMARY KEY (one);
+
+--
 -- Name: allocation_traits allocation_traits_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -986,6 +1023,54 @@ CREATE INDEX node_traits_trait_idx ON public.node_traits USING btree (trait, nod
 --
 
 CREATE INDEX nodes_free_idx ON public.nodes USING btree (resource_class, id) WHERE public.metalloc_node_free(provision_state, maintenance, power_state, instance_uuid, allocation_id);
+
+--
+-- Name: resource_provider_aggregates world_version_aggregates; Type: TRIGGER; Schema: placement; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER world_version_aggregates AFTER INSERT OR DELETE OR UPDATE ON placement.resource_provider_aggregates DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION placement.bump_world_version();
+
+--
+-- Name: inventories world_version_inventories; Type: TRIGGER; Schema: placement; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER world_version_inventories AFTER INSERT OR DELETE OR UPDATE ON placement.inventories DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION placement.bump_world_version();
+
+--
+-- Name: resource_providers world_version_providers; Type: TRIGGER; Schema: placement; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER world_version_providers AFTER INSERT OR DELETE OR UPDATE OF id, uuid, parent_provider_id, root_provider_id ON placement.resource_providers DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION placement.bump_world_version();
+
+--
+-- Name: resource_provider_traits world_version_traits; Type: TRIGGER; Schema: placement; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER world_version_traits AFTER INSERT OR DELETE OR UPDATE ON placement.resource_provider_traits DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION placement.bump_world_version();
+
+--
+-- Name: inventories world_version_truncate; Type: TRIGGER; Schema: placement; Owner: -
+--
+
+CREATE TRIGGER world_version_truncate AFTER TRUNCATE ON placement.inventories FOR EACH STATEMENT EXECUTE FUNCTION placement.bump_world_version();
+
+--
+-- Name: resource_provider_aggregates world_version_truncate; Type: TRIGGER; Schema: placement; Owner: -
+--
+
+CREATE TRIGGER world_version_truncate AFTER TRUNCATE ON placement.resource_provider_aggregates FOR EACH STATEMENT EXECUTE FUNCTION placement.bump_world_version();
+
+--
+-- Name: resource_provider_traits world_version_truncate; Type: TRIGGER; Schema: placement; Owner: -
+--
+
+CREATE TRIGGER world_version_truncate AFTER TRUNCATE ON placement.resource_provider_traits FOR EACH STATEMENT EXECUTE FUNCTION placement.bump_world_version();
+
+--
+-- Name: resource_providers world_version_truncate; Type: TRIGGER; Schema: placement; Owner: -
+--
+
+CREATE TRIGGER world_version_truncate AFTER TRUNCATE ON placement.resource_providers FOR EACH STATEMENT EXECUTE FUNCTION placement.bump_world_version();
 
 --
 -- Name: allocations allocations_node_link; Type: TRIGGER; Schema: public; Owner: -
