@@ -166,3 +166,54 @@ func peakRSSMB() float64 {
 	}
 	return 0
 }
+
+// BenchmarkAllocationCandidatesWideTrees times GET /allocation_candidates
+// on wide nested trees, the case of Placement bug 2070257: 20 roots with 8
+// children each holding VCPU, asked for 6 granular groups of VCPU:1 with
+// group_policy=isolate. A root has 8^6 = 262,144 combinations of
+// children, 20,160 of them valid: a limited request must cost its limit,
+// not the product (limit1000 reaches into the second root).
+//
+//	make build && bin/metalloc-manage dev exec -- go test -run '^$' -bench AllocationCandidatesWideTrees ./placement/
+func BenchmarkAllocationCandidatesWideTrees(b *testing.B) {
+	srv, pool := invServer(b)
+	ctx := context.Background()
+	exec := func(sql string, args ...any) {
+		_, err := pool.Exec(ctx, sql, args...)
+		require.NoError(b, err)
+	}
+	const roots, children = 20, 8
+	exec(`INSERT INTO placement.resource_providers (uuid, name)
+		SELECT gen_random_uuid(), 'root-' || g FROM generate_series(0, $1 - 1) g`, roots)
+	exec(`UPDATE placement.resource_providers SET root_provider_id = id`)
+	exec(`INSERT INTO placement.resource_providers (uuid, name, parent_provider_id, root_provider_id)
+		SELECT gen_random_uuid(), r.name || '-child-' || c, r.id, r.id
+		  FROM placement.resource_providers r, generate_series(0, $1 - 1) c`, children)
+	exec(`INSERT INTO placement.inventories (resource_provider_id, resource_class_id, total, max_unit, allocation_ratio)
+		SELECT id, 0, 4, 4, 1.0 FROM placement.resource_providers WHERE parent_provider_id IS NOT NULL`)
+	exec(`ANALYZE`)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	q := "/allocation_candidates?group_policy=isolate"
+	for g := 1; g <= 6; g++ {
+		q += fmt.Sprintf("&resources%d=VCPU:1", g)
+	}
+	for _, limit := range []int{1, 50, 1000} {
+		b.Run("limit"+strconv.Itoa(limit), func(b *testing.B) {
+			var lat []time.Duration
+			var size int
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				n, err := getCandidates(client, srv.URL+q+"&limit="+strconv.Itoa(limit))
+				if err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+				size = n
+			}
+			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(lat[len(lat)*95/100].Microseconds())/1000, "p95-ms")
+			b.ReportMetric(float64(size), "resp-bytes")
+		})
+	}
+}

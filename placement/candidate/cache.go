@@ -22,6 +22,23 @@ type worldCache struct {
 	v     int64
 	rows  *worldRows // nil when not read (more than maxCachedProviders providers and no unlimited request yet)
 	small bool       // at most maxCachedProviders providers at version v
+
+	once      sync.Once
+	world     *cWorld // built from rows on first use, then read-only
+	sharingID int64   // of world
+}
+
+// worldFor is the world of the cached rows (built once, then shared by
+// the requests of this version), sharingID being the id of trait
+// MISC_SHARES_VIA_AGGREGATE.
+func (c *worldCache) worldFor(sharingID int64) *cWorld {
+	c.once.Do(func() {
+		c.world, c.sharingID = buildWorld(c.rows, sharingID, 0), sharingID
+	})
+	if c.sharingID != sharingID {
+		return buildWorld(c.rows, sharingID, 0)
+	}
+	return c.world
 }
 
 // cacheState is the Finder's cached world (nil before the first request).

@@ -92,18 +92,18 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 	if err != nil {
 		return nil, err
 	}
-	var static *worldRows // the whole world's static rows, when read or cached
+	var static *worldCache // the whole world's static rows, when read or cached
 	isSmall := cached != nil && cached.small
 	if small != nil {
 		isSmall = *small
 	}
 	switch {
 	case cached != nil && cached.rows != nil && version == cached.v:
-		static = cached.rows
+		static = cached
 	case sendWorld && (!limited || isSmall):
 		fresh.sortProviders()
-		static = fresh
-		f.cache.offer(&worldCache{v: version, rows: fresh, small: isSmall})
+		static = &worldCache{v: version, rows: fresh, small: isSmall}
+		f.cache.offer(static)
 	default:
 		f.cache.offer(&worldCache{v: version, small: isSmall})
 	}
@@ -174,7 +174,9 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 	noCap := !v.AtLeast(1, 29) && s.hasTrees
 	var areqs []*cAreq
 	if whole {
-		w := buildWorld(static, usage, s.sharingID)
+		w := static.worldFor(s.sharingID)
+		s.usage = make([]int64, w.nInv)
+		w.usageInto(s.usage, usage)
 		// With member_of, only the trees near the aggregates can anchor.
 		for _, g := range s.groups {
 			if len(g.MemberOf) == 0 {
@@ -234,10 +236,11 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 	// Provider summaries: every provider of the trees used, by root id
 	// (a tree loaded by two batches is summarized once).
 	var roots []*cProv
+	marked := map[*cProv]bool{}
 	for _, a := range areqs {
 		for _, rr := range a.rrs {
-			if r := rr.p.rootP; r != nil && !r.mark {
-				r.mark = true
+			if r := rr.p.rootP; r != nil && !marked[r] {
+				marked[r] = true
 				roots = append(roots, r)
 			}
 		}
@@ -343,7 +346,7 @@ func (f *Finder) searchBatches(ctx context.Context, s *cSearch, randomize, noCap
 			if err != nil {
 				return nil, err
 			}
-			w, err := f.loadWorld(ctx, scope, s.sharingID)
+			w, err := f.loadWorld(ctx, scope, s.sharingID, &s.usage)
 			if err != nil {
 				return nil, err
 			}

@@ -165,8 +165,8 @@ func candidateRootsSQL(s *cSearch, after int64, lim int) (string, []any) {
 	return sb.String(), args
 }
 
-// loadWorld loads the trees of roots.
-func (f *Finder) loadWorld(ctx context.Context, roots []int64, sharingID int64) (*cWorld, error) {
+// loadWorld loads the trees of roots, appending their usage to used.
+func (f *Finder) loadWorld(ctx context.Context, roots []int64, sharingID int64, used *[]int64) (*cWorld, error) {
 	rows := worldRowsPool.Get().(*worldRows)
 	rows.reset()
 	var usage []usageRow
@@ -176,7 +176,9 @@ func (f *Finder) loadWorld(ctx context.Context, roots []int64, sharingID int64) 
 	if err := f.queriesNoJIT(ctx, qs); err != nil {
 		return nil, err
 	}
-	w := buildWorld(rows, usage, sharingID)
+	w := buildWorld(rows, sharingID, int32(len(*used)))
+	*used = append(*used, make([]int64, w.nInv)...)
+	w.usageInto(*used, usage)
 	if len(rows.invs) <= 1<<16 && len(rows.traits) <= 1<<16 {
 		worldRowsPool.Put(rows)
 	}
@@ -353,16 +355,18 @@ type (
 	}
 )
 
-// buildWorld builds the world from the static rows of worldQueries and
-// the usage rows. It writes rows only to sort the providers when they are
-// not sorted yet (see sortProviders).
-func buildWorld(rows *worldRows, usage []usageRow, sharingID int64) *cWorld {
-	w := &cWorld{sharingAnchors: map[int64][]int64{}}
+// buildWorld builds the world from the static rows of worldQueries, its
+// inventories' usage indexes from ixBase (usageInto fills them). It
+// writes rows only to sort the providers when they are not sorted yet
+// (see sortProviders).
+func buildWorld(rows *worldRows, sharingID int64, ixBase int32) *cWorld {
+	w := &cWorld{sharingAnchors: map[int64][]int64{}, invBase: ixBase}
 	traits, aggs, invs := rows.traits, rows.aggs, rows.invs
 	rows.sortProviders()
 	store := make([]cProv, len(rows.provs))
 	for i, r := range rows.provs {
 		store[i] = cProv{id: r.id, parent: r.parent, root: r.root, uuid: r.uuid}
+		appendQuotedUUID(store[i].ut[:0], &store[i].uuid)
 	}
 	n := len(store)
 	w.order = make([]*cProv, n)
@@ -418,13 +422,14 @@ func buildWorld(rows *worldRows, usage []usageRow, sharingID int64) *cWorld {
 	// backing array.
 	spread(w, invs, func(x invRow) int64 { return x.pid }, func(p *cProv) *[]cInv { return &p.inv },
 		func(x invRow) cInv { return x.inv })
-	for _, u := range usage {
-		if p := w.get(u.pid); p != nil {
-			if inv := p.invFor(u.rc); inv != nil {
-				inv.used = u.used
-			}
+	ix := ixBase
+	for _, p := range w.order {
+		for k := range p.inv {
+			p.inv[k].ix = ix
+			ix++
 		}
 	}
+	w.nInv = ix - ixBase
 	spread(w, traits, func(t traitRow) int64 { return t.pid }, func(p *cProv) *[]int64 { return &p.traits },
 		func(t traitRow) int64 { return t.trait })
 	for _, t := range traits {

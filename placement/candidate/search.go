@@ -19,6 +19,9 @@ type cSearch struct {
 	rootForb   []int64
 	sharingID  int64 // trait id of MISC_SHARES_VIA_AGGREGATE (-1 if none)
 	traitNames map[int64]string
+	// usage is the usage of the inventories of the worlds searched (by
+	// cInv.ix).
+	usage []int64
 	// cap is the most candidates search returns (0: all), so that a
 	// limited request costs its limit, not the product of its groups.
 	cap int
@@ -236,7 +239,7 @@ func (s *cSearch) merge(w *cWorld, anchor int64, pick []*cAreq, numGranular int)
 	}
 	for _, rr := range m.rrs {
 		inv := rr.p.invFor(rr.rc)
-		if inv.used+rr.amount > inv.capacity() || rr.amount > int64(inv.maxUnit) {
+		if s.usage[inv.ix]+rr.amount > inv.capacity() || rr.amount > int64(inv.maxUnit) {
 			return nil
 		}
 	}
@@ -369,7 +372,7 @@ func (s *cSearch) singleProvider(w *cWorld, gi int, g *cGroupQ, emit func(*cAreq
 		ok := true
 		for _, c := range g.classes {
 			inv := p.invFor(c.rc)
-			if inv == nil || !inv.fits(c.amount) {
+			if inv == nil || !inv.fits(s.usage[inv.ix], c.amount) {
 				ok = false
 				break
 			}
@@ -456,7 +459,7 @@ func (s *cSearch) multiProvider(w *cWorld, gi int, g *cGroupQ, emit func(*cAreq)
 			l := lists[ci][:0]
 			consider := func(p *cProv) {
 				inv := p.invFor(c.rc)
-				if inv == nil || !inv.fits(c.amount) {
+				if inv == nil || !inv.fits(s.usage[inv.ix], c.amount) {
 					return
 				}
 				if !anchorInAggs && !p.inAllAggs(g.MemberOf) {

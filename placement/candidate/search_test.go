@@ -45,7 +45,10 @@ func search(t *testing.T, rows *testRows, groups ...*cGroupQ) [][][]int64 {
 		s.req.Groups = append(s.req.Groups, g.Group)
 	}
 	var out [][][]int64
-	for _, a := range s.search(buildWorld(&worldRows{provs: rows.provs, traits: rows.traits, aggs: rows.aggs, invs: rows.invs}, rows.usage, -1), map[string]bool{}) {
+	w := buildWorld(&worldRows{provs: rows.provs, traits: rows.traits, aggs: rows.aggs, invs: rows.invs}, -1, 0)
+	s.usage = make([]int64, w.nInv)
+	w.usageInto(s.usage, rows.usage)
+	for _, a := range s.search(w, map[string]bool{}) {
 		var cand [][]int64
 		for _, ps := range a.mappings {
 			var ids []int64
