@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -39,7 +41,16 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 	// The classes, the traits named, the context, the version of the
 	// static rows with those rows when the cached ones are older, and the
 	// usage are read in one round trip (one snapshot).
+	// A request searches the whole world when it is unlimited without
+	// member_of, or the world is small; else (scoped) SQL finds the
+	// trees in play first.
 	limited := req.Limit > 0
+	scoped := limited
+	for _, g := range req.Groups {
+		if len(g.MemberOf) > 0 {
+			scoped = true
+		}
+	}
 	cached := f.cache.load()
 	knownV, rowsV := int64(-1), int64(-1)
 	if cached != nil {
@@ -48,9 +59,9 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 			rowsV = cached.v
 		}
 	}
-	// A limited request on a world known to be large takes the batched
-	// search: it reads no world rows here.
-	sendWorld := !limited || cached == nil || cached.small
+	// A scoped request on a world known to be large reads no world rows
+	// here.
+	sendWorld := !scoped || cached == nil || cached.small
 	classByName := map[string]int32{}
 	known := map[string]int64{}
 	var cc CandContextRow
@@ -84,7 +95,7 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 	}
 	if sendWorld {
 		fresh = &worldRows{}
-		args := []any{rowsV, !limited, int64(maxCachedProviders)}
+		args := []any{rowsV, !scoped, int64(maxCachedProviders)}
 		qs = append(qs, worldQueries([4]string{candProvidersChanged, candTraitsChanged, candAggregatesChanged, candInventoriesChanged}, args, fresh)...)
 		qs = append(qs, usageQuery(candUsageAll, nil, &usage))
 	}
@@ -100,14 +111,14 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 	switch {
 	case cached != nil && cached.rows != nil && version == cached.v:
 		static = cached
-	case sendWorld && (!limited || isSmall):
+	case sendWorld && (!scoped || isSmall):
 		fresh.sortProviders()
 		static = &worldCache{v: version, rows: fresh, small: isSmall}
 		f.cache.offer(static)
 	default:
 		f.cache.offer(&worldCache{v: version, small: isSmall})
 	}
-	whole := static != nil && (!limited || isSmall)
+	whole := static != nil && (!scoped || isSmall)
 	if id, ok := known["MISC_SHARES_VIA_AGGREGATE"]; ok {
 		s.sharingID = id
 	}
@@ -194,6 +205,35 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 				// As the batched walk: start at a random root and wrap.
 				s.rotate = rand.IntN(len(w.rootOrder))
 			}
+		}
+		areqs = s.search(w, map[string]bool{})
+	} else if !limited {
+		// Unlimited with member_of on a large world: the trees near the
+		// aggregates.
+		var scope []int64
+		for _, g := range s.groups {
+			if len(g.MemberOf) == 0 {
+				continue
+			}
+			roots, err := f.memberOfRoots(ctx, s, g.MemberOf)
+			if err != nil {
+				return nil, err
+			}
+			if len(roots) == 0 {
+				return &Result{s: s, v: v}, nil
+			}
+			s.anchorIn = make(map[int64]bool, len(roots))
+			for _, r := range roots {
+				s.anchorIn[r] = true
+			}
+			if scope, err = f.withSharingRoots(ctx, s, roots); err != nil {
+				return nil, err
+			}
+			break
+		}
+		w, err := f.loadWorld(ctx, scope, s.sharingID, &s.usage)
+		if err != nil {
+			return nil, err
 		}
 		areqs = s.search(w, map[string]bool{})
 	} else {
@@ -403,6 +443,39 @@ func memberOfAnchors(w *cWorld, memberOf [][]uuid.UUID) map[int64]bool {
 		}
 	}
 	return out
+}
+
+// memberOfRoots returns the roots that may anchor a candidate of a group
+// with member_of sets: those of the providers in the aggregates, and those
+// of the providers sharing an aggregate with a sharing provider in them.
+func (f *Finder) memberOfRoots(ctx context.Context, s *cSearch, memberOf [][]uuid.UUID) ([]int64, error) {
+	var sb strings.Builder
+	var args []any
+	sb.WriteString(`WITH m AS (SELECT p.id, p.root_provider_id FROM placement.resource_providers p WHERE true`)
+	for _, set := range memberOf {
+		args = append(args, set)
+		fmt.Fprintf(&sb, ` AND p.id IN (SELECT resource_provider_id FROM placement.resource_provider_aggregates
+			WHERE aggregate_uuid = ANY($%d::uuid[]))`, len(args))
+	}
+	sb.WriteString(`) SELECT root_provider_id FROM m`)
+	if s.hasSharing {
+		args = append(args, s.sharingID)
+		fmt.Fprintf(&sb, ` UNION SELECT o.root_provider_id FROM m
+			JOIN placement.resource_provider_traits st ON st.resource_provider_id = m.id AND st.trait_id = $%d
+			JOIN placement.resource_provider_aggregates sa ON sa.resource_provider_id = m.id
+			JOIN placement.resource_provider_aggregates oa ON oa.aggregate_uuid = sa.aggregate_uuid
+			JOIN placement.resource_providers o ON o.id = oa.resource_provider_id`, len(args))
+	}
+	var out []int64
+	err := f.queryNoJIT(ctx, sb.String(), args, func(r pgx.Rows) error {
+		var id *int64
+		err := r.Scan(&id)
+		if id != nil {
+			out = append(out, *id)
+		}
+		return err
+	})
+	return out, err
 }
 
 // candidateRoots returns root providers after the id after (at most lim,
