@@ -395,13 +395,14 @@ func (q *Queries) CandProvidersIn(ctx context.Context, roots []int64) ([]CandPro
 
 const candSharingRootsFor = `-- name: CandSharingRootsFor :many
 SELECT DISTINCT sp.root_provider_id
-  FROM placement.resource_providers p
-  JOIN placement.resource_provider_aggregates pa ON pa.resource_provider_id = p.id
-  JOIN placement.resource_provider_aggregates sa ON sa.aggregate_uuid = pa.aggregate_uuid
+  FROM placement.resource_provider_aggregates sa
   JOIN placement.resource_provider_traits rpt ON rpt.resource_provider_id = sa.resource_provider_id
                                               AND rpt.trait_id = $1::bigint
   JOIN placement.resource_providers sp ON sp.id = sa.resource_provider_id
- WHERE p.root_provider_id = ANY($2::bigint[])
+ WHERE sa.aggregate_uuid IN (SELECT pa.aggregate_uuid
+                               FROM placement.resource_providers p
+                               JOIN placement.resource_provider_aggregates pa ON pa.resource_provider_id = p.id
+                              WHERE p.root_provider_id = ANY($2::bigint[]))
 `
 
 type CandSharingRootsForParams struct {
@@ -410,7 +411,9 @@ type CandSharingRootsForParams struct {
 }
 
 // Roots of the sharing providers (trait @sharing_trait) in an aggregate
-// with any provider of the trees of @roots.
+// with any provider of the trees of @roots: the aggregates first, each
+// once, then their members (probing every member of every aggregate of
+// every provider costs ten times more at 100,000 providers).
 func (q *Queries) CandSharingRootsFor(ctx context.Context, arg CandSharingRootsForParams) ([]*int64, error) {
 	rows, err := q.db.Query(ctx, candSharingRootsFor, arg.SharingTrait, arg.Roots)
 	if err != nil {
