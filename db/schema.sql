@@ -31,6 +31,56 @@ END;
 $$;
 
 --
+-- Name: claim_new_consumer(uuid, text, text, text, uuid[], text[], bigint[]); Type: FUNCTION; Schema: placement; Owner: -
+--
+
+CREATE FUNCTION placement.claim_new_consumer(p_consumer uuid, p_project text, p_user text, p_type text, p_providers uuid[], p_classes text[], p_used bigint[]) RETURNS boolean
+    LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
+    AS $$
+DECLARE
+    ids bigint[];
+    n_ok bigint;
+    cid bigint;
+BEGIN
+    SELECT array_agg(l.id) INTO ids
+      FROM (SELECT id FROM placement.resource_providers WHERE uuid = ANY(p_providers) ORDER BY id FOR UPDATE) l;
+    IF cardinality(ids) IS DISTINCT FROM (SELECT count(DISTINCT u) FROM unnest(p_providers) u) THEN
+        RETURN false;
+    END IF;
+    SELECT count(*) INTO n_ok
+      FROM unnest(p_providers, p_classes, p_used) AS c(pu, cls, amt)
+      JOIN placement.resource_providers p ON p.uuid = c.pu
+      JOIN placement.resource_classes rc ON rc.name = c.cls
+      JOIN placement.inventories i ON i.resource_provider_id = p.id AND i.resource_class_id = rc.id
+     WHERE c.amt >= i.min_unit AND c.amt <= i.max_unit AND c.amt % i.step_size = 0
+       AND (i.total::bigint - i.reserved)::float8 * i.allocation_ratio >=
+           (COALESCE((SELECT sum(a.used) FROM placement.allocations a
+                       WHERE a.resource_provider_id = i.resource_provider_id
+                         AND a.resource_class_id = i.resource_class_id), 0) + c.amt)::float8;
+    IF n_ok <> cardinality(p_providers) THEN
+        RETURN false;
+    END IF;
+    INSERT INTO placement.consumers (uuid, project_id, user_id, consumer_type, generation)
+    VALUES (p_consumer, p_project, p_user, p_type, 1)
+    ON CONFLICT (uuid) DO NOTHING
+    RETURNING id INTO cid;
+    IF cid IS NULL THEN
+        RETURN false;
+    END IF;
+    INSERT INTO placement.allocations (resource_provider_id, consumer_id, resource_class_id, used)
+    SELECT p.id, cid, rc.id, c.amt
+      FROM unnest(p_providers, p_classes, p_used) WITH ORDINALITY AS c(pu, cls, amt, ord)
+      JOIN placement.resource_providers p ON p.uuid = c.pu
+      JOIN placement.resource_classes rc ON rc.name = c.cls
+     ORDER BY c.ord;
+    UPDATE placement.resource_providers SET generation = generation + 1, updated_at = now()
+     WHERE id = ANY(ids);
+    RETURN true;
+END;
+$$;
+
+--
 -- Name: allocation_node_link_check(); Type: FUNCTION; Schema: public; Owner: -
 --
 

@@ -602,3 +602,50 @@ func findJSON(t *testing.T, h *Handler, req *candidate.Request) []byte {
 	require.NoError(t, res.Write(&buf))
 	return buf.Bytes()
 }
+
+// The cached world (candidate/cache.go) is exact: every change to
+// providers, inventories, traits, aggregates or usage between two requests
+// shows in the second answer, limited or not, with or without member_of.
+func TestCandidatesCacheFollowsChanges(t *testing.T) {
+	t.Parallel()
+	f := newACFixture(t)
+	a := f.rp("a", "")
+	f.simpleInv(a, "VCPU", 4)
+	const v = "1.39"
+	for _, q := range []string{"resources=VCPU:2", "resources=VCPU:2&limit=5"} {
+		require.Equal(t, []string{"a:VCPU=2"}, f.cands(q, v), q)
+	}
+	b := f.rp("b", "")
+	f.simpleInv(b, "VCPU", 2)
+	require.Equal(t, []string{"a:VCPU=2", "b:VCPU=2"}, f.cands("resources=VCPU:2", v))
+	f.use(b, "VCPU", 1) // usage only: no version bump, read per request
+	require.Equal(t, []string{"a:VCPU=2"}, f.cands("resources=VCPU:2&limit=5", v))
+	f.exec(`UPDATE placement.inventories SET total = 8 WHERE resource_provider_id = (SELECT id FROM placement.resource_providers WHERE uuid = $1)`, b)
+	require.Equal(t, []string{"a:VCPU=2", "b:VCPU=2"}, f.cands("resources=VCPU:2", v))
+	f.traits(b, "CUSTOM_FAST")
+	require.Equal(t, []string{"b:VCPU=2"}, f.cands("resources=VCPU:2&required=CUSTOM_FAST", v))
+	agg := uuid.NewString()
+	f.aggs(a, agg)
+	require.Equal(t, []string{"a:VCPU=2"}, f.cands("resources=VCPU:2&member_of="+agg, v))
+	f.exec(`DELETE FROM placement.resource_provider_aggregates`)
+	f.exec(`DELETE FROM placement.resource_provider_traits WHERE trait_id = (SELECT id FROM placement.traits WHERE name = 'CUSTOM_FAST')`)
+	st, body := f.get("resources=VCPU:2&member_of="+agg, v)
+	require.Equal(t, 200, st)
+	require.Empty(t, body["allocation_requests"])
+	require.Empty(t, f.cands("resources=VCPU:2&required=CUSTOM_FAST", v))
+	// A change rolled back leaves the version (and the answer) alone.
+	var before, after int64
+	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT v FROM placement.world_version`).Scan(&before))
+	tx, err := f.pool.Begin(context.Background())
+	require.NoError(t, err)
+	_, err = tx.Exec(context.Background(), `DELETE FROM placement.inventories`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(context.Background()))
+	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT v FROM placement.world_version`).Scan(&after))
+	require.Equal(t, before, after)
+	require.Equal(t, []string{"a:VCPU=2", "b:VCPU=2"}, f.cands("resources=VCPU:2", v))
+	// One bump per transaction, however many rows it changes.
+	f.exec(`UPDATE placement.inventories SET reserved = 0`)
+	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT v FROM placement.world_version`).Scan(&after))
+	require.Equal(t, before+1, after)
+}

@@ -38,9 +38,14 @@ type testRows struct {
 // search runs the request groups over rows and returns, per candidate, the
 // ids of the providers of each group (sorted within a group).
 func search(t *testing.T, rows *testRows, groups ...*cGroupQ) [][][]int64 {
+	return searchCap(t, rows, "", 0, groups...)
+}
+
+// searchCap is search with a group_policy and a cap (0: none).
+func searchCap(t *testing.T, rows *testRows, policy string, limit int, groups ...*cGroupQ) [][][]int64 {
 	t.Helper()
-	s := &cSearch{req: &Request{}, groups: groups, classNames: map[int32]string{rcVCPU: "VCPU", rcMemory: "MEMORY_MB"},
-		sharingID: -1, traitNames: map[int64]string{}}
+	s := &cSearch{req: &Request{GroupPolicy: policy}, groups: groups, classNames: map[int32]string{rcVCPU: "VCPU", rcMemory: "MEMORY_MB"},
+		sharingID: -1, traitNames: map[int64]string{}, cap: limit}
 	for _, g := range groups {
 		s.req.Groups = append(s.req.Groups, g.Group)
 	}
@@ -117,4 +122,29 @@ func TestSearchTreesAndGranularGroups(t *testing.T) {
 		require.Len(t, c[0], 1)
 		require.Len(t, c[1], 1)
 	}
+}
+
+// A capped search returns the first candidates of the full search, in the
+// same order: on a wide tree (a root with 4 children, 3 isolated granular
+// groups: 4*3*2 = 24 of 64 combinations) and across roots.
+func TestSearchCapIsPrefix(t *testing.T) {
+	rows := &testRows{}
+	for r := int64(1); r <= 2; r++ {
+		root := r * 10
+		rows.provs = append(rows.provs, provRow{id: root, root: root, uuid: provUUID(root)})
+		for c := int64(1); c <= 4; c++ {
+			rows.provs = append(rows.provs, provRow{id: root + c, parent: root, root: root, uuid: provUUID(root + c)})
+			rows.invs = append(rows.invs, invRow{root + c, inv(rcVCPU, 4)})
+		}
+	}
+	need := cClass{rc: rcVCPU, name: "VCPU", amount: 1}
+	groups := func() []*cGroupQ { return []*cGroupQ{group("1", need), group("2", need), group("3", need)} }
+	all := searchCap(t, rows, "isolate", 0, groups()...)
+	require.Len(t, all, 48)
+	for _, limit := range []int{1, 5, 24, 30, 48, 100} {
+		require.Equal(t, all[:min(limit, len(all))], searchCap(t, rows, "isolate", limit, groups()...), "limit %d", limit)
+	}
+	// Without isolate every combination counts: 2 * 4^3.
+	require.Len(t, searchCap(t, rows, "none", 0, groups()...), 128)
+	require.Len(t, searchCap(t, rows, "none", 7, groups()...), 7)
 }
