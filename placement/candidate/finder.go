@@ -7,7 +7,7 @@ import (
 )
 
 // Finder answers GET /allocation_candidates from the placement schema: it
-// loads the provider trees in play (SQL, engine.go), runs the pure search
+// loads the provider trees in play (load.go, cached by cache.go), runs the pure search
 // over them (Search, search.go) and writes Placement's JSON answer
 // (Result.Write). Create with NewFinder; safe for concurrent use.
 type Finder struct {

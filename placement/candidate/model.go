@@ -4,10 +4,10 @@ import (
 	"github.com/google/uuid"
 )
 
-// The candidate search. The provider trees in play (all of them, or, with
-// a limit, batches of root providers that SQL finds able to hold the
-// requested amounts, plus the trees of sharing providers) are loaded with
-// two queries (providers with traits and aggregates; inventories with
+// The candidate search. The provider trees in play (the cached whole
+// world, or batches of root providers that SQL finds able to hold the
+// requested amounts, plus the trees of sharing providers; see doc.go) are
+// loaded with a few queries (providers, traits, aggregates, inventories,
 // usage), and the request groups are matched and combined in Go with
 // Placement's rules (objects/allocation_candidate.py, research_context.py).
 

@@ -11,30 +11,6 @@ import (
 	"github.com/google/uuid"
 )
 
-const candAggregatesAll = `-- name: CandAggregatesAll :many
-SELECT resource_provider_id, aggregate_uuid FROM placement.resource_provider_aggregates
-`
-
-func (q *Queries) CandAggregatesAll(ctx context.Context) ([]PlacementResourceProviderAggregate, error) {
-	rows, err := q.db.Query(ctx, candAggregatesAll)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []PlacementResourceProviderAggregate
-	for rows.Next() {
-		var i PlacementResourceProviderAggregate
-		if err := rows.Scan(&i.ResourceProviderID, &i.AggregateUuid); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const candAggregatesChanged = `-- name: CandAggregatesChanged :many
 SELECT resource_provider_id, aggregate_uuid FROM placement.resource_provider_aggregates WHERE EXISTS (SELECT 1 FROM placement.world_version wv WHERE wv.v <> $1::bigint)
    AND ($2::boolean OR NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET $3::bigint))
@@ -112,56 +88,6 @@ func (q *Queries) CandContext(ctx context.Context) (CandContextRow, error) {
 	var i CandContextRow
 	err := row.Scan(&i.HasTrees, &i.HasSharing)
 	return i, err
-}
-
-const candInventoriesAll = `-- name: CandInventoriesAll :many
-SELECT i.resource_provider_id, i.resource_class_id, i.total, CASE WHEN i.reserved <> 0 THEN i.reserved END AS reserved,
-       CASE WHEN i.min_unit <> 1 THEN i.min_unit END AS min_unit, CASE WHEN i.max_unit <> i.total THEN i.max_unit END AS max_unit,
-       CASE WHEN i.step_size <> 1 THEN i.step_size END AS step_size, CASE WHEN i.allocation_ratio <> 1 THEN i.allocation_ratio END AS allocation_ratio
-  FROM placement.inventories i
-`
-
-type CandInventoriesAllRow struct {
-	ResourceProviderID int64
-	ResourceClassID    int32
-	Total              int32
-	Reserved           interface{}
-	MinUnit            interface{}
-	MaxUnit            interface{}
-	StepSize           interface{}
-	AllocationRatio    interface{}
-}
-
-// Columns at their usual values are NULL (reserved 0, min_unit 1, max_unit
-// total, step_size 1, allocation_ratio 1): sending a value is most of the
-// cost of these scans. Usage comes from CandUsageAll.
-func (q *Queries) CandInventoriesAll(ctx context.Context) ([]CandInventoriesAllRow, error) {
-	rows, err := q.db.Query(ctx, candInventoriesAll)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []CandInventoriesAllRow
-	for rows.Next() {
-		var i CandInventoriesAllRow
-		if err := rows.Scan(
-			&i.ResourceProviderID,
-			&i.ResourceClassID,
-			&i.Total,
-			&i.Reserved,
-			&i.MinUnit,
-			&i.MaxUnit,
-			&i.StepSize,
-			&i.AllocationRatio,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const candInventoriesChanged = `-- name: CandInventoriesChanged :many
@@ -267,45 +193,6 @@ func (q *Queries) CandInventoriesIn(ctx context.Context, roots []int64) ([]CandI
 	return items, nil
 }
 
-const candProvidersAll = `-- name: CandProvidersAll :many
-SELECT rp.id, rp.uuid, rp.parent_provider_id, CASE WHEN rp.root_provider_id <> rp.id THEN rp.root_provider_id END AS root_provider_id
-  FROM placement.resource_providers rp
-`
-
-type CandProvidersAllRow struct {
-	ID               int64
-	Uuid             uuid.UUID
-	ParentProviderID *int64
-	RootProviderID   interface{}
-}
-
-// Unordered (a sequential scan; the caller sorts by id); root_provider_id
-// is NULL when it is the provider itself (NULLs cost nothing to send).
-func (q *Queries) CandProvidersAll(ctx context.Context) ([]CandProvidersAllRow, error) {
-	rows, err := q.db.Query(ctx, candProvidersAll)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []CandProvidersAllRow
-	for rows.Next() {
-		var i CandProvidersAllRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.Uuid,
-			&i.ParentProviderID,
-			&i.RootProviderID,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const candProvidersChanged = `-- name: CandProvidersChanged :many
 
 SELECT rp.id, rp.uuid, rp.parent_provider_id, CASE WHEN rp.root_provider_id <> rp.id THEN rp.root_provider_id END AS root_provider_id
@@ -326,10 +213,13 @@ type CandProvidersChangedRow struct {
 	RootProviderID   interface{}
 }
 
-// The Cand*Changed queries are the Cand*All ones answering no rows unless
-// the version differs from @known_version (the rows cached by the process)
+// The Cand*Changed queries read every row, but answer none unless the
+// version differs from @known_version (the rows cached by the process)
 // and the whole world is wanted (@whole) or small: one batch then reads
-// the version, these and the usage in one snapshot.
+// the version, these and the usage in one snapshot. Columns at their usual
+// values are NULL (reserved 0, min_unit 1, max_unit total, step_size 1,
+// allocation_ratio 1; root_provider_id when it is the provider itself):
+// sending a value is most of the cost of these scans.
 func (q *Queries) CandProvidersChanged(ctx context.Context, arg CandProvidersChangedParams) ([]CandProvidersChangedRow, error) {
 	rows, err := q.db.Query(ctx, candProvidersChanged, arg.KnownVersion, arg.Whole, arg.MaxProviders)
 	if err != nil {
@@ -453,30 +343,6 @@ func (q *Queries) CandTraitNames(ctx context.Context, ids []int64) ([]CandTraitN
 	for rows.Next() {
 		var i CandTraitNamesRow
 		if err := rows.Scan(&i.ID, &i.Name); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const candTraitsAll = `-- name: CandTraitsAll :many
-SELECT resource_provider_id, trait_id FROM placement.resource_provider_traits
-`
-
-func (q *Queries) CandTraitsAll(ctx context.Context) ([]PlacementResourceProviderTrait, error) {
-	rows, err := q.db.Query(ctx, candTraitsAll)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []PlacementResourceProviderTrait
-	for rows.Next() {
-		var i PlacementResourceProviderTrait
-		if err := rows.Scan(&i.ResourceProviderID, &i.TraitID); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -659,7 +525,7 @@ type ResourceClassNamesRow struct {
 	Name string
 }
 
-// The allocation candidates search (engine.go) loads the provider trees in
+// The allocation candidates search (load.go, find.go) loads the provider trees in
 // play with these few queries and combines them in Go.
 func (q *Queries) ResourceClassNames(ctx context.Context) ([]ResourceClassNamesRow, error) {
 	rows, err := q.db.Query(ctx, resourceClassNames)
