@@ -19,19 +19,11 @@ import (
 // one transaction, as Placement's AllocationList.replace_all with the
 // consumer handling of ensure_consumer and update_consumers. notFound words
 // the 400 for an unknown resource class.
-// Claims of new consumers go through a fast path first: one statement for
-// one consumer (claimOneTrip), the pipelined claim for several
-// (claimPipelined); either hands anything unusual back to the general
-// path.
+// Claims of new consumers go through the pipelined claim first
+// (claimPipelined), which hands anything unusual back to the general path.
 func (h *Handler) writeAllocations(ctx context.Context, v web.Version, claims []claim, notFound func(string) string) error {
 	if fastClaimable(claims) {
-		var err error
-		if len(claims) == 1 {
-			err = h.claimOneTrip(ctx, claims[0])
-		} else {
-			err = h.claimPipelined(ctx, claims)
-		}
-		if !errors.Is(err, errSlowPath) {
+		if err := h.claimPipelined(ctx, claims); !errors.Is(err, errSlowPath) {
 			return err
 		}
 	}

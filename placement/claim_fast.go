@@ -133,26 +133,3 @@ func (h *Handler) claimPipelined(ctx context.Context, claims []claim) error {
 	}
 	return nil
 }
-
-// claimOneTrip writes the claim of one new consumer with one statement in
-// one round trip (placement.claim_new_consumer, migration 6: lock, check,
-// write, all in the database). It returns errSlowPath when the function
-// wrote nothing (see its comment) or failed, and the general path then
-// gives the exact answer.
-func (h *Handler) claimOneTrip(ctx context.Context, cl claim) error {
-	p := ClaimNewConsumerParams{Consumer: cl.consumer, ProjectID: cl.projectID, UserID: cl.userID,
-		ConsumerType: cl.consumerType}
-	for _, r := range cl.resources {
-		p.ProviderUuids = append(p.ProviderUuids, r.provider)
-		p.ClassNames = append(p.ClassNames, r.class)
-		p.Used = append(p.Used, r.used)
-	}
-	ok, err := h.q.ClaimNewConsumer(ctx, p)
-	if err != nil && ctx.Err() != nil {
-		return err
-	}
-	if err != nil || !ok {
-		return errSlowPath
-	}
-	return nil
-}

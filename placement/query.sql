@@ -324,9 +324,3 @@ WITH ins AS (
 UPDATE placement.resource_providers SET generation = generation + 1, updated_at = now()
  WHERE id = ANY(@bump_ids::bigint[]);
 
-
--- name: ClaimNewConsumer :one
--- A new consumer's claim in one statement (migration 6); false when it
--- wrote nothing and the general path must answer.
-SELECT placement.claim_new_consumer(@consumer::uuid, @project_id::text, @user_id::text, sqlc.narg(consumer_type)::text,
-    @provider_uuids::uuid[], @class_names::text[], @used::bigint[])::boolean AS claimed;

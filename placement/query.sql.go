@@ -88,38 +88,6 @@ func (q *Queries) ClaimInventories(ctx context.Context, arg ClaimInventoriesPara
 	return items, nil
 }
 
-const claimNewConsumer = `-- name: ClaimNewConsumer :one
-SELECT placement.claim_new_consumer($1::uuid, $2::text, $3::text, $4::text,
-    $5::uuid[], $6::text[], $7::bigint[])::boolean AS claimed
-`
-
-type ClaimNewConsumerParams struct {
-	Consumer      uuid.UUID
-	ProjectID     string
-	UserID        string
-	ConsumerType  *string
-	ProviderUuids []uuid.UUID
-	ClassNames    []string
-	Used          []int64
-}
-
-// A new consumer's claim in one statement (migration 6); false when it
-// wrote nothing and the general path must answer.
-func (q *Queries) ClaimNewConsumer(ctx context.Context, arg ClaimNewConsumerParams) (bool, error) {
-	row := q.db.QueryRow(ctx, claimNewConsumer,
-		arg.Consumer,
-		arg.ProjectID,
-		arg.UserID,
-		arg.ConsumerType,
-		arg.ProviderUuids,
-		arg.ClassNames,
-		arg.Used,
-	)
-	var claimed bool
-	err := row.Scan(&claimed)
-	return claimed, err
-}
-
 const classesInUse = `-- name: ClassesInUse :many
 SELECT rc.name
   FROM placement.resource_classes rc
