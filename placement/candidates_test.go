@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -648,4 +650,45 @@ func TestCandidatesCacheFollowsChanges(t *testing.T) {
 	f.exec(`UPDATE placement.inventories SET reserved = 0`)
 	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT v FROM placement.world_version`).Scan(&after))
 	require.Equal(t, before+1, after)
+}
+
+// Concurrent requests share the cached world (read-only once built) while
+// writers change it: every answer is well-formed (run with -race).
+func TestCandidatesCacheConcurrent(t *testing.T) {
+	t.Parallel()
+	f := newACFixture(t)
+	agg := uuid.NewString()
+	var rps []string
+	for i := 0; i < 6; i++ {
+		rp := f.rp("cn"+strconv.Itoa(i), "")
+		f.simpleInv(rp, "VCPU", 8)
+		f.aggs(rp, agg)
+		rps = append(rps, rp)
+	}
+	queries := []string{"resources=VCPU:1", "resources=VCPU:1&limit=2", "resources=VCPU:1&member_of=" + agg}
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 15; i++ {
+				q := queries[(g+i)%len(queries)]
+				st, _, body := call(t, f.srv, "GET", "/allocation_candidates?"+q, "1.39", "")
+				if st != 200 || body["allocation_requests"] == nil {
+					errs <- fmt.Sprintf("%s: %d %v", q, st, body)
+				}
+			}
+		}(g)
+	}
+	for i := 0; i < 10; i++ {
+		f.exec(`UPDATE placement.inventories SET total = $1`, 8+i)
+		f.use(rps[i%len(rps)], "VCPU", 1)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	require.Len(t, f.cands("resources=VCPU:1", "1.39"), 6)
 }
