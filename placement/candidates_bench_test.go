@@ -54,21 +54,7 @@ func BenchmarkAllocationCandidates(b *testing.B) {
 					continue // the unlimited queries at 100k answer 200,000 candidates (80 MB)
 				}
 				b.Run(c.name, func(b *testing.B) {
-					var lat []time.Duration
-					var count int
-					for i := 0; i < b.N; i++ {
-						start := time.Now()
-						size, err := getCandidates(client, srv.URL+c.query)
-						if err != nil {
-							b.Fatal(err)
-						}
-						lat = append(lat, time.Since(start))
-						count = size
-					}
-					sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-					b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-					b.ReportMetric(float64(lat[len(lat)*95/100].Microseconds())/1000, "p95-ms")
-					b.ReportMetric(float64(count), "resp-bytes")
+					timeCandidates(b, client, srv.URL+c.query)
 					b.ReportMetric(peakRSSMB(), "peak-rss-MB")
 				})
 			}
@@ -129,6 +115,27 @@ func buildComputeProviders(b testing.TB, pool *pgxpool.Pool, n int) string {
 	var agg string
 	require.NoError(b, pool.QueryRow(ctx, `SELECT agg::text FROM bench_aggs WHERE n = 0`).Scan(&agg))
 	return agg
+}
+
+// timeCandidates sends url b.N times and reports the p50 and p95 latency
+// (request to whole response read, as the client sees it) and the
+// response size.
+func timeCandidates(b *testing.B, client *http.Client, url string) {
+	var lat []time.Duration
+	var size int
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		n, err := getCandidates(client, url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+		size = n
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*95/100].Microseconds())/1000, "p95-ms")
+	b.ReportMetric(float64(size), "resp-bytes")
 }
 
 // getCandidates sends the query and returns the body size.
@@ -201,21 +208,7 @@ func BenchmarkAllocationCandidatesWideTrees(b *testing.B) {
 	}
 	for _, limit := range []int{1, 50, 1000} {
 		b.Run("limit"+strconv.Itoa(limit), func(b *testing.B) {
-			var lat []time.Duration
-			var size int
-			for i := 0; i < b.N; i++ {
-				start := time.Now()
-				n, err := getCandidates(client, srv.URL+q+"&limit="+strconv.Itoa(limit))
-				if err != nil {
-					b.Fatal(err)
-				}
-				lat = append(lat, time.Since(start))
-				size = n
-			}
-			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(lat[len(lat)*95/100].Microseconds())/1000, "p95-ms")
-			b.ReportMetric(float64(size), "resp-bytes")
+			timeCandidates(b, client, srv.URL+q+"&limit="+strconv.Itoa(limit))
 		})
 	}
 }

@@ -79,22 +79,13 @@ func (s *cSearch) search(w *cWorld, seen map[string]bool) []*cAreq {
 	}
 	if len(s.groups) == 1 {
 		// One group: its requests are the candidates, up to the cap.
-		var out []*cAreq
-		var keyBuf []byte
+		c := collector{s: s, seen: seen}
 		groupAreqs(0, func(a *cAreq) bool {
 			a.one[0] = a.provs
 			a.mappings = a.one[:]
-			if a.needsKey() {
-				keyBuf = a.key(keyBuf)
-				if seen[string(keyBuf)] {
-					return true
-				}
-				seen[string(keyBuf)] = true
-			}
-			out = append(out, a)
-			return !s.full(len(out))
+			return c.add(a)
 		})
-		return out
+		return c.out
 	}
 	perGroup := make([]map[int64][]*cAreq, len(s.groups))
 	for gi := range s.groups {
@@ -134,8 +125,7 @@ func (s *cSearch) search(w *cWorld, seen map[string]bool) []*cAreq {
 		}
 	}
 	isolate := s.req.GroupPolicy == "isolate" && numGranular > 0
-	var out []*cAreq
-	var keyBuf []byte
+	c := collector{s: s, seen: seen}
 	lists := make([][]*cAreq, len(s.groups))
 	pick := make([]*cAreq, len(s.groups))
 	// The combinations of one request per group, depth first in the
@@ -151,15 +141,7 @@ func (s *cSearch) search(w *cWorld, seen map[string]bool) []*cAreq {
 			if a == nil {
 				return true
 			}
-			if a.needsKey() {
-				keyBuf = a.key(keyBuf)
-				if seen[string(keyBuf)] {
-					return true
-				}
-				seen[string(keyBuf)] = true
-			}
-			out = append(out, a)
-			return !s.full(len(out))
+			return c.add(a)
 		}
 		granular := isolate && s.groups[gi].SameProvider
 	next:
@@ -186,7 +168,30 @@ func (s *cSearch) search(w *cWorld, seen map[string]bool) []*cAreq {
 			break
 		}
 	}
-	return out
+	return c.out
+}
+
+// collector gathers the candidates of a search: a request made only of
+// sharing providers is kept once (seen, also across batches), and it
+// reports when the cap is reached.
+type collector struct {
+	s      *cSearch
+	seen   map[string]bool
+	keyBuf []byte
+	out    []*cAreq
+}
+
+// add keeps a unless seen, and tells whether to go on (the cap not reached).
+func (c *collector) add(a *cAreq) bool {
+	if a.needsKey() {
+		c.keyBuf = a.key(c.keyBuf)
+		if c.seen[string(c.keyBuf)] {
+			return true
+		}
+		c.seen[string(c.keyBuf)] = true
+	}
+	c.out = append(c.out, a)
+	return !c.s.full(len(c.out))
 }
 
 // merge combines one allocation request per group, applying group_policy,
