@@ -11,6 +11,26 @@
 CREATE SCHEMA placement;
 
 --
+-- Name: bump_world_version(); Type: FUNCTION; Schema: placement; Owner: -
+--
+
+CREATE FUNCTION placement.bump_world_version() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_LEVEL = 'STATEMENT' THEN
+        UPDATE placement.world_version SET v = v + 1;
+        RETURN NULL;
+    END IF;
+    IF current_setting('metalloc.world_bumped', true) IS DISTINCT FROM 'y' THEN
+        UPDATE placement.world_version SET v = v + 1;
+        PERFORM set_config('metalloc.world_bumped', 'y', true);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+--
 -- Name: allocation_node_link_check(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -551,6 +571,16 @@ ALTER TABLE placement.traits ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: world_version; Type: TABLE; Schema: placement; Owner: -
+--
+
+CREATE TABLE placement.world_version (
+    one boolean DEFAULT true NOT NULL,
+    v bigint NOT NULL,
+    CONSTRAINT world_version_one_check CHECK (one)
+);
+
+--
 -- Name: allocation_events; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1009,6 +1039,13 @@ ALTER TABLE ONLY placement.traits
     ADD CONSTRAINT traits_pkey PRIMARY KEY (id);
 
 --
+-- Name: world_version world_version_pkey; Type: CONSTRAINT; Schema: placement; Owner: -
+--
+
+ALTER TABLE ONLY placement.world_version
+    ADD CONSTRAINT world_version_pkey PRIMARY KEY (one);
+
+--
 -- Name: allocation_events_meta allocation_events_meta_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1287,6 +1324,54 @@ CREATE INDEX ports_node_idx ON public.ports USING btree (node_id, id);
 --
 
 CREATE INDEX ports_portgroup_idx ON public.ports USING btree (portgroup_id, id) WHERE (portgroup_id IS NOT NULL);
+
+--
+-- Name: resource_provider_aggregates world_version_aggregates; Type: TRIGGER; Schema: placement; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER world_version_aggregates AFTER INSERT OR DELETE OR UPDATE ON placement.resource_provider_aggregates DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION placement.bump_world_version();
+
+--
+-- Name: inventories world_version_inventories; Type: TRIGGER; Schema: placement; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER world_version_inventories AFTER INSERT OR DELETE OR UPDATE ON placement.inventories DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION placement.bump_world_version();
+
+--
+-- Name: resource_providers world_version_providers; Type: TRIGGER; Schema: placement; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER world_version_providers AFTER INSERT OR DELETE OR UPDATE OF id, uuid, parent_provider_id, root_provider_id ON placement.resource_providers DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION placement.bump_world_version();
+
+--
+-- Name: resource_provider_traits world_version_traits; Type: TRIGGER; Schema: placement; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER world_version_traits AFTER INSERT OR DELETE OR UPDATE ON placement.resource_provider_traits DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION placement.bump_world_version();
+
+--
+-- Name: inventories world_version_truncate; Type: TRIGGER; Schema: placement; Owner: -
+--
+
+CREATE TRIGGER world_version_truncate AFTER TRUNCATE ON placement.inventories FOR EACH STATEMENT EXECUTE FUNCTION placement.bump_world_version();
+
+--
+-- Name: resource_provider_aggregates world_version_truncate; Type: TRIGGER; Schema: placement; Owner: -
+--
+
+CREATE TRIGGER world_version_truncate AFTER TRUNCATE ON placement.resource_provider_aggregates FOR EACH STATEMENT EXECUTE FUNCTION placement.bump_world_version();
+
+--
+-- Name: resource_provider_traits world_version_truncate; Type: TRIGGER; Schema: placement; Owner: -
+--
+
+CREATE TRIGGER world_version_truncate AFTER TRUNCATE ON placement.resource_provider_traits FOR EACH STATEMENT EXECUTE FUNCTION placement.bump_world_version();
+
+--
+-- Name: resource_providers world_version_truncate; Type: TRIGGER; Schema: placement; Owner: -
+--
+
+CREATE TRIGGER world_version_truncate AFTER TRUNCATE ON placement.resource_providers FOR EACH STATEMENT EXECUTE FUNCTION placement.bump_world_version();
 
 --
 -- Name: allocations allocations_event; Type: TRIGGER; Schema: public; Owner: -

@@ -18,7 +18,7 @@ import (
 // GET /allocation_candidates (microversions 1.10 to 1.39), as Placement 8.0's
 // list_allocation_candidates: this file parses and validates the request
 // (schemas per microversion, request groups, request-wide parameters);
-// candidates_engine.go finds the candidates and writes the response.
+// package placement/candidate finds the candidates and writes the response.
 
 // registerCandidates adds the routes of allocation candidates.
 func (h *Handler) registerCandidates(g *echo.Group) {

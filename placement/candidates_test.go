@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -601,4 +603,92 @@ func findJSON(t *testing.T, h *Handler, req *candidate.Request) []byte {
 	var buf bytes.Buffer
 	require.NoError(t, res.Write(&buf))
 	return buf.Bytes()
+}
+
+// The cached world (candidate/cache.go) is exact: every change to
+// providers, inventories, traits, aggregates or usage between two requests
+// shows in the second answer, limited or not, with or without member_of.
+func TestCandidatesCacheFollowsChanges(t *testing.T) {
+	t.Parallel()
+	f := newACFixture(t)
+	a := f.rp("a", "")
+	f.simpleInv(a, "VCPU", 4)
+	const v = "1.39"
+	for _, q := range []string{"resources=VCPU:2", "resources=VCPU:2&limit=5"} {
+		require.Equal(t, []string{"a:VCPU=2"}, f.cands(q, v), q)
+	}
+	b := f.rp("b", "")
+	f.simpleInv(b, "VCPU", 2)
+	require.Equal(t, []string{"a:VCPU=2", "b:VCPU=2"}, f.cands("resources=VCPU:2", v))
+	f.use(b, "VCPU", 1) // usage only: no version bump, read per request
+	require.Equal(t, []string{"a:VCPU=2"}, f.cands("resources=VCPU:2&limit=5", v))
+	f.exec(`UPDATE placement.inventories SET total = 8 WHERE resource_provider_id = (SELECT id FROM placement.resource_providers WHERE uuid = $1)`, b)
+	require.Equal(t, []string{"a:VCPU=2", "b:VCPU=2"}, f.cands("resources=VCPU:2", v))
+	f.traits(b, "CUSTOM_FAST")
+	require.Equal(t, []string{"b:VCPU=2"}, f.cands("resources=VCPU:2&required=CUSTOM_FAST", v))
+	agg := uuid.NewString()
+	f.aggs(a, agg)
+	require.Equal(t, []string{"a:VCPU=2"}, f.cands("resources=VCPU:2&member_of="+agg, v))
+	f.exec(`DELETE FROM placement.resource_provider_aggregates`)
+	f.exec(`DELETE FROM placement.resource_provider_traits WHERE trait_id = (SELECT id FROM placement.traits WHERE name = 'CUSTOM_FAST')`)
+	st, body := f.get("resources=VCPU:2&member_of="+agg, v)
+	require.Equal(t, 200, st)
+	require.Empty(t, body["allocation_requests"])
+	require.Empty(t, f.cands("resources=VCPU:2&required=CUSTOM_FAST", v))
+	// A change rolled back leaves the version (and the answer) alone.
+	var before, after int64
+	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT v FROM placement.world_version`).Scan(&before))
+	tx, err := f.pool.Begin(context.Background())
+	require.NoError(t, err)
+	_, err = tx.Exec(context.Background(), `DELETE FROM placement.inventories`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(context.Background()))
+	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT v FROM placement.world_version`).Scan(&after))
+	require.Equal(t, before, after)
+	require.Equal(t, []string{"a:VCPU=2", "b:VCPU=2"}, f.cands("resources=VCPU:2", v))
+	// One bump per transaction, however many rows it changes.
+	f.exec(`UPDATE placement.inventories SET reserved = 0`)
+	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT v FROM placement.world_version`).Scan(&after))
+	require.Equal(t, before+1, after)
+}
+
+// Concurrent requests share the cached world (read-only once built) while
+// writers change it: every answer is well-formed (run with -race).
+func TestCandidatesCacheConcurrent(t *testing.T) {
+	t.Parallel()
+	f := newACFixture(t)
+	agg := uuid.NewString()
+	var rps []string
+	for i := 0; i < 6; i++ {
+		rp := f.rp("cn"+strconv.Itoa(i), "")
+		f.simpleInv(rp, "VCPU", 8)
+		f.aggs(rp, agg)
+		rps = append(rps, rp)
+	}
+	queries := []string{"resources=VCPU:1", "resources=VCPU:1&limit=2", "resources=VCPU:1&member_of=" + agg}
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 15; i++ {
+				q := queries[(g+i)%len(queries)]
+				st, _, body := call(t, f.srv, "GET", "/allocation_candidates?"+q, "1.39", "")
+				if st != 200 || body["allocation_requests"] == nil {
+					errs <- fmt.Sprintf("%s: %d %v", q, st, body)
+				}
+			}
+		}(g)
+	}
+	for i := 0; i < 10; i++ {
+		f.exec(`UPDATE placement.inventories SET total = $1`, 8+i)
+		f.use(rps[i%len(rps)], "VCPU", 1)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	require.Len(t, f.cands("resources=VCPU:1", "1.39"), 6)
 }

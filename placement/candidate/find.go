@@ -38,18 +38,37 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 		}
 		traitNames = append(traitNames, g.Forbidden...)
 	}
-	// The classes, the traits named, the context and (when all trees are
-	// in play: no limit, member_of or in_tree) the world are read in one
-	// round trip.
-	direct := req.Limit == 0
+	// The classes, the traits named, the context, the version of the
+	// static rows with those rows when the cached ones are older, and the
+	// usage are read in one round trip (one snapshot).
+	// A request searches the whole world when it is unlimited without
+	// member_of, or the world is small; else (scoped) SQL finds the
+	// trees in play first.
+	limited := req.Limit > 0
+	scoped := limited
 	for _, g := range req.Groups {
-		if len(g.MemberOf) > 0 || (g.InTree != nil && len(g.Resources) > 0) {
-			direct = false
+		if len(g.MemberOf) > 0 {
+			scoped = true
 		}
 	}
+	cached := f.cache.load()
+	knownV, rowsV := int64(-1), int64(-1)
+	if cached != nil {
+		knownV = cached.v
+		if cached.rows != nil {
+			rowsV = cached.v
+		}
+	}
+	// A scoped request on a world known to be large reads no world rows
+	// here.
+	sendWorld := !scoped || cached == nil || cached.small
 	classByName := map[string]int32{}
 	known := map[string]int64{}
 	var cc CandContextRow
+	var version int64
+	var small *bool
+	var usage []usageRow
+	var fresh *worldRows
 	qs := []cQuery{
 		{resourceClassNames, nil, func(r pgx.Rows) error {
 			var id int32
@@ -72,17 +91,34 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 			return nil
 		}},
 		{candContext, nil, func(r pgx.Rows) error { return r.Scan(&cc.HasTrees, &cc.HasSharing) }},
+		{candWorldVersion, []any{knownV, int64(maxCachedProviders)}, func(r pgx.Rows) error { return r.Scan(&version, &small) }},
 	}
-	var buildWorld func(int64) *cWorld
-	if direct {
-		wq, build := worldQueries(nil)
-		qs = append(qs, wq...)
-		buildWorld = build
+	if sendWorld {
+		fresh = &worldRows{}
+		args := []any{rowsV, !scoped, int64(maxCachedProviders)}
+		qs = append(qs, worldQueries([4]string{candProvidersChanged, candTraitsChanged, candAggregatesChanged, candInventoriesChanged}, args, fresh)...)
+		qs = append(qs, usageQuery(candUsageAll, nil, &usage))
 	}
 	err := f.queriesNoJIT(ctx, qs)
 	if err != nil {
 		return nil, err
 	}
+	var static *worldCache // the whole world's static rows, when read or cached
+	isSmall := cached != nil && cached.small
+	if small != nil {
+		isSmall = *small
+	}
+	switch {
+	case cached != nil && cached.rows != nil && version == cached.v:
+		static = cached
+	case sendWorld && (!scoped || isSmall):
+		fresh.sortProviders()
+		static = &worldCache{v: version, rows: fresh, small: isSmall}
+		f.cache.offer(static)
+	default:
+		f.cache.offer(&worldCache{v: version, small: isSmall})
+	}
+	whole := static != nil && (!scoped || isSmall)
 	if id, ok := known["MISC_SHARES_VIA_AGGREGATE"]; ok {
 		s.sharingID = id
 	}
@@ -144,9 +180,36 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 	s.hasSharing = cc.HasSharing && s.sharingID >= 0
 
 	randomize := f.randomize()
+	// The search stops at the limit, unless candidates are dropped after
+	// it (before 1.29 on nested trees).
+	noCap := !v.AtLeast(1, 29) && s.hasTrees
 	var areqs []*cAreq
-	if req.Limit == 0 {
+	if whole {
+		w := static.worldFor(s.sharingID)
+		s.usage = make([]int64, w.nInv)
+		w.usageInto(s.usage, usage)
 		// With member_of, only the trees near the aggregates can anchor.
+		for _, g := range s.groups {
+			if len(g.MemberOf) == 0 {
+				continue
+			}
+			s.anchorIn = memberOfAnchors(w, g.MemberOf)
+			if len(s.anchorIn) == 0 {
+				return &Result{s: s, v: v}, nil
+			}
+			break
+		}
+		if limited && !noCap {
+			s.cap = req.Limit
+			if randomize && len(w.rootOrder) > 0 {
+				// As the batched walk: start at a random root and wrap.
+				s.rotate = rand.IntN(len(w.rootOrder))
+			}
+		}
+		areqs = s.search(w, map[string]bool{})
+	} else if !limited {
+		// Unlimited with member_of on a large world: the trees near the
+		// aggregates.
 		var scope []int64
 		for _, g := range s.groups {
 			if len(g.MemberOf) == 0 {
@@ -168,15 +231,13 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 			}
 			break
 		}
-		var w *cWorld
-		if buildWorld != nil {
-			w = buildWorld(s.sharingID)
-		} else if w, err = f.loadWorld(ctx, scope, s.sharingID); err != nil {
+		w, err := f.loadWorld(ctx, scope, s.sharingID, &s.usage)
+		if err != nil {
 			return nil, err
 		}
 		areqs = s.search(w, map[string]bool{})
 	} else {
-		areqs, err = f.searchBatches(ctx, s, randomize)
+		areqs, err = f.searchBatches(ctx, s, randomize, noCap)
 		if err != nil {
 			return nil, err
 		}
@@ -215,10 +276,11 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 	// Provider summaries: every provider of the trees used, by root id
 	// (a tree loaded by two batches is summarized once).
 	var roots []*cProv
+	marked := map[*cProv]bool{}
 	for _, a := range areqs {
 		for _, rr := range a.rrs {
-			if r := rr.p.rootP; r != nil && !r.mark {
-				r.mark = true
+			if r := rr.p.rootP; r != nil && !marked[r] {
+				marked[r] = true
 				roots = append(roots, r)
 			}
 		}
@@ -283,7 +345,7 @@ func (f *Finder) traitNamesFor(ctx context.Context, s *cSearch, sums []*cProv, v
 // uniformly random root id and wraps around (the same cost as the ordered
 // walk, instead of listing every root to shuffle them); the caller shuffles
 // what it finds and keeps a random limit of them.
-func (f *Finder) searchBatches(ctx context.Context, s *cSearch, randomize bool) ([]*cAreq, error) {
+func (f *Finder) searchBatches(ctx context.Context, s *cSearch, randomize, noCap bool) ([]*cAreq, error) {
 	limit := s.req.Limit
 	var after, start int64 // start: the random first root id (0: none)
 	wrapped := false
@@ -324,9 +386,12 @@ func (f *Finder) searchBatches(ctx context.Context, s *cSearch, randomize bool) 
 			if err != nil {
 				return nil, err
 			}
-			w, err := f.loadWorld(ctx, scope, s.sharingID)
+			w, err := f.loadWorld(ctx, scope, s.sharingID, &s.usage)
 			if err != nil {
 				return nil, err
+			}
+			if !noCap {
+				s.cap = limit - len(out)
 			}
 			out = append(out, s.search(w, seen)...)
 		}
@@ -358,6 +423,26 @@ func (f *Finder) withSharingRoots(ctx context.Context, s *cSearch, roots []int64
 		}
 	}
 	return scope, nil
+}
+
+// memberOfAnchors returns the roots that may anchor a candidate of a
+// group with member_of sets: those of the providers in the aggregates, and
+// those of the providers sharing an aggregate with a sharing provider in
+// them.
+func memberOfAnchors(w *cWorld, memberOf [][]uuid.UUID) map[int64]bool {
+	out := map[int64]bool{}
+	for _, p := range w.order {
+		if !p.inAllAggs(memberOf) {
+			continue
+		}
+		out[p.root] = true
+		if p.sharing {
+			for _, r := range w.sharingAnchors[p.id] {
+				out[r] = true
+			}
+		}
+	}
+	return out
 }
 
 // memberOfRoots returns the roots that may anchor a candidate of a group

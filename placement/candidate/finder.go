@@ -7,7 +7,7 @@ import (
 )
 
 // Finder answers GET /allocation_candidates from the placement schema: it
-// loads the provider trees in play (SQL, engine.go), runs the pure search
+// loads the provider trees in play (load.go, cached by cache.go), runs the pure search
 // over them (Search, search.go) and writes Placement's JSON answer
 // (Result.Write). Create with NewFinder; safe for concurrent use.
 type Finder struct {
@@ -17,6 +17,9 @@ type Finder struct {
 	// traitIDNames caches trait names by id (a trait's name never changes
 	// and ids are not reused).
 	traitIDNames sync.Map
+	// cache holds the static rows of the whole world at a version of
+	// placement.world_version (cache.go).
+	cache cacheState
 }
 
 // NewFinder returns a Finder on pool. randomize reports Placement's

@@ -165,29 +165,50 @@ func candidateRootsSQL(s *cSearch, after int64, lim int) (string, []any) {
 	return sb.String(), args
 }
 
-// loadWorld loads the trees of roots (all trees when nil).
-func (f *Finder) loadWorld(ctx context.Context, roots []int64, sharingID int64) (*cWorld, error) {
-	qs, build := worldQueries(roots)
+// loadWorld loads the trees of roots, appending their usage to used.
+func (f *Finder) loadWorld(ctx context.Context, roots []int64, sharingID int64, used *[]int64) (*cWorld, error) {
+	rows := worldRowsPool.Get().(*worldRows)
+	rows.reset()
+	var usage []usageRow
+	args := []any{roots}
+	qs := worldQueries([4]string{candProvidersIn, candTraitsIn, candAggregatesIn, candInventoriesIn}, args, rows)
+	qs = append(qs, usageQuery(candUsageIn, args, &usage))
 	if err := f.queriesNoJIT(ctx, qs); err != nil {
 		return nil, err
 	}
-	return build(sharingID), nil
+	w := buildWorld(rows, sharingID, int32(len(*used)))
+	*used = append(*used, make([]int64, w.nInv)...)
+	w.usageInto(*used, usage)
+	if len(rows.invs) <= 1<<16 && len(rows.traits) <= 1<<16 {
+		worldRowsPool.Put(rows)
+	}
+	return w, nil
 }
 
-// worldQueries returns the queries loading the trees of roots (all trees
-// when nil) and the function building the world from their rows.
-func worldQueries(roots []int64) ([]cQuery, func(sharingID int64) *cWorld) {
-	// The five queries run in one batch: one round trip, one snapshot.
-	// Rows are decoded straight from their binary form into flat slices
-	// and then spread over the providers with one allocation per kind.
-	rows := worldRowsPool.Get().(*worldRows)
-	rows.provs, rows.traits, rows.aggs, rows.invs, rows.usage = rows.provs[:0], rows.traits[:0], rows.aggs[:0], rows.invs[:0], rows.usage[:0]
-	var rootsArg []any
-	provSQL, traitSQL, aggSQL, invSQL, usageSQL := candProvidersAll, candTraitsAll, candAggregatesAll, candInventoriesAll, candUsageAll
-	if roots != nil {
-		rootsArg = []any{roots}
-		provSQL, traitSQL, aggSQL, invSQL, usageSQL = candProvidersIn, candTraitsIn, candAggregatesIn, candInventoriesIn, candUsageIn
-	}
+// usageQuery is the query of usage rows (sql: CandUsageAll or CandUsageIn)
+// appending them to out.
+func usageQuery(sql string, args []any, out *[]usageRow) cQuery {
+	return cQuery{sql, args, func(r pgx.Rows) error {
+		var u usageRow
+		if v, ok := rawBinary(r); ok && len(v[0]) == 8 && len(v[2]) == 8 {
+			u.pid, u.rc, u.used = rawInt(v[0]), int32(rawInt(v[1])), rawInt(v[2])
+			*out = append(*out, u)
+			return nil
+		}
+		err := r.Scan(&u.pid, &u.rc, &u.used)
+		*out = append(*out, u)
+		return err
+	}}
+}
+
+// worldQueries returns the queries reading the static rows of providers,
+// traits, aggregates and inventories (sqls, in that order, each with args)
+// into rows. Rows are decoded straight from their binary form into flat
+// slices, spread over the providers by buildWorld with one allocation per
+// kind.
+func worldQueries(sqls [4]string, args []any, rows *worldRows) []cQuery {
+	provSQL, traitSQL, aggSQL, invSQL := sqls[0], sqls[1], sqls[2], sqls[3]
+	rootsArg := args
 	qs := []cQuery{
 		{provSQL, rootsArg, func(r pgx.Rows) error {
 			var p provRow
@@ -285,34 +306,30 @@ func worldQueries(roots []int64) ([]cQuery, func(sharingID int64) *cWorld) {
 			rows.invs = append(rows.invs, x)
 			return nil
 		}},
-		{usageSQL, rootsArg, func(r pgx.Rows) error {
-			var u usageRow
-			if v, ok := rawBinary(r); ok && len(v[0]) == 8 && len(v[2]) == 8 {
-				u.pid, u.rc, u.used = rawInt(v[0]), int32(rawInt(v[1])), rawInt(v[2])
-				rows.usage = append(rows.usage, u)
-				return nil
-			}
-			err := r.Scan(&u.pid, &u.rc, &u.used)
-			rows.usage = append(rows.usage, u)
-			return err
-		}},
 	}
-	return qs, func(sharingID int64) *cWorld {
-		w := buildWorld(rows, sharingID)
-		if len(rows.invs) <= 1<<16 && len(rows.traits) <= 1<<16 {
-			worldRowsPool.Put(rows)
-		}
-		return w
-	}
+	return qs
 }
 
-// worldRows is the rows read by worldQueries (reused between requests).
+// worldRows is the static rows read by worldQueries (reused between
+// requests, or cached whole by worldCache and then never written again).
 type worldRows struct {
 	provs  []provRow
 	traits []traitRow
 	aggs   []aggRow
 	invs   []invRow
-	usage  []usageRow
+}
+
+func (r *worldRows) reset() {
+	r.provs, r.traits, r.aggs, r.invs = r.provs[:0], r.traits[:0], r.aggs[:0], r.invs[:0]
+}
+
+// sortProviders orders the providers by id (buildWorld then reads rows
+// without writing them).
+func (r *worldRows) sortProviders() {
+	byID := func(a, b provRow) int { return cmp.Compare(a.id, b.id) }
+	if !slices.IsSortedFunc(r.provs, byID) {
+		slices.SortFunc(r.provs, byID)
+	}
 }
 
 var worldRowsPool = sync.Pool{New: func() any { return new(worldRows) }}
@@ -338,17 +355,18 @@ type (
 	}
 )
 
-// buildWorld builds the world from the rows of worldQueries.
-func buildWorld(rows *worldRows, sharingID int64) *cWorld {
-	w := &cWorld{sharingAnchors: map[int64][]int64{}}
-	traits, aggs, invs, usage := rows.traits, rows.aggs, rows.invs, rows.usage
-	byID := func(a, b provRow) int { return cmp.Compare(a.id, b.id) }
-	if !slices.IsSortedFunc(rows.provs, byID) {
-		slices.SortFunc(rows.provs, byID)
-	}
+// buildWorld builds the world from the static rows of worldQueries, its
+// inventories' usage indexes from ixBase (usageInto fills them). It
+// writes rows only to sort the providers when they are not sorted yet
+// (see sortProviders).
+func buildWorld(rows *worldRows, sharingID int64, ixBase int32) *cWorld {
+	w := &cWorld{sharingAnchors: map[int64][]int64{}, invBase: ixBase}
+	traits, aggs, invs := rows.traits, rows.aggs, rows.invs
+	rows.sortProviders()
 	store := make([]cProv, len(rows.provs))
 	for i, r := range rows.provs {
 		store[i] = cProv{id: r.id, parent: r.parent, root: r.root, uuid: r.uuid}
+		appendQuotedUUID(store[i].ut[:0], &store[i].uuid)
 	}
 	n := len(store)
 	w.order = make([]*cProv, n)
@@ -404,13 +422,14 @@ func buildWorld(rows *worldRows, sharingID int64) *cWorld {
 	// backing array.
 	spread(w, invs, func(x invRow) int64 { return x.pid }, func(p *cProv) *[]cInv { return &p.inv },
 		func(x invRow) cInv { return x.inv })
-	for _, u := range usage {
-		if p := w.get(u.pid); p != nil {
-			if inv := p.invFor(u.rc); inv != nil {
-				inv.used = u.used
-			}
+	ix := ixBase
+	for _, p := range w.order {
+		for k := range p.inv {
+			p.inv[k].ix = ix
+			ix++
 		}
 	}
+	w.nInv = ix - ixBase
 	spread(w, traits, func(t traitRow) int64 { return t.pid }, func(p *cProv) *[]int64 { return &p.traits },
 		func(t traitRow) int64 { return t.trait })
 	for _, t := range traits {

@@ -4,26 +4,29 @@ import (
 	"github.com/google/uuid"
 )
 
-// The candidate search. The provider trees in play (all of them, or, with
-// a limit, batches of root providers that SQL finds able to hold the
-// requested amounts, plus the trees of sharing providers) are loaded with
-// two queries (providers with traits and aggregates; inventories with
+// The candidate search. The provider trees in play (the cached whole
+// world, or batches of root providers that SQL finds able to hold the
+// requested amounts, plus the trees of sharing providers; see doc.go) are
+// loaded with a few queries (providers, traits, aggregates, inventories,
 // usage), and the request groups are matched and combined in Go with
 // Placement's rules (objects/allocation_candidate.py, research_context.py).
 
-// cInv is one inventory of a provider with its current usage.
+// cInv is one inventory of a provider. Its usage is the request's
+// (cSearch.usage[ix]): a world is read-only once built, and shared by the
+// requests of one version of the static rows.
 type cInv struct {
 	rc                                int32
 	total, reserved, minUnit, maxUnit int32
 	step                              int32
+	ix                                int32 // index of the usage in cSearch.usage
 	ratio                             float64
-	used                              int64
 }
 
-// fits is Placement's capacity check for one requested amount.
-func (i *cInv) fits(amount int64) bool {
+// fits is Placement's capacity check for one requested amount, used of
+// the inventory being in use.
+func (i *cInv) fits(used, amount int64) bool {
 	return int64(i.minUnit) <= amount && int64(i.maxUnit) >= amount && amount%int64(i.step) == 0 &&
-		float64(i.used+amount) <= float64(i.total-i.reserved)*i.ratio
+		float64(used+amount) <= float64(i.total-i.reserved)*i.ratio
 }
 
 // capacity is (total - reserved) * allocation_ratio, truncated as Placement.
@@ -40,17 +43,11 @@ type cProv struct {
 	tree             []*cProv // for a root: its tree, by id
 	ix               int32    // position in the world's order
 	rootP, parentP   *cProv   // the root and parent (nil when not loaded)
-	mark             bool     // a root whose tree is summarized
-	ut               [38]byte // quoted uuid text, set on first use
+	ut               [38]byte // quoted uuid text
 }
 
 // quotedUUID is the provider's uuid as a JSON string.
-func (p *cProv) quotedUUID() []byte {
-	if p.ut[0] == 0 {
-		appendQuotedUUID(p.ut[:0], &p.uuid)
-	}
-	return p.ut[:]
-}
+func (p *cProv) quotedUUID() []byte { return p.ut[:] }
 
 func (p *cProv) invFor(rc int32) *cInv {
 	for i := range p.inv {
@@ -99,6 +96,19 @@ type cWorld struct {
 	order          []*cProv          // by id
 	rootOrder      []*cProv          // the roots, by id
 	sharingAnchors map[int64][]int64 // sharing provider -> roots of providers sharing an aggregate with it
+	invBase, nInv  int32             // the inventories' usage indexes are invBase to invBase+nInv-1
+}
+
+// usageInto sets the usage of w's inventories in used (indexed by
+// cInv.ix; rows of inventories not in w are skipped).
+func (w *cWorld) usageInto(used []int64, usage []usageRow) {
+	for _, u := range usage {
+		if p := w.get(u.pid); p != nil {
+			if inv := p.invFor(u.rc); inv != nil {
+				used[inv.ix] = u.used
+			}
+		}
+	}
 }
 
 // get is the provider with id (nil when not loaded).

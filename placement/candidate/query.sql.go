@@ -11,12 +11,19 @@ import (
 	"github.com/google/uuid"
 )
 
-const candAggregatesAll = `-- name: CandAggregatesAll :many
-SELECT resource_provider_id, aggregate_uuid FROM placement.resource_provider_aggregates
+const candAggregatesChanged = `-- name: CandAggregatesChanged :many
+SELECT resource_provider_id, aggregate_uuid FROM placement.resource_provider_aggregates WHERE EXISTS (SELECT 1 FROM placement.world_version wv WHERE wv.v <> $1::bigint)
+   AND ($2::boolean OR NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET $3::bigint))
 `
 
-func (q *Queries) CandAggregatesAll(ctx context.Context) ([]PlacementResourceProviderAggregate, error) {
-	rows, err := q.db.Query(ctx, candAggregatesAll)
+type CandAggregatesChangedParams struct {
+	KnownVersion int64
+	Whole        bool
+	MaxProviders int64
+}
+
+func (q *Queries) CandAggregatesChanged(ctx context.Context, arg CandAggregatesChangedParams) ([]PlacementResourceProviderAggregate, error) {
+	rows, err := q.db.Query(ctx, candAggregatesChanged, arg.KnownVersion, arg.Whole, arg.MaxProviders)
 	if err != nil {
 		return nil, err
 	}
@@ -83,14 +90,21 @@ func (q *Queries) CandContext(ctx context.Context) (CandContextRow, error) {
 	return i, err
 }
 
-const candInventoriesAll = `-- name: CandInventoriesAll :many
+const candInventoriesChanged = `-- name: CandInventoriesChanged :many
 SELECT i.resource_provider_id, i.resource_class_id, i.total, CASE WHEN i.reserved <> 0 THEN i.reserved END AS reserved,
        CASE WHEN i.min_unit <> 1 THEN i.min_unit END AS min_unit, CASE WHEN i.max_unit <> i.total THEN i.max_unit END AS max_unit,
        CASE WHEN i.step_size <> 1 THEN i.step_size END AS step_size, CASE WHEN i.allocation_ratio <> 1 THEN i.allocation_ratio END AS allocation_ratio
-  FROM placement.inventories i
+  FROM placement.inventories i WHERE EXISTS (SELECT 1 FROM placement.world_version wv WHERE wv.v <> $1::bigint)
+   AND ($2::boolean OR NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET $3::bigint))
 `
 
-type CandInventoriesAllRow struct {
+type CandInventoriesChangedParams struct {
+	KnownVersion int64
+	Whole        bool
+	MaxProviders int64
+}
+
+type CandInventoriesChangedRow struct {
 	ResourceProviderID int64
 	ResourceClassID    int32
 	Total              int32
@@ -101,18 +115,15 @@ type CandInventoriesAllRow struct {
 	AllocationRatio    interface{}
 }
 
-// Columns at their usual values are NULL (reserved 0, min_unit 1, max_unit
-// total, step_size 1, allocation_ratio 1): sending a value is most of the
-// cost of these scans. Usage comes from CandUsageAll.
-func (q *Queries) CandInventoriesAll(ctx context.Context) ([]CandInventoriesAllRow, error) {
-	rows, err := q.db.Query(ctx, candInventoriesAll)
+func (q *Queries) CandInventoriesChanged(ctx context.Context, arg CandInventoriesChangedParams) ([]CandInventoriesChangedRow, error) {
+	rows, err := q.db.Query(ctx, candInventoriesChanged, arg.KnownVersion, arg.Whole, arg.MaxProviders)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []CandInventoriesAllRow
+	var items []CandInventoriesChangedRow
 	for rows.Next() {
-		var i CandInventoriesAllRow
+		var i CandInventoriesChangedRow
 		if err := rows.Scan(
 			&i.ResourceProviderID,
 			&i.ResourceClassID,
@@ -182,29 +193,42 @@ func (q *Queries) CandInventoriesIn(ctx context.Context, roots []int64) ([]CandI
 	return items, nil
 }
 
-const candProvidersAll = `-- name: CandProvidersAll :many
+const candProvidersChanged = `-- name: CandProvidersChanged :many
+
 SELECT rp.id, rp.uuid, rp.parent_provider_id, CASE WHEN rp.root_provider_id <> rp.id THEN rp.root_provider_id END AS root_provider_id
-  FROM placement.resource_providers rp
+  FROM placement.resource_providers rp WHERE EXISTS (SELECT 1 FROM placement.world_version wv WHERE wv.v <> $1::bigint)
+   AND ($2::boolean OR NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET $3::bigint))
 `
 
-type CandProvidersAllRow struct {
+type CandProvidersChangedParams struct {
+	KnownVersion int64
+	Whole        bool
+	MaxProviders int64
+}
+
+type CandProvidersChangedRow struct {
 	ID               int64
 	Uuid             uuid.UUID
 	ParentProviderID *int64
 	RootProviderID   interface{}
 }
 
-// Unordered (a sequential scan; the caller sorts by id); root_provider_id
-// is NULL when it is the provider itself (NULLs cost nothing to send).
-func (q *Queries) CandProvidersAll(ctx context.Context) ([]CandProvidersAllRow, error) {
-	rows, err := q.db.Query(ctx, candProvidersAll)
+// The Cand*Changed queries read every row, but answer none unless the
+// version differs from @known_version (the rows cached by the process)
+// and the whole world is wanted (@whole) or small: one batch then reads
+// the version, these and the usage in one snapshot. Columns at their usual
+// values are NULL (reserved 0, min_unit 1, max_unit total, step_size 1,
+// allocation_ratio 1; root_provider_id when it is the provider itself):
+// sending a value is most of the cost of these scans.
+func (q *Queries) CandProvidersChanged(ctx context.Context, arg CandProvidersChangedParams) ([]CandProvidersChangedRow, error) {
+	rows, err := q.db.Query(ctx, candProvidersChanged, arg.KnownVersion, arg.Whole, arg.MaxProviders)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []CandProvidersAllRow
+	var items []CandProvidersChangedRow
 	for rows.Next() {
-		var i CandProvidersAllRow
+		var i CandProvidersChangedRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.Uuid,
@@ -261,13 +285,14 @@ func (q *Queries) CandProvidersIn(ctx context.Context, roots []int64) ([]CandPro
 
 const candSharingRootsFor = `-- name: CandSharingRootsFor :many
 SELECT DISTINCT sp.root_provider_id
-  FROM placement.resource_providers p
-  JOIN placement.resource_provider_aggregates pa ON pa.resource_provider_id = p.id
-  JOIN placement.resource_provider_aggregates sa ON sa.aggregate_uuid = pa.aggregate_uuid
+  FROM placement.resource_provider_aggregates sa
   JOIN placement.resource_provider_traits rpt ON rpt.resource_provider_id = sa.resource_provider_id
                                               AND rpt.trait_id = $1::bigint
   JOIN placement.resource_providers sp ON sp.id = sa.resource_provider_id
- WHERE p.root_provider_id = ANY($2::bigint[])
+ WHERE sa.aggregate_uuid IN (SELECT pa.aggregate_uuid
+                               FROM placement.resource_providers p
+                               JOIN placement.resource_provider_aggregates pa ON pa.resource_provider_id = p.id
+                              WHERE p.root_provider_id = ANY($2::bigint[]))
 `
 
 type CandSharingRootsForParams struct {
@@ -276,7 +301,9 @@ type CandSharingRootsForParams struct {
 }
 
 // Roots of the sharing providers (trait @sharing_trait) in an aggregate
-// with any provider of the trees of @roots.
+// with any provider of the trees of @roots: the aggregates first, each
+// once, then their members (probing every member of every aggregate of
+// every provider costs ten times more at 100,000 providers).
 func (q *Queries) CandSharingRootsFor(ctx context.Context, arg CandSharingRootsForParams) ([]*int64, error) {
 	rows, err := q.db.Query(ctx, candSharingRootsFor, arg.SharingTrait, arg.Roots)
 	if err != nil {
@@ -326,12 +353,19 @@ func (q *Queries) CandTraitNames(ctx context.Context, ids []int64) ([]CandTraitN
 	return items, nil
 }
 
-const candTraitsAll = `-- name: CandTraitsAll :many
-SELECT resource_provider_id, trait_id FROM placement.resource_provider_traits
+const candTraitsChanged = `-- name: CandTraitsChanged :many
+SELECT resource_provider_id, trait_id FROM placement.resource_provider_traits WHERE EXISTS (SELECT 1 FROM placement.world_version wv WHERE wv.v <> $1::bigint)
+   AND ($2::boolean OR NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET $3::bigint))
 `
 
-func (q *Queries) CandTraitsAll(ctx context.Context) ([]PlacementResourceProviderTrait, error) {
-	rows, err := q.db.Query(ctx, candTraitsAll)
+type CandTraitsChangedParams struct {
+	KnownVersion int64
+	Whole        bool
+	MaxProviders int64
+}
+
+func (q *Queries) CandTraitsChanged(ctx context.Context, arg CandTraitsChangedParams) ([]PlacementResourceProviderTrait, error) {
+	rows, err := q.db.Query(ctx, candTraitsChanged, arg.KnownVersion, arg.Whole, arg.MaxProviders)
 	if err != nil {
 		return nil, err
 	}
@@ -455,6 +489,32 @@ func (q *Queries) CandUsageIn(ctx context.Context, roots []int64) ([]CandUsageIn
 	return items, nil
 }
 
+const candWorldVersion = `-- name: CandWorldVersion :one
+SELECT wv.v, CASE WHEN wv.v <> $1::bigint
+       THEN NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET $2::bigint) END AS small
+  FROM placement.world_version wv
+`
+
+type CandWorldVersionParams struct {
+	KnownVersion int64
+	MaxProviders int64
+}
+
+type CandWorldVersionRow struct {
+	V     int64
+	Small interface{}
+}
+
+// The version of the static rows (placement.world_version, migration 9)
+// and, when it differs from @known_version, whether there are at most
+// @max_providers providers (NULL otherwise).
+func (q *Queries) CandWorldVersion(ctx context.Context, arg CandWorldVersionParams) (CandWorldVersionRow, error) {
+	row := q.db.QueryRow(ctx, candWorldVersion, arg.KnownVersion, arg.MaxProviders)
+	var i CandWorldVersionRow
+	err := row.Scan(&i.V, &i.Small)
+	return i, err
+}
+
 const resourceClassNames = `-- name: ResourceClassNames :many
 
 SELECT id, name FROM placement.resource_classes ORDER BY id
@@ -465,7 +525,7 @@ type ResourceClassNamesRow struct {
 	Name string
 }
 
-// The allocation candidates search (engine.go) loads the provider trees in
+// The allocation candidates search (load.go, find.go) loads the provider trees in
 // play with these few queries and combines them in Go.
 func (q *Queries) ResourceClassNames(ctx context.Context) ([]ResourceClassNamesRow, error) {
 	rows, err := q.db.Query(ctx, resourceClassNames)

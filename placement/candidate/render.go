@@ -170,7 +170,7 @@ func (s *cSearch) render(out io.Writer, areqs []*cAreq, sums []*cProv, v web.Ver
 			str(`: {"capacity": `)
 			num(inv.capacity())
 			str(`, "used": `)
-			num(inv.used)
+			num(s.usage[inv.ix])
 			str("}")
 		}
 		str("}")

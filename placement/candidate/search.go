@@ -19,6 +19,27 @@ type cSearch struct {
 	rootForb   []int64
 	sharingID  int64 // trait id of MISC_SHARES_VIA_AGGREGATE (-1 if none)
 	traitNames map[int64]string
+	// usage is the usage of the inventories of the worlds searched (by
+	// cInv.ix).
+	usage []int64
+	// cap is the most candidates search returns (0: all), so that a
+	// limited request costs its limit, not the product of its groups.
+	cap int
+	// rotate is where the walk of roots starts (randomized limited
+	// requests: a random root, wrapping around).
+	rotate int
+}
+
+// full reports whether n candidates reach the cap.
+func (s *cSearch) full(n int) bool { return s.cap > 0 && n >= s.cap }
+
+// rotated is list starting at s.rotate (modulo its length), wrapping.
+func (s *cSearch) rotated(list []*cProv) []*cProv {
+	if s.rotate == 0 || len(list) == 0 {
+		return list
+	}
+	k := s.rotate % len(list)
+	return append(append(make([]*cProv, 0, len(list)), list[k:]...), list[:k]...)
 }
 
 func (s *cSearch) anchorOK(w *cWorld, root int64) bool {
@@ -48,35 +69,28 @@ func (s *cSearch) anchorOK(w *cWorld, root int64) bool {
 // search matches every group in w and merges them; seen dedups merged
 // candidates (also across batches).
 func (s *cSearch) search(w *cWorld, seen map[string]bool) []*cAreq {
-	groupAreqs := func(gi int) []*cAreq {
+	groupAreqs := func(gi int, emit func(*cAreq) bool) {
 		g := s.groups[gi]
 		if g.SameProvider || len(g.classes) == 0 {
-			return s.singleProvider(w, gi, g)
+			s.singleProvider(w, gi, g, emit)
+			return
 		}
-		return s.multiProvider(w, gi, g)
+		s.multiProvider(w, gi, g, emit)
 	}
 	if len(s.groups) == 1 {
-		// One group: its requests are the candidates.
-		areqs := groupAreqs(0)
-		out := areqs[:0]
-		var keyBuf []byte
-		for _, a := range areqs {
+		// One group: its requests are the candidates, up to the cap.
+		c := collector{s: s, seen: seen}
+		groupAreqs(0, func(a *cAreq) bool {
 			a.one[0] = a.provs
 			a.mappings = a.one[:]
-			if a.needsKey() {
-				keyBuf = a.key(keyBuf)
-				if seen[string(keyBuf)] {
-					continue
-				}
-				seen[string(keyBuf)] = true
-			}
-			out = append(out, a)
-		}
-		return out
+			return c.add(a)
+		})
+		return c.out
 	}
 	perGroup := make([]map[int64][]*cAreq, len(s.groups))
 	for gi := range s.groups {
-		areqs := groupAreqs(gi)
+		var areqs []*cAreq
+		groupAreqs(gi, func(a *cAreq) bool { areqs = append(areqs, a); return true })
 		if len(areqs) == 0 {
 			return nil
 		}
@@ -100,66 +114,100 @@ func (s *cSearch) search(w *cWorld, seen map[string]bool) []*cAreq {
 		}
 	}
 	sort.Slice(anchors, func(i, j int) bool { return anchors[i] < anchors[j] })
+	if s.rotate > 0 && len(anchors) > 0 {
+		k := s.rotate % len(anchors)
+		anchors = append(anchors[k:], anchors[:k]...)
+	}
 	numGranular := 0
 	for _, g := range s.groups {
 		if g.SameProvider {
 			numGranular++
 		}
 	}
-	var out []*cAreq
-	var keyBuf []byte
-	idx := make([]int, len(s.groups))
+	isolate := s.req.GroupPolicy == "isolate" && numGranular > 0
+	c := collector{s: s, seen: seen}
+	lists := make([][]*cAreq, len(s.groups))
 	pick := make([]*cAreq, len(s.groups))
+	// The combinations of one request per group, depth first in the
+	// order of the lists (the first group varies slowest). With isolate,
+	// a branch whose granular groups already share a provider is cut
+	// where it starts, and the walk stops at the cap: a limited request
+	// on wide trees (Placement bug 2070257) costs its limit, not the
+	// product of the groups.
+	var walk func(gi int, anchor int64) bool
+	walk = func(gi int, anchor int64) bool {
+		if gi == len(lists) {
+			a := s.merge(w, anchor, pick, numGranular)
+			if a == nil {
+				return true
+			}
+			return c.add(a)
+		}
+		granular := isolate && s.groups[gi].SameProvider
+	next:
+		for _, c := range lists[gi] {
+			if granular {
+				for gj := 0; gj < gi; gj++ {
+					if s.groups[gj].SameProvider && pick[gj].provs[0] == c.provs[0] {
+						continue next
+					}
+				}
+			}
+			pick[gi] = c
+			if !walk(gi+1, anchor) {
+				return false
+			}
+		}
+		return true
+	}
 	for _, anchor := range anchors {
-		lists := make([][]*cAreq, len(s.groups))
 		for gi := range s.groups {
 			lists[gi] = perGroup[gi][anchor]
-			idx[gi] = 0
 		}
-		for {
-			for gi := range lists {
-				pick[gi] = lists[gi][idx[gi]]
-			}
-			if a := s.merge(w, anchor, pick, numGranular); a != nil {
-				if a.needsKey() {
-					keyBuf = a.key(keyBuf)
-					if seen[string(keyBuf)] {
-						goto next
-					}
-					seen[string(keyBuf)] = true
-				}
-				out = append(out, a)
-			}
-		next:
-			// next combination
-			gi := len(lists) - 1
-			for ; gi >= 0; gi-- {
-				idx[gi]++
-				if idx[gi] < len(lists[gi]) {
-					break
-				}
-				idx[gi] = 0
-			}
-			if gi < 0 {
-				break
-			}
+		if !walk(0, anchor) {
+			break
 		}
 	}
-	return out
+	return c.out
+}
+
+// collector gathers the candidates of a search: a request made only of
+// sharing providers is kept once (seen, also across batches), and it
+// reports when the cap is reached.
+type collector struct {
+	s      *cSearch
+	seen   map[string]bool
+	keyBuf []byte
+	out    []*cAreq
+}
+
+// add keeps a unless seen, and tells whether to go on (the cap not reached).
+func (c *collector) add(a *cAreq) bool {
+	if a.needsKey() {
+		c.keyBuf = a.key(c.keyBuf)
+		if c.seen[string(c.keyBuf)] {
+			return true
+		}
+		c.seen[string(c.keyBuf)] = true
+	}
+	c.out = append(c.out, a)
+	return !c.s.full(len(c.out))
 }
 
 // merge combines one allocation request per group, applying group_policy,
 // same_subtree and the final capacity check (nil when they fail).
 func (s *cSearch) merge(w *cWorld, anchor int64, pick []*cAreq, numGranular int) *cAreq {
 	if s.req.GroupPolicy == "isolate" && numGranular > 0 {
-		ids := map[int64]bool{}
+		// The granular groups' providers are all different.
 		for gi, a := range pick {
-			if s.groups[gi].SameProvider {
-				ids[a.provs[0].id] = true
+			if !s.groups[gi].SameProvider {
+				continue
 			}
-		}
-		if len(ids) != numGranular {
-			return nil
+			for gj := 0; gj < gi; gj++ {
+				if s.groups[gj].SameProvider && pick[gj].provs[0] == a.provs[0] {
+					return nil
+				}
+			}
 		}
 	}
 	for _, set := range s.req.SameSubtrees {
@@ -196,7 +244,7 @@ func (s *cSearch) merge(w *cWorld, anchor int64, pick []*cAreq, numGranular int)
 	}
 	for _, rr := range m.rrs {
 		inv := rr.p.invFor(rr.rc)
-		if inv.used+rr.amount > inv.capacity() || rr.amount > int64(inv.maxUnit) {
+		if s.usage[inv.ix]+rr.amount > inv.capacity() || rr.amount > int64(inv.maxUnit) {
 			return nil
 		}
 	}
@@ -317,20 +365,19 @@ func traitsOK(ps []*cProv, required [][]int64, forbidden []int64) bool {
 // singleProvider matches a group whose resources come from one provider
 // (granular groups; resourceless groups), as Placement's
 // get_provider_ids_matching and _alloc_candidates_single_provider.
-func (s *cSearch) singleProvider(w *cWorld, gi int, g *cGroupQ) []*cAreq {
+func (s *cSearch) singleProvider(w *cWorld, gi int, g *cGroupQ, emit func(*cAreq) bool) {
 	if len(g.classes) == 0 && len(g.requiredIDs) == 0 && len(g.MemberOf) == 0 {
 		// Placement finds nothing for a group without any filter.
-		return nil
+		return
 	}
-	var out []*cAreq
-	for _, p := range w.order {
+	for _, p := range s.rotated(w.order) {
 		if len(g.classes) > 0 && g.inTreeRoot != 0 && p.root != g.inTreeRoot {
 			continue
 		}
 		ok := true
 		for _, c := range g.classes {
 			inv := p.invFor(c.rc)
-			if inv == nil || !inv.fits(c.amount) {
+			if inv == nil || !inv.fits(s.usage[inv.ix], c.amount) {
 				ok = false
 				break
 			}
@@ -350,17 +397,20 @@ func (s *cSearch) singleProvider(w *cWorld, gi int, g *cGroupQ) []*cAreq {
 		}
 		provs := []*cProv{p}
 		if s.anchorOK(w, p.root) {
-			out = append(out, &cAreq{anchor: p.root, rrs: rrs, provs: provs, group: gi})
+			if !emit(&cAreq{anchor: p.root, rrs: rrs, provs: provs, group: gi}) {
+				return
+			}
 		}
 		if p.sharing {
 			for _, a := range w.sharingAnchors[p.id] {
 				if a != p.root && s.anchorOK(w, a) {
-					out = append(out, &cAreq{anchor: a, rrs: rrs, provs: provs, group: gi})
+					if !emit(&cAreq{anchor: a, rrs: rrs, provs: provs, group: gi}) {
+						return
+					}
 				}
 			}
 		}
 	}
-	return out
 }
 
 // multiProvider matches the unsuffixed group: each class from any provider
@@ -368,7 +418,7 @@ func (s *cSearch) singleProvider(w *cWorld, gi int, g *cGroupQ) []*cAreq {
 // Placement's get_trees_matching_all and
 // _alloc_candidates_multiple_providers. Trees are taken one at a time (in
 // root id order) as anchors.
-func (s *cSearch) multiProvider(w *cWorld, gi int, g *cGroupQ) []*cAreq {
+func (s *cSearch) multiProvider(w *cWorld, gi int, g *cGroupQ, emit func(*cAreq) bool) {
 	// Sharing providers by the anchors they serve.
 	var sharingAt [][]*cProv // by the anchor's position in w.order
 	if g.inTreeRoot == 0 {
@@ -397,8 +447,7 @@ func (s *cSearch) multiProvider(w *cWorld, gi int, g *cGroupQ) []*cAreq {
 	lists := make([][]*cProv, len(g.classes))
 	idx := make([]int, len(g.classes))
 	combo := make([]*cProv, len(g.classes))
-	var out []*cAreq
-	for _, root := range w.rootOrder {
+	for _, root := range s.rotated(w.rootOrder) {
 		if g.inTreeRoot != 0 && root.id != g.inTreeRoot {
 			continue
 		}
@@ -415,7 +464,7 @@ func (s *cSearch) multiProvider(w *cWorld, gi int, g *cGroupQ) []*cAreq {
 			l := lists[ci][:0]
 			consider := func(p *cProv) {
 				inv := p.invFor(c.rc)
-				if inv == nil || !inv.fits(c.amount) {
+				if inv == nil || !inv.fits(s.usage[inv.ix], c.amount) {
 					return
 				}
 				if !anchorInAggs && !p.inAllAggs(g.MemberOf) {
@@ -463,7 +512,9 @@ func (s *cSearch) multiProvider(w *cWorld, gi int, g *cGroupQ) []*cAreq {
 						a.provs = append(a.provs, p)
 					}
 				}
-				out = append(out, a)
+				if !emit(a) {
+					return
+				}
 			}
 			ci := len(lists) - 1
 			for ; ci >= 0; ci-- {
@@ -478,5 +529,4 @@ func (s *cSearch) multiProvider(w *cWorld, gi int, g *cGroupQ) []*cAreq {
 			}
 		}
 	}
-	return out
 }
