@@ -148,8 +148,9 @@ func TestOperatorPage(t *testing.T) {
 	}
 	waitJS(t, bctx, 15*time.Second, "two alive conductors",
 		`document.querySelectorAll('#conductors tbody tr .state.alive').length === 2`)
-	// No event stream on this API: the page polls.
-	waitJS(t, bctx, 15*time.Second, "polling", `metalloc.live === 'poll'`)
+	// The API serves GET /v1/allocations/events: the page follows the
+	// stream instead of polling.
+	waitJS(t, bctx, 15*time.Second, "the event stream", `metalloc.live === 'sse'`)
 	screenshot(t, bctx, dir, "1-fleet")
 
 	// An allocation created through the API appears, goes active, and its
@@ -174,6 +175,8 @@ func TestOperatorPage(t *testing.T) {
 		fmt.Sprintf(`!!document.querySelector('%s[data-state="error"] .funnel li.zero')`, row))
 	funnel := evalJS[[]string](t, bctx, fmt.Sprintf(`[...document.querySelectorAll('%s .funnel li')].map(li => li.textContent)`, row))
 	require.Equal(t, []string{"73of resource class baremetal-gold", "72available", "0with traits CUSTOM_GPU_A100"}, funnel)
+	summary := evalJS[string](t, bctx, fmt.Sprintf(`document.querySelector('%s .last-error .summary').textContent`, row))
+	require.Equal(t, "no suitable nodes have the requested traits CUSTOM_GPU_A100:", summary, "Ironic's sentence heads the explanation")
 
 	// A click on the allocated node shows its details and allocation.
 	at := evalJS[struct {

@@ -348,19 +348,22 @@
   // ---- allocations -------------------------------------------------------
 
   // explain turns a last_error into something readable: the conductor's
-  // "no node fits: 73 of resource class X, 60 available, 0 with traits A, B"
-  // becomes a funnel, one line per filter with the nodes it left.
+  // text is Ironic's sentence then our per-filter counts, e.g. "Failed to process
+  // allocation U: no suitable nodes have the requested traits A. (no node
+  // fits: 73 of resource class X, 60 available, 0 with traits A)": the
+  // sentence is the summary, the counts a funnel, one line per filter with
+  // the nodes it left (older rows: "no node fits: ..." alone).
   function explain(msg) {
-    const text = msg.replace(/^Failed to process allocation [0-9a-f-]+: /, '').replace(/\.$/, '');
-    const m = /^no node fits: (.*)$/.exec(text);
+    const text = msg.replace(/^Failed to process allocation [0-9a-f-]+: /, '');
+    const m = /^(.*?)\.?\s*\(no node fits: (.*)\)$/.exec(text) || /^()no node fits: (.*?)\.?$/.exec(text);
     if (!m) return el('div', { class: 'last-error' }, el('span', { class: 'summary' }, text));
     const ul = el('ul', { class: 'funnel' });
-    for (const step of m[1].split(/, (?=\d+ )/)) {
+    for (const step of m[2].split(/, (?=\d+ )/)) {
       const sm = /^(\d+) (.*)$/.exec(step);
       if (!sm) { ul.append(el('li', {}, el('b'), step)); continue; }
       ul.append(el('li', { class: sm[1] === '0' ? 'zero' : '' }, el('b', {}, sm[1]), sm[2]));
     }
-    return el('div', { class: 'last-error', title: msg }, el('span', { class: 'summary' }, 'no node fits:'), ul);
+    return el('div', { class: 'last-error', title: msg }, el('span', { class: 'summary' }, (m[1] || 'no node fits') + ':'), ul);
   }
   S.explain = explain;
 
