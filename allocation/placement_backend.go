@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/placement/client"
 	"github.com/metalloc/metalloc/scheduler"
 )
@@ -33,6 +34,10 @@ type PlacementConfig struct {
 	// candidates, each time trying the chosen node and its alternates,
 	// before it goes to error (default 3).
 	MaxAttempts int
+	// Mode is PlacementModeAuto (the default), PlacementModeLocal or
+	// PlacementModeHTTP: whether claims run in-process, in the node
+	// reservation's transaction, or through the Placement API.
+	Mode string
 }
 
 // PlacementAllocator processes claimed allocations with the Placement
@@ -43,12 +48,17 @@ type PlacementConfig struct {
 // before it is written, so that the resource tracker can remove what a dead
 // conductor or an unreachable Placement left behind.
 type PlacementAllocator struct {
+	pool  *pgxpool.Pool
 	q     *Queries
 	pc    *client.Client
 	sched *scheduler.Scheduler
-	log   *zap.Logger
+	// localSched selects through placement.Local (mode local).
+	localSched *scheduler.Scheduler
+	log        *zap.Logger
 	// maxAttempts is PlacementConfig.MaxAttempts.
 	maxAttempts int
+	// mode is PlacementConfig.Mode, resolved (Local).
+	mode modeState
 }
 
 // NewPlacementAllocator returns a PlacementAllocator on pool and the
@@ -61,14 +71,24 @@ func NewPlacementAllocator(pool *pgxpool.Pool, pc *client.Client, cfg PlacementC
 		cfg.MaxAttempts = 3
 	}
 	q := New(pool)
-	return &PlacementAllocator{
-		q: q, pc: pc, log: log, maxAttempts: cfg.MaxAttempts,
+	p := &PlacementAllocator{
+		pool: pool, q: q, pc: pc, log: log, maxAttempts: cfg.MaxAttempts,
 		sched: &scheduler.Scheduler{Client: pc, Hostname: cfg.Hostname, MaxAlternates: max(cfg.MaxAlternates, 0),
 			Filter: fitFilter{q}},
+		localSched: &scheduler.Scheduler{Client: placement.NewLocal(pool), Hostname: cfg.Hostname,
+			MaxAlternates: max(cfg.MaxAlternates, 0), Filter: fitFilter{q}},
 	}
+	switch cfg.Mode {
+	case PlacementModeLocal:
+		p.mode.local.Store(1)
+	case PlacementModeHTTP:
+		p.mode.local.Store(2)
+	}
+	return p
 }
 
-// Scheduler is the scheduler the allocator selects destinations with.
+// Scheduler is the scheduler the allocator selects destinations with over
+// HTTP.
 func (p *PlacementAllocator) Scheduler() *scheduler.Scheduler { return p.sched }
 
 // fitFilter is the scheduler's database filter (FitNodes).
@@ -136,9 +156,11 @@ func (p *PlacementAllocator) Process(ctx context.Context, me int64, c Claimed) (
 	}
 	spec := scheduler.RequestSpec{InstanceUUID: c.UUID, ResourceClass: c.ResourceClass, Traits: c.Traits,
 		CandidateNodes: c.CandidateNodes, Owner: c.Owner}
+	local := p.Local(ctx)
+	sched := p.schedulerFor(local)
 	var tried, taken, changed int
 	for attempt := 1; attempt <= p.maxAttempts; attempt++ {
-		sels, err := p.sched.SelectDestinations(ctx, spec, 1)
+		sels, err := sched.SelectDestinations(ctx, spec, 1)
 		switch {
 		case err == nil:
 		case errors.Is(err, scheduler.ErrNoValidHost):
@@ -157,7 +179,11 @@ func (p *PlacementAllocator) Process(ctx context.Context, me int64, c Claimed) (
 		}
 		for _, sel := range sels[0] {
 			tried++
-			st, err := p.claimOne(ctx, me, c, sel)
+			claim := p.claimOne
+			if local {
+				claim = p.claimLocal
+			}
+			st, err := claim(ctx, me, c, sel)
 			if err != nil {
 				return p.trouble(ctx, me, c, err)
 			}
@@ -378,8 +404,19 @@ func (p *PlacementAllocator) fail(ctx context.Context, me int64, c Claimed, reas
 		return out, err
 	}
 	if out == Lost {
-		p.releaseLost(ctx, me, c, nil)
+		if !p.Local(ctx) {
+			// (A local claim never outlives its transaction; what an
+			// earlier HTTP run left is the tracker's.)
+			p.releaseLost(ctx, me, c, nil)
+		}
 		return Lost, nil
+	}
+	if p.Local(ctx) {
+		if err := p.unclaimLocal(ctx, c); err != nil {
+			p.log.Warn("could not remove the failed allocation's Placement allocation; the resource tracker will",
+				zap.Stringer("allocation", c.UUID), zap.Error(err))
+		}
+		return Failed, nil
 	}
 	if err := p.unclaim(ctx, c); err != nil {
 		p.log.Warn("could not remove the failed allocation's Placement allocation; the resource tracker will",

@@ -19,7 +19,7 @@ func benchCmd() *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "benchmarks"}
 	var o loadgen.Options
 	var conductors int
-	var api, backend string
+	var api, backend, placementMode string
 	alloc := &cobra.Command{
 		Use:   "allocations",
 		Short: "enroll nodes, fire allocations through the API, report allocations/s, latency and double-booking",
@@ -46,6 +46,7 @@ func benchCmd() *cobra.Command {
 				stack, err := devstack.Start(cmd.Context(), devstack.Options{
 					DatabaseURL: cfg.Database.URL, Conductors: conductors, Log: log,
 					AllocationBackend: backend,
+					Env:               []string{"METALLOC_PLACEMENT_BACKEND_MODE=" + placementMode},
 				})
 				if err != nil {
 					return err
@@ -83,6 +84,9 @@ func benchCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if backend == "placement" {
+				backend += " (mode " + placementMode + ")"
+			}
 			fmt.Printf("nodes: %d, conductors: %d, concurrency: %d, backend: %s\n%s\n", o.Nodes, conductors, o.Concurrency, backend, r)
 			if r.DoubleBooked > 0 {
 				return fmt.Errorf("%d nodes double-booked", r.DoubleBooked)
@@ -96,6 +100,7 @@ func benchCmd() *cobra.Command {
 	alloc.Flags().IntVar(&conductors, "conductors", 2, "conductors to start")
 	alloc.Flags().StringVar(&api, "api", "", "use this running API instead of starting one")
 	alloc.Flags().StringVar(&backend, "backend", "database", "allocation backend of the conductors started: database or placement (also starts metalloc-placement)")
+	alloc.Flags().StringVar(&placementMode, "placement-mode", "auto", "placement_backend.mode of the conductors with --backend placement: auto (local here), local or http")
 	alloc.Flags().BoolVar(&o.Timeline, "timeline", false, "print latency per tenth of the run")
 	c.AddCommand(alloc)
 	return c

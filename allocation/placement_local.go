@@ -1,0 +1,461 @@
+package allocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/placement"
+	"github.com/metalloc/metalloc/placement/client"
+	"github.com/metalloc/metalloc/scheduler"
+)
+
+// Placement backend modes (PlacementConfig.Mode, placement_backend.mode).
+const (
+	// PlacementModeAuto claims in-process when the Placement at the
+	// endpoint is metalloc-placement on the conductor's own database (its
+	// version document names the same database identity), over HTTP
+	// otherwise.
+	PlacementModeAuto = "auto"
+	// PlacementModeLocal always claims in-process: the candidate search and
+	// the allocation write of metalloc-placement run in the conductor, the
+	// write in the same transaction as the node reservation.
+	PlacementModeLocal = "local"
+	// PlacementModeHTTP always claims through the Placement API.
+	PlacementModeHTTP = "http"
+)
+
+// ValidPlacementMode reports whether m is a placement_backend.mode.
+func ValidPlacementMode(m string) bool {
+	return m == PlacementModeAuto || m == PlacementModeLocal || m == PlacementModeHTTP
+}
+
+// modeProbeInterval is how often mode auto asks Placement again while it
+// could not tell (Placement unreachable): HTTP is used meanwhile.
+const modeProbeInterval = 10 * time.Second
+
+// modeState is PlacementAllocator's resolved mode.
+type modeState struct {
+	// local: 0 undecided, 1 local, 2 http.
+	local     atomic.Int32
+	mu        sync.Mutex
+	lastProbe time.Time
+}
+
+// Local reports whether the allocator claims in-process, resolving mode
+// auto on first use (and again every 10 s while Placement cannot be
+// reached: HTTP until then).
+func (p *PlacementAllocator) Local(ctx context.Context) bool {
+	switch p.mode.local.Load() {
+	case 1:
+		return true
+	case 2:
+		return false
+	}
+	p.mode.mu.Lock()
+	defer p.mode.mu.Unlock()
+	if v := p.mode.local.Load(); v != 0 {
+		return v == 1
+	}
+	if time.Since(p.mode.lastProbe) < modeProbeInterval {
+		return false
+	}
+	p.mode.lastProbe = time.Now()
+	local, err := p.probeLocal(ctx)
+	if err != nil {
+		p.log.Warn("placement_backend.mode auto: cannot tell whether Placement shares this database; "+
+			"claiming over HTTP until it answers", zap.Error(err))
+		return false
+	}
+	if local {
+		p.mode.local.Store(1)
+		p.log.Info("placement_backend.mode auto: Placement is metalloc-placement on this database; claiming in-process")
+	} else {
+		p.mode.local.Store(2)
+		p.log.Info("placement_backend.mode auto: Placement is another service or database; claiming over HTTP")
+	}
+	return local
+}
+
+// probeLocal compares the database identity in Placement's version
+// document with this database's.
+func (p *PlacementAllocator) probeLocal(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	theirs, err := p.pc.RootHeader(ctx, placement.IdentityHeader)
+	if err != nil {
+		return false, err
+	}
+	if theirs == "" {
+		return false, nil
+	}
+	ours, err := placement.DatabaseIdentity(ctx, p.pool)
+	if err != nil {
+		return false, fmt.Errorf("reading this database's identity: %w", err)
+	}
+	return ours == theirs, nil
+}
+
+// schedulerFor is the scheduler of the mode: Placement's candidates over
+// HTTP or in-process.
+func (p *PlacementAllocator) schedulerFor(local bool) *scheduler.Scheduler {
+	if local {
+		return p.localSched
+	}
+	return p.sched
+}
+
+// errLocalChanged, errLocalLost and errLocalInstance roll a local claim's
+// transaction back with the step it ended with.
+var (
+	errLocalChanged  = errors.New("node no longer fits")
+	errLocalLost     = errors.New("allocation no longer owned")
+	errLocalInstance = errors.New("instance uuid in use")
+)
+
+// claimLocal is claimOne in-process: one transaction logs the claim,
+// reserves the node (guarded by conductor_affinity = me) and writes the
+// Placement allocation with metalloc-placement's own code (replacing what
+// an interrupted run left). Any refusal rolls everything back, so nothing
+// needs undoing.
+func (p *PlacementAllocator) claimLocal(ctx context.Context, me int64, c Claimed, sel scheduler.Selection) (step, error) {
+	node := sel.ComputeNodeUUID
+	req, err := sel.Request()
+	if err != nil {
+		return 0, &placementRefused{err}
+	}
+	if c.CandidateNodes != nil && !slices.Contains(c.CandidateNodes, node) {
+		return stepChanged, nil
+	}
+	err = db.InTx(ctx, p.pool, func(tx pgx.Tx) error {
+		q := p.q.WithTx(tx)
+		if err := q.RecordPlacementClaim(ctx, RecordPlacementClaimParams{ConsumerUuid: c.UUID, ProviderUuid: node}); err != nil {
+			return err
+		}
+		r, err := q.Reserve(ctx, ReserveParams{Candidates: []uuid.UUID{node}, ResourceClass: c.ResourceClass,
+			Owner: c.Owner, Traits: c.Traits, Start: 0, AllocationID: c.ID, Me: me})
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return errLocalChanged
+		case db.IsUniqueViolation(err, "nodes_instance_uuid_key"):
+			return errLocalInstance
+		case err != nil:
+			return err
+		case !r.Reserved:
+			return errLocalLost
+		}
+		return placement.ClaimTx(ctx, tx, placement.LocalClaim{Consumer: c.UUID, ProjectID: projectOf(c),
+			UserID: PlacementUserID, ConsumerType: client.ConsumerType, Request: req})
+	})
+	switch {
+	case err == nil:
+		return stepReserved, nil
+	case errors.Is(err, errLocalChanged):
+		return stepChanged, nil
+	case errors.Is(err, errLocalLost):
+		return stepLost, nil
+	case errors.Is(err, errLocalInstance):
+		return stepInstanceTaken, nil
+	case client.IsConflict(err):
+		return stepTaken, nil
+	case db.IsUnavailable(err) || ctx.Err() != nil:
+		return 0, err
+	}
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		return 0, &placementRefused{err}
+	}
+	p.log.Warn("reserving the claimed node failed; trying the next one", zap.Stringer("allocation", c.UUID),
+		zap.Stringer("node", node), zap.Error(err))
+	return stepChanged, nil
+}
+
+// unclaimLocal removes c's Placement allocations in-process (those an
+// earlier run left: a local claim never outlives its transaction) and
+// its claim log entry.
+func (p *PlacementAllocator) unclaimLocal(ctx context.Context, c Claimed) error {
+	return db.InTx(ctx, p.pool, func(tx pgx.Tx) error {
+		if err := placement.UnclaimTx(ctx, tx, c.UUID); err != nil {
+			return err
+		}
+		_, err := p.q.WithTx(tx).ForgetPlacementClaim(ctx, ForgetPlacementClaimParams{ConsumerUuid: c.UUID})
+		return err
+	})
+}
+
+// batchJob is one claimed row of a batch with its selections.
+type batchJob struct {
+	c    Claimed
+	sels []scheduler.Selection
+	next int // the selection to try next
+}
+
+// ClaimBatch reserves nodes for rows (claimed by conductor me) the fast
+// way: one allocation-candidates query per group of rows asking for the
+// same thing (resource class, traits, owner), SelectDestinations for the
+// whole group (a chosen node and alternates per row), then the claims:
+// in-process, one transaction per round for the whole batch (two round
+// trips: lock the chosen nodes, the rows and the providers and read the
+// inventories with usage; write the Placement allocations, log the
+// claims, activate the rows and hold the nodes, commit), the rows whose
+// chosen node was taken trying their next alternate in the next round;
+// over HTTP, every row concurrently through claimOne. It returns the rows
+// reserved (ID, UUID and CreatedAt) and those left for Process: rows with
+// candidate_nodes, rows whose group got fewer nodes than rows, rows whose
+// selections were all taken, and every row an error stopped.
+func (p *PlacementAllocator) ClaimBatch(ctx context.Context, me int64, rows []Claimed) (reserved, rest []Claimed) {
+	local := p.Local(ctx)
+	sched := p.schedulerFor(local)
+	groups := map[string][]Claimed{}
+	var keys []string
+	for _, c := range rows {
+		if c.Traits == nil {
+			c.Traits = []string{}
+		}
+		if len(c.CandidateNodes) > 0 {
+			rest = append(rest, c)
+			continue
+		}
+		c.CandidateNodes = nil
+		traits := slices.Clone(c.Traits)
+		slices.Sort(traits)
+		key := c.ResourceClass + "\x00" + strings.Join(traits, ",") + "\x00"
+		if c.Owner != nil {
+			key += "=" + *c.Owner
+		}
+		if groups[key] == nil {
+			keys = append(keys, key)
+		}
+		groups[key] = append(groups[key], c)
+	}
+	var jobs []*batchJob
+	for _, key := range keys {
+		g := groups[key]
+		spec := scheduler.RequestSpec{InstanceUUID: g[0].UUID, ResourceClass: g[0].ResourceClass,
+			Traits: g[0].Traits, Owner: g[0].Owner}
+		sels, err := sched.SelectDestinations(ctx, spec, len(g))
+		var nvh *scheduler.NoValidHostError
+		if errors.As(err, &nvh) && nvh.Fitting > 0 && nvh.Fitting < len(g) {
+			// Fewer nodes than rows: select for as many rows as there are
+			// nodes; Process tells the others why.
+			rest = append(rest, g[nvh.Fitting:]...)
+			g = g[:nvh.Fitting]
+			sels, err = sched.SelectDestinations(ctx, spec, len(g))
+		}
+		if err != nil {
+			// Process says why (no valid host, an unknown trait) or
+			// retries later (an outage).
+			rest = append(rest, g...)
+			continue
+		}
+		for i, c := range g {
+			jobs = append(jobs, &batchJob{c: c, sels: sels[i]})
+		}
+	}
+	if len(jobs) == 0 {
+		return nil, rest
+	}
+	var more []Claimed
+	if local {
+		reserved, more = p.claimBatchLocal(ctx, me, jobs)
+	} else {
+		reserved, more = p.claimBatchHTTP(ctx, me, jobs)
+	}
+	return reserved, append(rest, more...)
+}
+
+// claimBatchHTTP claims every job concurrently over HTTP (claimOne on its
+// selections in order).
+func (p *PlacementAllocator) claimBatchHTTP(ctx context.Context, me int64, jobs []*batchJob) (reserved, rest []Claimed) {
+	outs := make([]step, len(jobs))
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i] = stepTaken
+			for _, sel := range j.sels {
+				st, err := p.claimOne(ctx, me, j.c, sel)
+				outs[i], errs[i] = st, err
+				if err != nil || (st != stepTaken && st != stepChanged) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, j := range jobs {
+		switch {
+		case errs[i] == nil && outs[i] == stepReserved:
+			reserved = append(reserved, j.c)
+		case errs[i] == nil && outs[i] == stepLost:
+			p.log.Info("allocation no longer owned by this conductor; dropping it", zap.Stringer("allocation", j.c.UUID))
+		default:
+			rest = append(rest, j.c)
+		}
+	}
+	return reserved, rest
+}
+
+// claimBatchLocal claims the jobs in-process, one transaction per round,
+// each round trying every pending job's next selection.
+func (p *PlacementAllocator) claimBatchLocal(ctx context.Context, me int64, jobs []*batchJob) (reserved, rest []Claimed) {
+	pending := jobs
+	for len(pending) > 0 {
+		var round []*batchJob
+		var left []*batchJob
+		inRound := map[uuid.UUID]bool{}
+		for _, j := range pending {
+			for j.next < len(j.sels) && inRound[j.sels[j.next].ComputeNodeUUID] {
+				j.next++
+			}
+			if j.next >= len(j.sels) {
+				rest = append(rest, j.c)
+				continue
+			}
+			inRound[j.sels[j.next].ComputeNodeUUID] = true
+			round = append(round, j)
+		}
+		if len(round) == 0 {
+			break
+		}
+		ok, err := p.localRound(ctx, me, round)
+		if err != nil {
+			if !db.IsUnavailable(err) && ctx.Err() == nil {
+				p.log.Warn("batch claim through local Placement failed; processing the rows one by one", zap.Error(err))
+			}
+			for _, j := range round {
+				rest = append(rest, j.c)
+			}
+			return reserved, rest
+		}
+		for i, j := range round {
+			if ok[i] {
+				reserved = append(reserved, j.c)
+				continue
+			}
+			j.next++
+			left = append(left, j)
+		}
+		pending = left
+	}
+	return reserved, rest
+}
+
+// localRound is one transaction claiming round[i].sels[round[i].next] for
+// every job, in two pipelined round trips on one connection. ok[i] says
+// which jobs were reserved; the others (node taken or changed, row no
+// longer owned or locked, instance uuid in use, consumer existing,
+// Placement refusing) wrote nothing. An error means nothing was written.
+func (p *PlacementAllocator) localRound(ctx context.Context, me int64, round []*batchJob) ([]bool, error) {
+	n := len(round)
+	claims := make([]placement.LocalClaim, n)
+	nodes := make([]uuid.UUID, n)
+	ids := make([]int64, n)
+	consumers := make([]uuid.UUID, n)
+	for i, j := range round {
+		sel := j.sels[j.next]
+		req, err := sel.Request()
+		if err != nil {
+			return nil, err
+		}
+		nodes[i], ids[i], consumers[i] = sel.ComputeNodeUUID, j.c.ID, j.c.UUID
+		claims[i] = placement.LocalClaim{Consumer: j.c.UUID, ProjectID: projectOf(j.c), UserID: PlacementUserID,
+			ConsumerType: client.ConsumerType, Request: req}
+	}
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	rollback := func(cause error) error {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+			// The connection's state is unknown: do not reuse it.
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+		return cause
+	}
+
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	nodeIDs := make([]*int64, n)
+	for i, j := range round {
+		b.Queue(pickNode, j.c.ResourceClass, j.c.Traits, nodes[i], j.c.Owner).QueryRow(func(r pgx.Row) error {
+			return r.Scan(&nodeIDs[i])
+		})
+	}
+	owned := map[int64]bool{}
+	b.Queue(lockOwnedAllocating, ids, me).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			owned[id] = true
+		}
+		return rows.Err()
+	})
+	inUse := map[uuid.UUID]bool{}
+	b.Queue(instancesInUse, consumers).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var u uuid.UUID
+			if err := rows.Scan(&u); err != nil {
+				return err
+			}
+			inUse[u] = true
+		}
+		return rows.Err()
+	})
+	pc := placement.QueueClaims(b, claims)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, rollback(err)
+	}
+	checks := pc.Check()
+	ok := make([]bool, n)
+	var okConsumers, okNodes []uuid.UUID
+	for i, j := range round {
+		ok[i] = nodeIDs[i] != nil && owned[j.c.ID] && !inUse[j.c.UUID] && checks[i] == nil
+		if ok[i] {
+			okConsumers = append(okConsumers, consumers[i])
+			okNodes = append(okNodes, nodes[i])
+		}
+	}
+
+	b = &pgx.Batch{}
+	pc.QueueWrite(b, ok)
+	if len(okConsumers) > 0 {
+		b.Queue(recordPlacementClaims, okConsumers, okNodes)
+	}
+	held := make([]bool, n)
+	for i, j := range round {
+		if ok[i] {
+			b.Queue(holdPicked, *nodeIDs[i], j.c.ID, me, j.c.Traits).QueryRow(func(r pgx.Row) error {
+				return r.Scan(&held[i])
+			})
+		}
+	}
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, rollback(err)
+	}
+	for i := range round {
+		if ok[i] && !held[i] {
+			// The row was locked and owned: this cannot happen. Its
+			// Placement allocation is in the claim log, for the tracker.
+			p.log.Error("allocation not activated by its batch claim", zap.Stringer("allocation", round[i].c.UUID))
+			ok[i] = false
+		}
+	}
+	return ok, nil
+}
