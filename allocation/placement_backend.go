@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -34,6 +35,10 @@ type PlacementConfig struct {
 	// candidates, each time trying the chosen node and its alternates,
 	// before it goes to error (default 3).
 	MaxAttempts int
+	// LockedWait bounds how long Process keeps trying in-process while
+	// every selection is a node concurrent claims hold or just took
+	// (default 2s; conductor.locked_node_wait), as the database backend.
+	LockedWait time.Duration
 	// Mode is PlacementModeAuto (the default), PlacementModeLocal or
 	// PlacementModeHTTP: whether claims run in-process, in the node
 	// reservation's transaction, or through the Placement API.
@@ -52,13 +57,17 @@ type PlacementAllocator struct {
 	q     *Queries
 	pc    *client.Client
 	sched *scheduler.Scheduler
-	// localSched selects through placement.Local (mode local).
+	// localSched selects through placement.Local (mode local), with
+	// localCands caching its answers.
 	localSched *scheduler.Scheduler
+	localCands *cachedCandidates
 	log        *zap.Logger
 	// maxAttempts is PlacementConfig.MaxAttempts.
 	maxAttempts int
 	// mode is PlacementConfig.Mode, resolved (Local).
 	mode modeState
+	// lockedWait is PlacementConfig.LockedWait.
+	lockedWait time.Duration
 }
 
 // NewPlacementAllocator returns a PlacementAllocator on pool and the
@@ -70,13 +79,18 @@ func NewPlacementAllocator(pool *pgxpool.Pool, pc *client.Client, cfg PlacementC
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 3
 	}
+	if cfg.LockedWait <= 0 {
+		cfg.LockedWait = 2 * time.Second
+	}
 	q := New(pool)
+	cands := &cachedCandidates{inner: placement.NewLocal(pool), byKey: map[string]*candidateEntry{}}
 	p := &PlacementAllocator{
-		pool: pool, q: q, pc: pc, log: log, maxAttempts: cfg.MaxAttempts,
+		pool: pool, q: q, pc: pc, log: log, maxAttempts: cfg.MaxAttempts, lockedWait: cfg.LockedWait,
 		sched: &scheduler.Scheduler{Client: pc, Hostname: cfg.Hostname, MaxAlternates: max(cfg.MaxAlternates, 0),
 			Filter: fitFilter{q}},
-		localSched: &scheduler.Scheduler{Client: placement.NewLocal(pool), Hostname: cfg.Hostname,
+		localSched: &scheduler.Scheduler{Client: cands, Hostname: cfg.Hostname,
 			MaxAlternates: max(cfg.MaxAlternates, 0), Filter: fitFilter{q}},
+		localCands: cands,
 	}
 	switch cfg.Mode {
 	case PlacementModeLocal:
@@ -157,10 +171,14 @@ func (p *PlacementAllocator) Process(ctx context.Context, me int64, c Claimed) (
 	spec := scheduler.RequestSpec{InstanceUUID: c.UUID, ResourceClass: c.ResourceClass, Traits: c.Traits,
 		CandidateNodes: c.CandidateNodes, Owner: c.Owner}
 	local := p.Local(ctx)
-	sched := p.schedulerFor(local)
+	began, backoff := time.Now(), 5*time.Millisecond
 	var tried, taken, changed int
 	for attempt := 1; attempt <= p.maxAttempts; attempt++ {
-		sels, err := sched.SelectDestinations(ctx, spec, 1)
+		if local && attempt > 1 {
+			// Every selection of the cached answer failed: ask afresh.
+			p.localCands.forget()
+		}
+		sels, err := p.selectDestinations(ctx, local, spec, 1)
 		switch {
 		case err == nil:
 		case errors.Is(err, scheduler.ErrNoValidHost):
@@ -205,6 +223,19 @@ func (p *PlacementAllocator) Process(ctx context.Context, me int64, c Claimed) (
 			}
 			log.Debug("selection not claimed; trying the next one", zap.Stringer("node", sel.ComputeNodeUUID),
 				zap.Bool("taken_in_placement", st == stepTaken))
+		}
+		if local && attempt == p.maxAttempts && taken == 0 && time.Since(began) < p.lockedWait {
+			// In-process, every selection was a node locked or reserved
+			// by a concurrent claim a moment ago (nothing taken in
+			// Placement): as the database backend, keep trying for
+			// lockedWait, backing off, with fresh candidates.
+			select {
+			case <-ctx.Done():
+				return p.trouble(ctx, me, c, ctx.Err())
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 80*time.Millisecond)
+			attempt--
 		}
 	}
 	return p.fail(ctx, me, c, fmt.Sprintf(

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -214,8 +217,12 @@ type batchJob struct {
 // candidate_nodes, rows whose group got fewer nodes than rows, rows whose
 // selections were all taken, and every row an error stopped.
 func (p *PlacementAllocator) ClaimBatch(ctx context.Context, me int64, rows []Claimed) (reserved, rest []Claimed) {
+	began := time.Now()
 	local := p.Local(ctx)
-	sched := p.schedulerFor(local)
+	defer func() {
+		p.log.Debug("batch claimed through Placement", zap.Bool("local", local), zap.Int("rows", len(rows)),
+			zap.Int("reserved", len(reserved)), zap.Duration("took", time.Since(began)))
+	}()
 	groups := map[string][]Claimed{}
 	var keys []string
 	for _, c := range rows {
@@ -238,28 +245,49 @@ func (p *PlacementAllocator) ClaimBatch(ctx context.Context, me int64, rows []Cl
 		}
 		groups[key] = append(groups[key], c)
 	}
+	// One selection per group, the groups concurrently (each is a
+	// candidates query, cached in mode local, and a database filter).
+	sels := make([][][]scheduler.Selection, len(keys))
+	spare := make([][]Claimed, len(keys))
+	gs := make([][]Claimed, len(keys))
+	for i, key := range keys {
+		gs[i] = groups[key]
+	}
+	var wg sync.WaitGroup
+	for i := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g := gs[i]
+			spec := scheduler.RequestSpec{InstanceUUID: g[0].UUID, ResourceClass: g[0].ResourceClass,
+				Traits: g[0].Traits, Owner: g[0].Owner}
+			s, err := p.selectDestinations(ctx, local, spec, len(g))
+			var nvh *scheduler.NoValidHostError
+			if errors.As(err, &nvh) && nvh.Fitting > 0 && nvh.Fitting < len(g) {
+				// Fewer nodes than rows: select for as many rows as
+				// there are nodes; Process tells the others why.
+				spare[i], g = g[nvh.Fitting:], g[:nvh.Fitting]
+				gs[i] = g
+				s, err = p.selectDestinations(ctx, local, spec, len(g))
+			}
+			if err != nil {
+				// Process says why (no valid host, an unknown trait) or
+				// retries later (an outage).
+				spare[i], sels[i] = append(spare[i], g...), nil
+				return
+			}
+			sels[i] = s
+		}()
+	}
+	wg.Wait()
 	var jobs []*batchJob
-	for _, key := range keys {
-		g := groups[key]
-		spec := scheduler.RequestSpec{InstanceUUID: g[0].UUID, ResourceClass: g[0].ResourceClass,
-			Traits: g[0].Traits, Owner: g[0].Owner}
-		sels, err := sched.SelectDestinations(ctx, spec, len(g))
-		var nvh *scheduler.NoValidHostError
-		if errors.As(err, &nvh) && nvh.Fitting > 0 && nvh.Fitting < len(g) {
-			// Fewer nodes than rows: select for as many rows as there are
-			// nodes; Process tells the others why.
-			rest = append(rest, g[nvh.Fitting:]...)
-			g = g[:nvh.Fitting]
-			sels, err = sched.SelectDestinations(ctx, spec, len(g))
-		}
-		if err != nil {
-			// Process says why (no valid host, an unknown trait) or
-			// retries later (an outage).
-			rest = append(rest, g...)
+	for i := range keys {
+		rest = append(rest, spare[i]...)
+		if sels[i] == nil {
 			continue
 		}
-		for i, c := range g {
-			jobs = append(jobs, &batchJob{c: c, sels: sels[i]})
+		for k, c := range gs[i] {
+			jobs = append(jobs, &batchJob{c: c, sels: sels[i][k]})
 		}
 	}
 	if len(jobs) == 0 {
@@ -458,4 +486,151 @@ func (p *PlacementAllocator) localRound(ctx context.Context, me int64, round []*
 		}
 	}
 	return ok, nil
+}
+
+// candidateCacheTTL is how long mode local reuses one allocation-candidates
+// answer for the same request (resource class, traits, tree) across
+// batches and workers. A stale candidate costs nothing wrong: the
+// scheduler's database filter (FitNodes) drops the nodes reserved since,
+// and the claim transaction checks the node and Placement's capacity
+// under their locks; when the filter leaves too few, the answer is
+// dropped and asked again (selectDestinations).
+const candidateCacheTTL = time.Second
+
+// candidateCacheLimit is the smallest limit= a cached query asks for, so
+// that batches of any size share one answer.
+const candidateCacheLimit = 240
+
+// cachedCandidates is the in-process candidate source of mode local with a
+// short-lived answer per query (limit aside). Queries without a limit
+// (all candidates) pass through.
+type cachedCandidates struct {
+	inner scheduler.CandidateSource
+	mu    sync.Mutex
+	byKey map[string]*candidateEntry
+}
+
+// candidateEntry is one cached answer; ready is closed once it is loaded.
+type candidateEntry struct {
+	ready   chan struct{}
+	cands   *client.Candidates
+	err     error
+	limit   int
+	fetched time.Time
+	// refreshing: a newer answer is loading (c.mu guards it).
+	refreshing bool
+}
+
+func (c *cachedCandidates) AllocationCandidates(ctx context.Context, q url.Values) (*client.Candidates, error) {
+	limit, _ := strconv.Atoi(q.Get("limit"))
+	if limit <= 0 {
+		return c.inner.AllocationCandidates(ctx, q)
+	}
+	key := make(url.Values, len(q))
+	for k, v := range q {
+		if k != "limit" {
+			key[k] = v
+		}
+	}
+	k := key.Encode()
+	c.mu.Lock()
+	e := c.byKey[k]
+	if e != nil {
+		select {
+		case <-e.ready:
+			switch {
+			case e.err != nil || e.limit < limit:
+				e = nil
+			case time.Since(e.fetched) > candidateCacheTTL && !e.refreshing:
+				// Serve this answer while a fresh one loads.
+				e.refreshing = true
+				go c.load(context.WithoutCancel(ctx), k, key, e.limit)
+			}
+		default: // loading: wait for it
+		}
+	}
+	if e == nil {
+		e = c.start(k, max(limit, candidateCacheLimit))
+		c.mu.Unlock()
+		c.fill(ctx, e, key)
+		return sample(e.cands, limit), e.err
+	}
+	c.mu.Unlock()
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return sample(e.cands, limit), e.err
+}
+
+// start records a new entry for key k, loading (c.mu held).
+func (c *cachedCandidates) start(k string, limit int) *candidateEntry {
+	e := &candidateEntry{ready: make(chan struct{}), limit: limit}
+	c.byKey[k] = e
+	return e
+}
+
+// fill loads e's answer to query key (with e's limit).
+func (c *cachedCandidates) fill(ctx context.Context, e *candidateEntry, key url.Values) {
+	q := make(url.Values, len(key)+1)
+	for k, v := range key {
+		q[k] = v
+	}
+	q.Set("limit", strconv.Itoa(e.limit))
+	e.cands, e.err = c.inner.AllocationCandidates(ctx, q)
+	e.fetched = time.Now()
+	close(e.ready)
+}
+
+// load refreshes the answer for key k in the background: the new entry
+// replaces the old one once loaded (a failed load is dropped: the old
+// answer stays until forget).
+func (c *cachedCandidates) load(ctx context.Context, k string, key url.Values, limit int) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	e := &candidateEntry{ready: make(chan struct{}), limit: limit}
+	c.fill(ctx, e, key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.byKey[k]; old != nil && old.refreshing && e.err == nil {
+		c.byKey[k] = e
+	} else if old != nil {
+		old.refreshing = false
+	}
+}
+
+// sample is a uniformly random choice of limit of cands' allocation
+// requests (all of them when there are no more), as a limited query of
+// randomized Placement would answer: the scheduler then filters only
+// those against the database.
+func sample(cands *client.Candidates, limit int) *client.Candidates {
+	if cands == nil || len(cands.AllocationRequests) <= limit {
+		return cands
+	}
+	ars := slices.Clone(cands.AllocationRequests)
+	for i := range limit {
+		j := i + rand.IntN(len(ars)-i)
+		ars[i], ars[j] = ars[j], ars[i]
+	}
+	return &client.Candidates{AllocationRequests: ars[:limit], ProviderSummaries: cands.ProviderSummaries}
+}
+
+// forget drops every cached answer.
+func (c *cachedCandidates) forget() {
+	c.mu.Lock()
+	clear(c.byKey)
+	c.mu.Unlock()
+}
+
+// selectDestinations is sched.SelectDestinations; in mode local, when the
+// cached candidates leave too few nodes, it drops them and asks again.
+func (p *PlacementAllocator) selectDestinations(ctx context.Context, local bool, spec scheduler.RequestSpec, n int) ([][]scheduler.Selection, error) {
+	sched := p.schedulerFor(local)
+	sels, err := sched.SelectDestinations(ctx, spec, n)
+	if local && errors.Is(err, scheduler.ErrNoValidHost) {
+		p.localCands.forget()
+		sels, err = sched.SelectDestinations(ctx, spec, n)
+	}
+	return sels, err
 }

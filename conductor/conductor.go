@@ -211,7 +211,7 @@ func NewService(cfg Config, pool *pgxpool.Pool, log *zap.Logger) (*Service, erro
 	case BackendPlacement:
 		backend = placementBackend{allocation.NewPlacementAllocator(pool, cfg.Placement, allocation.PlacementConfig{
 			Hostname: cfg.Hostname, MaxAlternates: cfg.PlacementMaxAlternates, MaxAttempts: cfg.PlacementMaxAttempts,
-			Mode: cfg.PlacementMode,
+			Mode: cfg.PlacementMode, LockedWait: cfg.LockedNodeWait,
 		}, log), rows}
 	default:
 		alloc := allocation.NewAllocator(pool, log)
