@@ -159,7 +159,11 @@ func (e *placementRefused) Unwrap() error { return e.err }
 // the consumer's allocations if a previous run left some), then reserve that
 // node in one database transaction guarded by conductor_affinity = me. A 409
 // from Placement or a node that changed in the database moves on to the next
-// selection.
+// selection. In mode local (see Local) the candidates come from
+// metalloc-placement's search in-process and each selection is claimed by
+// claimLocal: the claim log, the reservation and the Placement write in one
+// transaction, rolled back whole on a refusal; while every selection is a
+// node concurrent claims hold, it keeps trying for LockedWait.
 func (p *PlacementAllocator) Process(ctx context.Context, me int64, c Claimed) (Outcome, error) {
 	log := p.log.With(zap.Stringer("allocation", c.UUID))
 	if c.Traits == nil {

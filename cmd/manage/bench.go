@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,6 +21,7 @@ func benchCmd() *cobra.Command {
 	var o loadgen.Options
 	var conductors int
 	var api, backend, placementMode string
+	var openstackPlacement bool
 	alloc := &cobra.Command{
 		Use:   "allocations",
 		Short: "enroll nodes, fire allocations through the API, report allocations/s, latency and double-booking",
@@ -43,10 +45,24 @@ func benchCmd() *cobra.Command {
 				if err := cfg.RequireDatabase(); err != nil {
 					return err
 				}
+				var endpoint string
+				if openstackPlacement {
+					dir, err := os.MkdirTemp("", "bench-openstack-placement-")
+					if err != nil {
+						return err
+					}
+					defer os.RemoveAll(dir)
+					osp, err := devstack.StartOpenStackPlacement(cmd.Context(), dir, log)
+					if err != nil {
+						return err
+					}
+					defer osp.Stop()
+					endpoint = osp.URL
+				}
 				stack, err := devstack.Start(cmd.Context(), devstack.Options{
 					DatabaseURL: cfg.Database.URL, Conductors: conductors, Log: log,
-					AllocationBackend: backend,
-					Env:               []string{"METALLOC_PLACEMENT_BACKEND_MODE=" + placementMode},
+					AllocationBackend: backend, PlacementBackendEndpoint: endpoint,
+					Env: []string{"METALLOC_PLACEMENT_BACKEND_MODE=" + placementMode},
 				})
 				if err != nil {
 					return err
@@ -84,7 +100,9 @@ func benchCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if backend == "placement" {
+			if backend == "placement" && openstackPlacement {
+				backend += " (OpenStack Placement 8.0)"
+			} else if backend == "placement" {
 				backend += " (mode " + placementMode + ")"
 			}
 			fmt.Printf("nodes: %d, conductors: %d, concurrency: %d, backend: %s\n%s\n", o.Nodes, conductors, o.Concurrency, backend, r)
@@ -101,6 +119,7 @@ func benchCmd() *cobra.Command {
 	alloc.Flags().StringVar(&api, "api", "", "use this running API instead of starting one")
 	alloc.Flags().StringVar(&backend, "backend", "database", "allocation backend of the conductors started: database or placement (also starts metalloc-placement)")
 	alloc.Flags().StringVar(&placementMode, "placement-mode", "auto", "placement_backend.mode of the conductors with --backend placement: auto (local here), local or http")
+	alloc.Flags().BoolVar(&openstackPlacement, "openstack-placement", false, "with --backend placement, claim through OpenStack Placement 8.0 (Debian's packages, started here) instead of metalloc-placement")
 	alloc.Flags().BoolVar(&o.Timeline, "timeline", false, "print latency per tenth of the run")
 	c.AddCommand(alloc)
 	return c
