@@ -61,7 +61,10 @@ type PlacementAllocator struct {
 	// localCands caching its answers.
 	localSched *scheduler.Scheduler
 	localCands *cachedCandidates
-	log        *zap.Logger
+	// localBatchSched is localSched without the database filter (the
+	// batch transaction checks the nodes under lock).
+	localBatchSched *scheduler.Scheduler
+	log             *zap.Logger
 	// maxAttempts is PlacementConfig.MaxAttempts.
 	maxAttempts int
 	// mode is PlacementConfig.Mode, resolved (Local).
@@ -91,6 +94,8 @@ func NewPlacementAllocator(pool *pgxpool.Pool, pc *client.Client, cfg PlacementC
 		localSched: &scheduler.Scheduler{Client: cands, Hostname: cfg.Hostname,
 			MaxAlternates: max(cfg.MaxAlternates, 0), Filter: fitFilter{q}},
 		localCands: cands,
+		localBatchSched: &scheduler.Scheduler{Client: cands, Hostname: cfg.Hostname,
+			MaxAlternates: max(cfg.MaxAlternates, 0)},
 	}
 	switch cfg.Mode {
 	case PlacementModeLocal:

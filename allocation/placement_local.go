@@ -261,14 +261,14 @@ func (p *PlacementAllocator) ClaimBatch(ctx context.Context, me int64, rows []Cl
 			g := gs[i]
 			spec := scheduler.RequestSpec{InstanceUUID: g[0].UUID, ResourceClass: g[0].ResourceClass,
 				Traits: g[0].Traits, Owner: g[0].Owner}
-			s, err := p.selectDestinations(ctx, local, spec, len(g))
+			s, err := p.selectBatch(ctx, local, spec, len(g))
 			var nvh *scheduler.NoValidHostError
 			if errors.As(err, &nvh) && nvh.Fitting > 0 && nvh.Fitting < len(g) {
 				// Fewer nodes than rows: select for as many rows as
 				// there are nodes; Process tells the others why.
 				spare[i], g = g[nvh.Fitting:], g[:nvh.Fitting]
 				gs[i] = g
-				s, err = p.selectDestinations(ctx, local, spec, len(g))
+				s, err = p.selectBatch(ctx, local, spec, len(g))
 			}
 			if err != nil {
 				// Process says why (no valid host, an unknown trait) or
@@ -336,71 +336,64 @@ func (p *PlacementAllocator) claimBatchHTTP(ctx context.Context, me int64, jobs 
 	return reserved, rest
 }
 
-// claimBatchLocal claims the jobs in-process, one transaction per round,
-// each round trying every pending job's next selection.
+// claimBatchLocal claims the jobs in-process in one transaction: each row
+// takes the first of its selections (the chosen node, then the
+// alternates) that is free, fits and is not locked by a concurrent claim,
+// and that Placement's capacity check accepts.
 func (p *PlacementAllocator) claimBatchLocal(ctx context.Context, me int64, jobs []*batchJob) (reserved, rest []Claimed) {
-	pending := jobs
-	for len(pending) > 0 {
-		var round []*batchJob
-		var left []*batchJob
-		inRound := map[uuid.UUID]bool{}
-		for _, j := range pending {
-			for j.next < len(j.sels) && inRound[j.sels[j.next].ComputeNodeUUID] {
-				j.next++
-			}
-			if j.next >= len(j.sels) {
-				rest = append(rest, j.c)
-				continue
-			}
-			inRound[j.sels[j.next].ComputeNodeUUID] = true
-			round = append(round, j)
+	ok, err := p.localRound(ctx, me, jobs)
+	if err != nil {
+		if !db.IsUnavailable(err) && ctx.Err() == nil {
+			p.log.Warn("batch claim through local Placement failed; processing the rows one by one", zap.Error(err))
 		}
-		if len(round) == 0 {
-			break
+		ok = make([]bool, len(jobs))
+	}
+	for i, j := range jobs {
+		if ok[i] {
+			reserved = append(reserved, j.c)
+		} else {
+			rest = append(rest, j.c)
 		}
-		ok, err := p.localRound(ctx, me, round)
-		if err != nil {
-			if !db.IsUnavailable(err) && ctx.Err() == nil {
-				p.log.Warn("batch claim through local Placement failed; processing the rows one by one", zap.Error(err))
-			}
-			for _, j := range round {
-				rest = append(rest, j.c)
-			}
-			return reserved, rest
-		}
-		for i, j := range round {
-			if ok[i] {
-				reserved = append(reserved, j.c)
-				continue
-			}
-			j.next++
-			left = append(left, j)
-		}
-		pending = left
 	}
 	return reserved, rest
 }
 
-// localRound is one transaction claiming round[i].sels[round[i].next] for
-// every job, in two pipelined round trips on one connection. ok[i] says
-// which jobs were reserved; the others (node taken or changed, row no
-// longer owned or locked, instance uuid in use, consumer existing,
-// Placement refusing) wrote nothing. An error means nothing was written.
+// localRound is one transaction claiming a node for every job, in two
+// pipelined round trips on one connection: first lock, for each job, the
+// first of its selections' nodes that is free, fits and is not locked
+// (PickFirstFree; a node is offered to one job only), the rows (still
+// me's), insert the consumers and lock and read every offered provider
+// with its usage; then, for the jobs Placement's check accepts on their
+// node, write the allocations (generation bumps), the claim log, activate
+// the rows and hold the nodes, and commit. ok[i] says which jobs were
+// reserved; the others wrote nothing. An error means nothing was written.
 func (p *PlacementAllocator) localRound(ctx context.Context, me int64, round []*batchJob) ([]bool, error) {
 	n := len(round)
 	claims := make([]placement.LocalClaim, n)
-	nodes := make([]uuid.UUID, n)
+	lists := make([][]uuid.UUID, n)
 	ids := make([]int64, n)
 	consumers := make([]uuid.UUID, n)
+	offered := map[uuid.UUID]bool{}
 	for i, j := range round {
-		sel := j.sels[j.next]
-		req, err := sel.Request()
-		if err != nil {
-			return nil, err
-		}
-		nodes[i], ids[i], consumers[i] = sel.ComputeNodeUUID, j.c.ID, j.c.UUID
+		ids[i], consumers[i] = j.c.ID, j.c.UUID
 		claims[i] = placement.LocalClaim{Consumer: j.c.UUID, ProjectID: projectOf(j.c), UserID: PlacementUserID,
-			ConsumerType: client.ConsumerType, Request: req}
+			ConsumerType: client.ConsumerType}
+		for _, sel := range j.sels {
+			if offered[sel.ComputeNodeUUID] {
+				continue
+			}
+			req, err := sel.Request()
+			if err != nil {
+				return nil, err
+			}
+			offered[sel.ComputeNodeUUID] = true
+			lists[i] = append(lists[i], sel.ComputeNodeUUID)
+			claims[i].Options = append(claims[i].Options, req)
+		}
+		if len(claims[i].Options) == 0 {
+			// Every selection went to an earlier row: nothing to lock.
+			claims[i].Options = []client.AllocationRequest{{}}
+		}
 	}
 	conn, err := p.pool.Acquire(ctx)
 	if err != nil {
@@ -417,10 +410,16 @@ func (p *PlacementAllocator) localRound(ctx context.Context, me int64, round []*
 
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	nodeIDs := make([]*int64, n)
+	nodeIDs := make([]int64, n)
+	picked := make([]uuid.UUID, n)
 	for i, j := range round {
-		b.Queue(pickNode, j.c.ResourceClass, j.c.Traits, nodes[i], j.c.Owner).QueryRow(func(r pgx.Row) error {
-			return r.Scan(&nodeIDs[i])
+		b.Queue(pickFirstFree, lists[i], j.c.ResourceClass, j.c.Owner, j.c.Traits).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				if err := rows.Scan(&nodeIDs[i], &picked[i]); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
 		})
 	}
 	owned := map[int64]bool{}
@@ -449,14 +448,17 @@ func (p *PlacementAllocator) localRound(ctx context.Context, me int64, round []*
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, rollback(err)
 	}
+	for i := range round {
+		pc.Choose(i, slices.Index(lists[i], picked[i])) // -1 when none was picked
+	}
 	checks := pc.Check()
 	ok := make([]bool, n)
 	var okConsumers, okNodes []uuid.UUID
 	for i, j := range round {
-		ok[i] = nodeIDs[i] != nil && owned[j.c.ID] && !inUse[j.c.UUID] && checks[i] == nil
+		ok[i] = nodeIDs[i] != 0 && owned[j.c.ID] && !inUse[j.c.UUID] && checks[i] == nil
 		if ok[i] {
 			okConsumers = append(okConsumers, consumers[i])
-			okNodes = append(okNodes, nodes[i])
+			okNodes = append(okNodes, picked[i])
 		}
 	}
 
@@ -468,7 +470,7 @@ func (p *PlacementAllocator) localRound(ctx context.Context, me int64, round []*
 	held := make([]bool, n)
 	for i, j := range round {
 		if ok[i] {
-			b.Queue(holdPicked, *nodeIDs[i], j.c.ID, me, j.c.Traits).QueryRow(func(r pgx.Row) error {
+			b.Queue(holdPicked, nodeIDs[i], j.c.ID, me, j.c.Traits).QueryRow(func(r pgx.Row) error {
 				return r.Scan(&held[i])
 			})
 		}
@@ -631,6 +633,21 @@ func (p *PlacementAllocator) selectDestinations(ctx context.Context, local bool,
 	if local && errors.Is(err, scheduler.ErrNoValidHost) {
 		p.localCands.forget()
 		sels, err = sched.SelectDestinations(ctx, spec, n)
+	}
+	return sels, err
+}
+
+// selectBatch is selectDestinations for ClaimBatch: in mode local without
+// the database filter, which the batch's own lock of each row's first free
+// fitting node (PickFirstFree) does under lock.
+func (p *PlacementAllocator) selectBatch(ctx context.Context, local bool, spec scheduler.RequestSpec, n int) ([][]scheduler.Selection, error) {
+	if !local {
+		return p.selectDestinations(ctx, false, spec, n)
+	}
+	sels, err := p.localBatchSched.SelectDestinations(ctx, spec, n)
+	if errors.Is(err, scheduler.ErrNoValidHost) {
+		p.localCands.forget()
+		sels, err = p.localBatchSched.SelectDestinations(ctx, spec, n)
 	}
 	return sels, err
 }

@@ -208,3 +208,17 @@ WITH a AS (
     SELECT metalloc_hold(@node_id::bigint, a.id, a.uuid, @traits::text[]) FROM a
 )
 SELECT EXISTS (SELECT 1 FROM a) AND (SELECT count(*) FROM h) = 1 AS reserved;
+
+-- name: PickFirstFree :many
+-- Locks the first of @nodes, in their order, that is free and fits (the
+-- local Placement backend's batch: a selection's chosen node, then its
+-- alternates), without waiting for nodes others hold; no row when none.
+SELECT n.id AS node_id, n.uuid AS node_uuid
+  FROM unnest(@nodes::uuid[]) WITH ORDINALITY c (uuid, ord)
+  JOIN free_nodes n ON n.uuid = c.uuid
+ WHERE n.resource_class = @resource_class::text
+   AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, sqlc.narg(owner)::text)
+   AND metalloc_node_has_traits(n.traits, @traits::text[])
+ ORDER BY c.ord
+ LIMIT 1
+   FOR UPDATE OF n SKIP LOCKED;

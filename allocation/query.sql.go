@@ -742,6 +742,58 @@ func (q *Queries) NodeTraits(ctx context.Context, nodeID int64) ([]string, error
 	return items, nil
 }
 
+const pickFirstFree = `-- name: PickFirstFree :many
+SELECT n.id AS node_id, n.uuid AS node_uuid
+  FROM unnest($1::uuid[]) WITH ORDINALITY c (uuid, ord)
+  JOIN free_nodes n ON n.uuid = c.uuid
+ WHERE n.resource_class = $2::text
+   AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, $3::text)
+   AND metalloc_node_has_traits(n.traits, $4::text[])
+ ORDER BY c.ord
+ LIMIT 1
+   FOR UPDATE OF n SKIP LOCKED
+`
+
+type PickFirstFreeParams struct {
+	Nodes         []uuid.UUID
+	ResourceClass string
+	Owner         *string
+	Traits        []string
+}
+
+type PickFirstFreeRow struct {
+	NodeID   int64
+	NodeUuid uuid.UUID
+}
+
+// Locks the first of @nodes, in their order, that is free and fits (the
+// local Placement backend's batch: a selection's chosen node, then its
+// alternates), without waiting for nodes others hold; no row when none.
+func (q *Queries) PickFirstFree(ctx context.Context, arg PickFirstFreeParams) ([]PickFirstFreeRow, error) {
+	rows, err := q.db.Query(ctx, pickFirstFree,
+		arg.Nodes,
+		arg.ResourceClass,
+		arg.Owner,
+		arg.Traits,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PickFirstFreeRow
+	for rows.Next() {
+		var i PickFirstFreeRow
+		if err := rows.Scan(&i.NodeID, &i.NodeUuid); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const pickNode = `-- name: PickNode :one
 SELECT p.node_id::bigint AS node_id
   FROM metalloc_pick($1::text, $2::text[], ARRAY[$3::uuid], $4::text,

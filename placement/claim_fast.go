@@ -58,7 +58,7 @@ func (h *Handler) claimPipelined(ctx context.Context, claims []claim) error {
 
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	p := queueClaims(b, claims, nil)
+	p := queueClaims(b, claims, nil, nil)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		if rerr := rollback(); !errors.Is(rerr, errSlowPath) {
 			return err

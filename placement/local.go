@@ -124,16 +124,25 @@ type LocalClaim struct {
 	// Request is the allocation request to claim (one of
 	// AllocationCandidates' answers).
 	Request client.AllocationRequest
+	// Options, when set (QueueClaims only), are alternative requests in
+	// place of Request: every provider they name is locked and read, and
+	// the caller picks one with PendingClaims.Choose before Check.
+	Options []client.AllocationRequest
 }
 
 // toClaim is c as the handlers' claim.
 func (c LocalClaim) toClaim() claim {
+	return c.claimOf(c.Request)
+}
+
+// claimOf is c claiming req, as the handlers' claim.
+func (c LocalClaim) claimOf(req client.AllocationRequest) claim {
 	cl := claim{consumer: c.Consumer, projectID: c.ProjectID, userID: c.UserID}
 	if c.ConsumerType != "" {
 		ct := c.ConsumerType
 		cl.consumerType = &ct
 	}
-	for p, pr := range c.Request.Allocations {
+	for p, pr := range req.Allocations {
 		for class, n := range pr.Resources {
 			cl.resources = append(cl.resources, claimResource{provider: p, class: class, used: n})
 		}
@@ -198,6 +207,30 @@ type PendingClaims struct {
 	ok        []bool
 	// want lists the named providers, each once.
 	want []uuid.UUID
+	// opts are each claim's options (LocalClaim.Options), nil when none.
+	opts [][]claim
+	// none marks the claims Choose gave no option.
+	none []bool
+}
+
+// Choose makes the claim at the caller's index i claim its option opt
+// (an index into LocalClaim.Options), or none (opt < 0: Check refuses it,
+// QueueWrite deletes its new consumer). Call it after the batch ran,
+// before Check.
+func (p *PendingClaims) Choose(i, opt int) {
+	for k, o := range p.order {
+		if o != i {
+			continue
+		}
+		if p.none == nil {
+			p.none = make([]bool, len(p.claims))
+		}
+		p.none[k] = opt < 0
+		if opt >= 0 && p.opts != nil && opt < len(p.opts[k]) {
+			p.claims[k] = p.opts[k][opt]
+		}
+		return
+	}
 }
 
 // complete reports whether every consumer was created and every named
@@ -228,24 +261,40 @@ func QueueClaims(b *pgx.Batch, claims []LocalClaim) *PendingClaims {
 		return bytes.Compare(claims[order[i]].Consumer[:], claims[order[j]].Consumer[:]) < 0
 	})
 	cls := make([]claim, len(claims))
+	var opts [][]claim
 	for i, k := range order {
 		cls[i] = claims[k].toClaim()
+		if len(claims[k].Options) > 0 {
+			if opts == nil {
+				opts = make([][]claim, len(claims))
+			}
+			for _, o := range claims[k].Options {
+				opts[i] = append(opts[i], claims[k].claimOf(o))
+			}
+			cls[i] = opts[i][0]
+		}
 	}
-	return queueClaims(b, cls, order)
+	return queueClaims(b, cls, order, opts)
 }
 
 // queueClaims is QueueClaims for the handlers' claims; order maps them to
 // the caller's indexes.
-func queueClaims(b *pgx.Batch, claims []claim, order []int) *PendingClaims {
-	p := &PendingClaims{claims: claims, order: order, byUUID: map[uuid.UUID]int64{}}
+func queueClaims(b *pgx.Batch, claims []claim, order []int, opts [][]claim) *PendingClaims {
+	p := &PendingClaims{claims: claims, order: order, opts: opts, byUUID: map[uuid.UUID]int64{}}
 	p.consumers = make([]PlacementConsumer, len(p.claims))
 	p.created = make([]bool, len(p.claims))
 	seen := map[uuid.UUID]bool{}
 	for i, cl := range p.claims {
-		for _, r := range cl.resources {
-			if !seen[r.provider] {
-				seen[r.provider] = true
-				p.want = append(p.want, r.provider)
+		all := []claim{cl}
+		if opts != nil && len(opts[i]) > 0 {
+			all = opts[i]
+		}
+		for _, o := range all {
+			for _, r := range o.resources {
+				if !seen[r.provider] {
+					seen[r.provider] = true
+					p.want = append(p.want, r.provider)
+				}
 			}
 		}
 		b.Queue(insertConsumer, cl.consumer, cl.projectID, cl.userID, cl.consumerType).Query(func(rows pgx.Rows) error {
@@ -295,7 +344,7 @@ func (p *PendingClaims) Check() []error {
 	p.ok = make([]bool, len(p.claims))
 	used := map[invKey]int64{}
 	for i, cl := range p.claims {
-		if !p.created[i] {
+		if !p.created[i] || (p.none != nil && p.none[i]) {
 			out[p.order[i]] = ErrClaimRefused
 			continue
 		}
