@@ -218,10 +218,12 @@ type batchJob struct {
 // selections were all taken, and every row an error stopped.
 func (p *PlacementAllocator) ClaimBatch(ctx context.Context, me int64, rows []Claimed) (reserved, rest []Claimed) {
 	began := time.Now()
+	var selected time.Duration
 	local := p.Local(ctx)
 	defer func() {
 		p.log.Debug("batch claimed through Placement", zap.Bool("local", local), zap.Int("rows", len(rows)),
-			zap.Int("reserved", len(reserved)), zap.Duration("took", time.Since(began)))
+			zap.Int("reserved", len(reserved)), zap.Duration("took", time.Since(began)),
+			zap.Duration("selecting", selected))
 	}()
 	groups := map[string][]Claimed{}
 	var keys []string
@@ -280,6 +282,7 @@ func (p *PlacementAllocator) ClaimBatch(ctx context.Context, me int64, rows []Cl
 		}()
 	}
 	wg.Wait()
+	selected = time.Since(began)
 	var jobs []*batchJob
 	for i := range keys {
 		rest = append(rest, spare[i]...)
@@ -358,14 +361,15 @@ func (p *PlacementAllocator) claimBatchLocal(ctx context.Context, me int64, jobs
 	return reserved, rest
 }
 
-// localRound is one transaction claiming a node for every job, in two
-// pipelined round trips on one connection: first lock, for each job, the
-// first of its selections' nodes that is free, fits and is not locked
+// localRound is one transaction claiming a node for every job, in three
+// pipelined round trips on one connection: lock, for each job, the first
+// of its selections' nodes that is free, fits and is not locked
 // (PickFirstFree; a node is offered to one job only), the rows (still
-// me's), insert the consumers and lock and read every offered provider
-// with its usage; then, for the jobs Placement's check accepts on their
-// node, write the allocations (generation bumps), the claim log, activate
-// the rows and hold the nodes, and commit. ok[i] says which jobs were
+// me's), and insert the consumers; lock the picked nodes' providers (id
+// order) and read their inventories with usage; then, for the jobs
+// Placement's check accepts on their node, write the allocations
+// (generation bumps), the claim log, activate the rows and hold the
+// nodes, and commit. ok[i] says which jobs were
 // reserved; the others wrote nothing. An error means nothing was written.
 func (p *PlacementAllocator) localRound(ctx context.Context, me int64, round []*batchJob) ([]bool, error) {
 	n := len(round)
@@ -444,12 +448,19 @@ func (p *PlacementAllocator) localRound(ctx context.Context, me int64, round []*
 		}
 		return rows.Err()
 	})
-	pc := placement.QueueClaims(b, claims)
+	pc := placement.QueueConsumers(b, claims)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, rollback(err)
 	}
+	// Only the picked nodes' providers: those of the nodes not picked may
+	// be another claim's, and locking them would queue behind it.
+	b = &pgx.Batch{}
 	for i := range round {
 		pc.Choose(i, slices.Index(lists[i], picked[i])) // -1 when none was picked
+	}
+	pc.QueueProviders(b)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, rollback(err)
 	}
 	checks := pc.Check()
 	ok := make([]bool, n)

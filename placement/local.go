@@ -124,9 +124,9 @@ type LocalClaim struct {
 	// Request is the allocation request to claim (one of
 	// AllocationCandidates' answers).
 	Request client.AllocationRequest
-	// Options, when set (QueueClaims only), are alternative requests in
-	// place of Request: every provider they name is locked and read, and
-	// the caller picks one with PendingClaims.Choose before Check.
+	// Options, when set (QueueConsumers only), are alternative requests
+	// in place of Request: the caller picks one with PendingClaims.Choose
+	// before QueueProviders.
 	Options []client.AllocationRequest
 }
 
@@ -194,9 +194,9 @@ func UnclaimTx(ctx context.Context, tx pgx.Tx, consumer uuid.UUID) error {
 var ErrClaimRefused = errors.New("placement: claim refused")
 
 // PendingClaims is a batch of claims of new consumers being written
-// through a pipeline on the caller's transaction (QueueClaims, then
-// Check, then QueueWrite), as the pipelined claim of PUT and POST
-// /allocations does it.
+// through pipelines on the caller's transaction (QueueConsumers,
+// optionally Choose, QueueProviders, then Check, then QueueWrite), as the
+// pipelined claim of PUT and POST /allocations does it.
 type PendingClaims struct {
 	claims    []claim
 	order     []int // claims index -> caller's index
@@ -215,8 +215,7 @@ type PendingClaims struct {
 
 // Choose makes the claim at the caller's index i claim its option opt
 // (an index into LocalClaim.Options), or none (opt < 0: Check refuses it,
-// QueueWrite deletes its new consumer). Call it after the batch ran,
-// before Check.
+// QueueWrite deletes its new consumer). Call it before QueueProviders.
 func (p *PendingClaims) Choose(i, opt int) {
 	for k, o := range p.order {
 		if o != i {
@@ -247,11 +246,10 @@ func (p *PendingClaims) complete() bool {
 	return true
 }
 
-// QueueClaims queues in b the first half of writing claims (each a new
-// consumer with allocations): the consumers' inserts, the lock of every
-// named provider (in id order, one statement) and their inventories with
-// current usage. Run b on a transaction, then call Check.
-func QueueClaims(b *pgx.Batch, claims []LocalClaim) *PendingClaims {
+// QueueConsumers queues in b the first step of writing claims (each a new
+// consumer with allocations): the consumers' inserts. Then Choose among
+// the options (if any), QueueProviders, and after running them Check.
+func QueueConsumers(b *pgx.Batch, claims []LocalClaim) *PendingClaims {
 	// Consumers are inserted in uuid order, as the handlers do.
 	order := make([]int, len(claims))
 	for i := range order {
@@ -274,29 +272,24 @@ func QueueClaims(b *pgx.Batch, claims []LocalClaim) *PendingClaims {
 			cls[i] = opts[i][0]
 		}
 	}
-	return queueClaims(b, cls, order, opts)
+	return queueConsumers(b, cls, order, opts)
 }
 
-// queueClaims is QueueClaims for the handlers' claims; order maps them to
-// the caller's indexes.
+// queueClaims queues the consumers, providers and inventories of the
+// handlers' claims in one pipeline; order maps them to the caller's
+// indexes.
 func queueClaims(b *pgx.Batch, claims []claim, order []int, opts [][]claim) *PendingClaims {
+	p := queueConsumers(b, claims, order, opts)
+	p.QueueProviders(b)
+	return p
+}
+
+// queueConsumers queues the consumers' inserts of claims.
+func queueConsumers(b *pgx.Batch, claims []claim, order []int, opts [][]claim) *PendingClaims {
 	p := &PendingClaims{claims: claims, order: order, opts: opts, byUUID: map[uuid.UUID]int64{}}
 	p.consumers = make([]PlacementConsumer, len(p.claims))
 	p.created = make([]bool, len(p.claims))
-	seen := map[uuid.UUID]bool{}
 	for i, cl := range p.claims {
-		all := []claim{cl}
-		if opts != nil && len(opts[i]) > 0 {
-			all = opts[i]
-		}
-		for _, o := range all {
-			for _, r := range o.resources {
-				if !seen[r.provider] {
-					seen[r.provider] = true
-					p.want = append(p.want, r.provider)
-				}
-			}
-		}
 		b.Queue(insertConsumer, cl.consumer, cl.projectID, cl.userID, cl.consumerType).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				c := &p.consumers[i]
@@ -308,6 +301,27 @@ func queueClaims(b *pgx.Batch, claims []claim, order []int, opts [][]claim) *Pen
 			}
 			return rows.Err()
 		})
+	}
+	return p
+}
+
+// QueueProviders queues in b the lock of the providers the claims name
+// (in id order, one statement; after Choose, only the chosen options',
+// none for a claim given none) and the read of their inventories with
+// current usage. Run b, then call Check.
+func (p *PendingClaims) QueueProviders(b *pgx.Batch) {
+	seen := map[uuid.UUID]bool{}
+	p.want = p.want[:0]
+	for i, cl := range p.claims {
+		if p.none != nil && p.none[i] {
+			continue
+		}
+		for _, r := range cl.resources {
+			if !seen[r.provider] {
+				seen[r.provider] = true
+				p.want = append(p.want, r.provider)
+			}
+		}
 	}
 	b.Queue(lockClaimProviders, p.want, []int64{}).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -330,7 +344,6 @@ func queueClaims(b *pgx.Batch, claims []claim, order []int, opts [][]claim) *Pen
 		}
 		return rows.Err()
 	})
-	return p
 }
 
 // Check evaluates each claim, in the caller's order, against the locked
