@@ -205,13 +205,11 @@ type batchJob struct {
 
 // ClaimBatch reserves nodes for rows (claimed by conductor me) the fast
 // way: one allocation-candidates query per group of rows asking for the
-// same thing (resource class, traits, owner), SelectDestinations for the
-// whole group (a chosen node and alternates per row), then the claims:
-// in-process, one transaction per round for the whole batch (two round
-// trips: lock the chosen nodes, the rows and the providers and read the
-// inventories with usage; write the Placement allocations, log the
-// claims, activate the rows and hold the nodes, commit), the rows whose
-// chosen node was taken trying their next alternate in the next round;
+// same thing (resource class, traits, owner; in mode local a cached
+// answer), SelectDestinations for the whole group (a chosen node and
+// alternates per row), the groups concurrently, then the claims:
+// in-process, one transaction for the whole batch (localRound: each row
+// takes the first of its selections that is free, fits and is unlocked);
 // over HTTP, every row concurrently through claimOne. It returns the rows
 // reserved (ID, UUID and CreatedAt) and those left for Process: rows with
 // candidate_nodes, rows whose group got fewer nodes than rows, rows whose
