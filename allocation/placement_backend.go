@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/placement/client"
 	"github.com/metalloc/metalloc/scheduler"
 )
@@ -33,6 +35,14 @@ type PlacementConfig struct {
 	// candidates, each time trying the chosen node and its alternates,
 	// before it goes to error (default 3).
 	MaxAttempts int
+	// LockedWait bounds how long Process keeps trying in-process while
+	// every selection is a node concurrent claims hold or just took
+	// (default 2s; conductor.locked_node_wait), as the database backend.
+	LockedWait time.Duration
+	// Mode is PlacementModeAuto (the default), PlacementModeLocal or
+	// PlacementModeHTTP: whether claims run in-process, in the node
+	// reservation's transaction, or through the Placement API.
+	Mode string
 }
 
 // PlacementAllocator processes claimed allocations with the Placement
@@ -43,12 +53,24 @@ type PlacementConfig struct {
 // before it is written, so that the resource tracker can remove what a dead
 // conductor or an unreachable Placement left behind.
 type PlacementAllocator struct {
+	pool  *pgxpool.Pool
 	q     *Queries
 	pc    *client.Client
 	sched *scheduler.Scheduler
-	log   *zap.Logger
+	// localSched selects through placement.Local (mode local), with
+	// localCands caching its answers.
+	localSched *scheduler.Scheduler
+	localCands *cachedCandidates
+	// localBatchSched is localSched without the database filter (the
+	// batch transaction checks the nodes under lock).
+	localBatchSched *scheduler.Scheduler
+	log             *zap.Logger
 	// maxAttempts is PlacementConfig.MaxAttempts.
 	maxAttempts int
+	// mode is PlacementConfig.Mode, resolved (Local).
+	mode modeState
+	// lockedWait is PlacementConfig.LockedWait.
+	lockedWait time.Duration
 }
 
 // NewPlacementAllocator returns a PlacementAllocator on pool and the
@@ -60,15 +82,32 @@ func NewPlacementAllocator(pool *pgxpool.Pool, pc *client.Client, cfg PlacementC
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 3
 	}
+	if cfg.LockedWait <= 0 {
+		cfg.LockedWait = 2 * time.Second
+	}
 	q := New(pool)
-	return &PlacementAllocator{
-		q: q, pc: pc, log: log, maxAttempts: cfg.MaxAttempts,
+	cands := &cachedCandidates{inner: placement.NewLocal(pool), byKey: map[string]*candidateEntry{}}
+	p := &PlacementAllocator{
+		pool: pool, q: q, pc: pc, log: log, maxAttempts: cfg.MaxAttempts, lockedWait: cfg.LockedWait,
 		sched: &scheduler.Scheduler{Client: pc, Hostname: cfg.Hostname, MaxAlternates: max(cfg.MaxAlternates, 0),
 			Filter: fitFilter{q}},
+		localSched: &scheduler.Scheduler{Client: cands, Hostname: cfg.Hostname,
+			MaxAlternates: max(cfg.MaxAlternates, 0), Filter: fitFilter{q}},
+		localCands: cands,
+		localBatchSched: &scheduler.Scheduler{Client: cands, Hostname: cfg.Hostname,
+			MaxAlternates: max(cfg.MaxAlternates, 0)},
 	}
+	switch cfg.Mode {
+	case PlacementModeLocal:
+		p.mode.local.Store(1)
+	case PlacementModeHTTP:
+		p.mode.local.Store(2)
+	}
+	return p
 }
 
-// Scheduler is the scheduler the allocator selects destinations with.
+// Scheduler is the scheduler the allocator selects destinations with over
+// HTTP.
 func (p *PlacementAllocator) Scheduler() *scheduler.Scheduler { return p.sched }
 
 // fitFilter is the scheduler's database filter (FitNodes).
@@ -125,7 +164,11 @@ func (e *placementRefused) Unwrap() error { return e.err }
 // the consumer's allocations if a previous run left some), then reserve that
 // node in one database transaction guarded by conductor_affinity = me. A 409
 // from Placement or a node that changed in the database moves on to the next
-// selection.
+// selection. In mode local (see Local) the candidates come from
+// metalloc-placement's search in-process and each selection is claimed by
+// claimLocal: the claim log, the reservation and the Placement write in one
+// transaction, rolled back whole on a refusal; while every selection is a
+// node concurrent claims hold, it keeps trying for LockedWait.
 func (p *PlacementAllocator) Process(ctx context.Context, me int64, c Claimed) (Outcome, error) {
 	log := p.log.With(zap.Stringer("allocation", c.UUID))
 	if c.Traits == nil {
@@ -136,9 +179,15 @@ func (p *PlacementAllocator) Process(ctx context.Context, me int64, c Claimed) (
 	}
 	spec := scheduler.RequestSpec{InstanceUUID: c.UUID, ResourceClass: c.ResourceClass, Traits: c.Traits,
 		CandidateNodes: c.CandidateNodes, Owner: c.Owner}
+	local := p.Local(ctx)
+	began, backoff := time.Now(), 5*time.Millisecond
 	var tried, taken, changed int
 	for attempt := 1; attempt <= p.maxAttempts; attempt++ {
-		sels, err := p.sched.SelectDestinations(ctx, spec, 1)
+		if local && attempt > 1 {
+			// Every selection of the cached answer failed: ask afresh.
+			p.localCands.forget()
+		}
+		sels, err := p.selectDestinations(ctx, local, spec, 1)
 		switch {
 		case err == nil:
 		case errors.Is(err, scheduler.ErrNoValidHost):
@@ -157,7 +206,11 @@ func (p *PlacementAllocator) Process(ctx context.Context, me int64, c Claimed) (
 		}
 		for _, sel := range sels[0] {
 			tried++
-			st, err := p.claimOne(ctx, me, c, sel)
+			claim := p.claimOne
+			if local {
+				claim = p.claimLocal
+			}
+			st, err := claim(ctx, me, c, sel)
 			if err != nil {
 				return p.trouble(ctx, me, c, err)
 			}
@@ -179,6 +232,19 @@ func (p *PlacementAllocator) Process(ctx context.Context, me int64, c Claimed) (
 			}
 			log.Debug("selection not claimed; trying the next one", zap.Stringer("node", sel.ComputeNodeUUID),
 				zap.Bool("taken_in_placement", st == stepTaken))
+		}
+		if local && attempt == p.maxAttempts && taken == 0 && time.Since(began) < p.lockedWait {
+			// In-process, every selection was a node locked or reserved
+			// by a concurrent claim a moment ago (nothing taken in
+			// Placement): as the database backend, keep trying for
+			// lockedWait, backing off, with fresh candidates.
+			select {
+			case <-ctx.Done():
+				return p.trouble(ctx, me, c, ctx.Err())
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 80*time.Millisecond)
+			attempt--
 		}
 	}
 	return p.fail(ctx, me, c, fmt.Sprintf(
@@ -388,8 +454,19 @@ func (p *PlacementAllocator) failDetail(ctx context.Context, me int64, c Claimed
 		return out, err
 	}
 	if out == Lost {
-		p.releaseLost(ctx, me, c, nil)
+		if !p.Local(ctx) {
+			// (A local claim never outlives its transaction; what an
+			// earlier HTTP run left is the tracker's.)
+			p.releaseLost(ctx, me, c, nil)
+		}
 		return Lost, nil
+	}
+	if p.Local(ctx) {
+		if err := p.unclaimLocal(ctx, c); err != nil {
+			p.log.Warn("could not remove the failed allocation's Placement allocation; the resource tracker will",
+				zap.Stringer("allocation", c.UUID), zap.Error(err))
+		}
+		return Failed, nil
 	}
 	if err := p.unclaim(ctx, c); err != nil {
 		p.log.Warn("could not remove the failed allocation's Placement allocation; the resource tracker will",

@@ -68,8 +68,13 @@ func (f *pfixture) goldNodes(n int) []uuid.UUID {
 	return all
 }
 
+// allocator is a PlacementAllocator claiming over HTTP (mode http).
 func (f *pfixture) allocator(host string) *PlacementAllocator {
-	return NewPlacementAllocator(f.pool, f.pc, PlacementConfig{Hostname: host}, zaptest.NewLogger(f.t))
+	return f.allocatorMode(host, PlacementModeHTTP)
+}
+
+func (f *pfixture) allocatorMode(host, mode string) *PlacementAllocator {
+	return NewPlacementAllocator(f.pool, f.pc, PlacementConfig{Hostname: host, Mode: mode}, zaptest.NewLogger(f.t))
 }
 
 // claim makes conductor me own allocation id.

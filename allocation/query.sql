@@ -200,3 +200,58 @@ SELECT count(*)::bigint AS allocating,
        coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_seconds
   FROM allocations
  WHERE state = 'allocating';
+
+-- name: PickNode :one
+-- Locks @node for the local Placement backend's batch if it is free and fits
+-- (metalloc_pick on one candidate, without waiting for a node others hold):
+-- a null node_id when it does not.
+SELECT p.node_id::bigint AS node_id
+  FROM metalloc_pick(@resource_class::text, @traits::text[], ARRAY[@node::uuid], sqlc.narg(owner)::text,
+                     NULL, 0) p;
+
+-- name: LockOwnedAllocating :many
+-- The given rows still allocating and owned by @me, locked for the local
+-- Placement backend's batch (rows another transaction holds are skipped:
+-- they are left to the slow path).
+SELECT a.id FROM allocations a
+ WHERE a.id = ANY(@ids::bigint[]) AND a.state = 'allocating' AND a.conductor_affinity = @me::bigint
+   FOR UPDATE OF a SKIP LOCKED;
+
+-- name: InstancesInUse :many
+-- Those of @uuids that are already some node's instance_uuid.
+SELECT n.instance_uuid::uuid AS instance_uuid FROM nodes n WHERE n.instance_uuid = ANY(@uuids::uuid[]);
+
+-- name: RecordPlacementClaims :exec
+-- RecordPlacementClaim for several claims in one statement.
+INSERT INTO placement_claims (consumer_uuid, provider_uuid)
+SELECT unnest(@consumer_uuids::uuid[]), unnest(@provider_uuids::uuid[])
+    ON CONFLICT (consumer_uuid) DO UPDATE
+   SET provider_uuid = EXCLUDED.provider_uuid, created_at = now();
+
+-- name: HoldPicked :one
+-- Activates allocation @allocation_id (still allocating and @me's) with the
+-- node the batch locked (PickNode) and holds the node (metalloc_hold); false
+-- when the allocation is no longer @me's.
+WITH a AS (
+    UPDATE allocations
+       SET node_id = @node_id::bigint, state = 'active', last_error = NULL, updated_at = now()
+     WHERE id = @allocation_id::bigint AND conductor_affinity = @me::bigint AND state = 'allocating'
+    RETURNING id, uuid
+), h AS (
+    SELECT metalloc_hold(@node_id::bigint, a.id, a.uuid, @traits::text[]) FROM a
+)
+SELECT EXISTS (SELECT 1 FROM a) AND (SELECT count(*) FROM h) = 1 AS reserved;
+
+-- name: PickFirstFree :many
+-- Locks the first of @nodes, in their order, that is free and fits (the
+-- local Placement backend's batch: a selection's chosen node, then its
+-- alternates), without waiting for nodes others hold; no row when none.
+SELECT n.id AS node_id, n.uuid AS node_uuid
+  FROM unnest(@nodes::uuid[]) WITH ORDINALITY c (uuid, ord)
+  JOIN free_nodes n ON n.uuid = c.uuid
+ WHERE n.resource_class = @resource_class::text
+   AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, sqlc.narg(owner)::text)
+   AND metalloc_node_has_traits(n.traits, @traits::text[])
+ ORDER BY c.ord
+ LIMIT 1
+   FOR UPDATE OF n SKIP LOCKED;

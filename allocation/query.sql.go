@@ -595,6 +595,65 @@ func (q *Queries) GetAllocationByUUID(ctx context.Context, argUuid uuid.UUID) (G
 	return i, err
 }
 
+const holdPicked = `-- name: HoldPicked :one
+WITH a AS (
+    UPDATE allocations
+       SET node_id = $1::bigint, state = 'active', last_error = NULL, updated_at = now()
+     WHERE id = $2::bigint AND conductor_affinity = $3::bigint AND state = 'allocating'
+    RETURNING id, uuid
+), h AS (
+    SELECT metalloc_hold($1::bigint, a.id, a.uuid, $4::text[]) FROM a
+)
+SELECT EXISTS (SELECT 1 FROM a) AND (SELECT count(*) FROM h) = 1 AS reserved
+`
+
+type HoldPickedParams struct {
+	NodeID       int64
+	AllocationID int64
+	Me           int64
+	Traits       []string
+}
+
+// Activates allocation @allocation_id (still allocating and @me's) with the
+// node the batch locked (PickNode) and holds the node (metalloc_hold); false
+// when the allocation is no longer @me's.
+func (q *Queries) HoldPicked(ctx context.Context, arg HoldPickedParams) (*bool, error) {
+	row := q.db.QueryRow(ctx, holdPicked,
+		arg.NodeID,
+		arg.AllocationID,
+		arg.Me,
+		arg.Traits,
+	)
+	var reserved *bool
+	err := row.Scan(&reserved)
+	return reserved, err
+}
+
+const instancesInUse = `-- name: InstancesInUse :many
+SELECT n.instance_uuid::uuid AS instance_uuid FROM nodes n WHERE n.instance_uuid = ANY($1::uuid[])
+`
+
+// Those of @uuids that are already some node's instance_uuid.
+func (q *Queries) InstancesInUse(ctx context.Context, uuids []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, instancesInUse, uuids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var instance_uuid uuid.UUID
+		if err := rows.Scan(&instance_uuid); err != nil {
+			return nil, err
+		}
+		items = append(items, instance_uuid)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const lockAllocation = `-- name: LockAllocation :one
 SELECT id, uuid, name, node_id, state, last_error, resource_class, candidate_nodes, extra, owner, conductor_affinity, created_at, updated_at FROM allocations WHERE id = $1 FOR UPDATE
 `
@@ -655,6 +714,40 @@ func (q *Queries) LockNode(ctx context.Context, id int64) (LockNodeRow, error) {
 		&i.Lessee,
 	)
 	return i, err
+}
+
+const lockOwnedAllocating = `-- name: LockOwnedAllocating :many
+SELECT a.id FROM allocations a
+ WHERE a.id = ANY($1::bigint[]) AND a.state = 'allocating' AND a.conductor_affinity = $2::bigint
+   FOR UPDATE OF a SKIP LOCKED
+`
+
+type LockOwnedAllocatingParams struct {
+	Ids []int64
+	Me  int64
+}
+
+// The given rows still allocating and owned by @me, locked for the local
+// Placement backend's batch (rows another transaction holds are skipped:
+// they are left to the slow path).
+func (q *Queries) LockOwnedAllocating(ctx context.Context, arg LockOwnedAllocatingParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, lockOwnedAllocating, arg.Ids, arg.Me)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const nodeHoldingInstance = `-- name: NodeHoldingInstance :one
@@ -748,6 +841,86 @@ func (q *Queries) NodeTraits(ctx context.Context, nodeID int64) ([]string, error
 	return items, nil
 }
 
+const pickFirstFree = `-- name: PickFirstFree :many
+SELECT n.id AS node_id, n.uuid AS node_uuid
+  FROM unnest($1::uuid[]) WITH ORDINALITY c (uuid, ord)
+  JOIN free_nodes n ON n.uuid = c.uuid
+ WHERE n.resource_class = $2::text
+   AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, $3::text)
+   AND metalloc_node_has_traits(n.traits, $4::text[])
+ ORDER BY c.ord
+ LIMIT 1
+   FOR UPDATE OF n SKIP LOCKED
+`
+
+type PickFirstFreeParams struct {
+	Nodes         []uuid.UUID
+	ResourceClass string
+	Owner         *string
+	Traits        []string
+}
+
+type PickFirstFreeRow struct {
+	NodeID   int64
+	NodeUuid uuid.UUID
+}
+
+// Locks the first of @nodes, in their order, that is free and fits (the
+// local Placement backend's batch: a selection's chosen node, then its
+// alternates), without waiting for nodes others hold; no row when none.
+func (q *Queries) PickFirstFree(ctx context.Context, arg PickFirstFreeParams) ([]PickFirstFreeRow, error) {
+	rows, err := q.db.Query(ctx, pickFirstFree,
+		arg.Nodes,
+		arg.ResourceClass,
+		arg.Owner,
+		arg.Traits,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PickFirstFreeRow
+	for rows.Next() {
+		var i PickFirstFreeRow
+		if err := rows.Scan(&i.NodeID, &i.NodeUuid); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const pickNode = `-- name: PickNode :one
+SELECT p.node_id::bigint AS node_id
+  FROM metalloc_pick($1::text, $2::text[], ARRAY[$3::uuid], $4::text,
+                     NULL, 0) p
+`
+
+type PickNodeParams struct {
+	ResourceClass string
+	Traits        []string
+	Node          uuid.UUID
+	Owner         *string
+}
+
+// Locks @node for the local Placement backend's batch if it is free and fits
+// (metalloc_pick on one candidate, without waiting for a node others hold):
+// a null node_id when it does not.
+func (q *Queries) PickNode(ctx context.Context, arg PickNodeParams) (int64, error) {
+	row := q.db.QueryRow(ctx, pickNode,
+		arg.ResourceClass,
+		arg.Traits,
+		arg.Node,
+		arg.Owner,
+	)
+	var node_id int64
+	err := row.Scan(&node_id)
+	return node_id, err
+}
+
 const pruneEvents = `-- name: PruneEvents :one
 SELECT metalloc_prune_allocation_events(make_interval(secs => $1::float8), $2::bigint)::bigint AS deleted
 `
@@ -783,6 +956,24 @@ type RecordPlacementClaimParams struct {
 // behind (it died, or Placement went away before the clean-up).
 func (q *Queries) RecordPlacementClaim(ctx context.Context, arg RecordPlacementClaimParams) error {
 	_, err := q.db.Exec(ctx, recordPlacementClaim, arg.ConsumerUuid, arg.ProviderUuid)
+	return err
+}
+
+const recordPlacementClaims = `-- name: RecordPlacementClaims :exec
+INSERT INTO placement_claims (consumer_uuid, provider_uuid)
+SELECT unnest($1::uuid[]), unnest($2::uuid[])
+    ON CONFLICT (consumer_uuid) DO UPDATE
+   SET provider_uuid = EXCLUDED.provider_uuid, created_at = now()
+`
+
+type RecordPlacementClaimsParams struct {
+	ConsumerUuids []uuid.UUID
+	ProviderUuids []uuid.UUID
+}
+
+// RecordPlacementClaim for several claims in one statement.
+func (q *Queries) RecordPlacementClaims(ctx context.Context, arg RecordPlacementClaimsParams) error {
+	_, err := q.db.Exec(ctx, recordPlacementClaims, arg.ConsumerUuids, arg.ProviderUuids)
 	return err
 }
 

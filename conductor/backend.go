@@ -51,14 +51,21 @@ func (b databaseBackend) Claim(ctx context.Context, me int64, n int) (reserved, 
 	return nil, rest, err
 }
 
-// placementBackend claims rows (Rows.Claim) and processes each through
-// Placement: every node is claimed in Placement before the database.
+// placementBackend claims rows (Rows.Claim) and reserves the batch through
+// Placement with one candidates query per kind of request
+// (PlacementAllocator.ClaimBatch: in-process in one transaction with
+// placement_backend.mode local, concurrent HTTP claims otherwise); the rows
+// it could not reserve go through Process.
 type placementBackend struct {
 	*allocation.PlacementAllocator
 	rows *Rows
 }
 
 func (b placementBackend) Claim(ctx context.Context, me int64, n int) (reserved, rest []allocation.Claimed, err error) {
-	rest, err = b.rows.Claim(ctx, me, n)
-	return nil, rest, err
+	rows, err := b.rows.Claim(ctx, me, n)
+	if err != nil || len(rows) == 0 {
+		return nil, rows, err
+	}
+	reserved, rest = b.ClaimBatch(ctx, me, rows)
+	return reserved, rest, nil
 }

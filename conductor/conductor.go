@@ -77,6 +77,9 @@ type Config struct {
 	// for candidates before it goes to error (default 3; placement backend
 	// only).
 	PlacementMaxAttempts int
+	// PlacementMode is allocation.PlacementModeAuto (the default),
+	// PlacementModeLocal or PlacementModeHTTP (placement backend only).
+	PlacementMode string
 }
 
 // Allocation backends (Config.Backend).
@@ -122,6 +125,9 @@ func (c Config) WithDefaults() Config {
 	if c.Backend == "" {
 		c.Backend = BackendDatabase
 	}
+	if c.PlacementMode == "" {
+		c.PlacementMode = allocation.PlacementModeAuto
+	}
 	return c
 }
 
@@ -142,6 +148,10 @@ func (c Config) Validate() error {
 	case BackendPlacement:
 		if c.Placement == nil {
 			return errors.New("conductor.allocation_backend: placement needs a Placement client (placement_backend.endpoint)")
+		}
+		if !allocation.ValidPlacementMode(c.PlacementMode) {
+			return fmt.Errorf("placement_backend.mode: %q is none of %q, %q, %q", c.PlacementMode,
+				allocation.PlacementModeAuto, allocation.PlacementModeLocal, allocation.PlacementModeHTTP)
 		}
 	default:
 		return fmt.Errorf("conductor.allocation_backend: %q is neither %q nor %q", c.Backend, BackendDatabase, BackendPlacement)
@@ -201,6 +211,7 @@ func NewService(cfg Config, pool *pgxpool.Pool, log *zap.Logger) (*Service, erro
 	case BackendPlacement:
 		backend = placementBackend{allocation.NewPlacementAllocator(pool, cfg.Placement, allocation.PlacementConfig{
 			Hostname: cfg.Hostname, MaxAlternates: cfg.PlacementMaxAlternates, MaxAttempts: cfg.PlacementMaxAttempts,
+			Mode: cfg.PlacementMode, LockedWait: cfg.LockedNodeWait,
 		}, log), rows}
 	default:
 		alloc := allocation.NewAllocator(pool, log)

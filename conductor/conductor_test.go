@@ -215,6 +215,14 @@ func TestConfigBackend(t *testing.T) {
 	require.ErrorContains(t, c.Validate(), "needs a Placement client")
 	c.Placement = client.New("http://127.0.0.1:8778", "admin", 0)
 	require.NoError(t, c.Validate())
+	require.Equal(t, "auto", c.PlacementMode)
+	for _, m := range []string{"local", "http", "auto"} {
+		c.PlacementMode = m
+		require.NoError(t, c.Validate())
+	}
+	c.PlacementMode = "grpc"
+	require.ErrorContains(t, c.Validate(), `placement_backend.mode: "grpc" is none of`)
+	c.PlacementMode = "auto"
 	c.Backend = "etcd"
 	require.ErrorContains(t, c.Validate(), `"etcd" is neither`)
 }

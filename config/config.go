@@ -155,6 +155,13 @@ type Conductor struct {
 type PlacementBackend struct {
 	// Endpoint is the Placement API root (default http://127.0.0.1:8778).
 	Endpoint string `mapstructure:"endpoint"`
+	// Mode is how claims reach Placement: "auto" (the default: in-process
+	// when the Placement at Endpoint is metalloc-placement on this
+	// conductor's database, as the database identity in its version
+	// document says; HTTP otherwise), "local" (always in-process: the
+	// Placement claim and the node reservation in one transaction) or
+	// "http" (always through the API). See allocation.PlacementModeAuto.
+	Mode string `mapstructure:"mode"`
 	// AuthStrategy is how the conductor authenticates to Placement:
 	// "token" (default: send Token as X-Auth-Token, for noauth2),
 	// "keystone" (a token of the keystone section's service user, renewed
@@ -279,6 +286,7 @@ func defaults(v *viper.Viper) {
 	v.SetDefault("conductor.metrics_listen", "127.0.0.1:9464")
 	v.SetDefault("conductor.allocation_backend", "database")
 	v.SetDefault("placement_backend.endpoint", "http://127.0.0.1:8778")
+	v.SetDefault("placement_backend.mode", "auto")
 	v.SetDefault("placement_backend.auth_strategy", "token")
 	v.SetDefault("placement_backend.token", "admin")
 	v.SetDefault("placement_backend.username", "")

@@ -17,11 +17,24 @@ var placementBackendEnv = []string{"METALLOC_PLACEMENT_BACKEND_SYNC_SCHEDULE=@ev
 
 // The end-to-end allocation test with conductor.allocation_backend:
 // placement against the stack's own metalloc-placement (randomized
-// allocation candidates, so the two conductors spread).
+// allocation candidates, so the two conductors spread), in mode auto,
+// which finds metalloc-placement on the same database and claims
+// in-process: two conductors racing, no node booked twice, Placement's
+// usages exactly the reserved nodes, nothing left after the deletes.
 func TestEndToEndAllocationsPlacementBackend(t *testing.T) {
 	t.Parallel()
 	runEndToEndAllocations(t, backendRun{opts: devstack.Options{
 		AllocationBackend: "placement", Env: placementBackendEnv,
+	}})
+}
+
+// The same with placement_backend.mode http: the claims go through
+// metalloc-placement's API.
+func TestEndToEndAllocationsPlacementBackendHTTP(t *testing.T) {
+	t.Parallel()
+	runEndToEndAllocations(t, backendRun{opts: devstack.Options{
+		AllocationBackend: "placement",
+		Env:               append([]string{"METALLOC_PLACEMENT_BACKEND_MODE=http"}, placementBackendEnv...),
 	}})
 }
 

@@ -82,7 +82,9 @@ type rig struct {
 	alloc     *allocation.Allocator
 	rows      *conductor.Rows
 	placement *allocation.PlacementAllocator
-	tracker   *conductor.Tracker
+	// local is the placement backend in mode local (in-process claims).
+	local   *allocation.PlacementAllocator
+	tracker *conductor.Tracker
 }
 
 func call(ctx context.Context, c *cell, method, path, body string) int {
@@ -189,6 +191,20 @@ func (r *rig) conductorOps() []matrixOp {
 			for _, a := range owned {
 				if err == nil {
 					_, err = r.placement.Process(ctx, c.l3, a)
+				}
+			}
+			return status(err)
+		}},
+		{"reserve through local Placement", func(ctx context.Context, c *cell) int {
+			owned, err := r.rows.Owned(ctx, c.l3)
+			if err == nil && len(owned) > 0 {
+				// The batch path first (one transaction), then Process
+				// for what it leaves.
+				_, owned = r.local.ClaimBatch(ctx, c.l3, owned)
+			}
+			for _, a := range owned {
+				if err == nil {
+					_, err = r.local.Process(ctx, c.l3, a)
 				}
 			}
 			return status(err)
@@ -362,8 +378,11 @@ func TestRaceMatrix(t *testing.T) {
 	// metalloc-placement on the same database.
 	pc := client.New(placementtest.NewServerOn(t, pool, placement.Options{}).URL, "admin", 10*time.Second)
 	r := &rig{pool: pool, alloc: alloc, rows: conductor.NewRows(conductor.New(pool), time.Minute),
-		placement: allocation.NewPlacementAllocator(pool, pc, allocation.PlacementConfig{Hostname: "live-3"}, log),
-		tracker:   conductor.NewTracker(pool, pc, conductor.TrackerConfig{}, log)}
+		placement: allocation.NewPlacementAllocator(pool, pc, allocation.PlacementConfig{Hostname: "live-3",
+			Mode: allocation.PlacementModeHTTP}, log),
+		local: allocation.NewPlacementAllocator(pool, pc, allocation.PlacementConfig{Hostname: "live-3",
+			Mode: allocation.PlacementModeLocal, LockedWait: 200 * time.Millisecond}, log),
+		tracker: conductor.NewTracker(pool, pc, conductor.TrackerConfig{}, log)}
 	base := cell{
 		l1:      dbtest.Conductor(t, pool, "live-1", 0, true),
 		l2:      dbtest.Conductor(t, pool, "live-2", 0, true),

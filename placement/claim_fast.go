@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -43,14 +42,6 @@ func (h *Handler) claimPipelined(ctx context.Context, claims []claim) error {
 	sort.Slice(claims, func(i, j int) bool {
 		return bytes.Compare(claims[i].consumer[:], claims[j].consumer[:]) < 0
 	})
-	var want []uuid.UUID
-	for _, cl := range claims {
-		for _, r := range cl.resources {
-			if !slices.Contains(want, r.provider) {
-				want = append(want, r.provider)
-			}
-		}
-	}
 	conn, err := h.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -67,60 +58,25 @@ func (h *Handler) claimPipelined(ctx context.Context, claims []claim) error {
 
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	consumers := make([]PlacementConsumer, len(claims))
-	created := 0
-	for i, cl := range claims {
-		b.Queue(insertConsumer, cl.consumer, cl.projectID, cl.userID, cl.consumerType).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				created++
-				c := &consumers[i]
-				if err := rows.Scan(&c.ID, &c.Uuid, &c.ProjectID, &c.UserID, &c.ConsumerType, &c.Generation,
-					&c.CreatedAt, &c.UpdatedAt); err != nil {
-					return err
-				}
-			}
-			return rows.Err()
-		})
-	}
-	byUUID := make(map[uuid.UUID]int64, len(want))
-	var bump []int64
-	b.Queue(lockClaimProviders, want, []int64{}).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var r LockClaimProvidersRow
-			if err := rows.Scan(&r.ID, &r.Uuid, &r.Generation); err != nil {
-				return err
-			}
-			byUUID[r.Uuid] = r.ID
-			bump = append(bump, r.ID)
-		}
-		return rows.Err()
-	})
-	var invs []ClaimInventoriesRow
-	b.Queue(claimInventories, want, claimClasses(claims)).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var r ClaimInventoriesRow
-			if err := rows.Scan(&r.ResourceProviderID, &r.ResourceClassID, &r.ResourceClass, &r.Total, &r.Reserved,
-				&r.MinUnit, &r.MaxUnit, &r.StepSize, &r.AllocationRatio, &r.Used); err != nil {
-				return err
-			}
-			invs = append(invs, r)
-		}
-		return rows.Err()
-	})
+	p := queueClaims(b, claims, nil, nil)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		if rerr := rollback(); !errors.Is(rerr, errSlowPath) {
 			return err
 		}
 		return errSlowPath
 	}
-	if created < len(claims) || len(byUUID) < len(want) {
+	if !p.complete() {
 		return rollback()
 	}
-	ins, missing, err := evalClaims(claims, consumers, byUUID, invs)
+	ins, missing, err := evalClaims(claims, p.consumers, p.byUUID, p.invs)
 	if missing != nil || err != nil {
 		return rollback()
 	}
-	ins.BumpIds = bump // the named providers, locked in id order
+	// The named providers, in id order (the lock's).
+	for _, id := range p.byUUID {
+		ins.BumpIds = append(ins.BumpIds, id)
+	}
+	slices.Sort(ins.BumpIds)
 
 	b = &pgx.Batch{}
 	b.Queue(insertAllocationsBump, ins.BumpIds, ins.ProviderIds, ins.ConsumerIds, ins.ClassIds, ins.Used)

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"context"
 	"net/http"
 	"sync/atomic"
 
@@ -41,6 +42,8 @@ type Handler struct {
 	// overCapacity counts inventory writes that left allocations above
 	// capacity, by resource class (nil without Options.Metrics).
 	overCapacity *prometheus.CounterVec
+	// identity is DatabaseIdentity, read once (nil until then).
+	identity atomic.Pointer[string]
 }
 
 // NewHandler returns the Placement API handlers on pool.
@@ -99,7 +102,25 @@ func (h *Handler) root(c echo.Context) error {
 	if web.PlacementRequestVersion(c).AtLeast(1, 15) {
 		setCacheHeaders(c, nil)
 	}
+	if id := h.databaseIdentity(c.Request().Context()); id != "" {
+		c.Response().Header().Set(IdentityHeader, id)
+	}
 	return c.JSON(http.StatusOK, web.PlacementVersionDoc())
+}
+
+// databaseIdentity is DatabaseIdentity of h's database, read on first use;
+// "" when it cannot be read (the header is then left out, and conductors
+// in mode auto talk HTTP).
+func (h *Handler) databaseIdentity(ctx context.Context) string {
+	if id := h.identity.Load(); id != nil {
+		return *id
+	}
+	id, err := DatabaseIdentity(ctx, h.pool)
+	if err != nil {
+		return ""
+	}
+	h.identity.Store(&id)
+	return id
 }
 
 // registerRoutes adds the resource routes, each resource's from its own

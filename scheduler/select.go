@@ -43,11 +43,19 @@ type NodeFilter interface {
 	FitNodes(ctx context.Context, spec RequestSpec, nodes []uuid.UUID) ([]uuid.UUID, error)
 }
 
+// CandidateSource answers GET /allocation_candidates?q at
+// client.Microversion. Its refusals are *client.Error values (a 400 for an
+// unknown class or trait), whether it talks HTTP or runs in-process.
+type CandidateSource interface {
+	AllocationCandidates(ctx context.Context, q url.Values) (*client.Candidates, error)
+}
+
 // Scheduler selects destinations through Placement. Its fields are set once
 // before use; it is safe for concurrent use.
 type Scheduler struct {
-	// Client talks to the Placement service.
-	Client *client.Client
+	// Client answers allocation-candidate queries: the Placement
+	// service's *client.Client, or placement.Local in-process.
+	Client CandidateSource
 	// Hostname is the conductor's hostname, recorded as each Selection's
 	// ServiceHost.
 	Hostname string

@@ -88,7 +88,7 @@ func run(cmd *cobra.Command, _ []string) error {
 		HeartbeatTimeout: c.HeartbeatTimeout, ShutdownGrace: c.ShutdownGrace,
 		LockedNodeWait: c.LockedNodeWait, TakeoverSchedule: c.TakeoverSchedule, Version: version,
 		Backend: c.AllocationBackend, Placement: pc,
-		PlacementMaxAlternates: pb.MaxAlternates, PlacementMaxAttempts: pb.MaxAttempts,
+		PlacementMaxAlternates: pb.MaxAlternates, PlacementMaxAttempts: pb.MaxAttempts, PlacementMode: pb.Mode,
 	}, env.Pool, env.Log)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,7 +21,8 @@ func benchCmd() *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "benchmarks"}
 	var o loadgen.Options
 	var conductors int
-	var api, backend, enroll string
+	var api, backend, enroll, placementMode string
+	var openstackPlacement bool
 	alloc := &cobra.Command{
 		Use:   "allocations",
 		Short: "enroll nodes, fire allocations through the API, report allocations/s, latency and double-booking",
@@ -59,9 +61,24 @@ func benchCmd() *cobra.Command {
 				if err := cfg.RequireDatabase(); err != nil {
 					return err
 				}
+				var endpoint string
+				if openstackPlacement {
+					dir, err := os.MkdirTemp("", "bench-openstack-placement-")
+					if err != nil {
+						return err
+					}
+					defer os.RemoveAll(dir)
+					osp, err := devstack.StartOpenStackPlacement(cmd.Context(), dir, log)
+					if err != nil {
+						return err
+					}
+					defer osp.Stop()
+					endpoint = osp.URL
+				}
 				stack, err := devstack.Start(cmd.Context(), devstack.Options{
 					DatabaseURL: cfg.Database.URL, Conductors: conductors, Log: log,
-					AllocationBackend: backend,
+					AllocationBackend: backend, PlacementBackendEndpoint: endpoint,
+					Env: []string{"METALLOC_PLACEMENT_BACKEND_MODE=" + placementMode},
 				})
 				if err != nil {
 					return err
@@ -108,6 +125,11 @@ func benchCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if backend == "placement" && openstackPlacement {
+				backend += " (OpenStack Placement 8.0)"
+			} else if backend == "placement" {
+				backend += " (mode " + placementMode + ")"
+			}
 			fmt.Printf("nodes: %d, conductors: %d, concurrency: %d, backend: %s, mode: %s (poll every %s)\n%s\n",
 				o.Nodes, conductors, o.Concurrency, backend, o.Mode, o.PollInterval, r)
 			if r.DoubleBooked > 0 {
@@ -127,6 +149,8 @@ func benchCmd() *cobra.Command {
 	alloc.Flags().DurationVar(&o.PollInterval, "poll-interval", 5*time.Millisecond, "pause between a client's GETs of its allocation")
 	alloc.Flags().BoolVar(&o.SkipDeletes, "skip-deletes", false, "leave the allocations in place (no delete phase)")
 	alloc.Flags().DurationVar(&o.Timeout, "timeout", 10*time.Minute, "bound on each phase")
+	alloc.Flags().StringVar(&placementMode, "placement-mode", "auto", "placement_backend.mode of the conductors with --backend placement: auto (local here), local or http")
+	alloc.Flags().BoolVar(&openstackPlacement, "openstack-placement", false, "with --backend placement, claim through OpenStack Placement 8.0 (Debian's packages, started here) instead of metalloc-placement")
 	alloc.Flags().BoolVar(&o.Timeline, "timeline", false, "print latency per tenth of the run")
 	c.AddCommand(alloc, waitersCmd())
 	return c

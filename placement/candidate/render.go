@@ -229,3 +229,42 @@ func (s *cSearch) render(out io.Writer, areqs []*cAreq, sums []*cProv, v web.Ver
 	flush(true)
 	return werr
 }
+
+// AllocationRequest is one allocation request of a Result as data: the
+// amount of each class to take from each provider, and the providers of
+// each request group by suffix (the JSON answer's "allocations" and
+// "mappings").
+type AllocationRequest struct {
+	Allocations map[uuid.UUID]map[string]int64
+	Mappings    map[string][]uuid.UUID
+}
+
+// Requests returns r's allocation requests in the order Write writes them,
+// for in-process callers (no JSON).
+func (r *Result) Requests() []AllocationRequest {
+	s := r.s
+	out := make([]AllocationRequest, 0, len(r.areqs))
+	for _, a := range r.areqs {
+		ar := AllocationRequest{Allocations: make(map[uuid.UUID]map[string]int64, len(a.rrs))}
+		for _, rr := range a.rrs {
+			m := ar.Allocations[rr.p.uuid]
+			if m == nil {
+				m = map[string]int64{}
+				ar.Allocations[rr.p.uuid] = m
+			}
+			m[s.classNames[rr.rc]] += rr.amount
+		}
+		if len(a.mappings) > 0 {
+			ar.Mappings = make(map[string][]uuid.UUID, len(a.mappings))
+			for gi, mp := range a.mappings {
+				ids := make([]uuid.UUID, len(mp))
+				for k, p := range mp {
+					ids[k] = p.uuid
+				}
+				ar.Mappings[s.groups[gi].Suffix] = ids
+			}
+		}
+		out = append(out, ar)
+	}
+	return out
+}

@@ -504,3 +504,19 @@ func NormalizeClass(rc string) string {
 }
 
 var nonAlnum = regexp.MustCompile(`[^0-9A-Za-z]+`)
+
+// RootHeader reads the version document at the API root ("/") and returns
+// the value of its response header name ("" when absent). metalloc-
+// placement names its database there (placement.IdentityHeader).
+func (c *Client) RootHeader(ctx context.Context, name string) (string, error) {
+	resp, err := c.send(ctx, http.MethodGet, "/", nil)
+	if err != nil {
+		return "", &Error{Method: http.MethodGet, Path: "/", Err: err, Detail: err.Error()}
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode/100 != 2 {
+		return "", &Error{Method: http.MethodGet, Path: "/", Status: resp.StatusCode}
+	}
+	return resp.Header.Get(name), nil
+}
