@@ -287,15 +287,19 @@ func TestPreferWaitAfterListenerLoss(t *testing.T) {
 	w.node("n1", "gold")
 	w.create("a1", "gold")
 	go func() {
-		dbtest.WaitFor(t, 3*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
+		// Generous bounds: on a loaded machine the listener and the waiter
+		// may take seconds to start.
+		dbtest.WaitFor(t, 20*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
 		ctx := context.Background()
 		tx, err := w.pool.Begin(ctx)
 		require.NoError(t, err)
 		defer tx.Rollback(ctx)
-		var killed int
-		require.NoError(t, tx.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-			WHERE datname = current_database() AND query LIKE 'LISTEN %' AND position($1 in query) > 0`, EventsChannel).Scan(&killed))
-		require.Equal(t, 1, killed)
+		dbtest.WaitFor(t, 20*time.Second, "the listener's connection killed", func() bool {
+			var killed int
+			require.NoError(t, tx.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+				WHERE datname = current_database() AND query LIKE 'LISTEN %' AND position($1 in query) > 0`, EventsChannel).Scan(&killed))
+			return killed == 1
+		})
 		var id int64
 		require.NoError(t, tx.QueryRow(ctx, `UPDATE allocations SET state = 'error', last_error = 'x', updated_at = now()
 			WHERE name = 'a1' RETURNING id`).Scan(&id))
