@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/node"
@@ -178,6 +179,45 @@ func (h *Handler) checkOn(c echo.Context, owner, lessee *string, hidden error, r
 // rule on the node (owner and lessee nil when the node does not exist or
 // the caller may not see it, as Ironic checks it before saying the node
 // is missing).
+// createDoc reads the body of a POST creating a kind ("port" or
+// "portgroup"), validates it against schema and validate, and finds its
+// node_uuid and checks rule on it, in Ironic's order: a missing body is 400
+// `Missing argument: "<kind>"`, a node that does not exist or that the
+// caller may not see is 400 `Node <uuid> could not be found.`. It returns the
+// document, the node's uuid as sent and the node.
+func (h *Handler) createDoc(c echo.Context, kind string, schema *jsonschema.Schema, validate func(map[string]any) error,
+	rule string) (map[string]any, string, *NodeRef, error) {
+	body, err := readBody(c)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if body == nil {
+		return nil, "", nil, web.BadRequest("Missing argument: \"%s\"", kind)
+	}
+	if err := node.ValidateSchema(schema, kind, body); err != nil {
+		return nil, "", nil, apiError(err, nil)
+	}
+	doc := body.(map[string]any)
+	if err := validate(doc); err != nil {
+		return nil, "", nil, err
+	}
+	nodeUUID := doc["node_uuid"].(string)
+	var nref *NodeRef
+	if n, err := h.store.Node(c.Request().Context(), nodeUUID); err == nil {
+		nref = &n
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, "", nil, err
+	}
+	visible, err := h.checkCreate(c, nref, rule)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if !visible {
+		return nil, "", nil, web.BadRequest("Node %s could not be found.", nodeUUID)
+	}
+	return doc, nodeUUID, nref, nil
+}
+
 func (h *Handler) checkCreate(c echo.Context, n *NodeRef, rule string) (visible bool, err error) {
 	if h.opts.Rules.Open() {
 		return n != nil, nil

@@ -2,7 +2,6 @@ package port
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -176,33 +175,9 @@ func (h *Handler) createPort(c echo.Context) error {
 	if err := loadSchemas(); err != nil {
 		return err
 	}
-	body, err := readBody(c)
+	doc, nodeUUID, nref, err := h.createDoc(c, "port", portSchema, validatePortDoc, "baremetal:port:create")
 	if err != nil {
 		return err
-	}
-	if body == nil {
-		return web.BadRequest("Missing argument: \"port\"")
-	}
-	if err := node.ValidateSchema(portSchema, "port", body); err != nil {
-		return apiError(err, nil)
-	}
-	doc := body.(map[string]any)
-	if err := validatePortDoc(doc); err != nil {
-		return err
-	}
-	nodeUUID := doc["node_uuid"].(string)
-	var nref *NodeRef
-	if n, err := h.store.Node(ctx, nodeUUID); err == nil {
-		nref = &n
-	} else if !errors.Is(err, ErrNotFound) {
-		return err
-	}
-	visible, err := h.checkCreate(c, nref, "baremetal:port:create")
-	if err != nil {
-		return err
-	}
-	if !visible {
-		return web.BadRequest("Node %s could not be found.", nodeUUID)
 	}
 	keys := make([]string, 0, len(doc))
 	for k := range doc {

@@ -1,7 +1,6 @@
 package port
 
 import (
-	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -125,33 +124,9 @@ func (h *Handler) createPortgroup(c echo.Context) error {
 	if err := loadSchemas(); err != nil {
 		return err
 	}
-	body, err := readBody(c)
+	doc, nodeUUID, nref, err := h.createDoc(c, "portgroup", portgroupSchema, validatePortgroupDoc, "baremetal:portgroup:create")
 	if err != nil {
 		return err
-	}
-	if body == nil {
-		return web.BadRequest("Missing argument: \"portgroup\"")
-	}
-	if err := node.ValidateSchema(portgroupSchema, "portgroup", body); err != nil {
-		return apiError(err, nil)
-	}
-	doc := body.(map[string]any)
-	if err := validatePortgroupDoc(doc); err != nil {
-		return err
-	}
-	nodeUUID := doc["node_uuid"].(string)
-	var nref *NodeRef
-	if n, err := h.store.Node(ctx, nodeUUID); err == nil {
-		nref = &n
-	} else if !errors.Is(err, ErrNotFound) {
-		return err
-	}
-	visible, err := h.checkCreate(c, nref, "baremetal:portgroup:create")
-	if err != nil {
-		return err
-	}
-	if !visible {
-		return web.BadRequest("Node %s could not be found.", nodeUUID)
 	}
 	if !v.AtLeast(1, 26) && (truthy(doc["mode"]) || truthy(doc["properties"])) {
 		return notAcceptable()
