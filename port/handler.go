@@ -306,6 +306,32 @@ func (h *Handler) pageParams(c echo.Context, invalidSort []string, keys map[stri
 
 // nextLink is the collection's next link when the page came back full,
 // keeping the request's other arguments, as Ironic's collection links do.
+// listPage answers a list request with Ironic's collection document
+// {"<key>": [rendered items], "next": link to the page after the last item
+// (key or key/detail, as requested)} for a page of items read with limit.
+func listPage[T any](h *Handler, c echo.Context, key string, detailPath bool, limit int, items []T,
+	render func(*T) (map[string]any, error), uuidOf func(*T) uuid.UUID) error {
+	docs := make([]map[string]any, 0, len(items))
+	for i := range items {
+		doc, err := render(&items[i])
+		if err != nil {
+			return err
+		}
+		docs = append(docs, doc)
+	}
+	resp := map[string]any{key: docs}
+	if len(items) > 0 {
+		resource := key
+		if detailPath {
+			resource += "/detail"
+		}
+		if next := h.nextLink(c, resource, len(items), limit, uuidOf(&items[len(items)-1])); next != "" {
+			resp["next"] = next
+		}
+	}
+	return c.JSON(http.StatusOK, resp)
+}
+
 func (h *Handler) nextLink(c echo.Context, resource string, n, limit int, last uuid.UUID) string {
 	keep := url.Values{}
 	for k, vs := range c.QueryParams() {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/metalloc/metalloc/node"
@@ -628,24 +629,8 @@ func (h *Handler) listPorts(detailPath bool, parent string) echo.HandlerFunc {
 		if err != nil {
 			return apiError(err, portNotFound(q.Get("marker")))
 		}
-		items := make([]map[string]any, 0, len(ports))
-		for i := range ports {
-			doc, err := renderPort(&ports[i], v, h.base(c), fields)
-			if err != nil {
-				return err
-			}
-			items = append(items, doc)
-		}
-		resp := map[string]any{"ports": items}
-		if len(ports) > 0 {
-			resource := "ports"
-			if detailPath {
-				resource = "ports/detail"
-			}
-			if next := h.nextLink(c, resource, len(ports), opts.Limit, ports[len(ports)-1].UUID); next != "" {
-				resp["next"] = next
-			}
-		}
-		return c.JSON(http.StatusOK, resp)
+		return listPage(h, c, "ports", detailPath, opts.Limit, ports,
+			func(p *Port) (map[string]any, error) { return renderPort(p, v, h.base(c), fields) },
+			func(p *Port) uuid.UUID { return p.UUID })
 	}
 }

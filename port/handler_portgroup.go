@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/metalloc/metalloc/node"
@@ -413,24 +414,8 @@ func (h *Handler) listPortgroups(detailPath, underNode bool) echo.HandlerFunc {
 		if err != nil {
 			return apiError(err, portgroupNotFound(q.Get("marker")))
 		}
-		items := make([]map[string]any, 0, len(groups))
-		for i := range groups {
-			doc, err := renderPortgroup(&groups[i], h.base(c), fields)
-			if err != nil {
-				return err
-			}
-			items = append(items, doc)
-		}
-		resp := map[string]any{"portgroups": items}
-		if len(groups) > 0 {
-			resource := "portgroups"
-			if detailPath {
-				resource = "portgroups/detail"
-			}
-			if next := h.nextLink(c, resource, len(groups), opts.Limit, groups[len(groups)-1].UUID); next != "" {
-				resp["next"] = next
-			}
-		}
-		return c.JSON(http.StatusOK, resp)
+		return listPage(h, c, "portgroups", detailPath, opts.Limit, groups,
+			func(g *Portgroup) (map[string]any, error) { return renderPortgroup(g, h.base(c), fields) },
+			func(g *Portgroup) uuid.UUID { return g.UUID })
 	}
 }
