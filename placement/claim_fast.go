@@ -79,7 +79,7 @@ func (h *Handler) claimPipelined(ctx context.Context, claims []claim) error {
 	slices.Sort(ins.BumpIds)
 
 	b = &pgx.Batch{}
-	b.Queue(insertAllocationsBump, ins.BumpIds, ins.ProviderIds, ins.ConsumerIds, ins.ClassIds, ins.Used)
+	queueInsertAllocations(b, ins.BumpIds, ins)
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		if rerr := rollback(); !errors.Is(rerr, errSlowPath) {

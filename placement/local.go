@@ -323,7 +323,13 @@ func (p *PendingClaims) QueueProviders(b *pgx.Batch) {
 			}
 		}
 	}
-	b.Queue(lockClaimProviders, p.want, []int64{}).Query(func(rows pgx.Rows) error {
+	// One provider (the usual claim): the scalar statements, which keep
+	// a generic plan (query.sql).
+	lockSQL, invSQL, provs := lockProvidersByUUID, claimInventories, any(p.want)
+	if len(p.want) == 1 {
+		lockSQL, invSQL, provs = lockProviderByUUID, claimInventoriesOne, p.want[0]
+	}
+	b.Queue(lockSQL, provs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var r LockClaimProvidersRow
 			if err := rows.Scan(&r.ID, &r.Uuid, &r.Generation); err != nil {
@@ -333,7 +339,7 @@ func (p *PendingClaims) QueueProviders(b *pgx.Batch) {
 		}
 		return rows.Err()
 	})
-	b.Queue(claimInventories, p.want, claimClasses(p.claims)).Query(func(rows pgx.Rows) error {
+	b.Queue(invSQL, provs, claimClasses(p.claims)).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var r ClaimInventoriesRow
 			if err := rows.Scan(&r.ResourceProviderID, &r.ResourceClassID, &r.ResourceClass, &r.Total, &r.Reserved,
@@ -428,6 +434,17 @@ func (p *PendingClaims) QueueWrite(b *pgx.Batch, keep []bool) {
 		}
 	}
 	sort.Slice(bump, func(i, j int) bool { return bump[i] < bump[j] })
+	queueInsertAllocations(b, bump, ins)
+}
+
+// queueInsertAllocations queues the insert of the allocation rows of ins
+// and the generation bump of the providers bump (in id order): with
+// InsertAllocationsBumpOne, which keeps a generic plan, when there is one.
+func queueInsertAllocations(b *pgx.Batch, bump []int64, ins InsertAllocationsBumpParams) {
+	if len(bump) == 1 {
+		b.Queue(insertAllocationsBumpOne, bump[0], ins.ProviderIds, ins.ConsumerIds, ins.ClassIds, ins.Used)
+		return
+	}
 	b.Queue(insertAllocationsBump, bump, ins.ProviderIds, ins.ConsumerIds, ins.ClassIds, ins.Used)
 }
 

@@ -88,6 +88,68 @@ func (q *Queries) ClaimInventories(ctx context.Context, arg ClaimInventoriesPara
 	return items, nil
 }
 
+const claimInventoriesOne = `-- name: ClaimInventoriesOne :many
+SELECT i.resource_provider_id, i.resource_class_id, rc.name AS resource_class,
+       i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio,
+       COALESCE((SELECT sum(a.used) FROM placement.allocations a
+                  WHERE a.resource_provider_id = i.resource_provider_id
+                    AND a.resource_class_id = i.resource_class_id), 0)::bigint AS used
+  FROM placement.resource_providers p
+  JOIN placement.inventories i ON i.resource_provider_id = p.id
+  JOIN placement.resource_classes rc ON rc.id = i.resource_class_id
+ WHERE p.uuid = $1 AND rc.name = ANY($2::text[])
+`
+
+type ClaimInventoriesOneParams struct {
+	ProviderUuid uuid.UUID
+	ClassNames   []string
+}
+
+type ClaimInventoriesOneRow struct {
+	ResourceProviderID int64
+	ResourceClassID    int32
+	ResourceClass      string
+	Total              int32
+	Reserved           int32
+	MinUnit            int32
+	MaxUnit            int32
+	StepSize           int32
+	AllocationRatio    float64
+	Used               int64
+}
+
+// ClaimInventories for one provider.
+func (q *Queries) ClaimInventoriesOne(ctx context.Context, arg ClaimInventoriesOneParams) ([]ClaimInventoriesOneRow, error) {
+	rows, err := q.db.Query(ctx, claimInventoriesOne, arg.ProviderUuid, arg.ClassNames)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimInventoriesOneRow
+	for rows.Next() {
+		var i ClaimInventoriesOneRow
+		if err := rows.Scan(
+			&i.ResourceProviderID,
+			&i.ResourceClassID,
+			&i.ResourceClass,
+			&i.Total,
+			&i.Reserved,
+			&i.MinUnit,
+			&i.MaxUnit,
+			&i.StepSize,
+			&i.AllocationRatio,
+			&i.Used,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const classesInUse = `-- name: ClassesInUse :many
 SELECT rc.name
   FROM placement.resource_classes rc
@@ -269,6 +331,36 @@ func (q *Queries) InsertAllocationsBump(ctx context.Context, arg InsertAllocatio
 	return err
 }
 
+const insertAllocationsBumpOne = `-- name: InsertAllocationsBumpOne :exec
+WITH ins AS (
+    INSERT INTO placement.allocations (resource_provider_id, consumer_id, resource_class_id, used)
+    SELECT unnest($2::bigint[]), unnest($3::bigint[]),
+           unnest($4::int[]), unnest($5::bigint[])
+)
+UPDATE placement.resource_providers SET generation = generation + 1, updated_at = now()
+ WHERE id = $1::bigint
+`
+
+type InsertAllocationsBumpOneParams struct {
+	BumpID      int64
+	ProviderIds []int64
+	ConsumerIds []int64
+	ClassIds    []int32
+	Used        []int64
+}
+
+// InsertAllocationsBump when the generation bumped is one provider's.
+func (q *Queries) InsertAllocationsBumpOne(ctx context.Context, arg InsertAllocationsBumpOneParams) error {
+	_, err := q.db.Exec(ctx, insertAllocationsBumpOne,
+		arg.BumpID,
+		arg.ProviderIds,
+		arg.ConsumerIds,
+		arg.ClassIds,
+		arg.Used,
+	)
+	return err
+}
+
 const insertConsumer = `-- name: InsertConsumer :one
 INSERT INTO placement.consumers (uuid, project_id, user_id, consumer_type, generation)
 VALUES ($1, $2, $3, $4, 1)
@@ -431,6 +523,46 @@ func (q *Queries) LockConsumer(ctx context.Context, argUuid uuid.UUID) (Placemen
 	return i, err
 }
 
+const lockProviderByUUID = `-- name: LockProviderByUUID :many
+
+SELECT id, uuid, generation FROM placement.resource_providers
+ WHERE uuid = $1 FOR UPDATE
+`
+
+type LockProviderByUUIDRow struct {
+	ID         int64
+	Uuid       uuid.UUID
+	Generation int32
+}
+
+// The claim of new consumers on a single provider (the common case) runs
+// the three statements below instead of LockProvidersByUUID,
+// ClaimInventories and InsertAllocationsBump. They take the provider as a
+// scalar, so that PostgreSQL keeps one generic plan per connection (unique
+// index probes) instead of planning each execution again: with an array
+// parameter the generic plan is costed for 10 elements and loses to a
+// custom one, re-planned at every call (pg_stat_statements, 1,000
+// providers: ~0.2 ms of planning per claim, more than their execution).
+func (q *Queries) LockProviderByUUID(ctx context.Context, argUuid uuid.UUID) ([]LockProviderByUUIDRow, error) {
+	rows, err := q.db.Query(ctx, lockProviderByUUID, argUuid)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LockProviderByUUIDRow
+	for rows.Next() {
+		var i LockProviderByUUIDRow
+		if err := rows.Scan(&i.ID, &i.Uuid, &i.Generation); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const lockProviders = `-- name: LockProviders :many
 SELECT id, uuid, generation FROM placement.resource_providers
  WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE
@@ -451,6 +583,43 @@ func (q *Queries) LockProviders(ctx context.Context, ids []int64) ([]LockProvide
 	var items []LockProvidersRow
 	for rows.Next() {
 		var i LockProvidersRow
+		if err := rows.Scan(&i.ID, &i.Uuid, &i.Generation); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lockProvidersByUUID = `-- name: LockProvidersByUUID :many
+SELECT id, uuid, generation FROM placement.resource_providers
+ WHERE uuid = ANY($1::uuid[])
+ ORDER BY id FOR UPDATE
+`
+
+type LockProvidersByUUIDRow struct {
+	ID         int64
+	Uuid       uuid.UUID
+	Generation int32
+}
+
+// Locks, in id order, the providers named by uuid: LockClaimProviders
+// for claims of new consumers (the pipelined claim and the local batch),
+// which have no current allocations. A plain probe of the uuid index: the
+// id = ANY(ARRAY(subquery)) form gets a sequential scan of every provider
+// (its array is costed at 10 elements).
+func (q *Queries) LockProvidersByUUID(ctx context.Context, uuids []uuid.UUID) ([]LockProvidersByUUIDRow, error) {
+	rows, err := q.db.Query(ctx, lockProvidersByUUID, uuids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LockProvidersByUUIDRow
+	for rows.Next() {
+		var i LockProvidersByUUIDRow
 		if err := rows.Scan(&i.ID, &i.Uuid, &i.Generation); err != nil {
 			return nil, err
 		}
