@@ -332,6 +332,19 @@ func listPage[T any](h *Handler, c echo.Context, key string, detailPath bool, li
 	return c.JSON(http.StatusOK, resp)
 }
 
+// addressFilter is the list filter "address" (a MAC address, 400 when not
+// one, normalised to lower case), nil when absent.
+func addressFilter(q url.Values) (*string, error) {
+	if !q.Has("address") {
+		return nil, nil
+	}
+	mac, err := macArg("address", q.Get("address"))
+	if err != nil {
+		return nil, err
+	}
+	return &mac, nil
+}
+
 func (h *Handler) nextLink(c echo.Context, resource string, n, limit int, last uuid.UUID) string {
 	keep := url.Values{}
 	for k, vs := range c.QueryParams() {

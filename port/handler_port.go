@@ -495,13 +495,9 @@ func (h *Handler) listPorts(detailPath bool, parent string) echo.HandlerFunc {
 				return err
 			}
 		}
-		var address *string
-		if q.Has("address") {
-			mac, err := macArg("address", q.Get("address"))
-			if err != nil {
-				return err
-			}
-			address = &mac
+		address, err := addressFilter(q)
+		if err != nil {
+			return err
 		}
 		lp, err := h.parseList(c)
 		if err != nil {

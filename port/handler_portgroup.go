@@ -343,13 +343,9 @@ func (h *Handler) listPortgroups(detailPath, underNode bool) echo.HandlerFunc {
 				return err
 			}
 		}
-		var address *string
-		if q.Has("address") {
-			mac, err := macArg("address", q.Get("address"))
-			if err != nil {
-				return err
-			}
-			address = &mac
+		address, err := addressFilter(q)
+		if err != nil {
+			return err
 		}
 		lp, err := h.parseList(c)
 		if err != nil {
