@@ -61,6 +61,16 @@ func (l Level) Validate() error {
 // String is the level as ParseLevel reads it: NAME=SOURCE.
 func (l Level) String() string { return l.Name + "=" + l.Source }
 
+// FormatLevels writes levels as ParseLevels reads them, space-separated:
+// "row=extra.row rack=extra.rack".
+func FormatLevels(levels []Level) string {
+	names := make([]string, len(levels))
+	for i, l := range levels {
+		names[i] = l.String()
+	}
+	return strings.Join(names, " ")
+}
+
 // ParseLevel reads one level written NAME=SOURCE ("rack=extra.rack",
 // "rack=trait:CUSTOM_RACK_") and validates it.
 func ParseLevel(s string) (Level, error) {
