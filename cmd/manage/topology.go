@@ -7,7 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
+	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/topology"
 )
@@ -37,7 +39,7 @@ func topologyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return withDB(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return withSchema(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				if err := topology.Save(ctx, pool, levels); err != nil {
 					return err
 				}
@@ -57,7 +59,7 @@ func topologyCmd() *cobra.Command {
 		Short: "print the tree of domains with free/total node counts",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withDB(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return withSchema(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				levels, root, err := topology.Tree(ctx, pool, f)
 				if err != nil {
 					return err
@@ -72,10 +74,9 @@ func topologyCmd() *cobra.Command {
 	return c
 }
 
-// withDB runs fn on a pool on the configured database, once its schema is
-// checked to be this binary's.
-func withDB(cmd *cobra.Command, fn func(context.Context, *pgxpool.Pool) error) error {
-	cfg, _, err := load(cmd)
+// withDB runs fn on a pool on the configured database.
+func withDB(cmd *cobra.Command, fn func(context.Context, config.Config, *pgxpool.Pool, *zap.Logger) error) error {
+	cfg, log, err := load(cmd)
 	if err != nil {
 		return err
 	}
@@ -88,8 +89,16 @@ func withDB(cmd *cobra.Command, fn func(context.Context, *pgxpool.Pool) error) e
 		return err
 	}
 	defer pool.Close()
-	if err := db.CheckSchema(ctx, pool); err != nil {
-		return err
-	}
-	return fn(ctx, pool)
+	return fn(ctx, cfg, pool, log)
+}
+
+// withSchema is withDB once the database's schema is checked to be this
+// binary's.
+func withSchema(cmd *cobra.Command, fn func(context.Context, *pgxpool.Pool) error) error {
+	return withDB(cmd, func(ctx context.Context, _ config.Config, pool *pgxpool.Pool, _ *zap.Logger) error {
+		if err := db.CheckSchema(ctx, pool); err != nil {
+			return err
+		}
+		return fn(ctx, pool)
+	})
 }
