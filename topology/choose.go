@@ -14,8 +14,8 @@ type Rule string
 
 // The placement rules.
 const (
-	// None: any Count candidates (packed into as few, best-fitting
-	// domains as comes naturally).
+	// None: any Count candidates (in the best-fitting domain of the
+	// finest level that holds them, when one does).
 	None Rule = "none"
 	// Required: all nodes in one domain of the request's level.
 	Required Rule = "required"
@@ -99,7 +99,8 @@ func (e *NoFit) Error() string { return e.Message }
 //     fewest of its domains (largest first); then one plan over the whole
 //     fleet (largest domains first, nodes without a path last).
 //   - None: one plan over every candidate, ordered so that the first
-//     Count fill the best-fitting domain at each level down.
+//     Count fill the best-fitting domain of the finest level where one
+//     holds them (else the roomiest domains first).
 //
 // Inside a plan, nodes are ordered the same way at the finer levels. rng
 // nil breaks ties by domain name. Choose does not modify cands.
@@ -130,7 +131,7 @@ func Choose(levels []Level, cands []Candidate, req Request, rng *rand.Rand) ([]P
 		if len(cands) < req.Count {
 			return nil, c.tooFew(rule, lvl, cands, req)
 		}
-		return []Plan{{Nodes: c.order(cands, 0, req.Count), Spare: len(cands) - req.Count}}, nil
+		return []Plan{{Nodes: c.packed(cands, req.Count), Spare: len(cands) - req.Count}}, nil
 	}
 	return nil, &NoFit{Rule: rule, Count: req.Count, Free: len(cands),
 		Message: fmt.Sprintf("invalid placement rule %q", rule)}
@@ -241,6 +242,38 @@ func (c chooser) order(nodes []Candidate, from, count int) []Candidate {
 	return append(out, rest...)
 }
 
+// packed orders cands for the rule None: the best-fitting domain of the
+// finest level where one holds count first, then the others as order
+// puts them.
+func (c chooser) packed(cands []Candidate, count int) []Candidate {
+	for l := c.levels - 1; l >= 0; l-- {
+		doms, _ := group(cands, l)
+		var fit []*domain
+		for _, d := range doms {
+			if len(d.nodes) >= count {
+				fit = append(fit, d)
+			}
+		}
+		if len(fit) == 0 {
+			continue
+		}
+		sortRandom(c.rng, fit, func(a, b *domain) int { return cmp.Compare(len(a.nodes), len(b.nodes)) })
+		best := fit[0]
+		in := make(map[int64]bool, len(best.nodes))
+		for _, n := range best.nodes {
+			in[n.ID] = true
+		}
+		rest := make([]Candidate, 0, len(cands)-len(best.nodes))
+		for _, n := range cands {
+			if !in[n.ID] {
+				rest = append(rest, n)
+			}
+		}
+		return append(c.order(best.nodes, l+1, count), c.order(rest, 0, len(rest))...)
+	}
+	return c.order(cands, 0, count)
+}
+
 // groupAt splits nodes by their value at level l alone (they share the
 // coarser ones).
 func groupAt(nodes []Candidate, l int) (doms []*domain, rest []Candidate) {
@@ -347,7 +380,7 @@ func (c chooser) preferred(lvl string, cands []Candidate, req Request) ([]Plan, 
 			if len(p.nodes) < req.Count {
 				continue
 			}
-			subs, _ := groupAt(p.nodes, req.Level)
+			subs, loose := groupAt(p.nodes, req.Level)
 			sortRandom(c.rng, subs, preferFirst)
 			k, sum, fitsOne := 0, 0, false
 			for _, d := range subs {
@@ -360,8 +393,10 @@ func (c chooser) preferred(lvl string, cands []Candidate, req Request) ([]Plan, 
 			if fitsOne || sum < req.Count {
 				continue
 			}
+			// The parent's nodes without a value at the level last.
+			slices.SortFunc(loose, func(a, b Candidate) int { return cmp.Compare(a.ID, b.ID) })
 			spans = append(spans, span{
-				plan: Plan{Domain: p.path, Nodes: c.concat(subs, req.Count), Spare: len(p.nodes) - req.Count},
+				plan: Plan{Domain: p.path, Nodes: append(c.concat(subs, req.Count), loose...), Spare: len(p.nodes) - req.Count},
 				k:    k, pref: prefer(p.path),
 			})
 		}
