@@ -168,12 +168,13 @@ func under(c Candidate, prefix []string) bool {
 // group splits cands into the domains of level l, in name order, and the
 // candidates without a value at some level up to l.
 func group(cands []Candidate, l int) (doms []*domain, rest []Candidate) {
-	byKey := map[string]*domain{}
+	byKey := map[[MaxLevels]string]*domain{}
+	n := min(l+1, MaxLevels) // levels are validated: at most MaxLevels
 	for _, c := range cands {
-		path := make([]string, l+1)
+		var key [MaxLevels]string
 		ok := true
-		for i := range path {
-			if path[i] = value(c, i); path[i] == "" {
+		for i := range n {
+			if key[i] = value(c, i); key[i] == "" {
 				ok = false
 				break
 			}
@@ -182,11 +183,10 @@ func group(cands []Candidate, l int) (doms []*domain, rest []Candidate) {
 			rest = append(rest, c)
 			continue
 		}
-		k := strings.Join(path, "\x00")
-		d := byKey[k]
+		d := byKey[key]
 		if d == nil {
-			d = &domain{path: path}
-			byKey[k] = d
+			d = &domain{path: slices.Clone(key[:n])}
+			byKey[key] = d
 			doms = append(doms, d)
 		}
 		d.nodes = append(d.nodes, c)
