@@ -103,7 +103,8 @@ func (e *NoFit) Error() string { return e.Message }
 //     holds them (else the roomiest domains first).
 //
 // Inside a plan, nodes are ordered the same way at the finer levels. rng
-// nil breaks ties by domain name. Choose does not modify cands.
+// nil breaks ties by domain name; a *rand.Rand is not safe for concurrent
+// use, so give each goroutine its own. Choose does not modify cands.
 func Choose(levels []Level, cands []Candidate, req Request, rng *rand.Rand) ([]Plan, *NoFit) {
 	c := chooser{levels: len(levels), rng: rng}
 	rule := req.Rule
