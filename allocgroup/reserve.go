@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -99,8 +97,8 @@ func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation
 			break
 		}
 		if time.Since(began) >= r.LockedWait {
-			return r.Fail(ctx, me, g, fmt.Sprintf("could not reserve %d nodes of %s in any of %d fitting placements: their nodes stayed locked by concurrent reservations or updates",
-				g.Count, describe(g), len(plans)))
+			return r.Fail(ctx, me, g, fmt.Sprintf("could not reserve %d free nodes %s in any of %d fitting placements: their nodes stayed locked by concurrent reservations or updates",
+				need, topology.Describe(g.ResourceClass, g.Traits), len(plans)))
 		}
 		select {
 		case <-ctx.Done():
@@ -111,42 +109,22 @@ func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation
 	}
 }
 
-// describe words the group's request for last_error: the class and traits.
-func describe(g Claimed) string {
-	s := g.ResourceClass
-	if len(g.Traits) > 0 {
-		s += " with " + strings.Join(g.Traits, ", ")
-	}
-	return s
-}
-
 // plan reads the topology and the free candidates and returns the fitting
 // plans for the need members g still lacks (best first); a noFit error
 // when none fits. need 0: one empty plan, only the activation is missing.
 func (r *Reserver) plan(ctx context.Context, g Claimed) (plans []topology.Plan, need int, err error) {
-	levels, err := topology.Levels(ctx, r.pool)
+	levels, err := topology.Load(ctx, r.pool)
 	if err != nil {
 		return nil, 0, err
 	}
-	req := topology.Request{Rule: topology.None, Describe: describe(g)}
-	switch g.Rule {
-	case RuleRequired, RulePreferred:
+	req := topology.Request{Rule: topology.Rule(g.Rule), Describe: topology.Describe(g.ResourceClass, g.Traits)}
+	if req.Rule != topology.None {
 		lvl := ""
 		if g.RuleLevel != nil {
 			lvl = *g.RuleLevel
 		}
-		i := slices.IndexFunc(levels, func(l topology.Level) bool { return l.Name == lvl })
-		if i < 0 {
-			names := make([]string, len(levels))
-			for j, l := range levels {
-				names[j] = l.Name
-			}
-			return nil, 0, noFit(fmt.Sprintf("the topology has no level %q (levels: %s)", lvl, strings.Join(names, ", ")))
-		}
-		req.Level = i
-		req.Rule = topology.Required
-		if g.Rule == RulePreferred {
-			req.Rule = topology.Preferred
+		if req.Level, err = topology.LevelIndex(levels, lvl); err != nil {
+			return nil, 0, noFit(err.Error())
 		}
 	}
 	cnt, err := r.q.GroupMemberCount(ctx, g.ID)

@@ -14,7 +14,17 @@ import (
 
 	"github.com/metalloc/metalloc/allocgroup"
 	"github.com/metalloc/metalloc/db/dbtest"
+	"github.com/metalloc/metalloc/topology"
 )
+
+// rackedFleet inserts racks*perRack nodes of rc (dbtest.RackedNodes) and
+// sets the topology row=extra.row, rack=extra.rack.
+func rackedFleet(t testing.TB, pool *pgxpool.Pool, racks, perRack int, rc string) {
+	t.Helper()
+	dbtest.RackedNodes(t, pool, racks, perRack, rc)
+	require.NoError(t, topology.Save(context.Background(), pool,
+		[]topology.Level{{Name: "row", Source: "extra.row"}, {Name: "rack", Source: "extra.rack"}}))
+}
 
 // addGroup inserts an allocating group of count nodes of rc under rule at
 // level (rule none: level "").
@@ -85,7 +95,7 @@ func checkGroups(t *testing.T, pool *pgxpool.Pool) (active, failed int) {
 func TestGroupsRaceOnLimitedRoom(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	dbtest.RackedNodes(t, pool, 12, 16, "gpu")
+	rackedFleet(t, pool, 12, 16, "gpu")
 	startConductors(t, pool, Config{Workers: 4, ClaimBatch: 4, LockedNodeWait: 3 * time.Second}, 3)
 	sizes := []int{2, 4, 8, 12, 16}
 	var wg sync.WaitGroup
@@ -122,7 +132,7 @@ func TestGroupsRaceOnLimitedRoom(t *testing.T) {
 func TestGroupNoFitExplains(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	dbtest.RackedNodes(t, pool, 3, 6, "gpu")
+	rackedFleet(t, pool, 3, 6, "gpu")
 	start(t, pool, Config{Hostname: "c0", PollInterval: time.Hour})
 	u := addGroup(t, pool, 8, "gpu", allocgroup.RuleRequired, "rack")
 	dbtest.WaitFor(t, 10*time.Second, "the group to fail", func() bool {
@@ -133,6 +143,7 @@ func TestGroupNoFitExplains(t *testing.T) {
 		`SELECT last_error FROM allocation_groups WHERE uuid = $1`, u).Scan(&lastErr))
 	require.Contains(t, lastErr, "Failed to process allocation group "+u.String())
 	require.Contains(t, lastErr, "8")
+	t.Log(lastErr)
 	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocations`))
 }
 
@@ -143,7 +154,7 @@ func TestGroupGrowAndShrink(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	ctx := context.Background()
-	dbtest.RackedNodes(t, pool, 2, 8, "gpu")
+	rackedFleet(t, pool, 2, 8, "gpu")
 	start(t, pool, Config{Hostname: "c0", PollInterval: 50 * time.Millisecond})
 	u := addGroup(t, pool, 4, "gpu", allocgroup.RuleRequired, "rack")
 	q := allocgroup.New(pool)

@@ -286,6 +286,72 @@ CREATE FUNCTION public.metalloc_node_in_scope(node_uuid uuid, node_owner text, n
     RETURN (((p_candidates IS NULL) OR (node_uuid = ANY (p_candidates))) AND ((p_owner IS NULL) OR (node_owner = p_owner) OR (node_lessee = p_owner)));
 
 --
+-- Name: resource_provider_aggregates; Type: TABLE; Schema: placement; Owner: -
+--
+
+CREATE TABLE placement.resource_provider_aggregates (
+    resource_provider_id bigint NOT NULL,
+    aggregate_uuid uuid NOT NULL
+);
+
+--
+-- Name: resource_providers; Type: TABLE; Schema: placement; Owner: -
+--
+
+CREATE TABLE placement.resource_providers (
+    id bigint NOT NULL,
+    uuid uuid NOT NULL,
+    name text NOT NULL,
+    generation integer DEFAULT 0 NOT NULL,
+    parent_provider_id bigint,
+    root_provider_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone
+);
+
+--
+-- Name: topology_levels; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.topology_levels (
+    "position" integer NOT NULL,
+    name text NOT NULL,
+    source text NOT NULL,
+    updated_at timestamp with time zone,
+    CONSTRAINT topology_levels_name_check CHECK ((name ~ '^[A-Za-z][A-Za-z0-9_-]{0,62}$'::text)),
+    CONSTRAINT topology_levels_position_check CHECK (("position" >= 0)),
+    CONSTRAINT topology_levels_source_check CHECK ((source ~ '^((extra|properties)\..+|trait:[^[:space:]]+|aggregate)$'::text))
+);
+
+--
+-- Name: metalloc_node_path(uuid, jsonb, jsonb, text[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_node_path(p_uuid uuid, p_extra jsonb, p_properties jsonb, p_traits text[]) RETURNS text[]
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT ARRAY( SELECT COALESCE(
+                 CASE
+                     WHEN (l.source ~~ 'extra.%'::text) THEN (metalloc_node_path.p_extra ->> substr(l.source, 7))
+                     WHEN (l.source ~~ 'properties.%'::text) THEN (metalloc_node_path.p_properties ->> substr(l.source, 12))
+                     WHEN (l.source ~~ 'trait:%'::text) THEN ( SELECT substr(t.trait, (length(l.source) - 5)) AS substr
+                        FROM unnest(metalloc_node_path.p_traits) t(trait)
+                       WHERE starts_with(t.trait, substr(l.source, 7))
+                       ORDER BY (t.trait COLLATE "C")
+                      LIMIT 1)
+                     WHEN (l.source = 'aggregate'::text) THEN ( SELECT (a.aggregate_uuid)::text AS aggregate_uuid
+                        FROM (placement.resource_providers rp
+                          JOIN placement.resource_provider_aggregates a ON ((a.resource_provider_id = rp.id)))
+                       WHERE (rp.uuid = metalloc_node_path.p_uuid)
+                       ORDER BY a.aggregate_uuid
+                      LIMIT 1)
+                     ELSE NULL::text
+                 END, ''::text) AS "coalesce"
+            FROM public.topology_levels l
+           ORDER BY l."position") AS "array";
+END;
+
+--
 -- Name: metalloc_pick(text, text[], uuid[], text, text, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -553,36 +619,12 @@ CREATE TABLE placement.resource_classes (
 );
 
 --
--- Name: resource_provider_aggregates; Type: TABLE; Schema: placement; Owner: -
---
-
-CREATE TABLE placement.resource_provider_aggregates (
-    resource_provider_id bigint NOT NULL,
-    aggregate_uuid uuid NOT NULL
-);
-
---
 -- Name: resource_provider_traits; Type: TABLE; Schema: placement; Owner: -
 --
 
 CREATE TABLE placement.resource_provider_traits (
     resource_provider_id bigint NOT NULL,
     trait_id bigint NOT NULL
-);
-
---
--- Name: resource_providers; Type: TABLE; Schema: placement; Owner: -
---
-
-CREATE TABLE placement.resource_providers (
-    id bigint NOT NULL,
-    uuid uuid NOT NULL,
-    name text NOT NULL,
-    generation integer DEFAULT 0 NOT NULL,
-    parent_provider_id bigint,
-    root_provider_id bigint,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone
 );
 
 --
@@ -1355,6 +1397,20 @@ ALTER TABLE ONLY public.ports
 
 ALTER TABLE ONLY public.ports
     ADD CONSTRAINT ports_uuid_key UNIQUE (uuid);
+
+--
+-- Name: topology_levels topology_levels_name_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.topology_levels
+    ADD CONSTRAINT topology_levels_name_key UNIQUE (name);
+
+--
+-- Name: topology_levels topology_levels_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.topology_levels
+    ADD CONSTRAINT topology_levels_pkey PRIMARY KEY ("position");
 
 --
 -- Name: allocations_provider_class_idx; Type: INDEX; Schema: placement; Owner: -

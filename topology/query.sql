@@ -1,0 +1,44 @@
+-- name: ListLevels :many
+-- The topology, coarse to fine.
+SELECT position, name, source, updated_at FROM topology_levels ORDER BY position;
+
+-- name: LockLevels :exec
+-- Serialises writers of the topology (readers are not blocked): two
+-- concurrent replacements would otherwise both delete the old rows and then
+-- collide inserting the new ones.
+LOCK TABLE topology_levels IN EXCLUSIVE MODE;
+
+-- name: DeleteLevels :exec
+DELETE FROM topology_levels;
+
+-- name: InsertLevels :exec
+-- Inserts the levels in order, position 0 first.
+INSERT INTO topology_levels (position, name, source, updated_at)
+SELECT (l.ord - 1)::integer, l.name, (@sources::text[])[l.ord], now()
+  FROM unnest(@names::text[]) WITH ORDINALITY l (name, ord);
+
+-- name: FreeCandidates :many
+-- The free nodes a group may take, with their topology paths: the same
+-- predicates as metalloc_pick (free_nodes, metalloc_node_in_scope,
+-- metalloc_node_has_traits), in id order, without locking anything.
+SELECT n.id, n.uuid,
+       metalloc_node_path(n.uuid, n.extra, n.properties, n.traits)::text[] AS path
+  FROM free_nodes n
+ WHERE n.resource_class = @resource_class::text
+   AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, sqlc.narg(candidates)::uuid[], sqlc.narg(owner)::text)
+   AND metalloc_node_has_traits(n.traits, @traits::text[])
+ ORDER BY n.id;
+
+-- name: NodePaths :many
+-- Every node of @resource_class (NULL: any class) with all of @traits,
+-- with its path and whether it is free (metalloc_node_free), for the tree
+-- `metalloc-manage topology show` prints.
+SELECT n.id,
+       metalloc_node_path(n.uuid, n.extra, n.properties, t.traits)::text[] AS path,
+       metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
+                          n.instance_uuid, n.allocation_id)::boolean AS free
+  FROM nodes n
+ CROSS JOIN LATERAL (SELECT ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = n.id) AS traits) t
+ WHERE (sqlc.narg(resource_class)::text IS NULL OR n.resource_class = sqlc.narg(resource_class)::text)
+   AND metalloc_node_has_traits(t.traits, @traits::text[])
+ ORDER BY n.id;
