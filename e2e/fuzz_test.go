@@ -200,6 +200,8 @@ func (f *fuzzer) next() (*http.Request, string, bool) {
 			{"GET", "/v1/allocations?" + f.query(), ""},
 			{"GET", "/v1/allocations/" + alloc, ""},
 			{"GET", "/v1/conductors?" + f.query(), ""},
+			{"GET", "/v1/topology", ""},
+			{"PUT", "/v1/topology", `{"levels":[{"name":"row","source":"extra.row"},{"name":"rack","source":"trait:CUSTOM_RACK_"}]}`},
 			{"POST", "/v1/nodes", `{"driver":"fake-hardware","name":"fz-` + strconv.Itoa(f.rng.IntN(1e6)) + `","resource_class":"fuzz","properties":{"cpus":4},"extra":{"a":"b"}}`},
 			{"PATCH", "/v1/nodes/" + node, `[{"op":"replace","path":"/extra/k","value":"v"},{"op":"add","path":"/properties/x","value":1}]`},
 			{"PATCH", "/v1/nodes/" + node, `[{"op":"remove","path":"/extra/a"}]`},

@@ -19,37 +19,37 @@ CREATE TABLE topology_levels (
     updated_at timestamptz
 );
 
--- A node's path: one value per level, coarse to fine; '' where the node has
--- no value for a level (it is then in no domain of that level or finer).
--- p_traits are the node's traits (free_nodes.traits).
--- +goose StatementBegin
-CREATE FUNCTION metalloc_node_path(p_uuid uuid, p_extra jsonb, p_properties jsonb, p_traits text[])
-RETURNS text[]
-LANGUAGE sql STABLE PARALLEL SAFE
-BEGIN ATOMIC
-    SELECT ARRAY(
-        SELECT COALESCE(CASE
-                   WHEN l.source LIKE 'extra.%' THEN p_extra ->> substr(l.source, 7)
-                   WHEN l.source LIKE 'properties.%' THEN p_properties ->> substr(l.source, 12)
-                   WHEN l.source LIKE 'trait:%' THEN
-                       (SELECT substr(t.trait, length(l.source) - 5)
-                          FROM unnest(p_traits) t (trait)
-                         WHERE starts_with(t.trait, substr(l.source, 7))
+-- Every node's path: one value per level, coarse to fine; '' where the node
+-- has no value for a level (it is then in no domain of that level or
+-- finer). A view, so that a query reading the paths of some nodes (join on
+-- id) computes only theirs: the levels are read once per query, then each
+-- node's values come from its own row (extra, properties), its traits or
+-- its provider's aggregates.
+CREATE VIEW node_topology_paths AS
+SELECT n.id,
+       ARRAY(SELECT COALESCE(CASE
+                   WHEN s.source LIKE 'extra.%' THEN n.extra ->> substr(s.source, 7)
+                   WHEN s.source LIKE 'properties.%' THEN n.properties ->> substr(s.source, 12)
+                   WHEN s.source LIKE 'trait:%' THEN
+                       (SELECT substr(t.trait, length(s.source) - 5)
+                          FROM node_traits t
+                         WHERE t.node_id = n.id AND starts_with(t.trait, substr(s.source, 7))
                          ORDER BY t.trait COLLATE "C"
                          LIMIT 1)
-                   WHEN l.source = 'aggregate' THEN
+                   WHEN s.source = 'aggregate' THEN
                        (SELECT a.aggregate_uuid::text
                           FROM placement.resource_providers rp
                           JOIN placement.resource_provider_aggregates a ON a.resource_provider_id = rp.id
-                         WHERE rp.uuid = p_uuid
+                         WHERE rp.uuid = n.uuid
                          ORDER BY a.aggregate_uuid
                          LIMIT 1)
                END, '')
-          FROM topology_levels l
-         ORDER BY l.position);
-END;
--- +goose StatementEnd
+          FROM unnest(lv.sources) WITH ORDINALITY s (source, ord)
+         ORDER BY s.ord) AS path
+  FROM nodes n,
+       (SELECT COALESCE(array_agg(l.source ORDER BY l.position), '{}') AS sources
+          FROM topology_levels l) lv;
 
 -- +goose Down
-DROP FUNCTION metalloc_node_path(uuid, jsonb, jsonb, text[]);
+DROP VIEW node_topology_paths;
 DROP TABLE topology_levels;

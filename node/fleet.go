@@ -128,7 +128,7 @@ func buildFleet(rows []FleetNodesRow, now time.Time) *Fleet {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b rackKey) int {
-		return cmp.Or(naturalCompare(a.row, b.row), naturalCompare(a.rack, b.rack))
+		return cmp.Or(NaturalCompare(a.row, b.row), NaturalCompare(a.rack, b.rack))
 	})
 	f.Racks = make([]FleetRack, len(keys))
 	for i, k := range keys {
@@ -182,9 +182,9 @@ func indexSorted(m map[string]int) []string {
 	return out
 }
 
-// naturalCompare orders numbers numerically ("2" before "10"), numbers
+// NaturalCompare orders numbers numerically ("2" before "10"), numbers
 // before other strings, "" last.
-func naturalCompare(a, b string) int {
+func NaturalCompare(a, b string) int {
 	if (a == "") != (b == "") {
 		if a == "" {
 			return 1

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 budget="${1:-10s}"
-for t in ./node:FuzzPatch ./allocation:FuzzCreateBody ./placement:FuzzCandidateQuery ./web:FuzzParseVersion ./auth/policy:FuzzParse; do
+for t in ./node:FuzzPatch ./allocation:FuzzCreateBody ./placement:FuzzCandidateQuery ./web:FuzzParseVersion ./auth/policy:FuzzParse ./topology:FuzzPutBody; do
   pkg="${t%%:*}" target="${t##*:}"
   echo "fuzzing $target in $pkg for $budget"
   go test "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "$budget"

@@ -14,8 +14,8 @@ type Rule string
 
 // The placement rules.
 const (
-	// None: any Count candidates (packed into as few, best-fitting
-	// domains as comes naturally).
+	// None: any Count candidates (in the best-fitting domain of the
+	// finest level that holds them, when one does).
 	None Rule = "none"
 	// Required: all nodes in one domain of the request's level.
 	Required Rule = "required"
@@ -99,10 +99,12 @@ func (e *NoFit) Error() string { return e.Message }
 //     fewest of its domains (largest first); then one plan over the whole
 //     fleet (largest domains first, nodes without a path last).
 //   - None: one plan over every candidate, ordered so that the first
-//     Count fill the best-fitting domain at each level down.
+//     Count fill the best-fitting domain of the finest level where one
+//     holds them (else the roomiest domains first).
 //
 // Inside a plan, nodes are ordered the same way at the finer levels. rng
-// nil breaks ties by domain name. Choose does not modify cands.
+// nil breaks ties by domain name; a *rand.Rand is not safe for concurrent
+// use, so give each goroutine its own. Choose does not modify cands.
 func Choose(levels []Level, cands []Candidate, req Request, rng *rand.Rand) ([]Plan, *NoFit) {
 	c := chooser{levels: len(levels), rng: rng}
 	rule := req.Rule
@@ -130,7 +132,7 @@ func Choose(levels []Level, cands []Candidate, req Request, rng *rand.Rand) ([]P
 		if len(cands) < req.Count {
 			return nil, c.tooFew(rule, lvl, cands, req)
 		}
-		return []Plan{{Nodes: c.order(cands, 0, req.Count), Spare: len(cands) - req.Count}}, nil
+		return []Plan{{Nodes: c.packed(cands, req.Count), Spare: len(cands) - req.Count}}, nil
 	}
 	return nil, &NoFit{Rule: rule, Count: req.Count, Free: len(cands),
 		Message: fmt.Sprintf("invalid placement rule %q", rule)}
@@ -167,12 +169,13 @@ func under(c Candidate, prefix []string) bool {
 // group splits cands into the domains of level l, in name order, and the
 // candidates without a value at some level up to l.
 func group(cands []Candidate, l int) (doms []*domain, rest []Candidate) {
-	byKey := map[string]*domain{}
+	byKey := map[[MaxLevels]string]*domain{}
+	n := min(l+1, MaxLevels) // levels are validated: at most MaxLevels
 	for _, c := range cands {
-		path := make([]string, l+1)
+		var key [MaxLevels]string
 		ok := true
-		for i := range path {
-			if path[i] = value(c, i); path[i] == "" {
+		for i := range n {
+			if key[i] = value(c, i); key[i] == "" {
 				ok = false
 				break
 			}
@@ -181,11 +184,10 @@ func group(cands []Candidate, l int) (doms []*domain, rest []Candidate) {
 			rest = append(rest, c)
 			continue
 		}
-		k := strings.Join(path, "\x00")
-		d := byKey[k]
+		d := byKey[key]
 		if d == nil {
-			d = &domain{path: path}
-			byKey[k] = d
+			d = &domain{path: slices.Clone(key[:n])}
+			byKey[key] = d
 			doms = append(doms, d)
 		}
 		d.nodes = append(d.nodes, c)
@@ -239,6 +241,38 @@ func (c chooser) order(nodes []Candidate, from, count int) []Candidate {
 	}
 	slices.SortFunc(rest, func(a, b Candidate) int { return cmp.Compare(a.ID, b.ID) })
 	return append(out, rest...)
+}
+
+// packed orders cands for the rule None: the best-fitting domain of the
+// finest level where one holds count first, then the others as order
+// puts them.
+func (c chooser) packed(cands []Candidate, count int) []Candidate {
+	for l := c.levels - 1; l >= 0; l-- {
+		doms, _ := group(cands, l)
+		var fit []*domain
+		for _, d := range doms {
+			if len(d.nodes) >= count {
+				fit = append(fit, d)
+			}
+		}
+		if len(fit) == 0 {
+			continue
+		}
+		sortRandom(c.rng, fit, func(a, b *domain) int { return cmp.Compare(len(a.nodes), len(b.nodes)) })
+		best := fit[0]
+		in := make(map[int64]bool, len(best.nodes))
+		for _, n := range best.nodes {
+			in[n.ID] = true
+		}
+		rest := make([]Candidate, 0, len(cands)-len(best.nodes))
+		for _, n := range cands {
+			if !in[n.ID] {
+				rest = append(rest, n)
+			}
+		}
+		return append(c.order(best.nodes, l+1, count), c.order(rest, 0, len(rest))...)
+	}
+	return c.order(cands, 0, count)
 }
 
 // groupAt splits nodes by their value at level l alone (they share the
@@ -347,7 +381,7 @@ func (c chooser) preferred(lvl string, cands []Candidate, req Request) ([]Plan, 
 			if len(p.nodes) < req.Count {
 				continue
 			}
-			subs, _ := groupAt(p.nodes, req.Level)
+			subs, loose := groupAt(p.nodes, req.Level)
 			sortRandom(c.rng, subs, preferFirst)
 			k, sum, fitsOne := 0, 0, false
 			for _, d := range subs {
@@ -360,8 +394,10 @@ func (c chooser) preferred(lvl string, cands []Candidate, req Request) ([]Plan, 
 			if fitsOne || sum < req.Count {
 				continue
 			}
+			// The parent's nodes without a value at the level last.
+			slices.SortFunc(loose, func(a, b Candidate) int { return cmp.Compare(a.ID, b.ID) })
 			spans = append(spans, span{
-				plan: Plan{Domain: p.path, Nodes: c.concat(subs, req.Count), Spare: len(p.nodes) - req.Count},
+				plan: Plan{Domain: p.path, Nodes: append(c.concat(subs, req.Count), loose...), Spare: len(p.nodes) - req.Count},
 				k:    k, pref: prefer(p.path),
 			})
 		}

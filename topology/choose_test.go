@@ -68,11 +68,12 @@ func TestChooseRequired(t *testing.T) {
 	if got, want := domains(plans), []string{"2:0", "1:10"}; !slices.Equal(got, want) {
 		t.Fatalf("row plans %v, want %v", got, want)
 	}
-	// Inside the row, the best-fitting rack's nodes come first.
+	// Inside the row, no rack holds 7: the largest rack's nodes first.
 	plans, _ = Choose(rowRack, cands, Request{Count: 7, Rule: Required, Level: 0}, nil)
-	if got := plans[0].Nodes[0].Path; DomainName(plans[0].Domain) != "2" || got[1] != "" && len(plans[0].Nodes) != 14 {
-		t.Fatalf("first plan %v first node %v", plans[0].Domain, got)
+	if p := plans[0]; DomainName(p.Domain) != "2" || DomainName(p.Nodes[0].Path) != "2/01" {
+		t.Fatalf("first plan %v starts with %v, want row 2 from rack 2/01", p.Domain, p.Nodes[0].Path)
 	}
+	// A rack holds 8: the best-fitting one first.
 	plans, _ = Choose(rowRack, cands, Request{Count: 8, Rule: Required, Level: 0}, nil)
 	if p := plans[1]; DomainName(p.Domain) != "1" || DomainName(p.Nodes[0].Path) != "1/03" {
 		t.Fatalf("row 1 plan starts with %v, want rack 1/03 (best fit for 8)", p.Nodes[0].Path)
@@ -182,10 +183,14 @@ func TestChooseNone(t *testing.T) {
 	if nf != nil || len(plans) != 1 || plans[0].Spare != 11 || len(plans[0].Nodes) != 14 {
 		t.Fatalf("plans %v, %v", plans, nf)
 	}
-	// Best fit row (2 holds 4 >= 3 and is smaller than row 1), then inside
-	// it its rack.
-	if got := DomainName(plans[0].Nodes[0].Path); got != "2/01" {
-		t.Fatalf("first node in %s, want 2/01", got)
+	// The best-fitting rack (1/02 holds exactly 3) first.
+	if got := DomainName(plans[0].Nodes[0].Path); got != "1/02" {
+		t.Fatalf("first node in %s, want 1/02", got)
+	}
+	// No rack holds 7: the best-fitting row (row 1, 8 nodes) first.
+	plans, _ = Choose(rowRack, cands, Request{Count: 7}, nil)
+	if got := plans[0].Nodes[0].Path[0]; got != "1" {
+		t.Fatalf("first node in row %s, want 1", got)
 	}
 	// No topology at all: id order.
 	plans, _ = Choose(nil, cands, Request{Count: 3, Rule: None}, nil)

@@ -28,7 +28,7 @@ const MaxLevels = 8
 
 var (
 	nameRE   = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,62}$`)
-	prefixRE = regexp.MustCompile(`^[^\s]+$`)
+	prefixRE = regexp.MustCompile(`^[A-Z0-9_]+$`) // what trait names are made of
 )
 
 // Validate checks l's name and source, with an error that says what a
@@ -50,7 +50,7 @@ func (l Level) Validate() error {
 		}
 	case strings.HasPrefix(src, "trait:"):
 		if !prefixRE.MatchString(src[len("trait:"):]) {
-			return fmt.Errorf("invalid source %q of topology level %s: trait:PREFIX needs a prefix without spaces", src, l.Name)
+			return fmt.Errorf("invalid source %q of topology level %s: trait:PREFIX needs a prefix of capital letters, digits and _", src, l.Name)
 		}
 	default:
 		return fmt.Errorf("invalid source %q of topology level %s: want extra.KEY, properties.KEY, trait:PREFIX or aggregate", src, l.Name)
@@ -60,6 +60,16 @@ func (l Level) Validate() error {
 
 // String is the level as ParseLevel reads it: NAME=SOURCE.
 func (l Level) String() string { return l.Name + "=" + l.Source }
+
+// FormatLevels writes levels as ParseLevels reads them, space-separated:
+// "row=extra.row rack=extra.rack".
+func FormatLevels(levels []Level) string {
+	names := make([]string, len(levels))
+	for i, l := range levels {
+		names[i] = l.String()
+	}
+	return strings.Join(names, " ")
+}
 
 // ParseLevel reads one level written NAME=SOURCE ("rack=extra.rack",
 // "rack=trait:CUSTOM_RACK_") and validates it.

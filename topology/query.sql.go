@@ -21,9 +21,8 @@ func (q *Queries) DeleteLevels(ctx context.Context) error {
 }
 
 const freeCandidates = `-- name: FreeCandidates :many
-SELECT n.id, n.uuid,
-       metalloc_node_path(n.uuid, n.extra, n.properties, n.traits)::text[] AS path
-  FROM free_nodes n
+SELECT n.id, n.uuid, p.path::text[] AS path
+  FROM free_nodes n JOIN node_topology_paths p ON p.id = n.id
  WHERE n.resource_class = $1::text
    AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, $2::uuid[], $3::text)
    AND metalloc_node_has_traits(n.traits, $4::text[])
@@ -45,7 +44,8 @@ type FreeCandidatesRow struct {
 
 // The free nodes a group may take, with their topology paths: the same
 // predicates as metalloc_pick (free_nodes, metalloc_node_in_scope,
-// metalloc_node_has_traits), in id order, without locking anything.
+// metalloc_node_has_traits), in id order, without locking anything. Run
+// with jit off (see FreeCandidates).
 func (q *Queries) FreeCandidates(ctx context.Context, arg FreeCandidatesParams) ([]FreeCandidatesRow, error) {
 	rows, err := q.db.Query(ctx, freeCandidates,
 		arg.ResourceClass,
@@ -85,6 +85,18 @@ type InsertLevelsParams struct {
 // Inserts the levels in order, position 0 first.
 func (q *Queries) InsertLevels(ctx context.Context, arg InsertLevelsParams) error {
 	_, err := q.db.Exec(ctx, insertLevels, arg.Sources, arg.Names)
+	return err
+}
+
+const jITOff = `-- name: JITOff :exec
+SET LOCAL jit = off
+`
+
+// FreeCandidates' statement: the planner's estimate for the paths' per-row
+// subqueries passes jit_above_cost at a few thousand nodes, and compiling
+// costs more than running it (as for metalloc_pick).
+func (q *Queries) JITOff(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, jITOff)
 	return err
 }
 
@@ -131,14 +143,12 @@ func (q *Queries) LockLevels(ctx context.Context) error {
 }
 
 const nodePaths = `-- name: NodePaths :many
-SELECT n.id,
-       metalloc_node_path(n.uuid, n.extra, n.properties, t.traits)::text[] AS path,
+SELECT n.id, p.path::text[] AS path,
        metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
                           n.instance_uuid, n.allocation_id)::boolean AS free
-  FROM nodes n
- CROSS JOIN LATERAL (SELECT ARRAY(SELECT nt.trait FROM node_traits nt WHERE nt.node_id = n.id) AS traits) t
+  FROM nodes n JOIN node_topology_paths p ON p.id = n.id
  WHERE ($1::text IS NULL OR n.resource_class = $1::text)
-   AND metalloc_node_has_traits(t.traits, $2::text[])
+   AND metalloc_node_has_traits(ARRAY(SELECT t.trait FROM node_traits t WHERE t.node_id = n.id), $2::text[])
  ORDER BY n.id
 `
 

@@ -30,6 +30,7 @@ import (
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/port"
+	"github.com/metalloc/metalloc/topology"
 	"github.com/metalloc/metalloc/ui"
 	"github.com/metalloc/metalloc/web"
 )
@@ -64,7 +65,7 @@ func run(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	rules, err := cli.Rules(cfg.API.Access, policy.IronicDefaults(), true)
+	rules, err := cli.Rules(cfg.API.Access, accessDefaults(), true)
 	if err != nil {
 		return err
 	}
@@ -112,13 +113,20 @@ func run(cmd *cobra.Command, _ []string) error {
 	return nil
 }
 
+// accessDefaults are metalloc-api's default access rules: Ironic's, and
+// those of metalloc's own routes (the topology's).
+func accessDefaults() []policy.Default {
+	return append(policy.IronicDefaults(), topology.PolicyDefaults()...)
+}
+
 // newAPI builds the API's HTTP handler: Ironic's error body and version
 // negotiation, /metrics (Go runtime, process, the database pool and
 // metalloc_db_up, HTTP requests, allocations created, the allocating queue,
 // conductor liveness), request ids and access log, the request
 // timeout and body limit, authentication by authn (/, /v1 and /metrics
 // are public), and the node, port, port group, allocation and conductor
-// routes checked against rules, and the operator page at /ui/ (package ui;
+// routes checked against rules, the topology routes (package topology), and
+// the operator page at /ui/ (package ui;
 // its fleet summary is node's GET /v1/ui/fleet).
 func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rules auth.Rules, hub *allocation.Hub, log *zap.Logger) (*echo.Echo, error) {
 	e := echo.New()
@@ -188,6 +196,7 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
 		HeartbeatTimeout: cfg.Conductor.HeartbeatTimeout,
 	}).Register(v1)
+	topology.NewHandler(pool, topology.HandlerOptions{Rules: rules}).Register(v1)
 	ui.Register(e) // the operator page at /ui/, behind the same authentication
 
 	return e, nil

@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/auth"
-	"github.com/metalloc/metalloc/auth/policy"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db/dbtest"
@@ -77,7 +76,7 @@ type route struct {
 // projects are 404; ports and port groups follow their node (created, changed and deleted
 // by system admins and the owner's admins or managers); allocations are
 // their owner's; conductors are for
-// system readers; /, /v1 and /metrics need no token. Every registered route
+// system readers, as is the topology (replaced by system admins); /, /v1 and /metrics need no token. Every registered route
 // must have a row.
 func TestRouteRoleTable(t *testing.T) {
 	t.Parallel()
@@ -180,6 +179,11 @@ func TestRouteRoleTable(t *testing.T) {
 		{"GET", "/v1/conductors", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
 		{"GET", "/v1/conductors/conductor-1", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
 
+		// The topology (metalloc's): read by system readers, replaced by
+		// system admins.
+		{"GET", "/v1/topology", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+		{"PUT", "/v1/topology", `{"levels":[{"name":"rack","source":"extra.rack"}]}`, [6]int{ok, forbidden, forbidden, forbidden, forbidden, unauth}},
+
 		// The operator page: its files for whoever is authenticated, its
 		// fleet summary scoped as the node list.
 		{"GET", "/ui", "", [6]int{ok, ok, ok, ok, ok, unauth}},
@@ -197,6 +201,10 @@ func TestRouteRoleTable(t *testing.T) {
 		for _, path := range []string{"/v1/conductors", "/v1/conductors/conductor-1"} {
 			table = append(table, route{m, path, "", [6]int{405, 405, 405, 405, 405, unauth}})
 		}
+	}
+
+	for _, m := range []string{"POST", "PATCH", "DELETE"} {
+		table = append(table, route{m, "/v1/topology", "", [6]int{405, 405, 405, 405, 405, unauth}})
 	}
 
 	// Every registered route has a row.
@@ -266,7 +274,7 @@ func keystoneDefaults(t *testing.T) (config.Config, auth.Rules) {
 	cfg, err := config.Load("", nil)
 	require.NoError(t, err)
 	cfg.API.AuthStrategy = auth.StrategyKeystone
-	rules, err := cli.Rules(cfg.API.Access, policy.IronicDefaults(), true)
+	rules, err := cli.Rules(cfg.API.Access, accessDefaults(), true)
 	require.NoError(t, err)
 	return cfg, rules
 }

@@ -28,7 +28,7 @@ func main() {
 	root.PersistentFlags().String("config", "", "YAML config file (see configs/metalloc.yaml)")
 	root.PersistentFlags().String("database.url", "", "PostgreSQL URL (default $DATABASE_URL)")
 	root.AddCommand(dbCmd(), devCmd(), nodeCmd(), benchCmd(), statusCmd(), soakCmd(), allocationCmd(),
-		allocationGroupCmd())
+		allocationGroupCmd(), topologyCmd())
 	if err := root.Execute(); err != nil {
 		var code exitCode
 		if errors.As(err, &code) {

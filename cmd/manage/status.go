@@ -15,7 +15,6 @@ import (
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor"
 	"github.com/metalloc/metalloc/config"
-	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/placement/client"
 )
@@ -76,24 +75,13 @@ func onlineDataMigrationsCmd() *cobra.Command {
 // withPlacement loads the configuration, opens the database and a Placement
 // client, and runs fn.
 func withPlacement(cmd *cobra.Command, fn func(context.Context, config.Config, *pgxpool.Pool, *client.Client, *zap.Logger) error) error {
-	cfg, log, err := load(cmd)
-	if err != nil {
-		return err
-	}
-	if err := cfg.RequireDatabase(); err != nil {
-		return err
-	}
-	ctx := cmd.Context()
-	pool, err := db.Open(ctx, cfg.Database.URL, db.PoolOptions{ApplicationName: "metalloc-manage"})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	pc, err := cli.PlacementClient(cfg, log)
-	if err != nil {
-		return err
-	}
-	return fn(ctx, cfg, pool, pc, log)
+	return withDB(cmd, func(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log *zap.Logger) error {
+		pc, err := cli.PlacementClient(cfg, log)
+		if err != nil {
+			return err
+		}
+		return fn(ctx, cfg, pool, pc, log)
+	})
 }
 
 // upgradeCheck runs the upgrade checks, prints their table to w and returns

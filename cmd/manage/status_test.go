@@ -53,7 +53,7 @@ func runManage(t *testing.T, yaml string, args ...string) (string, int) {
 	root := &cobra.Command{Use: "metalloc-manage", SilenceUsage: true, SilenceErrors: true}
 	root.PersistentFlags().String("config", "", "")
 	root.PersistentFlags().String("database.url", "", "")
-	root.AddCommand(dbCmd(), statusCmd())
+	root.AddCommand(dbCmd(), statusCmd(), topologyCmd())
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetArgs(append(args, "--config", path))
