@@ -213,6 +213,12 @@ func Broken(t testing.TB, pool *pgxpool.Pool) []string {
 			 WHERE n.allocation_id IS NOT NULL AND (a.state IS DISTINCT FROM 'active' OR a.node_id IS DISTINCT FROM n.id)`},
 		{"allocations in error or allocating that hold a node", `
 			SELECT count(*) FROM allocations WHERE state <> 'active' AND node_id IS NOT NULL`},
+		{"active allocation groups whose members are not count", `
+			SELECT count(*) FROM allocation_groups g
+			 WHERE g.state = 'active' AND g.count <> (SELECT count(*) FROM allocations a WHERE a.group_id = g.id)`},
+		{"allocation groups in error with members", `
+			SELECT count(*) FROM allocation_groups g
+			 WHERE g.state = 'error' AND EXISTS (SELECT 1 FROM allocations a WHERE a.group_id = g.id)`},
 	}
 	var out []string
 	for _, c := range checks {
