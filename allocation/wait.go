@@ -49,14 +49,21 @@ func LongRequest(r *http.Request) bool {
 // preferWait is the wait the request asks for, capped by MaxWait; ok is
 // false without a Hub (the extension is off) or without the preference.
 func (h *Handler) preferWait(c echo.Context) (time.Duration, bool) {
-	if h.opts.Hub == nil {
+	return PreferredWait(c.Request().Header, h.opts.Hub, h.opts.MaxWait)
+}
+
+// PreferredWait is the wait a request's Prefer: wait asks for, capped by
+// maxWait; ok is false without a hub (the extension is off) or without
+// the preference.
+func PreferredWait(hdr http.Header, hub *Hub, maxWait time.Duration) (time.Duration, bool) {
+	if hub == nil {
 		return 0, false
 	}
-	n, ok := web.PreferWait(c.Request().Header)
+	n, ok := web.PreferWait(hdr)
 	if !ok {
 		return 0, false
 	}
-	return min(time.Duration(n)*time.Second, h.opts.MaxWait), true
+	return min(time.Duration(n)*time.Second, maxWait), true
 }
 
 // applied says the wait was honoured, with the seconds actually applied

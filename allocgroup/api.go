@@ -228,14 +228,19 @@ func (h *Handler) create(c echo.Context) error {
 
 // preferWait is the wait asked for, capped by MaxWait; false without a Hub.
 func (h *Handler) preferWait(c echo.Context) (time.Duration, bool) {
-	if h.opts.Hub == nil {
-		return 0, false
+	return allocation.PreferredWait(c.Request().Header, h.opts.Hub, h.opts.MaxWait)
+}
+
+// find reads group ident in a write's transaction and checks rule on it
+// for the caller: 404 when unknown or hidden, 403 when rule forbids.
+func (h *Handler) find(c echo.Context, q *Queries, ident, rule string) (View, error) {
+	v, err := get(c.Request().Context(), q, ident)
+	if errors.Is(err, ErrNotFound) {
+		return v, notFound(ident)
+	} else if err != nil {
+		return v, err
 	}
-	n, ok := web.PreferWait(c.Request().Header)
-	if !ok {
-		return 0, false
-	}
-	return min(time.Duration(n)*time.Second, h.opts.MaxWait), true
+	return v, h.policy.Check(c, v.Owner, rule, notFound(ident))
 }
 
 // read reads group ident for the caller (404 when unknown or hidden), each
@@ -411,13 +416,8 @@ func (h *Handler) patch(c echo.Context) error {
 	var result View
 	err = db.InTx(ctx, h.pool, func(tx pgx.Tx) error {
 		q := New(tx)
-		v, err := get(ctx, q, ident)
-		if errors.Is(err, ErrNotFound) {
-			return notFound(ident)
-		} else if err != nil {
-			return err
-		}
-		if err := h.policy.Check(c, v.Owner, allocation.RuleUpdate, notFound(ident)); err != nil {
+		v, err := h.find(c, q, ident, allocation.RuleUpdate)
+		if err != nil {
 			return err
 		}
 		g, err := q.LockGroup(ctx, v.ID)
@@ -488,13 +488,8 @@ func (h *Handler) delete(c echo.Context) error {
 	ident := c.Param("ident")
 	err := db.InTx(ctx, h.pool, func(tx pgx.Tx) error {
 		q := New(tx)
-		v, err := get(ctx, q, ident)
-		if errors.Is(err, ErrNotFound) {
-			return notFound(ident)
-		} else if err != nil {
-			return err
-		}
-		if err := h.policy.Check(c, v.Owner, allocation.RuleDelete, notFound(ident)); err != nil {
+		v, err := h.find(c, q, ident, allocation.RuleDelete)
+		if err != nil {
 			return err
 		}
 		nodeIDs, err := q.MemberNodes(ctx, &v.ID)
