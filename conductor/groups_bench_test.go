@@ -3,6 +3,7 @@ package conductor
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func BenchmarkGroups(b *testing.B) {
 			rackedFleet(b, pool, 125, 80, "gpu")
 			ctx := context.Background()
 			for i := range 2 {
-				svc, err := NewService(Config{Hostname: fmt.Sprintf("c%d", i), Workers: 8}, pool, zap.NewNop())
+				svc, err := NewService(Config{Hostname: fmt.Sprintf("c%d", i), Workers: 8}, pool, benchLog(b))
 				require.NoError(b, err)
 				runService(b, svc)
 			}
@@ -73,4 +74,18 @@ func BenchmarkGroups(b *testing.B) {
 			b.ReportMetric(lat[min(len(lat)-1, len(lat)*99/100)], "p99-ms")
 		})
 	}
+}
+
+// benchLog is a no-op logger, or with GROUPS_BENCH_LOG=path a debug log
+// written there (to see the rounds each group needed).
+func benchLog(b *testing.B) *zap.Logger {
+	path := os.Getenv("GROUPS_BENCH_LOG")
+	if path == "" {
+		return zap.NewNop()
+	}
+	cfg := zap.NewDevelopmentConfig()
+	cfg.OutputPaths = []string{path}
+	log, err := cfg.Build()
+	require.NoError(b, err)
+	return log
 }
