@@ -193,3 +193,43 @@ func TestGroupGrowAndShrink(t *testing.T) {
 	require.Len(t, v.Members, 6)
 	checkGroups(t, pool)
 }
+
+// TestGroupTakeoverResumeRelease: groups owned by a dead conductor are
+// taken over and placed; a conductor resumes its own unfinished group at
+// start; a clean stop hands an owned allocating group back unowned.
+func TestGroupTakeoverResumeRelease(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	rackedFleet(t, pool, 4, 8, "gpu")
+	dead := dbtest.Conductor(t, pool, "dead", time.Hour, true)
+	crashed := dbtest.Conductor(t, pool, "crashed", time.Hour, true)
+	own := func(u uuid.UUID, c int64) {
+		_, err := pool.Exec(ctx, `UPDATE allocation_groups SET conductor_affinity = $1 WHERE uuid = $2`, c, u)
+		require.NoError(t, err)
+	}
+	// Release (before any conductor runs): a stopping conductor hands
+	// its allocating group back, unowned.
+	id := dbtest.Conductor(t, pool, "stopping", 0, true)
+	rows := NewRows(New(pool), time.Minute)
+	g := addGroup(t, pool, 2, "gpu", allocgroup.RuleNone, "")
+	own(g, id)
+	n, err := rows.Release(ctx, id)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE conductor_affinity = $1`, id))
+	for range 2 {
+		own(addGroup(t, pool, 4, "gpu", allocgroup.RuleRequired, "rack"), dead)
+	}
+	own(addGroup(t, pool, 3, "gpu", allocgroup.RuleRequired, "rack"), crashed)
+	cfg := fastHA
+	cfg.Hostname = "live"
+	start(t, pool, cfg)
+	cfg.Hostname = "crashed"
+	start(t, pool, cfg)
+	dbtest.WaitFor(t, 20*time.Second, "the dead conductor's groups taken over and the crashed one's resumed", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE state = 'active'`) == 4
+	})
+	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE conductor_affinity = $1`, dead))
+	checkGroups(t, pool)
+}
