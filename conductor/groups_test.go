@@ -233,3 +233,19 @@ func TestGroupTakeoverResumeRelease(t *testing.T) {
 	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE conductor_affinity = $1`, dead))
 	checkGroups(t, pool)
 }
+
+// TestGroupsNeedTheDatabaseBackend: a conductor running the placement
+// backend fails a group with a reason, nothing reserved.
+func TestGroupsNeedTheDatabaseBackend(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	rackedFleet(t, pool, 2, 4, "gpu")
+	pc := pbPlacement(t, pool, "gpu")
+	start(t, pool, Config{Hostname: "pb", PollInterval: 100 * time.Millisecond, Backend: BackendPlacement, Placement: pc})
+	addGroup(t, pool, 2, "gpu", allocgroup.RuleRequired, "rack")
+	dbtest.WaitFor(t, 10*time.Second, "the group to fail", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups
+			WHERE state = 'error' AND last_error LIKE '%allocation groups need the database backend%'`) == 1
+	})
+	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocations`))
+}
