@@ -36,6 +36,8 @@ type Reserver struct {
 
 	mu  sync.Mutex
 	rng *rand.Rand
+
+	cache candidateCache
 }
 
 // NewReserver returns a Reserver on pool.
@@ -78,9 +80,11 @@ func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation
 			return allocation.Lost, fmt.Errorf("processing allocation group %s: %w", g.UUID, err)
 		}
 		for _, p := range plans {
-			err = r.reserveOnce(ctx, me, g, p, need)
+			var took []int64
+			took, err = r.reserveOnce(ctx, me, g, p, need)
 			switch {
 			case err == nil:
+				r.cache.taken(g, took)
 				log.Debug("reserved allocation group", zap.Int("attempt", attempt), zap.Strings("domain", p.Domain))
 				return allocation.Reserved, nil
 			case errors.Is(err, errLost):
@@ -96,6 +100,7 @@ func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation
 			}
 			break
 		}
+		r.cache.forget(g) // the next round reads afresh
 		if time.Since(began) >= r.LockedWait {
 			return r.Fail(ctx, me, g, fmt.Sprintf("could not reserve %d free nodes %s in any of %d fitting placements: their nodes stayed locked by concurrent reservations or updates",
 				need, topology.Describe(g.ResourceClass, g.Traits), len(plans)))
@@ -144,26 +149,31 @@ func (r *Reserver) plan(ctx context.Context, g Claimed) (plans []topology.Plan, 
 			req.Prefer = g.Domain
 		}
 	}
-	cands, err := topology.FreeCandidates(ctx, r.pool, topology.Filter{ResourceClass: g.ResourceClass,
-		Traits: g.Traits, CandidateNodes: g.CandidateNodes, Owner: g.Owner})
-	if err != nil {
-		return nil, 0, err
+	for fresh := false; ; fresh = true {
+		cands, cached, err := r.cache.get(ctx, r.pool, g, fresh)
+		if err != nil {
+			return nil, 0, err
+		}
+		r.mu.Lock()
+		plans, nf := topology.Choose(levels, cands, req, r.rng)
+		r.mu.Unlock()
+		switch {
+		case nf == nil:
+			return plans, req.Count, nil
+		case !cached:
+			return nil, 0, noFit(nf.Error())
+		}
+		// Nodes may have been freed since the shared read: decide on a
+		// fresh one.
 	}
-	r.mu.Lock()
-	plans, nf := topology.Choose(levels, cands, req, r.rng)
-	r.mu.Unlock()
-	if nf != nil {
-		return nil, 0, noFit(nf.Error())
-	}
-	return plans, req.Count, nil
 }
 
 // reserveOnce tries plan p in one transaction: lock wanted (the missing
 // count when planned) of its nodes that are still free (SKIP LOCKED, in plan order; fewer:
 // errShort), then the group itself with the compare-and-set guard (not
 // ours any more: errLost), insert the members holding their nodes, and
-// activate the group.
-func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topology.Plan, wanted int) error {
+// activate the group. It returns the nodes the members took.
+func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topology.Plan, wanted int) (took []int64, err error) {
 	ids := make([]int64, len(p.Nodes))
 	for i, n := range p.Nodes {
 		ids[i] = n.ID
@@ -176,9 +186,10 @@ func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topol
 	if len(cands) == 0 {
 		cands = nil
 	}
-	return db.InTx(ctx, r.pool, func(tx pgx.Tx) error {
+	err = db.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 		q := New(tx)
 		var locked []int64
+		took = nil
 		if wanted > 0 {
 			nodes, err := q.LockPlanNodes(ctx, LockPlanNodesParams{Nodes: ids, ResourceClass: g.ResourceClass,
 				Candidates: cands, Owner: g.Owner, Traits: traits, Wanted: int32(wanted)})
@@ -210,9 +221,11 @@ func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topol
 			if int(held) != need {
 				return fmt.Errorf("held %d nodes for %d members", held, need)
 			}
+			took = locked[:need]
 		}
 		return q.ActivateGroup(ctx, ActivateGroupParams{ID: g.ID, First: row.Members == 0, Domain: p.Domain})
 	})
+	return took, err
 }
 
 // Fail moves g to error with last_error "Failed to process allocation
