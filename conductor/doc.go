@@ -155,10 +155,13 @@
 // each in one transaction: lock the missing nodes FOR UPDATE SKIP LOCKED,
 // then the group guarded by conductor_affinity = me AND state =
 // 'allocating', insert the members already active holding their nodes,
-// activate the group. A group never has part of its members: it is active
-// with count members, or in error with none. While allocating it can be
-// grown (PATCH count); a failed grow returns it to active with count = its
-// members. The placement backend fails groups for now
+// activate the group. The workers of one conductor share a read of the
+// free candidates for up to 500 ms (a hint: the lock re-checks every node,
+// a round whose plans all fell short reads afresh, and "nothing fits" is
+// only concluded on a fresh read). A group never has part of its
+// members: it is active with count members, or in error with none. An
+// active group can be grown (PATCH count: back to allocating, unowned); a
+// failed grow returns it to active with count = its members. The placement backend fails groups for now
 // (allocgroup.ErrNeedsDatabaseBackend).
 //
 // # Lock order
