@@ -249,3 +249,26 @@ func TestGroupsNeedTheDatabaseBackend(t *testing.T) {
 	})
 	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocations`))
 }
+
+// TestGroupFreedNodesAreSeen: nodes freed right after a reservation (the
+// shared candidate read still shows them taken) serve the next group: "no
+// fit" is only concluded on a fresh read.
+func TestGroupFreedNodesAreSeen(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	rackedFleet(t, pool, 1, 4, "gpu")
+	start(t, pool, Config{Hostname: "c0", PollInterval: 50 * time.Millisecond})
+	for round := range 3 {
+		addGroup(t, pool, 4, "gpu", allocgroup.RuleRequired, "rack")
+		dbtest.WaitFor(t, 10*time.Second, "the group to finish", func() bool {
+			return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE state <> 'allocating'`) == 1
+		})
+		require.Equal(t, 1, dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE state = 'active'`),
+			"round %d", round)
+		// Release every member at once: the last one takes the group.
+		_, err := pool.Exec(ctx, `SELECT metalloc_deallocate(id) FROM allocations`)
+		require.NoError(t, err)
+		require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups`))
+	}
+}
