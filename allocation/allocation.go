@@ -29,17 +29,25 @@ type View struct {
 	Allocation
 	NodeUUID *uuid.UUID
 	Traits   []string
+	// GroupUUID is the allocation group the allocation is a member of
+	// (package allocgroup), nil for a single allocation.
+	GroupUUID *uuid.UUID
 }
 
 // Fields lists every field an allocation document has at the newest
-// microversion (owner needs 1.60), for `fields` validation.
+// microversion (owner needs 1.60), for `fields` validation, and
+// allocation_group_uuid (a metalloc extension, shown only on members of an
+// allocation group).
 var Fields = []string{
 	"uuid", "name", "node_uuid", "state", "last_error", "resource_class", "traits",
 	"candidate_nodes", "extra", "owner", "created_at", "updated_at", "links",
+	"allocation_group_uuid",
 }
 
 // Doc renders v as Ironic's allocation JSON object at microversion ver, with
-// links under base (the public URL).
+// links under base (the public URL), plus allocation_group_uuid when v is a
+// member of an allocation group (a metalloc extension; absent otherwise, so
+// single allocations look exactly like Ironic's).
 func (v View) Doc(base string, ver web.Version) map[string]any {
 	cands := make([]string, 0, len(v.CandidateNodes))
 	for _, u := range v.CandidateNodes {
@@ -75,6 +83,9 @@ func (v View) Doc(base string, ver web.Version) map[string]any {
 	if ver.AtLeast(1, 60) {
 		doc["owner"] = v.Owner
 	}
+	if v.GroupUUID != nil {
+		doc["allocation_group_uuid"] = v.GroupUUID.String()
+	}
 	return doc
 }
 
@@ -106,13 +117,13 @@ func get(ctx context.Context, q *Queries, ident string) (View, error) {
 		if err != nil {
 			return View{}, notFound(err)
 		}
-		return View{r.Allocation, r.NodeUuid, r.Traits}, nil
+		return View{r.Allocation, r.NodeUuid, r.Traits, r.AllocationGroupUuid}, nil
 	}
 	r, err := q.GetAllocationByName(ctx, &ident)
 	if err != nil {
 		return View{}, notFound(err)
 	}
-	return View{r.Allocation, r.NodeUuid, r.Traits}, nil
+	return View{r.Allocation, r.NodeUuid, r.Traits, r.AllocationGroupUuid}, nil
 }
 
 // GetByID returns the allocation with internal id id.
@@ -121,7 +132,7 @@ func (s *Store) GetByID(ctx context.Context, id int64) (View, error) {
 	if err != nil {
 		return View{}, notFound(err)
 	}
-	return View{r.Allocation, r.NodeUuid, r.Traits}, nil
+	return View{r.Allocation, r.NodeUuid, r.Traits, r.AllocationGroupUuid}, nil
 }
 
 func jsonOrEmpty(m map[string]any) json.RawMessage {

@@ -400,6 +400,13 @@ func nodeID(ctx context.Context, q *Queries, ident string) (int64, error) {
 	return id, err
 }
 
+// ResolveCandidates maps candidate node names and uuids to node uuids, in
+// order, without duplicates; any unknown one is a 400 naming all of them
+// (Ironic's check_node_list), as for POST /v1/allocations.
+func (s *Store) ResolveCandidates(ctx context.Context, idents []string) ([]uuid.UUID, error) {
+	return resolveCandidates(ctx, s.q, idents)
+}
+
 // resolveNodes maps candidate node names/uuids to uuids, in order; any
 // unknown ident is a 400 naming all of them (Ironic: check_node_list).
 func resolveCandidates(ctx context.Context, q *Queries, idents []string) ([]uuid.UUID, error) {

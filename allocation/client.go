@@ -76,6 +76,14 @@ func (c *Client) Delete(ctx context.Context, ident string) error {
 	return err
 }
 
+// Do sends one request to metalloc-api: method on path (below the
+// endpoint) with a JSON body (nil: none), Prefer: wait=wait when wait > 0,
+// and returns the JSON answer (nil for an empty one) or a *ClientError
+// (other resources of the same API, such as allocation groups, use it).
+func (c *Client) Do(ctx context.Context, method, path string, body []byte, wait time.Duration) (map[string]any, error) {
+	return c.do(ctx, method, path, body, wait)
+}
+
 func (c *Client) do(ctx context.Context, method, path string, body []byte, wait time.Duration) (map[string]any, error) {
 	timeout := c.RequestTimeout
 	if timeout <= 0 {

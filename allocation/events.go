@@ -28,11 +28,16 @@ func ParseEventID(s string) (int64, bool) {
 	return n, err == nil && n >= 0
 }
 
-// Event kinds.
+// Event kinds. The group_ kinds are an allocation group's (package
+// allocgroup; UUID is the group's, NodeUUID nil); its members have the
+// allocation kinds.
 const (
-	EventCreated = "created"
-	EventUpdated = "updated" // the state changed
-	EventDeleted = "deleted"
+	EventCreated      = "created"
+	EventUpdated      = "updated" // the state changed
+	EventDeleted      = "deleted"
+	EventGroupCreated = "group_created"
+	EventGroupUpdated = "group_updated" // the state changed
+	EventGroupDeleted = "group_deleted"
 )
 
 // Event is one change of an allocation, with the allocation as it was
@@ -137,6 +142,9 @@ func (h *Hub) Run(ctx context.Context) {
 	h.read(ctx)
 	wg.Wait()
 }
+
+// Stopping is closed by Shutdown: waits answer at once.
+func (h *Hub) Stopping() <-chan struct{} { return h.stopping }
 
 // Shutdown ends every wait (answered with the allocation's state now) and
 // every stream (clients reconnect with their Last-Event-ID), so that the

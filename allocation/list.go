@@ -31,7 +31,8 @@ var sortColumns = map[string]string{
 const listColumns = `a.id, a.uuid, a.name, a.node_id, a.state, a.last_error, a.resource_class,
 	a.candidate_nodes, a.extra, a.owner, a.conductor_affinity, a.created_at, a.updated_at,
 	n.uuid, (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-	           FROM allocation_traits t WHERE t.allocation_id = a.id)::text[]`
+	           FROM allocation_traits t WHERE t.allocation_id = a.id)::text[],
+	a.group_id, (SELECT g.uuid FROM allocation_groups g WHERE g.id = a.group_id)`
 
 // List returns one page of allocations matching f in (sortKey, id) order,
 // after the allocation with id markerID when markerID > 0. This is the one
@@ -70,7 +71,7 @@ func (s *Store) List(ctx context.Context, f ListFilter, sortKey string, desc boo
 		var nodeUUID *uuid.UUID
 		err := r.Scan(&v.ID, &v.Uuid, &v.Name, &v.NodeID, &v.State, &v.LastError, &v.ResourceClass,
 			&v.CandidateNodes, &v.Extra, &v.Owner, &v.ConductorAffinity, &v.CreatedAt, &v.UpdatedAt,
-			&nodeUUID, &v.Traits)
+			&nodeUUID, &v.Traits, &v.GroupID, &v.GroupUUID)
 		v.NodeUUID = nodeUUID
 		return v, err
 	})

@@ -24,19 +24,51 @@ const (
 // existence is concealed), one who may see it but not perform rule 403.
 // rule "" checks only visibility.
 func (h *Handler) checkAllocation(c echo.Context, v View, ident, rule string) error {
-	r := h.opts.Rules
+	return Policy{h.opts.Rules}.Check(c, v.Owner, rule, web.NotFound("Allocation %s could not be found.", ident))
+}
+
+// Policy applies the allocation access rules (baremetal:allocation:*) to
+// a resource owned the way an allocation is: allocation groups (package
+// allocgroup) follow the rules of the allocations they are made of.
+type Policy struct{ Rules auth.Rules }
+
+// Rules Policy.Check applies besides visibility (baremetal:allocation:get).
+const (
+	RuleUpdate = ruleUpdate
+	RuleDelete = ruleDelete
+)
+
+// Check applies rule to a resource of owner for the request's caller: a
+// caller who may not baremetal:allocation:get it gets hidden (a 404 that
+// conceals its existence), one who may see it but not perform rule 403.
+// rule "" checks only visibility.
+func (p Policy) Check(c echo.Context, owner *string, rule string, hidden error) error {
+	r := p.Rules
 	if r.Open() {
 		return nil
 	}
 	creds := auth.Caller(c.Request().Context())
-	t := auth.Target(creds, "allocation.owner", deref(v.Owner))
+	t := auth.Target(creds, "allocation.owner", deref(owner))
 	if !r.Allowed(ruleGet, t, creds) {
-		return web.NotFound("Allocation %s could not be found.", ident)
+		return hidden
 	}
 	if rule != "" && !r.Allowed(rule, t, creds) {
 		return node.Forbidden(rule)
 	}
 	return nil
+}
+
+// AuthorizeCreate decides who may create a resource asked for *owner and
+// whose it is, as POST /v1/allocations does (see authorizeCreate); it may
+// set *owner to the caller's project.
+func (p Policy) AuthorizeCreate(c echo.Context, owner **string) error {
+	return authorizeCreate(c, p.Rules, owner)
+}
+
+// ListScope is the owner a list must be limited to for the caller (nil:
+// all), as GET /v1/allocations; owner is the owner asked for.
+func (p Policy) ListScope(c echo.Context, owner *string) (*string, error) {
+	return node.ListScope(c, p.Rules, "allocation", owner)
 }
 
 // checkAllocationRule checks rule alone on v, without hiding it first:
@@ -80,13 +112,16 @@ func (h *Handler) checkNodeVisible(c echo.Context, q *Queries, nodeID int64, ide
 // owner only with create_restricted. The owner scopes the node search to
 // nodes it owns or leases.
 func (h *Handler) authorizeCreate(c echo.Context, req *createRequest) error {
-	r := h.opts.Rules
+	return authorizeCreate(c, h.opts.Rules, &req.Owner)
+}
+
+func authorizeCreate(c echo.Context, r auth.Rules, reqOwner **string) error {
 	if r.Open() {
 		return nil
 	}
 	creds := auth.Caller(c.Request().Context())
 	t := auth.Target(creds)
-	owner, project := deref(req.Owner), creds.ProjectID
+	owner, project := deref(*reqOwner), creds.ProjectID
 	ok := r.Allowed(ruleCreate, t, creds)
 	if ok && !r.EnforceNewDefaults && owner == "" {
 		ok = r.Allowed(ruleCreatePreRBAC, t, creds)
@@ -101,11 +136,11 @@ func (h *Handler) authorizeCreate(c echo.Context, req *createRequest) error {
 		if !r.Allowed(ruleCreateRestricted, t, creds) {
 			return node.Forbidden(ruleCreateRestricted)
 		}
-		req.Owner = nonEmpty(project)
+		*reqOwner = nonEmpty(project)
 	}
 	if r.EnforceNewDefaults && !creds.System() {
-		if owner = deref(req.Owner); owner == "" {
-			req.Owner = nonEmpty(project)
+		if owner = deref(*reqOwner); owner == "" {
+			*reqOwner = nonEmpty(project)
 		} else if owner != project && !r.Allowed(ruleCreateRestricted, t, creds) {
 			return web.Errorf(403, "Cannot create allocation with an owner Project ID value %s not matching the requestor Project ID %s. Policy %s is required for this capability.",
 				owner, project, ruleCreateRestricted)

@@ -186,12 +186,12 @@ const createAllocation = `-- name: CreateAllocation :one
 WITH a AS (
     INSERT INTO allocations (uuid, name, resource_class, candidate_nodes, extra, owner, state, node_id)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-    RETURNING id, uuid, name, node_id, state, last_error, resource_class, candidate_nodes, extra, owner, conductor_affinity, created_at, updated_at
+    RETURNING id, uuid, name, node_id, state, last_error, resource_class, candidate_nodes, extra, owner, conductor_affinity, created_at, updated_at, group_id
 ), t AS (
     INSERT INTO allocation_traits (allocation_id, trait)
     SELECT a.id, unnest($9::text[]) FROM a
 )
-SELECT id, uuid, name, node_id, state, last_error, resource_class, candidate_nodes, extra, owner, conductor_affinity, created_at, updated_at FROM a
+SELECT id, uuid, name, node_id, state, last_error, resource_class, candidate_nodes, extra, owner, conductor_affinity, created_at, updated_at, group_id FROM a
 `
 
 type CreateAllocationParams struct {
@@ -220,6 +220,7 @@ type CreateAllocationRow struct {
 	ConductorAffinity *int64
 	CreatedAt         time.Time
 	UpdatedAt         *time.Time
+	GroupID           *int64
 }
 
 // Inserts the row and its traits in one statement. A new row is allocating
@@ -252,6 +253,7 @@ func (q *Queries) CreateAllocation(ctx context.Context, arg CreateAllocationPara
 		&i.ConductorAffinity,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.GroupID,
 	)
 	return i, err
 }
@@ -485,17 +487,20 @@ func (q *Queries) ForgetPlacementClaim(ctx context.Context, arg ForgetPlacementC
 }
 
 const getAllocation = `-- name: GetAllocation :one
-SELECT a.id, a.uuid, a.name, a.node_id, a.state, a.last_error, a.resource_class, a.candidate_nodes, a.extra, a.owner, a.conductor_affinity, a.created_at, a.updated_at, n.uuid AS node_uuid,
+SELECT a.id, a.uuid, a.name, a.node_id, a.state, a.last_error, a.resource_class, a.candidate_nodes, a.extra, a.owner, a.conductor_affinity, a.created_at, a.updated_at, a.group_id, n.uuid AS node_uuid,
        (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
+          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits,
+       g.uuid AS allocation_group_uuid
   FROM allocations a LEFT JOIN nodes n ON n.id = a.node_id
+  LEFT JOIN allocation_groups g ON g.id = a.group_id
  WHERE a.id = $1
 `
 
 type GetAllocationRow struct {
-	Allocation Allocation
-	NodeUuid   *uuid.UUID
-	Traits     []string
+	Allocation          Allocation
+	NodeUuid            *uuid.UUID
+	Traits              []string
+	AllocationGroupUuid *uuid.UUID
 }
 
 func (q *Queries) GetAllocation(ctx context.Context, id int64) (GetAllocationRow, error) {
@@ -515,24 +520,29 @@ func (q *Queries) GetAllocation(ctx context.Context, id int64) (GetAllocationRow
 		&i.Allocation.ConductorAffinity,
 		&i.Allocation.CreatedAt,
 		&i.Allocation.UpdatedAt,
+		&i.Allocation.GroupID,
 		&i.NodeUuid,
 		&i.Traits,
+		&i.AllocationGroupUuid,
 	)
 	return i, err
 }
 
 const getAllocationByName = `-- name: GetAllocationByName :one
-SELECT a.id, a.uuid, a.name, a.node_id, a.state, a.last_error, a.resource_class, a.candidate_nodes, a.extra, a.owner, a.conductor_affinity, a.created_at, a.updated_at, n.uuid AS node_uuid,
+SELECT a.id, a.uuid, a.name, a.node_id, a.state, a.last_error, a.resource_class, a.candidate_nodes, a.extra, a.owner, a.conductor_affinity, a.created_at, a.updated_at, a.group_id, n.uuid AS node_uuid,
        (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
+          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits,
+       g.uuid AS allocation_group_uuid
   FROM allocations a LEFT JOIN nodes n ON n.id = a.node_id
+  LEFT JOIN allocation_groups g ON g.id = a.group_id
  WHERE a.name = $1
 `
 
 type GetAllocationByNameRow struct {
-	Allocation Allocation
-	NodeUuid   *uuid.UUID
-	Traits     []string
+	Allocation          Allocation
+	NodeUuid            *uuid.UUID
+	Traits              []string
+	AllocationGroupUuid *uuid.UUID
 }
 
 func (q *Queries) GetAllocationByName(ctx context.Context, name *string) (GetAllocationByNameRow, error) {
@@ -552,24 +562,29 @@ func (q *Queries) GetAllocationByName(ctx context.Context, name *string) (GetAll
 		&i.Allocation.ConductorAffinity,
 		&i.Allocation.CreatedAt,
 		&i.Allocation.UpdatedAt,
+		&i.Allocation.GroupID,
 		&i.NodeUuid,
 		&i.Traits,
+		&i.AllocationGroupUuid,
 	)
 	return i, err
 }
 
 const getAllocationByUUID = `-- name: GetAllocationByUUID :one
-SELECT a.id, a.uuid, a.name, a.node_id, a.state, a.last_error, a.resource_class, a.candidate_nodes, a.extra, a.owner, a.conductor_affinity, a.created_at, a.updated_at, n.uuid AS node_uuid,
+SELECT a.id, a.uuid, a.name, a.node_id, a.state, a.last_error, a.resource_class, a.candidate_nodes, a.extra, a.owner, a.conductor_affinity, a.created_at, a.updated_at, a.group_id, n.uuid AS node_uuid,
        (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
+          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits,
+       g.uuid AS allocation_group_uuid
   FROM allocations a LEFT JOIN nodes n ON n.id = a.node_id
+  LEFT JOIN allocation_groups g ON g.id = a.group_id
  WHERE a.uuid = $1
 `
 
 type GetAllocationByUUIDRow struct {
-	Allocation Allocation
-	NodeUuid   *uuid.UUID
-	Traits     []string
+	Allocation          Allocation
+	NodeUuid            *uuid.UUID
+	Traits              []string
+	AllocationGroupUuid *uuid.UUID
 }
 
 func (q *Queries) GetAllocationByUUID(ctx context.Context, argUuid uuid.UUID) (GetAllocationByUUIDRow, error) {
@@ -589,8 +604,10 @@ func (q *Queries) GetAllocationByUUID(ctx context.Context, argUuid uuid.UUID) (G
 		&i.Allocation.ConductorAffinity,
 		&i.Allocation.CreatedAt,
 		&i.Allocation.UpdatedAt,
+		&i.Allocation.GroupID,
 		&i.NodeUuid,
 		&i.Traits,
+		&i.AllocationGroupUuid,
 	)
 	return i, err
 }
@@ -655,7 +672,7 @@ func (q *Queries) InstancesInUse(ctx context.Context, uuids []uuid.UUID) ([]uuid
 }
 
 const lockAllocation = `-- name: LockAllocation :one
-SELECT id, uuid, name, node_id, state, last_error, resource_class, candidate_nodes, extra, owner, conductor_affinity, created_at, updated_at FROM allocations WHERE id = $1 FOR UPDATE
+SELECT id, uuid, name, node_id, state, last_error, resource_class, candidate_nodes, extra, owner, conductor_affinity, created_at, updated_at, group_id FROM allocations WHERE id = $1 FOR UPDATE
 `
 
 func (q *Queries) LockAllocation(ctx context.Context, id int64) (Allocation, error) {
@@ -675,6 +692,7 @@ func (q *Queries) LockAllocation(ctx context.Context, id int64) (Allocation, err
 		&i.ConductorAffinity,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.GroupID,
 	)
 	return i, err
 }

@@ -25,4 +25,5 @@ type Allocation struct {
 	ConductorAffinity *int64
 	CreatedAt         time.Time
 	UpdatedAt         *time.Time
+	GroupID           *int64
 }

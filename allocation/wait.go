@@ -49,19 +49,33 @@ func LongRequest(r *http.Request) bool {
 // preferWait is the wait the request asks for, capped by MaxWait; ok is
 // false without a Hub (the extension is off) or without the preference.
 func (h *Handler) preferWait(c echo.Context) (time.Duration, bool) {
-	if h.opts.Hub == nil {
+	return PreferredWait(c.Request().Header, h.opts.Hub, h.opts.MaxWait)
+}
+
+// PreferredWait is the wait a request's Prefer: wait asks for, capped by
+// maxWait; ok is false without a hub (the extension is off) or without
+// the preference.
+func PreferredWait(hdr http.Header, hub *Hub, maxWait time.Duration) (time.Duration, bool) {
+	if hub == nil {
 		return 0, false
 	}
-	n, ok := web.PreferWait(c.Request().Header)
+	n, ok := web.PreferWait(hdr)
 	if !ok {
 		return 0, false
 	}
-	return min(time.Duration(n)*time.Second, h.opts.MaxWait), true
+	return min(time.Duration(n)*time.Second, maxWait), true
 }
 
 // applied says the wait was honoured, with the seconds actually applied
 // (RFC 7240 Preference-Applied), and that answers vary with Prefer.
 func (h *Handler) applied(c echo.Context, wait time.Duration) {
+	PreferenceApplied(c, wait, h.opts.RequestTimeout)
+}
+
+// PreferenceApplied answers a Prefer: wait honoured for wait: the
+// Preference-Applied and Vary headers, and the connection's deadlines
+// lifted for the wait (requestTimeout: api.request_timeout).
+func PreferenceApplied(c echo.Context, wait, requestTimeout time.Duration) {
 	hd := c.Response().Header()
 	hd.Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
 	hd.Add("Vary", "Prefer")
@@ -70,7 +84,7 @@ func (h *Handler) applied(c echo.Context, wait time.Duration) {
 	// the wait's length on top of the usual.
 	rc := http.NewResponseController(c.Response())
 	_ = rc.SetReadDeadline(time.Time{})
-	_ = rc.SetWriteDeadline(time.Now().Add(wait + max(h.opts.RequestTimeout, 30*time.Second)))
+	_ = rc.SetWriteDeadline(time.Now().Add(wait + max(requestTimeout, 30*time.Second)))
 }
 
 // boundRequest gives the request's context RequestTimeout for the work

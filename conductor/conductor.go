@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/allocation"
+	"github.com/metalloc/metalloc/allocgroup"
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/placement/client"
@@ -169,8 +170,10 @@ type Service struct {
 	rows *Rows
 	// backend reserves nodes for owned rows.
 	backend Backend
-	log     *zap.Logger
-	id      int64
+	// groups places owned allocation groups.
+	groups groupBackend
+	log    *zap.Logger
+	id     int64
 
 	// OnReady, when set, is called once the conductor is registered and
 	// listening (used for sd_notify and tests).
@@ -184,6 +187,8 @@ type Service struct {
 	// queue carries owned rows to the workers: resumed ones and rows taken
 	// over from dead conductors.
 	queue chan allocation.Claimed
+	// groupQueue is queue for allocation groups.
+	groupQueue chan allocgroup.Claimed
 	// needResume asks a worker to queue this conductor's owned unfinished
 	// rows again (set at start and after a database error left some).
 	needResume atomic.Bool
@@ -207,20 +212,24 @@ func NewService(cfg Config, pool *pgxpool.Pool, log *zap.Logger) (*Service, erro
 	q := New(pool)
 	rows := NewRows(q, cfg.HeartbeatTimeout)
 	var backend Backend
+	groups := allocgroup.NewReserver(pool, log)
+	groups.LockedWait = cfg.LockedNodeWait
+	var groupsBackend groupBackend = groups
 	switch cfg.Backend {
 	case BackendPlacement:
 		backend = placementBackend{allocation.NewPlacementAllocator(pool, cfg.Placement, allocation.PlacementConfig{
 			Hostname: cfg.Hostname, MaxAlternates: cfg.PlacementMaxAlternates, MaxAttempts: cfg.PlacementMaxAttempts,
 			Mode: cfg.PlacementMode, LockedWait: cfg.LockedNodeWait,
 		}, log), rows}
+		groupsBackend = placementGroups{groups}
 	default:
 		alloc := allocation.NewAllocator(pool, log)
 		alloc.LockedWait = cfg.LockedNodeWait
 		backend = databaseBackend{alloc, rows, log}
 	}
 	return &Service{
-		cfg: cfg, pool: pool, q: q, rows: rows, backend: backend, log: log,
-		queue: make(chan allocation.Claimed, queueSize),
+		cfg: cfg, pool: pool, q: q, rows: rows, backend: backend, groups: groupsBackend, log: log,
+		queue: make(chan allocation.Claimed, queueSize), groupQueue: make(chan allocgroup.Claimed, queueSize),
 	}, nil
 }
 
@@ -316,8 +325,9 @@ func (c *Service) Run(ctx context.Context) error {
 }
 
 // work runs Workers goroutines until ctx ends. Each one processes queued
-// owned rows first (resumed or taken over), then claims and reserves in
-// batches (claim) and processes itself the rows that need more work. A worker
+// owned rows and groups first (resumed or taken over), then claims and
+// reserves in batches (claim) and processes itself the rows that need more
+// work, then claims one allocation group and places it (claimGroups). A worker
 // whose batch comes back full wakes another one and goes on; one whose batch
 // comes back short sleeps until a notification, a queued row or its next
 // poll tick. On stop, in-flight rows get ShutdownGrace to finish.
@@ -345,12 +355,25 @@ func (c *Service) work(ctx context.Context, wake chan struct{}) {
 				case a := <-c.queue:
 					c.process(procCtx, a)
 					continue
+				case g := <-c.groupQueue:
+					c.processGroup(procCtx, g)
+					continue
 				default:
 				}
 				if c.needResume.CompareAndSwap(true, false) {
 					c.requeueOwned(ctx)
+					c.requeueOwnedGroups(ctx)
 				}
 				got, err := c.claim(ctx, procCtx, c.cfg.ClaimBatch)
+				if err == nil {
+					// Groups and allocations take turns: neither starves
+					// the other.
+					var gotGroups int
+					gotGroups, err = c.claimGroups(ctx, procCtx)
+					if gotGroups > 0 && err == nil {
+						got = c.cfg.ClaimBatch // more may be waiting
+					}
+				}
 				switch {
 				case err == nil:
 					c.dbFine()
@@ -379,6 +402,8 @@ func (c *Service) work(ctx context.Context, wake chan struct{}) {
 				case <-ctx.Done():
 				case a := <-c.queue:
 					c.process(procCtx, a)
+				case g := <-c.groupQueue:
+					c.processGroup(procCtx, g)
 				case <-wake:
 					// Let a burst of rows arrive, to claim it with one query.
 					select {

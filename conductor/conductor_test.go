@@ -35,7 +35,7 @@ func start(t *testing.T, pool *pgxpool.Pool, cfg Config) (stop func() error) {
 
 // runService runs svc until the test ends (or stop is called) and returns
 // once it is ready.
-func runService(t *testing.T, svc *Service) (stop func() error) {
+func runService(t testing.TB, svc *Service) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})

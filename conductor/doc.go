@@ -142,6 +142,28 @@
 // to step over. The claim's own plan is fixed (metalloc_claim_reserve sets
 // its planner options) so that it never depends on the table's statistics.
 //
+// # Allocation groups
+//
+// An allocation group (package allocgroup, table allocation_groups) is
+// claimed, owned, taken over and released like an allocation, with the
+// same statements on its own table (Rows.ClaimGroups, OwnedGroups,
+// TakeOverGroups, Release; conductor/query.sql) and the same
+// compare-and-set guard on every write. Each worker claims one group per
+// round after its allocation batch (Service.claimGroups) and places it
+// itself (allocgroup.Reserver.Process): read the free candidates with their
+// topology paths (no locks), choose the plans (best fit first), and try
+// each in one transaction: lock the missing nodes FOR UPDATE SKIP LOCKED,
+// then the group guarded by conductor_affinity = me AND state =
+// 'allocating', insert the members already active holding their nodes,
+// activate the group. The workers of one conductor share a read of the
+// free candidates for up to 500 ms (a hint: the lock re-checks every node,
+// a round whose plans all fell short reads afresh, and "nothing fits" is
+// only concluded on a fresh read). A group never has part of its
+// members: it is active with count members, or in error with none. An
+// active group can be grown (PATCH count: back to allocating, unowned); a
+// failed grow returns it to active with count = its members. The placement backend fails groups for now
+// (allocgroup.ErrNeedsDatabaseBackend).
+//
 // # Lock order
 //
 // Every path that locks both a node and an allocation takes the node first,
@@ -158,6 +180,15 @@
 //   - node delete, tear down (provision target deleted), removing
 //     instance_uuid (package node): the node, then metalloc_deallocate;
 //   - backfill (POST /v1/allocations with node): the node, then the new row;
+//   - group reservation (allocgroup.Reserver): the plan's nodes with FOR
+//     UPDATE SKIP LOCKED, then the group row (waiting), then the new
+//     member rows; it never waits on a node;
+//   - group DELETE (allocgroup.Handler.delete): the members' nodes in id
+//     order, the member rows, then the group; if members were added in
+//     between, the transaction starts over (db.ErrRestart);
+//   - releasing one member (metalloc_deallocate): the node (the caller's),
+//     the allocation row, then its group (count lowered, or the group
+//     deleted with its last member);
 //   - takeover and release touch allocation rows only, with SKIP LOCKED or
 //     waiting on nothing else; maintenance changes touch the node only; the
 //     placement backend claims in Placement first and then reserves through

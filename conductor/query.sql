@@ -53,8 +53,10 @@ SELECT c.id, c.hostname, c.online, c.heartbeat_at
   FROM conductors c
  WHERE c.id <> @me::bigint
    AND NOT metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8)
-   AND EXISTS (SELECT 1 FROM allocations a
-                WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
+   AND (EXISTS (SELECT 1 FROM allocations a
+                 WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
+        OR EXISTS (SELECT 1 FROM allocation_groups g
+                    WHERE g.state = 'allocating' AND g.conductor_affinity = c.id))
  ORDER BY c.id;
 
 -- name: AllocatingOf :many
@@ -86,6 +88,50 @@ RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.
 -- wake the other conductors (allocations_notify_release) and are claimed at
 -- once.
 UPDATE allocations
+   SET conductor_affinity = NULL
+ WHERE state = 'allocating' AND conductor_affinity = @me::bigint;
+
+-- Allocation groups (package allocgroup) go through the same life cycle,
+-- with the same guards.
+
+-- name: ClaimGroups :many
+-- Takes up to @batch unowned allocating groups for conductor @me, oldest
+-- first, skipping groups another conductor is claiming at the same moment.
+UPDATE allocation_groups g
+   SET conductor_affinity = @me::bigint
+ WHERE g.id IN (SELECT u.id FROM allocation_groups u
+                 WHERE u.state = 'allocating' AND u.conductor_affinity IS NULL
+                 ORDER BY u.id
+                 LIMIT @batch FOR UPDATE SKIP LOCKED)
+RETURNING g.*;
+
+-- name: OwnedGroups :many
+-- A conductor's own unfinished groups, resumed at start-up and after outages.
+SELECT * FROM allocation_groups g
+ WHERE g.state = 'allocating' AND g.conductor_affinity = @me::bigint
+ ORDER BY g.id;
+
+-- name: GroupsAllocatingOf :many
+SELECT g.id FROM allocation_groups g
+ WHERE g.state = 'allocating' AND g.conductor_affinity = @owner::bigint
+ ORDER BY g.id
+ LIMIT @max_rows;
+
+-- name: TakeOverGroup :many
+-- TakeOver for one allocating group of the dead conductor @dead.
+UPDATE allocation_groups g
+   SET conductor_affinity = @me::bigint, updated_at = now()
+ WHERE g.id = (SELECT u.id FROM allocation_groups u
+                WHERE u.id = @id AND u.conductor_affinity = @dead::bigint AND u.state = 'allocating'
+                  FOR UPDATE SKIP LOCKED)
+   AND EXISTS (SELECT 1 FROM conductors c
+                WHERE c.id = @dead::bigint
+                  AND NOT metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8))
+RETURNING g.*;
+
+-- name: ReleaseOwnedGroups :execrows
+-- ReleaseOwned for groups (allocation_groups_notify_update wakes the others).
+UPDATE allocation_groups
    SET conductor_affinity = NULL
  WHERE state = 'allocating' AND conductor_affinity = @me::bigint;
 

@@ -124,6 +124,64 @@ func (q *Queries) ClaimAllocations(ctx context.Context, arg ClaimAllocationsPara
 	return items, nil
 }
 
+const claimGroups = `-- name: ClaimGroups :many
+
+UPDATE allocation_groups g
+   SET conductor_affinity = $1::bigint
+ WHERE g.id IN (SELECT u.id FROM allocation_groups u
+                 WHERE u.state = 'allocating' AND u.conductor_affinity IS NULL
+                 ORDER BY u.id
+                 LIMIT $2 FOR UPDATE SKIP LOCKED)
+RETURNING g.id, g.uuid, g.name, g.state, g.last_error, g.count, g.resource_class, g.traits, g.candidate_nodes, g.owner, g.extra, g.rule, g.rule_level, g.domain, g.conductor_affinity, g.created_at, g.updated_at
+`
+
+type ClaimGroupsParams struct {
+	Me    int64
+	Batch int32
+}
+
+// Allocation groups (package allocgroup) go through the same life cycle,
+// with the same guards.
+// Takes up to @batch unowned allocating groups for conductor @me, oldest
+// first, skipping groups another conductor is claiming at the same moment.
+func (q *Queries) ClaimGroups(ctx context.Context, arg ClaimGroupsParams) ([]AllocationGroup, error) {
+	rows, err := q.db.Query(ctx, claimGroups, arg.Me, arg.Batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []AllocationGroup
+	for rows.Next() {
+		var i AllocationGroup
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.Name,
+			&i.State,
+			&i.LastError,
+			&i.Count,
+			&i.ResourceClass,
+			&i.Traits,
+			&i.CandidateNodes,
+			&i.Owner,
+			&i.Extra,
+			&i.Rule,
+			&i.RuleLevel,
+			&i.Domain,
+			&i.ConductorAffinity,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const claimsOfProvider = `-- name: ClaimsOfProvider :many
 SELECT consumer_uuid FROM placement_claims WHERE provider_uuid = $1 ORDER BY consumer_uuid
 `
@@ -175,8 +233,10 @@ SELECT c.id, c.hostname, c.online, c.heartbeat_at
   FROM conductors c
  WHERE c.id <> $1::bigint
    AND NOT metalloc_conductor_alive(c.online, c.heartbeat_at, $2::float8)
-   AND EXISTS (SELECT 1 FROM allocations a
-                WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
+   AND (EXISTS (SELECT 1 FROM allocations a
+                 WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
+        OR EXISTS (SELECT 1 FROM allocation_groups g
+                    WHERE g.state = 'allocating' AND g.conductor_affinity = c.id))
  ORDER BY c.id
 `
 
@@ -258,6 +318,38 @@ UPDATE conductors SET online = false, updated_at = now() WHERE id = $1
 func (q *Queries) GoOffline(ctx context.Context, id int64) error {
 	_, err := q.db.Exec(ctx, goOffline, id)
 	return err
+}
+
+const groupsAllocatingOf = `-- name: GroupsAllocatingOf :many
+SELECT g.id FROM allocation_groups g
+ WHERE g.state = 'allocating' AND g.conductor_affinity = $1::bigint
+ ORDER BY g.id
+ LIMIT $2
+`
+
+type GroupsAllocatingOfParams struct {
+	Owner   int64
+	MaxRows int32
+}
+
+func (q *Queries) GroupsAllocatingOf(ctx context.Context, arg GroupsAllocatingOfParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, groupsAllocatingOf, arg.Owner, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const heartbeat = `-- name: Heartbeat :execrows
@@ -399,6 +491,51 @@ func (q *Queries) OwnedAllocating(ctx context.Context, me int64) ([]OwnedAllocat
 	return items, nil
 }
 
+const ownedGroups = `-- name: OwnedGroups :many
+SELECT id, uuid, name, state, last_error, count, resource_class, traits, candidate_nodes, owner, extra, rule, rule_level, domain, conductor_affinity, created_at, updated_at FROM allocation_groups g
+ WHERE g.state = 'allocating' AND g.conductor_affinity = $1::bigint
+ ORDER BY g.id
+`
+
+// A conductor's own unfinished groups, resumed at start-up and after outages.
+func (q *Queries) OwnedGroups(ctx context.Context, me int64) ([]AllocationGroup, error) {
+	rows, err := q.db.Query(ctx, ownedGroups, me)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []AllocationGroup
+	for rows.Next() {
+		var i AllocationGroup
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.Name,
+			&i.State,
+			&i.LastError,
+			&i.Count,
+			&i.ResourceClass,
+			&i.Traits,
+			&i.CandidateNodes,
+			&i.Owner,
+			&i.Extra,
+			&i.Rule,
+			&i.RuleLevel,
+			&i.Domain,
+			&i.ConductorAffinity,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const placementProviderUUIDs = `-- name: PlacementProviderUUIDs :many
 SELECT node_uuid AS uuid FROM placement_synced
 UNION
@@ -496,6 +633,21 @@ func (q *Queries) ReleaseOwned(ctx context.Context, me int64) (int64, error) {
 	return result.RowsAffected(), nil
 }
 
+const releaseOwnedGroups = `-- name: ReleaseOwnedGroups :execrows
+UPDATE allocation_groups
+   SET conductor_affinity = NULL
+ WHERE state = 'allocating' AND conductor_affinity = $1::bigint
+`
+
+// ReleaseOwned for groups (allocation_groups_notify_update wakes the others).
+func (q *Queries) ReleaseOwnedGroups(ctx context.Context, me int64) (int64, error) {
+	result, err := q.db.Exec(ctx, releaseOwnedGroups, me)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const takeOver = `-- name: TakeOver :many
 UPDATE allocations a
    SET conductor_affinity = $1::bigint, updated_at = now()
@@ -555,6 +707,69 @@ func (q *Queries) TakeOver(ctx context.Context, arg TakeOverParams) ([]TakeOverR
 			&i.Owner,
 			&i.CreatedAt,
 			&i.Traits,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const takeOverGroup = `-- name: TakeOverGroup :many
+UPDATE allocation_groups g
+   SET conductor_affinity = $1::bigint, updated_at = now()
+ WHERE g.id = (SELECT u.id FROM allocation_groups u
+                WHERE u.id = $2 AND u.conductor_affinity = $3::bigint AND u.state = 'allocating'
+                  FOR UPDATE SKIP LOCKED)
+   AND EXISTS (SELECT 1 FROM conductors c
+                WHERE c.id = $3::bigint
+                  AND NOT metalloc_conductor_alive(c.online, c.heartbeat_at, $4::float8))
+RETURNING g.id, g.uuid, g.name, g.state, g.last_error, g.count, g.resource_class, g.traits, g.candidate_nodes, g.owner, g.extra, g.rule, g.rule_level, g.domain, g.conductor_affinity, g.created_at, g.updated_at
+`
+
+type TakeOverGroupParams struct {
+	Me           int64
+	ID           int64
+	Dead         int64
+	AliveSeconds float64
+}
+
+// TakeOver for one allocating group of the dead conductor @dead.
+func (q *Queries) TakeOverGroup(ctx context.Context, arg TakeOverGroupParams) ([]AllocationGroup, error) {
+	rows, err := q.db.Query(ctx, takeOverGroup,
+		arg.Me,
+		arg.ID,
+		arg.Dead,
+		arg.AliveSeconds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []AllocationGroup
+	for rows.Next() {
+		var i AllocationGroup
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.Name,
+			&i.State,
+			&i.LastError,
+			&i.Count,
+			&i.ResourceClass,
+			&i.Traits,
+			&i.CandidateNodes,
+			&i.Owner,
+			&i.Extra,
+			&i.Rule,
+			&i.RuleLevel,
+			&i.Domain,
+			&i.ConductorAffinity,
+			&i.CreatedAt,
+			&i.UpdatedAt,
 		); err != nil {
 			return nil, err
 		}

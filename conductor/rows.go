@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/metalloc/metalloc/allocation"
+	"github.com/metalloc/metalloc/allocgroup"
 )
 
 // Rows owns the life cycle of allocation rows as conductors see them: who
@@ -120,13 +121,74 @@ func (r *Rows) TakeOver(ctx context.Context, me int64, dead DeadOwner, max int) 
 	return won, lost, nil
 }
 
-// Release hands conductor me's allocating rows back (unowned), for a clean
-// stop: the release wakes the other conductors, who claim them at once. It
-// returns how many rows were released.
+// Release hands conductor me's allocating rows and allocation groups back
+// (unowned), for a clean stop: the release wakes the other conductors, who
+// claim them at once. It returns how many rows and groups were released.
 func (r *Rows) Release(ctx context.Context, me int64) (int64, error) {
 	n, err := r.q.ReleaseOwned(ctx, me)
 	if err != nil {
 		return 0, fmt.Errorf("releasing owned allocations: %w", err)
 	}
-	return n, nil
+	m, err := r.q.ReleaseOwnedGroups(ctx, me)
+	if err != nil {
+		return n, fmt.Errorf("releasing owned allocation groups: %w", err)
+	}
+	return n + m, nil
+}
+
+// groupClaimed builds an allocgroup.Claimed from a group row.
+func groupClaimed(g AllocationGroup) allocgroup.Claimed {
+	return allocgroup.Claimed{ID: g.ID, UUID: g.Uuid, Count: int(g.Count), ResourceClass: g.ResourceClass,
+		Traits: g.Traits, CandidateNodes: g.CandidateNodes, Owner: g.Owner, Rule: g.Rule, RuleLevel: g.RuleLevel,
+		Domain: g.Domain, CreatedAt: g.CreatedAt}
+}
+
+func groupsClaimed(gs []AllocationGroup) []allocgroup.Claimed {
+	out := make([]allocgroup.Claimed, len(gs))
+	for i, g := range gs {
+		out[i] = groupClaimed(g)
+	}
+	return out
+}
+
+// ClaimGroups takes up to batch unowned allocating allocation groups for
+// conductor me, oldest first, as Claim does for allocations (FOR UPDATE
+// SKIP LOCKED). Both backends use it.
+func (r *Rows) ClaimGroups(ctx context.Context, me int64, batch int) ([]allocgroup.Claimed, error) {
+	gs, err := r.q.ClaimGroups(ctx, ClaimGroupsParams{Me: me, Batch: int32(batch)})
+	if err != nil {
+		return nil, fmt.Errorf("claiming allocation groups: %w", err)
+	}
+	return groupsClaimed(gs), nil
+}
+
+// OwnedGroups returns conductor me's unfinished groups, oldest first.
+func (r *Rows) OwnedGroups(ctx context.Context, me int64) ([]allocgroup.Claimed, error) {
+	gs, err := r.q.OwnedGroups(ctx, me)
+	if err != nil {
+		return nil, fmt.Errorf("listing owned allocation groups: %w", err)
+	}
+	return groupsClaimed(gs), nil
+}
+
+// TakeOverGroups is TakeOver for dead's allocating groups: one
+// compare-and-set per group, in random order, skipping locked ones.
+func (r *Rows) TakeOverGroups(ctx context.Context, me int64, dead DeadOwner, max int) (won []allocgroup.Claimed, lost int, err error) {
+	ids, err := r.q.GroupsAllocatingOf(ctx, GroupsAllocatingOfParams{Owner: dead.ID, MaxRows: int32(max)})
+	if err != nil {
+		return nil, 0, fmt.Errorf("listing allocation groups of conductor %s: %w", dead.Hostname, err)
+	}
+	rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	for _, id := range ids {
+		gs, err := r.q.TakeOverGroup(ctx, TakeOverGroupParams{Me: me, ID: id, Dead: dead.ID, AliveSeconds: r.timeout.Seconds()})
+		if err != nil {
+			return won, lost, fmt.Errorf("taking over allocation group %d from %s: %w", id, dead.Hostname, err)
+		}
+		if len(gs) == 0 {
+			lost++
+			continue
+		}
+		won = append(won, groupClaimed(gs[0]))
+	}
+	return won, lost, nil
 }

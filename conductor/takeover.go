@@ -86,9 +86,21 @@ func (c *Service) takeover(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			c.log.Warn("takeover interrupted", zap.String("from", d.Hostname), zap.Error(err))
 		}
-		if len(won)+lost > 0 {
+		wonGroups, lostGroups, err := c.rows.TakeOverGroups(ctx, c.id, d, queueSize)
+		total += len(wonGroups)
+		for _, g := range wonGroups {
+			c.Metrics.tookOver()
+			c.log.Info("took over allocation group from dead conductor", zap.Stringer("allocation_group", g.UUID),
+				zap.String("from", d.Hostname))
+			c.enqueueGroup(g)
+		}
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("takeover of allocation groups interrupted", zap.String("from", d.Hostname), zap.Error(err))
+		}
+		lost += lostGroups
+		if len(won)+len(wonGroups)+lost > 0 {
 			c.log.Info("takeover of dead conductor", zap.String("from", d.Hostname),
-				zap.Int("taken", len(won)), zap.Int("lost_to_others", lost))
+				zap.Int("taken", len(won)+len(wonGroups)), zap.Int("lost_to_others", lost))
 		}
 	}
 }

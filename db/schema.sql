@@ -31,6 +31,47 @@ END;
 $$;
 
 --
+-- Name: allocation_groups_event(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.allocation_groups_event() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    r allocation_groups;
+    k text;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        r := OLD; k := 'group_deleted';
+    ELSIF TG_OP = 'INSERT' THEN
+        r := NEW; k := 'group_created';
+    ELSE
+        r := NEW; k := 'group_updated';
+    END IF;
+    INSERT INTO allocation_events (kind, allocation_uuid, name, state, resource_class, owner, node_uuid, last_error)
+    VALUES (k, r.uuid, r.name, r.state, r.resource_class, r.owner, NULL, r.last_error);
+    PERFORM pg_notify('metalloc_allocation_events', r.uuid::text);
+    RETURN NULL;
+END;
+$$;
+
+--
+-- Name: allocation_groups_state_guard(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.allocation_groups_state_guard() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.state <> OLD.state AND OLD.state = 'error' THEN
+        RAISE EXCEPTION 'allocation group % cannot move from % to %', OLD.uuid, OLD.state, NEW.state
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+--
 -- Name: allocation_node_link_check(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -188,11 +229,22 @@ CREATE FUNCTION public.metalloc_conductor_alive(online boolean, heartbeat_at tim
 --
 
 CREATE FUNCTION public.metalloc_deallocate(p_allocation_id bigint) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+DECLARE
+    g bigint;
+BEGIN
     UPDATE nodes SET allocation_id = NULL, instance_uuid = NULL, updated_at = now()
      WHERE allocation_id = p_allocation_id;
-    DELETE FROM allocations WHERE id = p_allocation_id;
+    DELETE FROM allocations WHERE id = p_allocation_id RETURNING group_id INTO g;
+    IF g IS NOT NULL THEN
+        UPDATE allocation_groups SET count = count - 1, updated_at = now() WHERE id = g AND count > 1;
+        IF NOT FOUND THEN
+            DELETE FROM allocation_groups
+             WHERE id = g AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.group_id = g);
+        END IF;
+    END IF;
+END;
 $$;
 
 --
@@ -596,7 +648,7 @@ CREATE TABLE public.allocation_events (
     owner text,
     node_uuid uuid,
     last_error text,
-    CONSTRAINT allocation_events_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'updated'::text, 'deleted'::text])))
+    CONSTRAINT allocation_events_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'updated'::text, 'deleted'::text, 'group_created'::text, 'group_updated'::text, 'group_deleted'::text])))
 );
 
 --
@@ -621,6 +673,47 @@ CREATE TABLE public.allocation_events_meta (
     last_seq bigint NOT NULL,
     pruned_seq bigint NOT NULL,
     CONSTRAINT allocation_events_meta_one_check CHECK (one)
+);
+
+--
+-- Name: allocation_groups; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.allocation_groups (
+    id bigint NOT NULL,
+    uuid uuid NOT NULL,
+    name text,
+    state text DEFAULT 'allocating'::text NOT NULL,
+    last_error text,
+    count integer NOT NULL,
+    resource_class text NOT NULL,
+    traits text[] DEFAULT '{}'::text[] NOT NULL,
+    candidate_nodes uuid[],
+    owner text,
+    extra jsonb DEFAULT '{}'::jsonb NOT NULL,
+    rule text DEFAULT 'none'::text NOT NULL,
+    rule_level text,
+    domain text[],
+    conductor_affinity bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone,
+    CONSTRAINT allocation_groups_check CHECK (((rule = 'none'::text) = (rule_level IS NULL))),
+    CONSTRAINT allocation_groups_count_check CHECK ((count > 0)),
+    CONSTRAINT allocation_groups_rule_check CHECK ((rule = ANY (ARRAY['none'::text, 'required'::text, 'preferred'::text]))),
+    CONSTRAINT allocation_groups_state_check CHECK ((state = ANY (ARRAY['allocating'::text, 'active'::text, 'error'::text])))
+);
+
+--
+-- Name: allocation_groups_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.allocation_groups ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.allocation_groups_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
 );
 
 --
@@ -650,6 +743,7 @@ CREATE TABLE public.allocations (
     conductor_affinity bigint,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone,
+    group_id bigint,
     CONSTRAINT allocations_check CHECK (((state <> 'active'::text) OR (node_id IS NOT NULL))),
     CONSTRAINT allocations_state_check CHECK ((state = ANY (ARRAY['allocating'::text, 'active'::text, 'error'::text])))
 )
@@ -1110,6 +1204,27 @@ ALTER TABLE ONLY public.allocation_events
     ADD CONSTRAINT allocation_events_seq_key UNIQUE (seq);
 
 --
+-- Name: allocation_groups allocation_groups_name_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.allocation_groups
+    ADD CONSTRAINT allocation_groups_name_key UNIQUE (name);
+
+--
+-- Name: allocation_groups allocation_groups_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.allocation_groups
+    ADD CONSTRAINT allocation_groups_pkey PRIMARY KEY (id);
+
+--
+-- Name: allocation_groups allocation_groups_uuid_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.allocation_groups
+    ADD CONSTRAINT allocation_groups_uuid_key UNIQUE (uuid);
+
+--
 -- Name: allocation_traits allocation_traits_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1347,10 +1462,22 @@ CREATE INDEX resource_providers_root_idx ON placement.resource_providers USING b
 CREATE INDEX allocation_events_unnumbered ON public.allocation_events USING btree (id) WHERE (seq IS NULL);
 
 --
+-- Name: allocation_groups_allocating_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX allocation_groups_allocating_idx ON public.allocation_groups USING btree (id) WHERE (state = 'allocating'::text);
+
+--
 -- Name: allocations_allocating_idx; Type: INDEX; Schema: public; Owner: -
 --
 
 CREATE INDEX allocations_allocating_idx ON public.allocations USING btree (id) WHERE (state = 'allocating'::text);
+
+--
+-- Name: allocations_group_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX allocations_group_idx ON public.allocations USING btree (group_id) WHERE (group_id IS NOT NULL);
 
 --
 -- Name: node_traits_trait_idx; Type: INDEX; Schema: public; Owner: -
@@ -1429,6 +1556,36 @@ CREATE TRIGGER world_version_truncate AFTER TRUNCATE ON placement.resource_provi
 --
 
 CREATE TRIGGER world_version_truncate AFTER TRUNCATE ON placement.resource_providers FOR EACH STATEMENT EXECUTE FUNCTION placement.bump_world_version();
+
+--
+-- Name: allocation_groups allocation_groups_event; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER allocation_groups_event AFTER INSERT OR DELETE ON public.allocation_groups FOR EACH ROW EXECUTE FUNCTION public.allocation_groups_event();
+
+--
+-- Name: allocation_groups allocation_groups_event_state; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER allocation_groups_event_state AFTER UPDATE OF state ON public.allocation_groups FOR EACH ROW WHEN ((old.state IS DISTINCT FROM new.state)) EXECUTE FUNCTION public.allocation_groups_event();
+
+--
+-- Name: allocation_groups allocation_groups_notify_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER allocation_groups_notify_insert AFTER INSERT ON public.allocation_groups FOR EACH ROW WHEN (((new.state = 'allocating'::text) AND (new.conductor_affinity IS NULL))) EXECUTE FUNCTION public.allocations_notify();
+
+--
+-- Name: allocation_groups allocation_groups_notify_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER allocation_groups_notify_update AFTER UPDATE OF state, conductor_affinity ON public.allocation_groups FOR EACH ROW WHEN (((new.state = 'allocating'::text) AND (new.conductor_affinity IS NULL) AND ((old.state <> 'allocating'::text) OR (old.conductor_affinity IS NOT NULL)))) EXECUTE FUNCTION public.allocations_notify();
+
+--
+-- Name: allocation_groups allocation_groups_state_guard; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER allocation_groups_state_guard BEFORE UPDATE OF state ON public.allocation_groups FOR EACH ROW WHEN (((new.state <> old.state) AND (old.state = 'error'::text))) EXECUTE FUNCTION public.allocation_groups_state_guard();
 
 --
 -- Name: allocations allocations_event; Type: TRIGGER; Schema: public; Owner: -
@@ -1578,6 +1735,13 @@ ALTER TABLE ONLY placement.resource_providers
 
 ALTER TABLE ONLY public.allocation_traits
     ADD CONSTRAINT allocation_traits_allocation_id_fkey FOREIGN KEY (allocation_id) REFERENCES public.allocations(id) ON DELETE CASCADE;
+
+--
+-- Name: allocations allocations_group_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.allocations
+    ADD CONSTRAINT allocations_group_id_fkey FOREIGN KEY (group_id) REFERENCES public.allocation_groups(id);
 
 --
 -- Name: allocations allocations_node_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -

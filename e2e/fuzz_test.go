@@ -213,6 +213,11 @@ func (f *fuzzer) next() (*http.Request, string, bool) {
 			{"PUT", "/v1/nodes/" + node + "/traits/" + url.PathEscape(f.pick(fuzzJunk)), ""},
 			{"POST", "/v1/allocations", `{"resource_class":"fuzz","traits":["CUSTOM_FUZZ"],"name":"fa-` + strconv.Itoa(f.rng.IntN(1e6)) + `","extra":{}}`},
 			{"PATCH", "/v1/allocations/" + alloc, `[{"op":"add","path":"/extra/x","value":"y"}]`},
+			{"POST", "/v1/allocation_groups", `{"count":2,"resource_class":"fuzz","required":"rack","traits":["CUSTOM_FUZZ"],"name":"fg-` + strconv.Itoa(f.rng.IntN(1e6)) + `","extra":{}}`},
+			{"GET", "/v1/allocation_groups?" + f.query(), ""},
+			{"GET", "/v1/allocation_groups/" + f.ident(nil), ""},
+			{"PATCH", "/v1/allocation_groups/" + f.ident(nil), `[{"op":"replace","path":"/count","value":3}]`},
+			{"DELETE", "/v1/allocation_groups/" + f.ident(nil), ""},
 			{"DELETE", "/v1/allocations/" + alloc, ""},
 			{f.pick(fuzzMethods), "/v1/nodes/" + node, `{}`},
 			{"GET", "/v1/ports?" + f.query(), ""},
@@ -446,19 +451,23 @@ func TestHTTPFuzz(t *testing.T) {
 // and resource providers (with their inventories, traits and aggregates),
 // by uuid, and the names of nodes, allocations and providers.
 type fuzzState struct {
-	nodes, allocs, rps map[string]string // uuid -> md5 of the row(s)
-	names              map[string]string // uuid -> name
+	// allocs leaves out allocation group members: they come and go with
+	// their group (groups).
+	nodes, allocs, rps, groups map[string]string // uuid -> md5 of the row(s)
+	names                      map[string]string // uuid -> name
 }
 
 func fuzzSnapshot(t *testing.T, pool *pgxpool.Pool) fuzzState {
 	t.Helper()
-	s := fuzzState{nodes: map[string]string{}, allocs: map[string]string{}, rps: map[string]string{}, names: map[string]string{}}
+	s := fuzzState{nodes: map[string]string{}, allocs: map[string]string{}, rps: map[string]string{},
+		groups: map[string]string{}, names: map[string]string{}}
 	for _, q := range []struct {
 		into map[string]string
 		sql  string
 	}{
 		{s.nodes, `SELECT n.uuid::text, md5(row_to_json(n)::text || coalesce((SELECT string_agg(trait, ',' ORDER BY trait) FROM node_traits WHERE node_id = n.id), '')), coalesce(n.name, '') FROM nodes n`},
-		{s.allocs, `SELECT a.uuid::text, md5(row_to_json(a)::text), coalesce(a.name, '') FROM allocations a`},
+		{s.allocs, `SELECT a.uuid::text, md5(row_to_json(a)::text), coalesce(a.name, '') FROM allocations a WHERE a.group_id IS NULL`},
+		{s.groups, `SELECT g.uuid::text, md5(row_to_json(g)::text), coalesce(g.name, '') FROM allocation_groups g`},
 		{s.rps, `SELECT rp.uuid::text, md5(row_to_json(rp)::text
 		           || coalesce((SELECT string_agg(row_to_json(i)::text, ',' ORDER BY i.resource_class_id) FROM placement.inventories i WHERE i.resource_provider_id = rp.id), '')
 		           || coalesce((SELECT string_agg(trait_id::text, ',' ORDER BY trait_id) FROM placement.resource_provider_traits WHERE resource_provider_id = rp.id), '')
@@ -532,6 +541,7 @@ func fuzzCheckDatabase(t *testing.T, pool *pgxpool.Pool, before fuzzState, resul
 	var problems []string
 	for kind, pair := range map[string][2]map[string]string{
 		"node": {before.nodes, after.nodes}, "allocation": {before.allocs, after.allocs}, "resource provider": {before.rps, after.rps},
+		"allocation group": {before.groups, after.groups},
 	} {
 		was, is := pair[0], pair[1]
 		for id := range is {
@@ -551,7 +561,8 @@ func fuzzCheckDatabase(t *testing.T, pool *pgxpool.Pool, before fuzzState, resul
 		_, n := after.nodes[id]
 		_, a := after.allocs[id]
 		_, r := after.rps[id]
-		if !n && !a && !r && !named(id, true) {
+		_, g := after.groups[id]
+		if !n && !a && !r && !g && !named(id, true) {
 			problems = append(problems, fmt.Sprintf("created object %s is gone but no accepted request deleted it", id))
 		}
 	}

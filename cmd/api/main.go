@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/allocation"
+	"github.com/metalloc/metalloc/allocgroup"
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/auth/policy"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
@@ -162,7 +163,9 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 		// streams bound each of their reads instead.
 		e.Use(middleware.ContextTimeoutWithConfig(middleware.ContextTimeoutConfig{
 			Timeout: cfg.API.RequestTimeout,
-			Skipper: func(c echo.Context) bool { return allocation.LongRequest(c.Request()) },
+			Skipper: func(c echo.Context) bool {
+				return allocation.LongRequest(c.Request()) || allocgroup.LongRequest(c.Request())
+			},
 		}))
 	}
 	e.GET("/metrics", web.MetricsHandler(reg))
@@ -184,6 +187,10 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Created: created, Rules: rules,
 		Hub: hub, MaxWait: cfg.API.MaxWait, RequestTimeout: cfg.API.RequestTimeout,
 		EventsHeartbeat: cfg.API.EventsHeartbeat,
+	}).Register(v1)
+	allocgroup.NewHandler(pool, allocgroup.HandlerOptions{
+		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
+		Hub: hub, MaxWait: cfg.API.MaxWait, RequestTimeout: cfg.API.RequestTimeout,
 	}).Register(v1)
 	conductorapi.NewHandler(pool, conductorapi.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,

@@ -168,6 +168,13 @@ func TestRouteRoleTable(t *testing.T) {
 		{"GET", "/v1/allocations/events", "", [6]int{notFound, notFound, notFound, notFound, notFound, unauth}},
 		{"PATCH", "/v1/allocations/{alloc}", `[{"op":"add","path":"/extra/x","value":"y"}]`, [6]int{ok, forbidden, ok, notFound, notFound, unauth}},
 		{"DELETE", "/v1/allocations/{alloc}", "", [6]int{none, forbidden, none, notFound, notFound, unauth}},
+		// Allocation groups (a metalloc extension) follow the allocation
+		// rules, {group} owned by ownerProject.
+		{"POST", "/v1/allocation_groups", `{"count":2,"resource_class":"gold"}`, [6]int{created, forbidden, created, created, created, unauth}},
+		{"GET", "/v1/allocation_groups", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/v1/allocation_groups/{group}", "", [6]int{ok, ok, ok, notFound, notFound, unauth}},
+		{"PATCH", "/v1/allocation_groups/{group}", `[{"op":"add","path":"/extra/x","value":"y"}]`, [6]int{ok, forbidden, ok, notFound, notFound, unauth}},
+		{"DELETE", "/v1/allocation_groups/{group}", "", [6]int{none, forbidden, none, notFound, notFound, unauth}},
 
 		{"GET", "/v1/conductors", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
 		{"GET", "/v1/conductors/conductor-1", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
@@ -229,7 +236,11 @@ func TestRouteRoleTable(t *testing.T) {
 			_, err := pool.Exec(t.Context(), `INSERT INTO ports (uuid, address, node_id) VALUES ($1, $2, $3)`,
 				portUUID, mac(), nodeID)
 			require.NoError(t, err)
-			repl := strings.NewReplacer("{node}", nodeUUID.String(), "{alloc}", allocUUID.String(), "{rand}", rnd,
+			groupUUID := uuid.New()
+			_, err = pool.Exec(t.Context(), `INSERT INTO allocation_groups (uuid, count, resource_class, owner, state, last_error)
+				VALUES ($1, 1, 'gold', $2, 'error', 'no room')`, groupUUID, ownerProject)
+			require.NoError(t, err)
+			repl := strings.NewReplacer("{node}", nodeUUID.String(), "{alloc}", allocUUID.String(), "{rand}", rnd, "{group}", groupUUID.String(),
 				"{port}", portUUID.String(), "{pg}", pgUUID.String(), "{mac}", mac())
 			req, err := http.NewRequest(r.method, srv.URL+repl.Replace(r.path), strings.NewReader(repl.Replace(r.body)))
 			require.NoError(t, err)
@@ -270,7 +281,7 @@ func keystoneDefaults(t *testing.T) (config.Config, auth.Rules) {
 
 // routePattern turns a table path into echo's route pattern.
 func routePattern(path string) string {
-	path = strings.NewReplacer("{node}", ":ident", "{alloc}", ":ident", "{port}", ":ident", "{pg}", ":ident").Replace(path)
+	path = strings.NewReplacer("{node}", ":ident", "{alloc}", ":ident", "{port}", ":ident", "{pg}", ":ident", "{group}", ":ident").Replace(path)
 	switch {
 	case strings.HasPrefix(path, "/v1/conductors/"):
 		return "/v1/conductors/:hostname"

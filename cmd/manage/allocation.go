@@ -35,68 +35,11 @@ func allocationCmd() *cobra.Command {
 			"The allocation is printed as JSON. With --wait, create and show exit 0 once it is active,\n" +
 			"3 if it ended in error, 4 if it was still allocating when the wait ran out.",
 	}
-	var endpoint, token, user, password, caFile string
-	pf := c.PersistentFlags()
-	pf.StringVar(&endpoint, "endpoint", "", "metalloc-api base URL (default from api.public_endpoint or api.listen)")
-	pf.StringVar(&token, "token", os.Getenv("OS_TOKEN"), "X-Auth-Token to send (keystone, or noauth)")
-	pf.StringVar(&user, "username", os.Getenv("METALLOC_API_USERNAME"), "http_basic user")
-	pf.StringVar(&password, "password", os.Getenv("METALLOC_API_PASSWORD"), "http_basic password")
-	pf.StringVar(&caFile, "ca-file", "", "CA bundle to verify an https endpoint")
-
-	newClient := func(cmd *cobra.Command) (*allocation.Client, error) {
-		cfg, log, err := load(cmd)
-		if err != nil {
-			return nil, err
-		}
-		hc, err := auth.HTTPClient(caFile, 0)
-		if err != nil {
-			return nil, err
-		}
-		cl := &allocation.Client{Endpoint: endpoint, HTTP: hc, RequestTimeout: cfg.API.RequestTimeout}
-		if cl.Endpoint == "" {
-			cl.Endpoint = apiEndpoint(cfg)
-		}
-		switch cfg.API.AuthStrategy {
-		case "", auth.StrategyNoAuth:
-			cl.Credential = client.Token(token)
-		case auth.StrategyHTTPBasic:
-			if user == "" {
-				return nil, errors.New("api.auth_strategy is http_basic: give --username and --password")
-			}
-			cl.Credential = client.Basic{User: user, Password: password}
-		case auth.StrategyKeystone:
-			if token != "" {
-				cl.Credential = client.Token(token)
-				break
-			}
-			ks, err := auth.NewKeystone(cfg.Keystone, nil, log)
-			if err != nil {
-				return nil, err
-			}
-			cl.Credential = client.Keystone{Source: ks}
-		default:
-			return nil, fmt.Errorf("api.auth_strategy %q: want noauth, http_basic or keystone", cfg.API.AuthStrategy)
-		}
-		return cl, nil
-	}
+	newClient := apiClientFlags(c)
 	var waitSec int
 	addWait := func(cmd *cobra.Command) {
 		cmd.Flags().IntVar(&waitSec, "wait", 0, "wait up to SECONDS (default 60 with a bare --wait; capped by the server's api.max_wait) for the allocation to leave allocating")
 		cmd.Flags().Lookup("wait").NoOptDefVal = "60"
-	}
-	report := func(doc map[string]any, waited bool) error {
-		out, _ := json.MarshalIndent(doc, "", "  ")
-		fmt.Println(string(out))
-		if !waited {
-			return nil
-		}
-		switch doc["state"] {
-		case allocation.StateError:
-			return exitCode(exitAllocationError)
-		case allocation.StateAllocating:
-			return exitCode(exitStillAllocating)
-		}
-		return nil
 	}
 
 	var req allocation.CreateRequest
@@ -156,6 +99,74 @@ func allocationCmd() *cobra.Command {
 	}
 	c.AddCommand(create, show, del)
 	return c
+}
+
+// apiClientFlags adds the flags that reach metalloc-api (--endpoint,
+// --token, --username, --password, --ca-file) to c and returns the
+// function that builds the client from them and the configuration.
+func apiClientFlags(c *cobra.Command) func(cmd *cobra.Command) (*allocation.Client, error) {
+	var endpoint, token, user, password, caFile string
+	pf := c.PersistentFlags()
+	pf.StringVar(&endpoint, "endpoint", "", "metalloc-api base URL (default from api.public_endpoint or api.listen)")
+	pf.StringVar(&token, "token", os.Getenv("OS_TOKEN"), "X-Auth-Token to send (keystone, or noauth)")
+	pf.StringVar(&user, "username", os.Getenv("METALLOC_API_USERNAME"), "http_basic user")
+	pf.StringVar(&password, "password", os.Getenv("METALLOC_API_PASSWORD"), "http_basic password")
+	pf.StringVar(&caFile, "ca-file", "", "CA bundle to verify an https endpoint")
+
+	return func(cmd *cobra.Command) (*allocation.Client, error) {
+		cfg, log, err := load(cmd)
+		if err != nil {
+			return nil, err
+		}
+		hc, err := auth.HTTPClient(caFile, 0)
+		if err != nil {
+			return nil, err
+		}
+		cl := &allocation.Client{Endpoint: endpoint, HTTP: hc, RequestTimeout: cfg.API.RequestTimeout}
+		if cl.Endpoint == "" {
+			cl.Endpoint = apiEndpoint(cfg)
+		}
+		switch cfg.API.AuthStrategy {
+		case "", auth.StrategyNoAuth:
+			cl.Credential = client.Token(token)
+		case auth.StrategyHTTPBasic:
+			if user == "" {
+				return nil, errors.New("api.auth_strategy is http_basic: give --username and --password")
+			}
+			cl.Credential = client.Basic{User: user, Password: password}
+		case auth.StrategyKeystone:
+			if token != "" {
+				cl.Credential = client.Token(token)
+				break
+			}
+			ks, err := auth.NewKeystone(cfg.Keystone, nil, log)
+			if err != nil {
+				return nil, err
+			}
+			cl.Credential = client.Keystone{Source: ks}
+		default:
+			return nil, fmt.Errorf("api.auth_strategy %q: want noauth, http_basic or keystone", cfg.API.AuthStrategy)
+		}
+		return cl, nil
+	}
+}
+
+// report prints doc as indented JSON and, after a wait, turns its state
+// into the exit status: exitAllocationError for error,
+// exitStillAllocating for allocating.
+func report(doc map[string]any, waited bool) error {
+	out, _ := json.MarshalIndent(doc, "", "  ")
+	fmt.Println(string(out))
+	if !waited {
+		return nil
+	}
+	switch doc["state"] {
+	case allocation.StateError:
+		return exitCode(exitAllocationError)
+	case allocation.StateAllocating:
+		return exitCode(exitStillAllocating)
+	}
+	return nil
 }
 
 // apiEndpoint is where metalloc-api is reached by default: its public

@@ -2,7 +2,8 @@
 // (db sync, db online-data-migrations), upgrade checks (status
 // upgrade-check), node import, the local development stack (dev up, dev exec),
 // the allocation load benchmark (bench allocations) and a scripting client of
-// the allocation API (allocation create/show/delete, waiting without polling).
+// the allocation API (allocation create/show/delete, allocation-group
+// create/show/list/delete, waiting without polling).
 package main
 
 import (
@@ -26,7 +27,8 @@ func main() {
 	}
 	root.PersistentFlags().String("config", "", "YAML config file (see configs/metalloc.yaml)")
 	root.PersistentFlags().String("database.url", "", "PostgreSQL URL (default $DATABASE_URL)")
-	root.AddCommand(dbCmd(), devCmd(), nodeCmd(), benchCmd(), statusCmd(), soakCmd(), allocationCmd(), topologyCmd())
+	root.AddCommand(dbCmd(), devCmd(), nodeCmd(), benchCmd(), statusCmd(), soakCmd(), allocationCmd(),
+		allocationGroupCmd(), topologyCmd())
 	if err := root.Execute(); err != nil {
 		var code exitCode
 		if errors.As(err, &code) {

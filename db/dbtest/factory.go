@@ -213,6 +213,12 @@ func Broken(t testing.TB, pool *pgxpool.Pool) []string {
 			 WHERE n.allocation_id IS NOT NULL AND (a.state IS DISTINCT FROM 'active' OR a.node_id IS DISTINCT FROM n.id)`},
 		{"allocations in error or allocating that hold a node", `
 			SELECT count(*) FROM allocations WHERE state <> 'active' AND node_id IS NOT NULL`},
+		{"active allocation groups whose members are not count", `
+			SELECT count(*) FROM allocation_groups g
+			 WHERE g.state = 'active' AND g.count <> (SELECT count(*) FROM allocations a WHERE a.group_id = g.id)`},
+		{"allocation groups in error with members", `
+			SELECT count(*) FROM allocation_groups g
+			 WHERE g.state = 'error' AND EXISTS (SELECT 1 FROM allocations a WHERE a.group_id = g.id)`},
 	}
 	var out []string
 	for _, c := range checks {
@@ -221,4 +227,21 @@ func Broken(t testing.TB, pool *pgxpool.Pool) []string {
 		}
 	}
 	return out
+}
+
+// RackedNodes inserts racks*perRack available, powered-off nodes of class
+// rc named rc-1 ..., perRack to a rack: extra.rack "r01", "r02", ...
+// (two digits, then more) and extra.row "1" for the first half of the
+// racks, "2" for the rest; the topology levels row=extra.row,
+// rack=extra.rack read them (allocation groups).
+func RackedNodes(t testing.TB, pool *pgxpool.Pool, racks, perRack int, rc string) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `
+		INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state, extra)
+		SELECT gen_random_uuid(), $3 || '-' || i, 'fake-hardware', $3, 'available', 'power off',
+		       jsonb_build_object('row', CASE WHEN (i - 1) / $2::int < ($1::int + 1) / 2 THEN '1' ELSE '2' END,
+		                          'rack', 'r' || lpad(((i - 1) / $2::int + 1)::text, 2, '0'))
+		  FROM generate_series(1, $1::int * $2::int) i`, racks, perRack, rc); err != nil {
+		t.Fatalf("dbtest: inserting %d racks of %d nodes of %s: %v", racks, perRack, rc, err)
+	}
 }

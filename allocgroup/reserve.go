@@ -1,0 +1,247 @@
+package allocgroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/allocation"
+	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/topology"
+)
+
+// ErrNeedsDatabaseBackend is the last_error reason of a group claimed by a
+// conductor running the placement backend.
+const ErrNeedsDatabaseBackend = "allocation groups need the database backend"
+
+// Reserver places claimed groups for a conductor (the database backend).
+type Reserver struct {
+	pool *pgxpool.Pool
+	q    *Queries
+	log  *zap.Logger
+	// LockedWait bounds how long Process keeps trying while every fitting
+	// plan has nodes locked by concurrent reservations or updates, before
+	// the group goes to error (conductor.locked_node_wait, default 2 s).
+	LockedWait time.Duration
+	// LockedBackoff is the first wait between such rounds, doubled each
+	// time up to 16x (default 5 ms).
+	LockedBackoff time.Duration
+
+	mu  sync.Mutex
+	rng *rand.Rand
+
+	cache candidateCache
+}
+
+// NewReserver returns a Reserver on pool.
+func NewReserver(pool *pgxpool.Pool, log *zap.Logger) *Reserver {
+	return &Reserver{pool: pool, q: New(pool), log: log, LockedWait: 2 * time.Second,
+		LockedBackoff: 5 * time.Millisecond, rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+}
+
+var (
+	errLost    = errors.New("group no longer owned")
+	errShort   = errors.New("too few nodes of the plan could be locked")
+	errChanged = errors.New("the group changed meanwhile")
+)
+
+// noFit is a permanent reason to fail the group.
+type noFit string
+
+func (n noFit) Error() string { return string(n) }
+
+// Process reserves every missing member of g for conductor me, or moves g
+// to error (a grow: back to active with its members) with a last_error a
+// person can act on. Each round reads the free candidates and their
+// topology paths (topology.FreeCandidates, no locks), asks topology.Choose
+// for the fitting plans, best fit first, and tries them in order, each in
+// one transaction (reserveOnce); when every plan had nodes locked by
+// others it backs off and reads again, up to LockedWait. It returns an
+// error only when the database is unreachable or ctx ends; g then stays
+// allocating and owned, to be resumed.
+func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation.Outcome, error) {
+	log := r.log.With(zap.Stringer("allocation_group", g.UUID))
+	backoff := r.LockedBackoff
+	began := time.Now()
+	for attempt := 0; ; attempt++ {
+		plans, need, err := r.plan(ctx, g)
+		var nf noFit
+		switch {
+		case errors.As(err, &nf):
+			return r.Fail(ctx, me, g, string(nf))
+		case err != nil:
+			return allocation.Lost, fmt.Errorf("processing allocation group %s: %w", g.UUID, err)
+		}
+		for _, p := range plans {
+			var took []int64
+			took, err = r.reserveOnce(ctx, me, g, p, need)
+			switch {
+			case err == nil:
+				r.cache.taken(g, took)
+				log.Debug("reserved allocation group", zap.Int("attempt", attempt), zap.Strings("domain", p.Domain))
+				return allocation.Reserved, nil
+			case errors.Is(err, errLost):
+				log.Info("allocation group no longer owned by this conductor; dropping it")
+				return allocation.Lost, nil
+			case errors.Is(err, errShort):
+				continue
+			case errors.Is(err, errChanged):
+			case db.IsUnavailable(err) || ctx.Err() != nil:
+				return allocation.Lost, fmt.Errorf("processing allocation group %s: %w", g.UUID, err)
+			default:
+				log.Warn("group reservation attempt failed; retrying", zap.Error(err))
+			}
+			break
+		}
+		r.cache.forget(g) // the next round reads afresh
+		if time.Since(began) >= r.LockedWait {
+			return r.Fail(ctx, me, g, fmt.Sprintf("could not reserve %d free nodes %s in any of %d fitting placements: their nodes stayed locked by concurrent reservations or updates",
+				need, topology.Describe(g.ResourceClass, g.Traits), len(plans)))
+		}
+		select {
+		case <-ctx.Done():
+			return allocation.Lost, fmt.Errorf("processing allocation group %s: %w", g.UUID, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, r.LockedBackoff*16)
+	}
+}
+
+// plan reads the topology and the free candidates and returns the fitting
+// plans for the need members g still lacks (best first); a noFit error
+// when none fits. need 0: one empty plan, only the activation is missing.
+func (r *Reserver) plan(ctx context.Context, g Claimed) (plans []topology.Plan, need int, err error) {
+	levels, err := topology.Load(ctx, r.pool)
+	if err != nil {
+		return nil, 0, err
+	}
+	req := topology.Request{Rule: topology.Rule(g.Rule), Describe: topology.Describe(g.ResourceClass, g.Traits)}
+	if req.Rule != topology.None {
+		lvl := ""
+		if g.RuleLevel != nil {
+			lvl = *g.RuleLevel
+		}
+		if req.Level, err = topology.LevelIndex(levels, lvl); err != nil {
+			return nil, 0, noFit(err.Error())
+		}
+	}
+	cnt, err := r.q.GroupMemberCount(ctx, g.ID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return []topology.Plan{{}}, 0, nil // deleted: reserveOnce finds it lost
+	} else if err != nil {
+		return nil, 0, err
+	}
+	req.Count = int(cnt.Count - cnt.Members)
+	if req.Count <= 0 {
+		return []topology.Plan{{}}, 0, nil // only the activation is missing
+	}
+	if cnt.Members > 0 && len(g.Domain) > 0 {
+		if req.Rule == topology.Required {
+			req.Within = g.Domain
+		} else {
+			req.Prefer = g.Domain
+		}
+	}
+	for fresh := false; ; fresh = true {
+		cands, cached, err := r.cache.get(ctx, r.pool, g, fresh)
+		if err != nil {
+			return nil, 0, err
+		}
+		r.mu.Lock()
+		plans, nf := topology.Choose(levels, cands, req, r.rng)
+		r.mu.Unlock()
+		switch {
+		case nf == nil:
+			return plans, req.Count, nil
+		case !cached:
+			return nil, 0, noFit(nf.Error())
+		}
+		// Nodes may have been freed since the shared read: decide on a
+		// fresh one.
+	}
+}
+
+// reserveOnce tries plan p in one transaction: lock wanted (the missing
+// count when planned) of its nodes that are still free (SKIP LOCKED, in plan order; fewer:
+// errShort), then the group itself with the compare-and-set guard (not
+// ours any more: errLost), insert the members holding their nodes, and
+// activate the group. It returns the nodes the members took.
+func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topology.Plan, wanted int) (took []int64, err error) {
+	ids := make([]int64, len(p.Nodes))
+	for i, n := range p.Nodes {
+		ids[i] = n.ID
+	}
+	traits := g.Traits
+	if traits == nil {
+		traits = []string{}
+	}
+	cands := g.CandidateNodes
+	if len(cands) == 0 {
+		cands = nil
+	}
+	err = db.InTx(ctx, r.pool, func(tx pgx.Tx) error {
+		q := New(tx)
+		var locked []int64
+		took = nil
+		if wanted > 0 {
+			nodes, err := q.LockPlanNodes(ctx, LockPlanNodesParams{Nodes: ids, ResourceClass: g.ResourceClass,
+				Candidates: cands, Owner: g.Owner, Traits: traits, Wanted: int32(wanted)})
+			if err != nil {
+				return err
+			}
+			if len(nodes) < wanted {
+				return errShort
+			}
+			for _, n := range nodes {
+				locked = append(locked, n.ID)
+			}
+		}
+		row, err := q.LockOwnedGroup(ctx, LockOwnedGroupParams{ID: g.ID, Me: me})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errLost
+		} else if err != nil {
+			return err
+		}
+		need := int(row.Count - row.Members)
+		if need > len(locked) {
+			return errChanged // grown meanwhile: plan again
+		}
+		if need > 0 {
+			held, err := q.InsertMembers(ctx, InsertMembersParams{GroupID: g.ID, Me: me, NodeIds: locked[:need]})
+			if err != nil {
+				return err
+			}
+			if int(held) != need {
+				return fmt.Errorf("held %d nodes for %d members", held, need)
+			}
+			took = locked[:need]
+		}
+		return q.ActivateGroup(ctx, ActivateGroupParams{ID: g.ID, First: row.Members == 0, Domain: p.Domain})
+	})
+	return took, err
+}
+
+// Fail moves g to error with last_error "Failed to process allocation
+// group <uuid>: <reason>." (a grow that failed: back to active with count =
+// its members), guarded by conductor_affinity = me: Failed, Lost when g is
+// no longer me's (nothing written), or an error (the database is
+// unreachable; g stays allocating and owned).
+func (r *Reserver) Fail(ctx context.Context, me int64, g Claimed, reason string) (allocation.Outcome, error) {
+	msg := fmt.Sprintf("Failed to process allocation group %s: %s.", g.UUID, reason)
+	n, err := r.q.FailGroup(ctx, FailGroupParams{LastError: &msg, ID: g.ID, Me: me})
+	if err != nil {
+		return allocation.Lost, fmt.Errorf("processing allocation group %s: %w", g.UUID, err)
+	}
+	if n == 0 {
+		return allocation.Lost, nil
+	}
+	r.log.Info("allocation group failed", zap.Stringer("allocation_group", g.UUID), zap.String("last_error", msg))
+	return allocation.Failed, nil
+}

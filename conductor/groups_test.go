@@ -1,0 +1,274 @@
+package conductor
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/metalloc/metalloc/allocgroup"
+	"github.com/metalloc/metalloc/db/dbtest"
+	"github.com/metalloc/metalloc/topology"
+)
+
+// rackedFleet inserts racks*perRack nodes of rc (dbtest.RackedNodes) and
+// sets the topology row=extra.row, rack=extra.rack.
+func rackedFleet(t testing.TB, pool *pgxpool.Pool, racks, perRack int, rc string) {
+	t.Helper()
+	dbtest.RackedNodes(t, pool, racks, perRack, rc)
+	require.NoError(t, topology.Save(context.Background(), pool,
+		[]topology.Level{{Name: "row", Source: "extra.row"}, {Name: "rack", Source: "extra.rack"}}))
+}
+
+// addGroup inserts an allocating group of count nodes of rc under rule at
+// level (rule none: level "").
+func addGroup(t testing.TB, pool *pgxpool.Pool, count int, rc, rule, level string) uuid.UUID {
+	t.Helper()
+	p := allocgroup.CreateGroupParams{Uuid: uuid.New(), Count: int32(count), ResourceClass: rc,
+		Traits: []string{}, Extra: json.RawMessage(`{}`), Rule: rule}
+	if rule != allocgroup.RuleNone {
+		p.RuleLevel = &level
+	}
+	_, err := allocgroup.New(pool).CreateGroup(context.Background(), p)
+	require.NoError(t, err)
+	return p.Uuid
+}
+
+// checkGroups asserts the all-or-nothing rules on every group of pool's
+// database: an active group has exactly count members, each active and
+// holding its own node, all in one rack when the rule is required; a group
+// in error has none; no node serves two members. It returns how many
+// groups are active and in error.
+func checkGroups(t *testing.T, pool *pgxpool.Pool) (active, failed int) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := pool.Query(ctx, `
+		SELECT g.uuid, g.state, g.count, g.rule, coalesce(g.last_error, ''),
+		       (SELECT count(*) FROM allocations a WHERE a.group_id = g.id)::int,
+		       (SELECT count(*) FROM allocations a JOIN nodes n ON n.id = a.node_id
+		         WHERE a.group_id = g.id AND a.state = 'active' AND n.allocation_id = a.id
+		           AND n.instance_uuid = a.uuid)::int,
+		       (SELECT count(DISTINCT n.extra->>'rack') FROM allocations a JOIN nodes n ON n.id = a.node_id
+		         WHERE a.group_id = g.id)::int
+		  FROM allocation_groups g ORDER BY g.id`)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var u uuid.UUID
+		var state, rule, lastErr string
+		var count, members, held, racks int
+		require.NoError(t, rows.Scan(&u, &state, &count, &rule, &lastErr, &members, &held, &racks))
+		switch state {
+		case allocgroup.StateActive:
+			active++
+			require.Equal(t, count, members, "group %s: members", u)
+			require.Equal(t, count, held, "group %s: members holding their nodes", u)
+			if rule == allocgroup.RuleRequired {
+				require.Equal(t, 1, racks, "group %s spans racks", u)
+			}
+		case allocgroup.StateError:
+			failed++
+			require.Zero(t, members, "group %s in error has members", u)
+			require.NotEmpty(t, lastErr, "group %s in error has no last_error", u)
+		default:
+			t.Fatalf("group %s still %s", u, state)
+		}
+	}
+	require.NoError(t, rows.Err())
+	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM (SELECT node_id FROM allocations
+		WHERE node_id IS NOT NULL GROUP BY node_id HAVING count(*) > 1) d`), "a node serves two allocations")
+	require.Empty(t, dbtest.Broken(t, pool))
+	return active, failed
+}
+
+// TestGroupsRaceOnLimitedRoom: 100 groups of mixed sizes (2 to 16, required
+// rack) and 60 single allocations race on 12 racks of 16 nodes (192 nodes,
+// far fewer than asked) through three conductors. Every group ends fully
+// active inside one rack or in error with no member; no node serves two;
+// every single allocation and every group finishes.
+func TestGroupsRaceOnLimitedRoom(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	rackedFleet(t, pool, 12, 16, "gpu")
+	startConductors(t, pool, Config{Workers: 4, ClaimBatch: 4, LockedNodeWait: 3 * time.Second}, 3)
+	sizes := []int{2, 4, 8, 12, 16}
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Go(func() {
+			rule := allocgroup.RuleRequired
+			if i%10 == 0 {
+				rule = allocgroup.RuleNone
+			}
+			addGroup(t, pool, sizes[rand.IntN(len(sizes))], "gpu", rule, "rack")
+		})
+		if i%5 == 0 {
+			wg.Go(func() { dbtest.Allocation(t, pool, dbtest.AllocationSpec{ResourceClass: "gpu"}) })
+			wg.Go(func() { dbtest.Allocation(t, pool, dbtest.AllocationSpec{ResourceClass: "gpu"}) })
+			wg.Go(func() { dbtest.Allocation(t, pool, dbtest.AllocationSpec{ResourceClass: "gpu"}) })
+		}
+	}
+	wg.Wait()
+	dbtest.WaitFor(t, 60*time.Second, "every group and allocation to finish", func() bool {
+		return dbtest.Count(t, pool, `SELECT (SELECT count(*) FROM allocation_groups WHERE state = 'allocating')
+			+ (SELECT count(*) FROM allocations WHERE state = 'allocating')`) == 0
+	})
+	active, failed := checkGroups(t, pool)
+	require.Equal(t, 100, active+failed)
+	require.Positive(t, active)
+	require.Positive(t, failed, "the fleet has room for far fewer than 100 groups")
+	singles := dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE group_id IS NULL AND state = 'active'`)
+	t.Logf("groups: %d active, %d in error; singles: %d active of 60; nodes held: %d of 192", active, failed, singles,
+		dbtest.Count(t, pool, `SELECT count(*) FROM nodes WHERE allocation_id IS NOT NULL`))
+}
+
+// TestGroupNoFitExplains: a group no rack can take goes to error at once
+// with a per-domain explanation and nothing reserved.
+func TestGroupNoFitExplains(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	rackedFleet(t, pool, 3, 6, "gpu")
+	start(t, pool, Config{Hostname: "c0", PollInterval: time.Hour})
+	u := addGroup(t, pool, 8, "gpu", allocgroup.RuleRequired, "rack")
+	dbtest.WaitFor(t, 10*time.Second, "the group to fail", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE state = 'error'`) == 1
+	})
+	var lastErr string
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT last_error FROM allocation_groups WHERE uuid = $1`, u).Scan(&lastErr))
+	require.Contains(t, lastErr, "Failed to process allocation group "+u.String())
+	require.Contains(t, lastErr, "8")
+	t.Log(lastErr)
+	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocations`))
+}
+
+// TestGroupGrowAndShrink: a required group grows in its rack; a member
+// released lowers the count; a grow that cannot fit returns the group to
+// active with its members and a last_error.
+func TestGroupGrowAndShrink(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	rackedFleet(t, pool, 2, 8, "gpu")
+	start(t, pool, Config{Hostname: "c0", PollInterval: 50 * time.Millisecond})
+	u := addGroup(t, pool, 4, "gpu", allocgroup.RuleRequired, "rack")
+	q := allocgroup.New(pool)
+	waitState := func(want string) allocgroup.View {
+		var v allocgroup.View
+		dbtest.WaitFor(t, 10*time.Second, "group "+want, func() bool {
+			var err error
+			v, err = allocgroup.NewStore(pool).Get(ctx, u.String())
+			require.NoError(t, err)
+			return v.State == want
+		})
+		return v
+	}
+	v := waitState(allocgroup.StateActive)
+	require.Len(t, v.Members, 4)
+	_, err := q.GrowGroup(ctx, allocgroup.GrowGroupParams{ID: v.ID, Count: 7})
+	require.NoError(t, err)
+	v = waitState(allocgroup.StateActive)
+	require.Len(t, v.Members, 7)
+	checkGroups(t, pool)
+	// Release one member the way DELETE /v1/allocations does.
+	_, err = pool.Exec(ctx, `SELECT metalloc_deallocate(a.id) FROM allocations a WHERE a.uuid = $1`, v.Members[0].UUID)
+	require.NoError(t, err)
+	v = waitState(allocgroup.StateActive)
+	require.EqualValues(t, 6, v.Count)
+	require.Len(t, v.Members, 6)
+	// 6 in a rack of 8: growing by 3 cannot fit under required rack.
+	_, err = q.GrowGroup(ctx, allocgroup.GrowGroupParams{ID: v.ID, Count: 9})
+	require.NoError(t, err)
+	dbtest.WaitFor(t, 10*time.Second, "the failed grow to settle", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE state = 'active' AND last_error IS NOT NULL`) == 1
+	})
+	v, err = allocgroup.NewStore(pool).Get(ctx, u.String())
+	require.NoError(t, err)
+	require.EqualValues(t, 6, v.Count)
+	require.Len(t, v.Members, 6)
+	checkGroups(t, pool)
+}
+
+// TestGroupTakeoverResumeRelease: groups owned by a dead conductor are
+// taken over and placed; a conductor resumes its own unfinished group at
+// start; a clean stop hands an owned allocating group back unowned.
+func TestGroupTakeoverResumeRelease(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	rackedFleet(t, pool, 4, 8, "gpu")
+	dead := dbtest.Conductor(t, pool, "dead", time.Hour, true)
+	crashed := dbtest.Conductor(t, pool, "crashed", time.Hour, true)
+	own := func(u uuid.UUID, c int64) {
+		_, err := pool.Exec(ctx, `UPDATE allocation_groups SET conductor_affinity = $1 WHERE uuid = $2`, c, u)
+		require.NoError(t, err)
+	}
+	// Release (before any conductor runs): a stopping conductor hands
+	// its allocating group back, unowned.
+	id := dbtest.Conductor(t, pool, "stopping", 0, true)
+	rows := NewRows(New(pool), time.Minute)
+	g := addGroup(t, pool, 2, "gpu", allocgroup.RuleNone, "")
+	own(g, id)
+	n, err := rows.Release(ctx, id)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE conductor_affinity = $1`, id))
+	for range 2 {
+		own(addGroup(t, pool, 4, "gpu", allocgroup.RuleRequired, "rack"), dead)
+	}
+	own(addGroup(t, pool, 3, "gpu", allocgroup.RuleRequired, "rack"), crashed)
+	cfg := fastHA
+	cfg.Hostname = "live"
+	start(t, pool, cfg)
+	cfg.Hostname = "crashed"
+	start(t, pool, cfg)
+	dbtest.WaitFor(t, 20*time.Second, "the dead conductor's groups taken over and the crashed one's resumed", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE state = 'active'`) == 4
+	})
+	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE conductor_affinity = $1`, dead))
+	checkGroups(t, pool)
+}
+
+// TestGroupsNeedTheDatabaseBackend: a conductor running the placement
+// backend fails a group with a reason, nothing reserved.
+func TestGroupsNeedTheDatabaseBackend(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	rackedFleet(t, pool, 2, 4, "gpu")
+	pc := pbPlacement(t, pool, "gpu")
+	start(t, pool, Config{Hostname: "pb", PollInterval: 100 * time.Millisecond, Backend: BackendPlacement, Placement: pc})
+	addGroup(t, pool, 2, "gpu", allocgroup.RuleRequired, "rack")
+	dbtest.WaitFor(t, 10*time.Second, "the group to fail", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups
+			WHERE state = 'error' AND last_error LIKE '%allocation groups need the database backend%'`) == 1
+	})
+	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocations`))
+}
+
+// TestGroupFreedNodesAreSeen: nodes freed right after a reservation (the
+// shared candidate read still shows them taken) serve the next group: "no
+// fit" is only concluded on a fresh read.
+func TestGroupFreedNodesAreSeen(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	rackedFleet(t, pool, 1, 4, "gpu")
+	start(t, pool, Config{Hostname: "c0", PollInterval: 50 * time.Millisecond})
+	for round := range 3 {
+		addGroup(t, pool, 4, "gpu", allocgroup.RuleRequired, "rack")
+		dbtest.WaitFor(t, 10*time.Second, "the group to finish", func() bool {
+			return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE state <> 'allocating'`) == 1
+		})
+		require.Equal(t, 1, dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE state = 'active'`),
+			"round %d", round)
+		// Release every member at once: the last one takes the group.
+		_, err := pool.Exec(ctx, `SELECT metalloc_deallocate(id) FROM allocations`)
+		require.NoError(t, err)
+		require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups`))
+	}
+}
