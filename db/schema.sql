@@ -188,11 +188,13 @@ CREATE FUNCTION public.metalloc_conductor_alive(online boolean, heartbeat_at tim
 --
 
 CREATE FUNCTION public.metalloc_deallocate(p_allocation_id bigint) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+BEGIN
     UPDATE nodes SET allocation_id = NULL, instance_uuid = NULL, updated_at = now()
      WHERE allocation_id = p_allocation_id;
     DELETE FROM allocations WHERE id = p_allocation_id;
+END;
 $$;
 
 --
@@ -200,13 +202,15 @@ $$;
 --
 
 CREATE FUNCTION public.metalloc_hold(p_node_id bigint, p_allocation_id bigint, p_uuid uuid, p_traits text[]) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+BEGIN
     UPDATE nodes n
        SET instance_uuid = p_uuid, allocation_id = p_allocation_id,
            instance_info = n.instance_info || jsonb_build_object('traits', to_jsonb(p_traits)),
            updated_at = now()
      WHERE n.id = p_node_id;
+END;
 $$;
 
 --
