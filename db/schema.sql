@@ -198,6 +198,28 @@ END;
 $$;
 
 --
+-- Name: metalloc_deallocate_if(bigint, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_deallocate_if(p_id bigint, p_node_id bigint) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_node bigint;
+BEGIN
+    SELECT a.node_id INTO v_node FROM allocations a WHERE a.id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'gone';
+    END IF;
+    IF v_node IS DISTINCT FROM p_node_id THEN
+        RETURN 'moved';
+    END IF;
+    PERFORM metalloc_deallocate(p_id);
+    RETURN 'deleted';
+END;
+$$;
+
+--
 -- Name: metalloc_hold(bigint, bigint, uuid, text[]); Type: FUNCTION; Schema: public; Owner: -
 --
 

@@ -35,7 +35,36 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- +goose StatementBegin
+-- DELETE /v1/allocations/{id} and DELETE /v1/nodes/{node}/allocation
+-- (allocation.Handler.destroy), once the caller has locked the node the
+-- allocation named when it was read (p_node_id; NULL: none) and checked
+-- that the node may give it up: locks allocation p_id and deallocates it
+-- (metalloc_deallocate) if it still names that node. Returns 'deleted',
+-- 'moved' (it names another node now; nothing changed: start over, lock
+-- order node then allocation) or 'gone' (no such allocation). One round
+-- trip where locking and deallocating were two.
+CREATE FUNCTION metalloc_deallocate_if(p_id bigint, p_node_id bigint)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_node bigint;
+BEGIN
+    SELECT a.node_id INTO v_node FROM allocations a WHERE a.id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'gone';
+    END IF;
+    IF v_node IS DISTINCT FROM p_node_id THEN
+        RETURN 'moved';
+    END IF;
+    PERFORM metalloc_deallocate(p_id);
+    RETURN 'deleted';
+END;
+$$;
+-- +goose StatementEnd
+
 -- +goose Down
+DROP FUNCTION metalloc_deallocate_if(bigint, bigint);
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION metalloc_hold(p_node_id bigint, p_allocation_id bigint, p_uuid uuid, p_traits text[])
 RETURNS void
