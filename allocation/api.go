@@ -771,7 +771,8 @@ func (h *Handler) deleteForNode(c echo.Context) error {
 // the documented order, node then allocation: the node comes from an
 // unlocked read, so when the allocation turns out to have moved meanwhile
 // (a conductor reserved a node for it) the transaction starts over
-// (db.ErrRestart).
+// (db.ErrRestart). Locking the allocation, checking it still names the node
+// and deallocating it is one statement (DeallocateIf).
 func (h *Handler) destroy(c echo.Context, find func(*Queries) (View, error)) error {
 	ctx := c.Request().Context()
 	err := db.InTx(ctx, h.store.pool, func(tx pgx.Tx) error {
@@ -790,21 +791,24 @@ func (h *Handler) destroy(c echo.Context, find func(*Queries) (View, error)) err
 			}
 			n = &locked
 		}
-		a, err := q.LockAllocation(ctx, v.ID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return web.NotFound("Allocation %s could not be found.", v.Uuid)
-		} else if err != nil {
-			return err
-		}
-		if !equalPtr(a.NodeID, v.NodeID) {
-			return db.ErrRestart
-		}
 		if n != nil {
-			if err := CheckDeallocation(n.Uuid, n.ProvisionState, n.TargetProvisionState, n.Maintenance, a.Uuid); err != nil {
+			// The node is locked: its state holds until the end. Should
+			// the allocation have moved meanwhile, DeallocateIf changes
+			// nothing and the next attempt checks again.
+			if err := CheckDeallocation(n.Uuid, n.ProvisionState, n.TargetProvisionState, n.Maintenance, v.Uuid); err != nil {
 				return err
 			}
 		}
-		return q.Deallocate(ctx, a.ID)
+		outcome, err := q.DeallocateIf(ctx, DeallocateIfParams{ID: v.ID, NodeID: v.NodeID})
+		switch {
+		case err != nil:
+			return err
+		case outcome == "gone":
+			return web.NotFound("Allocation %s could not be found.", v.Uuid)
+		case outcome == "moved":
+			return db.ErrRestart
+		}
+		return nil
 	})
 	if errors.Is(err, db.ErrRestart) {
 		// Still moving after MaxTxAttempts tries: say so instead of a 500.
@@ -814,11 +818,6 @@ func (h *Handler) destroy(c echo.Context, find func(*Queries) (View, error)) err
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
-}
-
-// equalPtr reports whether a and b are both nil or point at equal values.
-func equalPtr[T comparable](a, b *T) bool {
-	return a == b || (a != nil && b != nil && *a == *b)
 }
 
 // CheckDeallocation says whether the allocation allocUUID may be removed from

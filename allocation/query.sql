@@ -51,6 +51,12 @@ UPDATE allocations SET name = @name, extra = @extra, updated_at = now() WHERE id
 -- locked the node first.
 SELECT metalloc_deallocate(@allocation_id::bigint);
 
+-- name: DeallocateIf :one
+-- Locks allocation @id and deallocates it if it still names node @node_id
+-- (NULL: none): 'deleted', 'moved' or 'gone' (metalloc_deallocate_if). The
+-- caller locked the node first.
+SELECT metalloc_deallocate_if(@id::bigint, sqlc.narg('node_id')::bigint)::text AS outcome;
+
 -- name: LockNode :one
 SELECT id, uuid, provision_state, target_provision_state, maintenance, instance_uuid,
        allocation_id, resource_class, owner, lessee

@@ -270,6 +270,25 @@ func (q *Queries) Deallocate(ctx context.Context, allocationID int64) error {
 	return err
 }
 
+const deallocateIf = `-- name: DeallocateIf :one
+SELECT metalloc_deallocate_if($1::bigint, $2::bigint)::text AS outcome
+`
+
+type DeallocateIfParams struct {
+	ID     int64
+	NodeID *int64
+}
+
+// Locks allocation @id and deallocates it if it still names node @node_id
+// (NULL: none): 'deleted', 'moved' or 'gone' (metalloc_deallocate_if). The
+// caller locked the node first.
+func (q *Queries) DeallocateIf(ctx context.Context, arg DeallocateIfParams) (string, error) {
+	row := q.db.QueryRow(ctx, deallocateIf, arg.ID, arg.NodeID)
+	var outcome string
+	err := row.Scan(&outcome)
+	return outcome, err
+}
+
 const eventsAfter = `-- name: EventsAfter :many
 SELECT e.seq::bigint AS seq, e.at, e.kind, e.allocation_uuid, e.name, e.state,
        e.resource_class, e.owner, e.node_uuid, e.last_error

@@ -197,6 +197,11 @@ type Service struct {
 	// healthySince is when heartbeats last started succeeding again (unix
 	// nanoseconds; registration counts).
 	healthySince atomic.Int64
+	// claiming counts the workers whose claim statement is running (claim,
+	// at most maxClaimers); claimPending is set by a worker that wanted to
+	// claim meanwhile, and tells a claiming worker to claim again at once.
+	claiming     atomic.Int32
+	claimPending atomic.Bool
 	// signals reports events to tests (nil in production).
 	signals *testSignals
 }
@@ -241,6 +246,15 @@ const maxBackoff = 5 * time.Second
 // be reached before it takes more work.
 const placementRetryDelay = time.Second
 
+// maxClaimers is how many of a conductor's workers run a claim statement
+// at the same time (claim). One per conductor serializes the claims behind
+// one transaction and puts its latency on every row; one per worker lets
+// every notification of a burst run its own claim, most of which find the
+// rows taken already. Two, with 2 conductors, 10,000 nodes, 32 clients:
+// about 3 rows per claim statement instead of 0.6, and a third fewer
+// database buffers per allocation.
+const maxClaimers = 2
+
 // queueSize bounds the owned rows waiting for a worker; more stay owned in
 // the database and are queued by a later resume.
 const queueSize = 1024
@@ -277,7 +291,8 @@ func (c *Service) Run(ctx context.Context) error {
 
 	// A notification wakes one idle worker (one pending wake-up at most, so
 	// a burst of notifications costs one claim, not one each); a worker that
-	// finds a full batch wakes another.
+	// finds a full batch, or that others wanted to claim while its claim
+	// ran, claims again (claim).
 	wake := make(chan struct{}, 1)
 	signal := func() {
 		select {
@@ -326,11 +341,12 @@ func (c *Service) Run(ctx context.Context) error {
 
 // work runs Workers goroutines until ctx ends. Each one processes queued
 // owned rows and groups first (resumed or taken over), then claims and
-// reserves in batches (claim) and processes itself the rows that need more
-// work, then claims one allocation group and places it (claimGroups). A worker
-// whose batch comes back full wakes another one and goes on; one whose batch
-// comes back short sleeps until a notification, a queued row or its next
-// poll tick. On stop, in-flight rows get ShutdownGrace to finish.
+// reserves in batches (claim, maxClaimers at a time) and processes itself the
+// rows that need more work, then claims one allocation group and places it
+// (claimGroups). A worker whose batch comes back full, that got a group, or
+// that others wanted to claim meanwhile, claims again; one whose batch comes
+// back short sleeps until a notification, a queued row or its next poll
+// tick. On stop, in-flight rows get ShutdownGrace to finish.
 func (c *Service) work(ctx context.Context, wake chan struct{}) {
 	procCtx, cancelProc := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelProc()
@@ -364,14 +380,14 @@ func (c *Service) work(ctx context.Context, wake chan struct{}) {
 					c.requeueOwned(ctx)
 					c.requeueOwnedGroups(ctx)
 				}
-				got, err := c.claim(ctx, procCtx, c.cfg.ClaimBatch)
+				again, err := c.claim(ctx, procCtx, c.cfg.ClaimBatch)
 				if err == nil {
 					// Groups and allocations take turns: neither starves
 					// the other.
 					var gotGroups int
 					gotGroups, err = c.claimGroups(ctx, procCtx)
 					if gotGroups > 0 && err == nil {
-						got = c.cfg.ClaimBatch // more may be waiting
+						again = true // more may be waiting
 					}
 				}
 				switch {
@@ -390,12 +406,9 @@ func (c *Service) work(ctx context.Context, wake chan struct{}) {
 				default:
 					c.log.Warn("claim failed", zap.Error(err))
 				}
-				if got == c.cfg.ClaimBatch && err == nil {
-					// More may be waiting: bring in another worker, go on.
-					select {
-					case wake <- struct{}{}:
-					default:
-					}
+				if again && err == nil {
+					// More may be waiting (a full batch, or work notified
+					// while the claim ran): claim again.
 					continue
 				}
 				select {
@@ -469,10 +482,38 @@ func (c *Service) requeueOwned(ctx context.Context) {
 }
 
 // claim takes up to n rows through the backend and processes here, one by
-// one, the claimed rows it could not reserve at once. It returns how many
-// rows were claimed.
-func (c *Service) claim(ctx, procCtx context.Context, n int) (got int, err error) {
+// one, the claimed rows it could not reserve at once. It returns whether the
+// caller should claim again at once: the batch was full, or other workers
+// wanted to claim while this claim ran.
+//
+// At most maxClaimers workers of a conductor claim at a time. A worker that
+// finds them all claiming leaves the claim to them (claimPending) and
+// returns false: every notification a burst brings wakes a worker, and
+// without this each would run its own claim statement, most of them finding
+// the rows already taken. A claiming worker that sees claimPending when its
+// statement returns claims again, and takes in one batch everything that
+// arrived meanwhile.
+func (c *Service) claim(ctx, procCtx context.Context, n int) (again bool, err error) {
+	for {
+		k := c.claiming.Load()
+		if k < maxClaimers {
+			if c.claiming.CompareAndSwap(k, k+1) {
+				break
+			}
+			continue
+		}
+		c.claimPending.Store(true)
+		if c.claiming.Load() > 0 {
+			// The holder reads claimPending after it lets go of
+			// claiming, so it sees ours and claims again.
+			return false, nil
+		}
+	}
+	// Rows notified before this point are visible to the statement below.
+	c.claimPending.Store(false)
 	reserved, rest, err := c.backend.Claim(ctx, c.id, n)
+	c.claiming.Add(-1)
+	again = c.claimPending.Swap(false)
 	if errors.Is(err, allocation.ErrClaimedUnread) {
 		// Claimed but not read back: resume them once the database answers.
 		c.needResume.Store(true)
@@ -480,9 +521,11 @@ func (c *Service) claim(ctx, procCtx context.Context, n int) (got int, err error
 		err = nil
 	}
 	if err != nil {
-		return 0, err
+		return false, err
 	}
-	c.Metrics.claimed(len(reserved) + len(rest))
+	got := len(reserved) + len(rest)
+	again = again || got == n
+	c.Metrics.claimed(got)
 	for _, a := range reserved {
 		c.Metrics.reserved(a.CreatedAt)
 		c.log.Debug("allocation reserved", zap.Stringer("allocation", a.UUID),
@@ -493,7 +536,7 @@ func (c *Service) claim(ctx, procCtx context.Context, n int) (got int, err error
 			c.process(procCtx, a)
 		}
 	}
-	return len(reserved) + len(rest), nil
+	return again, nil
 }
 
 // process runs one owned row that track marked in flight, and clears the

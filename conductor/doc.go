@@ -33,7 +33,11 @@
 // # Claim in one statement
 //
 // A worker (Service.work) wakes on a notification, a queued row or its poll
-// tick, and calls Backend.Claim. Claiming is one UPDATE over a SELECT ...
+// tick, and calls Backend.Claim. At most two workers of a conductor claim
+// at a time; a worker that finds both busy leaves its claim to them, and
+// one of them claims again as soon as its statement returns (Service.claim):
+// a burst of notifications costs a few claims of several rows each, not one
+// nearly empty claim per notification. Claiming is one UPDATE over a SELECT ...
 // ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED of unowned allocating rows,
 // setting conductor_affinity to the conductor's id: two conductors never get
 // the same row and never wait for each other (Rows.Claim;

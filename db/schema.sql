@@ -248,17 +248,41 @@ END;
 $$;
 
 --
+-- Name: metalloc_deallocate_if(bigint, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_deallocate_if(p_id bigint, p_node_id bigint) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_node bigint;
+BEGIN
+    SELECT a.node_id INTO v_node FROM allocations a WHERE a.id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'gone';
+    END IF;
+    IF v_node IS DISTINCT FROM p_node_id THEN
+        RETURN 'moved';
+    END IF;
+    PERFORM metalloc_deallocate(p_id);
+    RETURN 'deleted';
+END;
+$$;
+
+--
 -- Name: metalloc_hold(bigint, bigint, uuid, text[]); Type: FUNCTION; Schema: public; Owner: -
 --
 
 CREATE FUNCTION public.metalloc_hold(p_node_id bigint, p_allocation_id bigint, p_uuid uuid, p_traits text[]) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+BEGIN
     UPDATE nodes n
        SET instance_uuid = p_uuid, allocation_id = p_allocation_id,
            instance_info = n.instance_info || jsonb_build_object('traits', to_jsonb(p_traits)),
            updated_at = now()
      WHERE n.id = p_node_id;
+END;
 $$;
 
 --
