@@ -1450,10 +1450,10 @@ CREATE INDEX allocations_provider_class_idx ON placement.allocations USING btree
 CREATE INDEX consumers_project_user_idx ON placement.consumers USING btree (project_id, user_id);
 
 --
--- Name: inventories_class_idx; Type: INDEX; Schema: placement; Owner: -
+-- Name: inventories_class_provider_idx; Type: INDEX; Schema: placement; Owner: -
 --
 
-CREATE INDEX inventories_class_idx ON placement.inventories USING btree (resource_class_id);
+CREATE INDEX inventories_class_provider_idx ON placement.inventories USING btree (resource_class_id, resource_provider_id);
 
 --
 -- Name: resource_provider_aggregates_agg_idx; Type: INDEX; Schema: placement; Owner: -

@@ -624,6 +624,12 @@ func TestCandidatesCacheFollowsChanges(t *testing.T) {
 	require.Equal(t, []string{"a:VCPU=2"}, f.cands("resources=VCPU:2&limit=5", v))
 	f.exec(`UPDATE placement.inventories SET total = 8 WHERE resource_provider_id = (SELECT id FROM placement.resource_providers WHERE uuid = $1)`, b)
 	require.Equal(t, []string{"a:VCPU=2", "b:VCPU=2"}, f.cands("resources=VCPU:2", v))
+	// Several consumers on one inventory add up (1 + 3 + 3 of 8).
+	f.use(b, "VCPU", 3)
+	f.use(b, "VCPU", 3)
+	require.Equal(t, []string{"a:VCPU=2"}, f.cands("resources=VCPU:2", v))
+	require.Equal(t, []string{"a:VCPU=1", "b:VCPU=1"}, f.cands("resources=VCPU:1&limit=5", v))
+	f.exec(`DELETE FROM placement.allocations WHERE used = 3`)
 	f.traits(b, "CUSTOM_FAST")
 	require.Equal(t, []string{"b:VCPU=2"}, f.cands("resources=VCPU:2&required=CUSTOM_FAST", v))
 	agg := uuid.NewString()

@@ -13,10 +13,11 @@
 //     transaction changing them, differs; the version and the usage are
 //     read in the request's snapshot, in the same round trip as the
 //     classes and traits, so a cached answer is exact. Unlimited requests
-//     and any request on up to 5,000 providers search the cached world;
+//     and any request on up to 20,000 providers search the cached world;
 //     limited (or member_of) requests on larger worlds read batches of
 //     root providers that SQL finds able to hold the requested amounts,
-//     plus the trees of sharing providers;
+//     plus the trees of sharing providers (on flat providers, a walk of
+//     the requested class's inventories in provider order: flatRootsSQL);
 //   - search.go matches the request groups against the world and combines
 //     them (cSearch.search): no database, no HTTP, tested on worlds built
 //     from rows. It stops at the limit (cSearch.cap): group combinations

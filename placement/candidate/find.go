@@ -91,11 +91,11 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 			return nil
 		}},
 		{candContext, nil, func(r pgx.Rows) error { return r.Scan(&cc.HasTrees, &cc.HasSharing) }},
-		{candWorldVersion, []any{knownV, int64(maxCachedProviders)}, func(r pgx.Rows) error { return r.Scan(&version, &small) }},
+		{candWorldVersion, []any{knownV, f.maxCached}, func(r pgx.Rows) error { return r.Scan(&version, &small) }},
 	}
 	if sendWorld {
 		fresh = &worldRows{}
-		args := []any{rowsV, !scoped, int64(maxCachedProviders)}
+		args := []any{rowsV, !scoped, f.maxCached}
 		qs = append(qs, worldQueries([4]string{candProvidersChanged, candTraitsChanged, candAggregatesChanged, candInventoriesChanged}, args, fresh)...)
 		qs = append(qs, usageQuery(candUsageAll, nil, &usage))
 	}
@@ -486,11 +486,11 @@ func (f *Finder) memberOfRoots(ctx context.Context, s *cSearch, memberOf [][]uui
 func (f *Finder) candidateRoots(ctx context.Context, s *cSearch, after int64, lim int) ([]int64, error) {
 	sql, args := candidateRootsSQL(s, after, lim)
 	var out []int64
-	err := f.queryNoJIT(ctx, sql, args, func(r pgx.Rows) error {
+	err := f.queriesWith(ctx, rootWalkSettings, []cQuery{{sql, args, func(r pgx.Rows) error {
 		var id int64
 		err := r.Scan(&id)
 		out = append(out, id)
 		return err
-	})
+	}}})
 	return out, err
 }

@@ -20,10 +20,14 @@ type Finder struct {
 	// cache holds the static rows of the whole world at a version of
 	// placement.world_version (cache.go).
 	cache cacheState
+	// maxCached is the most providers for which a limited request searches
+	// the whole cached world (maxCachedProviders; tests lower it to run
+	// the batched SQL search on small worlds).
+	maxCached int64
 }
 
 // NewFinder returns a Finder on pool. randomize reports Placement's
 // randomize_allocation_candidates option at the time of each request.
 func NewFinder(pool *pgxpool.Pool, randomize func() bool) *Finder {
-	return &Finder{pool: pool, q: New(pool), randomize: randomize}
+	return &Finder{pool: pool, q: New(pool), randomize: randomize, maxCached: maxCachedProviders}
 }

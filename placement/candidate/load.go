@@ -34,9 +34,15 @@ func (f *Finder) queryNoJIT(ctx context.Context, sql string, args []any, scan fu
 // queriesNoJIT runs queries as queryNoJIT does, in one repeatable-read
 // transaction (one snapshot) and one round trip.
 func (f *Finder) queriesNoJIT(ctx context.Context, qs []cQuery) error {
+	return f.queriesWith(ctx, "SET LOCAL jit = off", qs)
+}
+
+// queriesWith runs queries as queriesNoJIT does, with settings (one
+// statement) run first instead of turning JIT off.
+func (f *Finder) queriesWith(ctx context.Context, settings string, qs []cQuery) error {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-	b.Queue("SET LOCAL jit = off")
+	b.Queue(settings)
 	for _, q := range qs {
 		b.Queue(q.sql, q.args...)
 	}
@@ -95,6 +101,16 @@ func rawInt(b []byte) int64 {
 	return 0
 }
 
+// rootWalkSettings are the planner settings of candidateRoots' query
+// (for its transaction only): JIT off (see queryNoJIT) and no plan but
+// the walk in index order that stops at the LIMIT. PostgreSQL takes each
+// capacity inequality to match a third of the rows, so it expects few
+// rows to pass and would rather fetch every inventory of the class (a
+// bitmap scan) or every provider, and sort them: a read of the whole
+// class per call, which the walk exists to avoid.
+const rootWalkSettings = `SELECT set_config('jit', 'off', true), set_config('enable_sort', 'off', true),
+	set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`
+
 // candidateRootsSQL builds candidateRoots' query. Its EXISTS subqueries
 // end in OFFSET 0 so that PostgreSQL keeps them as per-row checks (which
 // stop at the first match and at the LIMIT) instead of hashing the
@@ -118,17 +134,20 @@ func candidateRootsSQL(s *cSearch, after int64, lim int) (string, []any) {
 		args = append(args, a)
 		return "$" + strconv.Itoa(len(args))
 	}
-	sb.WriteString(`SELECT r.id FROM placement.resource_providers r WHERE r.id > $1 AND r.id = r.root_provider_id`)
-	tree := "r.id"
-	if s.hasTrees {
-		tree = "ANY(ARRAY(SELECT p.id FROM placement.resource_providers p WHERE p.root_provider_id = r.id))"
-	}
 	// One group on flat providers (no trees, no sharing): a root is a
 	// candidate only by itself, so its traits and free capacity can be
 	// checked here too, and a batch of roots is nearly all hits (the Go
 	// search still checks everything).
 	flat := !s.hasTrees && !s.hasSharing && len(s.groups) == 1
-	if flat {
+	if flat && len(classes) > 0 {
+		return flatRootsSQL(&sb, s.groups[0], classes, minAmount, lim, arg), args
+	}
+	sb.WriteString(`SELECT r.id FROM placement.resource_providers r WHERE r.id > $1 AND r.id = r.root_provider_id`)
+	tree := "r.id"
+	if s.hasTrees {
+		tree = "ANY(ARRAY(SELECT p.id FROM placement.resource_providers p WHERE p.root_provider_id = r.id))"
+	}
+	if flat { // and no classes
 		g := s.groups[0]
 		for _, anyOf := range g.requiredIDs {
 			fmt.Fprintf(&sb, ` AND EXISTS (SELECT 1 FROM placement.resource_provider_traits t
@@ -140,14 +159,7 @@ func candidateRootsSQL(s *cSearch, after int64, lim int) (string, []any) {
 		}
 	}
 	for _, rc := range classes {
-		c, a := arg(rc), arg(minAmount[rc])
-		static := fmt.Sprintf(`i.resource_class_id = %[1]s AND i.min_unit <= %[2]s AND i.max_unit >= %[2]s
-			AND %[2]s %% i.step_size = 0 AND %[2]s <= (i.total - i.reserved) * i.allocation_ratio`, c, a)
-		if flat {
-			static += fmt.Sprintf(` AND %s <= (i.total - i.reserved) * i.allocation_ratio - COALESCE((SELECT sum(a.used)
-				FROM placement.allocations a WHERE a.resource_provider_id = i.resource_provider_id
-				AND a.resource_class_id = i.resource_class_id), 0)`, a)
-		}
+		static := capacitySQL("i", arg(rc), arg(minAmount[rc]), false)
 		fmt.Fprintf(&sb, ` AND (EXISTS (SELECT 1 FROM placement.inventories i WHERE i.resource_provider_id = %s AND %s OFFSET 0)`, tree, static)
 		if s.hasSharing {
 			fmt.Fprintf(&sb, ` OR EXISTS (SELECT 1 FROM placement.resource_provider_aggregates ra
@@ -163,6 +175,58 @@ func candidateRootsSQL(s *cSearch, after int64, lim int) (string, []any) {
 		sb.WriteString(" LIMIT " + arg(int64(lim)))
 	}
 	return sb.String(), args
+}
+
+// capacitySQL is the condition that inventory alias i could hold amount
+// (a placeholder) of class rc (a placeholder) by its static columns and,
+// with usage, after what is allocated from it.
+func capacitySQL(i, rc, amount string, usage bool) string {
+	c := fmt.Sprintf(`%[1]s.resource_class_id = %[2]s AND %[1]s.min_unit <= %[3]s AND %[1]s.max_unit >= %[3]s
+			AND %[3]s %% %[1]s.step_size = 0 AND %[3]s <= (%[1]s.total - %[1]s.reserved) * %[1]s.allocation_ratio`, i, rc, amount)
+	if usage {
+		c += fmt.Sprintf(` AND %[2]s <= (%[1]s.total - %[1]s.reserved) * %[1]s.allocation_ratio - COALESCE((SELECT sum(a.used)
+				FROM placement.allocations a WHERE a.resource_provider_id = %[1]s.resource_provider_id
+				AND a.resource_class_id = %[1]s.resource_class_id), 0)`, i, amount)
+	}
+	return c
+}
+
+// flatRootsSQL is candidateRootsSQL for one group on flat providers
+// (every provider its own root): the walk is driven by the inventories of
+// the group's first class, in provider order (index
+// inventories_class_provider_idx, migration 10), so that it reads only the
+// providers that have that class instead of every provider with a probe
+// each (at 10,000 bare-metal nodes of 4 classes, four times fewer rows,
+// and none of the other classes' inventories). The free capacity of each
+// class, the other classes and the traits are per-row checks; EXISTS
+// subqueries end in OFFSET 0 so that PostgreSQL keeps them that way
+// (stopping at the LIMIT) instead of hashing whole tables. The answer is
+// the roots after $1 with every class and trait, in id order. With no
+// parents every provider is its own root, so the providers table is not
+// read at all (a join on r.root_provider_id = r.id, which PostgreSQL
+// estimates as matching 0.5% of the rows, made it scan every provider
+// and sort).
+func flatRootsSQL(sb *strings.Builder, g *cGroupQ, classes []int32, minAmount map[int32]int64, lim int, arg func(any) string) string {
+	rc, amount := arg(classes[0]), arg(minAmount[classes[0]])
+	fmt.Fprintf(sb, `SELECT i.resource_provider_id FROM placement.inventories i
+		WHERE i.resource_provider_id > $1 AND %s`, capacitySQL("i", rc, amount, true))
+	for _, c := range classes[1:] {
+		fmt.Fprintf(sb, ` AND EXISTS (SELECT 1 FROM placement.inventories o WHERE o.resource_provider_id = i.resource_provider_id
+			AND %s OFFSET 0)`, capacitySQL("o", arg(c), arg(minAmount[c]), true))
+	}
+	for _, anyOf := range g.requiredIDs {
+		fmt.Fprintf(sb, ` AND EXISTS (SELECT 1 FROM placement.resource_provider_traits t
+			WHERE t.resource_provider_id = i.resource_provider_id AND t.trait_id = ANY(%s::bigint[]) OFFSET 0)`, arg(anyOf))
+	}
+	if len(g.forbiddenIDs) > 0 {
+		fmt.Fprintf(sb, ` AND NOT EXISTS (SELECT 1 FROM placement.resource_provider_traits t
+			WHERE t.resource_provider_id = i.resource_provider_id AND t.trait_id = ANY(%s::bigint[]) OFFSET 0)`, arg(g.forbiddenIDs))
+	}
+	sb.WriteString(" ORDER BY i.resource_provider_id")
+	if lim > 0 {
+		sb.WriteString(" LIMIT " + arg(int64(lim)))
+	}
+	return sb.String()
 }
 
 // loadWorld loads the trees of roots, appending their usage to used.

@@ -99,13 +99,14 @@ type cWorld struct {
 	invBase, nInv  int32             // the inventories' usage indexes are invBase to invBase+nInv-1
 }
 
-// usageInto sets the usage of w's inventories in used (indexed by
-// cInv.ix; rows of inventories not in w are skipped).
+// usageInto adds the usage rows (one per allocation: CandUsageAll,
+// CandUsageIn) of w's inventories into used (indexed by cInv.ix, zero
+// before; rows of inventories not in w are skipped).
 func (w *cWorld) usageInto(used []int64, usage []usageRow) {
 	for _, u := range usage {
 		if p := w.get(u.pid); p != nil {
 			if inv := p.invFor(u.rc); inv != nil {
-				used[inv.ix] = u.used
+				used[inv.ix] += u.used
 			}
 		}
 	}

@@ -91,16 +91,20 @@ SELECT i.resource_provider_id, i.resource_class_id, i.total, CASE WHEN i.reserve
    AND (@whole::boolean OR NOT EXISTS (SELECT 1 FROM placement.resource_providers OFFSET @max_providers::bigint));
 
 -- name: CandUsageAll :many
-SELECT a.resource_provider_id, a.resource_class_id, sum(a.used)::bigint AS used
-  FROM placement.allocations a
- GROUP BY a.resource_provider_id, a.resource_class_id;
+-- Every allocation row, not the sum per provider and class: usageInto
+-- adds them up. sum() of a bigint is a numeric in PostgreSQL: grouping
+-- 5,000 rows that way (10,000 bare-metal providers, half of them
+-- allocated) took 2-13 ms of execution per request, against 0.5 ms to
+-- scan and send them (EXPLAIN ANALYZE on a loaded 2-core machine).
+SELECT a.resource_provider_id, a.resource_class_id, a.used
+  FROM placement.allocations a;
 
 -- name: CandUsageIn :many
-SELECT a.resource_provider_id, a.resource_class_id, sum(a.used)::bigint AS used
+-- Every allocation row of the trees of @roots (see CandUsageAll).
+SELECT a.resource_provider_id, a.resource_class_id, a.used
   FROM placement.allocations a
   JOIN placement.resource_providers arp ON arp.id = a.resource_provider_id
- WHERE arp.root_provider_id = ANY(@roots::bigint[])
- GROUP BY a.resource_provider_id, a.resource_class_id;
+ WHERE arp.root_provider_id = ANY(@roots::bigint[]);
 
 -- name: CandSharingRootsFor :many
 -- Roots of the sharing providers (trait @sharing_trait) in an aggregate

@@ -431,9 +431,8 @@ func (q *Queries) CandTreeRoot(ctx context.Context, argUuid uuid.UUID) (*int64, 
 }
 
 const candUsageAll = `-- name: CandUsageAll :many
-SELECT a.resource_provider_id, a.resource_class_id, sum(a.used)::bigint AS used
+SELECT a.resource_provider_id, a.resource_class_id, a.used
   FROM placement.allocations a
- GROUP BY a.resource_provider_id, a.resource_class_id
 `
 
 type CandUsageAllRow struct {
@@ -442,6 +441,11 @@ type CandUsageAllRow struct {
 	Used               int64
 }
 
+// Every allocation row, not the sum per provider and class: usageInto
+// adds them up. sum() of a bigint is a numeric in PostgreSQL: grouping
+// 5,000 rows that way (10,000 bare-metal providers, half of them
+// allocated) took 2-13 ms of execution per request, against 0.5 ms to
+// scan and send them (EXPLAIN ANALYZE on a loaded 2-core machine).
 func (q *Queries) CandUsageAll(ctx context.Context) ([]CandUsageAllRow, error) {
 	rows, err := q.db.Query(ctx, candUsageAll)
 	if err != nil {
@@ -463,11 +467,10 @@ func (q *Queries) CandUsageAll(ctx context.Context) ([]CandUsageAllRow, error) {
 }
 
 const candUsageIn = `-- name: CandUsageIn :many
-SELECT a.resource_provider_id, a.resource_class_id, sum(a.used)::bigint AS used
+SELECT a.resource_provider_id, a.resource_class_id, a.used
   FROM placement.allocations a
   JOIN placement.resource_providers arp ON arp.id = a.resource_provider_id
  WHERE arp.root_provider_id = ANY($1::bigint[])
- GROUP BY a.resource_provider_id, a.resource_class_id
 `
 
 type CandUsageInRow struct {
@@ -476,6 +479,7 @@ type CandUsageInRow struct {
 	Used               int64
 }
 
+// Every allocation row of the trees of @roots (see CandUsageAll).
 func (q *Queries) CandUsageIn(ctx context.Context, roots []int64) ([]CandUsageInRow, error) {
 	rows, err := q.db.Query(ctx, candUsageIn, roots)
 	if err != nil {
