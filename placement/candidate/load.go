@@ -194,7 +194,7 @@ func capacitySQL(i, rc, amount string, usage bool) string {
 // flatRootsSQL is candidateRootsSQL for one group on flat providers
 // (every provider its own root): the walk is driven by the inventories of
 // the group's first class, in provider order (index
-// inventories_class_provider_idx, migration 10), so that it reads only the
+// inventories_class_provider_idx, migration 13), so that it reads only the
 // providers that have that class instead of every provider with a probe
 // each (at 10,000 bare-metal nodes of 4 classes, four times fewer rows,
 // and none of the other classes' inventories). The free capacity of each
