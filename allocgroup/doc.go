@@ -19,6 +19,11 @@
 // the count (metalloc_deallocate); releasing the last one deletes the
 // group.
 //
-// Groups need the database backend: a conductor with the placement backend
-// fails them with "allocation groups need the database backend".
+// With the placement backend (Reserver.Placement) the candidates are the
+// free nodes Placement also offers (one GET /allocation_candidates), and
+// the reservation's transaction claims every member in Placement at once
+// (in-process in the same transaction, or one POST /allocations over HTTP,
+// undone when the transaction does not commit); the members' claims are
+// logged in placement_claims, so the resource tracker removes their
+// Placement allocations once they are released.
 package allocgroup

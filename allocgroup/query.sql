@@ -107,14 +107,16 @@ SELECT count, (SELECT count(*) FROM allocations a WHERE a.group_id = g.id)::inte
 
 -- name: InsertMembers :one
 -- The members, one per node, active at once and holding their nodes
--- (metalloc_hold), owned by @me, with the group's request and extra.
+-- (metalloc_hold), owned by @me, with the group's request and extra. Their
+-- uuids are @member_uuids (same order as @node_ids; the placement backend
+-- claims them in Placement first), or random when NULL.
 WITH g AS (
     SELECT ag.id, ag.resource_class, ag.candidate_nodes, ag.extra, ag.owner, ag.traits
       FROM allocation_groups ag WHERE ag.id = @group_id::bigint
 ), m AS (
     INSERT INTO allocations (uuid, resource_class, candidate_nodes, extra, owner, state, node_id,
                              conductor_affinity, group_id)
-    SELECT gen_random_uuid(), g.resource_class, g.candidate_nodes, g.extra, g.owner, 'active', n.nid,
+    SELECT coalesce((sqlc.narg(member_uuids)::uuid[])[n.ord], gen_random_uuid()), g.resource_class, g.candidate_nodes, g.extra, g.owner, 'active', n.nid,
            @me::bigint, g.id
       FROM g, unnest(@node_ids::bigint[]) WITH ORDINALITY n (nid, ord)
      ORDER BY n.ord

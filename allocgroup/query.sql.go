@@ -287,9 +287,9 @@ WITH g AS (
 ), m AS (
     INSERT INTO allocations (uuid, resource_class, candidate_nodes, extra, owner, state, node_id,
                              conductor_affinity, group_id)
-    SELECT gen_random_uuid(), g.resource_class, g.candidate_nodes, g.extra, g.owner, 'active', n.nid,
-           $2::bigint, g.id
-      FROM g, unnest($3::bigint[]) WITH ORDINALITY n (nid, ord)
+    SELECT coalesce(($2::uuid[])[n.ord], gen_random_uuid()), g.resource_class, g.candidate_nodes, g.extra, g.owner, 'active', n.nid,
+           $3::bigint, g.id
+      FROM g, unnest($4::bigint[]) WITH ORDINALITY n (nid, ord)
      ORDER BY n.ord
     RETURNING allocations.id, allocations.uuid, allocations.node_id
 ), t AS (
@@ -302,15 +302,23 @@ SELECT (SELECT count(*) FROM h)::integer AS held
 `
 
 type InsertMembersParams struct {
-	GroupID int64
-	Me      int64
-	NodeIds []int64
+	GroupID     int64
+	MemberUuids []uuid.UUID
+	Me          int64
+	NodeIds     []int64
 }
 
 // The members, one per node, active at once and holding their nodes
-// (metalloc_hold), owned by @me, with the group's request and extra.
+// (metalloc_hold), owned by @me, with the group's request and extra. Their
+// uuids are @member_uuids (same order as @node_ids; the placement backend
+// claims them in Placement first), or random when NULL.
 func (q *Queries) InsertMembers(ctx context.Context, arg InsertMembersParams) (int32, error) {
-	row := q.db.QueryRow(ctx, insertMembers, arg.GroupID, arg.Me, arg.NodeIds)
+	row := q.db.QueryRow(ctx, insertMembers,
+		arg.GroupID,
+		arg.MemberUuids,
+		arg.Me,
+		arg.NodeIds,
+	)
 	var held int32
 	err := row.Scan(&held)
 	return held, err

@@ -8,24 +8,43 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/placement/client"
 	"github.com/metalloc/metalloc/topology"
 )
 
-// ErrNeedsDatabaseBackend is the last_error reason of a group claimed by a
-// conductor running the placement backend.
-const ErrNeedsDatabaseBackend = "allocation groups need the database backend"
+// Placement is how the placement backend claims a group's members in
+// Placement (*allocation.PlacementAllocator): which providers Placement
+// offers (one GET /allocation_candidates), and all members claimed at once
+// (one POST /allocations, or in-process in the reservation's transaction),
+// undone when that transaction does not commit.
+type Placement interface {
+	// GroupOffers is allocation.PlacementAllocator.GroupOffers.
+	GroupOffers(ctx context.Context, rc string, traits []string) (allocation.GroupOffer, error)
+	// ClaimGroupTx is allocation.PlacementAllocator.ClaimGroupTx.
+	ClaimGroupTx(ctx context.Context, tx pgx.Tx, owner *string, offer allocation.GroupOffer,
+		members []allocation.GroupMember) (claimed bool, err error)
+	// UnclaimGroup is allocation.PlacementAllocator.UnclaimGroup.
+	UnclaimGroup(ctx context.Context, members []allocation.GroupMember)
+}
 
-// Reserver places claimed groups for a conductor (the database backend).
+// Reserver places claimed groups for a conductor: in the database alone
+// (the database backend), or also in Placement when Placement is set (the
+// placement backend).
 type Reserver struct {
 	pool *pgxpool.Pool
 	q    *Queries
 	log  *zap.Logger
+	// Placement, when set, restricts the candidates to the nodes Placement
+	// offers and claims every member there in the reservation's
+	// transaction (the placement backend); nil: the database backend.
+	Placement Placement
 	// LockedWait bounds how long Process keeps trying while every fitting
 	// plan has nodes locked by concurrent reservations or updates, before
 	// the group goes to error (conductor.locked_node_wait, default 2 s).
@@ -50,6 +69,9 @@ var (
 	errLost    = errors.New("group no longer owned")
 	errShort   = errors.New("too few nodes of the plan could be locked")
 	errChanged = errors.New("the group changed meanwhile")
+	// errTaken: Placement refused the claim of the plan's nodes (409:
+	// capacity used by a concurrent claim); nothing was written.
+	errTaken = errors.New("nodes of the plan were taken in Placement")
 )
 
 // noFit is a permanent reason to fail the group.
@@ -71,7 +93,7 @@ func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation
 	backoff := r.LockedBackoff
 	began := time.Now()
 	for attempt := 0; ; attempt++ {
-		plans, need, err := r.plan(ctx, g)
+		plans, offer, need, err := r.plan(ctx, g)
 		var nf noFit
 		switch {
 		case errors.As(err, &nf):
@@ -81,7 +103,7 @@ func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation
 		}
 		for _, p := range plans {
 			var took []int64
-			took, err = r.reserveOnce(ctx, me, g, p, need)
+			took, err = r.reserveOnce(ctx, me, g, p, need, offer)
 			switch {
 			case err == nil:
 				r.cache.taken(g, took)
@@ -90,10 +112,12 @@ func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation
 			case errors.Is(err, errLost):
 				log.Info("allocation group no longer owned by this conductor; dropping it")
 				return allocation.Lost, nil
-			case errors.Is(err, errShort):
+			case errors.Is(err, errShort), errors.Is(err, errTaken):
 				continue
+			case errors.As(err, &nf):
+				return r.Fail(ctx, me, g, string(nf))
 			case errors.Is(err, errChanged):
-			case db.IsUnavailable(err) || ctx.Err() != nil:
+			case db.IsUnavailable(err) || client.IsUnreachable(err) || ctx.Err() != nil:
 				return allocation.Lost, fmt.Errorf("processing allocation group %s: %w", g.UUID, err)
 			default:
 				log.Warn("group reservation attempt failed; retrying", zap.Error(err))
@@ -117,10 +141,12 @@ func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation
 // plan reads the topology and the free candidates and returns the fitting
 // plans for the need members g still lacks (best first); a noFit error
 // when none fits. need 0: one empty plan, only the activation is missing.
-func (r *Reserver) plan(ctx context.Context, g Claimed) (plans []topology.Plan, need int, err error) {
+// With Placement, the candidates are only the nodes Placement offers too
+// (offer, asked once per call).
+func (r *Reserver) plan(ctx context.Context, g Claimed) (plans []topology.Plan, offer allocation.GroupOffer, need int, err error) {
 	levels, err := topology.Load(ctx, r.pool)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	req := topology.Request{Rule: topology.Rule(g.Rule), Describe: topology.Describe(g.ResourceClass, g.Traits)}
 	if req.Rule != topology.None {
@@ -129,18 +155,18 @@ func (r *Reserver) plan(ctx context.Context, g Claimed) (plans []topology.Plan, 
 			lvl = *g.RuleLevel
 		}
 		if req.Level, err = topology.LevelIndex(levels, lvl); err != nil {
-			return nil, 0, noFit(err.Error())
+			return nil, nil, 0, noFit(err.Error())
 		}
 	}
 	cnt, err := r.q.GroupMemberCount(ctx, g.ID)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return []topology.Plan{{}}, 0, nil // deleted: reserveOnce finds it lost
+		return []topology.Plan{{}}, nil, 0, nil // deleted: reserveOnce finds it lost
 	} else if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	req.Count = int(cnt.Count - cnt.Members)
 	if req.Count <= 0 {
-		return []topology.Plan{{}}, 0, nil // only the activation is missing
+		return []topology.Plan{{}}, nil, 0, nil // only the activation is missing
 	}
 	if cnt.Members > 0 && len(g.Domain) > 0 {
 		if req.Rule == topology.Required {
@@ -149,31 +175,69 @@ func (r *Reserver) plan(ctx context.Context, g Claimed) (plans []topology.Plan, 
 			req.Prefer = g.Domain
 		}
 	}
+	if r.Placement != nil {
+		if offer, err = r.Placement.GroupOffers(ctx, g.ResourceClass, g.Traits); err != nil {
+			return nil, nil, 0, placementTrouble(err)
+		}
+	}
 	for fresh := false; ; fresh = true {
 		cands, cached, err := r.cache.get(ctx, r.pool, g, fresh)
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
+		}
+		free := len(cands)
+		if offer != nil {
+			cands = offered(cands, offer)
 		}
 		r.mu.Lock()
 		plans, nf := topology.Choose(levels, cands, req, r.rng)
 		r.mu.Unlock()
 		switch {
 		case nf == nil:
-			return plans, req.Count, nil
+			return plans, offer, req.Count, nil
+		case !cached && offer != nil && len(cands) < free:
+			return nil, nil, 0, noFit(fmt.Sprintf("%s (Placement offers %d of the %d free nodes)", nf.Error(), len(cands), free))
 		case !cached:
-			return nil, 0, noFit(nf.Error())
+			return nil, nil, 0, noFit(nf.Error())
 		}
 		// Nodes may have been freed since the shared read: decide on a
 		// fresh one.
 	}
 }
 
+// offered is the candidates Placement offers (a new slice: cands may be
+// the shared cache's).
+func offered(cands []topology.Candidate, offer allocation.GroupOffer) []topology.Candidate {
+	out := make([]topology.Candidate, 0, len(cands))
+	for _, c := range cands {
+		if _, ok := offer[c.UUID]; ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// placementTrouble classifies a Placement error: an outage stays an error
+// (the group stays allocating and owned, resumed later); any other answer
+// (a 400 for an unknown trait or class, a 5xx) fails the group with it,
+// as a single allocation's "Placement refused the claim".
+func placementTrouble(err error) error {
+	var ce *client.Error
+	if errors.As(err, &ce) && !client.IsUnreachable(err) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return noFit("Placement refused the claim: " + err.Error())
+	}
+	return err
+}
+
 // reserveOnce tries plan p in one transaction: lock wanted (the missing
 // count when planned) of its nodes that are still free (SKIP LOCKED, in plan order; fewer:
 // errShort), then the group itself with the compare-and-set guard (not
-// ours any more: errLost), insert the members holding their nodes, and
-// activate the group. It returns the nodes the members took.
-func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topology.Plan, wanted int) (took []int64, err error) {
+// ours any more: errLost), with Placement claim the members there
+// (Placement.ClaimGroupTx with offer; a 409: errTaken; undone when the
+// transaction does not commit), insert the members holding their nodes,
+// and activate the group. It returns the nodes the members took.
+func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topology.Plan, wanted int, offer allocation.GroupOffer) (took []int64, err error) {
 	ids := make([]int64, len(p.Nodes))
 	for i, n := range p.Nodes {
 		ids[i] = n.ID
@@ -186,9 +250,18 @@ func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topol
 	if len(cands) == 0 {
 		cands = nil
 	}
+	// members claimed over HTTP (claimed) by an attempt whose transaction
+	// did not commit are undone; stale: those of attempts InTx ran again.
+	var members, stale []allocation.GroupMember
+	claimed := false
 	err = db.InTx(ctx, r.pool, func(tx pgx.Tx) error {
+		if claimed {
+			stale, claimed = append(stale, members...), false
+		}
+		members = nil
 		q := New(tx)
 		var locked []int64
+		var lockedUUIDs []uuid.UUID
 		took = nil
 		if wanted > 0 {
 			nodes, err := q.LockPlanNodes(ctx, LockPlanNodesParams{Nodes: ids, ResourceClass: g.ResourceClass,
@@ -201,6 +274,7 @@ func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topol
 			}
 			for _, n := range nodes {
 				locked = append(locked, n.ID)
+				lockedUUIDs = append(lockedUUIDs, n.Uuid)
 			}
 		}
 		row, err := q.LockOwnedGroup(ctx, LockOwnedGroupParams{ID: g.ID, Me: me})
@@ -213,8 +287,25 @@ func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topol
 		if need > len(locked) {
 			return errChanged // grown meanwhile: plan again
 		}
+		var memberUUIDs []uuid.UUID
+		if need > 0 && r.Placement != nil {
+			members = make([]allocation.GroupMember, need)
+			memberUUIDs = make([]uuid.UUID, need)
+			for i := range need {
+				memberUUIDs[i] = uuid.New()
+				members[i] = allocation.GroupMember{Consumer: memberUUIDs[i], Node: lockedUUIDs[i]}
+			}
+			claimed, err = r.Placement.ClaimGroupTx(ctx, tx, g.Owner, offer, members)
+			switch {
+			case client.IsConflict(err):
+				return errTaken
+			case err != nil:
+				return placementTrouble(err)
+			}
+		}
 		if need > 0 {
-			held, err := q.InsertMembers(ctx, InsertMembersParams{GroupID: g.ID, Me: me, NodeIds: locked[:need]})
+			held, err := q.InsertMembers(ctx, InsertMembersParams{GroupID: g.ID, Me: me, NodeIds: locked[:need],
+				MemberUuids: memberUUIDs})
 			if err != nil {
 				return err
 			}
@@ -225,6 +316,12 @@ func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topol
 		}
 		return q.ActivateGroup(ctx, ActivateGroupParams{ID: g.ID, First: row.Members == 0, Domain: p.Domain})
 	})
+	if err != nil && claimed {
+		stale = append(stale, members...)
+	}
+	if len(stale) > 0 {
+		r.Placement.UnclaimGroup(ctx, stale)
+	}
 	return took, err
 }
 

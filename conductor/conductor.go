@@ -219,21 +219,21 @@ func NewService(cfg Config, pool *pgxpool.Pool, log *zap.Logger) (*Service, erro
 	var backend Backend
 	groups := allocgroup.NewReserver(pool, log)
 	groups.LockedWait = cfg.LockedNodeWait
-	var groupsBackend groupBackend = groups
 	switch cfg.Backend {
 	case BackendPlacement:
-		backend = placementBackend{allocation.NewPlacementAllocator(pool, cfg.Placement, allocation.PlacementConfig{
+		pa := allocation.NewPlacementAllocator(pool, cfg.Placement, allocation.PlacementConfig{
 			Hostname: cfg.Hostname, MaxAlternates: cfg.PlacementMaxAlternates, MaxAttempts: cfg.PlacementMaxAttempts,
 			Mode: cfg.PlacementMode, LockedWait: cfg.LockedNodeWait,
-		}, log), rows}
-		groupsBackend = placementGroups{groups}
+		}, log)
+		backend = placementBackend{pa, rows}
+		groups.Placement = pa
 	default:
 		alloc := allocation.NewAllocator(pool, log)
 		alloc.LockedWait = cfg.LockedNodeWait
 		backend = databaseBackend{alloc, rows, log}
 	}
 	return &Service{
-		cfg: cfg, pool: pool, q: q, rows: rows, backend: backend, groups: groupsBackend, log: log,
+		cfg: cfg, pool: pool, q: q, rows: rows, backend: backend, groups: groups, log: log,
 		queue: make(chan allocation.Claimed, queueSize), groupQueue: make(chan allocgroup.Claimed, queueSize),
 	}, nil
 }

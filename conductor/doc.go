@@ -165,8 +165,9 @@
 // only concluded on a fresh read). A group never has part of its
 // members: it is active with count members, or in error with none. An
 // active group can be grown (PATCH count: back to allocating, unowned); a
-// failed grow returns it to active with count = its members. The placement backend fails groups for now
-// (allocgroup.ErrNeedsDatabaseBackend).
+// failed grow returns it to active with count = its members. With the
+// placement backend the Reserver also claims the members in Placement
+// (allocgroup.Reserver.Placement = the PlacementAllocator).
 //
 // # Lock order
 //

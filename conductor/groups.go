@@ -10,19 +10,12 @@ import (
 	"github.com/metalloc/metalloc/allocgroup"
 )
 
-// groupBackend places the allocation groups a conductor owns: the database
-// backend's allocgroup.Reserver, or placementGroups, which fails them.
+// groupBackend places the allocation groups a conductor owns:
+// allocgroup.Reserver, in the database alone (the database backend) or
+// also in Placement (the placement backend: Reserver.Placement set).
 type groupBackend interface {
 	// Process has the contract of allocgroup.Reserver.Process.
 	Process(ctx context.Context, me int64, g allocgroup.Claimed) (allocation.Outcome, error)
-}
-
-// placementGroups is the placement backend's answer to groups for now:
-// each claimed group goes to error with allocgroup.ErrNeedsDatabaseBackend.
-type placementGroups struct{ r *allocgroup.Reserver }
-
-func (p placementGroups) Process(ctx context.Context, me int64, g allocgroup.Claimed) (allocation.Outcome, error) {
-	return p.r.Fail(ctx, me, g, allocgroup.ErrNeedsDatabaseBackend)
 }
 
 // groupKey is a group's key in Service.inflight (allocation ids are int64).

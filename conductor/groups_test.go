@@ -11,9 +11,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 
+	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/allocgroup"
 	"github.com/metalloc/metalloc/db/dbtest"
+	"github.com/metalloc/metalloc/placement/client"
 	"github.com/metalloc/metalloc/topology"
 )
 
@@ -234,20 +237,100 @@ func TestGroupTakeoverResumeRelease(t *testing.T) {
 	checkGroups(t, pool)
 }
 
-// TestGroupsNeedTheDatabaseBackend: a conductor running the placement
-// backend fails a group with a reason, nothing reserved.
-func TestGroupsNeedTheDatabaseBackend(t *testing.T) {
+// TestGroupsPlacementBackend: a conductor running the placement backend,
+// in-process (local) and over HTTP, reserves a group inside one rack with
+// a Placement allocation per member on its node; a group that does not
+// fit (counting a node free in the database but taken in Placement) goes
+// to error with nothing claimed anywhere; releasing the members lets the
+// resource tracker remove their Placement allocations, as for single
+// allocations.
+func TestGroupsPlacementBackend(t *testing.T) {
 	t.Parallel()
-	pool := dbtest.New(t)
-	rackedFleet(t, pool, 2, 4, "gpu")
-	pc := pbPlacement(t, pool, "gpu")
-	start(t, pool, Config{Hostname: "pb", PollInterval: 100 * time.Millisecond, Backend: BackendPlacement, Placement: pc})
-	addGroup(t, pool, 2, "gpu", allocgroup.RuleRequired, "rack")
-	dbtest.WaitFor(t, 10*time.Second, "the group to fail", func() bool {
-		return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups
-			WHERE state = 'error' AND last_error LIKE '%allocation groups need the database backend%'`) == 1
-	})
-	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocations`))
+	for _, mode := range []string{allocation.PlacementModeLocal, allocation.PlacementModeHTTP} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool := dbtest.New(t)
+			rackedFleet(t, pool, 2, 4, "gpu")
+			pc := pbPlacement(t, pool, "gpu")
+			start(t, pool, Config{Hostname: "pb", PollInterval: 100 * time.Millisecond, Backend: BackendPlacement,
+				Placement: pc, PlacementMode: mode})
+			g1 := addGroup(t, pool, 3, "gpu", allocgroup.RuleRequired, "rack")
+			dbtest.WaitFor(t, 10*time.Second, "the group to be active", func() bool {
+				return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE state = 'active'`) == 1
+			})
+			checkGroups(t, pool)
+			checkPlacementMembers(t, pool, pc, 3)
+
+			// One node of the other, untouched rack is taken in Placement
+			// by someone else: that rack offers 3, the first 1; a group of
+			// 4 fits nowhere, and one of 5 neither.
+			var other uuid.UUID
+			require.NoError(t, pool.QueryRow(ctx, `
+				SELECT n.uuid FROM nodes n WHERE n.allocation_id IS NULL AND n.extra->>'rack' NOT IN
+				  (SELECT m.extra->>'rack' FROM nodes m WHERE m.allocation_id IS NOT NULL) LIMIT 1`).Scan(&other))
+			stranger := uuid.New()
+			require.NoError(t, pc.PutAllocations(ctx, stranger, client.Claim{ProjectID: "p", UserID: "u",
+				Request: client.AllocationRequest{Allocations: map[uuid.UUID]client.ProviderResources{
+					other: {Resources: client.Resources{"CUSTOM_GPU": 1}}}}}))
+			addGroup(t, pool, 4, "gpu", allocgroup.RuleRequired, "rack")
+			dbtest.WaitFor(t, 10*time.Second, "the second group to fail", func() bool {
+				return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE state = 'error'`) == 1
+			})
+			var lastErr string
+			require.NoError(t, pool.QueryRow(ctx, `SELECT last_error FROM allocation_groups WHERE state = 'error'`).Scan(&lastErr))
+			require.Contains(t, lastErr, "no rack has 4 free nodes")
+			require.Contains(t, lastErr, "Placement offers 4 of the 5 free nodes")
+			checkGroups(t, pool)
+			checkPlacementMembers(t, pool, pc, 3)
+
+			// Releasing the members (as DELETE of the group does) leaves
+			// their Placement allocations to the tracker, as for singles.
+			_, err := pool.Exec(ctx, `SELECT metalloc_deallocate(a.id) FROM allocations a
+				JOIN allocation_groups g ON g.id = a.group_id WHERE g.uuid = $1`, g1)
+			require.NoError(t, err)
+			require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE uuid = $1`, g1))
+			tr := NewTracker(pool, pc, TrackerConfig{SyncSchedule: SyncOff, ClaimGrace: time.Nanosecond}, zaptest.NewLogger(t))
+			st, err := tr.Sync(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 3, st.ClaimsReleased)
+			checkPlacementMembers(t, pool, pc, 0)
+			a, err := pc.GetAllocations(ctx, stranger)
+			require.NoError(t, err)
+			require.Len(t, a.Allocations, 1, "someone else's allocation left alone")
+		})
+	}
+}
+
+// checkPlacementMembers asserts that Placement holds exactly one
+// allocation per group member, on the member's node (under the member's
+// uuid, logged in placement_claims), and nothing else of the conductor's:
+// want members in all.
+func checkPlacementMembers(t *testing.T, pool *pgxpool.Pool, pc *client.Client, want int) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := pool.Query(ctx, `SELECT a.uuid, n.uuid FROM allocations a JOIN nodes n ON n.id = a.node_id
+		WHERE a.group_id IS NOT NULL AND a.state = 'active'`)
+	require.NoError(t, err)
+	members := map[uuid.UUID]uuid.UUID{}
+	for rows.Next() {
+		var m, n uuid.UUID
+		require.NoError(t, rows.Scan(&m, &n))
+		members[m] = n
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, members, want)
+	for m, n := range members {
+		cur, err := pc.GetAllocations(ctx, m)
+		require.NoError(t, err)
+		require.Len(t, cur.Allocations, 1, "member %s", m)
+		require.Contains(t, cur.Allocations, n, "member %s", m)
+		require.Equal(t, allocation.PlacementUserID, cur.UserID)
+	}
+	require.Equal(t, want, dbtest.Count(t, pool, `SELECT count(*) FROM placement_claims`))
+	require.Equal(t, want, dbtest.Count(t, pool, `
+		SELECT count(*) FROM placement.consumers c WHERE c.user_id = $1
+		   AND EXISTS (SELECT 1 FROM placement.allocations x WHERE x.consumer_id = c.id)`, allocation.PlacementUserID))
 }
 
 // TestGroupFreedNodesAreSeen: nodes freed right after a reservation (the

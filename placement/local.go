@@ -171,6 +171,21 @@ func ClaimTx(ctx context.Context, tx pgx.Tx, c LocalClaim) error {
 	return localErr(http.MethodPut, path, err)
 }
 
+// ClaimManyTx writes every claim of cs in tx at once, as one POST
+// /allocations naming them all would (new consumers; an existing one has
+// its allocations replaced, as ClaimTx): all of them or none, with the
+// errors of ClaimTx (a 409 when any provider lacks the capacity). The
+// placement backend claims an allocation group's members with it.
+func ClaimManyTx(ctx context.Context, tx pgx.Tx, cs []LocalClaim) error {
+	claims := make([]claim, len(cs))
+	for i, c := range cs {
+		claims[i] = c.toClaim()
+	}
+	err := writeAllocationsTx(ctx, New(tx), web.Version{Major: 1, Minor: 27}, claims,
+		func(s string) string { return s }, claimHooks{})
+	return localErr(http.MethodPost, "/allocations", err)
+}
+
 // UnclaimTx removes consumer's allocations in tx (the consumer goes with
 // them), as DELETE /allocations/{consumer}; none is not an error.
 func UnclaimTx(ctx context.Context, tx pgx.Tx, consumer uuid.UUID) error {

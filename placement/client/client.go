@@ -457,6 +457,12 @@ type Claim struct {
 // generation moved; 409 without it (or placement.undefined_code) means some
 // provider lacks the capacity.
 func (c *Client) PutAllocations(ctx context.Context, consumer uuid.UUID, claim Claim) error {
+	return c.do(ctx, http.MethodPut, "/allocations/"+consumer.String(), claim.body(), nil)
+}
+
+// body is claim as one consumer's JSON object in PUT and POST
+// /allocations.
+func (claim Claim) body() map[string]any {
 	body := map[string]any{
 		"allocations":         claim.Request.Allocations,
 		"project_id":          claim.ProjectID,
@@ -467,7 +473,20 @@ func (c *Client) PutAllocations(ctx context.Context, consumer uuid.UUID, claim C
 	if len(claim.Request.Mappings) > 0 {
 		body["mappings"] = claim.Request.Mappings
 	}
-	return c.do(ctx, http.MethodPut, "/allocations/"+consumer.String(), body, nil)
+	return body
+}
+
+// PostAllocations writes the allocations of several consumers at once
+// (POST /allocations, 204): all of them or none. Each Claim is as for
+// PutAllocations (ConsumerGeneration nil for a new consumer; empty
+// allocations remove a consumer's). A 409 means some provider lacks the
+// capacity or a generation moved (IsConcurrentUpdate), as for PUT.
+func (c *Client) PostAllocations(ctx context.Context, claims map[uuid.UUID]Claim) error {
+	body := make(map[string]any, len(claims))
+	for consumer, claim := range claims {
+		body[consumer.String()] = claim.body()
+	}
+	return c.do(ctx, http.MethodPost, "/allocations", body, nil)
 }
 
 // DeleteAllocations deletes all of consumer's allocations (204; 404 when it
