@@ -2,6 +2,7 @@ package conductor
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"math/rand/v2"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -299,6 +301,89 @@ func TestGroupsPlacementBackend(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, a.Allocations, 1, "someone else's allocation left alone")
 		})
+	}
+}
+
+// interfering is a group Placement claimer that, on its first claim,
+// either has someone else take the plan's first node in Placement just
+// before (taken: Placement answers 409) or fails right after the claim
+// succeeded (as a transaction that does not commit).
+type interfering struct {
+	allocgroup.Placement
+	pc       *client.Client
+	taken    bool
+	once     sync.Once
+	stranger uuid.UUID
+	node     uuid.UUID
+}
+
+var errInjected = errors.New("injected failure after the Placement claim")
+
+func (w *interfering) ClaimGroupTx(ctx context.Context, tx pgx.Tx, owner *string, offer allocation.GroupOffer,
+	members []allocation.GroupMember) (bool, error) {
+	first := false
+	w.once.Do(func() { first = true })
+	if !first {
+		return w.Placement.ClaimGroupTx(ctx, tx, owner, offer, members)
+	}
+	w.node = members[0].Node
+	if w.taken {
+		w.stranger = uuid.New()
+		if err := w.pc.PutAllocations(ctx, w.stranger, client.Claim{ProjectID: "p", UserID: "u",
+			Request: client.AllocationRequest{Allocations: map[uuid.UUID]client.ProviderResources{
+				w.node: {Resources: client.Resources{"CUSTOM_GPU": 1}}}}}); err != nil {
+			return false, err
+		}
+		return w.Placement.ClaimGroupTx(ctx, tx, owner, offer, members)
+	}
+	claimed, err := w.Placement.ClaimGroupTx(ctx, tx, owner, offer, members)
+	if err != nil {
+		return claimed, err
+	}
+	return claimed, errInjected
+}
+
+// TestGroupsPlacementClaimUndone: a plan whose claim Placement refuses
+// (409: a node taken there after the candidates were read) falls back to
+// the other rack, and a claim whose transaction fails is removed from
+// Placement again: in both cases the group ends active with exactly its
+// members' allocations in Placement.
+func TestGroupsPlacementClaimUndone(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{allocation.PlacementModeLocal, allocation.PlacementModeHTTP} {
+		for _, taken := range []bool{true, false} {
+			name := mode + "/failed-tx"
+			if taken {
+				name = mode + "/taken"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				pool := dbtest.New(t)
+				rackedFleet(t, pool, 2, 4, "gpu")
+				pc := pbPlacement(t, pool, "gpu")
+				svc, err := NewService(Config{Hostname: "pb", PollInterval: 100 * time.Millisecond, Backend: BackendPlacement,
+					Placement: pc, PlacementMode: mode}, pool, zaptest.NewLogger(t))
+				require.NoError(t, err)
+				r := svc.groups.(*allocgroup.Reserver)
+				w := &interfering{Placement: r.Placement, pc: pc, taken: taken}
+				r.Placement = w
+				runService(t, svc)
+				addGroup(t, pool, 4, "gpu", allocgroup.RuleRequired, "rack")
+				dbtest.WaitFor(t, 10*time.Second, "the group to be active", func() bool {
+					return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE state = 'active'`) == 1
+				})
+				checkGroups(t, pool)
+				checkPlacementMembers(t, pool, pc, 4)
+				used := dbtest.Count(t, pool, `SELECT count(*) FROM nodes WHERE uuid = $1 AND allocation_id IS NOT NULL`, w.node)
+				if taken {
+					require.Zero(t, used, "the node taken in Placement is not a member's")
+					a, err := pc.GetAllocations(ctx, w.stranger)
+					require.NoError(t, err)
+					require.Len(t, a.Allocations, 1)
+				}
+			})
+		}
 	}
 }
 
