@@ -2,8 +2,8 @@ package conductor
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -252,9 +252,7 @@ func TestGroupsPlacementBackend(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			pool := dbtest.New(t)
-			rackedFleet(t, pool, 2, 4, "gpu")
-			pc := pbPlacement(t, pool, "gpu")
+			pool, pc := placementFleet(t)
 			start(t, pool, Config{Hostname: "pb", PollInterval: 100 * time.Millisecond, Backend: BackendPlacement,
 				Placement: pc, PlacementMode: mode})
 			g1 := addGroup(t, pool, 3, "gpu", allocgroup.RuleRequired, "rack")
@@ -271,10 +269,8 @@ func TestGroupsPlacementBackend(t *testing.T) {
 			require.NoError(t, pool.QueryRow(ctx, `
 				SELECT n.uuid FROM nodes n WHERE n.allocation_id IS NULL AND n.extra->>'rack' NOT IN
 				  (SELECT m.extra->>'rack' FROM nodes m WHERE m.allocation_id IS NOT NULL) LIMIT 1`).Scan(&other))
-			stranger := uuid.New()
-			require.NoError(t, pc.PutAllocations(ctx, stranger, client.Claim{ProjectID: "p", UserID: "u",
-				Request: client.AllocationRequest{Allocations: map[uuid.UUID]client.ProviderResources{
-					other: {Resources: client.Resources{"CUSTOM_GPU": 1}}}}}))
+			stranger, err := takeInPlacement(ctx, pc, other)
+			require.NoError(t, err)
 			addGroup(t, pool, 4, "gpu", allocgroup.RuleRequired, "rack")
 			dbtest.WaitFor(t, 10*time.Second, "the second group to fail", func() bool {
 				return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE state = 'error'`) == 1
@@ -288,7 +284,7 @@ func TestGroupsPlacementBackend(t *testing.T) {
 
 			// Releasing the members (as DELETE of the group does) leaves
 			// their Placement allocations to the tracker, as for singles.
-			_, err := pool.Exec(ctx, `SELECT metalloc_deallocate(a.id) FROM allocations a
+			_, err = pool.Exec(ctx, `SELECT metalloc_deallocate(a.id) FROM allocations a
 				JOIN allocation_groups g ON g.id = a.group_id WHERE g.uuid = $1`, g1)
 			require.NoError(t, err)
 			require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE uuid = $1`, g1))
@@ -302,6 +298,24 @@ func TestGroupsPlacementBackend(t *testing.T) {
 			require.Len(t, a.Allocations, 1, "someone else's allocation left alone")
 		})
 	}
+}
+
+// placementFleet is a database with 2 racks of 4 gpu nodes and a
+// metalloc-placement on it mirroring them (pbPlacement).
+func placementFleet(t *testing.T) (*pgxpool.Pool, *client.Client) {
+	t.Helper()
+	pool := dbtest.New(t)
+	rackedFleet(t, pool, 2, 4, "gpu")
+	return pool, pbPlacement(t, pool, "gpu")
+}
+
+// takeInPlacement has a stranger consumer (not metalloc's) take gpu node
+// in Placement, and returns it.
+func takeInPlacement(ctx context.Context, pc *client.Client, node uuid.UUID) (uuid.UUID, error) {
+	stranger := uuid.New()
+	return stranger, pc.PutAllocations(ctx, stranger, client.Claim{ProjectID: "p", UserID: "u",
+		Request: client.AllocationRequest{Allocations: map[uuid.UUID]client.ProviderResources{
+			node: {Resources: client.Resources{"CUSTOM_GPU": 1}}}}})
 }
 
 // interfering is a group Placement claimer that, on its first claim,
@@ -328,10 +342,8 @@ func (w *interfering) ClaimGroupTx(ctx context.Context, tx pgx.Tx, owner *string
 	}
 	w.node = members[0].Node
 	if w.taken {
-		w.stranger = uuid.New()
-		if err := w.pc.PutAllocations(ctx, w.stranger, client.Claim{ProjectID: "p", UserID: "u",
-			Request: client.AllocationRequest{Allocations: map[uuid.UUID]client.ProviderResources{
-				w.node: {Resources: client.Resources{"CUSTOM_GPU": 1}}}}}); err != nil {
+		var err error
+		if w.stranger, err = takeInPlacement(ctx, w.pc, w.node); err != nil {
 			return false, err
 		}
 		return w.Placement.ClaimGroupTx(ctx, tx, owner, offer, members)
@@ -359,9 +371,7 @@ func TestGroupsPlacementClaimUndone(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
-				pool := dbtest.New(t)
-				rackedFleet(t, pool, 2, 4, "gpu")
-				pc := pbPlacement(t, pool, "gpu")
+				pool, pc := placementFleet(t)
 				svc, err := NewService(Config{Hostname: "pb", PollInterval: 100 * time.Millisecond, Backend: BackendPlacement,
 					Placement: pc, PlacementMode: mode}, pool, zaptest.NewLogger(t))
 				require.NoError(t, err)
