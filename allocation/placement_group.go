@@ -67,63 +67,68 @@ func (p *PlacementAllocator) GroupOffers(ctx context.Context, rc string, traits 
 	return offer, nil
 }
 
-// ClaimGroupTx claims every member at once in Placement, all or none, for
-// project owner (PlacementUserID when nil or empty, as single allocations),
-// each with its node's allocation request from offer, inside tx, the
-// transaction that holds the members' nodes locked and inserts them; every
+// ClaimGroup claims every member at once in Placement, all or none, for
+// project owner (PlacementUserID when nil or empty, as single
+// allocations), each with its node's allocation request from offer; every
 // claim is logged in placement_claims, so that the resource tracker
 // removes the Placement allocations once the members are released (as for
 // single allocations).
 //
-// In mode local the claim log and the allocations are written in tx
-// (placement.ClaimManyTx): rolling tx back undoes them; claimed is false.
-// Over HTTP the claim log is written first, in its own transaction, then
-// one POST /allocations names every member (consumer_generation null:
-// new consumers); claimed is true once Placement accepted it, and the
-// caller must call UnclaimGroup if tx does not commit.
+// With tx (mode local: Local) the claim log and the allocations are
+// written in tx (placement.ClaimManyTx), the transaction that holds the
+// members' nodes locked and inserts the members: rolling it back undoes
+// them. Without tx (over HTTP) the claim log is written first, then one
+// POST /allocations names every member (consumer_generation null: new
+// consumers), as a single allocation's claim log and PUT precede its
+// reservation; the caller reserves the nodes afterwards and calls
+// UnclaimGroup if that fails.
 //
 // Errors: a *client.Error 409 (client.IsConflict) when some node's capacity
-// is taken in Placement (try another plan); client.IsUnreachable for an
-// outage; another *client.Error when Placement refused the request; the
-// database's otherwise.
-func (p *PlacementAllocator) ClaimGroupTx(ctx context.Context, tx pgx.Tx, owner *string, offer GroupOffer, members []GroupMember) (claimed bool, err error) {
+// is taken in Placement (try another plan; nothing was written);
+// client.IsUnreachable for an outage; another *client.Error when Placement
+// refused the request; the database's otherwise.
+func (p *PlacementAllocator) ClaimGroup(ctx context.Context, tx pgx.Tx, owner *string, offer GroupOffer, members []GroupMember) error {
 	project := projectOf(Claimed{Owner: owner})
 	consumers := make([]uuid.UUID, len(members))
 	nodes := make([]uuid.UUID, len(members))
 	for i, m := range members {
 		consumers[i], nodes[i] = m.Consumer, m.Node
 		if _, ok := offer[m.Node]; !ok {
-			return false, fmt.Errorf("node %s was not offered by Placement", m.Node)
+			return fmt.Errorf("node %s was not offered by Placement", m.Node)
 		}
 	}
-	if p.Local(ctx) {
-		if err := p.q.WithTx(tx).RecordPlacementClaims(ctx, RecordPlacementClaimsParams{ConsumerUuids: consumers, ProviderUuids: nodes}); err != nil {
-			return false, err
+	log := RecordPlacementClaimsParams{ConsumerUuids: consumers, ProviderUuids: nodes}
+	if tx != nil {
+		if err := p.q.WithTx(tx).RecordPlacementClaims(ctx, log); err != nil {
+			return err
 		}
 		cs := make([]placement.LocalClaim, len(members))
 		for i, m := range members {
 			cs[i] = placement.LocalClaim{Consumer: m.Consumer, ProjectID: project, UserID: PlacementUserID,
 				ConsumerType: client.ConsumerType, Request: offer[m.Node]}
 		}
-		return false, placement.ClaimManyTx(ctx, tx, cs)
+		return placement.ClaimManyTx(ctx, tx, cs)
 	}
-	if err := p.q.RecordPlacementClaims(ctx, RecordPlacementClaimsParams{ConsumerUuids: consumers, ProviderUuids: nodes}); err != nil {
-		return false, fmt.Errorf("logging the Placement claims: %w", err)
+	if err := p.q.RecordPlacementClaims(ctx, log); err != nil {
+		return fmt.Errorf("logging the Placement claims: %w", err)
 	}
 	body := make(map[uuid.UUID]client.Claim, len(members))
 	for _, m := range members {
 		body[m.Consumer] = client.Claim{Request: offer[m.Node], ProjectID: project, UserID: PlacementUserID}
 	}
 	if err := p.pc.PostAllocations(ctx, body); err != nil {
-		// Nothing was written in Placement: drop the log entries.
-		p.forgetGroup(ctx, consumers)
-		return false, err
+		if !client.IsUnreachable(err) {
+			// Nothing was written in Placement: drop the log entries.
+			// (Unreachable: the tracker checks later.)
+			p.forgetGroup(ctx, consumers)
+		}
+		return err
 	}
-	return true, nil
+	return nil
 }
 
-// UnclaimGroup removes the members' Placement allocations that an HTTP
-// ClaimGroupTx wrote when the transaction around it did not commit
+// UnclaimGroup removes the members' Placement allocations that ClaimGroup
+// wrote over HTTP when their reservation did not commit
 // (DELETE /allocations/{consumer} for each; a 404 is fine), and their claim
 // log entries. What cannot be removed now stays in the claim log for the
 // resource tracker.

@@ -21,9 +21,9 @@
 //
 // With the placement backend (Reserver.Placement) the candidates are the
 // free nodes Placement also offers (one GET /allocation_candidates), and
-// the reservation's transaction claims every member in Placement at once
-// (in-process in the same transaction, or one POST /allocations over HTTP,
-// undone when the transaction does not commit); the members' claims are
+// every member is claimed in Placement at once: in-process in the
+// reservation's transaction, or over HTTP with one POST /allocations just
+// before it, undone when it does not commit; the members' claims are
 // logged in placement_claims, so the resource tracker removes their
 // Placement allocations once they are released.
 package allocgroup

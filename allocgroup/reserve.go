@@ -22,14 +22,17 @@ import (
 // Placement is how the placement backend claims a group's members in
 // Placement (*allocation.PlacementAllocator): which providers Placement
 // offers (one GET /allocation_candidates), and all members claimed at once
-// (one POST /allocations, or in-process in the reservation's transaction),
-// undone when that transaction does not commit.
+// (in-process in the reservation's transaction, or one POST /allocations
+// before it, undone when it does not commit).
 type Placement interface {
 	// GroupOffers is allocation.PlacementAllocator.GroupOffers.
 	GroupOffers(ctx context.Context, rc string, traits []string) (allocation.GroupOffer, error)
-	// ClaimGroupTx is allocation.PlacementAllocator.ClaimGroupTx.
-	ClaimGroupTx(ctx context.Context, tx pgx.Tx, owner *string, offer allocation.GroupOffer,
-		members []allocation.GroupMember) (claimed bool, err error)
+	// Local reports whether ClaimGroup writes in the reservation's
+	// transaction (allocation.PlacementAllocator.Local).
+	Local(ctx context.Context) bool
+	// ClaimGroup is allocation.PlacementAllocator.ClaimGroup.
+	ClaimGroup(ctx context.Context, tx pgx.Tx, owner *string, offer allocation.GroupOffer,
+		members []allocation.GroupMember) error
 	// UnclaimGroup is allocation.PlacementAllocator.UnclaimGroup.
 	UnclaimGroup(ctx context.Context, members []allocation.GroupMember)
 }
@@ -231,12 +234,19 @@ func placementTrouble(err error) error {
 }
 
 // reserveOnce tries plan p in one transaction: lock wanted (the missing
-// count when planned) of its nodes that are still free (SKIP LOCKED, in plan order; fewer:
-// errShort), then the group itself with the compare-and-set guard (not
-// ours any more: errLost), with Placement claim the members there
-// (Placement.ClaimGroupTx with offer; a 409: errTaken; undone when the
-// transaction does not commit), insert the members holding their nodes,
-// and activate the group. It returns the nodes the members took.
+// count when planned) of its nodes that are still free (SKIP LOCKED, in
+// plan order; fewer: errShort), then the group itself with the
+// compare-and-set guard (not ours any more: errLost), insert the members
+// holding their nodes, and activate the group. It returns the nodes the
+// members took.
+//
+// With Placement the members are claimed there too (Placement.ClaimGroup
+// with offer; a 409: errTaken, nothing written). In mode local the claim
+// is written in the same transaction, after the locks. Over HTTP it comes
+// first, as a single allocation's: the members' nodes are the plan's first
+// wanted ones, claimed (claim log, one POST /allocations) before the
+// transaction locks exactly those; when the transaction does not commit,
+// the claims are removed again (Placement.UnclaimGroup).
 func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topology.Plan, wanted int, offer allocation.GroupOffer) (took []int64, err error) {
 	ids := make([]int64, len(p.Nodes))
 	for i, n := range p.Nodes {
@@ -250,18 +260,26 @@ func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topol
 	if len(cands) == 0 {
 		cands = nil
 	}
-	// members claimed over HTTP (claimed) by an attempt whose transaction
-	// did not commit are undone; stale: those of attempts InTx ran again.
-	var members, stale []allocation.GroupMember
-	claimed := false
-	err = db.InTx(ctx, r.pool, func(tx pgx.Tx) error {
-		if claimed {
-			stale, claimed = append(stale, members...), false
+	inTx := r.Placement != nil && r.Placement.Local(ctx)
+	var members []allocation.GroupMember
+	if r.Placement != nil && !inTx && wanted > 0 {
+		if len(ids) < wanted {
+			return nil, errShort
 		}
-		members = nil
+		ids = ids[:wanted]
+		members = newMembers(p.Nodes[:wanted])
+		if err := r.claim(ctx, nil, g, offer, members); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				r.Placement.UnclaimGroup(ctx, members)
+			}
+		}()
+	}
+	err = db.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 		q := New(tx)
-		var locked []int64
-		var lockedUUIDs []uuid.UUID
+		var locked []topology.Candidate
 		took = nil
 		if wanted > 0 {
 			nodes, err := q.LockPlanNodes(ctx, LockPlanNodesParams{Nodes: ids, ResourceClass: g.ResourceClass,
@@ -273,8 +291,7 @@ func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topol
 				return errShort
 			}
 			for _, n := range nodes {
-				locked = append(locked, n.ID)
-				lockedUUIDs = append(lockedUUIDs, n.Uuid)
+				locked = append(locked, topology.Candidate{ID: n.ID, UUID: n.Uuid})
 			}
 		}
 		row, err := q.LockOwnedGroup(ctx, LockOwnedGroupParams{ID: g.ID, Me: me})
@@ -284,45 +301,65 @@ func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topol
 			return err
 		}
 		need := int(row.Count - row.Members)
-		if need > len(locked) {
+		if need > len(locked) || (members != nil && need != len(members)) {
 			return errChanged // grown meanwhile: plan again
 		}
-		var memberUUIDs []uuid.UUID
-		if need > 0 && r.Placement != nil {
-			members = make([]allocation.GroupMember, need)
-			memberUUIDs = make([]uuid.UUID, need)
-			for i := range need {
-				memberUUIDs[i] = uuid.New()
-				members[i] = allocation.GroupMember{Consumer: memberUUIDs[i], Node: lockedUUIDs[i]}
-			}
-			claimed, err = r.Placement.ClaimGroupTx(ctx, tx, g.Owner, offer, members)
-			switch {
-			case client.IsConflict(err):
-				return errTaken
-			case err != nil:
-				return placementTrouble(err)
-			}
+		if need == 0 {
+			return q.ActivateGroup(ctx, ActivateGroupParams{ID: g.ID, First: row.Members == 0, Domain: p.Domain})
 		}
-		if need > 0 {
-			held, err := q.InsertMembers(ctx, InsertMembersParams{GroupID: g.ID, Me: me, NodeIds: locked[:need],
-				MemberUuids: memberUUIDs})
-			if err != nil {
+		ms := members
+		if inTx {
+			ms = newMembers(locked[:need])
+			if err := r.claim(ctx, tx, g, offer, ms); err != nil {
 				return err
 			}
-			if int(held) != need {
-				return fmt.Errorf("held %d nodes for %d members", held, need)
-			}
-			took = locked[:need]
 		}
+		var memberUUIDs []uuid.UUID
+		for i, m := range ms {
+			if m.Node != locked[i].UUID {
+				return fmt.Errorf("member %d claimed node %s in Placement, locked %s", i, m.Node, locked[i].UUID)
+			}
+			memberUUIDs = append(memberUUIDs, m.Consumer)
+		}
+		nodeIDs := make([]int64, need)
+		for i := range need {
+			nodeIDs[i] = locked[i].ID
+		}
+		held, err := q.InsertMembers(ctx, InsertMembersParams{GroupID: g.ID, Me: me, NodeIds: nodeIDs,
+			MemberUuids: memberUUIDs})
+		if err != nil {
+			return err
+		}
+		if int(held) != need {
+			return fmt.Errorf("held %d nodes for %d members", held, need)
+		}
+		took = nodeIDs
 		return q.ActivateGroup(ctx, ActivateGroupParams{ID: g.ID, First: row.Members == 0, Domain: p.Domain})
 	})
-	if err != nil && claimed {
-		stale = append(stale, members...)
-	}
-	if len(stale) > 0 {
-		r.Placement.UnclaimGroup(ctx, stale)
-	}
 	return took, err
+}
+
+// newMembers gives each node a member with a new uuid (its allocation and
+// its Placement consumer).
+func newMembers(nodes []topology.Candidate) []allocation.GroupMember {
+	ms := make([]allocation.GroupMember, len(nodes))
+	for i, n := range nodes {
+		ms[i] = allocation.GroupMember{Consumer: uuid.New(), Node: n.UUID}
+	}
+	return ms
+}
+
+// claim claims members in Placement (in tx, or over HTTP when tx is nil):
+// a 409 is errTaken, a refusal a noFit, an outage as it is.
+func (r *Reserver) claim(ctx context.Context, tx pgx.Tx, g Claimed, offer allocation.GroupOffer, members []allocation.GroupMember) error {
+	err := r.Placement.ClaimGroup(ctx, tx, g.Owner, offer, members)
+	if client.IsConflict(err) {
+		return errTaken
+	}
+	if err != nil {
+		return placementTrouble(err)
+	}
+	return nil
 }
 
 // Fail moves g to error with last_error "Failed to process allocation

@@ -320,10 +320,13 @@ func takeInPlacement(ctx context.Context, pc *client.Client, node uuid.UUID) (uu
 
 // interfering is a group Placement claimer that, on its first claim,
 // either has someone else take the plan's first node in Placement just
-// before (taken: Placement answers 409) or fails right after the claim
-// succeeded (as a transaction that does not commit).
+// before (taken: Placement answers 409), or lets the claim succeed and
+// then makes the reservation fail: in mode local an error in its
+// transaction, over HTTP the first node goes into maintenance before the
+// transaction locks it.
 type interfering struct {
 	allocgroup.Placement
+	pool     *pgxpool.Pool
 	pc       *client.Client
 	taken    bool
 	once     sync.Once
@@ -333,33 +336,37 @@ type interfering struct {
 
 var errInjected = errors.New("injected failure after the Placement claim")
 
-func (w *interfering) ClaimGroupTx(ctx context.Context, tx pgx.Tx, owner *string, offer allocation.GroupOffer,
-	members []allocation.GroupMember) (bool, error) {
+func (w *interfering) ClaimGroup(ctx context.Context, tx pgx.Tx, owner *string, offer allocation.GroupOffer,
+	members []allocation.GroupMember) error {
 	first := false
 	w.once.Do(func() { first = true })
 	if !first {
-		return w.Placement.ClaimGroupTx(ctx, tx, owner, offer, members)
+		return w.Placement.ClaimGroup(ctx, tx, owner, offer, members)
 	}
 	w.node = members[0].Node
 	if w.taken {
 		var err error
 		if w.stranger, err = takeInPlacement(ctx, w.pc, w.node); err != nil {
-			return false, err
+			return err
 		}
-		return w.Placement.ClaimGroupTx(ctx, tx, owner, offer, members)
+		return w.Placement.ClaimGroup(ctx, tx, owner, offer, members)
 	}
-	claimed, err := w.Placement.ClaimGroupTx(ctx, tx, owner, offer, members)
-	if err != nil {
-		return claimed, err
+	if err := w.Placement.ClaimGroup(ctx, tx, owner, offer, members); err != nil {
+		return err
 	}
-	return claimed, errInjected
+	if tx != nil {
+		return errInjected
+	}
+	_, err := w.pool.Exec(ctx, `UPDATE nodes SET maintenance = true WHERE uuid = $1`, w.node)
+	return err
 }
 
 // TestGroupsPlacementClaimUndone: a plan whose claim Placement refuses
 // (409: a node taken there after the candidates were read) falls back to
-// the other rack, and a claim whose transaction fails is removed from
-// Placement again: in both cases the group ends active with exactly its
-// members' allocations in Placement.
+// the other rack, and a claim whose reservation fails (an error in the
+// local transaction; over HTTP a claimed node that cannot be locked any
+// more) is removed from Placement again: in every case the group ends
+// active with exactly its members' allocations in Placement.
 func TestGroupsPlacementClaimUndone(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{allocation.PlacementModeLocal, allocation.PlacementModeHTTP} {
@@ -376,7 +383,7 @@ func TestGroupsPlacementClaimUndone(t *testing.T) {
 					Placement: pc, PlacementMode: mode}, pool, zaptest.NewLogger(t))
 				require.NoError(t, err)
 				r := svc.groups.(*allocgroup.Reserver)
-				w := &interfering{Placement: r.Placement, pc: pc, taken: taken}
+				w := &interfering{Placement: r.Placement, pool: pool, pc: pc, taken: taken}
 				r.Placement = w
 				runService(t, svc)
 				addGroup(t, pool, 4, "gpu", allocgroup.RuleRequired, "rack")
@@ -386,8 +393,10 @@ func TestGroupsPlacementClaimUndone(t *testing.T) {
 				checkGroups(t, pool)
 				checkPlacementMembers(t, pool, pc, 4)
 				used := dbtest.Count(t, pool, `SELECT count(*) FROM nodes WHERE uuid = $1 AND allocation_id IS NOT NULL`, w.node)
+				if taken || mode == allocation.PlacementModeHTTP {
+					require.Zero(t, used, "the node taken in Placement or put in maintenance is not a member's")
+				}
 				if taken {
-					require.Zero(t, used, "the node taken in Placement is not a member's")
 					a, err := pc.GetAllocations(ctx, w.stranger)
 					require.NoError(t, err)
 					require.Len(t, a.Allocations, 1)
