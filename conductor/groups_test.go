@@ -300,6 +300,46 @@ func TestGroupsPlacementBackend(t *testing.T) {
 	}
 }
 
+// TestGroupsPlacementGrowRelease: on the placement backend, growing a
+// group claims the new members in Placement in the group's rack, and
+// releasing one member leaves its Placement allocation to the tracker
+// while the others keep theirs.
+func TestGroupsPlacementGrowRelease(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{allocation.PlacementModeLocal, allocation.PlacementModeHTTP} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool, pc := placementFleet(t)
+			start(t, pool, Config{Hostname: "pb", PollInterval: 100 * time.Millisecond, Backend: BackendPlacement,
+				Placement: pc, PlacementMode: mode})
+			g := addGroup(t, pool, 2, "gpu", allocgroup.RuleRequired, "rack")
+			active := func(count int) func() bool {
+				return func() bool {
+					return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE state = 'active' AND count = $1`, count) == 1
+				}
+			}
+			dbtest.WaitFor(t, 10*time.Second, "the group to be active", active(2))
+			var id int64
+			require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM allocation_groups WHERE uuid = $1`, g).Scan(&id))
+			_, err := allocgroup.New(pool).GrowGroup(ctx, allocgroup.GrowGroupParams{ID: id, Count: 4})
+			require.NoError(t, err)
+			dbtest.WaitFor(t, 10*time.Second, "the grown group to be active", active(4))
+			checkGroups(t, pool)
+			checkPlacementMembers(t, pool, pc, 4)
+
+			_, err = pool.Exec(ctx, `SELECT metalloc_deallocate(min(id)) FROM allocations WHERE group_id = $1`, id)
+			require.NoError(t, err)
+			tr := NewTracker(pool, pc, TrackerConfig{SyncSchedule: SyncOff, ClaimGrace: time.Nanosecond}, zaptest.NewLogger(t))
+			st, err := tr.Sync(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, st.ClaimsReleased)
+			checkGroups(t, pool)
+			checkPlacementMembers(t, pool, pc, 3)
+		})
+	}
+}
+
 // placementFleet is a database with 2 racks of 4 gpu nodes and a
 // metalloc-placement on it mirroring them (pbPlacement).
 func placementFleet(t *testing.T) (*pgxpool.Pool, *client.Client) {
