@@ -253,8 +253,7 @@ func TestGroupsPlacementBackend(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			pool, pc := placementFleet(t)
-			start(t, pool, Config{Hostname: "pb", PollInterval: 100 * time.Millisecond, Backend: BackendPlacement,
-				Placement: pc, PlacementMode: mode})
+			start(t, pool, placementConfig(pc, mode))
 			g1 := addGroup(t, pool, 3, "gpu", allocgroup.RuleRequired, "rack")
 			dbtest.WaitFor(t, 10*time.Second, "the group to be active", func() bool {
 				return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE state = 'active'`) == 1
@@ -311,8 +310,7 @@ func TestGroupsPlacementGrowRelease(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			pool, pc := placementFleet(t)
-			start(t, pool, Config{Hostname: "pb", PollInterval: 100 * time.Millisecond, Backend: BackendPlacement,
-				Placement: pc, PlacementMode: mode})
+			start(t, pool, placementConfig(pc, mode))
 			g := addGroup(t, pool, 2, "gpu", allocgroup.RuleRequired, "rack")
 			active := func(count int) func() bool {
 				return func() bool {
@@ -347,6 +345,12 @@ func placementFleet(t *testing.T) (*pgxpool.Pool, *client.Client) {
 	pool := dbtest.New(t)
 	rackedFleet(t, pool, 2, 4, "gpu")
 	return pool, pbPlacement(t, pool, "gpu")
+}
+
+// placementConfig is a conductor "pb" on the placement backend pc in mode.
+func placementConfig(pc *client.Client, mode string) Config {
+	return Config{Hostname: "pb", PollInterval: 100 * time.Millisecond, Backend: BackendPlacement,
+		Placement: pc, PlacementMode: mode}
 }
 
 // takeInPlacement has a stranger consumer (not metalloc's) take gpu node
@@ -419,8 +423,7 @@ func TestGroupsPlacementClaimUndone(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
 				pool, pc := placementFleet(t)
-				svc, err := NewService(Config{Hostname: "pb", PollInterval: 100 * time.Millisecond, Backend: BackendPlacement,
-					Placement: pc, PlacementMode: mode}, pool, zaptest.NewLogger(t))
+				svc, err := NewService(placementConfig(pc, mode), pool, zaptest.NewLogger(t))
 				require.NoError(t, err)
 				r := svc.groups.(*allocgroup.Reserver)
 				w := &interfering{Placement: r.Placement, pool: pool, pc: pc, taken: taken}
