@@ -338,6 +338,37 @@ func TestGroupsPlacementGrowRelease(t *testing.T) {
 	}
 }
 
+// TestGroupsPlacementRace: two conductors on the placement backend race
+// 24 groups of 1 to 5 nodes (required rack) for 4 racks of 4 nodes: every
+// group ends active inside one rack or in error with nothing reserved, and
+// Placement holds exactly one allocation per member, on its node.
+func TestGroupsPlacementRace(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{allocation.PlacementModeLocal, allocation.PlacementModeHTTP} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			pool := dbtest.New(t)
+			rackedFleet(t, pool, 4, 4, "gpu")
+			pc := pbPlacement(t, pool, "gpu")
+			cfg := placementConfig(pc, mode)
+			cfg.Workers = 4
+			startConductors(t, pool, cfg, 2)
+			rng := rand.New(rand.NewPCG(7, 7))
+			for range 24 {
+				addGroup(t, pool, 1+rng.IntN(5), "gpu", allocgroup.RuleRequired, "rack")
+			}
+			dbtest.WaitFor(t, 30*time.Second, "every group to finish", func() bool {
+				return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE state = 'allocating'`) == 0
+			})
+			active, failed := checkGroups(t, pool)
+			require.Equal(t, 24, active+failed)
+			require.NotZero(t, active)
+			t.Logf("%d groups active, %d in error", active, failed)
+			checkPlacementMembers(t, pool, pc, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE group_id IS NOT NULL`))
+		})
+	}
+}
+
 // placementFleet is a database with 2 racks of 4 gpu nodes and a
 // metalloc-placement on it mirroring them (pbPlacement).
 func placementFleet(t *testing.T) (*pgxpool.Pool, *client.Client) {
