@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"time"
 
@@ -179,7 +180,13 @@ func (r *Reserver) plan(ctx context.Context, g Claimed) (plans []topology.Plan, 
 		}
 	}
 	if r.Placement != nil {
-		if offer, err = r.Placement.GroupOffers(ctx, g.ResourceClass, g.Traits); err != nil {
+		offer, err = r.Placement.GroupOffers(ctx, g.ResourceClass, g.Traits)
+		switch {
+		case client.StatusOf(err) == http.StatusBadRequest:
+			// A trait or class Placement does not know: it offers
+			// nothing, and the no-fit message says what the database has.
+			offer = allocation.GroupOffer{}
+		case err != nil:
 			return nil, nil, 0, placementTrouble(err)
 		}
 	}
@@ -199,7 +206,7 @@ func (r *Reserver) plan(ctx context.Context, g Claimed) (plans []topology.Plan, 
 		case nf == nil:
 			return plans, offer, req.Count, nil
 		case !cached && offer != nil && len(cands) < free:
-			return nil, nil, 0, noFit(fmt.Sprintf("%s (Placement offers %d of the %d free nodes)", nf.Error(), len(cands), free))
+			return nil, nil, 0, noFit(fmt.Sprintf("%s; of the %d nodes free in the database, Placement offers %d", nf.Error(), free, len(cands)))
 		case !cached:
 			return nil, nil, 0, noFit(nf.Error())
 		}
@@ -222,8 +229,8 @@ func offered(cands []topology.Candidate, offer allocation.GroupOffer) []topology
 
 // placementTrouble classifies a Placement error: an outage stays an error
 // (the group stays allocating and owned, resumed later); any other answer
-// (a 400 for an unknown trait or class, a 5xx) fails the group with it,
-// as a single allocation's "Placement refused the claim".
+// (a 4xx other than a claim's 409, a 5xx) fails the group with it, as a
+// single allocation's "Placement refused the claim".
 func placementTrouble(err error) error {
 	var ce *client.Error
 	if errors.As(err, &ce) && !client.IsUnreachable(err) &&

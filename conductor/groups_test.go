@@ -277,7 +277,7 @@ func TestGroupsPlacementBackend(t *testing.T) {
 			var lastErr string
 			require.NoError(t, pool.QueryRow(ctx, `SELECT last_error FROM allocation_groups WHERE state = 'error'`).Scan(&lastErr))
 			require.Contains(t, lastErr, "no rack has 4 free nodes")
-			require.Contains(t, lastErr, "Placement offers 4 of the 5 free nodes")
+			require.Contains(t, lastErr, "; of the 5 nodes free in the database, Placement offers 4")
 			checkGroups(t, pool)
 			checkPlacementMembers(t, pool, pc, 3)
 
@@ -297,6 +297,33 @@ func TestGroupsPlacementBackend(t *testing.T) {
 			require.Len(t, a.Allocations, 1, "someone else's allocation left alone")
 		})
 	}
+}
+
+// TestGroupsPlacementUnknownTrait: a group asking for a trait the nodes
+// have in the database but Placement does not know (400 to the candidates
+// query) fails with the no-fit message, saying that Placement offers none
+// of the free nodes; nothing is claimed.
+func TestGroupsPlacementUnknownTrait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, pc := placementFleet(t)
+	_, err := pool.Exec(ctx, `INSERT INTO node_traits (node_id, trait) SELECT id, 'CUSTOM_FAST' FROM nodes`)
+	require.NoError(t, err)
+	start(t, pool, placementConfig(pc, allocation.PlacementModeLocal))
+	rack := "rack"
+	_, err = allocgroup.New(pool).CreateGroup(ctx, allocgroup.CreateGroupParams{Uuid: uuid.New(), Count: 2,
+		ResourceClass: "gpu", Traits: []string{"CUSTOM_FAST"}, Extra: json.RawMessage(`{}`),
+		Rule: allocgroup.RuleRequired, RuleLevel: &rack})
+	require.NoError(t, err)
+	dbtest.WaitFor(t, 10*time.Second, "the group to fail", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE state = 'error'`) == 1
+	})
+	var lastErr string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT last_error FROM allocation_groups`).Scan(&lastErr))
+	require.Contains(t, lastErr, "no rack has 2 free nodes of gpu with CUSTOM_FAST")
+	require.Contains(t, lastErr, "; of the 8 nodes free in the database, Placement offers 0")
+	checkGroups(t, pool)
+	checkPlacementMembers(t, pool, pc, 0)
 }
 
 // TestGroupsPlacementGrowRelease: on the placement backend, growing a
