@@ -46,8 +46,8 @@ type Reserver struct {
 	q    *Queries
 	log  *zap.Logger
 	// Placement, when set, restricts the candidates to the nodes Placement
-	// offers and claims every member there in the reservation's
-	// transaction (the placement backend); nil: the database backend.
+	// offers and claims every member there with the reservation (the
+	// placement backend; see reserveOnce); nil: the database backend.
 	Placement Placement
 	// LockedWait bounds how long Process keeps trying while every fitting
 	// plan has nodes locked by concurrent reservations or updates, before
@@ -89,13 +89,17 @@ func (n noFit) Error() string { return string(n) }
 // topology paths (topology.FreeCandidates, no locks), asks topology.Choose
 // for the fitting plans, best fit first, and tries them in order, each in
 // one transaction (reserveOnce); when every plan had nodes locked by
-// others it backs off and reads again, up to LockedWait. It returns an
-// error only when the database is unreachable or ctx ends; g then stays
-// allocating and owned, to be resumed.
+// others (or, with Placement, taken there: a 409) it backs off and reads
+// again, up to LockedWait. With Placement the candidates are those
+// Placement offers, and a claim it refuses otherwise (a 4xx or 5xx) fails
+// g with the answer. It returns an error only when the database or
+// Placement is unreachable or ctx ends; g then stays allocating and owned,
+// to be resumed.
 func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation.Outcome, error) {
 	log := r.log.With(zap.Stringer("allocation_group", g.UUID))
 	backoff := r.LockedBackoff
 	began := time.Now()
+	taken := 0 // plans whose claim Placement refused (409)
 	for attempt := 0; ; attempt++ {
 		plans, offer, need, err := r.plan(ctx, g)
 		var nf noFit
@@ -116,7 +120,10 @@ func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation
 			case errors.Is(err, errLost):
 				log.Info("allocation group no longer owned by this conductor; dropping it")
 				return allocation.Lost, nil
-			case errors.Is(err, errShort), errors.Is(err, errTaken):
+			case errors.Is(err, errTaken):
+				taken++
+				continue
+			case errors.Is(err, errShort):
 				continue
 			case errors.As(err, &nf):
 				return r.Fail(ctx, me, g, string(nf))
@@ -130,8 +137,12 @@ func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation
 		}
 		r.cache.forget(g) // the next round reads afresh
 		if time.Since(began) >= r.LockedWait {
-			return r.Fail(ctx, me, g, fmt.Sprintf("could not reserve %d free nodes %s in any of %d fitting placements: their nodes stayed locked by concurrent reservations or updates",
-				need, topology.Describe(g.ResourceClass, g.Traits), len(plans)))
+			why := "their nodes stayed locked by concurrent reservations or updates"
+			if taken > 0 {
+				why += fmt.Sprintf(" or were taken in Placement (%d claims refused)", taken)
+			}
+			return r.Fail(ctx, me, g, fmt.Sprintf("could not reserve %d free nodes %s in any of %d fitting placements: %s",
+				need, topology.Describe(g.ResourceClass, g.Traits), len(plans), why))
 		}
 		select {
 		case <-ctx.Done():
