@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metalloc/metalloc/devstack"
+)
+
+// groupCall sends one request to the API and decodes a JSON answer into
+// out (when set); it returns the status.
+func groupCall(t *testing.T, ctx context.Context, apiURL, method, path, body string, out any, header ...string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, apiURL+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("X-OpenStack-Ironic-API-Version", "1.82")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	if out != nil && resp.StatusCode/100 == 2 {
+		require.NoError(t, json.Unmarshal(raw, out), "%s", raw)
+	}
+	return resp.StatusCode
+}
+
+// TestEndToEndGroupsPlacementBackendHTTP: the stack with
+// conductor.allocation_backend placement in mode http (claims through
+// metalloc-placement's API, a separate process) and the sample inventory
+// with its row/rack topology. A group of 5 gold nodes required in one rack
+// lands in one of the two racks that have 5, with one Placement allocation
+// per member on its node; a group of 6 fits no rack and fails with nothing
+// claimed; deleting the first group empties Placement (the resource
+// tracker removes the released members' allocations).
+func TestEndToEndGroupsPlacementBackendHTTP(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	stack, client := startStackOpts(t, 2, devstack.Options{
+		AllocationBackend: "placement",
+		Env:               append([]string{"METALLOC_PLACEMENT_BACKEND_MODE=http"}, placementBackendEnv...),
+	})
+	sample := loadSample(t)
+	enroll(t, ctx, client, sample)
+	waitMirrored(t, ctx, stack.BackendPlacementURL, sample, 0)
+	require.Equal(t, http.StatusOK, groupCall(t, ctx, stack.APIURL, http.MethodPut, "/v1/topology",
+		`{"levels":[{"name":"row","source":"extra.row"},{"name":"rack","source":"extra.rack"}]}`, nil))
+
+	type group struct {
+		UUID      string   `json:"uuid"`
+		State     string   `json:"state"`
+		LastError *string  `json:"last_error"`
+		Members   []string `json:"members"`
+	}
+	var g group
+	require.Equal(t, http.StatusCreated, groupCall(t, ctx, stack.APIURL, http.MethodPost, "/v1/allocation_groups",
+		`{"count":5,"resource_class":"baremetal-gold","required":"rack"}`, &g, "Prefer", "wait=30"))
+	require.Equal(t, "active", g.State, "last_error: %v", g.LastError)
+
+	held := placementAllocations(t, ctx, stack.BackendPlacementURL, sample)
+	require.Len(t, held, 5, "one Placement allocation per member")
+	byUUID := map[string]sampleNode{}
+	for _, s := range sample {
+		byUUID[s.UUID] = s
+	}
+	require.Len(t, g.Members, 5)
+	racks := map[string]bool{}
+	for node, consumer := range held {
+		require.Contains(t, g.Members, consumer, "the Placement consumer is a member")
+		s := byUUID[node]
+		require.Equal(t, "baremetal-gold", s.ResourceClass)
+		racks[strings.TrimSpace(jsonText(s.Extra["row"])+"/"+jsonText(s.Extra["rack"]))] = true
+	}
+	require.Len(t, racks, 1, "members in one rack: %v", racks)
+
+	var big group
+	require.Equal(t, http.StatusCreated, groupCall(t, ctx, stack.APIURL, http.MethodPost, "/v1/allocation_groups",
+		`{"count":6,"resource_class":"baremetal-gold","required":"rack"}`, &big, "Prefer", "wait=30"))
+	require.Equal(t, "error", big.State)
+	require.NotNil(t, big.LastError)
+	require.Contains(t, *big.LastError, "no rack has 6 free nodes of baremetal-gold")
+	require.Len(t, placementAllocations(t, ctx, stack.BackendPlacementURL, sample), 5, "nothing claimed for the failed group")
+
+	require.Equal(t, http.StatusNoContent, groupCall(t, ctx, stack.APIURL, http.MethodDelete, "/v1/allocation_groups/"+g.UUID, "", nil))
+	waitPlacementEmpty(t, ctx, stack.BackendPlacementURL, sample)
+}
+
+// jsonText is v (a YAML scalar) as text.
+func jsonText(v any) string {
+	b, _ := json.Marshal(v)
+	return strings.Trim(string(b), `"`)
+}
