@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/metalloc/metalloc/devstack"
 )
@@ -39,22 +41,47 @@ func groupCall(t *testing.T, ctx context.Context, apiURL, method, path, body str
 
 // TestEndToEndGroupsPlacementBackendHTTP: the stack with
 // conductor.allocation_backend placement in mode http (claims through
-// metalloc-placement's API, a separate process) and the sample inventory
-// with its row/rack topology. A group of 5 gold nodes required in one rack
-// lands in one of the two racks that have 5, with one Placement allocation
-// per member on its node; a group of 6 fits no rack and fails with nothing
-// claimed; deleting the first group empties Placement (the resource
-// tracker removes the released members' allocations).
+// metalloc-placement's API, a separate process); see runEndToEndGroups.
 func TestEndToEndGroupsPlacementBackendHTTP(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	stack, client := startStackOpts(t, 2, devstack.Options{
+	runEndToEndGroups(t, devstack.Options{
 		AllocationBackend: "placement",
 		Env:               append([]string{"METALLOC_PLACEMENT_BACKEND_MODE=http"}, placementBackendEnv...),
+	}, 0)
+}
+
+// TestEndToEndGroupsOpenStackPlacement: the same against the reference
+// OpenStack Placement 8.0 (Debian's python3-placement, started here): the
+// members' one POST /allocations at microversion 1.39 is accepted there
+// unchanged. The packages must be installed (.ci/run does it).
+func TestEndToEndGroupsOpenStackPlacement(t *testing.T) {
+	t.Parallel()
+	osp, err := devstack.StartOpenStackPlacement(context.Background(), t.TempDir(), zaptest.NewLogger(t))
+	require.NoError(t, err, "this test needs OpenStack Placement 8.0: apt-get install -y %s", devstack.OpenStackPlacementPackages)
+	t.Cleanup(func() {
+		osp.Stop()
+		if t.Failed() {
+			logTail(t, osp.LogPath, 60)
+		}
 	})
+	runEndToEndGroups(t, devstack.Options{
+		AllocationBackend: "placement", PlacementBackendEndpoint: osp.URL, Env: placementBackendEnv,
+	}, 120*time.Second)
+}
+
+// runEndToEndGroups runs the stack with opts (the placement backend) and
+// the sample inventory with its row/rack topology. A group of 5 gold nodes
+// required in one rack lands in one of the two racks that have 5, with one
+// Placement allocation per member on its node (the member's uuid as
+// consumer); a group of 6 fits no rack and fails with nothing claimed;
+// deleting the first group empties Placement (the resource tracker
+// removes the released members' allocations).
+func runEndToEndGroups(t *testing.T, opts devstack.Options, mirrorTimeout time.Duration) {
+	ctx := context.Background()
+	stack, client := startStackOpts(t, 2, opts)
 	sample := loadSample(t)
 	enroll(t, ctx, client, sample)
-	waitMirrored(t, ctx, stack.BackendPlacementURL, sample, 0)
+	waitMirrored(t, ctx, stack.BackendPlacementURL, sample, mirrorTimeout)
 	require.Equal(t, http.StatusOK, groupCall(t, ctx, stack.APIURL, http.MethodPut, "/v1/topology",
 		`{"levels":[{"name":"row","source":"extra.row"},{"name":"rack","source":"extra.rack"}]}`, nil))
 
