@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/metalloc/metalloc/devstack"
 )
@@ -56,14 +55,7 @@ func TestEndToEndGroupsPlacementBackendHTTP(t *testing.T) {
 // unchanged. The packages must be installed (.ci/run does it).
 func TestEndToEndGroupsOpenStackPlacement(t *testing.T) {
 	t.Parallel()
-	osp, err := devstack.StartOpenStackPlacement(context.Background(), t.TempDir(), zaptest.NewLogger(t))
-	require.NoError(t, err, "this test needs OpenStack Placement 8.0: apt-get install -y %s", devstack.OpenStackPlacementPackages)
-	t.Cleanup(func() {
-		osp.Stop()
-		if t.Failed() {
-			logTail(t, osp.LogPath, 60)
-		}
-	})
+	osp := startOpenStackPlacement(t)
 	runEndToEndGroups(t, devstack.Options{
 		AllocationBackend: "placement", PlacementBackendEndpoint: osp.URL, Env: placementBackendEnv,
 	}, 120*time.Second)

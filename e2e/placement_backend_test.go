@@ -38,13 +38,11 @@ func TestEndToEndAllocationsPlacementBackendHTTP(t *testing.T) {
 	}})
 }
 
-// The same against the reference OpenStack Placement 8.0 (Debian's
-// python3-placement on sqlite, started here), unchanged conductor code. It
-// runs a subset of the requests: the reference answers one request at a
-// time. The packages must be installed (.ci/run does it); without them the
-// test fails, it never skips.
-func TestEndToEndAllocationsOpenStackPlacement(t *testing.T) {
-	t.Parallel()
+// startOpenStackPlacement starts the reference OpenStack Placement 8.0
+// for the test (stopped at its end; its log's tail shown on failure). The
+// packages must be installed: without them the test fails, never skips.
+func startOpenStackPlacement(t *testing.T) *devstack.OpenStackPlacement {
+	t.Helper()
 	osp, err := devstack.StartOpenStackPlacement(context.Background(), t.TempDir(), zaptest.NewLogger(t))
 	require.NoError(t, err, "this test needs OpenStack Placement 8.0: apt-get install -y %s", devstack.OpenStackPlacementPackages)
 	t.Cleanup(func() {
@@ -53,6 +51,17 @@ func TestEndToEndAllocationsOpenStackPlacement(t *testing.T) {
 			logTail(t, osp.LogPath, 60)
 		}
 	})
+	return osp
+}
+
+// The same against the reference OpenStack Placement 8.0 (Debian's
+// python3-placement on sqlite, started here), unchanged conductor code. It
+// runs a subset of the requests: the reference answers one request at a
+// time. The packages must be installed (.ci/run does it); without them the
+// test fails, it never skips.
+func TestEndToEndAllocationsOpenStackPlacement(t *testing.T) {
+	t.Parallel()
+	osp := startOpenStackPlacement(t)
 	runEndToEndAllocations(t, backendRun{
 		opts: devstack.Options{
 			AllocationBackend: "placement", PlacementBackendEndpoint: osp.URL, Env: placementBackendEnv,
