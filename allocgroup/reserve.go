@@ -290,7 +290,10 @@ func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topol
 			return nil, err
 		}
 		defer func() {
-			if err != nil {
+			// Undo unless the database's answer was lost (unreachable,
+			// ctx ended): the commit may have happened, so the claims
+			// stay, logged; if it did not, the tracker removes them.
+			if err != nil && !db.IsUnavailable(err) && ctx.Err() == nil {
 				r.Placement.UnclaimGroup(ctx, members)
 			}
 		}()
