@@ -234,7 +234,10 @@ func TestConfigBackend(t *testing.T) {
 func TestBatchFailureFallsBackToSlowPath(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	dbtest.Nodes(t, pool, 3, "gold")
+	// Four nodes, one taken below: the two good rows may be reserved before
+	// the bad one's slow path runs, which must still find a free node to
+	// fail on (else it fails with "no available nodes" instead).
+	dbtest.Nodes(t, pool, 4, "gold")
 	_, bad := dbtest.Allocation(t, pool, dbtest.AllocationSpec{})
 	_, err := pool.Exec(context.Background(), `UPDATE nodes SET instance_uuid = $1, provision_state = 'active' WHERE name = 'gold-1'`, bad)
 	require.NoError(t, err)
