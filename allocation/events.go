@@ -16,10 +16,22 @@ import (
 	"github.com/metalloc/metalloc/db"
 )
 
-// EventsChannel is the NOTIFY channel of allocation changes (trigger
-// allocations_event, migrations/00007_allocation_events.sql): the payload
-// is the allocation's uuid. Conductors do not listen to it.
+// EventsChannel is the NOTIFY channel of allocation changes (triggers
+// allocations_event and allocation_groups_event, migrations 00007, 00011
+// and 00014): the payload is the allocation's or group's uuid, a space and
+// its new state ("deleted" for a deletion); the numbering's own
+// notification (metalloc_sequence_allocation_events) has an empty
+// payload. Conductors do not listen to it.
 const EventsChannel = "metalloc_allocation_events"
+
+// parseEventPayload reads an EventsChannel payload: the uuid and the state
+// after the change ("" when the payload has none, as before migration
+// 00014); ok is false for a payload without a uuid.
+func parseEventPayload(p string) (u uuid.UUID, state string, ok bool) {
+	id, state, _ := strings.Cut(p, " ")
+	u, err := uuid.Parse(id)
+	return u, state, err == nil
+}
 
 // ParseEventID reads an event id (the SSE id: the event's seq, a
 // non-negative decimal integer); ok is false for anything else.
@@ -212,17 +224,23 @@ func wake(c chan struct{}) {
 	}
 }
 
-// notified handles one notification: its waiters look again, the reader
-// reads.
+// notified handles one notification: the allocation's waiters look again
+// if it left allocating (a waiter only waits while it is allocating: the
+// creation's notification, or a group's return to allocating, would only
+// cost it a read), and the reader reads if any stream follows.
 func (h *Hub) notified(payload string) {
-	if u, err := uuid.Parse(payload); err == nil {
-		h.mu.Lock()
+	u, state, ok := parseEventPayload(payload)
+	h.mu.Lock()
+	if ok && state != "allocating" {
 		for _, w := range h.waiters[u] {
 			wake(w.C)
 		}
-		h.mu.Unlock()
 	}
-	wake(h.poke)
+	streams := len(h.streams) > 0
+	h.mu.Unlock()
+	if streams {
+		wake(h.poke)
+	}
 }
 
 // reconnected runs after every (re)connection of the listener:
@@ -254,11 +272,14 @@ type subscription struct {
 // falls back to reading the table.
 const subscribeBuffer = 16
 
+// subscribe adds a stream and wakes the reader, which idles while there
+// is none.
 func (h *Hub) subscribe() *subscription {
 	s := &subscription{ch: make(chan *batch, subscribeBuffer), lagged: make(chan struct{}, 1)}
 	h.mu.Lock()
 	h.streams[s] = struct{}{}
 	h.mu.Unlock()
+	wake(h.poke)
 	return s
 }
 
@@ -276,17 +297,21 @@ func (h *Hub) Streams() int {
 }
 
 // Cursor is the key of the last event the hub delivered; ok is false until
-// its first read.
+// its first read, and again whenever the reader found no stream to read for
+// (it then leaves the table alone, and the cursor falls behind).
 func (h *Hub) Cursor() (int64, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.cursor, h.cursorOK
 }
 
-// read follows the event table: on every poke (a notification, a
-// reconnection) it numbers what committed (SequenceEvents) and reads every
-// event after its cursor; after an error it tries again from 100 ms to 5 s
-// later.
+// read follows the event table while streams are subscribed: on every
+// poke (a notification, a reconnection, a new stream) it numbers what
+// committed (SequenceEvents) and reads every event after its cursor; after
+// an error it tries again from 100 ms to 5 s later. Without streams it does
+// nothing (nobody needs the numbers yet: a stream that opens numbers what
+// committed before it reads the head, prune numbers before it deletes),
+// so that waiters alone cost the database no event reads.
 func (h *Hub) read(ctx context.Context) {
 	var retry time.Duration
 	for {
@@ -315,6 +340,11 @@ func (h *Hub) read(ctx context.Context) {
 
 func (h *Hub) readOnce(ctx context.Context) error {
 	h.mu.Lock()
+	if len(h.streams) == 0 {
+		h.cursorOK = false // falls behind from now on
+		h.mu.Unlock()
+		return nil
+	}
 	cur, ok := h.cursor, h.cursorOK
 	h.mu.Unlock()
 	if !ok {
@@ -384,6 +414,14 @@ func (h *Hub) prune(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(d):
+		}
+		// Number first: pruning removes numbered events only, and the
+		// reader numbers nothing while no stream follows.
+		if _, err := h.q.SequenceEvents(ctx); err != nil {
+			if ctx.Err() == nil {
+				h.opts.Log.Warn("allocation events: numbering failed", zap.Error(err))
+			}
+			continue
 		}
 		n, err := h.q.PruneEvents(ctx, PruneEventsParams{MaxAgeSeconds: h.opts.Retention.Seconds(), MaxRows: h.opts.MaxEvents})
 		if err != nil {

@@ -231,7 +231,15 @@ func (h *Handler) events(c echo.Context) error {
 	var head EventsHeadRow
 	if resume != "" || !hubOK {
 		ctx, cancel := h.readContext(c)
-		head, err = hub.q.EventsHead(ctx)
+		if !hubOK {
+			// The hub's reader idled (no stream): number what committed
+			// until now, so that the head is now and the stream starts
+			// with the next change.
+			_, err = hub.q.SequenceEvents(ctx)
+		}
+		if err == nil {
+			head, err = hub.q.EventsHead(ctx)
+		}
 		cancel()
 		if err != nil {
 			return err

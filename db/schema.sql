@@ -50,7 +50,8 @@ BEGIN
     END IF;
     INSERT INTO allocation_events (kind, allocation_uuid, name, state, resource_class, owner, node_uuid, last_error)
     VALUES (k, r.uuid, r.name, r.state, r.resource_class, r.owner, NULL, r.last_error);
-    PERFORM pg_notify('metalloc_allocation_events', r.uuid::text);
+    PERFORM pg_notify('metalloc_allocation_events',
+                      r.uuid::text || ' ' || CASE WHEN k = 'group_deleted' THEN 'deleted' ELSE r.state END);
     RETURN NULL;
 END;
 $$;
@@ -132,7 +133,8 @@ BEGIN
     END IF;
     INSERT INTO allocation_events (kind, allocation_uuid, name, state, resource_class, owner, node_uuid, last_error)
     VALUES (k, r.uuid, r.name, r.state, r.resource_class, r.owner, node, r.last_error);
-    PERFORM pg_notify('metalloc_allocation_events', r.uuid::text);
+    PERFORM pg_notify('metalloc_allocation_events',
+                      r.uuid::text || ' ' || CASE WHEN k = 'deleted' THEN k ELSE r.state END);
     RETURN NULL;
 END;
 $$;
