@@ -223,7 +223,6 @@ func (h *Handler) create(c echo.Context) error {
 
 	var node *LockNodeRow
 	var row CreateAllocationRow
-	userUUID := params.Uuid != uuid.Nil
 	backfill := req.Node != nil && *req.Node != ""
 	wait, waiting := h.preferWait(c)
 	var w *Waiter
@@ -281,16 +280,9 @@ func (h *Handler) create(c echo.Context) error {
 		if node != nil {
 			return h.backfill(c, q, node, &params, &row)
 		}
-		if userUUID {
-			if holder, err := q.NodeHoldingInstance(ctx, &params.Uuid); err == nil {
-				return web.Conflict("Instance %s is already associated with a node, it cannot be associated with this other node %s", params.Uuid, holder)
-			} else if !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-		}
 		var err error
-		row, err = q.CreateAllocation(ctx, params)
-		return createError(err, params)
+		row, err = insertAllocation(ctx, q, params, nil)
+		return err
 	}
 	if backfill {
 		// The node is locked and written with the allocation: one transaction.
@@ -361,8 +353,8 @@ func (h *Handler) backfill(c echo.Context, q *Queries, node *LockNodeRow, p *Cre
 		return web.Conflict("Node %s is associated with instance %s.", node.Uuid, inst)
 	}
 	p.State, p.NodeID = StateActive, &node.ID
-	r, err := q.CreateAllocation(ctx, *p)
-	if err := createError(err, *p); err != nil {
+	r, err := insertAllocation(ctx, q, *p, &node.Uuid)
+	if err != nil {
 		return err
 	}
 	*row = r
@@ -371,6 +363,34 @@ func (h *Handler) backfill(c echo.Context, q *Queries, node *LockNodeRow, p *Cre
 		return web.Conflict("Instance %s is already associated with a node, it cannot be associated with this other node %s", r.Uuid, node.Uuid)
 	}
 	return err
+}
+
+// insertAllocation inserts the allocation p (CreateAllocation) and says
+// why it could not: a name or uuid already taken, or p.Uuid already the
+// instance_uuid of a node other than p.NodeID (409s with Ironic's
+// messages; the "other node" named is backfill, the node being backfilled,
+// or else the node holding the uuid).
+func insertAllocation(ctx context.Context, q *Queries, p CreateAllocationParams, backfill *uuid.UUID) (CreateAllocationRow, error) {
+	for attempt := 0; ; attempt++ {
+		row, err := q.CreateAllocation(ctx, p)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return row, createError(err, p)
+		}
+		// A node holds the uuid as its instance: name it.
+		holder, err := q.NodeHoldingInstance(ctx, &p.Uuid)
+		if err == nil && backfill != nil {
+			holder = *backfill
+		}
+		switch {
+		case err == nil:
+			return row, web.Conflict("Instance %s is already associated with a node, it cannot be associated with this other node %s", p.Uuid, holder)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return row, err
+		case attempt > 0:
+			return row, web.Conflict("Instance %s is being associated with a node concurrently; try again.", p.Uuid)
+		}
+		// Released in between: insert again.
+	}
 }
 
 func createError(err error, p CreateAllocationParams) error {
@@ -765,48 +785,34 @@ func (h *Handler) deleteForNode(c echo.Context) error {
 	})
 }
 
-// destroy deletes the allocation find returns, releasing its node, in one
-// transaction; 409 when the node is active or mid-operation and not in
-// maintenance (Ironic: verify_node_for_deallocation). It takes the locks in
-// the documented order, node then allocation: the node comes from an
-// unlocked read, so when the allocation turns out to have moved meanwhile
-// (a conductor reserved a node for it) the transaction starts over
-// (db.ErrRestart). Locking the allocation, checking it still names the node
-// and deallocating it is one statement (DeallocateIf).
+// destroy deletes the allocation find returns, releasing its node; 409
+// when the node is active or mid-operation and not in maintenance (Ironic:
+// verify_node_for_deallocation). find reads without locks; one statement
+// then takes the locks in the documented order, node then allocation,
+// checks the node and deallocates (DestroyAllocation). When the
+// allocation turned out to have moved meanwhile (a conductor reserved a
+// node for it, the node was deleted) it reads and tries again, up to
+// db.MaxTxAttempts times.
 func (h *Handler) destroy(c echo.Context, find func(*Queries) (View, error)) error {
 	ctx := c.Request().Context()
-	err := db.InTx(ctx, h.store.pool, func(tx pgx.Tx) error {
-		q := New(tx)
-		v, err := find(q)
+	err := db.Retry(ctx, func() error {
+		v, err := find(h.store.q)
 		if err != nil {
 			return err
 		}
-		var n *LockNodeRow
-		if v.NodeID != nil {
-			locked, err := q.LockNode(ctx, *v.NodeID)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return db.ErrRestart // the node was deleted, and the allocation with it
-			} else if err != nil {
-				return fmt.Errorf("locking node: %w", err)
-			}
-			n = &locked
-		}
-		if n != nil {
-			// The node is locked: its state holds until the end. Should
-			// the allocation have moved meanwhile, DeallocateIf changes
-			// nothing and the next attempt checks again.
-			if err := CheckDeallocation(n.Uuid, n.ProvisionState, n.TargetProvisionState, n.Maintenance, v.Uuid); err != nil {
-				return err
-			}
-		}
-		outcome, err := q.DeallocateIf(ctx, DeallocateIfParams{ID: v.ID, NodeID: v.NodeID})
+		d, err := h.store.q.DestroyAllocation(ctx, DestroyAllocationParams{ID: v.ID, NodeID: v.NodeID, UpdateAllowed: node.UpdateAllowedStates})
 		switch {
 		case err != nil:
 			return err
-		case outcome == "gone":
+		case d.Outcome == "gone":
 			return web.NotFound("Allocation %s could not be found.", v.Uuid)
-		case outcome == "moved":
+		case d.Outcome == "moved":
 			return db.ErrRestart
+		case d.Outcome == "blocked":
+			if err := CheckDeallocation(deref(d.NodeUuid), deref(d.ProvisionState), d.TargetProvisionState, deref(d.Maintenance), v.Uuid); err != nil {
+				return err
+			}
+			return fmt.Errorf("node %s blocks deallocation in the database but not by CheckDeallocation", deref(d.NodeUuid))
 		}
 		return nil
 	})

@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/metalloc/metalloc/db/dbtest"
+	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -325,5 +327,26 @@ func TestAPIInvalidIdent(t *testing.T) {
 		st, out, _ := a.call(tc.method, tc.path, tc.ver, body)
 		require.Equal(t, tc.status, st, "%s %s", tc.method, tc.path)
 		require.Equal(t, tc.msg, fault(t, out), "%s %s", tc.method, tc.path)
+	}
+}
+
+// TestDeallocationRuleAgrees checks that the database's rule
+// (metalloc_deallocation_blocked, used by DELETE) and CheckDeallocation
+// (its messages, and the group delete) agree on every provision state, with
+// and without a target, in and out of maintenance.
+func TestDeallocationRuleAgrees(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	for _, state := range node.States {
+		empty, active := "", "active"
+		for _, target := range []*string{nil, &empty, &active} {
+			for _, maint := range []bool{false, true} {
+				var blocked bool
+				require.NoError(t, pool.QueryRow(context.Background(),
+					`SELECT metalloc_deallocation_blocked($1, $2, $3, $4)`, state, target, maint, node.UpdateAllowedStates).Scan(&blocked))
+				err := CheckDeallocation(uuid.New(), state, target, maint, uuid.New())
+				require.Equal(t, err != nil, blocked, "state %q target %v maintenance %v", state, target, maint)
+			}
+		}
 	}
 }

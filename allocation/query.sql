@@ -1,10 +1,16 @@
 -- name: CreateAllocation :one
 -- Inserts the row and its traits in one statement. A new row is allocating
 -- and unclaimed (the allocations_notify trigger wakes the conductors at
--- commit), or, for a backfill, active on @node_id at once.
+-- commit), or, for a backfill, active on @node_id at once. No row (nothing
+-- inserted) when a node other than @node_id already holds @uuid as its
+-- instance_uuid (Ironic's "already associated" 409: NodeHoldingInstance
+-- names it).
 WITH a AS (
     INSERT INTO allocations (uuid, name, resource_class, candidate_nodes, extra, owner, state, node_id)
-    VALUES (@uuid, @name, @resource_class, @candidate_nodes, @extra, @owner, @state, sqlc.narg(node_id))
+    SELECT @uuid, @name, @resource_class, @candidate_nodes, @extra, @owner, @state, sqlc.narg(node_id)
+     WHERE NOT EXISTS (SELECT 1 FROM nodes h
+                        WHERE h.instance_uuid = @uuid
+                          AND h.id IS DISTINCT FROM sqlc.narg(node_id)::bigint)
     RETURNING *
 ), t AS (
     INSERT INTO allocation_traits (allocation_id, trait)
@@ -51,11 +57,13 @@ UPDATE allocations SET name = @name, extra = @extra, updated_at = now() WHERE id
 -- locked the node first.
 SELECT metalloc_deallocate(@allocation_id::bigint);
 
--- name: DeallocateIf :one
--- Locks allocation @id and deallocates it if it still names node @node_id
--- (NULL: none): 'deleted', 'moved' or 'gone' (metalloc_deallocate_if). The
--- caller locked the node first.
-SELECT metalloc_deallocate_if(@id::bigint, sqlc.narg('node_id')::bigint)::text AS outcome;
+-- name: DestroyAllocation :one
+-- DELETE's one statement (metalloc_destroy_allocation): lock node @node_id
+-- (NULL: none), check it may lose its allocation, and deallocate
+-- allocation @id if it still names it. outcome 'deleted', 'gone', 'moved'
+-- or 'blocked', with the node's state for the message.
+SELECT d.outcome::text AS outcome, d.node_uuid, d.provision_state, d.target_provision_state, d.maintenance
+  FROM metalloc_destroy_allocation(@id::bigint, sqlc.narg('node_id')::bigint, @update_allowed::text[]) d;
 
 -- name: LockNode :one
 SELECT id, uuid, provision_state, target_provision_state, maintenance, instance_uuid,

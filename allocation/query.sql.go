@@ -185,7 +185,10 @@ func (q *Queries) ClaimedAllocating(ctx context.Context, arg ClaimedAllocatingPa
 const createAllocation = `-- name: CreateAllocation :one
 WITH a AS (
     INSERT INTO allocations (uuid, name, resource_class, candidate_nodes, extra, owner, state, node_id)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8
+     WHERE NOT EXISTS (SELECT 1 FROM nodes h
+                        WHERE h.instance_uuid = $1
+                          AND h.id IS DISTINCT FROM $8::bigint)
     RETURNING id, uuid, name, node_id, state, last_error, resource_class, candidate_nodes, extra, owner, conductor_affinity, created_at, updated_at, group_id
 ), t AS (
     INSERT INTO allocation_traits (allocation_id, trait)
@@ -225,7 +228,10 @@ type CreateAllocationRow struct {
 
 // Inserts the row and its traits in one statement. A new row is allocating
 // and unclaimed (the allocations_notify trigger wakes the conductors at
-// commit), or, for a backfill, active on @node_id at once.
+// commit), or, for a backfill, active on @node_id at once. No row (nothing
+// inserted) when a node other than @node_id already holds @uuid as its
+// instance_uuid (Ironic's "already associated" 409: NodeHoldingInstance
+// names it).
 func (q *Queries) CreateAllocation(ctx context.Context, arg CreateAllocationParams) (CreateAllocationRow, error) {
 	row := q.db.QueryRow(ctx, createAllocation,
 		arg.Uuid,
@@ -270,23 +276,40 @@ func (q *Queries) Deallocate(ctx context.Context, allocationID int64) error {
 	return err
 }
 
-const deallocateIf = `-- name: DeallocateIf :one
-SELECT metalloc_deallocate_if($1::bigint, $2::bigint)::text AS outcome
+const destroyAllocation = `-- name: DestroyAllocation :one
+SELECT d.outcome::text AS outcome, d.node_uuid, d.provision_state, d.target_provision_state, d.maintenance
+  FROM metalloc_destroy_allocation($1::bigint, $2::bigint, $3::text[]) d
 `
 
-type DeallocateIfParams struct {
-	ID     int64
-	NodeID *int64
+type DestroyAllocationParams struct {
+	ID            int64
+	NodeID        *int64
+	UpdateAllowed []string
 }
 
-// Locks allocation @id and deallocates it if it still names node @node_id
-// (NULL: none): 'deleted', 'moved' or 'gone' (metalloc_deallocate_if). The
-// caller locked the node first.
-func (q *Queries) DeallocateIf(ctx context.Context, arg DeallocateIfParams) (string, error) {
-	row := q.db.QueryRow(ctx, deallocateIf, arg.ID, arg.NodeID)
-	var outcome string
-	err := row.Scan(&outcome)
-	return outcome, err
+type DestroyAllocationRow struct {
+	Outcome              string
+	NodeUuid             *uuid.UUID
+	ProvisionState       *string
+	TargetProvisionState *string
+	Maintenance          *bool
+}
+
+// DELETE's one statement (metalloc_destroy_allocation): lock node @node_id
+// (NULL: none), check it may lose its allocation, and deallocate
+// allocation @id if it still names it. outcome 'deleted', 'gone', 'moved'
+// or 'blocked', with the node's state for the message.
+func (q *Queries) DestroyAllocation(ctx context.Context, arg DestroyAllocationParams) (DestroyAllocationRow, error) {
+	row := q.db.QueryRow(ctx, destroyAllocation, arg.ID, arg.NodeID, arg.UpdateAllowed)
+	var i DestroyAllocationRow
+	err := row.Scan(
+		&i.Outcome,
+		&i.NodeUuid,
+		&i.ProvisionState,
+		&i.TargetProvisionState,
+		&i.Maintenance,
+	)
+	return i, err
 }
 
 const eventsAfter = `-- name: EventsAfter :many

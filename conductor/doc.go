@@ -180,8 +180,9 @@
 //     waits on a node either, so it cannot close a cycle;
 //   - DELETE /v1/allocations and DELETE /v1/nodes/{node}/allocation
 //     (allocation.Handler.destroy): the allocation is read without a lock,
-//     its node locked, then the allocation; if the allocation got a node in
-//     between, the transaction starts over (db.ErrRestart);
+//     then one statement (metalloc_destroy_allocation) locks its node,
+//     then the allocation; if the allocation got a node in between, it
+//     reads and tries again (db.ErrRestart);
 //   - node delete, tear down (provision target deleted), removing
 //     instance_uuid (package node): the node, then metalloc_deallocate;
 //   - backfill (POST /v1/allocations with node): the node, then the new row;

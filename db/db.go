@@ -242,9 +242,18 @@ const MaxTxAttempts = 5
 // after a short random pause, up to MaxTxAttempts times in all: fn must only
 // change the database through its tx, and reset any result it records.
 func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	return Retry(ctx, func() error { return pgx.BeginFunc(ctx, pool, fn) })
+}
+
+// Retry runs fn, and again after a short random pause while it fails with
+// a transient concurrency error (IsTransient) or ErrRestart, up to
+// MaxTxAttempts times in all, as InTx does for a transaction: for work that
+// is one autocommit statement (or a read, then one), where BEGIN and
+// COMMIT would only add round trips.
+func Retry(ctx context.Context, fn func() error) error {
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = pgx.BeginFunc(ctx, pool, fn)
+		err = fn()
 		if attempt >= MaxTxAttempts || !(IsTransient(err) || errors.Is(err, ErrRestart)) {
 			return err
 		}

@@ -272,6 +272,39 @@ END;
 $$;
 
 --
+-- Name: metalloc_deallocation_blocked(text, text, boolean, text[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_deallocation_blocked(p_provision_state text, p_target text, p_maintenance boolean, p_update_allowed text[]) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN ((NOT p_maintenance) AND (((COALESCE(p_target, ''::text) <> ''::text) AND (NOT (p_provision_state = ANY (p_update_allowed)))) OR (p_provision_state = 'active'::text)));
+
+--
+-- Name: metalloc_destroy_allocation(bigint, bigint, text[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_destroy_allocation(p_id bigint, p_node_id bigint, p_update_allowed text[], OUT outcome text, OUT node_uuid uuid, OUT provision_state text, OUT target_provision_state text, OUT maintenance boolean) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_node_id IS NOT NULL THEN
+        SELECT n.uuid, n.provision_state, n.target_provision_state, n.maintenance
+          INTO node_uuid, provision_state, target_provision_state, maintenance
+          FROM nodes n WHERE n.id = p_node_id FOR UPDATE;
+        IF NOT FOUND THEN
+            outcome := 'moved'; -- deleted, and the allocation with it
+            RETURN;
+        END IF;
+        IF metalloc_deallocation_blocked(provision_state, target_provision_state, maintenance, p_update_allowed) THEN
+            outcome := 'blocked';
+            RETURN;
+        END IF;
+    END IF;
+    outcome := metalloc_deallocate_if(p_id, p_node_id);
+END;
+$$;
+
+--
 -- Name: metalloc_hold(bigint, bigint, uuid, text[]); Type: FUNCTION; Schema: public; Owner: -
 --
 
