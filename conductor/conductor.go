@@ -21,8 +21,13 @@ import (
 )
 
 // NotifyChannel is the PostgreSQL channel the allocations_notify trigger
-// signals when unclaimed work appears.
+// signals when unclaimed work appears: an empty payload for allocations,
+// GroupNotifyPayload for allocation groups (allocation_groups_notify).
 const NotifyChannel = "metalloc_allocations"
+
+// GroupNotifyPayload is NotifyChannel's payload for unowned allocating
+// allocation groups (migrations/00016_group_notify_payload.sql).
+const GroupNotifyPayload = "group"
 
 // ErrHostnameTaken is returned by Run when a live conductor already uses the
 // configured hostname.
@@ -202,6 +207,11 @@ type Service struct {
 	// claim meanwhile, and tells a claiming worker to claim again at once.
 	claiming     atomic.Int32
 	claimPending atomic.Bool
+	// groupsPending says unowned groups may be waiting: set by a group
+	// notification, a reconnection of the listener, a poll tick and a
+	// group claim that got one; a worker claims groups only when it can
+	// clear it (most rounds have none to claim).
+	groupsPending atomic.Bool
 	// signals reports events to tests (nil in production).
 	signals *testSignals
 }
@@ -286,6 +296,7 @@ func (c *Service) Run(ctx context.Context) error {
 	c.Metrics.heartbeat()
 	c.healthySince.Store(time.Now().UnixNano())
 	c.needResume.Store(true)
+	c.groupsPending.Store(true)
 	c.log.Info("conductor registered", zap.Int64("id", id), zap.Int("workers", c.cfg.Workers),
 		zap.String("takeover_schedule", c.cfg.TakeoverSchedule))
 
@@ -381,13 +392,14 @@ func (c *Service) work(ctx context.Context, wake chan struct{}) {
 					c.requeueOwnedGroups(ctx)
 				}
 				again, err := c.claim(ctx, procCtx, c.cfg.ClaimBatch)
-				if err == nil {
+				if err == nil && c.groupsPending.Swap(false) {
 					// Groups and allocations take turns: neither starves
 					// the other.
 					var gotGroups int
 					gotGroups, err = c.claimGroups(ctx, procCtx)
-					if gotGroups > 0 && err == nil {
-						again = true // more may be waiting
+					if gotGroups > 0 || err != nil {
+						c.groupsPending.Store(true) // more may be waiting
+						again = again || err == nil
 					}
 				}
 				switch {
@@ -424,6 +436,7 @@ func (c *Service) work(ctx context.Context, wake chan struct{}) {
 					case <-time.After(c.cfg.ClaimDelay):
 					}
 				case <-ticker.C:
+					c.groupsPending.Store(true)
 				}
 			}
 		}()
@@ -661,5 +674,14 @@ func (c *Service) dbFine() {
 // first time it is established.
 func (c *Service) listen(ctx context.Context, signal func(), listening chan struct{}) {
 	var once sync.Once
-	db.Listen(ctx, c.pool, NotifyChannel, c.log, signal, func() { once.Do(func() { close(listening) }) })
+	db.ListenPayloads(ctx, c.pool, NotifyChannel, c.log, func(payload string) {
+		if payload == GroupNotifyPayload {
+			c.groupsPending.Store(true)
+		}
+		signal()
+	}, func() {
+		once.Do(func() { close(listening) })
+		c.groupsPending.Store(true) // notifications may have been missed
+		signal()
+	})
 }

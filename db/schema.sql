@@ -57,6 +57,19 @@ END;
 $$;
 
 --
+-- Name: allocation_groups_notify(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.allocation_groups_notify() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('metalloc_allocations', 'group');
+    RETURN NULL;
+END;
+$$;
+
+--
 -- Name: allocation_groups_state_guard(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1632,13 +1645,13 @@ CREATE TRIGGER allocation_groups_event_state AFTER UPDATE OF state ON public.all
 -- Name: allocation_groups allocation_groups_notify_insert; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER allocation_groups_notify_insert AFTER INSERT ON public.allocation_groups FOR EACH ROW WHEN (((new.state = 'allocating'::text) AND (new.conductor_affinity IS NULL))) EXECUTE FUNCTION public.allocations_notify();
+CREATE TRIGGER allocation_groups_notify_insert AFTER INSERT ON public.allocation_groups FOR EACH ROW WHEN (((new.state = 'allocating'::text) AND (new.conductor_affinity IS NULL))) EXECUTE FUNCTION public.allocation_groups_notify();
 
 --
 -- Name: allocation_groups allocation_groups_notify_update; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER allocation_groups_notify_update AFTER UPDATE OF state, conductor_affinity ON public.allocation_groups FOR EACH ROW WHEN (((new.state = 'allocating'::text) AND (new.conductor_affinity IS NULL) AND ((old.state <> 'allocating'::text) OR (old.conductor_affinity IS NOT NULL)))) EXECUTE FUNCTION public.allocations_notify();
+CREATE TRIGGER allocation_groups_notify_update AFTER UPDATE OF state, conductor_affinity ON public.allocation_groups FOR EACH ROW WHEN (((new.state = 'allocating'::text) AND (new.conductor_affinity IS NULL) AND ((old.state <> 'allocating'::text) OR (old.conductor_affinity IS NOT NULL)))) EXECUTE FUNCTION public.allocation_groups_notify();
 
 --
 -- Name: allocation_groups allocation_groups_state_guard; Type: TRIGGER; Schema: public; Owner: -
