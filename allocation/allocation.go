@@ -91,8 +91,9 @@ func (v View) Doc(base string, ver web.Version) map[string]any {
 
 // Store reads and writes allocations.
 type Store struct {
-	pool *pgxpool.Pool
-	q    *Queries
+	pool    *pgxpool.Pool
+	q       *Queries
+	inserts inserter // Insert's queue
 }
 
 // NewStore returns a Store on pool.

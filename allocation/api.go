@@ -281,7 +281,7 @@ func (h *Handler) create(c echo.Context) error {
 			return h.backfill(c, q, node, &params, &row)
 		}
 		var err error
-		row, err = insertAllocation(ctx, q, params, nil)
+		row, err = h.store.Insert(ctx, params)
 		return err
 	}
 	if backfill {
@@ -363,34 +363,6 @@ func (h *Handler) backfill(c echo.Context, q *Queries, node *LockNodeRow, p *Cre
 		return web.Conflict("Instance %s is already associated with a node, it cannot be associated with this other node %s", r.Uuid, node.Uuid)
 	}
 	return err
-}
-
-// insertAllocation inserts the allocation p (CreateAllocation) and says
-// why it could not: a name or uuid already taken, or p.Uuid already the
-// instance_uuid of a node other than p.NodeID (409s with Ironic's
-// messages; the "other node" named is backfill, the node being backfilled,
-// or else the node holding the uuid).
-func insertAllocation(ctx context.Context, q *Queries, p CreateAllocationParams, backfill *uuid.UUID) (CreateAllocationRow, error) {
-	for attempt := 0; ; attempt++ {
-		row, err := q.CreateAllocation(ctx, p)
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return row, createError(err, p)
-		}
-		// A node holds the uuid as its instance: name it.
-		holder, err := q.NodeHoldingInstance(ctx, &p.Uuid)
-		if err == nil && backfill != nil {
-			holder = *backfill
-		}
-		switch {
-		case err == nil:
-			return row, web.Conflict("Instance %s is already associated with a node, it cannot be associated with this other node %s", p.Uuid, holder)
-		case !errors.Is(err, pgx.ErrNoRows):
-			return row, err
-		case attempt > 0:
-			return row, web.Conflict("Instance %s is being associated with a node concurrently; try again.", p.Uuid)
-		}
-		// Released in between: insert again.
-	}
 }
 
 func createError(err error, p CreateAllocationParams) error {

@@ -18,6 +18,39 @@ WITH a AS (
 )
 SELECT * FROM a;
 
+-- name: CreateAllocations :many
+-- CreateAllocation for a batch of new allocating rows without candidate
+-- nodes (allocation.Inserter: concurrent POSTs share one statement and
+-- one commit). Row i is (@uuids[i], @names[i] if @has_names[i],
+-- @resource_classes[i], @extras[i] (JSON text), @owners[i] if
+-- @has_owners[i]); traits are (@trait_uuids[j], @traits[j]) pairs. A row
+-- whose uuid a node already holds as its instance_uuid is left out (no
+-- row comes back for it); a name or uuid already taken fails the whole
+-- statement.
+WITH i AS (
+    -- Set-returning functions in the select list advance together: row k
+    -- takes element k of every array.
+    SELECT unnest(@uuids::uuid[]) AS uuid, unnest(@has_names::boolean[]) AS has_name,
+           unnest(@names::text[]) AS name, unnest(@resource_classes::text[]) AS resource_class,
+           unnest(@extras::text[]) AS extra, unnest(@has_owners::boolean[]) AS has_owner,
+           unnest(@owners::text[]) AS owner,
+           generate_subscripts(@uuids::uuid[], 1) AS ord
+), a AS (
+    INSERT INTO allocations (uuid, name, resource_class, extra, owner, state)
+    SELECT i.uuid, CASE WHEN i.has_name THEN i.name END, i.resource_class, i.extra::jsonb,
+           CASE WHEN i.has_owner THEN i.owner END, 'allocating'
+      FROM i
+     WHERE NOT EXISTS (SELECT 1 FROM nodes h WHERE h.instance_uuid = i.uuid)
+     ORDER BY i.ord
+    RETURNING *
+), t AS (
+    INSERT INTO allocation_traits (allocation_id, trait)
+    SELECT a.id, tr.trait
+      FROM (SELECT unnest(@trait_uuids::uuid[]) AS uuid, unnest(@traits::text[]) AS trait) tr
+      JOIN a ON a.uuid = tr.uuid
+)
+SELECT * FROM a;
+
 -- name: GetAllocation :one
 SELECT sqlc.embed(a), n.uuid AS node_uuid,
        (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')

@@ -264,6 +264,114 @@ func (q *Queries) CreateAllocation(ctx context.Context, arg CreateAllocationPara
 	return i, err
 }
 
+const createAllocations = `-- name: CreateAllocations :many
+WITH i AS (
+    -- Set-returning functions in the select list advance together: row k
+    -- takes element k of every array.
+    SELECT unnest($1::uuid[]) AS uuid, unnest($2::boolean[]) AS has_name,
+           unnest($3::text[]) AS name, unnest($4::text[]) AS resource_class,
+           unnest($5::text[]) AS extra, unnest($6::boolean[]) AS has_owner,
+           unnest($7::text[]) AS owner,
+           generate_subscripts($1::uuid[], 1) AS ord
+), a AS (
+    INSERT INTO allocations (uuid, name, resource_class, extra, owner, state)
+    SELECT i.uuid, CASE WHEN i.has_name THEN i.name END, i.resource_class, i.extra::jsonb,
+           CASE WHEN i.has_owner THEN i.owner END, 'allocating'
+      FROM i
+     WHERE NOT EXISTS (SELECT 1 FROM nodes h WHERE h.instance_uuid = i.uuid)
+     ORDER BY i.ord
+    RETURNING id, uuid, name, node_id, state, last_error, resource_class, candidate_nodes, extra, owner, conductor_affinity, created_at, updated_at, group_id
+), t AS (
+    INSERT INTO allocation_traits (allocation_id, trait)
+    SELECT a.id, tr.trait
+      FROM (SELECT unnest($8::uuid[]) AS uuid, unnest($9::text[]) AS trait) tr
+      JOIN a ON a.uuid = tr.uuid
+)
+SELECT id, uuid, name, node_id, state, last_error, resource_class, candidate_nodes, extra, owner, conductor_affinity, created_at, updated_at, group_id FROM a
+`
+
+type CreateAllocationsParams struct {
+	Uuids           []uuid.UUID
+	HasNames        []bool
+	Names           []string
+	ResourceClasses []string
+	Extras          []string
+	HasOwners       []bool
+	Owners          []string
+	TraitUuids      []uuid.UUID
+	Traits          []string
+}
+
+type CreateAllocationsRow struct {
+	ID                int64
+	Uuid              uuid.UUID
+	Name              *string
+	NodeID            *int64
+	State             string
+	LastError         *string
+	ResourceClass     string
+	CandidateNodes    []uuid.UUID
+	Extra             json.RawMessage
+	Owner             *string
+	ConductorAffinity *int64
+	CreatedAt         time.Time
+	UpdatedAt         *time.Time
+	GroupID           *int64
+}
+
+// CreateAllocation for a batch of new allocating rows without candidate
+// nodes (allocation.Inserter: concurrent POSTs share one statement and
+// one commit). Row i is (@uuids[i], @names[i] if @has_names[i],
+// @resource_classes[i], @extras[i] (JSON text), @owners[i] if
+// @has_owners[i]); traits are (@trait_uuids[j], @traits[j]) pairs. A row
+// whose uuid a node already holds as its instance_uuid is left out (no
+// row comes back for it); a name or uuid already taken fails the whole
+// statement.
+func (q *Queries) CreateAllocations(ctx context.Context, arg CreateAllocationsParams) ([]CreateAllocationsRow, error) {
+	rows, err := q.db.Query(ctx, createAllocations,
+		arg.Uuids,
+		arg.HasNames,
+		arg.Names,
+		arg.ResourceClasses,
+		arg.Extras,
+		arg.HasOwners,
+		arg.Owners,
+		arg.TraitUuids,
+		arg.Traits,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CreateAllocationsRow
+	for rows.Next() {
+		var i CreateAllocationsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.Name,
+			&i.NodeID,
+			&i.State,
+			&i.LastError,
+			&i.ResourceClass,
+			&i.CandidateNodes,
+			&i.Extra,
+			&i.Owner,
+			&i.ConductorAffinity,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.GroupID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const deallocate = `-- name: Deallocate :exec
 SELECT metalloc_deallocate($1::bigint)
 `

@@ -1,0 +1,102 @@
+package allocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/metalloc/metalloc/web"
+)
+
+// TestInsertBatched races many Store.Insert calls, so that they share
+// batch statements, among them a name taken twice, a uuid a node holds
+// as its instance and rows with and without names, owners and traits:
+// every call gets its own outcome, as it would alone, and every stored row
+// is exactly what its call asked for.
+func TestInsertBatched(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	held := uuid.New()
+	_, err := f.pool.Exec(ctx, `INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state, instance_uuid)
+		VALUES (gen_random_uuid(), 'holder', 'fake-hardware', 'gold', 'active', 'power on', $1)`, held)
+	require.NoError(t, err)
+	s := NewStore(f.pool)
+
+	const n = 120
+	params := make([]CreateAllocationParams, n)
+	for i := range params {
+		p := CreateAllocationParams{Uuid: uuid.New(), ResourceClass: fmt.Sprintf("rc-%d", i%3),
+			Extra: []byte(fmt.Sprintf(`{"i": %d}`, i)), State: StateAllocating, Traits: []string{}}
+		if i%2 == 0 {
+			name := fmt.Sprintf("a-%d", i)
+			p.Name = &name
+		}
+		if i%5 == 0 {
+			owner := fmt.Sprintf("project-%d", i)
+			p.Owner = &owner
+		}
+		for k := range i % 4 {
+			p.Traits = append(p.Traits, fmt.Sprintf("CUSTOM_T%d", k))
+		}
+		params[i] = p
+	}
+	dup := "twice"
+	params[7].Name, params[9].Name = &dup, &dup
+	params[11].Uuid = held
+
+	rows := make([]CreateAllocationRow, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range params {
+		wg.Go(func() {
+			<-start
+			rows[i], errs[i] = s.Insert(ctx, params[i])
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	status := func(err error) int {
+		var apiErr *web.Error
+		if errors.As(err, &apiErr) {
+			return apiErr.Status
+		}
+		return 0
+	}
+	require.Equal(t, http.StatusConflict, status(errs[11]), "uuid held by a node: %v", errs[11])
+	require.Contains(t, errs[11].Error(), "is already associated with a node")
+	require.True(t, (errs[7] == nil) != (errs[9] == nil), "one of the two names wins: %v, %v", errs[7], errs[9])
+	for i, err := range errs {
+		if i == 11 || ((i == 7 || i == 9) && err != nil) {
+			if i != 11 {
+				require.Equal(t, http.StatusConflict, status(err))
+				require.Contains(t, err.Error(), "An allocation with name twice already exists")
+			}
+			continue
+		}
+		require.NoError(t, err, "insert %d", i)
+		p, row := params[i], rows[i]
+		require.Equal(t, p.Uuid, row.Uuid)
+		require.Equal(t, p.Name, row.Name)
+		require.Equal(t, p.Owner, row.Owner)
+		require.Equal(t, p.ResourceClass, row.ResourceClass)
+		require.Equal(t, StateAllocating, row.State)
+		require.JSONEq(t, string(p.Extra), string(row.Extra))
+		v := f.get(row.ID)
+		got := slices.Clone(v.Traits)
+		slices.Sort(got)
+		require.Equal(t, p.Traits, got, "traits of insert %d", i)
+	}
+	var stored int
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM allocations`).Scan(&stored))
+	require.Equal(t, n-2, stored)
+}
