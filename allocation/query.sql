@@ -10,7 +10,8 @@ WITH a AS (
     SELECT @uuid, @name, @resource_class, @candidate_nodes, @extra, @owner, @state, sqlc.narg(node_id)
      WHERE NOT EXISTS (SELECT 1 FROM nodes h
                         WHERE h.instance_uuid = @uuid
-                          AND h.id IS DISTINCT FROM sqlc.narg(node_id)::bigint)
+                          AND h.id IS DISTINCT FROM sqlc.narg(node_id)::bigint
+                        OFFSET 0)
     RETURNING *
 ), t AS (
     INSERT INTO allocation_traits (allocation_id, trait)
@@ -40,7 +41,9 @@ WITH i AS (
     SELECT i.uuid, CASE WHEN i.has_name THEN i.name END, i.resource_class, i.extra::jsonb,
            CASE WHEN i.has_owner THEN i.owner END, 'allocating'
       FROM i
-     WHERE NOT EXISTS (SELECT 1 FROM nodes h WHERE h.instance_uuid = i.uuid)
+     -- OFFSET 0: a probe of nodes_instance_uuid_key per row, never an
+     -- anti-join that reads the whole index.
+     WHERE NOT EXISTS (SELECT 1 FROM nodes h WHERE h.instance_uuid = i.uuid OFFSET 0)
      ORDER BY i.ord
     RETURNING *
 ), t AS (

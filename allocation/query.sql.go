@@ -188,7 +188,8 @@ WITH a AS (
     SELECT $1, $2, $3, $4, $5, $6, $7, $8
      WHERE NOT EXISTS (SELECT 1 FROM nodes h
                         WHERE h.instance_uuid = $1
-                          AND h.id IS DISTINCT FROM $8::bigint)
+                          AND h.id IS DISTINCT FROM $8::bigint
+                        OFFSET 0)
     RETURNING id, uuid, name, node_id, state, last_error, resource_class, candidate_nodes, extra, owner, conductor_affinity, created_at, updated_at, group_id
 ), t AS (
     INSERT INTO allocation_traits (allocation_id, trait)
@@ -278,7 +279,9 @@ WITH i AS (
     SELECT i.uuid, CASE WHEN i.has_name THEN i.name END, i.resource_class, i.extra::jsonb,
            CASE WHEN i.has_owner THEN i.owner END, 'allocating'
       FROM i
-     WHERE NOT EXISTS (SELECT 1 FROM nodes h WHERE h.instance_uuid = i.uuid)
+     -- OFFSET 0: a probe of nodes_instance_uuid_key per row, never an
+     -- anti-join that reads the whole index.
+     WHERE NOT EXISTS (SELECT 1 FROM nodes h WHERE h.instance_uuid = i.uuid OFFSET 0)
      ORDER BY i.ord
     RETURNING id, uuid, name, node_id, state, last_error, resource_class, candidate_nodes, extra, owner, conductor_affinity, created_at, updated_at, group_id
 ), t AS (
