@@ -91,13 +91,19 @@ func (v View) Doc(base string, ver web.Version) map[string]any {
 
 // Store reads and writes allocations.
 type Store struct {
-	pool    *pgxpool.Pool
-	q       *Queries
-	inserts inserter // Insert's queue
+	pool     *pgxpool.Pool
+	q        *Queries
+	inserts  batcher[insertReq]  // Insert's batches
+	destroys batcher[destroyReq] // Destroy's batches
 }
 
 // NewStore returns a Store on pool.
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool, q: New(pool)} }
+func NewStore(pool *pgxpool.Pool) *Store {
+	s := &Store{pool: pool, q: New(pool)}
+	s.inserts = batcher[insertReq]{maxRunning: maxInsertStatements, maxBatch: maxInsertBatch, run: s.insertBatch}
+	s.destroys = batcher[destroyReq]{maxRunning: maxDestroyStatements, maxBatch: maxDestroyBatch, run: s.destroyBatch}
+	return s
+}
 
 func notFound(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -761,7 +761,8 @@ func (h *Handler) deleteForNode(c echo.Context) error {
 // when the node is active or mid-operation and not in maintenance (Ironic:
 // verify_node_for_deallocation). find reads without locks; one statement
 // then takes the locks in the documented order, node then allocation,
-// checks the node and deallocates (DestroyAllocation). When the
+// checks the node and deallocates (Store.Destroy, shared with concurrent
+// DELETEs). When the
 // allocation turned out to have moved meanwhile (a conductor reserved a
 // node for it, the node was deleted) it reads and tries again, up to
 // db.MaxTxAttempts times.
@@ -772,7 +773,7 @@ func (h *Handler) destroy(c echo.Context, find func(*Queries) (View, error)) err
 		if err != nil {
 			return err
 		}
-		d, err := h.store.q.DestroyAllocation(ctx, DestroyAllocationParams{ID: v.ID, NodeID: v.NodeID, UpdateAllowed: node.UpdateAllowedStates})
+		d, err := h.store.Destroy(ctx, v.ID, v.NodeID)
 		switch {
 		case err != nil:
 			return err

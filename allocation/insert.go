@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -14,39 +13,21 @@ import (
 	"github.com/metalloc/metalloc/web"
 )
 
-// Batched inserts of new allocations. Every POST /v1/allocations used to
-// insert its row in a transaction of its own, and every such transaction
-// notifies (the conductors, the API processes' hubs): PostgreSQL
-// serializes the commits of notifying transactions on one lock, and with
-// dozens of clients the inserts queued there. Concurrent POSTs now share
-// a statement (CreateAllocations) and a commit: while a statement runs, the
-// requests arriving meanwhile queue and go together in the next one, so
-// one client alone waits for nothing and many share the cost (the way
-// group commit works).
+// Inserts of new allocations are batched (batcher): concurrent POSTs
+// share one CreateAllocations statement and one commit.
 const (
-	// maxInsertStatements is how many batch statements of one API process
+	// maxInsertStatements is how many insert batches of one API process
 	// run at a time.
 	maxInsertStatements = 2
 	// maxInsertBatch is the most rows one statement inserts.
 	maxInsertBatch = 64
 )
 
-// inserter queues the batchable inserts of one Store.
-type inserter struct {
-	mu      sync.Mutex
-	pending []*insertReq
-	running int // leaders running a statement, at most maxInsertStatements
-}
-
 // insertReq is one queued insert: its parameters, then its outcome.
 type insertReq struct {
-	p    CreateAllocationParams
-	wake chan struct{} // capacity 1: done or lead was set
-	// Set under inserter.mu before wake is signalled:
-	done bool // row and err hold the outcome
-	lead bool // the request must lead the next batch
-	row  CreateAllocationRow
-	err  error
+	p   CreateAllocationParams
+	row CreateAllocationRow
+	err error
 }
 
 // batchable says whether p can share CreateAllocations: a new allocating
@@ -58,80 +39,14 @@ func batchable(p CreateAllocationParams) bool {
 
 // Insert inserts allocation p as insertAllocation does, with the same
 // outcomes and errors, sharing a statement and a commit with concurrent
-// calls when p is batchable. The statement runs under the context of the
-// call that leads its batch, without its cancellation (its deadline
-// stays): a client that goes away does not fail the others' inserts.
+// calls (batcher) when p is batchable.
 func (s *Store) Insert(ctx context.Context, p CreateAllocationParams) (CreateAllocationRow, error) {
 	if !batchable(p) {
 		return insertAllocation(ctx, s.q, p, nil)
 	}
-	in := &s.inserts
-	r := &insertReq{p: p, wake: make(chan struct{}, 1)}
-	in.mu.Lock()
-	in.pending = append(in.pending, r)
-	lead := in.running < maxInsertStatements
-	if lead {
-		in.running++
-	}
-	in.mu.Unlock()
-	for {
-		if lead {
-			s.leadInsert(ctx)
-		}
-		in.mu.Lock()
-		for !r.done && !r.lead {
-			in.mu.Unlock()
-			<-r.wake
-			in.mu.Lock()
-		}
-		done := r.done
-		lead, r.lead = r.lead, false
-		in.mu.Unlock()
-		if done {
-			return r.row, r.err
-		}
-	}
-}
-
-// leadInsert runs one batch: the oldest pending requests, up to
-// maxInsertBatch. Then it hands the lead to the next pending request, or
-// gives its statement slot back when none is left.
-func (s *Store) leadInsert(ctx context.Context) {
-	in := &s.inserts
-	in.mu.Lock()
-	n := min(len(in.pending), maxInsertBatch)
-	batch := slices.Clone(in.pending[:n])
-	in.pending = slices.Delete(in.pending, 0, n)
-	in.mu.Unlock()
-
-	sctx := context.WithoutCancel(ctx)
-	if dl, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithDeadline(sctx, dl)
-		defer cancel()
-	}
-	s.insertBatch(sctx, batch)
-
-	in.mu.Lock()
-	for _, r := range batch {
-		r.done = true
-		signal(r.wake)
-	}
-	if len(in.pending) > 0 {
-		next := in.pending[0]
-		next.lead = true
-		signal(next.wake)
-	} else {
-		in.running--
-	}
-	in.mu.Unlock()
-}
-
-func signal(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
+	r := &insertReq{p: p}
+	s.inserts.do(ctx, r)
+	return r.row, r.err
 }
 
 // insertBatch inserts batch with one CreateAllocations statement and

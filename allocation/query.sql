@@ -101,6 +101,18 @@ SELECT metalloc_deallocate(@allocation_id::bigint);
 SELECT d.outcome::text AS outcome, d.node_uuid, d.provision_state, d.target_provision_state, d.maintenance
   FROM metalloc_destroy_allocation(@id::bigint, sqlc.narg('node_id')::bigint, @update_allowed::text[]) d;
 
+-- name: DestroyAllocations :many
+-- DestroyAllocation for a batch in one transaction
+-- (metalloc_destroy_allocations): row ord (1-based) is (@ids[ord],
+-- @node_ids[ord]; 0 for none). The node's fields are those of a 'blocked'
+-- outcome (zero values otherwise).
+SELECT d.ord::integer AS ord, d.outcome::text AS outcome,
+       coalesce(d.node_uuid, '00000000-0000-0000-0000-000000000000')::uuid AS node_uuid,
+       coalesce(d.provision_state, '')::text AS provision_state,
+       coalesce(d.target_provision_state, '')::text AS target_provision_state,
+       coalesce(d.maintenance, false)::boolean AS maintenance
+  FROM metalloc_destroy_allocations(@ids::bigint[], @node_ids::bigint[], @update_allowed::text[]) d;
+
 -- name: LockNode :one
 SELECT id, uuid, provision_state, target_provision_state, maintenance, instance_uuid,
        allocation_id, resource_class, owner, lessee

@@ -423,6 +423,61 @@ func (q *Queries) DestroyAllocation(ctx context.Context, arg DestroyAllocationPa
 	return i, err
 }
 
+const destroyAllocations = `-- name: DestroyAllocations :many
+SELECT d.ord::integer AS ord, d.outcome::text AS outcome,
+       coalesce(d.node_uuid, '00000000-0000-0000-0000-000000000000')::uuid AS node_uuid,
+       coalesce(d.provision_state, '')::text AS provision_state,
+       coalesce(d.target_provision_state, '')::text AS target_provision_state,
+       coalesce(d.maintenance, false)::boolean AS maintenance
+  FROM metalloc_destroy_allocations($1::bigint[], $2::bigint[], $3::text[]) d
+`
+
+type DestroyAllocationsParams struct {
+	Ids           []int64
+	NodeIds       []int64
+	UpdateAllowed []string
+}
+
+type DestroyAllocationsRow struct {
+	Ord                  int32
+	Outcome              string
+	NodeUuid             uuid.UUID
+	ProvisionState       string
+	TargetProvisionState string
+	Maintenance          bool
+}
+
+// DestroyAllocation for a batch in one transaction
+// (metalloc_destroy_allocations): row ord (1-based) is (@ids[ord],
+// @node_ids[ord]; 0 for none). The node's fields are those of a 'blocked'
+// outcome (zero values otherwise).
+func (q *Queries) DestroyAllocations(ctx context.Context, arg DestroyAllocationsParams) ([]DestroyAllocationsRow, error) {
+	rows, err := q.db.Query(ctx, destroyAllocations, arg.Ids, arg.NodeIds, arg.UpdateAllowed)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DestroyAllocationsRow
+	for rows.Next() {
+		var i DestroyAllocationsRow
+		if err := rows.Scan(
+			&i.Ord,
+			&i.Outcome,
+			&i.NodeUuid,
+			&i.ProvisionState,
+			&i.TargetProvisionState,
+			&i.Maintenance,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const eventsAfter = `-- name: EventsAfter :many
 SELECT e.seq::bigint AS seq, e.at, e.kind, e.allocation_uuid, e.name, e.state,
        e.resource_class, e.owner, e.node_uuid, e.last_error

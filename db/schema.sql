@@ -318,6 +318,34 @@ END;
 $$;
 
 --
+-- Name: metalloc_destroy_allocations(bigint[], bigint[], text[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_destroy_allocations(p_ids bigint[], p_node_ids bigint[], p_update_allowed text[], OUT ord integer, OUT outcome text, OUT node_uuid uuid, OUT provision_state text, OUT target_provision_state text, OUT maintenance boolean) RETURNS SETOF record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    r record;
+    d record;
+BEGIN
+    FOR r IN
+        SELECT k AS ord, p_ids[k] AS id, nullif(p_node_ids[k], 0) AS node_id
+          FROM generate_subscripts(p_ids, 1) k
+         ORDER BY nullif(p_node_ids[k], 0) IS NULL, p_node_ids[k], p_ids[k], k
+    LOOP
+        d := metalloc_destroy_allocation(r.id, r.node_id, p_update_allowed);
+        ord := r.ord;
+        outcome := d.outcome;
+        node_uuid := d.node_uuid;
+        provision_state := d.provision_state;
+        target_provision_state := d.target_provision_state;
+        maintenance := d.maintenance;
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;
+
+--
 -- Name: metalloc_hold(bigint, bigint, uuid, text[]); Type: FUNCTION; Schema: public; Owner: -
 --
 

@@ -56,6 +56,43 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- +goose StatementBegin
+-- metalloc_destroy_allocation for a batch of deletions in one transaction
+-- (the API's concurrent DELETEs share it: allocation.Store.Destroy). Row
+-- ord is (p_ids[ord], p_node_ids[ord]; 0 for none). The rows with a node go first, in
+-- node id order, each locking its node, then its allocation, as one
+-- deletion would; two batches lock their nodes in the same order and
+-- cannot deadlock. The rows without a node go last, so that the batch
+-- holds no allocation without its node while it waits for a node.
+CREATE FUNCTION metalloc_destroy_allocations(p_ids bigint[], p_node_ids bigint[], p_update_allowed text[],
+                                             OUT ord integer, OUT outcome text, OUT node_uuid uuid,
+                                             OUT provision_state text, OUT target_provision_state text,
+                                             OUT maintenance boolean)
+RETURNS SETOF record
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    d record;
+BEGIN
+    FOR r IN
+        SELECT k AS ord, p_ids[k] AS id, nullif(p_node_ids[k], 0) AS node_id
+          FROM generate_subscripts(p_ids, 1) k
+         ORDER BY nullif(p_node_ids[k], 0) IS NULL, p_node_ids[k], p_ids[k], k
+    LOOP
+        d := metalloc_destroy_allocation(r.id, r.node_id, p_update_allowed);
+        ord := r.ord;
+        outcome := d.outcome;
+        node_uuid := d.node_uuid;
+        provision_state := d.provision_state;
+        target_provision_state := d.target_provision_state;
+        maintenance := d.maintenance;
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;
+-- +goose StatementEnd
+
 -- +goose Down
+DROP FUNCTION metalloc_destroy_allocations(bigint[], bigint[], text[]);
 DROP FUNCTION metalloc_destroy_allocation(bigint, bigint, text[]);
 DROP FUNCTION metalloc_deallocation_blocked(text, text, boolean, text[]);
