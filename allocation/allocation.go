@@ -133,6 +133,21 @@ func get(ctx context.Context, q *Queries, ident string) (View, error) {
 	return View{r.Allocation, r.NodeUuid, r.Traits, r.AllocationGroupUuid}, nil
 }
 
+// ref reads what DELETE needs of allocation ident (a uuid, else a name):
+// a View with only ID, Uuid, NodeID and Owner set. ErrNotFound when there
+// is none.
+func ref(ctx context.Context, q *Queries, ident string) (View, error) {
+	var v View
+	if u, ok := web.UUIDLike(ident); ok {
+		r, err := q.AllocationRefByUUID(ctx, u)
+		v.ID, v.Uuid, v.NodeID, v.Owner = r.ID, r.Uuid, r.NodeID, r.Owner
+		return v, notFound(err)
+	}
+	r, err := q.AllocationRefByName(ctx, &ident)
+	v.ID, v.Uuid, v.NodeID, v.Owner = r.ID, r.Uuid, r.NodeID, r.Owner
+	return v, notFound(err)
+}
+
 // GetByID returns the allocation with internal id id.
 func (s *Store) GetByID(ctx context.Context, id int64) (View, error) {
 	r, err := s.q.GetAllocation(ctx, id)

@@ -722,7 +722,7 @@ func (h *Handler) patch(c echo.Context) error {
 func (h *Handler) delete(c echo.Context) error {
 	ident := c.Param("ident")
 	return h.destroy(c, func(q *Queries) (View, error) {
-		v, err := get(c.Request().Context(), q, ident)
+		v, err := ref(c.Request().Context(), q, ident)
 		if errors.Is(err, ErrNotFound) {
 			return v, web.NotFound("Allocation %s could not be found.", ident)
 		} else if err != nil {

@@ -72,6 +72,13 @@ SELECT sqlc.embed(a), n.uuid AS node_uuid,
   LEFT JOIN allocation_groups g ON g.id = a.group_id
  WHERE a.uuid = @uuid;
 
+-- name: AllocationRefByUUID :one
+-- What DELETE needs of an allocation: its ids, node and owner (access).
+SELECT id, uuid, node_id, owner FROM allocations WHERE uuid = @uuid;
+
+-- name: AllocationRefByName :one
+SELECT id, uuid, node_id, owner FROM allocations WHERE name = @name;
+
 -- name: GetAllocationByName :one
 SELECT sqlc.embed(a), n.uuid AS node_uuid,
        (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')

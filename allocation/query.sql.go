@@ -53,6 +53,53 @@ func (q *Queries) AllocationOwnership(ctx context.Context, id int64) (Allocation
 	return i, err
 }
 
+const allocationRefByName = `-- name: AllocationRefByName :one
+SELECT id, uuid, node_id, owner FROM allocations WHERE name = $1
+`
+
+type AllocationRefByNameRow struct {
+	ID     int64
+	Uuid   uuid.UUID
+	NodeID *int64
+	Owner  *string
+}
+
+func (q *Queries) AllocationRefByName(ctx context.Context, name *string) (AllocationRefByNameRow, error) {
+	row := q.db.QueryRow(ctx, allocationRefByName, name)
+	var i AllocationRefByNameRow
+	err := row.Scan(
+		&i.ID,
+		&i.Uuid,
+		&i.NodeID,
+		&i.Owner,
+	)
+	return i, err
+}
+
+const allocationRefByUUID = `-- name: AllocationRefByUUID :one
+SELECT id, uuid, node_id, owner FROM allocations WHERE uuid = $1
+`
+
+type AllocationRefByUUIDRow struct {
+	ID     int64
+	Uuid   uuid.UUID
+	NodeID *int64
+	Owner  *string
+}
+
+// What DELETE needs of an allocation: its ids, node and owner (access).
+func (q *Queries) AllocationRefByUUID(ctx context.Context, argUuid uuid.UUID) (AllocationRefByUUIDRow, error) {
+	row := q.db.QueryRow(ctx, allocationRefByUUID, argUuid)
+	var i AllocationRefByUUIDRow
+	err := row.Scan(
+		&i.ID,
+		&i.Uuid,
+		&i.NodeID,
+		&i.Owner,
+	)
+	return i, err
+}
+
 const backfillNode = `-- name: BackfillNode :exec
 SELECT metalloc_hold($1::bigint, $2::bigint, $3::uuid, $4::text[])
 `
