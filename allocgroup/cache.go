@@ -57,11 +57,18 @@ func cacheKey(g Claimed) string {
 func (c *candidateCache) get(ctx context.Context, pool *pgxpool.Pool, g Claimed, fresh bool) ([]topology.Candidate, bool, error) {
 	k := cacheKey(g)
 	if !fresh {
+		// The entry's fields are read under the lock: taken replaces
+		// cands while other workers read.
 		c.mu.Lock()
+		var cands []topology.Candidate
 		e := c.entries[k]
+		hit := e != nil && time.Since(e.at) < candidateTTL
+		if hit {
+			cands = e.cands
+		}
 		c.mu.Unlock()
-		if e != nil && time.Since(e.at) < candidateTTL {
-			return e.cands, true, nil
+		if hit {
+			return cands, true, nil
 		}
 	}
 	at := time.Now()
