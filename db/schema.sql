@@ -93,28 +93,29 @@ CREATE FUNCTION public.allocation_node_link_check() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 DECLARE
+    v_id bigint;
+    v_uuid uuid;
     ok boolean;
 BEGIN
     IF TG_TABLE_NAME = 'allocations' THEN
-        IF NEW.node_id IS NULL THEN
+        -- The allocation as it is now (NEW is the row as the event left it).
+        SELECT a.node_id, a.uuid INTO v_id, v_uuid FROM allocations a WHERE a.id = NEW.id;
+        IF v_id IS NULL THEN
             RETURN NULL;
         END IF;
-        SELECT n.allocation_id = a.id AND n.instance_uuid = a.uuid INTO ok
-          FROM allocations a JOIN nodes n ON n.id = a.node_id
-         WHERE a.id = NEW.id;
-        IF ok IS DISTINCT FROM true AND EXISTS (SELECT 1 FROM allocations WHERE id = NEW.id) THEN
-            RAISE EXCEPTION 'allocation % names node % which does not hold it', NEW.uuid, NEW.node_id
+        SELECT n.allocation_id = NEW.id AND n.instance_uuid = v_uuid INTO ok FROM nodes n WHERE n.id = v_id;
+        IF ok IS DISTINCT FROM true THEN
+            RAISE EXCEPTION 'allocation % names node % which does not hold it', v_uuid, v_id
                 USING ERRCODE = 'integrity_constraint_violation';
         END IF;
     ELSE
-        IF NEW.allocation_id IS NULL THEN
+        SELECT n.allocation_id, n.instance_uuid INTO v_id, v_uuid FROM nodes n WHERE n.id = NEW.id;
+        IF v_id IS NULL THEN
             RETURN NULL;
         END IF;
-        SELECT a.node_id = n.id AND n.instance_uuid = a.uuid INTO ok
-          FROM nodes n JOIN allocations a ON a.id = n.allocation_id
-         WHERE n.id = NEW.id;
-        IF ok IS DISTINCT FROM true AND EXISTS (SELECT 1 FROM nodes WHERE id = NEW.id) THEN
-            RAISE EXCEPTION 'node % names allocation % which does not name it back', NEW.uuid, NEW.allocation_id
+        SELECT a.node_id = NEW.id AND a.uuid = v_uuid INTO ok FROM allocations a WHERE a.id = v_id;
+        IF ok IS DISTINCT FROM true THEN
+            RAISE EXCEPTION 'node % names allocation % which does not name it back', NEW.uuid, v_id
                 USING ERRCODE = 'integrity_constraint_violation';
         END IF;
     END IF;
