@@ -152,8 +152,11 @@
 // claimed, owned, taken over and released like an allocation, with the
 // same statements on its own table (Rows.ClaimGroups, OwnedGroups,
 // TakeOverGroups, Release; conductor/query.sql) and the same
-// compare-and-set guard on every write. Each worker claims one group per
-// round after its allocation batch (Service.claimGroups) and places it
+// compare-and-set guard on every write. Groups notify with the payload
+// GroupNotifyPayload; while one may be waiting (Service.groupsPending: a
+// group notification, a poll tick, a reconnection, a group just claimed)
+// each worker claims one group per round after its allocation batch
+// (Service.claimGroups) and places it
 // itself (allocgroup.Reserver.Process): read the free candidates with their
 // topology paths (no locks), choose the plans (best fit first), and try
 // each in one transaction: lock the missing nodes FOR UPDATE SKIP LOCKED,
