@@ -237,6 +237,9 @@ func (h *Hub) notified(payload string) {
 		}
 	}
 	streams := len(h.streams) > 0
+	if !streams {
+		h.cursorOK = false // the reader idles: its cursor falls behind
+	}
 	h.mu.Unlock()
 	if streams {
 		wake(h.poke)

@@ -82,6 +82,14 @@ func (w *waitFixture) activate(name string) {
 	require.True(w.t, r.Reserved)
 }
 
+// uuidOf is the uuid of the allocation named name.
+func (w *waitFixture) uuidOf(name string) string {
+	w.t.Helper()
+	var u uuid.UUID
+	require.NoError(w.t, w.pool.QueryRow(context.Background(), `SELECT uuid FROM allocations WHERE name = $1`, name).Scan(&u))
+	return u.String()
+}
+
 func (w *waitFixture) create(name, rc string) {
 	resp, body := w.request("POST", "/v1/allocations", nil, `{"resource_class":"`+rc+`","name":"`+name+`"}`)
 	require.Equal(w.t, 201, resp.StatusCode, body)
@@ -329,4 +337,52 @@ func TestHubShutdownEndsWaitsAndStreams(t *testing.T) {
 	require.Equal(t, "allocating", body["state"])
 	_, err := io.ReadAll(s.Resp.Body) // the stream ends
 	require.NoError(t, err)
+}
+
+// TestHubIdleWithoutStreams: with waiters only, the hub neither numbers
+// nor reads the event log, and a waiter is not woken by changes that
+// leave its allocation allocating; a stream opened later starts with the
+// next change (what committed before it is numbered, not sent), and a
+// stream resuming from before the idle spell gets every event since.
+func TestHubIdleWithoutStreams(t *testing.T) {
+	t.Parallel()
+	w := setupWait(t)
+	w.node("n1", "gold")
+	first := openStream(t, w.srv.URL+"/v1/allocations/events", nil)
+	w.create("a0", "gold")
+	seen := first.Next(t, 1)
+	require.Equal(t, []string{"created a0 allocating"}, summary(seen))
+	first.Close()
+	dbtest.WaitFor(t, 3*time.Second, "the stream to close", func() bool { return w.hub.Streams() == 0 })
+
+	// A waiter on an allocating row: the creation of other rows and a
+	// change that keeps it allocating do not wake it.
+	w.create("a1", "gold")
+	h := w.hub.Watch(uuid.MustParse(w.uuidOf("a1")))
+	defer h.Close()
+	w.create("a2", "gold")
+	_, err := w.pool.Exec(context.Background(), `SELECT pg_notify($1, $2)`, EventsChannel, w.uuidOf("a1")+" allocating")
+	require.NoError(t, err)
+	select {
+	case <-h.C:
+		t.Fatal("a waiter was woken by a change that left its allocation allocating")
+	case <-time.After(300 * time.Millisecond):
+	}
+	w.activate("a1")
+	select {
+	case <-h.C:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the waiter was not woken when its allocation became active")
+	}
+	// Nobody streamed: nothing was numbered since the stream closed.
+	require.Equal(t, 3, dbtest.Count(t, w.pool, `SELECT count(*) FROM allocation_events WHERE seq IS NULL`))
+
+	// A new stream starts with the next change.
+	later := openStream(t, w.srv.URL+"/v1/allocations/events", nil)
+	w.create("a3", "gold")
+	require.Equal(t, []string{"created a3 allocating"}, summary(later.Next(t, 1)))
+	// Resuming from the first stream's last event gets the idle spell's.
+	resumed := openStream(t, w.srv.URL+"/v1/allocations/events", map[string]string{"Last-Event-ID": seen[0].ID})
+	require.Equal(t, []string{"created a1 allocating", "created a2 allocating", "updated a1 active", "created a3 allocating"},
+		summary(resumed.Next(t, 4)))
 }

@@ -16,6 +16,7 @@ import (
 type SSE struct {
 	Resp   *http.Response
 	events chan SSEEvent
+	cancel context.CancelFunc
 }
 
 // SSEEvent is one event: its id, event name and JSON data.
@@ -40,7 +41,7 @@ func OpenSSE(t testing.TB, url string, hdr map[string]string) *SSE {
 		cancel()
 		t.Fatal(err)
 	}
-	s := &SSE{Resp: resp, events: make(chan SSEEvent, 1000)}
+	s := &SSE{Resp: resp, events: make(chan SSEEvent, 1000), cancel: cancel}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		defer close(s.events)
@@ -65,6 +66,12 @@ func OpenSSE(t testing.TB, url string, hdr map[string]string) *SSE {
 	})
 	t.Cleanup(func() { cancel(); resp.Body.Close(); wg.Wait() })
 	return s
+}
+
+// Close ends the stream (the client goes away).
+func (s *SSE) Close() {
+	s.cancel()
+	s.Resp.Body.Close()
 }
 
 // Next returns the stream's next n events (failing the test after 10 s).
