@@ -51,9 +51,10 @@ func (s *Store) Insert(ctx context.Context, p CreateAllocationParams) (CreateAll
 
 // insertBatch inserts batch with one CreateAllocations statement and
 // records each request's outcome. A request left out (a node holds its
-// uuid) or a statement that failed on a constraint (a name or uuid taken,
-// by one of them or by anyone) goes through insertAllocation alone, which
-// says which and why; any other error is every request's.
+// uuid), or every request of a statement that failed for any reason but
+// an outage or the end of ctx (a name or uuid taken, by one of them or by
+// anyone; a value the database refuses), goes through insertAllocation
+// alone, which says which and why.
 func (s *Store) insertBatch(ctx context.Context, batch []*insertReq) {
 	if len(batch) == 1 {
 		r := batch[0]
@@ -76,12 +77,15 @@ func (s *Store) insertBatch(ctx context.Context, batch []*insertReq) {
 		}
 	}
 	rows, err := s.q.CreateAllocations(ctx, a)
-	if err != nil && !db.IsIntegrityError(err) {
+	if err != nil && (ctx.Err() != nil || db.IsUnavailable(err)) {
+		// Nothing would go better alone.
 		for _, r := range batch {
 			r.err = fmt.Errorf("creating allocation: %w", err)
 		}
 		return
 	}
+	// Any other failure (a constraint, a value the database refuses) may
+	// be one request's: each goes alone, and gets its own answer.
 	for _, r := range batch {
 		i := slices.IndexFunc(rows, func(row CreateAllocationsRow) bool { return row.Uuid == r.p.Uuid })
 		if i >= 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -51,6 +52,7 @@ func TestInsertBatched(t *testing.T) {
 	dup := "twice"
 	params[7].Name, params[9].Name = &dup, &dup
 	params[11].Uuid = held
+	params[13].Extra = []byte(`{"nul": "\u0000"}`) // jsonb refuses it: only this one fails
 
 	rows := make([]CreateAllocationRow, n)
 	errs := make([]error, n)
@@ -75,7 +77,13 @@ func TestInsertBatched(t *testing.T) {
 	require.Equal(t, http.StatusConflict, status(errs[11]), "uuid held by a node: %v", errs[11])
 	require.Contains(t, errs[11].Error(), "is already associated with a node")
 	require.True(t, (errs[7] == nil) != (errs[9] == nil), "one of the two names wins: %v, %v", errs[7], errs[9])
+	require.Error(t, errs[13])
+	_, isData := db.DataException(errs[13])
+	require.True(t, isData, "the refused value is a data exception: %v", errs[13])
 	for i, err := range errs {
+		if i == 13 {
+			continue
+		}
 		if i == 11 || ((i == 7 || i == 9) && err != nil) {
 			if i != 11 {
 				require.Equal(t, http.StatusConflict, status(err))
@@ -98,5 +106,5 @@ func TestInsertBatched(t *testing.T) {
 	}
 	var stored int
 	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM allocations`).Scan(&stored))
-	require.Equal(t, n-2, stored)
+	require.Equal(t, n-3, stored)
 }
