@@ -476,20 +476,35 @@ func (p *PlacementAllocator) localRound(ctx context.Context, me int64, round []*
 	if len(okConsumers) > 0 {
 		b.Queue(recordPlacementClaims, okConsumers, okNodes)
 	}
-	held := make([]bool, n)
+	// One statement activates the rows and holds their nodes.
+	var holdNodes, holdIDs []int64
+	var holdTraits []string
 	for i, j := range round {
 		if ok[i] {
-			b.Queue(holdPicked, nodeIDs[i], j.c.ID, me, j.c.Traits).QueryRow(func(r pgx.Row) error {
-				return r.Scan(&held[i])
-			})
+			holdNodes = append(holdNodes, nodeIDs[i])
+			holdIDs = append(holdIDs, j.c.ID)
+			holdTraits = append(holdTraits, strings.Join(j.c.Traits, ","))
 		}
+	}
+	heldIDs := map[int64]bool{}
+	if len(holdIDs) > 0 {
+		b.Queue(holdPickedMany, holdNodes, holdIDs, holdTraits, me).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				heldIDs[id] = true
+			}
+			return rows.Err()
+		})
 	}
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, rollback(err)
 	}
-	for i := range round {
-		if ok[i] && !held[i] {
+	for i, j := range round {
+		if ok[i] && !heldIDs[j.c.ID] {
 			// The row was locked and owned: this cannot happen. Its
 			// Placement allocation is in the claim log, for the tracker.
 			p.log.Error("allocation not activated by its batch claim", zap.Stringer("allocation", round[i].c.UUID))

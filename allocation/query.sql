@@ -303,19 +303,25 @@ SELECT unnest(@consumer_uuids::uuid[]), unnest(@provider_uuids::uuid[])
     ON CONFLICT (consumer_uuid) DO UPDATE
    SET provider_uuid = EXCLUDED.provider_uuid, created_at = now();
 
--- name: HoldPicked :one
--- Activates allocation @allocation_id (still allocating and @me's) with the
--- node the batch locked (PickNode) and holds the node (metalloc_hold); false
--- when the allocation is no longer @me's.
-WITH a AS (
-    UPDATE allocations
-       SET node_id = @node_id::bigint, state = 'active', last_error = NULL, updated_at = now()
-     WHERE id = @allocation_id::bigint AND conductor_affinity = @me::bigint AND state = 'allocating'
-    RETURNING id, uuid
+-- name: HoldPickedMany :many
+-- The local Placement backend's batch (localRound): row k activates
+-- allocation @allocation_ids[k] (still allocating and @me's) with node
+-- @node_ids[k], which the batch locked (PickFirstFree), and holds the node
+-- (metalloc_hold) with the traits @traits[k] (comma-separated: trait names
+-- have no commas). Returns the ids of the allocations activated.
+WITH i AS (
+    SELECT unnest(@node_ids::bigint[]) AS node_id, unnest(@allocation_ids::bigint[]) AS allocation_id,
+           unnest(@traits::text[]) AS traits
+), a AS (
+    UPDATE allocations al
+       SET node_id = i.node_id, state = 'active', last_error = NULL, updated_at = now()
+      FROM i
+     WHERE al.id = i.allocation_id AND al.conductor_affinity = @me::bigint AND al.state = 'allocating'
+    RETURNING al.id, al.uuid, i.node_id, i.traits
 ), h AS (
-    SELECT metalloc_hold(@node_id::bigint, a.id, a.uuid, @traits::text[]) FROM a
+    SELECT a.id, metalloc_hold(a.node_id, a.id, a.uuid, string_to_array(a.traits, ',')) FROM a
 )
-SELECT EXISTS (SELECT 1 FROM a) AND (SELECT count(*) FROM h) = 1 AS reserved;
+SELECT h.id FROM h;
 
 -- name: PickFirstFree :many
 -- Locks the first of @nodes, in their order, that is free and fits (the

@@ -867,38 +867,57 @@ func (q *Queries) GetAllocationByUUID(ctx context.Context, argUuid uuid.UUID) (G
 	return i, err
 }
 
-const holdPicked = `-- name: HoldPicked :one
-WITH a AS (
-    UPDATE allocations
-       SET node_id = $1::bigint, state = 'active', last_error = NULL, updated_at = now()
-     WHERE id = $2::bigint AND conductor_affinity = $3::bigint AND state = 'allocating'
-    RETURNING id, uuid
+const holdPickedMany = `-- name: HoldPickedMany :many
+WITH i AS (
+    SELECT unnest($1::bigint[]) AS node_id, unnest($2::bigint[]) AS allocation_id,
+           unnest($3::text[]) AS traits
+), a AS (
+    UPDATE allocations al
+       SET node_id = i.node_id, state = 'active', last_error = NULL, updated_at = now()
+      FROM i
+     WHERE al.id = i.allocation_id AND al.conductor_affinity = $4::bigint AND al.state = 'allocating'
+    RETURNING al.id, al.uuid, i.node_id, i.traits
 ), h AS (
-    SELECT metalloc_hold($1::bigint, a.id, a.uuid, $4::text[]) FROM a
+    SELECT a.id, metalloc_hold(a.node_id, a.id, a.uuid, string_to_array(a.traits, ',')) FROM a
 )
-SELECT EXISTS (SELECT 1 FROM a) AND (SELECT count(*) FROM h) = 1 AS reserved
+SELECT h.id FROM h
 `
 
-type HoldPickedParams struct {
-	NodeID       int64
-	AllocationID int64
-	Me           int64
-	Traits       []string
+type HoldPickedManyParams struct {
+	NodeIds       []int64
+	AllocationIds []int64
+	Traits        []string
+	Me            int64
 }
 
-// Activates allocation @allocation_id (still allocating and @me's) with the
-// node the batch locked (PickNode) and holds the node (metalloc_hold); false
-// when the allocation is no longer @me's.
-func (q *Queries) HoldPicked(ctx context.Context, arg HoldPickedParams) (*bool, error) {
-	row := q.db.QueryRow(ctx, holdPicked,
-		arg.NodeID,
-		arg.AllocationID,
-		arg.Me,
+// The local Placement backend's batch (localRound): row k activates
+// allocation @allocation_ids[k] (still allocating and @me's) with node
+// @node_ids[k], which the batch locked (PickFirstFree), and holds the node
+// (metalloc_hold) with the traits @traits[k] (comma-separated: trait names
+// have no commas). Returns the ids of the allocations activated.
+func (q *Queries) HoldPickedMany(ctx context.Context, arg HoldPickedManyParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, holdPickedMany,
+		arg.NodeIds,
+		arg.AllocationIds,
 		arg.Traits,
+		arg.Me,
 	)
-	var reserved *bool
-	err := row.Scan(&reserved)
-	return reserved, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const instancesInUse = `-- name: InstancesInUse :many
