@@ -183,9 +183,11 @@
 //     waits on a node either, so it cannot close a cycle;
 //   - DELETE /v1/allocations and DELETE /v1/nodes/{node}/allocation
 //     (allocation.Handler.destroy): the allocation is read without a lock,
-//     then one statement (metalloc_destroy_allocation) locks its node,
-//     then the allocation; if the allocation got a node in between, it
-//     reads and tries again (db.ErrRestart);
+//     then one statement (metalloc_destroy_allocations, shared by the
+//     DELETEs an API receives together) locks every node of the batch in
+//     id order, then each allocation (and its group, for a member); if an
+//     allocation got a node in between, its request reads and tries again
+//     (db.ErrRestart);
 //   - node delete, tear down (provision target deleted), removing
 //     instance_uuid (package node): the node, then metalloc_deallocate;
 //   - backfill (POST /v1/allocations with node): the node, then the new row;

@@ -329,6 +329,7 @@ DECLARE
     r record;
     d record;
 BEGIN
+    PERFORM 1 FROM nodes n WHERE n.id = ANY (p_node_ids) ORDER BY n.id FOR UPDATE;
     FOR r IN
         SELECT k AS ord, p_ids[k] AS id, nullif(p_node_ids[k], 0) AS node_id
           FROM generate_subscripts(p_ids, 1) k

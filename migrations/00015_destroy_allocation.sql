@@ -58,12 +58,13 @@ $$;
 
 -- +goose StatementBegin
 -- metalloc_destroy_allocation for a batch of deletions in one transaction
--- (the API's concurrent DELETEs share it: allocation.Store.Destroy). Row
--- ord is (p_ids[ord], p_node_ids[ord]; 0 for none). The rows with a node go first, in
--- node id order, each locking its node, then its allocation, as one
--- deletion would; two batches lock their nodes in the same order and
--- cannot deadlock. The rows without a node go last, so that the batch
--- holds no allocation without its node while it waits for a node.
+-- (the API's DELETEs share it: allocation.Store.Destroy). Row ord is
+-- (p_ids[ord], p_node_ids[ord]; 0 for none). Every node of the batch is
+-- locked first, in id order, before any allocation or group: the batch
+-- then never waits for a node while it holds an allocation or a group (a
+-- group reservation holds its nodes and waits for its group), and two
+-- batches lock their nodes in the same order. Then each row as one
+-- deletion would, those with a node first.
 CREATE FUNCTION metalloc_destroy_allocations(p_ids bigint[], p_node_ids bigint[], p_update_allowed text[],
                                              OUT ord integer, OUT outcome text, OUT node_uuid uuid,
                                              OUT provision_state text, OUT target_provision_state text,
@@ -74,6 +75,7 @@ DECLARE
     r record;
     d record;
 BEGIN
+    PERFORM 1 FROM nodes n WHERE n.id = ANY (p_node_ids) ORDER BY n.id FOR UPDATE;
     FOR r IN
         SELECT k AS ord, p_ids[k] AS id, nullif(p_node_ids[k], 0) AS node_id
           FROM generate_subscripts(p_ids, 1) k
