@@ -782,10 +782,14 @@ func (h *Handler) destroy(c echo.Context, find func(*Queries) (View, error)) err
 		case d.Outcome == "moved":
 			return db.ErrRestart
 		case d.Outcome == "blocked":
-			if err := CheckDeallocation(deref(d.NodeUuid), deref(d.ProvisionState), d.TargetProvisionState, deref(d.Maintenance), v.Uuid); err != nil {
+			var target *string
+			if d.TargetProvisionState != "" {
+				target = &d.TargetProvisionState
+			}
+			if err := CheckDeallocation(d.NodeUuid, d.ProvisionState, target, d.Maintenance, v.Uuid); err != nil {
 				return err
 			}
-			return fmt.Errorf("node %s blocks deallocation in the database but not by CheckDeallocation", deref(d.NodeUuid))
+			return fmt.Errorf("node %s blocks deallocation in the database but not by CheckDeallocation", d.NodeUuid)
 		}
 		return nil
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -86,10 +85,13 @@ func (s *Store) insertBatch(ctx context.Context, batch []*insertReq) {
 	}
 	// Any other failure (a constraint, a value the database refuses) may
 	// be one request's: each goes alone, and gets its own answer.
+	inserted := make(map[uuid.UUID]CreateAllocationRow, len(rows))
+	for _, row := range rows {
+		inserted[row.Uuid] = CreateAllocationRow(row)
+	}
 	for _, r := range batch {
-		i := slices.IndexFunc(rows, func(row CreateAllocationsRow) bool { return row.Uuid == r.p.Uuid })
-		if i >= 0 {
-			r.row = CreateAllocationRow(rows[i])
+		if row, ok := inserted[r.p.Uuid]; ok {
+			r.row = row
 			continue
 		}
 		r.row, r.err = insertAllocation(ctx, s.q, r.p, nil)

@@ -100,19 +100,13 @@ UPDATE allocations SET name = @name, extra = @extra, updated_at = now() WHERE id
 -- locked the node first.
 SELECT metalloc_deallocate(@allocation_id::bigint);
 
--- name: DestroyAllocation :one
--- DELETE's one statement (metalloc_destroy_allocation): lock node @node_id
--- (NULL: none), check it may lose its allocation, and deallocate
--- allocation @id if it still names it. outcome 'deleted', 'gone', 'moved'
--- or 'blocked', with the node's state for the message.
-SELECT d.outcome::text AS outcome, d.node_uuid, d.provision_state, d.target_provision_state, d.maintenance
-  FROM metalloc_destroy_allocation(@id::bigint, sqlc.narg('node_id')::bigint, @update_allowed::text[]) d;
-
 -- name: DestroyAllocations :many
--- DestroyAllocation for a batch in one transaction
--- (metalloc_destroy_allocations): row ord (1-based) is (@ids[ord],
--- @node_ids[ord]; 0 for none). The node's fields are those of a 'blocked'
--- outcome (zero values otherwise).
+-- DELETE's one statement, for a batch of deletions in one transaction
+-- (metalloc_destroy_allocations): row ord (1-based) deallocates allocation
+-- @ids[ord], which an unlocked read found on node @node_ids[ord] (0 for
+-- none), if it still names it. outcome 'deleted', 'gone', 'moved' or
+-- 'blocked'; the node's fields are those of a 'blocked' outcome (zero
+-- values otherwise).
 SELECT d.ord::integer AS ord, d.outcome::text AS outcome,
        coalesce(d.node_uuid, '00000000-0000-0000-0000-000000000000')::uuid AS node_uuid,
        coalesce(d.provision_state, '')::text AS provision_state,

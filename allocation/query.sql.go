@@ -434,42 +434,6 @@ func (q *Queries) Deallocate(ctx context.Context, allocationID int64) error {
 	return err
 }
 
-const destroyAllocation = `-- name: DestroyAllocation :one
-SELECT d.outcome::text AS outcome, d.node_uuid, d.provision_state, d.target_provision_state, d.maintenance
-  FROM metalloc_destroy_allocation($1::bigint, $2::bigint, $3::text[]) d
-`
-
-type DestroyAllocationParams struct {
-	ID            int64
-	NodeID        *int64
-	UpdateAllowed []string
-}
-
-type DestroyAllocationRow struct {
-	Outcome              string
-	NodeUuid             *uuid.UUID
-	ProvisionState       *string
-	TargetProvisionState *string
-	Maintenance          *bool
-}
-
-// DELETE's one statement (metalloc_destroy_allocation): lock node @node_id
-// (NULL: none), check it may lose its allocation, and deallocate
-// allocation @id if it still names it. outcome 'deleted', 'gone', 'moved'
-// or 'blocked', with the node's state for the message.
-func (q *Queries) DestroyAllocation(ctx context.Context, arg DestroyAllocationParams) (DestroyAllocationRow, error) {
-	row := q.db.QueryRow(ctx, destroyAllocation, arg.ID, arg.NodeID, arg.UpdateAllowed)
-	var i DestroyAllocationRow
-	err := row.Scan(
-		&i.Outcome,
-		&i.NodeUuid,
-		&i.ProvisionState,
-		&i.TargetProvisionState,
-		&i.Maintenance,
-	)
-	return i, err
-}
-
 const destroyAllocations = `-- name: DestroyAllocations :many
 SELECT d.ord::integer AS ord, d.outcome::text AS outcome,
        coalesce(d.node_uuid, '00000000-0000-0000-0000-000000000000')::uuid AS node_uuid,
@@ -494,10 +458,12 @@ type DestroyAllocationsRow struct {
 	Maintenance          bool
 }
 
-// DestroyAllocation for a batch in one transaction
-// (metalloc_destroy_allocations): row ord (1-based) is (@ids[ord],
-// @node_ids[ord]; 0 for none). The node's fields are those of a 'blocked'
-// outcome (zero values otherwise).
+// DELETE's one statement, for a batch of deletions in one transaction
+// (metalloc_destroy_allocations): row ord (1-based) deallocates allocation
+// @ids[ord], which an unlocked read found on node @node_ids[ord] (0 for
+// none), if it still names it. outcome 'deleted', 'gone', 'moved' or
+// 'blocked'; the node's fields are those of a 'blocked' outcome (zero
+// values otherwise).
 func (q *Queries) DestroyAllocations(ctx context.Context, arg DestroyAllocationsParams) ([]DestroyAllocationsRow, error) {
 	rows, err := q.db.Query(ctx, destroyAllocations, arg.Ids, arg.NodeIds, arg.UpdateAllowed)
 	if err != nil {
