@@ -71,6 +71,8 @@ type PlacementAllocator struct {
 	mode modeState
 	// lockedWait is PlacementConfig.LockedWait.
 	lockedWait time.Duration
+	// starts are ClaimReserveLocal's random walk starts.
+	starts nodeStarts
 }
 
 // NewPlacementAllocator returns a PlacementAllocator on pool and the

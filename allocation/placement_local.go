@@ -196,6 +196,35 @@ func (p *PlacementAllocator) unclaimLocal(ctx context.Context, c Claimed) error 
 	})
 }
 
+// ClaimReserveLocal is the fast path of mode local, the Placement
+// backend's counterpart of Allocator.ClaimReserve: one statement
+// (metalloc_claim_reserve_placement) claims up to batch unowned allocating
+// rows for conductor me and, for each that a free node's flat resource
+// provider can take now, writes the Placement consumer and allocation
+// (user PlacementUserID, project the owner or PlacementUserID, as claimLocal
+// does) and reserves the node, in one transaction. It returns the rows
+// reserved (ID, UUID and CreatedAt) and the claimed rows left for
+// ClaimBatch and Process (candidate_nodes, a class or trait Placement does
+// not know, no free pair, a consumer that exists), read in full. On
+// ErrClaimedUnread the reserved rows are valid and the rest stay owned.
+// Call it only when Local holds.
+func (p *PlacementAllocator) ClaimReserveLocal(ctx context.Context, me int64, batch int) (reserved, rest []Claimed, err error) {
+	starts, err := p.starts.batch(ctx, p.q, batch)
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := p.q.ClaimReservePlacement(ctx, ClaimReservePlacementParams{Me: me, Batch: int32(batch),
+		Starts: starts, UserID: PlacementUserID, ConsumerType: client.ConsumerType})
+	if err != nil {
+		return nil, nil, fmt.Errorf("claiming and reserving through local Placement: %w", err)
+	}
+	out := make([]ClaimReserveRow, len(rows))
+	for i, r := range rows {
+		out[i] = ClaimReserveRow(r)
+	}
+	return splitClaimed(ctx, p.q, me, out)
+}
+
 // batchJob is one claimed row of a batch with its selections.
 type batchJob struct {
 	c    Claimed

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,7 +113,8 @@ func TestPlacementLocalReserves(t *testing.T) {
 }
 
 // TestPlacementLocalRace has 4 conductors claim 60 allocations for 25
-// nodes in-process, batches and Process racing, while another client
+// nodes in-process, the fast path (ClaimReserveLocal), batches and Process
+// racing, while another client
 // writes allocations through the HTTP API on the same providers: no node
 // is booked twice, every allocation ends active or in error, and
 // Placement's usages are exactly the reserved nodes (plus the HTTP
@@ -127,7 +129,7 @@ func TestPlacementLocalRace(t *testing.T) {
 	}
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	var batched atomic.Int64
+	var batched, fastN atomic.Int64
 	for i := range 4 {
 		name := fmt.Sprintf("c%d", i)
 		me := f.conductor(name)
@@ -136,9 +138,21 @@ func TestPlacementLocalRace(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				claimed := claim(t, NewAllocator(f.pool, zaptest.NewLogger(t)), me, 4)
-				if len(claimed) == 0 {
-					return
+				var claimed []Claimed
+				if i%2 == 0 {
+					// The fast path first (as the conductor does).
+					got, left, err := a.ClaimReserveLocal(ctx, me, 4)
+					require.NoError(t, err)
+					if len(got)+len(left) == 0 {
+						return
+					}
+					fastN.Add(int64(len(got)))
+					claimed = left
+				} else {
+					claimed = claim(t, NewAllocator(f.pool, zaptest.NewLogger(t)), me, 4)
+					if len(claimed) == 0 {
+						return
+					}
 				}
 				reserved, rest := a.ClaimBatch(ctx, me, claimed)
 				batched.Add(int64(len(reserved)))
@@ -182,5 +196,132 @@ func TestPlacementLocalRace(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, len(booked), 24)
 	require.Positive(t, batched.Load(), "no allocation was reserved by a batch")
+	require.Positive(t, fastN.Load(), "no allocation was reserved by the fast path")
 	f.checkNoLeak(ids)
+}
+
+// TestPlacementClassAgrees: the database's name for a node class in
+// Placement (metalloc_placement_class, used by the fast path of mode local)
+// is client.NormalizeClass's.
+func TestPlacementClassAgrees(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, rc := range []string{"gold", "baremetal.gold", "GPU-large", "a..b", "x_y", "__x__", "ünï-code", "",
+		" sp ace ", "CUSTOM_FOO", "123", "a/b\\c"} {
+		var got string
+		require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT metalloc_placement_class($1)`, rc).Scan(&got))
+		require.Equal(t, client.NormalizeClass(rc), got, "class %q", rc)
+	}
+}
+
+// TestPlacementClaimReserveLocal: the fast path of mode local reserves, in
+// one statement, the rows a free node's flat provider can take, on nodes
+// both sides agree on (never an unmirrored node, a provider whose
+// capacity is reserved or used by another consumer, or a node without
+// the traits in Placement), writes the consumer (project = owner) and the
+// claim log, and leaves the rest claimed for the general path: rows with
+// candidate_nodes, a trait Placement does not know, a consumer that exists.
+// The general path then reserves or fails them with Placement's reasons.
+func TestPlacementClaimReserveLocal(t *testing.T) {
+	t.Parallel()
+	f := psetup(t)
+	ctx := context.Background()
+	var fast []uuid.UUID
+	for i := range 3 {
+		fast = append(fast, f.pnode(fmt.Sprintf("fast-%d", i), "gold", "CUSTOM_FAST"))
+	}
+	plain := f.pnode("plain", "gold")
+	owned := f.pnode("owned", "gold")
+	owned2 := f.pnode("owned2", "gold")
+	_, err := f.pool.Exec(ctx, `UPDATE nodes SET owner = CASE WHEN uuid = $1 THEN 'proj-1' ELSE 'proj-2' END
+		WHERE uuid IN ($1, $2)`, owned, owned2)
+	require.NoError(t, err)
+	// Nodes the fast path must pass over: no provider; a provider whose
+	// inventory is all reserved; a provider an outside consumer uses; a
+	// node with CUSTOM_FAST whose provider lacks it.
+	f.node("unmirrored", "gold")
+	reserved := f.pnode("reserved", "gold")
+	_, err = f.pool.Exec(ctx, `UPDATE placement.inventories SET reserved = total
+		WHERE resource_provider_id = (SELECT id FROM placement.resource_providers WHERE uuid = $1)`, reserved)
+	require.NoError(t, err)
+	used := f.pnode("used", "gold")
+	outsider := uuid.New()
+	require.NoError(t, f.pc.PutAllocations(ctx, outsider, client.Claim{
+		Request: client.AllocationRequest{Allocations: map[uuid.UUID]client.ProviderResources{
+			used: {Resources: client.Resources{"CUSTOM_GOLD": 1}}}},
+		ProjectID: "p", UserID: "u"}))
+	notInPlacement := f.pnode("no-trait-in-placement", "gold")
+	_, err = f.pool.Exec(ctx, `INSERT INTO node_traits (node_id, trait) SELECT id, 'CUSTOM_FAST' FROM nodes WHERE uuid = $1`, notInPlacement)
+	require.NoError(t, err)
+
+	var want, rest []int64
+	for range 3 {
+		want = append(want, f.allocation(nil, "gold", "CUSTOM_FAST").ID)
+	}
+	owner := "proj-1"
+	r, err := f.q.CreateAllocation(ctx, CreateAllocationParams{Uuid: uuid.New(), ResourceClass: "gold", Extra: []byte("{}"),
+		Owner: &owner, State: StateAllocating, Traits: []string{}})
+	require.NoError(t, err)
+	want = append(want, r.ID)
+	unknown := f.allocation(nil, "gold", "CUSTOM_UNKNOWN_TO_PLACEMENT").ID
+	cands, err := f.q.CreateAllocation(ctx, CreateAllocationParams{Uuid: uuid.New(), ResourceClass: "gold", Extra: []byte("{}"),
+		CandidateNodes: []uuid.UUID{plain}, State: StateAllocating, Traits: []string{}})
+	require.NoError(t, err)
+	owner2 := "proj-2"
+	exists, err := f.q.CreateAllocation(ctx, CreateAllocationParams{Uuid: uuid.New(), ResourceClass: "gold", Extra: []byte("{}"),
+		Owner: &owner2, State: StateAllocating, Traits: []string{}})
+	require.NoError(t, err)
+	_, err = f.pool.Exec(ctx, `INSERT INTO placement.consumers (uuid, project_id, user_id, generation) VALUES ($1, 'p', 'u', 0)`, exists.Uuid)
+	require.NoError(t, err)
+	rest = append(rest, unknown, cands.ID, exists.ID)
+
+	me := f.conductor("c1")
+	a := f.allocatorMode("c1", PlacementModeLocal)
+	got, left, err := a.ClaimReserveLocal(ctx, me, 20)
+	require.NoError(t, err)
+	var gotIDs, leftIDs []int64
+	for _, c := range got {
+		gotIDs = append(gotIDs, c.ID)
+	}
+	for _, c := range left {
+		leftIDs = append(leftIDs, c.ID)
+		require.Equal(t, StateAllocating, f.get(c.ID).State)
+	}
+	require.ElementsMatch(t, want, gotIDs)
+	require.ElementsMatch(t, rest, leftIDs)
+	for _, id := range want[:3] {
+		require.Contains(t, fast, *f.get(id).NodeUUID)
+	}
+	v := f.get(want[3])
+	require.Equal(t, owned, *v.NodeUUID)
+	cur, err := f.pc.GetAllocations(ctx, v.Uuid)
+	require.NoError(t, err)
+	require.Equal(t, "proj-1", cur.ProjectID)
+	require.Equal(t, PlacementUserID, cur.UserID)
+	require.EqualValues(t, 1, *cur.ConsumerGeneration)
+	p, err := f.pc.GetProvider(ctx, owned)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, p.Generation, "inventories, then the claim")
+	require.NoError(t, f.pc.DeleteAllocations(ctx, outsider))
+	f.checkNoLeak(append(slices.Clone(want), unknown, cands.ID))
+
+	// The general path: candidate_nodes are reserved; the unknown trait
+	// fails with Placement's reason; the existing consumer gets a node.
+	outs := map[int64]Outcome{}
+	reservedMore, rest2 := a.ClaimBatch(ctx, me, left)
+	for _, c := range reservedMore {
+		outs[c.ID] = Reserved
+	}
+	for _, c := range rest2 {
+		out, err := a.Process(ctx, me, c)
+		require.NoError(t, err)
+		outs[c.ID] = out
+	}
+	require.Equal(t, Reserved, outs[cands.ID])
+	require.Equal(t, plain, *f.get(cands.ID).NodeUUID)
+	require.Equal(t, Failed, outs[unknown])
+	require.Contains(t, *f.get(unknown).LastError, "CUSTOM_UNKNOWN_TO_PLACEMENT")
+	require.Equal(t, Reserved, outs[exists.ID])
+	require.Equal(t, owned2, *f.get(exists.ID).NodeUUID)
+	f.checkNoLeak(append(slices.Clone(want), unknown, cands.ID, exists.ID))
 }

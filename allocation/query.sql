@@ -150,6 +150,17 @@ SELECT r.out_id::bigint AS id, r.out_uuid::uuid AS uuid,
   FROM metalloc_claim_reserve(@me::bigint, @batch::integer, @starts::bigint[]) r
  ORDER BY 1;
 
+-- name: ClaimReservePlacement :many
+-- ClaimReserve for the Placement backend in mode local: the rows it
+-- reserves are claimed in Placement too, in the same transaction (see
+-- metalloc_claim_reserve_placement in the migrations). Same columns as
+-- ClaimReserve.
+SELECT r.out_id::bigint AS id, r.out_uuid::uuid AS uuid,
+       r.out_created_at::timestamptz AS created_at, r.out_reserved::boolean AS reserved
+  FROM metalloc_claim_reserve_placement(@me::bigint, @batch::integer, @starts::bigint[],
+                                        @user_id::text, @consumer_type::text) r
+ ORDER BY 1;
+
 -- name: ClaimedAllocating :many
 -- The given rows, if still allocating and owned by @me (the fast path's
 -- unreserved rows, read in a statement of their own).

@@ -173,6 +173,64 @@ func (q *Queries) ClaimReserve(ctx context.Context, arg ClaimReserveParams) ([]C
 	return items, nil
 }
 
+const claimReservePlacement = `-- name: ClaimReservePlacement :many
+SELECT r.out_id::bigint AS id, r.out_uuid::uuid AS uuid,
+       r.out_created_at::timestamptz AS created_at, r.out_reserved::boolean AS reserved
+  FROM metalloc_claim_reserve_placement($1::bigint, $2::integer, $3::bigint[],
+                                        $4::text, $5::text) r
+ ORDER BY 1
+`
+
+type ClaimReservePlacementParams struct {
+	Me           int64
+	Batch        int32
+	Starts       []int64
+	UserID       string
+	ConsumerType string
+}
+
+type ClaimReservePlacementRow struct {
+	ID        int64
+	Uuid      uuid.UUID
+	CreatedAt time.Time
+	Reserved  bool
+}
+
+// ClaimReserve for the Placement backend in mode local: the rows it
+// reserves are claimed in Placement too, in the same transaction (see
+// metalloc_claim_reserve_placement in the migrations). Same columns as
+// ClaimReserve.
+func (q *Queries) ClaimReservePlacement(ctx context.Context, arg ClaimReservePlacementParams) ([]ClaimReservePlacementRow, error) {
+	rows, err := q.db.Query(ctx, claimReservePlacement,
+		arg.Me,
+		arg.Batch,
+		arg.Starts,
+		arg.UserID,
+		arg.ConsumerType,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimReservePlacementRow
+	for rows.Next() {
+		var i ClaimReservePlacementRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.CreatedAt,
+			&i.Reserved,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const claimedAllocating = `-- name: ClaimedAllocating :many
 SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
        (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')

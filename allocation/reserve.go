@@ -60,6 +60,12 @@ type Allocator struct {
 	// up to 16x (default 5 ms).
 	LockedBackoff time.Duration
 
+	starts nodeStarts
+}
+
+// nodeStarts draws the random node ids the fast paths start their walk of
+// free nodes from, with the node id range cached for idRangeTTL.
+type nodeStarts struct {
 	mu         sync.Mutex
 	idLo, idHi int64
 	idAt       time.Time
@@ -83,16 +89,23 @@ var ErrClaimedUnread = errors.New("claimed allocations left unread")
 // an explanation), read in full by a second statement. On ErrClaimedUnread
 // the reserved rows are valid too.
 func (a *Allocator) ClaimReserve(ctx context.Context, me int64, batch int) (reserved []Claimed, rest []Claimed, err error) {
-	starts := make([]int64, batch)
-	for i := range starts {
-		if starts[i], err = a.randomStart(ctx); err != nil {
-			return nil, nil, err
-		}
+	starts, err := a.starts.batch(ctx, a.q, batch)
+	if err != nil {
+		return nil, nil, err
 	}
 	rows, err := a.q.ClaimReserve(ctx, ClaimReserveParams{Me: me, Batch: int32(batch), Starts: starts})
 	if err != nil {
 		return nil, nil, fmt.Errorf("claiming and reserving: %w", err)
 	}
+	return splitClaimed(ctx, a.q, me, rows)
+}
+
+// splitClaimed sorts the rows a fast-path statement claimed into those it
+// reserved (ID, UUID and CreatedAt) and the rest, read in full by a
+// statement of its own: they may have been inserted after the claim
+// statement's snapshot was taken. On ErrClaimedUnread the reserved rows
+// are valid and the rest stay allocating and owned (resumed by Owned).
+func splitClaimed(ctx context.Context, q *Queries, me int64, rows []ClaimReserveRow) (reserved, rest []Claimed, err error) {
 	var restIDs []int64
 	for _, r := range rows {
 		if r.Reserved {
@@ -104,11 +117,8 @@ func (a *Allocator) ClaimReserve(ctx context.Context, me int64, batch int) (rese
 	if len(restIDs) == 0 {
 		return reserved, nil, nil
 	}
-	// Read the unreserved rows in a statement of their own: they may have
-	// been inserted after the claim statement's snapshot was taken.
-	more, err := a.q.ClaimedAllocating(ctx, ClaimedAllocatingParams{Ids: restIDs, Me: me})
+	more, err := q.ClaimedAllocating(ctx, ClaimedAllocatingParams{Ids: restIDs, Me: me})
 	if err != nil {
-		// They stay owned and allocating: resumed by Owned.
 		return reserved, nil, fmt.Errorf("%w: reading claimed allocations: %w", ErrClaimedUnread, err)
 	}
 	for _, r := range more {
@@ -214,20 +224,37 @@ func (a *Allocator) reserveOnce(ctx context.Context, me int64, c Claimed, tryNam
 // range is cached for idRangeTTL; nodes added since are still reached, as
 // picking wraps around).
 func (a *Allocator) randomStart(ctx context.Context) (int64, error) {
-	a.mu.Lock()
-	lo, hi, fresh := a.idLo, a.idHi, time.Since(a.idAt) < idRangeTTL
-	a.mu.Unlock()
+	return a.starts.draw(ctx, a.q)
+}
+
+// draw is a uniformly random node id in the current id range.
+func (s *nodeStarts) draw(ctx context.Context, q *Queries) (int64, error) {
+	s.mu.Lock()
+	lo, hi, fresh := s.idLo, s.idHi, time.Since(s.idAt) < idRangeTTL
+	s.mu.Unlock()
 	if !fresh {
-		r, err := a.q.NodeIDRange(ctx)
+		r, err := q.NodeIDRange(ctx)
 		if err != nil {
 			return 0, err
 		}
 		lo, hi = r.Lo, r.Hi
-		a.mu.Lock()
-		a.idLo, a.idHi, a.idAt = lo, hi, time.Now()
-		a.mu.Unlock()
+		s.mu.Lock()
+		s.idLo, s.idHi, s.idAt = lo, hi, time.Now()
+		s.mu.Unlock()
 	}
 	return lo + rand.Int64N(hi-lo+1), nil
+}
+
+// batch draws n starts, one per row of a fast-path batch.
+func (s *nodeStarts) batch(ctx context.Context, q *Queries, n int) ([]int64, error) {
+	out := make([]int64, n)
+	for i := range out {
+		var err error
+		if out[i], err = s.draw(ctx, q); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 const idRangeTTL = 5 * time.Second

@@ -51,21 +51,44 @@ func (b databaseBackend) Claim(ctx context.Context, me int64, n int) (reserved, 
 	return nil, rest, err
 }
 
-// placementBackend claims rows (Rows.Claim) and reserves the batch through
-// Placement with one candidates query per kind of request
-// (PlacementAllocator.ClaimBatch: in-process in one transaction with
-// placement_backend.mode local, concurrent HTTP claims otherwise); the rows
-// it could not reserve go through Process.
+// placementBackend, with metalloc-placement on the same database (mode
+// local), claims and reserves in one transaction that also writes the
+// Placement allocations (PlacementAllocator.ClaimReserveLocal), as the
+// database backend does. Otherwise, and for the rows that fast path left
+// (candidate_nodes, nothing free at that moment, a class or trait
+// Placement does not know), it reserves through Placement with one
+// candidates query per kind of request (PlacementAllocator.ClaimBatch:
+// selections in-process in one transaction in mode local, concurrent HTTP
+// claims otherwise); the rows still left go through Process. A fast path
+// that fails as a whole for another reason than an outage falls back to
+// claiming the batch (Rows.Claim) for ClaimBatch.
 type placementBackend struct {
 	*allocation.PlacementAllocator
 	rows *Rows
+	log  *zap.Logger
 }
 
 func (b placementBackend) Claim(ctx context.Context, me int64, n int) (reserved, rest []allocation.Claimed, err error) {
-	rows, err := b.rows.Claim(ctx, me, n)
-	if err != nil || len(rows) == 0 {
-		return nil, rows, err
+	var rows []allocation.Claimed
+	fast := b.Local(ctx)
+	if fast {
+		reserved, rows, err = b.ClaimReserveLocal(ctx, me, n)
+		if err != nil && !errors.Is(err, allocation.ErrClaimedUnread) && !db.IsUnavailable(err) && ctx.Err() == nil {
+			b.log.Warn("batch reservation through local Placement failed; claiming the batch for the slow path", zap.Error(err))
+			fast = false
+		} else if err != nil {
+			return reserved, rows, err
+		}
 	}
-	reserved, rest = b.ClaimBatch(ctx, me, rows)
-	return reserved, rest, nil
+	if !fast {
+		rows, err = b.rows.Claim(ctx, me, n)
+		if err != nil {
+			return nil, rows, err
+		}
+	}
+	if len(rows) == 0 {
+		return reserved, nil, nil
+	}
+	more, rest := b.ClaimBatch(ctx, me, rows)
+	return append(reserved, more...), rest, nil
 }

@@ -235,7 +235,7 @@ func NewService(cfg Config, pool *pgxpool.Pool, log *zap.Logger) (*Service, erro
 			Hostname: cfg.Hostname, MaxAlternates: cfg.PlacementMaxAlternates, MaxAttempts: cfg.PlacementMaxAttempts,
 			Mode: cfg.PlacementMode, LockedWait: cfg.LockedNodeWait,
 		}, log)
-		backend = placementBackend{pa, rows}
+		backend = placementBackend{pa, rows, log}
 		groups.Placement = pa
 	default:
 		alloc := allocation.NewAllocator(pool, log)

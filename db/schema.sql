@@ -233,6 +233,133 @@ END;
 $$;
 
 --
+-- Name: metalloc_claim_reserve_placement(bigint, integer, bigint[], text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_claim_reserve_placement(p_me bigint, p_batch integer, p_starts bigint[], p_user_id text, p_consumer_type text) RETURNS TABLE(out_id bigint, out_uuid uuid, out_created_at timestamp with time zone, out_reserved boolean)
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_bitmapscan TO 'off'
+    SET enable_sort TO 'off'
+    SET jit TO 'off'
+    AS $$
+DECLARE
+    r record;
+    i integer := 0;
+    v_node bigint;
+    v_node_uuid uuid;
+    v_rp bigint;
+    v_rc integer;
+    v_class text;
+    v_class_id integer;
+    v_consumer bigint;
+    v_fits boolean;
+    v_lo bigint;
+    v_hi bigint;
+BEGIN
+    FOR r IN
+        SELECT c.id, c.uuid, c.resource_class, c.candidate_nodes, c.owner, c.created_at,
+               (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
+                  FROM allocation_traits t WHERE t.allocation_id = c.id)::text[] AS traits
+          FROM (SELECT a.id, a.uuid, a.resource_class, a.candidate_nodes, a.owner, a.created_at
+                  FROM allocations a
+                 WHERE a.state = 'allocating' AND a.conductor_affinity IS NULL
+                 ORDER BY a.id
+                 LIMIT p_batch
+                   FOR UPDATE OF a SKIP LOCKED) c
+    LOOP
+        i := i + 1;
+        v_node := NULL;
+        v_rc := NULL;
+        v_consumer := NULL;
+        IF r.candidate_nodes IS NULL THEN
+            -- A batch is mostly rows of one class: look it up once.
+            IF r.resource_class IS DISTINCT FROM v_class THEN
+                v_class := r.resource_class;
+                SELECT rc.id INTO v_class_id FROM placement.resource_classes rc
+                 WHERE rc.name = metalloc_placement_class(r.resource_class);
+            END IF;
+            v_rc := v_class_id;
+        END IF;
+        IF v_rc IS NOT NULL THEN
+            FOR pass IN 1..2 LOOP
+                IF pass = 1 THEN
+                    v_lo := coalesce(p_starts[i], 0); v_hi := 9223372036854775807;
+                ELSE
+                    v_lo := -9223372036854775808; v_hi := coalesce(p_starts[i], 0);
+                END IF;
+                SELECT n.id, n.uuid, rp.id INTO v_node, v_node_uuid, v_rp
+                  FROM free_nodes n
+                  JOIN placement.resource_providers rp ON rp.uuid = n.uuid
+                  JOIN placement.inventories inv ON inv.resource_provider_id = rp.id
+                                                AND inv.resource_class_id = v_rc
+                 WHERE n.resource_class = r.resource_class
+                   AND n.id >= v_lo AND n.id < v_hi
+                   AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, r.owner)
+                   AND metalloc_node_has_traits(n.traits, r.traits)
+                   AND rp.parent_provider_id IS NULL
+                   AND NOT EXISTS (SELECT 1 FROM placement.resource_providers ch
+                                    WHERE ch.parent_provider_id = rp.id)
+                   AND metalloc_placement_fits(inv,
+                         (SELECT coalesce(sum(a.used), 0) FROM placement.allocations a
+                           WHERE a.resource_provider_id = rp.id AND a.resource_class_id = v_rc)::bigint, 1)
+                   AND (cardinality(r.traits) = 0
+                        OR r.traits <@ ARRAY(SELECT t.name FROM placement.resource_provider_traits pt
+                                               JOIN placement.traits t ON t.id = pt.trait_id
+                                              WHERE pt.resource_provider_id = rp.id))
+                 ORDER BY n.id
+                 LIMIT 1
+                   FOR UPDATE OF n, rp SKIP LOCKED;
+                EXIT WHEN v_node IS NOT NULL;
+            END LOOP;
+        END IF;
+        IF v_node IS NOT NULL THEN
+            -- Under the provider's lock, in a snapshot of its own: a claim
+            -- that committed between the pick's snapshot and the lock is
+            -- counted.
+            SELECT metalloc_placement_fits(inv,
+                     (SELECT coalesce(sum(a.used), 0) FROM placement.allocations a
+                       WHERE a.resource_provider_id = v_rp AND a.resource_class_id = v_rc)::bigint, 1)
+              INTO v_fits
+              FROM placement.inventories inv
+             WHERE inv.resource_provider_id = v_rp AND inv.resource_class_id = v_rc;
+            IF v_fits THEN
+                INSERT INTO placement.consumers (uuid, project_id, user_id, consumer_type, generation)
+                VALUES (r.uuid, coalesce(nullif(r.owner, ''), p_user_id), p_user_id, p_consumer_type, 1)
+                ON CONFLICT (uuid) DO NOTHING
+                RETURNING id INTO v_consumer;
+            END IF;
+            IF v_consumer IS NULL THEN
+                v_node := NULL;
+            END IF;
+        END IF;
+        IF v_node IS NOT NULL THEN
+            INSERT INTO placement.allocations (resource_provider_id, consumer_id, resource_class_id, used)
+            VALUES (v_rp, v_consumer, v_rc, 1);
+            UPDATE placement.resource_providers SET generation = generation + 1, updated_at = now()
+             WHERE id = v_rp;
+            INSERT INTO placement_claims (consumer_uuid, provider_uuid)
+            VALUES (r.uuid, v_node_uuid)
+            ON CONFLICT (consumer_uuid) DO UPDATE
+               SET provider_uuid = EXCLUDED.provider_uuid, created_at = now();
+            UPDATE allocations a
+               SET conductor_affinity = p_me, node_id = v_node, state = 'active',
+                   last_error = NULL, updated_at = now()
+             WHERE a.id = r.id;
+            PERFORM metalloc_hold(v_node, r.id, r.uuid, r.traits);
+        ELSE
+            UPDATE allocations a SET conductor_affinity = p_me WHERE a.id = r.id;
+        END IF;
+        out_id := r.id;
+        out_uuid := r.uuid;
+        out_created_at := r.created_at;
+        out_reserved := v_node IS NOT NULL;
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;
+
+--
 -- Name: metalloc_conductor_alive(boolean, timestamp with time zone, double precision); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -445,6 +572,39 @@ END;
 $$;
 
 --
+-- Name: metalloc_placement_class(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_placement_class(p_resource_class text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN ('CUSTOM_'::text || upper(regexp_replace(p_resource_class, '[^0-9A-Za-z]+'::text, '_'::text, 'g'::text)));
+
+--
+-- Name: inventories; Type: TABLE; Schema: placement; Owner: -
+--
+
+CREATE TABLE placement.inventories (
+    resource_provider_id bigint NOT NULL,
+    resource_class_id integer NOT NULL,
+    total integer NOT NULL,
+    reserved integer DEFAULT 0 NOT NULL,
+    min_unit integer DEFAULT 1 NOT NULL,
+    max_unit integer NOT NULL,
+    step_size integer DEFAULT 1 NOT NULL,
+    allocation_ratio double precision DEFAULT 1.0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone
+);
+
+--
+-- Name: metalloc_placement_fits(placement.inventories, bigint, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_placement_fits(inv placement.inventories, p_used bigint, p_amount bigint) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN ((p_amount >= (inv).min_unit) AND (p_amount <= (inv).max_unit) AND ((p_amount % ((inv).step_size)::bigint) = 0) AND (((((inv).total - (inv).reserved))::double precision * (inv).allocation_ratio) >= ((p_used + p_amount))::double precision));
+
+--
 -- Name: metalloc_prune_allocation_events(interval, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -625,23 +785,6 @@ CREATE SEQUENCE placement.custom_resource_class_id
     NO MINVALUE
     NO MAXVALUE
     CACHE 1;
-
---
--- Name: inventories; Type: TABLE; Schema: placement; Owner: -
---
-
-CREATE TABLE placement.inventories (
-    resource_provider_id bigint NOT NULL,
-    resource_class_id integer NOT NULL,
-    total integer NOT NULL,
-    reserved integer DEFAULT 0 NOT NULL,
-    min_unit integer DEFAULT 1 NOT NULL,
-    max_unit integer NOT NULL,
-    step_size integer DEFAULT 1 NOT NULL,
-    allocation_ratio double precision DEFAULT 1.0 NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone
-);
 
 --
 -- Name: resource_classes; Type: TABLE; Schema: placement; Owner: -
