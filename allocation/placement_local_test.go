@@ -220,7 +220,8 @@ func TestPlacementClassAgrees(t *testing.T) {
 // capacity is reserved or used by another consumer, or a node without
 // the traits in Placement), writes the consumer (project = owner) and the
 // claim log, and leaves the rest claimed for the general path: rows with
-// candidate_nodes, a trait Placement does not know, a consumer that exists.
+// candidate_nodes, a trait or a class Placement does not know, a consumer
+// that exists.
 // The general path then reserves or fails them with Placement's reasons.
 func TestPlacementClaimReserveLocal(t *testing.T) {
 	t.Parallel()
@@ -273,7 +274,8 @@ func TestPlacementClaimReserveLocal(t *testing.T) {
 	require.NoError(t, err)
 	_, err = f.pool.Exec(ctx, `INSERT INTO placement.consumers (uuid, project_id, user_id, generation) VALUES ($1, 'p', 'u', 0)`, exists.Uuid)
 	require.NoError(t, err)
-	rest = append(rest, unknown, cands.ID, exists.ID)
+	unknownClass := f.allocation(nil, "silver").ID
+	rest = append(rest, unknown, cands.ID, exists.ID, unknownClass)
 
 	me := f.conductor("c1")
 	a := f.allocatorMode("c1", PlacementModeLocal)
@@ -321,7 +323,9 @@ func TestPlacementClaimReserveLocal(t *testing.T) {
 	require.Equal(t, plain, *f.get(cands.ID).NodeUUID)
 	require.Equal(t, Failed, outs[unknown])
 	require.Contains(t, *f.get(unknown).LastError, "CUSTOM_UNKNOWN_TO_PLACEMENT")
+	require.Equal(t, Failed, outs[unknownClass])
+	require.Contains(t, *f.get(unknownClass).LastError, "silver")
 	require.Equal(t, Reserved, outs[exists.ID])
 	require.Equal(t, owned2, *f.get(exists.ID).NodeUUID)
-	f.checkNoLeak(append(slices.Clone(want), unknown, cands.ID, exists.ID))
+	f.checkNoLeak(append(slices.Clone(want), unknown, cands.ID, exists.ID, unknownClass))
 }

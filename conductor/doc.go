@@ -59,8 +59,14 @@
 // constraint race on one row rolls the whole batch back), the database
 // backend claims the batch only and sends every row down the slow path,
 // which fails the offending row with a reason instead of letting it block
-// the batch at every attempt. The placement backend (placementBackend) claims only, and processes each row
-// through Placement (allocation.PlacementAllocator.Process). The claim loop
+// the batch at every attempt. The placement backend (placementBackend), in
+// mode local (metalloc-placement on this database), has the same fast path
+// with Placement's writes in it (metalloc_claim_reserve_placement: the node
+// and its flat provider locked together with SKIP LOCKED, capacity
+// re-read under the provider's lock, the consumer, the allocation, the
+// generation bump, the claim log, the reservation); the rows it leaves,
+// and every row in mode http, go through selections from Placement
+// (allocation.PlacementAllocator.ClaimBatch, then Process). The claim loop
 // does not know which backend it drives.
 //
 // A node is picked with FOR UPDATE SKIP LOCKED among the free_nodes view

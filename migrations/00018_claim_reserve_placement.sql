@@ -79,10 +79,10 @@ DECLARE
     v_node_uuid uuid;
     v_rp bigint;
     v_rc integer;
-    v_class text;
-    v_class_id integer;
+    v_classes text[] := '{}';
+    v_class_ids integer[] := '{}';
+    v_k integer;
     v_consumer bigint;
-    v_fits boolean;
     v_lo bigint;
     v_hi bigint;
 BEGIN
@@ -102,13 +102,16 @@ BEGIN
         v_rc := NULL;
         v_consumer := NULL;
         IF r.candidate_nodes IS NULL THEN
-            -- A batch is mostly rows of one class: look it up once.
-            IF r.resource_class IS DISTINCT FROM v_class THEN
-                v_class := r.resource_class;
-                SELECT rc.id INTO v_class_id FROM placement.resource_classes rc
+            -- Each class of the batch is looked up once.
+            v_k := array_position(v_classes, r.resource_class);
+            IF v_k IS NULL THEN
+                SELECT rc.id INTO v_rc FROM placement.resource_classes rc
                  WHERE rc.name = metalloc_placement_class(r.resource_class);
+                v_classes := v_classes || r.resource_class;
+                v_class_ids := v_class_ids || v_rc;
+            ELSE
+                v_rc := v_class_ids[v_k];
             END IF;
-            v_rc := v_class_id;
         END IF;
         IF v_rc IS NOT NULL THEN
             FOR pass IN 1..2 LOOP
@@ -143,34 +146,40 @@ BEGIN
             END LOOP;
         END IF;
         IF v_node IS NOT NULL THEN
-            -- Under the provider's lock, in a snapshot of its own: a claim
-            -- that committed between the pick's snapshot and the lock is
-            -- counted.
-            SELECT metalloc_placement_fits(inv,
-                     (SELECT coalesce(sum(a.used), 0) FROM placement.allocations a
-                       WHERE a.resource_provider_id = v_rp AND a.resource_class_id = v_rc)::bigint, 1)
-              INTO v_fits
-              FROM placement.inventories inv
-             WHERE inv.resource_provider_id = v_rp AND inv.resource_class_id = v_rc;
-            IF v_fits THEN
+            -- One statement, under the provider's lock and in a snapshot
+            -- taken after it (a claim that committed between the pick's
+            -- snapshot and the lock is counted): if the provider can
+            -- still give the unit, the consumer (none if it exists), its
+            -- allocation, the generation bump and the claim log.
+            WITH c AS (
                 INSERT INTO placement.consumers (uuid, project_id, user_id, consumer_type, generation)
-                VALUES (r.uuid, coalesce(nullif(r.owner, ''), p_user_id), p_user_id, p_consumer_type, 1)
+                SELECT r.uuid, coalesce(nullif(r.owner, ''), p_user_id), p_user_id, p_consumer_type, 1
+                  FROM placement.inventories inv
+                 WHERE inv.resource_provider_id = v_rp AND inv.resource_class_id = v_rc
+                   AND metalloc_placement_fits(inv,
+                         (SELECT coalesce(sum(a.used), 0) FROM placement.allocations a
+                           WHERE a.resource_provider_id = v_rp AND a.resource_class_id = v_rc)::bigint, 1)
                 ON CONFLICT (uuid) DO NOTHING
-                RETURNING id INTO v_consumer;
-            END IF;
+                RETURNING id
+            ), a AS (
+                INSERT INTO placement.allocations (resource_provider_id, consumer_id, resource_class_id, used)
+                SELECT v_rp, c.id, v_rc, 1 FROM c
+                RETURNING consumer_id
+            ), g AS (
+                UPDATE placement.resource_providers SET generation = generation + 1, updated_at = now()
+                 WHERE id = v_rp AND EXISTS (SELECT FROM a)
+            ), l AS (
+                INSERT INTO placement_claims (consumer_uuid, provider_uuid)
+                SELECT r.uuid, v_node_uuid FROM a
+                ON CONFLICT (consumer_uuid) DO UPDATE
+                   SET provider_uuid = EXCLUDED.provider_uuid, created_at = now()
+            )
+            SELECT a.consumer_id INTO v_consumer FROM a;
             IF v_consumer IS NULL THEN
                 v_node := NULL;
             END IF;
         END IF;
         IF v_node IS NOT NULL THEN
-            INSERT INTO placement.allocations (resource_provider_id, consumer_id, resource_class_id, used)
-            VALUES (v_rp, v_consumer, v_rc, 1);
-            UPDATE placement.resource_providers SET generation = generation + 1, updated_at = now()
-             WHERE id = v_rp;
-            INSERT INTO placement_claims (consumer_uuid, provider_uuid)
-            VALUES (r.uuid, v_node_uuid)
-            ON CONFLICT (consumer_uuid) DO UPDATE
-               SET provider_uuid = EXCLUDED.provider_uuid, created_at = now();
             UPDATE allocations a
                SET conductor_affinity = p_me, node_id = v_node, state = 'active',
                    last_error = NULL, updated_at = now()
