@@ -116,7 +116,12 @@ func benchCmd() *cobra.Command {
 						return err
 					}
 					log.Info("nodes mirrored", zap.Duration("took", time.Since(start)))
-					return nil
+					// A bulk enrolment leaves the trackers one more pass
+					// over every node (the changes that arrived while the
+					// mirroring pass ran); a user allocating then shares
+					// the machine with it once. The figures are the steady
+					// state's: wait until the API and conductors idle.
+					return settle(ctx, log, o.Work, 3*time.Minute)
 				}
 			} else if backend != "database" {
 				return errors.New("--backend applies to the stack bench starts; with --api, configure the running conductors")
@@ -154,4 +159,35 @@ func benchCmd() *cobra.Command {
 	alloc.Flags().BoolVar(&o.Timeline, "timeline", false, "print latency per tenth of the run")
 	c.AddCommand(alloc, waitersCmd())
 	return c
+}
+
+// settle waits until work (the CPU of the API, the conductors and their
+// database backends) grows by less than a tenth of a core over a second,
+// or until timeout, logging what it waits for.
+func settle(ctx context.Context, log *zap.Logger, work func(context.Context) (loadgen.Work, error), timeout time.Duration) error {
+	start := time.Now()
+	before, err := work(ctx)
+	if err != nil {
+		return err
+	}
+	for time.Since(start) < timeout {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+		now, err := work(ctx)
+		if err != nil {
+			return err
+		}
+		busy := now.CPU - before.CPU
+		before = now
+		if busy < 100*time.Millisecond {
+			log.Info("conductors idle", zap.Duration("took", time.Since(start)))
+			return nil
+		}
+		log.Info("waiting for the resource trackers' follow-up pass", zap.Duration("cpu_last_second", busy))
+	}
+	log.Warn("conductors still busy; starting anyway", zap.Duration("waited", timeout))
+	return nil
 }
