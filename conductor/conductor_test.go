@@ -234,15 +234,24 @@ func TestConfigBackend(t *testing.T) {
 func TestBatchFailureFallsBackToSlowPath(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	// Four nodes, one taken below: the two good rows may be reserved before
-	// the bad one's slow path runs, which must still find a free node to
-	// fail on (else it fails with "no available nodes" instead).
+	batchFailure(t, pool, func() Config { return Config{Hostname: "c", PollInterval: 50 * time.Millisecond} })
+}
+
+// batchFailure runs the batch-failure scenario on pool and checks its
+// outcome: four nodes, one of them taken below by a row's uuid (the bad
+// row's slow path must still find a free node to fail on, else it fails
+// with "no available nodes" instead, as the two good rows may be reserved
+// first), two good rows, one conductor with config() (called once the
+// nodes exist). It returns the bad row's uuid.
+func batchFailure(t *testing.T, pool *pgxpool.Pool, config func() Config) uuid.UUID {
+	t.Helper()
 	dbtest.Nodes(t, pool, 4, "gold")
 	_, bad := dbtest.Allocation(t, pool, dbtest.AllocationSpec{})
 	_, err := pool.Exec(context.Background(), `UPDATE nodes SET instance_uuid = $1, provision_state = 'active' WHERE name = 'gold-1'`, bad)
 	require.NoError(t, err)
+	cfg := config()
 	addAllocations(t, pool, 2, "gold")
-	start(t, pool, Config{Hostname: "c", PollInterval: 50 * time.Millisecond})
+	start(t, pool, cfg)
 	dbtest.WaitFor(t, 20*time.Second, "every allocation to leave allocating", func() bool {
 		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'allocating'`) == 0
 	})
@@ -252,4 +261,34 @@ func TestBatchFailureFallsBackToSlowPath(t *testing.T) {
 	require.Equal(t, "error", state)
 	require.Contains(t, lastErr, "is already associated with another node")
 	require.Equal(t, 2, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active'`))
+	return bad
+}
+
+// TestPlacementBatchFailureFallsBackToSlowPath is
+// TestBatchFailureFallsBackToSlowPath for the placement backend in mode
+// local: the row whose uuid is already a node's instance_uuid fails the
+// one-statement batch (the node hold violates the instance's uniqueness),
+// nothing of that batch is written (no Placement consumer or allocation
+// either), the batch is claimed for the selection path, the bad row fails
+// with a reason and the others are reserved, Placement holding exactly
+// them.
+func TestPlacementBatchFailureFallsBackToSlowPath(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	var pc *client.Client
+	bad := batchFailure(t, pool, func() Config {
+		pc = pbPlacement(t, pool, "gold")
+		return Config{Hostname: "c", PollInterval: 50 * time.Millisecond, Backend: BackendPlacement,
+			Placement: pc, PlacementMode: "local"}
+	})
+	cur, err := pc.GetAllocations(context.Background(), bad)
+	require.NoError(t, err)
+	require.Empty(t, cur.Allocations, "the failed row left a Placement allocation")
+	require.Equal(t, 2, dbtest.Count(t, pool, `
+		SELECT count(*) FROM allocations a JOIN nodes n ON n.id = a.node_id
+		  JOIN placement.resource_providers rp ON rp.uuid = n.uuid
+		  JOIN placement.allocations pa ON pa.resource_provider_id = rp.id
+		  JOIN placement.consumers c ON c.id = pa.consumer_id AND c.uuid = a.uuid
+		 WHERE a.state = 'active'`))
+	require.Equal(t, 2, dbtest.Count(t, pool, `SELECT count(*) FROM placement.allocations`))
 }
