@@ -208,8 +208,16 @@
 //     deleted with its last member);
 //   - takeover and release touch allocation rows only, with SKIP LOCKED or
 //     waiting on nothing else; maintenance changes touch the node only; the
-//     placement backend claims in Placement first and then reserves through
-//     metalloc_reserve; the resource tracker only reads nodes.
+//     placement backend over HTTP claims in Placement first and then
+//     reserves through metalloc_reserve; the resource tracker only reads
+//     nodes;
+//   - the local Placement fast path (metalloc_claim_reserve_placement): its
+//     allocation rows with SKIP LOCKED, then each node together with its
+//     resource provider with SKIP LOCKED (it never waits for a provider a
+//     Placement API writer holds, those lock providers in id order), then
+//     Placement's rows and the node's hold; the local batch (localRound):
+//     nodes with SKIP LOCKED, the rows with SKIP LOCKED, then the picked
+//     nodes' providers in id order.
 //
 // metalloc_deallocate is the one deallocation. db.InTx retries a
 // transaction that still fails with a serialization failure, a deadlock or
