@@ -11,10 +11,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// gunicorn is a gunicorn master (and its workers, one process group)
-// serving a Python WSGI application: the reference OpenStack services the
-// tests start from Debian's packages.
-type gunicorn struct {
+// procGroup is a process started in its own process group, with the
+// children it forks (a gunicorn master and its workers, ironic-api and its
+// workers): the reference OpenStack services the tests start from Debian's
+// packages.
+type procGroup struct {
 	name    string // for messages: "OpenStack Placement", "Keystone"
 	cmd     *exec.Cmd
 	done    chan struct{} // closed when the master has exited
@@ -27,34 +28,40 @@ type gunicorn struct {
 // callable) from dir on listen, with env, appending its output to logPath.
 // One worker: two processes on one sqlite file answer concurrent writes
 // with "database is locked".
-func startGunicorn(name, dir, listen, app, logPath string, env []string, log *zap.Logger) (*gunicorn, error) {
+func startGunicorn(name, dir, listen, app, logPath string, env []string, log *zap.Logger) (*procGroup, error) {
 	bin, err := exec.LookPath("gunicorn")
 	if err != nil {
 		return nil, fmt.Errorf("gunicorn is not installed: apt-get install -y gunicorn python3-gunicorn")
 	}
+	return startGroup(name, []string{bin, "--workers", "1", "--bind", listen, "--timeout", "300",
+		"--graceful-timeout", "5", "--chdir", dir, app}, env, logPath, log)
+}
+
+// startGroup starts argv in a new process group with env (nil: this
+// process's), appending its output to logPath.
+func startGroup(name string, argv, env []string, logPath string, log *zap.Logger) (*procGroup, error) {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "--workers", "1", "--bind", listen, "--timeout", "300",
-		"--graceful-timeout", "5", "--chdir", dir, app)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("starting gunicorn for %s: %w", name, err)
+		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	g := &gunicorn{name: name, cmd: cmd, done: make(chan struct{}), log: log}
+	g := &procGroup{name: name, cmd: cmd, done: make(chan struct{}), log: log}
 	go func() { g.waitErr = cmd.Wait(); f.Close(); close(g.done) }()
 	return g, nil
 }
 
 // exited returns an error when the master has exited.
-func (g *gunicorn) exited() error {
+func (g *procGroup) exited() error {
 	select {
 	case <-g.done:
-		return fmt.Errorf("%s (gunicorn) exited (%v)", g.name, g.waitErr)
+		return fmt.Errorf("%s exited (%v)", g.name, g.waitErr)
 	default:
 		return nil
 	}
@@ -62,10 +69,18 @@ func (g *gunicorn) exited() error {
 
 // stop terminates the process group: SIGTERM, then SIGKILL after 10 s.
 // Calling it again does nothing.
-func (g *gunicorn) stop() {
+func (g *procGroup) stop() { g.end(syscall.SIGTERM) }
+
+// kill ends the process group with SIGKILL at once (a crash, as a test
+// wants it). Calling it or stop again does nothing.
+func (g *procGroup) kill() { g.end(syscall.SIGKILL) }
+
+// end sends sig to the process group, then SIGKILL after 10 s, and waits
+// until the group is empty.
+func (g *procGroup) end(sig syscall.Signal) {
 	g.once.Do(func() {
 		pgid := -g.cmd.Process.Pid
-		_ = syscall.Kill(pgid, syscall.SIGTERM)
+		_ = syscall.Kill(pgid, sig)
 		select {
 		case <-g.done:
 		case <-time.After(10 * time.Second):

@@ -37,7 +37,7 @@ type Keystone struct {
 	URL     string
 	Dir     string
 	LogPath string
-	*gunicorn
+	*procGroup
 
 	mu         sync.Mutex
 	adminToken string
@@ -140,7 +140,7 @@ key_repository = %[2]s/credential-keys
 	if err != nil {
 		return nil, err
 	}
-	k := &Keystone{URL: url, Dir: dir, LogPath: logPath, gunicorn: gp}
+	k := &Keystone{URL: url, Dir: dir, LogPath: logPath, procGroup: gp}
 
 	deadline := time.Now().Add(90 * time.Second)
 	for {

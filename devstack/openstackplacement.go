@@ -32,7 +32,7 @@ type OpenStackPlacement struct {
 	Dir string
 	// LogPath is gunicorn's and Placement's log.
 	LogPath string
-	*gunicorn
+	*procGroup
 	log *zap.Logger
 }
 
@@ -97,7 +97,7 @@ sqlite_synchronous = false
 	if err != nil {
 		return nil, err
 	}
-	p := &OpenStackPlacement{URL: "http://" + listen, Dir: dir, LogPath: logPath, gunicorn: g, log: log}
+	p := &OpenStackPlacement{URL: "http://" + listen, Dir: dir, LogPath: logPath, procGroup: g, log: log}
 
 	deadline := time.Now().Add(60 * time.Second)
 	for {

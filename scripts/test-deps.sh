@@ -3,7 +3,8 @@
 # embedded cluster installs itself): the reference OpenStack Placement 8.0
 # from Debian's packages (devstack.StartOpenStackPlacement, used by the
 # placement-backend tests), Keystone 22 (devstack.StartKeystone, the
-# authentication end-to-end tests), the openstack CLI with its baremetal and
+# authentication end-to-end tests), Ironic 21.4 with its PostgreSQL driver
+# (devstack.StartIronic: metalloc in front of Ironic), the openstack CLI with its baremetal and
 # placement plugins (driven by those tests as a user would), gabbi (the
 # runner of Placement's upstream suite, e2e TestPlacementUpstreamSuite),
 # systemd-analyze (configs/systemd_test.go), headless Chromium (the operator
@@ -16,6 +17,9 @@ pkgs=()
 command -v placement-manage >/dev/null || pkgs+=(python3-placement placement-api)
 command -v gunicorn >/dev/null || pkgs+=(gunicorn python3-gunicorn)
 command -v keystone-manage >/dev/null || pkgs+=(python3-keystone)
+command -v ironic-api >/dev/null || pkgs+=(ironic-api)
+command -v ironic-conductor >/dev/null || pkgs+=(ironic-conductor)
+/usr/bin/python3 -c 'import psycopg2' 2>/dev/null || pkgs+=(python3-psycopg2)
 command -v openstack >/dev/null || pkgs+=(python3-openstackclient)
 /usr/bin/python3 -c 'import ironicclient' 2>/dev/null || pkgs+=(python3-ironicclient)
 /usr/bin/python3 -c 'import osc_placement' 2>/dev/null || pkgs+=(python3-osc-placement)
