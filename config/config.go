@@ -45,7 +45,53 @@ type Config struct {
 	// the service user metalloc authenticates as (also to Placement with
 	// placement_backend.auth_strategy keystone).
 	Keystone auth.KeystoneConfig `mapstructure:"keystone"`
-	Log      Log                 `mapstructure:"log"`
+	// Ironic puts metalloc in front of an existing Ironic (README "In
+	// front of Ironic"); an empty endpoint is standalone metalloc.
+	Ironic Ironic `mapstructure:"ironic"`
+	Log    Log    `mapstructure:"log"`
+}
+
+// Ironic configures metalloc in front of an existing OpenStack Ironic
+// (21.4 or later): Ironic is the system of record for nodes, which the
+// conductors mirror; metalloc-api proxies every route metalloc does not
+// own to it (package ironic).
+type Ironic struct {
+	// Endpoint is Ironic's API root (http://ironic:6385). Default "":
+	// standalone metalloc, nothing of this section is used.
+	Endpoint string `mapstructure:"endpoint"`
+	// AuthStrategy is how metalloc itself authenticates to Ironic (the
+	// mirror's reads, a node's refresh after a proxied change): "noauth"
+	// (the default), "http_basic" (Username, Password) or "keystone" (a
+	// token of the keystone section's service user, renewed before it
+	// expires and after a 401). Proxied requests carry the client's own
+	// credentials whatever this says.
+	AuthStrategy string `mapstructure:"auth_strategy"`
+	// Username and Password are the http_basic credentials.
+	Username string `mapstructure:"username"`
+	Password string `mapstructure:"password"`
+	// KeystoneScope is the scope of the keystone service user's token:
+	// "system" (the default: Ironic's secure RBAC lists every node only
+	// to system-scoped readers; give the user a system role) or "project"
+	// (keystone.project_name; enough for Ironic's legacy rules with the
+	// admin role).
+	KeystoneScope string `mapstructure:"keystone_scope"`
+	// CAFile is a PEM bundle to verify an https Endpoint with (default:
+	// the system's roots); proxied requests use it too.
+	CAFile string `mapstructure:"ca_file"`
+	// Timeout bounds each request to Ironic, proxied or metalloc's own
+	// (default 30s); a proxied request past it answers 503.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// Microversion pins the microversion of metalloc's own requests
+	// (e.g. "1.82"); "" (the default) uses the highest both Ironic and
+	// metalloc support. At least 1.65 (node lessee).
+	Microversion string `mapstructure:"microversion"`
+	// SyncSchedule is the robfig/cron period of the conductors' full
+	// mirror of Ironic's nodes (default "@every 60s"; "off": only the sync
+	// at start and prompt refreshes). One conductor syncs at a time.
+	SyncSchedule string `mapstructure:"sync_schedule"`
+	// SyncPageSize is how many nodes one request of the full sync reads
+	// (default 1000, Ironic's [api]max_limit).
+	SyncPageSize int `mapstructure:"sync_page_size"`
 }
 
 // Access is the authentication, access-rule and request-size settings of
@@ -301,6 +347,16 @@ func defaults(v *viper.Viper) {
 	v.SetDefault("placement_backend.initial_cpu_allocation_ratio", 16.0)
 	v.SetDefault("placement_backend.initial_ram_allocation_ratio", 1.5)
 	v.SetDefault("placement_backend.initial_disk_allocation_ratio", 1.0)
+	v.SetDefault("ironic.endpoint", "")
+	v.SetDefault("ironic.auth_strategy", auth.StrategyNoAuth)
+	v.SetDefault("ironic.username", "")
+	v.SetDefault("ironic.password", "")
+	v.SetDefault("ironic.keystone_scope", "system")
+	v.SetDefault("ironic.ca_file", "")
+	v.SetDefault("ironic.timeout", "30s")
+	v.SetDefault("ironic.microversion", "")
+	v.SetDefault("ironic.sync_schedule", "@every 60s")
+	v.SetDefault("ironic.sync_page_size", 1000)
 	v.SetDefault("log.level", "info")
 	v.SetDefault("log.format", "json")
 	v.SetDefault("log.flush_interval", "0s")

@@ -13,7 +13,7 @@ import (
 type IronicNode struct {
 	Name          string         `json:"name,omitempty"`
 	ResourceClass string         `json:"resource_class,omitempty"`
-	Owner         string         `json:"owner,omitempty"`
+	Owner         string         `json:"-"`
 	Properties    map[string]any `json:"properties,omitempty"`
 	Extra         map[string]any `json:"extra,omitempty"`
 	// Traits are set after creation (PUT /v1/nodes/{uuid}/traits).
@@ -50,7 +50,7 @@ func (i *Ironic) EnrollAvailable(ctx context.Context, nodes []IronicNode, concur
 
 func (i *Ironic) enrollOne(ctx context.Context, n IronicNode) (string, error) {
 	body := map[string]any{"driver": "fake-hardware"}
-	for k, v := range map[string]any{"name": n.Name, "resource_class": n.ResourceClass, "owner": n.Owner} {
+	for k, v := range map[string]any{"name": n.Name, "resource_class": n.ResourceClass} {
 		if v != "" {
 			body[k] = v
 		}
@@ -67,6 +67,14 @@ func (i *Ironic) enrollOne(ctx context.Context, n IronicNode) (string, error) {
 	if _, err := i.Do(ctx, http.MethodPost, "/v1/nodes", body, &created); err != nil {
 		return "", err
 	}
+	if n.Owner != "" {
+		// Ironic 21.4 refuses an owner in the creation request of a caller
+		// without a project (noauth); a change afterwards is fine.
+		if _, err := i.Do(ctx, http.MethodPatch, "/v1/nodes/"+created.UUID, []map[string]any{
+			{"op": "add", "path": "/owner", "value": n.Owner}}, nil); err != nil {
+			return created.UUID, err
+		}
+	}
 	if len(n.Traits) > 0 {
 		if _, err := i.Do(ctx, http.MethodPut, "/v1/nodes/"+created.UUID+"/traits", map[string]any{"traits": n.Traits}, nil); err != nil {
 			return created.UUID, err
@@ -77,7 +85,39 @@ func (i *Ironic) enrollOne(ctx context.Context, n IronicNode) (string, error) {
 			return created.UUID, err
 		}
 	}
-	return created.UUID, nil
+	// fake-hardware nodes have no power state until Ironic's power sync
+	// (every 60 s) or a power action; allocation needs one.
+	return created.UUID, i.SetPowerState(ctx, created.UUID, "power off", 2*time.Minute)
+}
+
+// SetPowerState asks Ironic to power node ident to target ("power on",
+// "power off") and waits up to timeout until its power_state is target.
+func (i *Ironic) SetPowerState(ctx context.Context, ident, target string, timeout time.Duration) error {
+	if _, err := i.Do(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(ident)+"/states/power",
+		map[string]any{"target": target}, nil); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		var n struct {
+			PowerState *string `json:"power_state"`
+			Target     *string `json:"target_power_state"`
+		}
+		if _, err := i.Do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(ident)+"?fields=power_state,target_power_state", nil, &n); err != nil {
+			return err
+		}
+		if n.PowerState != nil && *n.PowerState == target && n.Target == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node %s not %q after %s", ident, target, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // SetProvisionState asks Ironic to move node ident to target (PUT

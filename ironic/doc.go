@@ -1,0 +1,89 @@
+// Package ironic puts metalloc in front of an existing OpenStack Ironic
+// (21.4 or later; configuration section ironic, README "In front of
+// Ironic"): Ironic is the system of record for nodes and drives the
+// hardware; metalloc's conductors mirror Ironic's nodes and decide
+// allocations; metalloc-api answers for both. This comment is the
+// protocol of the mirror and of the proxy; the allocation backend that
+// writes metalloc's allocations into Ironic is conductor/doc.go's.
+//
+// # Client
+//
+// Client is gophercloud's bare-metal client with metalloc's own
+// credentials (ironic.auth_strategy: noauth, http_basic, or keystone with
+// the keystone section's service user, system-scoped by default), TLS
+// verified with ironic.ca_file, one microversion for all its requests
+// (ironic.microversion, or the highest both sides support, at least 1.65),
+// and Ironic's errors as *Error carrying Ironic's faultstring (IsNotFound,
+// IsConflict, IsUnavailable: unreachable, 502, 503, 504). It contacts
+// Ironic only when first used: a process starts while Ironic is down.
+//
+// # The node mirror
+//
+// The conductors copy Ironic's nodes into metalloc's tables: nodes (uuid,
+// name, driver, resource_class, provision and power states and their
+// targets, maintenance and its reason, fault, last_error, owner, lessee,
+// instance_uuid, conductor_group, properties, extra, description,
+// protected, retired, shard), node_traits, and ironic_nodes (per node:
+// when Ironic's answer was read, and Ironic's own instance_uuid and
+// allocation_uuid). The allocation code reads the mirror as it reads
+// standalone nodes: the free predicate, the pick and the traits are the
+// same. Two paths write it, both through the SQL function
+// metalloc_ironic_mirror (migrations/00150_ironic_mirror.sql):
+//
+//   - the full sync (Mirror.FullSync): Ironic's allocations (node lists
+//     cannot carry allocation_uuid), then every node page by page
+//     (ironic.sync_page_size, Ironic's order), then the removal of the
+//     nodes Ironic no longer lists (metalloc_ironic_prune);
+//   - the refresh of one node (Mirror.Refresh), which metalloc-api runs
+//     after every change it proxies for that node, before it answers, so
+//     that the next allocation decision sees the change.
+//
+// Every read of Ironic is stamped with the database clock taken just
+// before the request is sent (read_at). A write never replaces a node
+// whose stored read is newer: a page read before a refresh cannot undo
+// the refresh. A read started after a change Ironic committed sees the
+// change, so ordering by read_at orders by what was seen. Unchanged nodes
+// are not written (only their read_at), and only changed nodes are
+// locked: picks, which skip locked nodes, are not held up by a sync.
+//
+// Ironic's word wins, except where metalloc holds a node: a node whose
+// allocation_id is set keeps metalloc's instance_uuid (Ironic's is in
+// ironic_nodes, for the allocation backend to reconcile). A name Ironic
+// gives a node is taken from any mirrored node that still has it (a
+// rename or a swap in Ironic; that node's own row is corrected when it is
+// read). An instance Ironic gives a node is taken likewise from a node
+// metalloc does not hold; if metalloc holds it on another node, this node
+// gets no instance and is put into maintenance with a reason saying so,
+// until a later read finds the two agreeing ("unavailable until the next
+// sync": the next read writes Ironic's maintenance back).
+//
+// A node gone from Ironic (absent from a complete listing that started
+// after its last read, or 404 to a refresh by uuid) is removed, with the
+// allocation it holds if that is active (Ironic's node deletion takes the
+// node's allocation with it). A node held by an allocation still
+// allocating is kept: the allocation backend is between its two writes,
+// learns from Ironic that the node is gone, and lets go; a later prune
+// removes it. Nothing is removed when the listing failed, or when it was
+// empty while the mirror is not (credentials that see no node must not
+// empty the mirror; a warning is logged).
+//
+// # The sync lease
+//
+// One conductor runs the full sync at a time. The lease is the one row of
+// ironic_sync_lease, naming its holder (a conductors id). Every conductor
+// runs a Syncer: every RenewInterval (conductor.heartbeat_interval) it
+// takes or keeps the lease with one compare-and-set (AcquireLease: the
+// lease is free, or already its own, or its holder's last renewal is older
+// than LeaseTimeout (conductor.heartbeat_timeout), or its holder is a dead
+// conductor by metalloc_conductor_alive, the one liveness definition of
+// conductor/doc.go). The holder syncs at once when it takes the lease
+// (a sync may have died with the previous holder), then on
+// ironic.sync_schedule, retrying a failed sync every RenewInterval. Every
+// write of the full sync renews the lease in the same statement and
+// writes nothing unless its conductor still holds it: a holder that was
+// paused and taken for dead changes nothing when it wakes (ErrLeaseLost)
+// and stands by. A conductor that stops cleanly releases the lease, so a
+// standby takes it at its next try. Refreshes are not guarded: any
+// metalloc-api may refresh any node at any time, and read_at orders them
+// with the sync's pages.
+package ironic

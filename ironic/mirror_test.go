@@ -1,0 +1,455 @@
+package ironic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/metalloc/metalloc/db/dbtest"
+	"github.com/metalloc/metalloc/devstack"
+)
+
+// mirrored is a node as the mirror left it in metalloc's tables.
+type mirrored struct {
+	Name, ResourceClass, Owner, Lessee, MaintenanceReason *string
+	ProvisionState                                        string
+	PowerState                                            *string
+	Maintenance, Free                                     bool
+	InstanceUUID, IronicInstance, IronicAllocation        *uuid.UUID
+	ConductorGroup                                        string
+	Properties, Extra                                     map[string]any
+	Traits                                                []string
+}
+
+// node reads node u from the mirror; ok is false when it is not there.
+func node(t *testing.T, pool *pgxpool.Pool, u string) (n mirrored, ok bool) {
+	t.Helper()
+	err := pool.QueryRow(context.Background(), `
+		SELECT n.name, n.resource_class, n.owner, n.lessee, n.maintenance_reason, n.provision_state,
+		       n.power_state, n.maintenance,
+		       metalloc_node_free(n.provision_state, n.maintenance, n.power_state, n.instance_uuid, n.allocation_id),
+		       n.instance_uuid, m.instance_uuid, m.allocation_uuid, n.conductor_group, n.properties, n.extra,
+		       coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t WHERE t.node_id = n.id), '{}')
+		  FROM nodes n LEFT JOIN ironic_nodes m ON m.node_id = n.id WHERE n.uuid = $1`, u).Scan(
+		&n.Name, &n.ResourceClass, &n.Owner, &n.Lessee, &n.MaintenanceReason, &n.ProvisionState,
+		&n.PowerState, &n.Maintenance, &n.Free, &n.InstanceUUID, &n.IronicInstance, &n.IronicAllocation,
+		&n.ConductorGroup, &n.Properties, &n.Extra, &n.Traits)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return n, false
+	}
+	require.NoError(t, err)
+	return n, true
+}
+
+// newMirror returns a mirror of ir into a fresh database, and the
+// conductor id holding the sync lease there.
+func newMirror(t *testing.T, ir *devstack.Ironic, pageSize int) (*Mirror, *pgxpool.Pool, int64) {
+	t.Helper()
+	pool := dbtest.New(t)
+	c, err := NewClient(Options{Endpoint: ir.URL, Timeout: time.Minute})
+	require.NoError(t, err)
+	m := NewMirror(c, pool, pageSize, zaptest.NewLogger(t))
+	me := dbtest.Conductor(t, pool, "conductor-"+uuid.NewString()[:8], 0, true)
+	_, err = m.q.AcquireLease(context.Background(), AcquireLeaseParams{Me: me, TtlSeconds: 3600, AliveSeconds: 3600})
+	require.NoError(t, err)
+	return m, pool, me
+}
+
+// TestFullSync mirrors nodes made in Ironic, then changes made directly in
+// Ironic (maintenance, an instance, a deletion, a rename that swaps two
+// names, traits, owner and lessee, an allocation): after the next full sync the mirror
+// says what Ironic says, and the nodes in maintenance, with an instance or
+// deleted are not allocatable. Pages of 2 nodes make it page.
+func TestFullSync(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ir := shared(t)
+	p := "fs-" + uuid.NewString()[:8] + "-"
+	uuids, err := ir.EnrollAvailable(ctx, []devstack.IronicNode{
+		{Name: p + "a", ResourceClass: "gold", Traits: []string{"CUSTOM_A", "CUSTOM_B"}, Owner: "proj-a",
+			Properties: map[string]any{"cpus": 8, "memory_mb": 1024}, Extra: map[string]any{"rack": "r1"}},
+		{Name: p + "b", ResourceClass: "gold"},
+		{Name: p + "c", ResourceClass: "silver"},
+		{Name: p + "d", ResourceClass: "silver"},
+		{Name: p + "e", ResourceClass: "gold"},
+		{Name: p + "f", ResourceClass: "bronze"},
+	}, 6)
+	require.NoError(t, err)
+	m, pool, me := newMirror(t, ir, 2)
+
+	res, err := m.FullSync(ctx, me)
+	require.NoError(t, err)
+	require.True(t, res.Pruned)
+	require.GreaterOrEqual(t, res.Created, 6)
+	require.GreaterOrEqual(t, res.Pages, 3)
+	a, ok := node(t, pool, uuids[0])
+	require.True(t, ok)
+	require.Equal(t, p+"a", *a.Name)
+	require.Equal(t, "gold", *a.ResourceClass)
+	require.Equal(t, "proj-a", *a.Owner)
+	require.Equal(t, "available", a.ProvisionState)
+	require.NotNil(t, a.PowerState)
+	require.True(t, a.Free)
+	require.Equal(t, []string{"CUSTOM_A", "CUSTOM_B"}, a.Traits)
+	require.Equal(t, map[string]any{"cpus": 8.0, "memory_mb": 1024.0}, a.Properties)
+	require.Equal(t, map[string]any{"rack": "r1"}, a.Extra)
+
+	// A second sync with nothing changed writes no node.
+	res, err = m.FullSync(ctx, me)
+	require.NoError(t, err)
+	mine := 0
+	for _, u := range uuids {
+		if _, ok := node(t, pool, u); ok {
+			mine++
+		}
+	}
+	require.Equal(t, 6, mine)
+
+	// Changes made directly in Ironic.
+	inst := uuid.New()
+	_, err = ir.Do(ctx, http.MethodPut, "/v1/nodes/"+uuids[0]+"/maintenance", map[string]any{"reason": "fan"}, nil)
+	require.NoError(t, err)
+	_, err = ir.Do(ctx, http.MethodPatch, "/v1/nodes/"+uuids[1], []map[string]any{
+		{"op": "add", "path": "/instance_uuid", "value": inst.String()}}, nil)
+	require.NoError(t, err)
+	_, err = ir.Do(ctx, http.MethodDelete, "/v1/nodes/"+uuids[2], nil, nil)
+	require.NoError(t, err)
+	// Swap the names of d and e (through a third name).
+	for _, ch := range []struct{ u, name string }{{uuids[3], p + "x"}, {uuids[4], p + "d"}, {uuids[3], p + "e"}} {
+		_, err = ir.Do(ctx, http.MethodPatch, "/v1/nodes/"+ch.u, []map[string]any{
+			{"op": "replace", "path": "/name", "value": ch.name}}, nil)
+		require.NoError(t, err)
+	}
+	_, err = ir.Do(ctx, http.MethodPut, "/v1/nodes/"+uuids[4]+"/traits", map[string]any{"traits": []string{"CUSTOM_Z"}}, nil)
+	require.NoError(t, err)
+	_, err = ir.Do(ctx, http.MethodPatch, "/v1/nodes/"+uuids[4], []map[string]any{
+		{"op": "add", "path": "/owner", "value": "proj-e"}, {"op": "add", "path": "/lessee", "value": "proj-l"}}, nil)
+	require.NoError(t, err)
+
+	var alloc struct {
+		UUID string `json:"uuid"`
+	}
+	_, err = ir.Do(ctx, http.MethodPost, "/v1/allocations", map[string]any{
+		"resource_class": "bronze", "candidate_nodes": []string{uuids[5]}}, &alloc)
+	require.NoError(t, err)
+	dbtest.WaitFor(t, 2*time.Minute, "Ironic's allocation active", func() bool {
+		var a struct {
+			State string `json:"state"`
+		}
+		_, err := ir.Do(ctx, http.MethodGet, "/v1/allocations/"+alloc.UUID, nil, &a)
+		require.NoError(t, err)
+		require.NotEqual(t, "error", a.State)
+		return a.State == "active"
+	})
+
+	res, err = m.FullSync(ctx, me)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, res.Deleted, 1)
+	f, _ := node(t, pool, uuids[5])
+	au := uuid.MustParse(alloc.UUID)
+	require.Equal(t, &au, f.IronicAllocation)
+	require.Equal(t, &au, f.InstanceUUID)
+	require.False(t, f.Free)
+	a, _ = node(t, pool, uuids[0])
+	require.True(t, a.Maintenance)
+	require.Equal(t, "fan", *a.MaintenanceReason)
+	require.False(t, a.Free)
+	b, _ := node(t, pool, uuids[1])
+	require.Equal(t, &inst, b.InstanceUUID)
+	require.Equal(t, &inst, b.IronicInstance)
+	require.False(t, b.Free)
+	_, ok = node(t, pool, uuids[2])
+	require.False(t, ok, "a node deleted in Ironic is still mirrored")
+	d, _ := node(t, pool, uuids[3])
+	e, _ := node(t, pool, uuids[4])
+	require.Equal(t, p+"e", *d.Name)
+	require.Equal(t, p+"d", *e.Name)
+	require.Equal(t, []string{"CUSTOM_Z"}, e.Traits)
+	require.Equal(t, "proj-e", *e.Owner)
+	require.Equal(t, "proj-l", *e.Lessee)
+	require.True(t, e.Free)
+
+	// Back out of maintenance and without the instance: allocatable again.
+	_, err = ir.Do(ctx, http.MethodDelete, "/v1/nodes/"+uuids[0]+"/maintenance", nil, nil)
+	require.NoError(t, err)
+	_, err = ir.Do(ctx, http.MethodPatch, "/v1/nodes/"+uuids[1], []map[string]any{
+		{"op": "remove", "path": "/instance_uuid"}}, nil)
+	require.NoError(t, err)
+	_, err = m.FullSync(ctx, me)
+	require.NoError(t, err)
+	a, _ = node(t, pool, uuids[0])
+	b, _ = node(t, pool, uuids[1])
+	require.True(t, a.Free)
+	require.True(t, b.Free)
+	require.Nil(t, b.InstanceUUID)
+}
+
+// TestHeldNodes: a node metalloc holds for an allocation keeps metalloc's
+// instance_uuid whatever Ironic says (Ironic's is kept beside it); a node
+// deleted in Ironic while an allocation still allocating holds it stays
+// until the hold is gone; one holding an active allocation goes, with the
+// allocation, as in Ironic. A node whose Ironic instance metalloc holds on
+// another node is put into maintenance, with the reason.
+func TestHeldNodes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ir := shared(t)
+	p := "held-" + uuid.NewString()[:8] + "-"
+	uuids, err := ir.EnrollAvailable(ctx, []devstack.IronicNode{{Name: p + "a"}, {Name: p + "b"}, {Name: p + "c"}}, 3)
+	require.NoError(t, err)
+	m, pool, me := newMirror(t, ir, 0)
+	_, err = m.FullSync(ctx, me)
+	require.NoError(t, err)
+	id := func(u string) int64 {
+		return int64(dbtest.Count(t, pool, "SELECT id FROM nodes WHERE uuid = $1", u))
+	}
+
+	// a: an active allocation of metalloc's; b: one still allocating
+	// (held between metalloc's write and Ironic's).
+	_, active := dbtest.Allocation(t, pool, dbtest.AllocationSpec{Node: id(uuids[0])})
+	var allocating uuid.UUID
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var aid int64
+		allocating = uuid.New()
+		if err := tx.QueryRow(ctx, `INSERT INTO allocations (uuid, resource_class, state, node_id)
+			VALUES ($1, 'baremetal', 'allocating', $2) RETURNING id`, allocating, id(uuids[1])).Scan(&aid); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE nodes SET allocation_id = $1, instance_uuid = $2 WHERE id = $3`, aid, allocating, id(uuids[1]))
+		return err
+	}))
+
+	// In Ironic: a gets another instance; c gets b's allocating uuid as
+	// its instance (metalloc holds that on b).
+	other := uuid.New()
+	_, err = ir.Do(ctx, http.MethodPatch, "/v1/nodes/"+uuids[0], []map[string]any{
+		{"op": "add", "path": "/instance_uuid", "value": other.String()}}, nil)
+	require.NoError(t, err)
+	_, err = ir.Do(ctx, http.MethodPatch, "/v1/nodes/"+uuids[2], []map[string]any{
+		{"op": "add", "path": "/instance_uuid", "value": allocating.String()}}, nil)
+	require.NoError(t, err)
+	_, err = m.FullSync(ctx, me)
+	require.NoError(t, err)
+	a, _ := node(t, pool, uuids[0])
+	require.Equal(t, &active, a.InstanceUUID, "metalloc's hold was overwritten")
+	require.Equal(t, &other, a.IronicInstance)
+	c, _ := node(t, pool, uuids[2])
+	require.Nil(t, c.InstanceUUID)
+	require.True(t, c.Maintenance)
+	require.Contains(t, *c.MaintenanceReason, "metalloc holds on another node")
+	require.False(t, c.Free)
+
+	// a and b deleted in Ironic (maintenance first: they have instances
+	// there, or not).
+	for _, u := range uuids[:2] {
+		_, err = ir.Do(ctx, http.MethodPut, "/v1/nodes/"+u+"/maintenance", map[string]any{"reason": "rma"}, nil)
+		require.NoError(t, err)
+		_, err = ir.Do(ctx, http.MethodDelete, "/v1/nodes/"+u, nil, nil)
+		require.NoError(t, err)
+	}
+	res, err := m.FullSync(ctx, me)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Kept)
+	_, ok := node(t, pool, uuids[0])
+	require.False(t, ok, "a node deleted in Ironic with an active allocation is still mirrored")
+	require.Zero(t, dbtest.Count(t, pool, "SELECT count(*) FROM allocations WHERE uuid = $1", active))
+	_, ok = node(t, pool, uuids[1])
+	require.True(t, ok, "a node held by an allocating allocation was removed")
+
+	// The hold ends (the backend gave up on b): the next sync removes it.
+	_, err = pool.Exec(ctx, `SELECT metalloc_deallocate(id) FROM allocations WHERE uuid = $1`, allocating)
+	require.NoError(t, err)
+	_, err = m.FullSync(ctx, me)
+	require.NoError(t, err)
+	_, ok = node(t, pool, uuids[1])
+	require.False(t, ok)
+	require.Empty(t, dbtest.Broken(t, pool))
+}
+
+// TestRefresh: one node read again at once (by uuid or name) shows what
+// Ironic has; a uuid Ironic no longer knows is removed; a write of an
+// older read never overwrites a newer one.
+func TestRefresh(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ir := shared(t)
+	p := "rf-" + uuid.NewString()[:8] + "-"
+	uuids, err := ir.EnrollAvailable(ctx, []devstack.IronicNode{{Name: p + "a", ResourceClass: "gold"}}, 1)
+	require.NoError(t, err)
+	m, pool, _ := newMirror(t, ir, 0)
+	require.NoError(t, m.Refresh(ctx, p+"a")) // by name: a new node
+	a, ok := node(t, pool, uuids[0])
+	require.True(t, ok)
+	require.Equal(t, "gold", *a.ResourceClass)
+
+	// An old read (of before the change below) is kept aside.
+	before, err := m.q.DBNow(ctx)
+	require.NoError(t, err)
+	old, err := m.client.GetNode(ctx, uuids[0])
+	require.NoError(t, err)
+
+	_, err = ir.Do(ctx, http.MethodPatch, "/v1/nodes/"+uuids[0], []map[string]any{
+		{"op": "replace", "path": "/resource_class", "value": "platinum"}}, nil)
+	require.NoError(t, err)
+	require.NoError(t, m.Refresh(ctx, uuids[0]))
+	a, _ = node(t, pool, uuids[0])
+	require.Equal(t, "platinum", *a.ResourceClass)
+
+	w, err := m.write(ctx, []json.RawMessage{old}, nil, before, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, w.Stale)
+	a, _ = node(t, pool, uuids[0])
+	require.Equal(t, "platinum", *a.ResourceClass, "an older read overwrote a newer one")
+
+	// A name Ironic does not know changes nothing; a uuid it does not
+	// know is removed.
+	require.NoError(t, m.Refresh(ctx, p+"nope"))
+	_, err = ir.Do(ctx, http.MethodDelete, "/v1/nodes/"+uuids[0], nil, nil)
+	require.NoError(t, err)
+	require.NoError(t, m.Refresh(ctx, uuids[0]))
+	_, ok = node(t, pool, uuids[0])
+	require.False(t, ok)
+}
+
+// TestSyncerTakeover: two conductors' syncers share one lease; the holder
+// syncs, the other stands by. When the holder's conductor dies (its
+// heartbeat is old) the standby takes the lease over (compare-and-set)
+// and syncs, and the old holder's writes change nothing from then on
+// (ErrLeaseLost). A holder that stops cleanly hands the lease back at
+// once. A lease whose holder stopped renewing can be taken too.
+func TestSyncerTakeover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ir := shared(t)
+	pool := dbtest.New(t)
+	c, err := NewClient(Options{Endpoint: ir.URL, Timeout: time.Minute})
+	require.NoError(t, err)
+	m := NewMirror(c, pool, 0, zaptest.NewLogger(t))
+	c1 := dbtest.Conductor(t, pool, "c1", 0, true)
+	c2 := dbtest.Conductor(t, pool, "c2", 0, true)
+
+	type run struct {
+		cancel context.CancelFunc
+		done   chan struct{}
+		synced chan error
+	}
+	start := func(me int64) *run {
+		s, err := NewSyncer(m, SyncerConfig{ConductorID: me, Schedule: "@every 1s",
+			RenewInterval: 20 * time.Millisecond, LeaseTimeout: time.Hour}, zaptest.NewLogger(t))
+		require.NoError(t, err)
+		r := &run{done: make(chan struct{}), synced: make(chan error, 100)}
+		s.OnSync = func(_ SyncResult, err error) {
+			select {
+			case r.synced <- err:
+			default:
+			}
+		}
+		var rctx context.Context
+		rctx, r.cancel = context.WithCancel(ctx)
+		go func() { defer close(r.done); s.Run(rctx) }()
+		t.Cleanup(func() { r.cancel(); <-r.done })
+		return r
+	}
+	holder := func() *int64 {
+		st, err := m.LeaseStatus(ctx)
+		require.NoError(t, err)
+		return st.Holder
+	}
+	waitSync := func(r *run, what string) {
+		select {
+		case err := <-r.synced:
+			require.NoError(t, err, what)
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("no sync: %s", what)
+		}
+	}
+
+	r1 := start(c1)
+	waitSync(r1, "c1 syncs first")
+	require.Equal(t, &c1, holder())
+	r2 := start(c2)
+	// c2 stands by: it tries the lease every 20 ms and c1 keeps it; c1
+	// syncing again (at least 1 s later) comes after many of c2's tries.
+	waitSync(r1, "c1 syncs on its schedule")
+	require.Equal(t, &c1, holder())
+	select {
+	case err := <-r2.synced:
+		t.Fatalf("standby c2 synced (%v) while c1 held the lease", err)
+	default:
+	}
+
+	// c1's conductor is dead: c2 takes over and syncs; c1 writes nothing.
+	_, err = pool.Exec(ctx, `UPDATE conductors SET heartbeat_at = now() - interval '2 hours' WHERE id = $1`, c1)
+	require.NoError(t, err)
+	waitSync(r2, "c2 takes over")
+	require.Equal(t, &c2, holder())
+	_, err = m.FullSync(ctx, c1)
+	require.ErrorIs(t, err, ErrLeaseLost)
+
+	// c2 stops cleanly: the lease is free at once, and c1 (alive again)
+	// takes it.
+	_, err = pool.Exec(ctx, `UPDATE conductors SET heartbeat_at = now() WHERE id = $1`, c1)
+	require.NoError(t, err)
+	r2.cancel()
+	<-r2.done
+	waitSync(r1, "c1 takes the released lease")
+	require.Equal(t, &c1, holder())
+
+	// A holder that stopped renewing for longer than the lease timeout
+	// loses it to the next try (here: c2, straight through AcquireLease).
+	r1.cancel()
+	<-r1.done
+	_, err = m.q.AcquireLease(ctx, AcquireLeaseParams{Me: c1, TtlSeconds: 3600, AliveSeconds: 3600})
+	require.NoError(t, err)
+	_, err = m.q.AcquireLease(ctx, AcquireLeaseParams{Me: c2, TtlSeconds: 3600, AliveSeconds: 3600})
+	require.ErrorIs(t, err, pgx.ErrNoRows)
+	_, err = pool.Exec(ctx, `UPDATE ironic_sync_lease SET renewed_at = now() - interval '2 hours'`)
+	require.NoError(t, err)
+	_, err = m.q.AcquireLease(ctx, AcquireLeaseParams{Me: c2, TtlSeconds: 3600, AliveSeconds: 3600})
+	require.NoError(t, err)
+	require.Equal(t, &c2, holder())
+}
+
+// TestSyncKeepsMirrorWhenIronicIsDown: an unreachable Ironic fails the
+// sync without removing anything; an empty listing while the mirror has
+// nodes removes nothing either.
+func TestSyncKeepsMirrorWhenIronicIsDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ir := startIronic(t, devstack.IronicOptions{Conductors: 1})
+	uuids, err := ir.EnrollAvailable(ctx, []devstack.IronicNode{{Name: "down-a"}}, 1)
+	require.NoError(t, err)
+	m, pool, me := newMirror(t, ir, 0)
+	_, err = m.FullSync(ctx, me)
+	require.NoError(t, err)
+
+	ir.StopAPI()
+	_, err = m.FullSync(ctx, me)
+	require.True(t, IsUnavailable(err), "%v", err)
+	_, ok := node(t, pool, uuids[0])
+	require.True(t, ok)
+	require.NoError(t, ir.StartAPI(ctx))
+
+	// An empty Ironic, a mirror with a node: nothing is removed.
+	_, err = ir.Do(ctx, http.MethodDelete, "/v1/nodes/"+uuids[0], nil, nil)
+	require.NoError(t, err)
+	res, err := m.FullSync(ctx, me)
+	require.NoError(t, err)
+	require.False(t, res.Pruned)
+	_, ok = node(t, pool, uuids[0])
+	require.True(t, ok)
+	st, err := m.LeaseStatus(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, st.LastSyncAt)
+	require.True(t, slices.Contains([]int32{0}, *st.LastSyncNodes))
+}
