@@ -197,30 +197,39 @@ func (m *Mirror) prune(ctx context.Context, before time.Time, uuids []uuid.UUID,
 // allocating stays); a 404 for a name changes nothing (the node may have
 // been renamed: the next full sync sees). metalloc-api calls it after
 // every change it proxies for a node, before answering the client, so
-// that metalloc's next allocation decision sees the change. Errors are
-// *Error (Ironic) or database errors.
-func (m *Mirror) Refresh(ctx context.Context, ident string) error {
+// that metalloc's next allocation decision sees the change. moving is
+// true when Ironic is still moving the node to a target provision or
+// power state (the proxy then reads it again until it arrives). Errors
+// are *Error (Ironic) or database errors.
+func (m *Mirror) Refresh(ctx context.Context, ident string) (moving bool, err error) {
 	readAt, err := m.q.DBNow(ctx)
 	if err != nil {
-		return fmt.Errorf("ironic refresh: reading the database clock: %w", err)
+		return false, fmt.Errorf("ironic refresh: reading the database clock: %w", err)
 	}
 	raw, err := m.client.GetNode(ctx, ident)
 	if IsNotFound(err) {
 		u, perr := uuid.Parse(ident)
 		if perr != nil {
-			return nil
+			return false, nil
 		}
 		p, err := m.prune(ctx, readAt, []uuid.UUID{u}, nil)
 		if err == nil && p.Deleted+p.Kept > 0 {
 			m.log.Info("node gone from Ironic", zap.String("node", ident), zap.Bool("kept", p.Kept > 0))
 		}
-		return err
+		return false, err
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
-	_, err = m.write(ctx, []json.RawMessage{raw}, nil, readAt, nil)
-	return err
+	if _, err = m.write(ctx, []json.RawMessage{raw}, nil, readAt, nil); err != nil {
+		return false, err
+	}
+	var targets struct {
+		Provision *string `json:"target_provision_state"`
+		Power     *string `json:"target_power_state"`
+	}
+	_ = json.Unmarshal(raw, &targets)
+	return targets.Provision != nil || targets.Power != nil, nil
 }
 
 // Resolve returns the uuid of node ident in the mirror: ident itself when

@@ -287,7 +287,8 @@ func TestRefresh(t *testing.T) {
 	uuids, err := ir.EnrollAvailable(ctx, []devstack.IronicNode{{Name: p + "a", ResourceClass: "gold"}}, 1)
 	require.NoError(t, err)
 	m, pool, _ := newMirror(t, ir, 0)
-	require.NoError(t, m.Refresh(ctx, p+"a")) // by name: a new node
+	_, err = m.Refresh(ctx, p+"a") // by name: a new node
+	require.NoError(t, err)
 	a, ok := node(t, pool, uuids[0])
 	require.True(t, ok)
 	require.Equal(t, "gold", *a.ResourceClass)
@@ -301,7 +302,9 @@ func TestRefresh(t *testing.T) {
 	_, err = ir.Do(ctx, http.MethodPatch, "/v1/nodes/"+uuids[0], []map[string]any{
 		{"op": "replace", "path": "/resource_class", "value": "platinum"}}, nil)
 	require.NoError(t, err)
-	require.NoError(t, m.Refresh(ctx, uuids[0]))
+	moving, err := m.Refresh(ctx, uuids[0])
+	require.NoError(t, err)
+	require.False(t, moving)
 	a, _ = node(t, pool, uuids[0])
 	require.Equal(t, "platinum", *a.ResourceClass)
 
@@ -313,10 +316,12 @@ func TestRefresh(t *testing.T) {
 
 	// A name Ironic does not know changes nothing; a uuid it does not
 	// know is removed.
-	require.NoError(t, m.Refresh(ctx, p+"nope"))
+	_, err = m.Refresh(ctx, p+"nope")
+	require.NoError(t, err)
 	_, err = ir.Do(ctx, http.MethodDelete, "/v1/nodes/"+uuids[0], nil, nil)
 	require.NoError(t, err)
-	require.NoError(t, m.Refresh(ctx, uuids[0]))
+	_, err = m.Refresh(ctx, uuids[0])
+	require.NoError(t, err)
 	_, ok = node(t, pool, uuids[0])
 	require.False(t, ok)
 }

@@ -68,23 +68,9 @@ func IronicVersion() echo.MiddlewareFunc {
 			h := c.Response().Header()
 			h.Set(IronicMinVersionHeader, IronicMinVersion.String())
 			h.Set(IronicMaxVersionHeader, IronicMaxVersion.String())
-			raw := c.Request().Header.Get(IronicVersionHeader)
-			v := IronicMinVersion
-			if raw != "" {
-				var ok bool
-				if v, ok = ParseVersion(raw, IronicMaxVersion); !ok {
-					return Errorf(http.StatusNotAcceptable, "Invalid value for %s header", IronicVersionHeader)
-				}
-			}
-			if v.Major != 1 {
-				return Errorf(http.StatusNotAcceptable,
-					"Mutually exclusive versions requested. Version %s requested but not supported by this service. The supported version range is: [%s, %s].",
-					v, IronicMinVersion, IronicMaxVersion)
-			}
-			if v.Less(IronicMinVersion) || IronicMaxVersion.Less(v) {
-				return Errorf(http.StatusNotAcceptable,
-					"Version %s was requested but the minor version is not supported by this service. The supported version range is: [%s, %s].",
-					v, IronicMinVersion, IronicMaxVersion)
+			v, err := NegotiateIronicVersion(c.Request().Header.Get(IronicVersionHeader), IronicMinVersion, IronicMaxVersion)
+			if err != nil {
+				return err
 			}
 			h.Set(IronicVersionHeader, v.String())
 			c.Set(versionKey, v)
@@ -92,6 +78,31 @@ func IronicVersion() echo.MiddlewareFunc {
 			return next(c)
 		}
 	}
+}
+
+// NegotiateIronicVersion is the microversion a request asks for with the
+// X-OpenStack-Ironic-API-Version value raw, in the range lo to hi, as
+// Ironic negotiates: "" is lo, "latest" is hi; a malformed value or one
+// out of range is a 406 *Error with Ironic's messages.
+func NegotiateIronicVersion(raw string, lo, hi Version) (Version, error) {
+	v := lo
+	if raw != "" {
+		var ok bool
+		if v, ok = ParseVersion(raw, hi); !ok {
+			return v, Errorf(http.StatusNotAcceptable, "Invalid value for %s header", IronicVersionHeader)
+		}
+	}
+	if v.Major != 1 {
+		return v, Errorf(http.StatusNotAcceptable,
+			"Mutually exclusive versions requested. Version %s requested but not supported by this service. The supported version range is: [%s, %s].",
+			v, lo, hi)
+	}
+	if v.Less(lo) || hi.Less(v) {
+		return v, Errorf(http.StatusNotAcceptable,
+			"Version %s was requested but the minor version is not supported by this service. The supported version range is: [%s, %s].",
+			v, lo, hi)
+	}
+	return v, nil
 }
 
 const versionKey = "metalloc.version"
@@ -133,48 +144,64 @@ func ResourceLinks(base, resource, id string) []Link {
 
 // IronicVersionDoc is the version object of Ironic's root documents.
 func IronicVersionDoc(base string) map[string]any {
+	return IronicVersionDocIn(base, IronicMinVersion, IronicMaxVersion)
+}
+
+// IronicVersionDocIn is IronicVersionDoc for the microversion range lo to
+// hi (metalloc in front of Ironic answers for both: package ironic).
+func IronicVersionDocIn(base string, lo, hi Version) map[string]any {
 	return map[string]any{
 		"id":          "v1",
 		"links":       []Link{{Href: base + "/v1/", Rel: "self"}},
 		"status":      "CURRENT",
-		"min_version": IronicMinVersion.String(),
-		"version":     IronicMaxVersion.String(),
+		"min_version": lo.String(),
+		"version":     hi.String(),
 	}
+}
+
+// IronicRootDoc is the document of GET / (Ironic's shape) for the
+// microversion range lo to hi.
+func IronicRootDoc(base string, lo, hi Version) map[string]any {
+	return map[string]any{
+		"name":            "OpenStack Ironic API",
+		"description":     "metalloc: an Ironic-compatible bare-metal allocation service.",
+		"default_version": IronicVersionDocIn(base, lo, hi),
+		"versions":        []any{IronicVersionDocIn(base, lo, hi)},
+	}
+}
+
+// IronicV1Doc is the document of GET /v1 (Ironic's shape) for the
+// microversion range lo to hi, linking the given top-level resources.
+func IronicV1Doc(base string, resources []string, lo, hi Version) map[string]any {
+	doc := map[string]any{
+		"id": "v1",
+		"links": []Link{
+			{Href: base + "/v1/", Rel: "self"},
+			{Href: "https://docs.openstack.org/ironic/latest/contributor/webapi.html", Rel: "describedby", Type: "text/html"},
+		},
+		"media_types": map[string]string{
+			"base": "application/json",
+			"type": "application/vnd.openstack.ironic.v1+json",
+		},
+		"version": IronicVersionDocIn(base, lo, hi),
+	}
+	for _, r := range resources {
+		doc[r] = []Link{
+			{Href: base + "/v1/" + r + "/", Rel: "self"},
+			{Href: base + "/" + r + "/", Rel: "bookmark"},
+		}
+	}
+	return doc
 }
 
 // RegisterIronicRoot serves GET / and GET /v1 (and /v1/) version documents in
 // Ironic's shape, listing the given top-level resources in /v1.
 func RegisterIronicRoot(e *echo.Echo, publicEndpoint string, resources []string) {
 	e.GET("/", func(c echo.Context) error {
-		base := PublicURL(c, publicEndpoint)
-		return c.JSON(http.StatusOK, map[string]any{
-			"name":            "OpenStack Ironic API",
-			"description":     "metalloc: an Ironic-compatible bare-metal allocation service.",
-			"default_version": IronicVersionDoc(base),
-			"versions":        []any{IronicVersionDoc(base)},
-		})
+		return c.JSON(http.StatusOK, IronicRootDoc(PublicURL(c, publicEndpoint), IronicMinVersion, IronicMaxVersion))
 	})
 	v1 := func(c echo.Context) error {
-		base := PublicURL(c, publicEndpoint)
-		doc := map[string]any{
-			"id": "v1",
-			"links": []Link{
-				{Href: base + "/v1/", Rel: "self"},
-				{Href: "https://docs.openstack.org/ironic/latest/contributor/webapi.html", Rel: "describedby", Type: "text/html"},
-			},
-			"media_types": map[string]string{
-				"base": "application/json",
-				"type": "application/vnd.openstack.ironic.v1+json",
-			},
-			"version": IronicVersionDoc(base),
-		}
-		for _, r := range resources {
-			doc[r] = []Link{
-				{Href: base + "/v1/" + r + "/", Rel: "self"},
-				{Href: base + "/" + r + "/", Rel: "bookmark"},
-			}
-		}
-		return c.JSON(http.StatusOK, doc)
+		return c.JSON(http.StatusOK, IronicV1Doc(PublicURL(c, publicEndpoint), resources, IronicMinVersion, IronicMaxVersion))
 	}
 	e.GET("/v1", v1, IronicVersion())
 	e.GET("/v1/", v1, IronicVersion())

@@ -28,6 +28,7 @@ import (
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor/conductorapi"
 	"github.com/metalloc/metalloc/config"
+	"github.com/metalloc/metalloc/ironic"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/port"
 	"github.com/metalloc/metalloc/topology"
@@ -80,7 +81,16 @@ func run(cmd *cobra.Command, _ []string) error {
 	go func() { defer close(hubDone); hub.Run(hubCtx) }()
 	defer func() { stopHub(); <-hubDone }()
 
-	e, err := newAPI(cfg, pool, authn, rules, hub, log)
+	// In front of Ironic (ironic.endpoint), every route metalloc does not
+	// own goes to Ironic (package ironic).
+	front, err := newFront(cfg, pool, log)
+	if err != nil {
+		return err
+	}
+	if front != nil {
+		defer front.Close()
+	}
+	e, err := newAPIWith(cfg, pool, authn, rules, hub, front, log)
 	if err != nil {
 		return err
 	}
@@ -113,6 +123,24 @@ func run(cmd *cobra.Command, _ []string) error {
 	return nil
 }
 
+// resources are the top-level resources of metalloc-api's /v1 document.
+var resources = []string{"nodes", "ports", "portgroups", "conductors", "allocations"}
+
+// newFront returns metalloc-api's front for the Ironic at ironic.endpoint
+// (refreshing nodes it changes in the mirror on pool), or nil when
+// ironic.endpoint is empty.
+func newFront(cfg config.Config, pool *pgxpool.Pool, log *zap.Logger) (*ironic.Front, error) {
+	ic, err := cli.IronicClient(cfg)
+	if err != nil || ic == nil {
+		return nil, err
+	}
+	log.Info("in front of Ironic: routes metalloc does not own go to Ironic", zap.String("ironic", ic.Root()))
+	return ironic.NewFront(ironic.FrontOptions{
+		Client: ic, Mirror: ironic.NewMirror(ic, pool, cfg.Ironic.SyncPageSize, log),
+		PublicEndpoint: cfg.API.PublicEndpoint, Resources: resources, Log: log,
+	})
+}
+
 // accessDefaults are metalloc-api's default access rules: Ironic's, and
 // those of metalloc's own routes (the topology's).
 func accessDefaults() []policy.Default {
@@ -129,6 +157,17 @@ func accessDefaults() []policy.Default {
 // the operator page at /ui/ (package ui;
 // its fleet summary is node's GET /v1/ui/fleet).
 func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rules auth.Rules, hub *allocation.Hub, log *zap.Logger) (*echo.Echo, error) {
+	return newAPIWith(cfg, pool, authn, rules, hub, nil, log)
+}
+
+// newAPIWith is newAPI in front of Ironic when front is not nil: its
+// route-level switch (ironic.Front.Middleware) comes right after request
+// ids and the access log, before the request timeout, the body limit and
+// authentication, so that every route metalloc does not own (ironic.Owned)
+// goes to Ironic whatever metalloc registers for it, with the client's own
+// credentials.
+func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rules auth.Rules, hub *allocation.Hub,
+	front *ironic.Front, log *zap.Logger) (*echo.Echo, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = web.IronicErrorHandler
@@ -157,6 +196,9 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	}
 
 	e.Use(httpMetrics, web.RequestID(log), web.AccessLog(), middleware.Recover())
+	if front != nil {
+		e.Use(front.Middleware())
+	}
 	if cfg.API.RequestTimeout > 0 {
 		// The request's context ends after RequestTimeout: a database that
 		// stopped answering gives 503, not a hung client. Waits and event
@@ -173,7 +215,6 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 		return web.Errorf(http.StatusRequestEntityTooLarge, "Request is too large.")
 	}))
 	e.Use(auth.Middleware(authn, web.IronicPublicRoute, web.IronicAuthFailure))
-	resources := []string{"nodes", "ports", "portgroups", "conductors", "allocations"}
 	web.RegisterIronicRoot(e, cfg.API.PublicEndpoint, resources)
 	v1 := e.Group("/v1", web.IronicVersion())
 	nodes := node.NewStore(pool)

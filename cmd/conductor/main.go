@@ -16,6 +16,7 @@ import (
 	"github.com/metalloc/metalloc/conductor"
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/ironic"
 	"github.com/metalloc/metalloc/placement/client"
 	"github.com/metalloc/metalloc/web"
 )
@@ -122,5 +123,35 @@ func run(cmd *cobra.Command, _ []string) error {
 	sd := cli.StartSystemd(env.Ctx, env.Log)
 	defer sd.Close()
 	svc.OnReady = sd.Ready
+	// In front of Ironic (ironic.endpoint), the conductor mirrors Ironic's
+	// nodes, one conductor at a time (package ironic): its syncer starts
+	// once the conductor is registered and stops with env.Ctx.
+	ic, err := cli.IronicClient(env.Config)
+	if err != nil {
+		return err
+	}
+	if ic != nil {
+		registered := make(chan struct{})
+		svc.OnReady = func() { sd.Ready(); close(registered) }
+		syncCtx, stopSync := context.WithCancel(env.Ctx)
+		syncDone := make(chan struct{})
+		go func() {
+			defer close(syncDone)
+			select {
+			case <-registered:
+			case <-syncCtx.Done():
+				return
+			}
+			syncer, err := ironic.NewSyncer(ironic.NewMirror(ic, env.Pool, env.Config.Ironic.SyncPageSize, env.Log),
+				ironic.SyncerConfig{ConductorID: svc.ID(), Schedule: env.Config.Ironic.SyncSchedule,
+					RenewInterval: c.HeartbeatInterval, LeaseTimeout: c.HeartbeatTimeout}, env.Log)
+			if err != nil { // the schedule was checked by IronicClient
+				env.Log.Error("Ironic node sync not started", zap.Error(err))
+				return
+			}
+			syncer.Run(syncCtx)
+		}()
+		defer func() { stopSync(); <-syncDone }()
+	}
 	return svc.Run(env.Ctx)
 }

@@ -33,6 +33,12 @@ func nodeCmd() *cobra.Command {
 			if err := cfg.RequireDatabase(); err != nil {
 				return err
 			}
+			if cfg.Ironic.Endpoint != "" {
+				// In front of Ironic the nodes are Ironic's: the conductors
+				// mirror them, and would remove imported ones.
+				return fmt.Errorf("ironic.endpoint is set (%s): enrol nodes in Ironic (through metalloc-api, e.g. "+
+					"`openstack baremetal create`); metalloc mirrors them", cfg.Ironic.Endpoint)
+			}
 			return importNodes(cmd.Context(), cfg.Database.URL, args[0], available, log)
 		},
 	}

@@ -1,0 +1,455 @@
+package ironic
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/web"
+)
+
+// Owned reports whether metalloc-api serves a request for path itself in
+// front of Ironic; every other request goes to Ironic (Front). metalloc
+// owns its allocations (/v1/allocations, and a node's allocation at
+// /v1/nodes/{node}/allocation), its extensions (/v1/allocation_groups,
+// /v1/topology, /v1/ui/...), its operator page (/ui/) and metrics
+// (/metrics); / and /v1 are answered for both (Front). Everything else,
+// nodes included, is Ironic's, whatever metalloc serves when standalone.
+func Owned(path string) bool {
+	p := strings.TrimRight(path, "/")
+	if p == "" || p == "/v1" || p == "/metrics" || p == "/ui" || strings.HasPrefix(p, "/ui/") {
+		return true
+	}
+	for _, prefix := range []string{"/v1/allocations", "/v1/allocation_groups", "/v1/topology", "/v1/ui"} {
+		if p == prefix || strings.HasPrefix(p, prefix+"/") {
+			return true
+		}
+	}
+	seg := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	return len(seg) == 4 && seg[0] == "v1" && seg[1] == "nodes" && seg[3] == "allocation"
+}
+
+// nodeOf returns the node a request for path is about: ident for
+// /v1/nodes/{ident}[/...], "" with ok for /v1/nodes itself.
+func nodeOf(path string) (ident string, ok bool) {
+	seg := strings.Split(strings.Trim(path, "/"), "/")
+	if len(seg) < 2 || seg[0] != "v1" || seg[1] != "nodes" {
+		return "", false
+	}
+	if len(seg) == 2 {
+		return "", true
+	}
+	if seg[2] == "detail" && len(seg) == 3 {
+		return "", false
+	}
+	return seg[2], true
+}
+
+// FrontOptions configures a Front.
+type FrontOptions struct {
+	// Client is the Ironic behind metalloc (its root, TLS, timeout and
+	// microversion range). Required.
+	Client *Client
+	// Mirror, when set, is refreshed after every change proxied for a
+	// node (Mirror.Refresh).
+	Mirror *Mirror
+	// PublicEndpoint is api.public_endpoint: links in Ironic's answers
+	// name it (X-Forwarded-Host, -Proto, -Prefix), and the version
+	// documents metalloc answers when Ironic cannot.
+	PublicEndpoint string
+	// Resources are the top-level resources of metalloc's own /v1
+	// document, answered while Ironic cannot be reached.
+	Resources []string
+	// FollowFor is how long a node Ironic is still moving (a target
+	// provision or power state) after a proxied change is read again,
+	// with back-off, until it arrives (default 2 min).
+	FollowFor time.Duration
+	Log       *zap.Logger
+}
+
+// Front is metalloc-api's face in front of Ironic: a route-level switch
+// (Middleware) sending every request metalloc does not own (Owned) to
+// Ironic unchanged (httputil.ReverseProxy: method, path, query, body, the
+// client's credentials and headers, plus X-Forwarded-* so that Ironic's
+// links name metalloc), answering / and /v1 for the pair, and checking
+// every /v1 request's microversion against the pair's range (the
+// intersection of metalloc's and Ironic's). An Ironic that cannot be
+// reached or does not answer within the client's timeout gives 503 in
+// Ironic's error format; nothing else changes. After a change proxied
+// for a node it refreshes the node in the mirror before answering, and
+// reads it again while Ironic is still moving it.
+type Front struct {
+	opts   FrontOptions
+	target *url.URL
+	proxy  *httputil.ReverseProxy
+	log    *zap.Logger
+
+	ctx       context.Context // ends at Close: follow-ups stop
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	following sync.Map // node ident → struct{}
+
+	vmu     sync.Mutex
+	lastTry time.Time // last attempt to read Ironic's range while unknown
+}
+
+// proxyState travels with a proxied request to ModifyResponse.
+type proxyState struct {
+	node   string // the node changed (uuid when the mirror knew it)
+	create bool   // POST /v1/nodes: the node's uuid is in the answer
+	log    *zap.Logger
+}
+
+type proxyStateKey struct{}
+
+// NewFront returns the front for opts.Client's Ironic.
+func NewFront(opts FrontOptions) (*Front, error) {
+	if opts.Client == nil {
+		return nil, errors.New("ironic: NewFront needs a Client")
+	}
+	target, err := url.Parse(opts.Client.Root())
+	if err != nil {
+		return nil, err
+	}
+	if opts.FollowFor <= 0 {
+		opts.FollowFor = 2 * time.Minute
+	}
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	f := &Front{opts: opts, target: target, log: opts.Log}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	f.proxy = &httputil.ReverseProxy{
+		Rewrite:        f.rewrite,
+		Transport:      opts.Client.Transport(),
+		ModifyResponse: f.modifyResponse,
+		ErrorHandler:   f.unavailable,
+		ErrorLog:       zap.NewStdLog(opts.Log),
+	}
+	return f, nil
+}
+
+// Close stops the follow-up reads of moving nodes and waits for them.
+func (f *Front) Close() {
+	f.cancel()
+	f.wg.Wait()
+}
+
+// Versions is the microversion range metalloc-api answers for in front of
+// Ironic: the intersection of metalloc's and Ironic's. Until Ironic has
+// answered once (asked at most every 5 s) it is metalloc's own.
+func (f *Front) Versions(ctx context.Context) (lo, hi web.Version) {
+	lo, hi = web.IronicMinVersion, web.IronicMaxVersion
+	f.vmu.Lock()
+	try := time.Since(f.lastTry) >= 5*time.Second
+	if try {
+		f.lastTry = time.Now()
+	}
+	f.vmu.Unlock()
+	c := f.opts.Client
+	c.mu.Lock()
+	known := c.haveVR
+	c.mu.Unlock()
+	if !known && !try {
+		return lo, hi
+	}
+	ilo, ihi, err := c.Versions(ctx)
+	if err != nil {
+		return lo, hi
+	}
+	if lo.Less(ilo) {
+		lo = ilo
+	}
+	if ihi.Less(hi) {
+		hi = ihi
+	}
+	return lo, hi
+}
+
+// Middleware is the route-level switch: requests metalloc owns go on to
+// its handlers (with the pair's microversion checks), / and /v1 are
+// answered for the pair, everything else is proxied to Ironic. Put it
+// after request ids and the access log and before authentication:
+// proxied requests are authenticated by Ironic, with the client's own
+// credentials.
+func (f *Front) Middleware() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			req := c.Request()
+			path := req.URL.Path
+			if !strings.HasPrefix(path, "/v1") {
+				if strings.TrimRight(path, "/") == "" && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
+					return f.versionDoc(c, "/")
+				}
+				if Owned(path) {
+					return next(c)
+				}
+				return f.serve(c)
+			}
+			lo, hi := f.Versions(req.Context())
+			h := c.Response().Header()
+			c.Response().Before(func() {
+				h.Set(web.IronicMinVersionHeader, lo.String())
+				h.Set(web.IronicMaxVersionHeader, hi.String())
+			})
+			raw := req.Header.Get(web.IronicVersionHeader)
+			v, err := web.NegotiateIronicVersion(raw, lo, hi)
+			if err != nil {
+				return err
+			}
+			if strings.EqualFold(raw, "latest") {
+				req.Header.Set(web.IronicVersionHeader, v.String())
+			}
+			if strings.TrimRight(path, "/") == "/v1" && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
+				return f.versionDoc(c, "/v1")
+			}
+			if Owned(path) {
+				return next(c)
+			}
+			return f.serve(c)
+		}
+	}
+}
+
+// serve proxies the request to Ironic.
+func (f *Front) serve(c echo.Context) error {
+	req := c.Request()
+	ctx, cancel := context.WithTimeout(req.Context(), f.opts.Client.Timeout())
+	defer cancel()
+	st := &proxyState{log: web.Logger(c)}
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+	default:
+		if ident, ok := nodeOf(req.URL.Path); ok && f.opts.Mirror != nil {
+			if ident == "" {
+				st.create = req.Method == http.MethodPost
+			} else {
+				// Resolved now: the change may rename or delete it.
+				st.node = ident
+				if u, found, err := f.opts.Mirror.Resolve(ctx, ident); err == nil && found {
+					st.node = u.String()
+				}
+			}
+		}
+	}
+	// metalloc's request id answers, as for its own routes; Ironic gets it
+	// as the global request id (in its logs beside its own), unless the
+	// client sent one.
+	if id := web.RequestIDFrom(req.Context()); id != "" && req.Header.Get(web.RequestIDHeader) == "" {
+		req.Header.Set(web.RequestIDHeader, id)
+	}
+	c.SetPath("ironic:proxy")
+	f.proxy.ServeHTTP(c.Response(), req.WithContext(context.WithValue(ctx, proxyStateKey{}, st)))
+	return nil
+}
+
+// rewrite sends the request to Ironic's root, keeping its path and query,
+// with X-Forwarded-* naming metalloc (forwarded).
+func (f *Front) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(f.target)
+	pr.Out.Host = ""
+	f.forwarded(pr.In, pr.Out.Header)
+}
+
+// forwarded sets X-Forwarded-For, -Host, -Proto (and -Prefix) in out for
+// request in, naming metalloc as the client reached it
+// (api.public_endpoint when set; else what a proxy in front of metalloc
+// said; else the request's own host and scheme), so that Ironic's links
+// name metalloc.
+func (f *Front) forwarded(in *http.Request, out http.Header) {
+	host, proto, prefix := in.Host, "http", ""
+	if in.TLS != nil {
+		proto = "https"
+	}
+	if v := in.Header.Get("X-Forwarded-Host"); v != "" {
+		host = v
+	}
+	if v := in.Header.Get("X-Forwarded-Proto"); v != "" {
+		proto = v
+	}
+	if pe := f.opts.PublicEndpoint; pe != "" {
+		if u, err := url.Parse(pe); err == nil && u.Host != "" {
+			host, proto, prefix = u.Host, u.Scheme, strings.TrimRight(u.Path, "/")
+		}
+	}
+	if ip, _, err := net.SplitHostPort(in.RemoteAddr); err == nil {
+		if prior := in.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		out.Set("X-Forwarded-For", ip)
+	}
+	out.Set("X-Forwarded-Host", host)
+	out.Set("X-Forwarded-Proto", proto)
+	if prefix != "" {
+		out.Set("X-Forwarded-Prefix", prefix)
+	} else {
+		out.Del("X-Forwarded-Prefix")
+	}
+}
+
+// modifyResponse refreshes the node a successful change was about, before
+// the answer goes to the client.
+func (f *Front) modifyResponse(resp *http.Response) error {
+	st, _ := resp.Request.Context().Value(proxyStateKey{}).(*proxyState)
+	if id := resp.Header.Get(web.RequestIDHeader); id != "" && st != nil {
+		st.log.Debug("proxied to Ironic", zap.String("ironic_request_id", id), zap.Int("status", resp.StatusCode))
+	}
+	resp.Header.Del(web.RequestIDHeader) // one id in the answer: metalloc's
+	if st == nil || resp.StatusCode/100 != 2 || (st.node == "" && !st.create) {
+		return nil
+	}
+	node := st.node
+	if st.create {
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		if err != nil {
+			return nil
+		}
+		var created struct {
+			UUID string `json:"uuid"`
+		}
+		if json.Unmarshal(body, &created) != nil || created.UUID == "" {
+			return nil
+		}
+		node = created.UUID
+	}
+	f.refresh(resp.Request.Context(), node, st.log)
+	return nil
+}
+
+// refresh mirrors node now, and follows it while Ironic moves it.
+func (f *Front) refresh(ctx context.Context, node string, log *zap.Logger) {
+	moving, err := f.opts.Mirror.Refresh(ctx, node)
+	if err != nil {
+		log.Warn("refreshing the node in the mirror after a proxied change failed; the next full sync corrects it",
+			zap.String("node", node), zap.Error(err))
+		return
+	}
+	if moving {
+		f.follow(node)
+	}
+}
+
+// follow reads node again, with back-off from 250 ms to 5 s, until Ironic
+// no longer moves it, for at most FollowFor; one follow-up per node.
+func (f *Front) follow(node string) {
+	if _, busy := f.following.LoadOrStore(node, struct{}{}); busy {
+		return
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		defer f.following.Delete(node)
+		deadline := time.Now().Add(f.opts.FollowFor)
+		delay := 250 * time.Millisecond
+		for time.Now().Before(deadline) {
+			select {
+			case <-f.ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			ctx, cancel := context.WithTimeout(f.ctx, f.opts.Client.Timeout())
+			moving, err := f.opts.Mirror.Refresh(ctx, node)
+			cancel()
+			if err == nil && !moving {
+				return
+			}
+			delay = min(2*delay, 5*time.Second)
+		}
+	}()
+}
+
+// unavailable answers a request Ironic did not answer: 503 in Ironic's
+// error format.
+func (f *Front) unavailable(w http.ResponseWriter, r *http.Request, err error) {
+	reason := "no answer"
+	var ie *Error
+	if errors.As(mapError(context.Background(), r.Method, r.URL.String(), err), &ie) {
+		reason = ie.Message
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		reason = "no answer within " + f.opts.Client.Timeout().String()
+	}
+	if st, _ := r.Context().Value(proxyStateKey{}).(*proxyState); st != nil {
+		st.log.Warn("Ironic unavailable", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
+	}
+	msg := "The bare metal service (Ironic) behind metalloc is unavailable (" + reason + "); retry later."
+	body, _ := json.Marshal(web.IronicErrorBody(http.StatusServiceUnavailable, msg))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(body)
+	}
+}
+
+// versionDoc answers GET / or /v1 for the pair: Ironic's document (its
+// resources, its links naming metalloc) with the pair's range, or, when
+// Ironic cannot be reached, metalloc's own with the range last known.
+func (f *Front) versionDoc(c echo.Context, which string) error {
+	req := c.Request()
+	lo, hi := f.Versions(req.Context())
+	base := web.PublicURL(c, f.opts.PublicEndpoint)
+	ctx, cancel := context.WithTimeout(req.Context(), min(f.opts.Client.Timeout(), 5*time.Second))
+	defer cancel()
+	doc, err := f.ironicDoc(ctx, c, which)
+	if err != nil {
+		web.Logger(c).Debug("Ironic's version document unavailable; answering metalloc's", zap.Error(err))
+		if which == "/" {
+			return c.JSON(http.StatusOK, web.IronicRootDoc(base, lo, hi))
+		}
+		return c.JSON(http.StatusOK, web.IronicV1Doc(base, f.opts.Resources, lo, hi))
+	}
+	setRange := func(v any) {
+		if m, ok := v.(map[string]any); ok {
+			m["min_version"], m["version"] = lo.String(), hi.String()
+		}
+	}
+	if which == "/" {
+		setRange(doc["default_version"])
+		if vs, ok := doc["versions"].([]any); ok {
+			for _, v := range vs {
+				setRange(v)
+			}
+		}
+	} else {
+		setRange(doc["version"])
+	}
+	return c.JSON(http.StatusOK, doc)
+}
+
+// ironicDoc reads Ironic's document at which, as the client would see it
+// through metalloc (forwarded headers), at the request's microversion.
+func (f *Front) ironicDoc(ctx context.Context, c echo.Context, which string) (map[string]any, error) {
+	out, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(f.target.String(), "/")+which, nil)
+	if err != nil {
+		return nil, err
+	}
+	f.forwarded(c.Request(), out.Header)
+	out.Header.Set(web.IronicVersionHeader, c.Request().Header.Get(web.IronicVersionHeader))
+	resp, err := (&http.Client{Transport: f.opts.Client.Transport()}).Do(out)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, &Error{Method: http.MethodGet, URL: out.URL.String(), Status: resp.StatusCode}
+	}
+	var doc map[string]any
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&doc); err != nil {
+		return nil, err
+	}
+	return doc, nil
+}
