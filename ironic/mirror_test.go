@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -457,4 +459,98 @@ func TestSyncKeepsMirrorWhenIronicIsDown(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, st.LastSyncAt)
 	require.True(t, slices.Contains([]int32{0}, *st.LastSyncNodes))
+}
+
+// TestMirrorRaces: changes made in Ironic, each followed by a refresh (as
+// the proxy does), race other refreshes of the same nodes and full syncs
+// of the lease holder, while a conductor without the lease keeps trying to
+// sync. The non-holder never writes (ErrLeaseLost every time); nothing
+// fails; and once the changes stop, without any further sync, the mirror
+// says what Ironic says for every node: no older read ever overwrote a
+// newer one.
+func TestMirrorRaces(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ir := shared(t)
+	p := "race-" + uuid.NewString()[:8] + "-"
+	var spec []devstack.IronicNode
+	for i := range 6 {
+		spec = append(spec, devstack.IronicNode{Name: p + string(rune('a'+i)), ResourceClass: "race"})
+	}
+	uuids, err := ir.EnrollAvailable(ctx, spec, 6)
+	require.NoError(t, err)
+	m, pool, me := newMirror(t, ir, 2)
+	other := dbtest.Conductor(t, pool, "other", 0, true)
+
+	done := make(chan struct{})
+	errs := make(chan error, 100)
+	var running sync.WaitGroup
+	loop := func(fn func(i int) error) {
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if err := fn(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	loop(func(int) error { _, err := m.FullSync(ctx, me); return err })
+	loop(func(int) error {
+		if _, err := m.FullSync(ctx, other); !errors.Is(err, ErrLeaseLost) {
+			return fmt.Errorf("a conductor without the lease synced: %v", err)
+		}
+		return nil
+	})
+	for range 2 {
+		loop(func(i int) error { _, err := m.Refresh(ctx, uuids[i%len(uuids)]); return err })
+	}
+
+	// The changes: maintenance on and off, extra and description, each
+	// refreshed at once.
+	for round := range 12 {
+		u := uuids[round%len(uuids)]
+		ops := []map[string]any{{"op": "add", "path": "/extra/round", "value": round},
+			{"op": "add", "path": "/description", "value": fmt.Sprintf("round %d", round)}}
+		_, err := ir.Do(ctx, http.MethodPatch, "/v1/nodes/"+u, ops, nil)
+		require.NoError(t, err)
+		if round%2 == 0 {
+			_, err = ir.Do(ctx, http.MethodPut, "/v1/nodes/"+u+"/maintenance", map[string]any{"reason": "r"}, nil)
+		} else {
+			_, err = ir.Do(ctx, http.MethodDelete, "/v1/nodes/"+u+"/maintenance", nil, nil)
+		}
+		require.NoError(t, err)
+		_, err = m.Refresh(ctx, u)
+		require.NoError(t, err)
+	}
+	close(done)
+	running.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+
+	for _, u := range uuids {
+		var want struct {
+			Maintenance bool           `json:"maintenance"`
+			Extra       map[string]any `json:"extra"`
+			Description *string        `json:"description"`
+		}
+		_, err := ir.Do(ctx, http.MethodGet, "/v1/nodes/"+u, nil, &want)
+		require.NoError(t, err)
+		got, ok := node(t, pool, u)
+		require.True(t, ok)
+		require.Equal(t, want.Maintenance, got.Maintenance, "node %s", u)
+		require.Equal(t, want.Extra, got.Extra, "node %s", u)
+		var desc *string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT description FROM nodes WHERE uuid = $1", u).Scan(&desc))
+		require.Equal(t, want.Description, desc, "node %s", u)
+	}
 }
