@@ -86,4 +86,31 @@
 // standby takes it at its next try. Refreshes are not guarded: any
 // metalloc-api may refresh any node at any time, and read_at orders them
 // with the sync's pages.
+//
+// # The proxy
+//
+// Front.Middleware is metalloc-api's route-level switch, placed after
+// request ids and the access log and before the request timeout, the
+// body limit and authentication. A request metalloc owns (Owned: its
+// allocations, a node's allocation, allocation groups, topology, the
+// operator page and its summary, metrics) goes on to metalloc's handlers;
+// / and /v1 are Ironic's documents with the pair's microversion range
+// (metalloc's own documents while Ironic cannot be reached); everything
+// else goes to Ironic whatever metalloc registers for it standalone, so
+// routes added to metalloc later do not shadow Ironic's. Every /v1
+// request's microversion is checked against the pair's range (406 in
+// Ironic's words outside it; "latest" is sent as the pair's highest), and
+// answers carry the pair's minimum and maximum. Proxied requests keep
+// method, path, query, body and headers (the client's X-Auth-Token or
+// Authorization: Ironic authenticates them, metalloc does not), gain
+// X-Forwarded-For, -Host, -Proto (-Prefix) so that Ironic's links name
+// metalloc, and carry metalloc's request id as Ironic's global request id;
+// the answer carries metalloc's request id only. An Ironic that refuses
+// the connection or does not answer within ironic.timeout gives 503 in
+// Ironic's error format; nothing is retried or restarted. After a
+// successful change to a node (any method but GET, HEAD, OPTIONS under
+// /v1/nodes; the node resolved to its uuid through the mirror before the
+// request, as the change may rename or delete it) the node is refreshed
+// before the answer goes out, and read again with back-off while Ironic
+// is still moving it.
 package ironic

@@ -72,6 +72,8 @@ type FrontOptions struct {
 	// Resources are the top-level resources of metalloc's own /v1
 	// document, answered while Ironic cannot be reached.
 	Resources []string
+	// Metrics, when set, counts the refreshes.
+	Metrics *Metrics
 	// FollowFor is how long a node Ironic is still moving (a target
 	// provision or power state) after a proxied change is read again,
 	// with back-off, until it arrives (default 2 min).
@@ -140,6 +142,10 @@ func NewFront(opts FrontOptions) (*Front, error) {
 	}
 	return f, nil
 }
+
+// SetMetrics makes the front count its refreshes in m (call it before
+// serving).
+func (f *Front) SetMetrics(m *Metrics) { f.opts.Metrics = m }
 
 // Close stops the follow-up reads of moving nodes and waits for them.
 func (f *Front) Close() {
@@ -333,6 +339,7 @@ func (f *Front) modifyResponse(resp *http.Response) error {
 // refresh mirrors node now, and follows it while Ironic moves it.
 func (f *Front) refresh(ctx context.Context, node string, log *zap.Logger) {
 	moving, err := f.opts.Mirror.Refresh(ctx, node)
+	f.opts.Metrics.refreshed(err == nil)
 	if err != nil {
 		log.Warn("refreshing the node in the mirror after a proxied change failed; the next full sync corrects it",
 			zap.String("node", node), zap.Error(err))
@@ -364,6 +371,7 @@ func (f *Front) follow(node string) {
 			ctx, cancel := context.WithTimeout(f.ctx, f.opts.Client.Timeout())
 			moving, err := f.opts.Mirror.Refresh(ctx, node)
 			cancel()
+			f.opts.Metrics.refreshed(err == nil)
 			if err == nil && !moving {
 				return
 			}

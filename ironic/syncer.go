@@ -59,6 +59,8 @@ type Syncer struct {
 	log   *zap.Logger
 	// OnSync, when set, is called after every full sync this syncer ran.
 	OnSync func(SyncResult, error)
+	// Metrics, when set, records the syncs and the lease.
+	Metrics *Metrics
 }
 
 // NewSyncer returns the syncer of conductor cfg.ConductorID.
@@ -98,6 +100,7 @@ func (s *Syncer) Run(ctx context.Context) {
 			s.log.Info("another conductor holds the Ironic node sync lease now")
 		}
 		held = ok
+		s.Metrics.holding(held)
 		if held && !time.Now().Before(next) {
 			next = s.sync(ctx)
 			if next.IsZero() { // lease lost
@@ -113,6 +116,7 @@ func (s *Syncer) Run(ctx context.Context) {
 				}
 				cancel()
 			}
+			s.Metrics.holding(false)
 			return
 		case <-tick.C:
 		}
@@ -143,18 +147,21 @@ func (s *Syncer) sync(ctx context.Context) time.Time {
 		zap.Int("deleted", res.Deleted), zap.Int("kept", res.Kept), zap.Int("stale", res.Stale), zap.Duration("took", took)}
 	switch {
 	case errors.Is(err, ErrLeaseLost):
+		s.Metrics.synced("lost", 0, 0, 0)
 		s.log.Info("Ironic node sync stopped: another conductor holds the lease", fields...)
 		return time.Time{}
 	case err != nil:
 		if ctx.Err() != nil {
 			return start.Add(s.cfg.RenewInterval)
 		}
+		s.Metrics.synced("failed", 0, 0, 0)
 		s.log.Warn("Ironic node sync failed; retrying", append(fields, zap.Error(err))...)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_ = s.m.q.SyncFailed(rctx, SyncFailedParams{Error: err.Error(), Me: s.cfg.ConductorID})
 		cancel()
 		return time.Now().Add(s.cfg.RenewInterval)
 	}
+	s.Metrics.synced("ok", took.Seconds(), res.Nodes, float64(time.Now().Unix()))
 	if res.Created+res.Updated+res.Deleted > 0 {
 		s.log.Info("Ironic node sync", fields...)
 	} else {

@@ -197,6 +197,11 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 
 	e.Use(httpMetrics, web.RequestID(log), web.AccessLog(), middleware.Recover())
 	if front != nil {
+		m, err := ironic.NewMetrics(reg)
+		if err != nil {
+			return nil, err
+		}
+		front.SetMetrics(m)
 		e.Use(front.Middleware())
 	}
 	if cfg.API.RequestTimeout > 0 {

@@ -131,6 +131,10 @@ func run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	if ic != nil {
+		im, err := ironic.NewMetrics(reg)
+		if err != nil {
+			return err
+		}
 		registered := make(chan struct{})
 		svc.OnReady = func() { sd.Ready(); close(registered) }
 		syncCtx, stopSync := context.WithCancel(env.Ctx)
@@ -149,6 +153,7 @@ func run(cmd *cobra.Command, _ []string) error {
 				env.Log.Error("Ironic node sync not started", zap.Error(err))
 				return
 			}
+			syncer.Metrics = im
 			syncer.Run(syncCtx)
 		}()
 		defer func() { stopSync(); <-syncDone }()
