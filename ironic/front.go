@@ -105,7 +105,21 @@ type Front struct {
 
 	vmu     sync.Mutex
 	lastTry time.Time // last attempt to read Ironic's range while unknown
+	probing bool      // an attempt is under way
+
+	dmu  sync.Mutex
+	docs map[string]cachedDoc // Ironic's version documents, by path, base URL and microversion
 }
+
+// cachedDoc is a version document of Ironic's as last read.
+type cachedDoc struct {
+	doc map[string]any
+	at  time.Time
+}
+
+// docTTL is how long Ironic's version documents are served from memory
+// (clients read them at every session start).
+const docTTL = time.Minute
 
 // proxyState travels with a proxied request to ModifyResponse.
 type proxyState struct {
@@ -155,24 +169,28 @@ func (f *Front) Close() {
 
 // Versions is the microversion range metalloc-api answers for in front of
 // Ironic: the intersection of metalloc's and Ironic's. Until Ironic has
-// answered once (asked at most every 5 s) it is metalloc's own.
+// answered once it is metalloc's own, and Ironic is asked in the
+// background (at most every 5 s): a request never waits for it.
 func (f *Front) Versions(ctx context.Context) (lo, hi web.Version) {
 	lo, hi = web.IronicMinVersion, web.IronicMaxVersion
-	f.vmu.Lock()
-	try := time.Since(f.lastTry) >= 5*time.Second
-	if try {
-		f.lastTry = time.Now()
-	}
-	f.vmu.Unlock()
 	c := f.opts.Client
 	c.mu.Lock()
-	known := c.haveVR
+	known, ilo, ihi := c.haveVR, c.irMin, c.irMax
 	c.mu.Unlock()
-	if !known && !try {
-		return lo, hi
-	}
-	ilo, ihi, err := c.Versions(ctx)
-	if err != nil {
+	if !known {
+		f.vmu.Lock()
+		if !f.probing && time.Since(f.lastTry) >= 5*time.Second {
+			f.probing, f.lastTry = true, time.Now()
+			f.wg.Add(1)
+			go func() {
+				defer f.wg.Done()
+				_, _, _ = c.Versions(f.ctx)
+				f.vmu.Lock()
+				f.probing = false
+				f.vmu.Unlock()
+			}()
+		}
+		f.vmu.Unlock()
 		return lo, hi
 	}
 	if lo.Less(ilo) {
@@ -404,22 +422,39 @@ func (f *Front) unavailable(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // versionDoc answers GET / or /v1 for the pair: Ironic's document (its
-// resources, its links naming metalloc) with the pair's range, or, when
-// Ironic cannot be reached, metalloc's own with the range last known.
+// resources, its links naming metalloc; kept for docTTL) with the pair's
+// range, or, when Ironic cannot be reached and none was read before,
+// metalloc's own with the range last known.
 func (f *Front) versionDoc(c echo.Context, which string) error {
 	req := c.Request()
 	lo, hi := f.Versions(req.Context())
 	base := web.PublicURL(c, f.opts.PublicEndpoint)
-	ctx, cancel := context.WithTimeout(req.Context(), min(f.opts.Client.Timeout(), 5*time.Second))
-	defer cancel()
-	doc, err := f.ironicDoc(ctx, c, which)
-	if err != nil {
-		web.Logger(c).Debug("Ironic's version document unavailable; answering metalloc's", zap.Error(err))
-		if which == "/" {
-			return c.JSON(http.StatusOK, web.IronicRootDoc(base, lo, hi))
+	key := which + " " + base + " " + req.Header.Get(web.IronicVersionHeader) // /v1 lists resources by microversion
+	f.dmu.Lock()
+	cached, ok := f.docs[key]
+	f.dmu.Unlock()
+	if !ok || time.Since(cached.at) > docTTL {
+		ctx, cancel := context.WithTimeout(req.Context(), min(f.opts.Client.Timeout(), 5*time.Second))
+		doc, err := f.ironicDoc(ctx, c, which)
+		cancel()
+		switch {
+		case err == nil:
+			cached, ok = cachedDoc{doc: doc, at: time.Now()}, true
+			f.dmu.Lock()
+			if f.docs == nil {
+				f.docs = map[string]cachedDoc{}
+			}
+			f.docs[key] = cached
+			f.dmu.Unlock()
+		case !ok:
+			web.Logger(c).Debug("Ironic's version document unavailable; answering metalloc's", zap.Error(err))
+			if which == "/" {
+				return c.JSON(http.StatusOK, web.IronicRootDoc(base, lo, hi))
+			}
+			return c.JSON(http.StatusOK, web.IronicV1Doc(base, f.opts.Resources, lo, hi))
 		}
-		return c.JSON(http.StatusOK, web.IronicV1Doc(base, f.opts.Resources, lo, hi))
 	}
+	doc := copyJSON(cached.doc).(map[string]any)
 	setRange := func(v any) {
 		if m, ok := v.(map[string]any); ok {
 			m["min_version"], m["version"] = lo.String(), hi.String()
@@ -436,6 +471,25 @@ func (f *Front) versionDoc(c echo.Context, which string) error {
 		setRange(doc["version"])
 	}
 	return c.JSON(http.StatusOK, doc)
+}
+
+// copyJSON deep-copies a decoded JSON value (maps and slices).
+func copyJSON(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(t))
+		for k, e := range t {
+			m[k] = copyJSON(e)
+		}
+		return m
+	case []any:
+		l := make([]any, len(t))
+		for i, e := range t {
+			l[i] = copyJSON(e)
+		}
+		return l
+	}
+	return v
 }
 
 // ironicDoc reads Ironic's document at which, as the client would see it

@@ -222,7 +222,9 @@ func TestFront(t *testing.T) {
 }
 
 // TestFrontSlowIronic: an Ironic that does not answer within
-// ironic.timeout gives 503 in Ironic's error format.
+// ironic.timeout gives 503 in Ironic's error format; metalloc's own routes
+// and its version documents (metalloc's range: Ironic's is not known) are
+// served meanwhile.
 func TestFrontSlowIronic(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -245,6 +247,12 @@ func TestFrontSlowIronic(t *testing.T) {
 	st, _, body := call(t, "GET", srv.URL+"/v1/nodes", nil, "X-OpenStack-Ironic-API-Version", "1.82")
 	require.Equal(t, http.StatusServiceUnavailable, st, "%s", body)
 	require.Contains(t, string(body), "no answer within 300ms")
+	// metalloc's own routes and version documents still answer.
+	st, _, body = call(t, "GET", srv.URL+"/v1/allocations", nil, "X-OpenStack-Ironic-API-Version", "1.82")
+	require.Equal(t, http.StatusOK, st, "%s", body)
+	st, _, body = call(t, "GET", srv.URL+"/", nil)
+	require.Equal(t, http.StatusOK, st, "%s", body)
+	require.Contains(t, string(body), `"version":"1.82"`)
 }
 
 // TestFrontKeystone: with Keystone on both sides, the client's own token
