@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/metalloc/metalloc/db/dbtest"
 )
 
 // startTestIronic starts an Ironic for a test on the test PostgreSQL
@@ -74,6 +76,45 @@ func TestIronic(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, ir.Hosts, n.Conductor)
 	require.Equal(t, []string{"CUSTOM_A"}, n.Traits)
+
+	// Clones of an available node, written into Ironic's database, are
+	// nodes Ironic allocates like any other.
+	tmpl, err := ir.EnrollAvailable(ctx, []IronicNode{{Name: "tmpl", ResourceClass: "clone", Traits: []string{"CUSTOM_C"}}}, 1)
+	require.NoError(t, err)
+	clones, err := ir.CloneNodes(ctx, tmpl[0], 50, "clone")
+	require.NoError(t, err)
+	require.Len(t, clones, 50)
+	var list struct {
+		Nodes []struct {
+			Traits         []string `json:"traits"`
+			ProvisionState string   `json:"provision_state"`
+			PowerState     string   `json:"power_state"`
+		} `json:"nodes"`
+	}
+	_, err = ir.Do(ctx, http.MethodGet, "/v1/nodes?resource_class=clone&fields=traits,provision_state,power_state&limit=100", nil, &list)
+	require.NoError(t, err)
+	require.Len(t, list.Nodes, 51)
+	for _, n := range list.Nodes {
+		require.Equal(t, []string{"CUSTOM_C"}, n.Traits)
+		require.Equal(t, "available", n.ProvisionState)
+		require.Equal(t, "power off", n.PowerState)
+	}
+	var alloc struct {
+		UUID string `json:"uuid"`
+	}
+	_, err = ir.Do(ctx, http.MethodPost, "/v1/allocations", map[string]any{"resource_class": "clone",
+		"candidate_nodes": []string{clones[7]}, "traits": []string{"CUSTOM_C"}}, &alloc)
+	require.NoError(t, err)
+	dbtest.WaitFor(t, 2*time.Minute, "Ironic's allocation on a clone active", func() bool {
+		var a struct {
+			State    string  `json:"state"`
+			NodeUUID *string `json:"node_uuid"`
+		}
+		_, err := ir.Do(ctx, http.MethodGet, "/v1/allocations/"+alloc.UUID, nil, &a)
+		require.NoError(t, err)
+		require.NotEqual(t, "error", a.State)
+		return a.State == "active" && a.NodeUUID != nil && *a.NodeUUID == clones[7]
+	})
 
 	// Ironic unreachable while its API is stopped, back after StartAPI.
 	ir.StopAPI()
