@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 }
 
 // shared returns the package's shared Ironic, starting it on first use.
-func shared(t *testing.T) *devstack.Ironic {
+func shared(t testing.TB) *devstack.Ironic {
 	t.Helper()
 	sharedOnce.Do(func() {
 		sharedDir, sharedErr = os.MkdirTemp("", "metalloc-ironic-")

@@ -554,3 +554,39 @@ func TestMirrorRaces(t *testing.T) {
 		require.Equal(t, want.Description, desc, "node %s", u)
 	}
 }
+
+// BenchmarkFullSync measures full syncs of 2,000 nodes (clones written
+// into the shared Ironic's database): the first (every node new) and the
+// steady one (nothing changed). Run alone: go test -run '^$' -bench
+// FullSync ./ironic/.
+func BenchmarkFullSync(b *testing.B) {
+	ctx := context.Background()
+	ir := shared(b)
+	tmpl, err := ir.EnrollAvailable(ctx, []devstack.IronicNode{{Name: "bench-tmpl-" + uuid.NewString()[:8], ResourceClass: "bench"}}, 1)
+	require.NoError(b, err)
+	_, err = ir.CloneNodes(ctx, tmpl[0], 1999, "bench-"+uuid.NewString()[:8])
+	require.NoError(b, err)
+	c, err := NewClient(Options{Endpoint: ir.URL, Timeout: 5 * time.Minute})
+	require.NoError(b, err)
+	for _, steady := range []bool{false, true} {
+		name := map[bool]string{false: "initial", true: "unchanged"}[steady]
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				pool := dbtest.New(b)
+				m := NewMirror(c, pool, 0, nil)
+				me := dbtest.Conductor(b, pool, "bench", 0, true)
+				_, err := m.q.AcquireLease(ctx, AcquireLeaseParams{Me: me, TtlSeconds: 3600, AliveSeconds: 3600})
+				require.NoError(b, err)
+				if steady {
+					_, err = m.FullSync(ctx, me)
+					require.NoError(b, err)
+				}
+				b.StartTimer()
+				res, err := m.FullSync(ctx, me)
+				require.NoError(b, err)
+				require.GreaterOrEqual(b, res.Nodes, 2000)
+			}
+		})
+	}
+}
