@@ -62,6 +62,9 @@ type IronicOptions struct {
 	// BasicUsers are the IronicHTTPBasic users (name → password), written
 	// as Ironic's bcrypt htpasswd file. Default: {"admin": "admin"}.
 	BasicUsers map[string]string
+	// APIWorkers is ironic-api's [api]api_workers (default 1: tests; the
+	// side-by-side benchmark uses Ironic's own default, the CPU count).
+	APIWorkers int
 	// Debug sets Ironic's [DEFAULT]debug.
 	Debug bool
 	// Log reports progress.
@@ -117,6 +120,9 @@ func StartIronic(ctx context.Context, opts IronicOptions) (*Ironic, error) {
 	}
 	if opts.Conductors <= 0 {
 		opts.Conductors = 2
+	}
+	if opts.APIWorkers <= 0 {
+		opts.APIWorkers = 1
 	}
 	if opts.AuthStrategy == "" {
 		opts.AuthStrategy = IronicNoAuth
@@ -288,7 +294,7 @@ default_vendor_interface = fake
 [api]
 host_ip = 127.0.0.1
 port = %[1]s
-api_workers = 1
+api_workers = %[6]d
 
 [oslo_middleware]
 # Links in answers name the proxy in front (X-Forwarded-Host/-Proto), as
@@ -321,7 +327,7 @@ instance_master_path = %[5]s/master_images
 [deploy]
 http_root = %[5]s/httpboot
 http_url = http://127.0.0.1:1/
-`, strings.TrimPrefix(i.listen, "127.0.0.1:"), host, rpcPort, dbURL, i.Dir)
+`, strings.TrimPrefix(i.listen, "127.0.0.1:"), host, rpcPort, dbURL, i.Dir, i.opts.APIWorkers)
 	if i.opts.AuthStrategy == IronicKeystone {
 		user, project, _ := strings.Cut(i.svcUser, "@")
 		base := strings.TrimSuffix(i.opts.Keystone.URL, "/v3")
