@@ -1,20 +1,25 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/devstack"
 	"github.com/metalloc/metalloc/web"
 )
@@ -134,4 +139,83 @@ func waitLog(t *testing.T, path string, parts ...string) {
 		}
 		return false
 	}, 30*time.Second, 50*time.Millisecond, "%s: no line with %q", path, parts)
+}
+
+// TestDaemonsNotifySystemd: each daemon, metalloc-placement included,
+// tells systemd (Type=notify) READY=1 once it serves, pings the watchdog
+// the unit asks for (WATCHDOG_USEC) and says STOPPING=1 at SIGTERM.
+func TestDaemonsNotifySystemd(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewURL(t)
+	for _, d := range []struct{ bin, listenFlag string }{
+		{"metalloc-api", "--api.listen"},
+		{"metalloc-placement", "--placement.listen"},
+		{"metalloc-conductor", "--conductor.metrics_listen"},
+	} {
+		t.Run(d.bin, func(t *testing.T) {
+			t.Parallel()
+			dir, err := os.MkdirTemp("", "sd") // unix socket paths are limited to 108 bytes
+			require.NoError(t, err)
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			sock := filepath.Join(dir, "notify")
+			conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+			require.NoError(t, err)
+			t.Cleanup(func() { conn.Close() })
+			msgs := make(chan string, 100)
+			go func() {
+				buf := make([]byte, 4096)
+				for {
+					n, err := conn.Read(buf)
+					if err != nil {
+						close(msgs)
+						return
+					}
+					msgs <- string(buf[:n])
+				}
+			}()
+			cmd := exec.Command(filepath.Join(binDir, d.bin), d.listenFlag, "127.0.0.1:0", "--conductor.hostname", "sd-test")
+			if d.bin != "metalloc-conductor" {
+				cmd.Args = cmd.Args[:3]
+			}
+			cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "NOTIFY_SOCKET="+sock, "WATCHDOG_USEC=400000",
+				"METALLOC_LOG_LEVEL=warn")
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			require.NoError(t, cmd.Start())
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+				<-done
+				if t.Failed() {
+					t.Logf("%s output:\n%s", d.bin, out.String())
+				}
+			})
+			next := func(want string) {
+				t.Helper()
+				deadline := time.After(60 * time.Second)
+				for {
+					select {
+					case m := <-msgs:
+						if m == want {
+							return
+						}
+					case <-deadline:
+						t.Fatalf("%s sent no %s", d.bin, want)
+					}
+				}
+			}
+			next("READY=1")
+			next("WATCHDOG=1")
+			require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+			next("STOPPING=1")
+			select {
+			case err := <-done:
+				require.NoError(t, err, "a clean stop exits 0")
+				done <- nil
+			case <-time.After(60 * time.Second):
+				t.Fatalf("%s did not exit after SIGTERM", d.bin)
+			}
+		})
+	}
 }
