@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/allocgroup"
-	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/placement/client"
 )
@@ -32,138 +30,6 @@ const GroupNotifyPayload = "group"
 // ErrHostnameTaken is returned by Run when a live conductor already uses the
 // configured hostname.
 var ErrHostnameTaken = errors.New("a live conductor already uses this hostname")
-
-// Config tunes a Conductor. Zero values take the defaults noted.
-type Config struct {
-	// Hostname identifies the conductor in the conductors table and in
-	// conductor_affinity. Defaults to os.Hostname().
-	Hostname string
-	// Group is the conductor_group reported by GET /v1/conductors ("").
-	Group string
-	// Workers is how many worker goroutines claim and reserve (default 16).
-	Workers int
-	// ClaimBatch is the most rows one claim-and-reserve transaction takes
-	// (default 8).
-	ClaimBatch int
-	// PollInterval is how often to look for work without a notification
-	// (default 1s).
-	PollInterval time.Duration
-	// ClaimDelay is how long a notification waits before claiming, so that
-	// rows arriving together are claimed by one query (default 15ms).
-	ClaimDelay time.Duration
-	// HeartbeatInterval is how often the conductor row is refreshed
-	// (default config.DefaultHeartbeatInterval, 10s).
-	HeartbeatInterval time.Duration
-	// HeartbeatTimeout is the age after which a heartbeat counts as dead
-	// (default config.DefaultHeartbeatTimeout, 60s).
-	HeartbeatTimeout time.Duration
-	// ShutdownGrace bounds how long a stop waits for in-flight allocations
-	// (default 30s).
-	ShutdownGrace time.Duration
-	// LockedNodeWait is how long an allocation keeps retrying while every
-	// node that fits it is locked by others (reservations, API updates)
-	// before it goes to error (default 2s).
-	LockedNodeWait time.Duration
-	// TakeoverSchedule is when to take over the allocating rows of dead
-	// conductors: a robfig/cron spec (default "@every 60s") or "off".
-	TakeoverSchedule string
-	// Version is reported in the conductors table.
-	Version string
-	// Backend is how allocations get their node: BackendDatabase (the
-	// default: reserve straight in PostgreSQL) or BackendPlacement (claim
-	// through Placement with Selection objects and alternates).
-	Backend string
-	// Placement is the Placement service the placement backend claims
-	// through (required with BackendPlacement).
-	Placement *client.Client
-	// PlacementMaxAlternates is how many alternates each selection carries
-	// besides the chosen node (default 2; placement backend only).
-	PlacementMaxAlternates int
-	// PlacementMaxAttempts is how many times one allocation asks Placement
-	// for candidates before it goes to error (default 3; placement backend
-	// only).
-	PlacementMaxAttempts int
-	// PlacementMode is allocation.PlacementModeAuto (the default),
-	// PlacementModeLocal or PlacementModeHTTP (placement backend only).
-	PlacementMode string
-}
-
-// Allocation backends (Config.Backend).
-const (
-	// BackendDatabase reserves nodes straight in PostgreSQL.
-	BackendDatabase = "database"
-	// BackendPlacement claims nodes through the Placement API.
-	BackendPlacement = "placement"
-)
-
-// WithDefaults returns c with zero fields set to their defaults.
-func (c Config) WithDefaults() Config {
-	if c.Hostname == "" {
-		c.Hostname, _ = os.Hostname()
-	}
-	if c.Workers <= 0 {
-		c.Workers = 16
-	}
-	if c.ClaimBatch <= 0 {
-		c.ClaimBatch = 8
-	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = time.Second
-	}
-	if c.ClaimDelay <= 0 {
-		c.ClaimDelay = 15 * time.Millisecond
-	}
-	if c.HeartbeatInterval <= 0 {
-		c.HeartbeatInterval = config.DefaultHeartbeatInterval
-	}
-	if c.HeartbeatTimeout <= 0 {
-		c.HeartbeatTimeout = config.DefaultHeartbeatTimeout
-	}
-	if c.ShutdownGrace <= 0 {
-		c.ShutdownGrace = 30 * time.Second
-	}
-	if c.LockedNodeWait <= 0 {
-		c.LockedNodeWait = 2 * time.Second
-	}
-	if c.TakeoverSchedule == "" {
-		c.TakeoverSchedule = "@every 60s"
-	}
-	if c.Backend == "" {
-		c.Backend = BackendDatabase
-	}
-	if c.PlacementMode == "" {
-		c.PlacementMode = allocation.PlacementModeAuto
-	}
-	return c
-}
-
-// Validate reports configuration errors, naming the field.
-func (c Config) Validate() error {
-	if c.Hostname == "" {
-		return errors.New("conductor.hostname: must not be empty")
-	}
-	if c.HeartbeatTimeout <= c.HeartbeatInterval {
-		return fmt.Errorf("conductor.heartbeat_timeout (%s) must exceed conductor.heartbeat_interval (%s)",
-			c.HeartbeatTimeout, c.HeartbeatInterval)
-	}
-	if _, err := parseSchedule(c.TakeoverSchedule); err != nil {
-		return err
-	}
-	switch c.Backend {
-	case BackendDatabase:
-	case BackendPlacement:
-		if c.Placement == nil {
-			return errors.New("conductor.allocation_backend: placement needs a Placement client (placement_backend.endpoint)")
-		}
-		if !allocation.ValidPlacementMode(c.PlacementMode) {
-			return fmt.Errorf("placement_backend.mode: %q is none of %q, %q, %q", c.PlacementMode,
-				allocation.PlacementModeAuto, allocation.PlacementModeLocal, allocation.PlacementModeHTTP)
-		}
-	default:
-		return fmt.Errorf("conductor.allocation_backend: %q is neither %q nor %q", c.Backend, BackendDatabase, BackendPlacement)
-	}
-	return nil
-}
 
 // Service is one conductor: it claims and processes allocations, and takes
 // over the rows of dead conductors. Create with NewService, then Run.

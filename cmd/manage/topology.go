@@ -96,7 +96,7 @@ func withDB(cmd *cobra.Command, fn func(context.Context, config.Config, *pgxpool
 // binary's.
 func withSchema(cmd *cobra.Command, fn func(context.Context, *pgxpool.Pool) error) error {
 	return withDB(cmd, func(ctx context.Context, _ config.Config, pool *pgxpool.Pool, _ *zap.Logger) error {
-		if err := db.CheckSchema(ctx, pool); err != nil {
+		if err := requireSchema(ctx, pool); err != nil {
 			return err
 		}
 		return fn(ctx, pool)
