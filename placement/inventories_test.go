@@ -2,9 +2,8 @@ package placement
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -12,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
@@ -240,7 +241,6 @@ func TestInventoryUnitRules(t *testing.T) {
 	base := "/resource_providers/" + body["uuid"].(string) + "/inventories"
 	for _, bad := range []string{
 		`{"resource_class": "VCPU", "total": 4, "min_unit": 3, "max_unit": 2}`,
-		`{"resource_class": "VCPU", "total": 4, "max_unit": 5}`,
 		`{"resource_class": "VCPU", "total": 4, "allocation_ratio": 0}`,
 	} {
 		st, _, body := call(t, srv, "POST", base, "", bad)
@@ -249,6 +249,41 @@ func TestInventoryUnitRules(t *testing.T) {
 	st, _, body := call(t, srv, "POST", base, "", `{"resource_class": "VCPU", "total": 4}`)
 	require.Equal(t, 201, st, body)
 	require.EqualValues(t, 2147483647, body["max_unit"], "an omitted max_unit defaults as in Placement")
+	// An explicit max_unit above total is accepted, as Placement does.
+	st, _, body = call(t, srv, "POST", base, "", `{"resource_class": "MEMORY_MB", "total": 4, "max_unit": 5}`)
+	require.Equal(t, 201, st, body)
+}
+
+// TestInventoryPutWhatGetReturned: a PUT of exactly what GET returned is
+// accepted, max_unit 2147483647 of an inventory written without one
+// included (what `openstack resource provider inventory set --amend`
+// does: GET, change a class, PUT all back).
+func TestInventoryPutWhatGetReturned(t *testing.T) {
+	t.Parallel()
+	srv, pool := invServer(t)
+	rp := mkProvider(t, pool, "amend")
+	base := "/resource_providers/" + rp + "/inventories"
+	st, _, body := call(t, srv, "PUT", base, "1.39",
+		`{"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 16}, "MEMORY_MB": {"total": 1024, "max_unit": 512}}}`)
+	require.Equal(t, 200, st, body)
+	st, _, got := call(t, srv, "GET", base, "1.39", "")
+	require.Equal(t, 200, st)
+	require.EqualValues(t, 2147483647, got["inventories"].(map[string]any)["VCPU"].(map[string]any)["max_unit"])
+	invs := got["inventories"].(map[string]any)
+	invs["DISK_GB"] = map[string]any{"total": 100}
+	b, err := json.Marshal(got)
+	require.NoError(t, err)
+	st, _, body = call(t, srv, "PUT", base, "1.39", string(b))
+	require.Equal(t, 200, st, body)
+	require.Len(t, body["inventories"], 3)
+	// One class alone, as GET shows it.
+	st, _, one := call(t, srv, "GET", base+"/VCPU", "1.39", "")
+	require.Equal(t, 200, st)
+	b, err = json.Marshal(one)
+	require.NoError(t, err)
+	st, _, body = call(t, srv, "PUT", base+"/VCPU", "1.39", string(b))
+	require.Equal(t, 200, st, body)
+	require.EqualValues(t, 2147483647, body["max_unit"])
 }
 
 // TestInventoriesEmptyCacheHeaders: from 1.15 an empty inventory list has
