@@ -1,8 +1,6 @@
 package placement
 
 import (
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -352,19 +350,11 @@ func TestSchemaMessagesAsPlacement(t *testing.T) {
 		require.Equal(t, c.want, rpErrDetail(t, body), "%s %s", c.method, c.path)
 	}
 	// The plain-text body too.
-	req, err := http.NewRequest("PUT", srv.URL+"/resource_providers/"+rp+"/aggregates", strings.NewReader(`["abc"]`))
-	require.NoError(t, err)
-	req.Header.Set("X-Auth-Token", "admin")
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/plain")
-	req.Header.Set("OpenStack-API-Version", "placement 1.1")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	text, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
+	st, _, text := callRaw(t, srv, "PUT", "/resource_providers/"+rp+"/aggregates", map[string]string{
+		"Content-Type": "application/json", "Accept": "text/plain", "OpenStack-API-Version": "placement 1.1"}, `["abc"]`)
+	require.Equal(t, 400, st)
 	require.Equal(t, "400 Bad Request\n\nJSON does not validate: 'abc' is not a 'uuid'  Failed validating 'format' in schema['items']:     "+
-		"{'format': 'uuid', 'type': 'string'}  On instance[0]:     'abc'", string(text))
+		"{'format': 'uuid', 'type': 'string'}  On instance[0]:     'abc'", text)
 }
 
 // TestProviderCreateNameAndUUIDSpelling: an empty name is 400 (Placement's
