@@ -27,14 +27,21 @@ func invServer(t testing.TB, opts ...Options) (*httptest.Server, *pgxpool.Pool) 
 	opts = append(opts, Options{})
 	pool := dbtest.New(t)
 	require.NoError(t, Prepare(context.Background(), pool))
+	return serveOn(t, pool, opts[0]), pool
+}
+
+// serveOn serves the Placement API with opts on pool (prepared) until the
+// test's end.
+func serveOn(t testing.TB, pool *pgxpool.Pool, opts Options) *httptest.Server {
+	t.Helper()
 	e := echo.New()
 	e.HTTPErrorHandler = web.PlacementErrorHandler
 	e.JSONSerializer = web.JSONSerializer{}
 	e.Use(web.RequestID(zap.NewNop()))
-	NewHandler(pool, opts[0]).Register(e)
+	NewHandler(pool, opts).Register(e)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	return srv, pool
+	return srv
 }
 
 // mkProvider inserts a root provider with plain SQL and returns its uuid.
