@@ -120,6 +120,11 @@ type Placement struct {
 	// /allocation_candidates return a random sample (Placement's
 	// [placement] randomize_allocation_candidates; default false).
 	RandomizeAllocationCandidates bool `mapstructure:"randomize_allocation_candidates"`
+	// MaxAllocationCandidates is the most candidates one GET
+	// /allocation_candidates generates, before limit (Placement's
+	// [placement] max_allocation_candidates; default 100000, -1 for no
+	// bound; see candidate.Finder.SetMax).
+	MaxAllocationCandidates int `mapstructure:"max_allocation_candidates"`
 }
 
 // Conductor configures metalloc-conductor (see conductor.Config).
@@ -272,6 +277,7 @@ func defaults(v *viper.Viper) {
 	v.SetDefault("keystone.timeout", "10s")
 	v.SetDefault("placement.listen", "127.0.0.1:8778")
 	v.SetDefault("placement.randomize_allocation_candidates", false)
+	v.SetDefault("placement.max_allocation_candidates", 100000)
 	v.SetDefault("conductor.hostname", "")
 	v.SetDefault("conductor.group", "")
 	v.SetDefault("conductor.workers", 16)
