@@ -147,7 +147,7 @@ func (inv inventory) json(generation int32) map[string]any {
 		"min_unit":         inv.MinUnit,
 		"max_unit":         inv.MaxUnit,
 		"step_size":        inv.StepSize,
-		"allocation_ratio": inv.AllocationRatio,
+		"allocation_ratio": pyFloat(inv.AllocationRatio),
 	}
 	if generation != 0 {
 		m["resource_provider_generation"] = generation

@@ -312,3 +312,16 @@ func TestInventoriesEmptyCacheHeaders(t *testing.T) {
 	require.Equal(t, 404, st)
 	require.Empty(t, h.Values("Vary"))
 }
+
+// TestPyFloat: allocation_ratio is written as Placement (Python's json)
+// writes a float.
+func TestPyFloat(t *testing.T) {
+	t.Parallel()
+	for x, want := range map[float64]string{1: "1.0", 1.5: "1.5", 16: "16.0", 0.0001: "0.0001", 0.00001: "1e-05",
+		1e15: "1000000000000000.0", 1e16: "1e+16", 123456789012345.6: "123456789012345.6", 3.40282e+38: "3.40282e+38",
+		0.1: "0.1", 2.5e-7: "2.5e-07", 0: "0.0"} {
+		b, err := json.Marshal(pyFloat(x))
+		require.NoError(t, err)
+		require.Equal(t, want, string(b), x)
+	}
+}

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
+	"strconv"
+	"strings"
 )
 
 // jsonObject is a JSON object whose members keep their order, decoded
@@ -82,4 +85,26 @@ func (o jsonObject[T]) MarshalJSON() ([]byte, error) {
 		b = append(append(append(b, kj...), ':'), vj...)
 	}
 	return append(b, '}'), nil
+}
+
+// pyFloat is a float written as Python's json module writes one
+// (float.__repr__): "1.0", not Go's "1"; "1e+16" from 10^16 up and below
+// 10^-4. Placement writes allocation_ratio so, and clients show it as
+// they read it.
+type pyFloat float64
+
+// MarshalJSON writes f as Python does.
+func (f pyFloat) MarshalJSON() ([]byte, error) {
+	x := float64(f)
+	if math.IsInf(x, 0) || math.IsNaN(x) {
+		return nil, errors.New("not a JSON number")
+	}
+	if x != 0 && (math.Abs(x) < 1e-4 || math.Abs(x) >= 1e16) {
+		return strconv.AppendFloat(nil, x, 'e', -1, 64), nil
+	}
+	s := strconv.FormatFloat(x, 'f', -1, 64)
+	if !strings.Contains(s, ".") {
+		s += ".0"
+	}
+	return []byte(s), nil
 }
