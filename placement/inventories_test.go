@@ -78,7 +78,7 @@ func TestInventoriesCRUD(t *testing.T) {
 
 	// Unknown provider, malformed uuid.
 	st, _, body = call(t, srv, "GET", "/resource_providers/"+uuid.NewString()+"/inventories", "", "")
-	require.Equal(t, 404, st)
+	require.Equal(t, 404, st, body)
 	st, _, _ = call(t, srv, "GET", "/resource_providers/nope/inventories", "", "")
 	require.Equal(t, 404, st)
 
@@ -152,7 +152,7 @@ func TestInventoriesCRUD(t *testing.T) {
 
 	// PUT all: replaces.
 	st, _, body = call(t, srv, "PUT", base, "", `{"resource_provider_generation": 2, "inventories": {}}`)
-	require.Equal(t, 409, st)
+	require.Equal(t, 409, st, body)
 	st, _, body = call(t, srv, "PUT", base, "", `{"resource_provider_generation": 3, "inventories": {"CUSTOM_NOPE": {"total": 1}}}`)
 	require.Equal(t, 400, st)
 	_, _, detail = errOf(t, body)
@@ -201,7 +201,7 @@ func TestInventoryInUse(t *testing.T) {
 
 	// Deleting the VCPU inventory (alone, or by PUT all, or DELETE all) is 409.
 	st, _, body = call(t, srv, "DELETE", base+"/VCPU", "1.23", "")
-	require.Equal(t, 409, st)
+	require.Equal(t, 409, st, body)
 	st, _, body = call(t, srv, "PUT", base, "1.23", `{"resource_provider_generation": 2, "inventories": {"DISK_GB": {"total": 100}}}`)
 	require.Equal(t, 409, st)
 	_, code, detail := errOf(t, body)
