@@ -116,6 +116,11 @@ type Placement struct {
 	// /allocation_candidates return a random sample (Placement's
 	// [placement] randomize_allocation_candidates; default false).
 	RandomizeAllocationCandidates bool `mapstructure:"randomize_allocation_candidates"`
+	// MaxAllocationCandidates is the most candidates one GET
+	// /allocation_candidates generates, before limit (Placement's
+	// [placement] max_allocation_candidates; default 100000, -1 for no
+	// bound; see candidate.Finder.SetMax).
+	MaxAllocationCandidates int `mapstructure:"max_allocation_candidates"`
 }
 
 // Conductor configures metalloc-conductor (see conductor.Config).

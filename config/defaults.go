@@ -23,6 +23,9 @@ const (
 	DefaultAPIEventsMaxCount  = 100000
 
 	DefaultPlacementListen = "127.0.0.1:8778"
+	// DefaultPlacementMaxAllocationCandidates bounds the candidates one GET
+	// /allocation_candidates generates (placement.max_allocation_candidates).
+	DefaultPlacementMaxAllocationCandidates = 100000
 
 	// Listener limits of both APIs (web.ServerConfig).
 	DefaultReadTimeout        = 60 * time.Second

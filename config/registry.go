@@ -71,6 +71,8 @@ func registry() []*Key {
 			Doc: "Address and port metalloc-placement listens on."},
 		&Key{Name: "placement.randomize_allocation_candidates", Default: false, Readers: placeReaders,
 			Doc: "A limited `GET /allocation_candidates` returns a random sample instead of the first candidates (Placement's `randomize_allocation_candidates`)."},
+		&Key{Name: "placement.max_allocation_candidates", Default: DefaultPlacementMaxAllocationCandidates, Unit: "candidates", Readers: placeReaders,
+			Doc: "The most candidates one `GET /allocation_candidates` generates, before `limit` or a random sample (Placement's option of the same name, 2023.2 and later); -1: no bound. An answer in order is written as it is found (its memory does not grow with it); a randomized one is held whole, up to this bound."},
 	)
 	ks = append(ks, accessKeys("placement", false, placeReaders)...)
 	ks = append(ks, serverKeys("placement", placeReaders)...)

@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -69,8 +70,12 @@ func run(cmd *cobra.Command, _ []string) error {
 	e.Use(web.BodyLimit(cfg.Placement.MaxRequestBodySize, func() error {
 		return web.PlacementErr(http.StatusRequestEntityTooLarge, "", "Request is too large.")
 	}))
+	if n := cfg.Placement.MaxAllocationCandidates; n == 0 || n < -1 {
+		return fmt.Errorf("placement.max_allocation_candidates is %d: give -1 (no bound) or a positive number", n)
+	}
 	placement.NewHandler(pool, placement.Options{
 		RandomizeAllocationCandidates: cfg.Placement.RandomizeAllocationCandidates,
+		MaxAllocationCandidates:       cfg.Placement.MaxAllocationCandidates,
 		Authenticator:                 authn,
 		Authorizer:                    rules.Authorizer,
 		Metrics:                       reg,
