@@ -30,10 +30,10 @@ var oscPlacementAllowed = map[string]string{}
 // oscPlacementDir is osc-placement 4.0.0 with the runner for a live
 // endpoint (its conftest.py), kept outside the repository
 // (../shared/conformance/osc-placement/4.0.0, or
-// $METALLOC_OSC_PLACEMENT_DIR); it must be there.
+// $METALLOC_TEST_OSC_PLACEMENT_DIR); it must be there.
 func oscPlacementDir(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("METALLOC_OSC_PLACEMENT_DIR")
+	dir := os.Getenv("METALLOC_TEST_OSC_PLACEMENT_DIR")
 	if dir == "" {
 		dir = filepath.Join(repoRoot(), "..", "shared", "conformance", "osc-placement", "4.0.0")
 	}
