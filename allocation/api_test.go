@@ -168,7 +168,7 @@ func TestAPICreateGetListPatchDelete(t *testing.T) {
 	require.NotContains(t, body, "owner")
 
 	// Process it: the allocation becomes active on n1.
-	drain(t, NewAllocator(a.pool, zaptest.NewLogger(t)), a.conductor("c"))
+	a.reserveAll(a.conductor("c"))
 	st, body, _ = a.call("GET", "/v1/nodes/n1/allocation", "1.82", nil)
 	require.Equal(t, 200, st)
 	require.Equal(t, "active", body["state"])
@@ -237,7 +237,7 @@ func TestAPIDeleteRefusedForActiveNode(t *testing.T) {
 	a.node("n1", "gold")
 	st, body, _ := a.call("POST", "/v1/allocations", "1.82", map[string]any{"resource_class": "gold"})
 	require.Equal(t, 201, st)
-	drain(t, NewAllocator(a.pool, zaptest.NewLogger(t)), a.conductor("c"))
+	a.reserveAll(a.conductor("c"))
 	_, err := a.pool.Exec(context.Background(), `UPDATE nodes SET provision_state = 'active' WHERE name = 'n1'`)
 	require.NoError(t, err)
 	st, body2, _ := a.call("DELETE", "/v1/allocations/"+body["uuid"].(string), "1.82", nil)

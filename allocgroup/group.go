@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -170,19 +169,4 @@ func (s *Store) List(ctx context.Context, f ListFilter, after int64, limit int) 
 		return nil, err
 	}
 	return withMembers(ctx, s.q, gs)
-}
-
-// Claimed is a group a conductor owns and must process.
-type Claimed struct {
-	ID             int64
-	UUID           uuid.UUID
-	Count          int
-	ResourceClass  string
-	Traits         []string
-	CandidateNodes []uuid.UUID
-	Owner          *string
-	Rule           string
-	RuleLevel      *string
-	Domain         []string
-	CreatedAt      time.Time
 }

@@ -13,8 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
-	"github.com/metalloc/metalloc/allocation"
-	"github.com/metalloc/metalloc/allocgroup"
+	"github.com/metalloc/metalloc/conductor/backend"
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/placement/client"
@@ -83,7 +82,7 @@ type Config struct {
 	// for candidates before it goes to error (default 3; placement backend
 	// only).
 	PlacementMaxAttempts int
-	// PlacementMode is allocation.PlacementModeAuto (the default),
+	// PlacementMode is backend.PlacementModeAuto (the default),
 	// PlacementModeLocal or PlacementModeHTTP (placement backend only).
 	PlacementMode string
 }
@@ -132,7 +131,7 @@ func (c Config) WithDefaults() Config {
 		c.Backend = BackendDatabase
 	}
 	if c.PlacementMode == "" {
-		c.PlacementMode = allocation.PlacementModeAuto
+		c.PlacementMode = backend.PlacementModeAuto
 	}
 	return c
 }
@@ -155,9 +154,9 @@ func (c Config) Validate() error {
 		if c.Placement == nil {
 			return errors.New("conductor.allocation_backend: placement needs a Placement client (placement_backend.endpoint)")
 		}
-		if !allocation.ValidPlacementMode(c.PlacementMode) {
+		if !backend.ValidPlacementMode(c.PlacementMode) {
 			return fmt.Errorf("placement_backend.mode: %q is none of %q, %q, %q", c.PlacementMode,
-				allocation.PlacementModeAuto, allocation.PlacementModeLocal, allocation.PlacementModeHTTP)
+				backend.PlacementModeAuto, backend.PlacementModeLocal, backend.PlacementModeHTTP)
 		}
 	default:
 		return fmt.Errorf("conductor.allocation_backend: %q is neither %q nor %q", c.Backend, BackendDatabase, BackendPlacement)
@@ -174,9 +173,9 @@ type Service struct {
 	// rows changes who owns allocation rows (claim, takeover, release).
 	rows *Rows
 	// backend reserves nodes for owned rows.
-	backend Backend
+	backend backend.Backend
 	// groups places owned allocation groups.
-	groups groupBackend
+	groups backend.GroupBackend
 	log    *zap.Logger
 	id     int64
 
@@ -191,9 +190,9 @@ type Service struct {
 	inflight sync.Map
 	// queue carries owned rows to the workers: resumed ones and rows taken
 	// over from dead conductors.
-	queue chan allocation.Claimed
+	queue chan backend.Claimed
 	// groupQueue is queue for allocation groups.
-	groupQueue chan allocgroup.Claimed
+	groupQueue chan backend.ClaimedGroup
 	// needResume asks a worker to queue this conductor's owned unfinished
 	// rows again (set at start and after a database error left some).
 	needResume atomic.Bool
@@ -226,25 +225,25 @@ func NewService(cfg Config, pool *pgxpool.Pool, log *zap.Logger) (*Service, erro
 	log = log.With(zap.String("conductor", cfg.Hostname))
 	q := New(pool)
 	rows := NewRows(q, cfg.HeartbeatTimeout)
-	var backend Backend
-	groups := allocgroup.NewReserver(pool, log)
+	var be backend.Backend
+	groups := backend.NewGroupReserver(pool, log)
 	groups.LockedWait = cfg.LockedNodeWait
 	switch cfg.Backend {
 	case BackendPlacement:
-		pa := allocation.NewPlacementAllocator(pool, cfg.Placement, allocation.PlacementConfig{
+		pa := backend.NewPlacement(pool, cfg.Placement, backend.PlacementConfig{
 			Hostname: cfg.Hostname, MaxAlternates: cfg.PlacementMaxAlternates, MaxAttempts: cfg.PlacementMaxAttempts,
 			Mode: cfg.PlacementMode, LockedWait: cfg.LockedNodeWait,
 		}, log)
-		backend = placementBackend{pa, rows, log}
+		be = pa
 		groups.Placement = pa
 	default:
-		alloc := allocation.NewAllocator(pool, log)
-		alloc.LockedWait = cfg.LockedNodeWait
-		backend = databaseBackend{alloc, rows, log}
+		d := backend.NewDatabase(pool, log)
+		d.LockedWait = cfg.LockedNodeWait
+		be = d
 	}
 	return &Service{
-		cfg: cfg, pool: pool, q: q, rows: rows, backend: backend, groups: groups, log: log,
-		queue: make(chan allocation.Claimed, queueSize), groupQueue: make(chan allocgroup.Claimed, queueSize),
+		cfg: cfg, pool: pool, q: q, rows: rows, backend: be, groups: groups, log: log,
+		queue: make(chan backend.Claimed, queueSize), groupQueue: make(chan backend.ClaimedGroup, queueSize),
 	}, nil
 }
 
@@ -463,7 +462,7 @@ func (c *Service) track(id int64) bool {
 
 // enqueue hands owned row a to the workers unless it is already in flight.
 // With the queue full it stays owned and a later resume queues it.
-func (c *Service) enqueue(a allocation.Claimed) {
+func (c *Service) enqueue(a backend.Claimed) {
 	if !c.track(a.ID) {
 		return
 	}
@@ -527,7 +526,7 @@ func (c *Service) claim(ctx, procCtx context.Context, n int) (again bool, err er
 	reserved, rest, err := c.backend.Claim(ctx, c.id, n)
 	c.claiming.Add(-1)
 	again = c.claimPending.Swap(false)
-	if errors.Is(err, allocation.ErrClaimedUnread) {
+	if errors.Is(err, backend.ErrClaimedUnread) {
 		// Claimed but not read back: resume them once the database answers.
 		c.needResume.Store(true)
 		c.log.Warn("claimed allocations could not be read; resuming them later", zap.Error(err))
@@ -555,7 +554,7 @@ func (c *Service) claim(ctx, procCtx context.Context, n int) (again bool, err er
 // process runs one owned row that track marked in flight, and clears the
 // mark. When a database outage leaves the row owned but unfinished, it asks
 // for a resume.
-func (c *Service) process(ctx context.Context, a allocation.Claimed) {
+func (c *Service) process(ctx context.Context, a backend.Claimed) {
 	defer c.inflight.Delete(a.ID)
 	out, err := c.backend.Process(ctx, c.id, a)
 	if err != nil {
@@ -572,9 +571,9 @@ func (c *Service) process(ctx context.Context, a allocation.Claimed) {
 		return
 	}
 	switch out {
-	case allocation.Reserved:
+	case backend.Reserved:
 		c.Metrics.reserved(a.CreatedAt)
-	case allocation.Failed:
+	case backend.Failed:
 		c.Metrics.failed()
 	}
 	c.log.Debug("allocation processed", zap.Stringer("allocation", a.UUID), zap.Stringer("outcome", out),

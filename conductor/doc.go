@@ -40,18 +40,18 @@
 // nearly empty claim per notification. Claiming is one UPDATE over a SELECT ...
 // ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED of unowned allocating rows,
 // setting conductor_affinity to the conductor's id: two conductors never get
-// the same row and never wait for each other (Rows.Claim;
-// ClaimAllocations in query.sql).
+// the same row and never wait for each other (claimOnly;
+// ClaimAllocations in backend/query.sql).
 //
 // # Fast and slow paths
 //
-// The database backend (databaseBackend) claims and reserves in the same
+// The database backend (backend.Database) claims and reserves in the same
 // transaction: metalloc_claim_reserve (db/schema.sql) claims up to n rows and,
 // for each, picks a free fitting node with metalloc_pick and activates the
-// row together with the node (allocation.Allocator.ClaimReserve). That is the
+// row together with the node (backend.Database.ClaimReserve). That is the
 // fast path, one round trip for a batch. Rows for which no node was free at
 // that moment come back claimed but unreserved, and the worker runs the slow
-// path for each (allocation.Allocator.Process): one short reservation
+// path for each (backend.Database.Process): one short reservation
 // transaction per attempt (metalloc_reserve), backing off while every
 // fitting node is locked by others, and failing the row with a last_error
 // that counts what each filter left (FitStats) when nothing fits. If the
@@ -59,14 +59,14 @@
 // constraint race on one row rolls the whole batch back), the database
 // backend claims the batch only and sends every row down the slow path,
 // which fails the offending row with a reason instead of letting it block
-// the batch at every attempt. The placement backend (placementBackend), in
+// the batch at every attempt. The placement backend (backend.Placement), in
 // mode local (metalloc-placement on this database), has the same fast path
 // with Placement's writes in it (metalloc_claim_reserve_placement: the node
 // and its flat provider locked together with SKIP LOCKED, capacity
 // re-read under the provider's lock, the consumer, the allocation, the
 // generation bump, the claim log, the reservation); the rows it leaves,
 // and every row in mode http, go through selections from Placement
-// (allocation.PlacementAllocator.ClaimBatch, then Process). The claim loop
+// (backend.Placement.ClaimBatch, then Process). The claim loop
 // does not know which backend it drives.
 //
 // A node is picked with FOR UPDATE SKIP LOCKED among the free_nodes view
@@ -80,7 +80,7 @@
 //
 // Every write a conductor makes to a row it claimed is guarded by
 // conductor_affinity = me AND state = 'allocating': reserve
-// (metalloc_reserve), fail (allocation FailAllocation), takeover, release. A
+// (metalloc_reserve), fail (backend FailAllocation), takeover, release. A
 // conductor that lost its row (taken over while it was paused, deleted by the
 // API) changes nothing: the update matches no row and the backend reports
 // Lost.
@@ -163,7 +163,7 @@
 // group notification, a poll tick, a reconnection, a group just claimed)
 // each worker claims one group per round after its allocation batch
 // (Service.claimGroups) and places it
-// itself (allocgroup.Reserver.Process): read the free candidates with their
+// itself (backend.GroupReserver.Process): read the free candidates with their
 // topology paths (no locks), choose the plans (best fit first), and try
 // each in one transaction: lock the missing nodes FOR UPDATE SKIP LOCKED,
 // then the group guarded by conductor_affinity = me AND state =
@@ -175,8 +175,8 @@
 // members: it is active with count members, or in error with none. An
 // active group can be grown (PATCH count: back to allocating, unowned); a
 // failed grow returns it to active with count = its members. With the
-// placement backend the Reserver also claims the members in Placement
-// (allocgroup.Reserver.Placement = the PlacementAllocator).
+// placement backend the GroupReserver also claims the members in Placement
+// (GroupReserver.Placement = the backend.Placement).
 //
 // # Lock order
 //
@@ -197,7 +197,7 @@
 //   - node delete, tear down (provision target deleted), removing
 //     instance_uuid (package node): the node, then metalloc_deallocate;
 //   - backfill (POST /v1/allocations with node): the node, then the new row;
-//   - group reservation (allocgroup.Reserver): the plan's nodes with FOR
+//   - group reservation (backend.GroupReserver): the plan's nodes with FOR
 //     UPDATE SKIP LOCKED, then the group row (waiting), then the new
 //     member rows; it never waits on a node;
 //   - group DELETE (allocgroup.Handler.delete): the members' nodes in id

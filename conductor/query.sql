@@ -23,20 +23,6 @@ UPDATE conductors SET online = false, updated_at = now() WHERE id = @id;
 -- reservation backends', each guarded by conductor_affinity = me AND
 -- state = 'allocating'.
 
--- name: ClaimAllocations :many
--- Takes up to @batch unowned allocating rows for conductor @me, oldest first,
--- skipping rows another conductor is claiming at the same moment (backends
--- without a claim-and-reserve fast path).
-UPDATE allocations a
-   SET conductor_affinity = @me::bigint
- WHERE a.id IN (SELECT u.id FROM allocations u
-                 WHERE u.state = 'allocating' AND u.conductor_affinity IS NULL
-                 ORDER BY u.id
-                 LIMIT @batch FOR UPDATE SKIP LOCKED)
-RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits;
-
 -- name: OwnedAllocating :many
 -- A conductor's own unfinished rows, resumed at start-up and after outages.
 SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,

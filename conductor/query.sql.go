@@ -58,72 +58,6 @@ func (q *Queries) AllocationsDeadRows(ctx context.Context) (int64, error) {
 	return dead, err
 }
 
-const claimAllocations = `-- name: ClaimAllocations :many
-
-UPDATE allocations a
-   SET conductor_affinity = $1::bigint
- WHERE a.id IN (SELECT u.id FROM allocations u
-                 WHERE u.state = 'allocating' AND u.conductor_affinity IS NULL
-                 ORDER BY u.id
-                 LIMIT $2 FOR UPDATE SKIP LOCKED)
-RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
-`
-
-type ClaimAllocationsParams struct {
-	Me    int64
-	Batch int32
-}
-
-type ClaimAllocationsRow struct {
-	ID             int64
-	Uuid           uuid.UUID
-	Name           *string
-	ResourceClass  string
-	CandidateNodes []uuid.UUID
-	Owner          *string
-	CreatedAt      time.Time
-	Traits         []string
-}
-
-// Allocation rows from a conductor's point of view (rows.go): claim, owned,
-// dead owners, takeover, release. Every statement that changes
-// conductor_affinity is here; the outcome writes (reserve, fail) are the
-// reservation backends', each guarded by conductor_affinity = me AND
-// state = 'allocating'.
-// Takes up to @batch unowned allocating rows for conductor @me, oldest first,
-// skipping rows another conductor is claiming at the same moment (backends
-// without a claim-and-reserve fast path).
-func (q *Queries) ClaimAllocations(ctx context.Context, arg ClaimAllocationsParams) ([]ClaimAllocationsRow, error) {
-	rows, err := q.db.Query(ctx, claimAllocations, arg.Me, arg.Batch)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []ClaimAllocationsRow
-	for rows.Next() {
-		var i ClaimAllocationsRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.Uuid,
-			&i.Name,
-			&i.ResourceClass,
-			&i.CandidateNodes,
-			&i.Owner,
-			&i.CreatedAt,
-			&i.Traits,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const claimGroups = `-- name: ClaimGroups :many
 
 UPDATE allocation_groups g
@@ -442,6 +376,7 @@ func (q *Queries) OrphanPlacementSynced(ctx context.Context) ([]uuid.UUID, error
 }
 
 const ownedAllocating = `-- name: OwnedAllocating :many
+
 SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
        (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
           FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
@@ -461,6 +396,11 @@ type OwnedAllocatingRow struct {
 	Traits         []string
 }
 
+// Allocation rows from a conductor's point of view (rows.go): claim, owned,
+// dead owners, takeover, release. Every statement that changes
+// conductor_affinity is here; the outcome writes (reserve, fail) are the
+// reservation backends', each guarded by conductor_affinity = me AND
+// state = 'allocating'.
 // A conductor's own unfinished rows, resumed at start-up and after outages.
 func (q *Queries) OwnedAllocating(ctx context.Context, me int64) ([]OwnedAllocatingRow, error) {
 	rows, err := q.db.Query(ctx, ownedAllocating, me)

@@ -8,13 +8,11 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/metalloc/metalloc/allocation"
-	"github.com/metalloc/metalloc/allocgroup"
+	"github.com/metalloc/metalloc/conductor/backend"
 )
 
 // Rows owns the life cycle of allocation rows as conductors see them: who
-// owns a row (conductor_affinity) and when that changes. Claim takes
-// unowned rows, Owned lists a conductor's unfinished ones, DeadOwners and
+// owns a row (conductor_affinity) and when that changes. Owned lists a conductor's unfinished ones, DeadOwners and
 // TakeOver move rows of dead conductors, Release hands rows back on a clean
 // stop. Its SQL is conductor/query.sql, where "alive" is the one function
 // metalloc_conductor_alive. The outcome writes of a row (reserve, fail) are
@@ -31,38 +29,22 @@ type Rows struct {
 // is older than timeout counting as dead.
 func NewRows(q *Queries, timeout time.Duration) *Rows { return &Rows{q: q, timeout: timeout} }
 
-// claimed builds an allocation.Claimed from the columns every row query
+// claimed builds an backend.Claimed from the columns every row query
 // returns.
 func claimed(id int64, u uuid.UUID, name *string, rc string, cands []uuid.UUID, owner *string,
-	traits []string, created time.Time) allocation.Claimed {
-	return allocation.Claimed{ID: id, UUID: u, Name: name, ResourceClass: rc, CandidateNodes: cands,
+	traits []string, created time.Time) backend.Claimed {
+	return backend.Claimed{ID: id, UUID: u, Name: name, ResourceClass: rc, CandidateNodes: cands,
 		Owner: owner, Traits: traits, CreatedAt: created}
-}
-
-// Claim takes up to batch unowned allocating rows for conductor me, oldest
-// first (FOR UPDATE SKIP LOCKED: concurrent conductors never get the same row
-// and never wait for each other). The database backend does not use it: its
-// fast path claims and reserves in one statement (allocation.ClaimReserve).
-func (r *Rows) Claim(ctx context.Context, me int64, batch int) ([]allocation.Claimed, error) {
-	rows, err := r.q.ClaimAllocations(ctx, ClaimAllocationsParams{Me: me, Batch: int32(batch)})
-	if err != nil {
-		return nil, fmt.Errorf("claiming allocations: %w", err)
-	}
-	out := make([]allocation.Claimed, len(rows))
-	for i, a := range rows {
-		out[i] = claimed(a.ID, a.Uuid, a.Name, a.ResourceClass, a.CandidateNodes, a.Owner, a.Traits, a.CreatedAt)
-	}
-	return out, nil
 }
 
 // Owned returns conductor me's unfinished allocations, oldest first (resumed
 // at start-up, after an outage, and when the work queue overflowed).
-func (r *Rows) Owned(ctx context.Context, me int64) ([]allocation.Claimed, error) {
+func (r *Rows) Owned(ctx context.Context, me int64) ([]backend.Claimed, error) {
 	rows, err := r.q.OwnedAllocating(ctx, me)
 	if err != nil {
 		return nil, fmt.Errorf("listing owned allocations: %w", err)
 	}
-	out := make([]allocation.Claimed, len(rows))
+	out := make([]backend.Claimed, len(rows))
 	for i, a := range rows {
 		out[i] = claimed(a.ID, a.Uuid, a.Name, a.ResourceClass, a.CandidateNodes, a.Owner, a.Traits, a.CreatedAt)
 	}
@@ -100,7 +82,7 @@ func (r *Rows) DeadOwners(ctx context.Context, me int64) ([]DeadOwner, error) {
 // skips a row locked at that moment. It returns the rows won (to be
 // processed) and how many were lost to another conductor, to dead coming
 // back, or to a lock.
-func (r *Rows) TakeOver(ctx context.Context, me int64, dead DeadOwner, max int) (won []allocation.Claimed, lost int, err error) {
+func (r *Rows) TakeOver(ctx context.Context, me int64, dead DeadOwner, max int) (won []backend.Claimed, lost int, err error) {
 	ids, err := r.q.AllocatingOf(ctx, AllocatingOfParams{Owner: dead.ID, MaxRows: int32(max)})
 	if err != nil {
 		return nil, 0, fmt.Errorf("listing allocations of conductor %s: %w", dead.Hostname, err)
@@ -136,15 +118,15 @@ func (r *Rows) Release(ctx context.Context, me int64) (int64, error) {
 	return n + m, nil
 }
 
-// groupClaimed builds an allocgroup.Claimed from a group row.
-func groupClaimed(g AllocationGroup) allocgroup.Claimed {
-	return allocgroup.Claimed{ID: g.ID, UUID: g.Uuid, Count: int(g.Count), ResourceClass: g.ResourceClass,
+// groupClaimed builds an backend.ClaimedGroup from a group row.
+func groupClaimed(g AllocationGroup) backend.ClaimedGroup {
+	return backend.ClaimedGroup{ID: g.ID, UUID: g.Uuid, Count: int(g.Count), ResourceClass: g.ResourceClass,
 		Traits: g.Traits, CandidateNodes: g.CandidateNodes, Owner: g.Owner, Rule: g.Rule, RuleLevel: g.RuleLevel,
 		Domain: g.Domain, CreatedAt: g.CreatedAt}
 }
 
-func groupsClaimed(gs []AllocationGroup) []allocgroup.Claimed {
-	out := make([]allocgroup.Claimed, len(gs))
+func groupsClaimed(gs []AllocationGroup) []backend.ClaimedGroup {
+	out := make([]backend.ClaimedGroup, len(gs))
 	for i, g := range gs {
 		out[i] = groupClaimed(g)
 	}
@@ -154,7 +136,7 @@ func groupsClaimed(gs []AllocationGroup) []allocgroup.Claimed {
 // ClaimGroups takes up to batch unowned allocating allocation groups for
 // conductor me, oldest first, as Claim does for allocations (FOR UPDATE
 // SKIP LOCKED). Both backends use it.
-func (r *Rows) ClaimGroups(ctx context.Context, me int64, batch int) ([]allocgroup.Claimed, error) {
+func (r *Rows) ClaimGroups(ctx context.Context, me int64, batch int) ([]backend.ClaimedGroup, error) {
 	gs, err := r.q.ClaimGroups(ctx, ClaimGroupsParams{Me: me, Batch: int32(batch)})
 	if err != nil {
 		return nil, fmt.Errorf("claiming allocation groups: %w", err)
@@ -163,7 +145,7 @@ func (r *Rows) ClaimGroups(ctx context.Context, me int64, batch int) ([]allocgro
 }
 
 // OwnedGroups returns conductor me's unfinished groups, oldest first.
-func (r *Rows) OwnedGroups(ctx context.Context, me int64) ([]allocgroup.Claimed, error) {
+func (r *Rows) OwnedGroups(ctx context.Context, me int64) ([]backend.ClaimedGroup, error) {
 	gs, err := r.q.OwnedGroups(ctx, me)
 	if err != nil {
 		return nil, fmt.Errorf("listing owned allocation groups: %w", err)
@@ -173,7 +155,7 @@ func (r *Rows) OwnedGroups(ctx context.Context, me int64) ([]allocgroup.Claimed,
 
 // TakeOverGroups is TakeOver for dead's allocating groups: one
 // compare-and-set per group, in random order, skipping locked ones.
-func (r *Rows) TakeOverGroups(ctx context.Context, me int64, dead DeadOwner, max int) (won []allocgroup.Claimed, lost int, err error) {
+func (r *Rows) TakeOverGroups(ctx context.Context, me int64, dead DeadOwner, max int) (won []backend.ClaimedGroup, lost int, err error) {
 	ids, err := r.q.GroupsAllocatingOf(ctx, GroupsAllocatingOfParams{Owner: dead.ID, MaxRows: int32(max)})
 	if err != nil {
 		return nil, 0, fmt.Errorf("listing allocation groups of conductor %s: %w", dead.Hostname, err)

@@ -3,6 +3,7 @@ package conductor
 import (
 	"context"
 	"fmt"
+	"github.com/metalloc/metalloc/conductor/backend"
 	"testing"
 	"time"
 
@@ -12,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/db/dbtest"
 )
 
@@ -97,13 +97,12 @@ func TestLateWritesOfASlowConductorAreRejected(t *testing.T) {
 	pool := dbtest.New(t)
 	dbtest.Nodes(t, pool, 2, "gold")
 	log := zaptest.NewLogger(t)
-	alloc := allocation.NewAllocator(pool, log)
+	alloc := backend.NewDatabase(pool, log)
 	slow := deadConductor(t, pool, "slow", 0, "gold")
 	live := dbtest.Conductor(t, pool, "live", 0, true)
 	addAllocations(t, pool, 2, "gold")
 	rows := NewRows(New(pool), time.Minute)
-	claimed, err := rows.Claim(context.Background(), slow, 2)
-	require.NoError(t, err)
+	claimed := claimRows(t, pool, slow, 2)
 	require.Len(t, claimed, 2)
 
 	owners, err := rows.DeadOwners(context.Background(), live)
@@ -122,13 +121,13 @@ func TestLateWritesOfASlowConductorAreRejected(t *testing.T) {
 	// are rejected.
 	out, err := alloc.Process(context.Background(), slow, claimed[0])
 	require.NoError(t, err)
-	require.Equal(t, allocation.Lost, out)
+	require.Equal(t, backend.Lost, out)
 	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM nodes WHERE allocation_id IS NOT NULL`))
 	_, err = pool.Exec(context.Background(), `UPDATE nodes SET maintenance = true`)
 	require.NoError(t, err)
 	out, err = alloc.Process(context.Background(), slow, claimed[1]) // no node fits: tries to fail the row
 	require.NoError(t, err)
-	require.Equal(t, allocation.Lost, out)
+	require.Equal(t, backend.Lost, out)
 	require.Equal(t, 2, dbtest.Count(t, pool,
 		`SELECT count(*) FROM allocations WHERE state = 'allocating' AND conductor_affinity = $1`, live))
 }
