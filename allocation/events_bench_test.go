@@ -35,7 +35,7 @@ func BenchmarkAllocationEvents(b *testing.B) {
 			b.Fatal(err)
 		}
 		var reserved bool
-		if err := pool.QueryRow(ctx, `SELECT reserved FROM metalloc_reserve($1, $2, 'gold', '{}', NULL, NULL, NULL, 0)`,
+		if err := pool.QueryRow(ctx, `SELECT reserved FROM metalloc_reserve($1, $2, 'gold', '{}', NULL, NULL, NULL)`,
 			row.ID, me).Scan(&reserved); err != nil || !reserved {
 			b.Fatal(err, reserved)
 		}

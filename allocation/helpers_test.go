@@ -83,7 +83,7 @@ func (f *fixture) reserve(id, me int64) bool {
 		  FROM allocations a,
 		       metalloc_reserve(a.id, $2, a.resource_class,
 		                        ARRAY(SELECT t.trait FROM allocation_traits t WHERE t.allocation_id = a.id ORDER BY 1),
-		                        a.candidate_nodes, a.owner, a.name, 0) r
+		                        a.candidate_nodes, a.owner, a.name) r
 		 WHERE a.id = $1`, id, me).Scan(&reserved)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false

@@ -216,7 +216,7 @@ func TestGroupTakeoverResumeRelease(t *testing.T) {
 	// Release (before any conductor runs): a stopping conductor hands
 	// its allocating group back, unowned.
 	id := dbtest.Conductor(t, pool, "stopping", 0, true)
-	rows := NewRows(New(pool), time.Minute)
+	rows := NewRows(pool)
 	g := addGroup(t, pool, 2, "gpu", allocgroup.RuleNone, "")
 	own(g, id)
 	n, err := rows.Release(ctx, id)

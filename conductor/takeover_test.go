@@ -101,7 +101,7 @@ func TestLateWritesOfASlowConductorAreRejected(t *testing.T) {
 	slow := deadConductor(t, pool, "slow", 0, "gold")
 	live := dbtest.Conductor(t, pool, "live", 0, true)
 	addAllocations(t, pool, 2, "gold")
-	rows := NewRows(New(pool), time.Minute)
+	rows := NewRows(pool)
 	claimed := claimRows(t, pool, slow, 2)
 	require.Len(t, claimed, 2)
 

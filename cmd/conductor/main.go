@@ -48,10 +48,7 @@ func main() {
 // its allocations over, and names the sessions "metalloc-conductor
 // <hostname>".
 func conductorSessions(cfg config.Config, opts *db.PoolOptions) {
-	timeout := cfg.Conductor.HeartbeatTimeout
-	if timeout <= 0 {
-		timeout = config.DefaultHeartbeatTimeout
-	}
+	timeout := conductor.IdleInTransactionTimeout(cfg.Conductor.HeartbeatTimeout)
 	opts.RuntimeParams = map[string]string{
 		"idle_in_transaction_session_timeout": strconv.FormatInt(timeout.Milliseconds(), 10),
 	}

@@ -108,7 +108,32 @@ func readClaimed(ctx context.Context, q *Queries, me int64, ids []int64) ([]Clai
 	}
 	out := make([]Claimed, len(rows))
 	for i, r := range rows {
-		out[i] = Claimed{r.ID, r.Uuid, r.Name, r.ResourceClass, r.CandidateNodes, r.Owner, r.Traits, r.CreatedAt}
+		out[i] = claimedOf(r.AllocationRequest)
+	}
+	return out, nil
+}
+
+// claimedOf is a Claimed from its row of allocation_requests.
+func claimedOf(r AllocationRequest) Claimed {
+	return Claimed{r.ID, r.Uuid, r.Name, r.ResourceClass, r.CandidateNodes, r.Owner, r.Traits, r.CreatedAt}
+}
+
+// ReadGroups returns those of the allocation groups ids that are still
+// allocating and owned by conductor me, oldest first (the conductor's
+// claim, resume and takeover of groups).
+func ReadGroups(ctx context.Context, pool *pgxpool.Pool, me int64, ids []int64) ([]ClaimedGroup, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	gs, err := New(pool).ClaimedGroups(ctx, ClaimedGroupsParams{Ids: ids, Me: me})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ClaimedGroup, len(gs))
+	for i, g := range gs {
+		out[i] = ClaimedGroup{ID: g.ID, UUID: g.Uuid, Count: int(g.Count), ResourceClass: g.ResourceClass,
+			Traits: g.Traits, CandidateNodes: g.CandidateNodes, Owner: g.Owner, Rule: g.Rule, RuleLevel: g.RuleLevel,
+			Domain: g.Domain, CreatedAt: g.CreatedAt}
 	}
 	return out, nil
 }
@@ -124,8 +149,8 @@ func claimOnly(ctx context.Context, q *Queries, me int64, batch int) ([]Claimed,
 		return nil, fmt.Errorf("claiming allocations: %w", err)
 	}
 	out := make([]Claimed, len(rows))
-	for i, a := range rows {
-		out[i] = Claimed{a.ID, a.Uuid, a.Name, a.ResourceClass, a.CandidateNodes, a.Owner, a.Traits, a.CreatedAt}
+	for i, r := range rows {
+		out[i] = claimedOf(r.AllocationRequest)
 	}
 	return out, nil
 }

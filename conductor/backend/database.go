@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,16 +27,6 @@ type Database struct {
 	// LockedBackoff is the first wait between such retries, doubled each time
 	// up to 16x (default 5 ms).
 	LockedBackoff time.Duration
-
-	starts nodeStarts
-}
-
-// nodeStarts draws the random node ids the fast paths start their walk of
-// free nodes from, with the node id range cached for idRangeTTL.
-type nodeStarts struct {
-	mu         sync.Mutex
-	idLo, idHi int64
-	idAt       time.Time
 }
 
 // NewDatabase returns an Database on pool.
@@ -54,11 +42,7 @@ func NewDatabase(pool *pgxpool.Pool, log *zap.Logger) *Database {
 // an explanation), read in full by a second statement. On ErrClaimedUnread
 // the reserved rows are valid too.
 func (a *Database) ClaimReserve(ctx context.Context, me int64, batch int) (reserved []Claimed, rest []Claimed, err error) {
-	starts, err := a.starts.batch(ctx, a.q, batch)
-	if err != nil {
-		return nil, nil, err
-	}
-	rows, err := a.q.ClaimReserve(ctx, ClaimReserveParams{Me: me, Batch: int32(batch), Starts: starts})
+	rows, err := a.q.ClaimReserve(ctx, ClaimReserveParams{Me: me, Batch: int32(batch)})
 	if err != nil {
 		return nil, nil, fmt.Errorf("claiming and reserving: %w", err)
 	}
@@ -161,12 +145,8 @@ var (
 // allocation is no longer this conductor's. The name-first rule applies to
 // the first attempt only.
 func (a *Database) reserveOnce(ctx context.Context, me int64, c Claimed, tryName bool) (uuid.UUID, error) {
-	start, err := a.randomStart(ctx)
-	if err != nil {
-		return uuid.Nil, err
-	}
 	p := ReserveParams{Candidates: c.CandidateNodes, ResourceClass: c.ResourceClass, Owner: c.Owner,
-		Traits: c.Traits, Start: start, AllocationID: c.ID, Me: me}
+		Traits: c.Traits, AllocationID: c.ID, Me: me}
 	if tryName {
 		p.Name = c.Name
 	}
@@ -181,45 +161,6 @@ func (a *Database) reserveOnce(ctx context.Context, me int64, c Claimed, tryName
 	}
 	return r.NodeUuid, nil
 }
-
-// randomStart draws a uniformly random node id in the current id range (the
-// range is cached for idRangeTTL; nodes added since are still reached, as
-// picking wraps around).
-func (a *Database) randomStart(ctx context.Context) (int64, error) {
-	return a.starts.draw(ctx, a.q)
-}
-
-// draw is a uniformly random node id in the current id range.
-func (s *nodeStarts) draw(ctx context.Context, q *Queries) (int64, error) {
-	s.mu.Lock()
-	lo, hi, fresh := s.idLo, s.idHi, time.Since(s.idAt) < idRangeTTL
-	s.mu.Unlock()
-	if !fresh {
-		r, err := q.NodeIDRange(ctx)
-		if err != nil {
-			return 0, err
-		}
-		lo, hi = r.Lo, r.Hi
-		s.mu.Lock()
-		s.idLo, s.idHi, s.idAt = lo, hi, time.Now()
-		s.mu.Unlock()
-	}
-	return lo + rand.Int64N(hi-lo+1), nil
-}
-
-// batch draws n starts, one per row of a fast-path batch.
-func (s *nodeStarts) batch(ctx context.Context, q *Queries, n int) ([]int64, error) {
-	out := make([]int64, n)
-	for i := range out {
-		var err error
-		if out[i], err = s.draw(ctx, q); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-const idRangeTTL = 5 * time.Second
 
 func (a *Database) transient(_ context.Context, c Claimed, err error) (Outcome, error) {
 	return Lost, fmt.Errorf("processing allocation %s: %w", c.UUID, err)

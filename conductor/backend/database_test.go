@@ -73,12 +73,8 @@ func claim(t *testing.T, a *Database, me int64, n int) []Claimed {
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
-	got, err := a.q.ClaimedAllocating(ctx, ClaimedAllocatingParams{Ids: ids, Me: me})
+	out, err := Read(ctx, a.pool, me, ids)
 	require.NoError(t, err)
-	out := make([]Claimed, len(got))
-	for i, r := range got {
-		out[i] = Claimed{r.ID, r.Uuid, r.Name, r.ResourceClass, r.CandidateNodes, r.Owner, r.Traits, r.CreatedAt}
-	}
 	return out
 }
 

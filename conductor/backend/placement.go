@@ -72,8 +72,6 @@ type Placement struct {
 	mode modeState
 	// lockedWait is PlacementConfig.LockedWait.
 	lockedWait time.Duration
-	// starts are ClaimReserveLocal's random walk starts.
-	starts nodeStarts
 }
 
 // NewPlacement returns a Placement on pool and the
@@ -303,7 +301,7 @@ func (p *Placement) claimOne(ctx context.Context, me int64, c Claimed, sel sched
 	}
 
 	r, err := p.q.Reserve(ctx, ReserveParams{Candidates: []uuid.UUID{node}, ResourceClass: c.ResourceClass,
-		Owner: c.Owner, Traits: c.Traits, Start: 0, AllocationID: c.ID, Me: me})
+		Owner: c.Owner, Traits: c.Traits, AllocationID: c.ID, Me: me})
 	switch {
 	case err == nil && r.Reserved:
 		return stepReserved, nil

@@ -83,11 +83,10 @@ func (f *pfixture) claim(id, me int64) Claimed {
 	f.t.Helper()
 	_, err := f.pool.Exec(context.Background(), `UPDATE allocations SET conductor_affinity = $2 WHERE id = $1`, id, me)
 	require.NoError(f.t, err)
-	rows, err := f.q.ClaimedAllocating(context.Background(), ClaimedAllocatingParams{Ids: []int64{id}, Me: me})
+	rows, err := Read(context.Background(), f.pool, me, []int64{id})
 	require.NoError(f.t, err)
 	require.Len(f.t, rows, 1)
-	r := rows[0]
-	return Claimed{r.ID, r.Uuid, r.Name, r.ResourceClass, r.CandidateNodes, r.Owner, r.Traits, r.CreatedAt}
+	return rows[0]
 }
 
 // checkNoLeak checks that Placement holds exactly the active allocations:

@@ -1,46 +1,43 @@
+-- The statements that move a row a conductor owns (package backend):
+-- claim, read what it asks for, reserve, fail, the Placement claim log, the
+-- group reservation. Each write is guarded by conductor_affinity = me AND
+-- state = 'allocating'. The SQL functions are in db/schema.sql.
+
 -- name: Reserve :one
--- One reservation attempt (see metalloc_reserve in the migrations): no row
--- when no unlocked node fits, reserved = false when the allocation is no
--- longer @me's.
+-- One reservation attempt (metalloc_reserve): no row when no unlocked node
+-- fits, reserved = false when the allocation is no longer @me's.
 SELECT r.node_id::bigint AS node_id, r.node_uuid::uuid AS node_uuid, r.reserved::boolean AS reserved
   FROM metalloc_reserve(@allocation_id::bigint, @me::bigint, @resource_class::text, @traits::text[],
-                        sqlc.narg(candidates)::uuid[], sqlc.narg(owner)::text, sqlc.narg(name)::text,
-                        @start::bigint) r;
+                        sqlc.narg(candidates)::uuid[], sqlc.narg(owner)::text, sqlc.narg(name)::text) r;
 
 -- name: ClaimReserve :many
--- The fast path (see metalloc_claim_reserve in the migrations): claim up to
--- @batch rows for @me and reserve a node for each that has one free now. Only
--- what the function returns is used: a join back to allocations here would
--- read with this statement's snapshot, older than the function's, and miss
--- rows inserted while it ran. Unreserved rows are read with ClaimedAllocating.
+-- The fast path (metalloc_claim_reserve): claim up to @batch rows for @me
+-- and reserve a node for each that has one free now. Only what the
+-- function returns is used: a join back to allocations here would read
+-- with this statement's snapshot, older than the function's, and miss rows
+-- inserted while it ran. Unreserved rows are read with ClaimedAllocating.
 SELECT r.out_id::bigint AS id, r.out_uuid::uuid AS uuid,
        r.out_created_at::timestamptz AS created_at, r.out_reserved::boolean AS reserved
-  FROM metalloc_claim_reserve(@me::bigint, @batch::integer, @starts::bigint[]) r
+  FROM metalloc_claim_reserve(@me::bigint, @batch::integer) r
  ORDER BY 1;
 
 -- name: ClaimReservePlacement :many
--- ClaimReserve for the Placement backend in mode local: the rows it
--- reserves are claimed in Placement too, in the same transaction (see
--- metalloc_claim_reserve_placement in the migrations). Same columns as
--- ClaimReserve.
+-- ClaimReserve for the placement backend in mode local: the rows it
+-- reserves are claimed in Placement too, in the same transaction
+-- (metalloc_claim_reserve_placement). Same columns as ClaimReserve.
 SELECT r.out_id::bigint AS id, r.out_uuid::uuid AS uuid,
        r.out_created_at::timestamptz AS created_at, r.out_reserved::boolean AS reserved
-  FROM metalloc_claim_reserve_placement(@me::bigint, @batch::integer, @starts::bigint[],
-                                        @user_id::text, @consumer_type::text) r
+  FROM metalloc_claim_reserve_placement(@me::bigint, @batch::integer, @user_id::text, @consumer_type::text) r
  ORDER BY 1;
 
 -- name: ClaimedAllocating :many
--- The given rows, if still allocating and owned by @me (the fast path's
--- unreserved rows, read in a statement of their own).
-SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
-  FROM allocations a
+-- The given rows as a backend takes them (the view allocation_requests),
+-- if still allocating and owned by @me: the fast paths' unreserved rows,
+-- and the rows a conductor resumes or took over.
+SELECT sqlc.embed(r)
+  FROM allocations a JOIN allocation_requests r ON r.id = a.id
  WHERE a.id = ANY(@ids::bigint[]) AND a.state = 'allocating' AND a.conductor_affinity = @me::bigint
  ORDER BY a.id;
-
--- name: NodeIDRange :one
-SELECT coalesce(min(id), 0)::bigint AS lo, coalesce(max(id), 0)::bigint AS hi FROM nodes;
 
 -- name: FailAllocation :execrows
 -- allocating -> error with a reason, only while @me owns the row.
@@ -101,14 +98,6 @@ DELETE FROM placement_claims
 -- longer ours).
 SELECT state, conductor_affinity FROM allocations WHERE id = @id;
 
--- name: PickNode :one
--- Locks @node for the local Placement backend's batch if it is free and fits
--- (metalloc_pick on one candidate, without waiting for a node others hold):
--- a null node_id when it does not.
-SELECT p.node_id::bigint AS node_id
-  FROM metalloc_pick(@resource_class::text, @traits::text[], ARRAY[@node::uuid], sqlc.narg(owner)::text,
-                     NULL, 0) p;
-
 -- name: LockOwnedAllocating :many
 -- The given rows still allocating and owned by @me, locked for the local
 -- Placement backend's batch (rows another transaction holds are skipped:
@@ -163,18 +152,32 @@ SELECT n.id AS node_id, n.uuid AS node_uuid
    FOR UPDATE OF n SKIP LOCKED;
 
 -- name: ClaimAllocations :many
--- Takes up to @batch unowned allocating rows for conductor @me, oldest first,
--- skipping rows another conductor is claiming at the same moment (backends
--- without a claim-and-reserve fast path).
-UPDATE allocations a
-   SET conductor_affinity = @me::bigint
- WHERE a.id IN (SELECT u.id FROM allocations u
-                 WHERE u.state = 'allocating' AND u.conductor_affinity IS NULL
-                 ORDER BY u.id
-                 LIMIT @batch FOR UPDATE SKIP LOCKED)
-RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits;
+-- Takes up to @batch unowned allocating rows for conductor @me, oldest
+-- first, skipping rows another conductor is claiming at the same moment,
+-- without reserving (the placement backend, and a fast path that failed as
+-- a whole). The rows are read through allocation_requests after the update
+-- (its snapshot has them: the claim only changes conductor_affinity).
+WITH c AS (
+    UPDATE allocations a
+       SET conductor_affinity = @me::bigint
+     WHERE a.id IN (SELECT u.id FROM allocations u
+                     WHERE u.state = 'allocating' AND u.conductor_affinity IS NULL
+                     ORDER BY u.id
+                     LIMIT @batch FOR UPDATE SKIP LOCKED)
+    RETURNING a.id
+)
+SELECT sqlc.embed(r) FROM c JOIN allocation_requests r ON r.id = c.id
+ ORDER BY c.id;
+
+-- name: ClaimedGroups :many
+-- The given allocation groups as the group reservation takes them, if
+-- still allocating and owned by @me (claimed, resumed or taken over by the
+-- conductor).
+SELECT g.id, g.uuid, g.count, g.resource_class, g.traits, g.candidate_nodes, g.owner, g.rule, g.rule_level,
+       g.domain, g.created_at
+  FROM allocation_groups g
+ WHERE g.id = ANY(@ids::bigint[]) AND g.state = 'allocating' AND g.conductor_affinity = @me::bigint
+ ORDER BY g.id;
 
 -- name: LockPlanNodes :many
 -- Locks up to @wanted of @nodes, in their order, that are still free and

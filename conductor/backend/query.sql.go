@@ -52,15 +52,17 @@ func (q *Queries) AllocationOwnership(ctx context.Context, id int64) (Allocation
 }
 
 const claimAllocations = `-- name: ClaimAllocations :many
-UPDATE allocations a
-   SET conductor_affinity = $1::bigint
- WHERE a.id IN (SELECT u.id FROM allocations u
-                 WHERE u.state = 'allocating' AND u.conductor_affinity IS NULL
-                 ORDER BY u.id
-                 LIMIT $2 FOR UPDATE SKIP LOCKED)
-RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
+WITH c AS (
+    UPDATE allocations a
+       SET conductor_affinity = $1::bigint
+     WHERE a.id IN (SELECT u.id FROM allocations u
+                     WHERE u.state = 'allocating' AND u.conductor_affinity IS NULL
+                     ORDER BY u.id
+                     LIMIT $2 FOR UPDATE SKIP LOCKED)
+    RETURNING a.id
+)
+SELECT r.id, r.uuid, r.name, r.resource_class, r.candidate_nodes, r.owner, r.created_at, r.traits FROM c JOIN allocation_requests r ON r.id = c.id
+ ORDER BY c.id
 `
 
 type ClaimAllocationsParams struct {
@@ -69,19 +71,14 @@ type ClaimAllocationsParams struct {
 }
 
 type ClaimAllocationsRow struct {
-	ID             int64
-	Uuid           uuid.UUID
-	Name           *string
-	ResourceClass  string
-	CandidateNodes []uuid.UUID
-	Owner          *string
-	CreatedAt      time.Time
-	Traits         []string
+	AllocationRequest AllocationRequest
 }
 
-// Takes up to @batch unowned allocating rows for conductor @me, oldest first,
-// skipping rows another conductor is claiming at the same moment (backends
-// without a claim-and-reserve fast path).
+// Takes up to @batch unowned allocating rows for conductor @me, oldest
+// first, skipping rows another conductor is claiming at the same moment,
+// without reserving (the placement backend, and a fast path that failed as
+// a whole). The rows are read through allocation_requests after the update
+// (its snapshot has them: the claim only changes conductor_affinity).
 func (q *Queries) ClaimAllocations(ctx context.Context, arg ClaimAllocationsParams) ([]ClaimAllocationsRow, error) {
 	rows, err := q.db.Query(ctx, claimAllocations, arg.Me, arg.Batch)
 	if err != nil {
@@ -92,14 +89,14 @@ func (q *Queries) ClaimAllocations(ctx context.Context, arg ClaimAllocationsPara
 	for rows.Next() {
 		var i ClaimAllocationsRow
 		if err := rows.Scan(
-			&i.ID,
-			&i.Uuid,
-			&i.Name,
-			&i.ResourceClass,
-			&i.CandidateNodes,
-			&i.Owner,
-			&i.CreatedAt,
-			&i.Traits,
+			&i.AllocationRequest.ID,
+			&i.AllocationRequest.Uuid,
+			&i.AllocationRequest.Name,
+			&i.AllocationRequest.ResourceClass,
+			&i.AllocationRequest.CandidateNodes,
+			&i.AllocationRequest.Owner,
+			&i.AllocationRequest.CreatedAt,
+			&i.AllocationRequest.Traits,
 		); err != nil {
 			return nil, err
 		}
@@ -114,14 +111,13 @@ func (q *Queries) ClaimAllocations(ctx context.Context, arg ClaimAllocationsPara
 const claimReserve = `-- name: ClaimReserve :many
 SELECT r.out_id::bigint AS id, r.out_uuid::uuid AS uuid,
        r.out_created_at::timestamptz AS created_at, r.out_reserved::boolean AS reserved
-  FROM metalloc_claim_reserve($1::bigint, $2::integer, $3::bigint[]) r
+  FROM metalloc_claim_reserve($1::bigint, $2::integer) r
  ORDER BY 1
 `
 
 type ClaimReserveParams struct {
-	Me     int64
-	Batch  int32
-	Starts []int64
+	Me    int64
+	Batch int32
 }
 
 type ClaimReserveRow struct {
@@ -131,13 +127,13 @@ type ClaimReserveRow struct {
 	Reserved  bool
 }
 
-// The fast path (see metalloc_claim_reserve in the migrations): claim up to
-// @batch rows for @me and reserve a node for each that has one free now. Only
-// what the function returns is used: a join back to allocations here would
-// read with this statement's snapshot, older than the function's, and miss
-// rows inserted while it ran. Unreserved rows are read with ClaimedAllocating.
+// The fast path (metalloc_claim_reserve): claim up to @batch rows for @me
+// and reserve a node for each that has one free now. Only what the
+// function returns is used: a join back to allocations here would read
+// with this statement's snapshot, older than the function's, and miss rows
+// inserted while it ran. Unreserved rows are read with ClaimedAllocating.
 func (q *Queries) ClaimReserve(ctx context.Context, arg ClaimReserveParams) ([]ClaimReserveRow, error) {
-	rows, err := q.db.Query(ctx, claimReserve, arg.Me, arg.Batch, arg.Starts)
+	rows, err := q.db.Query(ctx, claimReserve, arg.Me, arg.Batch)
 	if err != nil {
 		return nil, err
 	}
@@ -164,15 +160,13 @@ func (q *Queries) ClaimReserve(ctx context.Context, arg ClaimReserveParams) ([]C
 const claimReservePlacement = `-- name: ClaimReservePlacement :many
 SELECT r.out_id::bigint AS id, r.out_uuid::uuid AS uuid,
        r.out_created_at::timestamptz AS created_at, r.out_reserved::boolean AS reserved
-  FROM metalloc_claim_reserve_placement($1::bigint, $2::integer, $3::bigint[],
-                                        $4::text, $5::text) r
+  FROM metalloc_claim_reserve_placement($1::bigint, $2::integer, $3::text, $4::text) r
  ORDER BY 1
 `
 
 type ClaimReservePlacementParams struct {
 	Me           int64
 	Batch        int32
-	Starts       []int64
 	UserID       string
 	ConsumerType string
 }
@@ -184,15 +178,13 @@ type ClaimReservePlacementRow struct {
 	Reserved  bool
 }
 
-// ClaimReserve for the Placement backend in mode local: the rows it
-// reserves are claimed in Placement too, in the same transaction (see
-// metalloc_claim_reserve_placement in the migrations). Same columns as
-// ClaimReserve.
+// ClaimReserve for the placement backend in mode local: the rows it
+// reserves are claimed in Placement too, in the same transaction
+// (metalloc_claim_reserve_placement). Same columns as ClaimReserve.
 func (q *Queries) ClaimReservePlacement(ctx context.Context, arg ClaimReservePlacementParams) ([]ClaimReservePlacementRow, error) {
 	rows, err := q.db.Query(ctx, claimReservePlacement,
 		arg.Me,
 		arg.Batch,
-		arg.Starts,
 		arg.UserID,
 		arg.ConsumerType,
 	)
@@ -220,10 +212,8 @@ func (q *Queries) ClaimReservePlacement(ctx context.Context, arg ClaimReservePla
 }
 
 const claimedAllocating = `-- name: ClaimedAllocating :many
-SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
-  FROM allocations a
+SELECT r.id, r.uuid, r.name, r.resource_class, r.candidate_nodes, r.owner, r.created_at, r.traits
+  FROM allocations a JOIN allocation_requests r ON r.id = a.id
  WHERE a.id = ANY($1::bigint[]) AND a.state = 'allocating' AND a.conductor_affinity = $2::bigint
  ORDER BY a.id
 `
@@ -234,18 +224,12 @@ type ClaimedAllocatingParams struct {
 }
 
 type ClaimedAllocatingRow struct {
-	ID             int64
-	Uuid           uuid.UUID
-	Name           *string
-	ResourceClass  string
-	CandidateNodes []uuid.UUID
-	Owner          *string
-	CreatedAt      time.Time
-	Traits         []string
+	AllocationRequest AllocationRequest
 }
 
-// The given rows, if still allocating and owned by @me (the fast path's
-// unreserved rows, read in a statement of their own).
+// The given rows as a backend takes them (the view allocation_requests),
+// if still allocating and owned by @me: the fast paths' unreserved rows,
+// and the rows a conductor resumes or took over.
 func (q *Queries) ClaimedAllocating(ctx context.Context, arg ClaimedAllocatingParams) ([]ClaimedAllocatingRow, error) {
 	rows, err := q.db.Query(ctx, claimedAllocating, arg.Ids, arg.Me)
 	if err != nil {
@@ -256,14 +240,76 @@ func (q *Queries) ClaimedAllocating(ctx context.Context, arg ClaimedAllocatingPa
 	for rows.Next() {
 		var i ClaimedAllocatingRow
 		if err := rows.Scan(
+			&i.AllocationRequest.ID,
+			&i.AllocationRequest.Uuid,
+			&i.AllocationRequest.Name,
+			&i.AllocationRequest.ResourceClass,
+			&i.AllocationRequest.CandidateNodes,
+			&i.AllocationRequest.Owner,
+			&i.AllocationRequest.CreatedAt,
+			&i.AllocationRequest.Traits,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const claimedGroups = `-- name: ClaimedGroups :many
+SELECT g.id, g.uuid, g.count, g.resource_class, g.traits, g.candidate_nodes, g.owner, g.rule, g.rule_level,
+       g.domain, g.created_at
+  FROM allocation_groups g
+ WHERE g.id = ANY($1::bigint[]) AND g.state = 'allocating' AND g.conductor_affinity = $2::bigint
+ ORDER BY g.id
+`
+
+type ClaimedGroupsParams struct {
+	Ids []int64
+	Me  int64
+}
+
+type ClaimedGroupsRow struct {
+	ID             int64
+	Uuid           uuid.UUID
+	Count          int32
+	ResourceClass  string
+	Traits         []string
+	CandidateNodes []uuid.UUID
+	Owner          *string
+	Rule           string
+	RuleLevel      *string
+	Domain         []string
+	CreatedAt      time.Time
+}
+
+// The given allocation groups as the group reservation takes them, if
+// still allocating and owned by @me (claimed, resumed or taken over by the
+// conductor).
+func (q *Queries) ClaimedGroups(ctx context.Context, arg ClaimedGroupsParams) ([]ClaimedGroupsRow, error) {
+	rows, err := q.db.Query(ctx, claimedGroups, arg.Ids, arg.Me)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimedGroupsRow
+	for rows.Next() {
+		var i ClaimedGroupsRow
+		if err := rows.Scan(
 			&i.ID,
 			&i.Uuid,
-			&i.Name,
+			&i.Count,
 			&i.ResourceClass,
+			&i.Traits,
 			&i.CandidateNodes,
 			&i.Owner,
+			&i.Rule,
+			&i.RuleLevel,
+			&i.Domain,
 			&i.CreatedAt,
-			&i.Traits,
 		); err != nil {
 			return nil, err
 		}
@@ -679,22 +725,6 @@ func (q *Queries) LockPlanNodes(ctx context.Context, arg LockPlanNodesParams) ([
 	return items, nil
 }
 
-const nodeIDRange = `-- name: NodeIDRange :one
-SELECT coalesce(min(id), 0)::bigint AS lo, coalesce(max(id), 0)::bigint AS hi FROM nodes
-`
-
-type NodeIDRangeRow struct {
-	Lo int64
-	Hi int64
-}
-
-func (q *Queries) NodeIDRange(ctx context.Context) (NodeIDRangeRow, error) {
-	row := q.db.QueryRow(ctx, nodeIDRange)
-	var i NodeIDRangeRow
-	err := row.Scan(&i.Lo, &i.Hi)
-	return i, err
-}
-
 const pickFirstFree = `-- name: PickFirstFree :many
 SELECT n.id AS node_id, n.uuid AS node_uuid
   FROM unnest($1::uuid[]) WITH ORDINALITY c (uuid, ord)
@@ -747,34 +777,6 @@ func (q *Queries) PickFirstFree(ctx context.Context, arg PickFirstFreeParams) ([
 	return items, nil
 }
 
-const pickNode = `-- name: PickNode :one
-SELECT p.node_id::bigint AS node_id
-  FROM metalloc_pick($1::text, $2::text[], ARRAY[$3::uuid], $4::text,
-                     NULL, 0) p
-`
-
-type PickNodeParams struct {
-	ResourceClass string
-	Traits        []string
-	NodeRow       uuid.UUID
-	Owner         *string
-}
-
-// Locks @node for the local Placement backend's batch if it is free and fits
-// (metalloc_pick on one candidate, without waiting for a node others hold):
-// a null node_id when it does not.
-func (q *Queries) PickNode(ctx context.Context, arg PickNodeParams) (int64, error) {
-	row := q.db.QueryRow(ctx, pickNode,
-		arg.ResourceClass,
-		arg.Traits,
-		arg.NodeRow,
-		arg.Owner,
-	)
-	var node_id int64
-	err := row.Scan(&node_id)
-	return node_id, err
-}
-
 const recordPlacementClaim = `-- name: RecordPlacementClaim :exec
 INSERT INTO placement_claims (consumer_uuid, provider_uuid)
 VALUES ($1, $2)
@@ -814,10 +816,10 @@ func (q *Queries) RecordPlacementClaims(ctx context.Context, arg RecordPlacement
 }
 
 const reserve = `-- name: Reserve :one
+
 SELECT r.node_id::bigint AS node_id, r.node_uuid::uuid AS node_uuid, r.reserved::boolean AS reserved
   FROM metalloc_reserve($1::bigint, $2::bigint, $3::text, $4::text[],
-                        $5::uuid[], $6::text, $7::text,
-                        $8::bigint) r
+                        $5::uuid[], $6::text, $7::text) r
 `
 
 type ReserveParams struct {
@@ -828,7 +830,6 @@ type ReserveParams struct {
 	Candidates    []uuid.UUID
 	Owner         *string
 	Name          *string
-	Start         int64
 }
 
 type ReserveRow struct {
@@ -837,9 +838,12 @@ type ReserveRow struct {
 	Reserved bool
 }
 
-// One reservation attempt (see metalloc_reserve in the migrations): no row
-// when no unlocked node fits, reserved = false when the allocation is no
-// longer @me's.
+// The statements that move a row a conductor owns (package backend):
+// claim, read what it asks for, reserve, fail, the Placement claim log, the
+// group reservation. Each write is guarded by conductor_affinity = me AND
+// state = 'allocating'. The SQL functions are in db/schema.sql.
+// One reservation attempt (metalloc_reserve): no row when no unlocked node
+// fits, reserved = false when the allocation is no longer @me's.
 func (q *Queries) Reserve(ctx context.Context, arg ReserveParams) (ReserveRow, error) {
 	row := q.db.QueryRow(ctx, reserve,
 		arg.AllocationID,
@@ -849,7 +853,6 @@ func (q *Queries) Reserve(ctx context.Context, arg ReserveParams) (ReserveRow, e
 		arg.Candidates,
 		arg.Owner,
 		arg.Name,
-		arg.Start,
 	)
 	var i ReserveRow
 	err := row.Scan(&i.NodeID, &i.NodeUuid, &i.Reserved)

@@ -3,3 +3,20 @@
 //   sqlc v1.31.1
 
 package backend
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+type AllocationRequest struct {
+	ID             int64
+	Uuid           uuid.UUID
+	Name           *string
+	ResourceClass  string
+	CandidateNodes []uuid.UUID
+	Owner          *string
+	CreatedAt      time.Time
+	Traits         []string
+}
