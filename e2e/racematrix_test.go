@@ -67,7 +67,6 @@ type cell struct {
 	l1, l2, l3     int64     // live conductor ids
 	dead           int64     // dead conductor id
 	apiURLs        []string  // API servers, one picked per request
-	raceAllocation bool      // processes: "reserve" posts an allocation
 }
 
 // matrixOp is one operation of the matrix. It returns the HTTP status the
@@ -378,7 +377,7 @@ func TestRaceMatrix(t *testing.T) {
 	// The placement backend and the resource tracker against an in-process
 	// metalloc-placement on the same database.
 	pc := client.New(placementtest.NewServerOn(t, pool, placement.Options{}).URL, "admin", 10*time.Second)
-	r := &rig{pool: pool, alloc: alloc, rows: conductor.NewRows(conductor.New(pool), time.Minute),
+	r := &rig{pool: pool, alloc: alloc, rows: conductor.NewRows(pool),
 		placement: backend.NewPlacement(pool, pc, backend.PlacementConfig{Hostname: "live-3",
 			Mode: backend.PlacementModeHTTP}, log),
 		local: backend.NewPlacement(pool, pc, backend.PlacementConfig{Hostname: "live-3",

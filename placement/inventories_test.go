@@ -69,7 +69,7 @@ func TestInventoriesCRUD(t *testing.T) {
 	require.Equal(t, "no-cache", h.Get("Cache-Control"))
 
 	// Unknown provider, malformed uuid.
-	st, _, body = call(t, srv, "GET", "/resource_providers/"+uuid.NewString()+"/inventories", "", "")
+	st, _, _ = call(t, srv, "GET", "/resource_providers/"+uuid.NewString()+"/inventories", "", "")
 	require.Equal(t, 404, st)
 	st, _, _ = call(t, srv, "GET", "/resource_providers/nope/inventories", "", "")
 	require.Equal(t, 404, st)
@@ -143,7 +143,7 @@ func TestInventoriesCRUD(t *testing.T) {
 	require.EqualValues(t, 2.0, body["allocation_ratio"])
 
 	// PUT all: replaces.
-	st, _, body = call(t, srv, "PUT", base, "", `{"resource_provider_generation": 2, "inventories": {}}`)
+	st, _, _ = call(t, srv, "PUT", base, "", `{"resource_provider_generation": 2, "inventories": {}}`)
 	require.Equal(t, 409, st)
 	st, _, body = call(t, srv, "PUT", base, "", `{"resource_provider_generation": 3, "inventories": {"CUSTOM_NOPE": {"total": 1}}}`)
 	require.Equal(t, 400, st)
@@ -192,7 +192,7 @@ func TestInventoryInUse(t *testing.T) {
 	require.Equal(t, 204, st, body)
 
 	// Deleting the VCPU inventory (alone, or by PUT all, or DELETE all) is 409.
-	st, _, body = call(t, srv, "DELETE", base+"/VCPU", "1.23", "")
+	st, _, _ = call(t, srv, "DELETE", base+"/VCPU", "1.23", "")
 	require.Equal(t, 409, st)
 	st, _, body = call(t, srv, "PUT", base, "1.23", `{"resource_provider_generation": 2, "inventories": {"DISK_GB": {"total": 100}}}`)
 	require.Equal(t, 409, st)

@@ -35,7 +35,6 @@ func statusEnv(t *testing.T) (dbURL, endpoint string, pool *pgxpool.Pool, pc *cl
 	srv := placementtest.NewServerOn(t, pool, placement.Options{})
 	pc = client.New(srv.URL, "admin", 10*time.Second)
 
-	n = uuid.New()
 	_, n = dbtest.Node(t, pool, dbtest.NodeSpec{Name: "n1", Properties: map[string]any{"cpus": 8, "memory_mb": 1024}})
 	dbtest.Node(t, pool, dbtest.NodeSpec{Name: "n2"})
 	tr := conductor.NewTracker(pool, pc, conductor.TrackerConfig{ReportGenericResources: true}, zaptest.NewLogger(t))

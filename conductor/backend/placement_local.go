@@ -146,7 +146,7 @@ func (p *Placement) claimLocal(ctx context.Context, me int64, c Claimed, sel sch
 			return err
 		}
 		r, err := q.Reserve(ctx, ReserveParams{Candidates: []uuid.UUID{node}, ResourceClass: c.ResourceClass,
-			Owner: c.Owner, Traits: c.Traits, Start: 0, AllocationID: c.ID, Me: me})
+			Owner: c.Owner, Traits: c.Traits, AllocationID: c.ID, Me: me})
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return errLocalChanged
@@ -209,12 +209,8 @@ func (p *Placement) unclaimLocal(ctx context.Context, c Claimed) error {
 // ErrClaimedUnread the reserved rows are valid and the rest stay owned.
 // Call it only when Local holds.
 func (p *Placement) ClaimReserveLocal(ctx context.Context, me int64, batch int) (reserved, rest []Claimed, err error) {
-	starts, err := p.starts.batch(ctx, p.q, batch)
-	if err != nil {
-		return nil, nil, err
-	}
 	rows, err := p.q.ClaimReservePlacement(ctx, ClaimReservePlacementParams{Me: me, Batch: int32(batch),
-		Starts: starts, UserID: PlacementUserID, ConsumerType: client.ConsumerType})
+		UserID: PlacementUserID, ConsumerType: client.ConsumerType})
 	if err != nil {
 		return nil, nil, fmt.Errorf("claiming and reserving through local Placement: %w", err)
 	}
@@ -229,7 +225,6 @@ func (p *Placement) ClaimReserveLocal(ctx context.Context, me int64, batch int) 
 type batchJob struct {
 	c    Claimed
 	sels []scheduler.Selection
-	next int // the selection to try next
 }
 
 // ClaimBatch reserves nodes for rows (claimed by conductor me) the fast
