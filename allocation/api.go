@@ -294,7 +294,7 @@ func (h *Handler) create(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	v := View{Allocation: Allocation(row), Traits: params.Traits}
+	v := View{Allocation: allocationOf(row), Traits: params.Traits}
 	if node != nil {
 		v.NodeUUID = &node.Uuid
 	}
@@ -310,7 +310,7 @@ func (h *Handler) create(c echo.Context) error {
 			if errors.Is(err, errGone) {
 				// Deleted while we waited: the 201 stands, with the
 				// allocation as it was created.
-				return c.JSON(http.StatusCreated, View{Allocation: Allocation(row), Traits: params.Traits}.Doc(h.base(c), ver))
+				return c.JSON(http.StatusCreated, View{Allocation: allocationOf(row), Traits: params.Traits}.Doc(h.base(c), ver))
 			}
 			return err
 		}

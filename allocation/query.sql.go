@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/metalloc/metalloc/allocation/state"
 )
 
 const allocatingStats = `-- name: AllocatingStats :one
@@ -128,7 +129,7 @@ type CreateAllocationParams struct {
 	CandidateNodes []uuid.UUID
 	Extra          json.RawMessage
 	Owner          *string
-	State          string
+	State          state.State
 	NodeID         *int64
 	Traits         []string
 }

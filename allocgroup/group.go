@@ -9,15 +9,20 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/metalloc/metalloc/allocation/state"
 	"github.com/metalloc/metalloc/web"
 )
+
+// State is a group's state: state.State, the one definition shared with
+// allocations, with the group's moves (state.GroupTransitions).
+type State = state.State
 
 // States of a group: those of an allocation, allocating moving to active
 // or error (and active back to allocating while growing).
 const (
-	StateAllocating = "allocating"
-	StateActive     = "active"
-	StateError      = "error"
+	StateAllocating = state.Allocating
+	StateActive     = state.Active
+	StateError      = state.Error
 )
 
 // Placement rules (allocation_groups.rule).

@@ -69,7 +69,7 @@ func checkGroups(t *testing.T, pool *pgxpool.Pool) (active, failed int) {
 		var state, rule, lastErr string
 		var count, members, held, racks int
 		require.NoError(t, rows.Scan(&u, &state, &count, &rule, &lastErr, &members, &held, &racks))
-		switch state {
+		switch allocgroup.State(state) {
 		case allocgroup.StateActive:
 			active++
 			require.Equal(t, count, members, "group %s: members", u)
@@ -163,9 +163,9 @@ func TestGroupGrowAndShrink(t *testing.T) {
 	start(t, pool, Config{Hostname: "c0", PollInterval: 50 * time.Millisecond})
 	u := addGroup(t, pool, 4, "gpu", allocgroup.RuleRequired, "rack")
 	q := allocgroup.New(pool)
-	waitState := func(want string) allocgroup.View {
+	waitState := func(want allocgroup.State) allocgroup.View {
 		var v allocgroup.View
-		dbtest.WaitFor(t, 10*time.Second, "group "+want, func() bool {
+		dbtest.WaitFor(t, 10*time.Second, "group "+want.String(), func() bool {
 			var err error
 			v, err = allocgroup.NewStore(pool).Get(ctx, u.String())
 			require.NoError(t, err)

@@ -122,12 +122,12 @@ func TestReserveConcurrentConductors(t *testing.T) {
 	}
 	wg.Wait()
 
-	states := map[string]map[string]int{}
+	states := map[string]map[allocation.State]int{}
 	nodes := map[uuid.UUID]int{}
 	for _, id := range ids {
 		v := f.get(id)
 		if states[v.ResourceClass] == nil {
-			states[v.ResourceClass] = map[string]int{}
+			states[v.ResourceClass] = map[allocation.State]int{}
 		}
 		states[v.ResourceClass][v.State]++
 		if v.State == allocation.StateActive {
@@ -142,8 +142,8 @@ func TestReserveConcurrentConductors(t *testing.T) {
 			require.NotNil(t, v.LastError)
 		}
 	}
-	require.Equal(t, map[string]int{allocation.StateActive: 20, allocation.StateError: 10}, states["gold"])
-	require.Equal(t, map[string]int{allocation.StateActive: 10, allocation.StateError: 5}, states["silver"])
+	require.Equal(t, map[allocation.State]int{allocation.StateActive: 20, allocation.StateError: 10}, states["gold"])
+	require.Equal(t, map[allocation.State]int{allocation.StateActive: 10, allocation.StateError: 5}, states["silver"])
 	for n, count := range nodes {
 		require.Equal(t, 1, count, "node %s booked twice", n)
 	}

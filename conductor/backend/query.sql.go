@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/metalloc/metalloc/allocation/state"
 )
 
 const activateGroup = `-- name: ActivateGroup :exec
@@ -38,7 +39,7 @@ SELECT state, conductor_affinity FROM allocations WHERE id = $1
 `
 
 type AllocationOwnershipRow struct {
-	State             string
+	State             state.State
 	ConductorAffinity *int64
 }
 
