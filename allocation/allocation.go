@@ -2,7 +2,6 @@ package allocation
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 
 	"github.com/google/uuid"
@@ -160,14 +159,6 @@ func (s *Store) GetByID(ctx context.Context, id int64) (View, error) {
 		return View{}, notFound(err)
 	}
 	return View{r.Allocation, r.NodeUuid, r.Traits, r.AllocationGroupUuid}, nil
-}
-
-func jsonOrEmpty(m map[string]any) json.RawMessage {
-	if m == nil {
-		return json.RawMessage("{}")
-	}
-	b, _ := json.Marshal(m)
-	return b
 }
 
 // allocationOf is the Allocation CreateAllocation inserted (sqlc types its
