@@ -59,14 +59,14 @@ import (
 
 // cell is one round's node and allocations.
 type cell struct {
-	node           uuid.UUID
-	nodeID         int64
-	active         uuid.UUID // A (uuid.Nil in even rounds)
-	owned, orphan  int64     // B (owned by L1) and C (owned by dead D)
-	placed         int64     // P, the same but owned by L3 (placement backend)
-	l1, l2, l3     int64     // live conductor ids
-	dead           int64     // dead conductor id
-	apiURLs        []string  // API servers, one picked per request
+	node          uuid.UUID
+	nodeID        int64
+	active        uuid.UUID // A (uuid.Nil in even rounds)
+	owned, orphan int64     // B (owned by L1) and C (owned by dead D)
+	placed        int64     // P, the same but owned by L3 (placement backend)
+	l1, l2, l3    int64     // live conductor ids
+	dead          int64     // dead conductor id
+	apiURLs       []string  // API servers, one picked per request
 }
 
 // matrixOp is one operation of the matrix. It returns the HTTP status the
