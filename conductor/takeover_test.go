@@ -149,12 +149,29 @@ func TestStopReleasesUnfinishedRows(t *testing.T) {
 	// LockedNodeWait is long so that, however slow the machine, the rows are
 	// still being retried (not failed) when the stop comes.
 	cfg := Config{Hostname: "stopping", PollInterval: time.Hour, ShutdownGrace: 50 * time.Millisecond, LockedNodeWait: time.Minute}
-	stop := start(t, pool, cfg)
+	svc, err := NewService(cfg, pool, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	svc.signals = newTestSignals(64)
+	stop := runService(t, svc)
 	addAllocations(t, pool, 3, "gold")
-	dbtest.WaitFor(t, 10*time.Second, "the 3 allocations to be claimed", func() bool {
-		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity IS NOT NULL`) == 3
-	})
+	// Every row claimed (the claimed signals add up to 3) and the first in
+	// its reservation (a worker processes the rows its claim could not
+	// reserve one after the other) when the stop comes.
+	for claimed := 0; claimed < 3; {
+		select {
+		case n := <-svc.signals.claimed:
+			claimed += n
+		case <-time.After(10 * time.Second):
+			t.Fatalf("after 10s: %d of 3 allocations claimed", claimed)
+		}
+	}
+	select {
+	case <-svc.signals.reserving:
+	case <-time.After(10 * time.Second):
+		t.Fatal("after 10s: no allocation in its reservation")
+	}
 	require.NoError(t, stop())
+	require.EqualValues(t, 3, <-svc.signals.released, "the stop released the 3 rows")
 	require.Equal(t, 3, dbtest.Count(t, pool,
 		`SELECT count(*) FROM allocations WHERE state = 'allocating' AND conductor_affinity IS NULL`))
 	require.Equal(t, 0, dbtest.Count(t, pool, `SELECT count(*) FROM conductors WHERE online`))
