@@ -276,8 +276,8 @@ func (c *Service) Run(ctx context.Context) error {
 		TimeoutSeconds: c.cfg.HeartbeatTimeout.Seconds(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: %q has a heartbeat younger than %s; stop it first or wait for it to time out",
-			ErrHostnameTaken, c.cfg.Hostname, c.cfg.HeartbeatTimeout)
+		return fmt.Errorf("%w: %q is alive (the expiry its last heartbeat wrote has not passed); stop it first or wait for it to expire",
+			ErrHostnameTaken, c.cfg.Hostname)
 	}
 	if err != nil {
 		return fmt.Errorf("registering conductor: %w", err)
