@@ -44,9 +44,13 @@ generate:
 	scripts/schema-dump.sh
 	$(GO) test -count=1 ./configs -run TestGeneratedDocs -update
 
+# staticcheck v0.8.2 (go install honnef.co/go/tools/cmd/staticcheck@v0.8.2),
+# as .ci/run runs it.
+STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 lint:
 	gofmt -l . | (! grep .)
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 
 # Allocation load benchmark (see README "Benchmarks"), on a fresh private
 # PostgreSQL: make bench NODES=100000 ALLOCS=10000 ENROLL=import. NODES is

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/buildinfo"
+	"github.com/metalloc/metalloc/conductor/backend"
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/placement/client"
@@ -41,8 +41,11 @@ type Config struct {
 	// HeartbeatInterval is how often the conductor row is refreshed
 	// (conductor.heartbeat_interval, config.DefaultHeartbeatInterval: 10s).
 	HeartbeatInterval time.Duration
-	// HeartbeatTimeout is the age after which a heartbeat counts as dead
-	// (conductor.heartbeat_timeout, config.DefaultHeartbeatTimeout: 60s).
+	// HeartbeatTimeout is how long after its last heartbeat the conductor
+	// counts as dead: every heartbeat writes its expiry, now plus this, into
+	// the conductor's row, and everyone reads liveness from there
+	// (metalloc_conductor_alive; conductor.heartbeat_timeout,
+	// config.DefaultHeartbeatTimeout: 60s).
 	HeartbeatTimeout time.Duration
 	// ShutdownGrace bounds how long a stop waits for in-flight allocations
 	// (conductor.shutdown_grace, 30s).
@@ -74,7 +77,7 @@ type Config struct {
 	// for candidates before it goes to error
 	// (placement_backend.max_attempts, 3; placement backend only).
 	PlacementMaxAttempts int
-	// PlacementMode is allocation.PlacementModeAuto (the default),
+	// PlacementMode is backend.PlacementModeAuto (the default),
 	// PlacementModeLocal or PlacementModeHTTP (placement_backend.mode;
 	// placement backend only).
 	PlacementMode string
@@ -158,9 +161,9 @@ func (c Config) Validate() error {
 		if c.Placement == nil {
 			return errors.New("conductor.allocation_backend: placement needs a Placement client (placement_backend.endpoint)")
 		}
-		if !allocation.ValidPlacementMode(c.PlacementMode) {
+		if !backend.ValidPlacementMode(c.PlacementMode) {
 			return fmt.Errorf("placement_backend.mode: %q is none of %q, %q, %q", c.PlacementMode,
-				allocation.PlacementModeAuto, allocation.PlacementModeLocal, allocation.PlacementModeHTTP)
+				backend.PlacementModeAuto, backend.PlacementModeLocal, backend.PlacementModeHTTP)
 		}
 	default:
 		return fmt.Errorf("conductor.allocation_backend: %q is neither %q nor %q", c.Backend, BackendDatabase, BackendPlacement)
@@ -177,7 +180,7 @@ func (c Config) Validate() error {
 func (c Config) PoolOptions(opts *db.PoolOptions) {
 	c = c.WithDefaults()
 	opts.RuntimeParams = map[string]string{
-		"idle_in_transaction_session_timeout": strconv.FormatInt(c.HeartbeatTimeout.Milliseconds(), 10),
+		"idle_in_transaction_session_timeout": strconv.FormatInt(IdleInTransactionTimeout(c.HeartbeatTimeout).Milliseconds(), 10),
 	}
 	if name := opts.ApplicationName + " " + c.Hostname; len(name) <= 63 {
 		opts.ApplicationName = name

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/internal/wsgi"
 )
 
 // Options describes the stack to start.
@@ -367,11 +369,4 @@ func waitHTTP(ctx context.Context, p *Process, url string) error {
 	return fmt.Errorf("%s did not answer on %s; see %s", p.Name, url, p.LogPath)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func freePort() (int, error) { return wsgi.FreePort() }

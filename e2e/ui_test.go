@@ -83,14 +83,20 @@ func screenshot(t testing.TB, ctx context.Context, dir, name string) {
 // (errors, e.g. while a navigation replaces the page, count as false).
 func waitJS(t testing.TB, ctx context.Context, timeout time.Duration, what, expression string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.After(timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
 	var err error
-	for time.Now().Before(deadline) {
+	for polling := true; polling; {
 		var ok bool
 		if ok, err = chromedp.Run(ctx, chromedp.Evaluate[bool](expression)); err == nil && ok {
 			return
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-tick.C:
+		case <-deadline:
+			polling = false
+		}
 	}
 	state, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify({live: metalloc.live, ready: metalloc.ready, error: document.getElementById('error').textContent, states: metalloc.stateCounts, allocs: metalloc.allocations.map(a => a.uuid + ' ' + a.state)})`))
 	t.Fatalf("waiting for %s (%s): last error %v; page: %s", what, expression, err, state)
@@ -334,9 +340,20 @@ func TestOperatorPageEventStream(t *testing.T) {
 	require.Equal(t, int32(1), streams.Load())
 	require.Equal(t, "live (event stream)", evalJS[string](t, bctx, `document.getElementById('live').textContent`))
 
+	// The page's own clock tells when a 2 s poll would have run: a probe
+	// timer due after it (timers fire in the order they are due), and a
+	// count of the allocation lists the page fetches from now on.
+	require.True(t, evalJS[bool](t, bctx, `(() => {
+		window.__lists = 0; window.__probe = false;
+		const f = window.fetch;
+		window.fetch = (u, o) => { if (String(u).includes('/v1/allocations?')) window.__lists++; return f(u, o); };
+		setTimeout(() => { window.__probe = true; }, 2500);
+		return true;
+	})()`))
 	a, err := allocations.Create(ctx, client, allocations.CreateOpts{Name: "ui-sse", ResourceClass: "baremetal-gold"}).Extract()
 	require.NoError(t, err)
-	time.Sleep(3 * time.Second) // longer than the 2 s poll: nothing may have asked yet
+	waitJS(t, bctx, 30*time.Second, "the probe timer, due after a 2 s poll", `window.__probe`)
+	require.Zero(t, evalJS[int](t, bctx, `window.__lists`), "the page fetched the allocations without an event: it is polling")
 	require.False(t, evalJS[bool](t, bctx, fmt.Sprintf(`!!document.querySelector('#allocations tr[data-uuid="%s"]')`, a.UUID)),
 		"the allocation appeared without an event: the page is polling")
 	events <- a.UUID

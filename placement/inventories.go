@@ -46,10 +46,6 @@ func (h *Handler) registerInventories(g *echo.Group) {
 // integer inventory field and the default max_unit.
 const maxInt = math.MaxInt32
 
-// sqlSPFloatMax is Placement's SQL_SP_FLOAT_MAX, the upper bound of
-// allocation_ratio.
-const sqlSPFloatMax = 3.40282e+38
-
 // inventoryProps are the properties of Placement's BASE_INVENTORY_SCHEMA.
 const inventoryProps = `
   "resource_provider_generation": {"type": "integer"},

@@ -95,8 +95,6 @@ type placementAuthError struct {
 
 func (e placementAuthError) Error() string { return fmt.Sprintf("%d: %s", e.status, e.message) }
 
-type placementVersionKey struct{}
-
 // PlacementVersion is echo middleware that negotiates the Placement
 // microversion. A malformed header gets 400 and a version outside
 // PlacementMinVersion..PlacementMaxVersion gets 406 (with min_version and

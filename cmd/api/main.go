@@ -141,7 +141,7 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	}
 	// The allocating queue and the conductors' liveness, read at each scrape.
 	if err := errors.Join(reg.Register(allocation.NewQueueCollector(pool)),
-		reg.Register(conductorapi.NewCollector(pool, cfg.Conductor.HeartbeatTimeout))); err != nil {
+		reg.Register(conductorapi.NewCollector(pool))); err != nil {
 		return nil, err
 	}
 
@@ -183,7 +183,6 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	}).Register(v1)
 	conductorapi.NewHandler(pool, conductorapi.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
-		HeartbeatTimeout: cfg.Conductor.HeartbeatTimeout,
 	}).Register(v1)
 	topology.NewHandler(pool, topology.HandlerOptions{Rules: rules}).Register(v1)
 	ui.Register(e) // the operator page at /ui/, behind the same authentication

@@ -160,7 +160,8 @@ func report(doc map[string]any, waited bool) error {
 	if !waited {
 		return nil
 	}
-	switch doc["state"] {
+	st, _ := doc["state"].(string)
+	switch allocation.State(st) {
 	case allocation.StateError:
 		return exitCode(exitAllocationError)
 	case allocation.StateAllocating:

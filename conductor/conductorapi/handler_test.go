@@ -44,15 +44,16 @@ func setupConductorAPI(t *testing.T, opts HandlerOptions) *conductorAPI {
 	return &conductorAPI{t: t, pool: pool, srv: srv}
 }
 
-// addConductor inserts a conductor row whose last heartbeat was ago.
+// addConductor inserts a conductor row whose last heartbeat was ago, with
+// a heartbeat timeout of a minute (its expiry: a minute after that).
 func (a *conductorAPI) addConductor(hostname, group string, online bool, ago time.Duration, drivers ...string) {
 	a.t.Helper()
 	if drivers == nil {
 		drivers = []string{}
 	}
 	_, err := a.pool.Exec(context.Background(), `
-		INSERT INTO conductors (hostname, conductor_group, drivers, online, heartbeat_at)
-		VALUES ($1, $2, $3, $4, now() - make_interval(secs => $5))`,
+		INSERT INTO conductors (hostname, conductor_group, drivers, online, heartbeat_at, expires_at)
+		VALUES ($1, $2, $3, $4, now() - make_interval(secs => $5), now() - make_interval(secs => $5) + interval '1 minute')`,
 		hostname, group, drivers, online, ago.Seconds())
 	require.NoError(a.t, err)
 }
@@ -138,7 +139,7 @@ func TestConductorAPIVersionGate(t *testing.T) {
 
 func TestConductorAPIShow(t *testing.T) {
 	t.Parallel()
-	a := setupConductorAPI(t, HandlerOptions{HeartbeatTimeout: time.Minute, PublicEndpoint: "http://api.example:6385/"})
+	a := setupConductorAPI(t, HandlerOptions{PublicEndpoint: "http://api.example:6385/"})
 	a.addConductor("cond-1.example", "rack1", true, 5*time.Second, "fake-hardware")
 	a.addConductor("stale", "", true, 2*time.Minute)
 	a.addConductor("gone", "", false, time.Second)
@@ -161,7 +162,7 @@ func TestConductorAPIShow(t *testing.T) {
 		require.True(t, strings.HasSuffix(body[k].(string), "+00:00"), body[k])
 	}
 
-	// A heartbeat older than heartbeat_timeout, or a clean stop: not alive,
+	// An expiry passed (a heartbeat older than its timeout), or a clean stop: not alive,
 	// still shown.
 	for _, h := range []string{"stale", "gone"} {
 		st, body = a.get("/v1/conductors/"+h, "latest")
@@ -195,7 +196,7 @@ func TestConductorAPIShow(t *testing.T) {
 
 func TestConductorAPIList(t *testing.T) {
 	t.Parallel()
-	a := setupConductorAPI(t, HandlerOptions{HeartbeatTimeout: time.Minute})
+	a := setupConductorAPI(t, HandlerOptions{})
 	a.addConductor("c-b", "g2", true, 0, "fake-hardware")
 	a.addConductor("c-a", "g1", false, 0)
 	a.addConductor("c-c", "g1", true, 10*time.Minute)

@@ -151,14 +151,16 @@ func Allocation(t testing.TB, pool *pgxpool.Pool, s AllocationSpec) (int64, uuid
 }
 
 // Conductor inserts a conductor row named hostname whose last heartbeat is
-// heartbeatAge old, online or not, and returns its id. A conductor is dead
-// when offline or heartbeatAge exceeds the heartbeat timeout in use.
+// heartbeatAge old, online or not, with a heartbeat timeout of a minute (its
+// expiry, a minute after that heartbeat), and returns its id. A conductor is
+// dead when offline or heartbeatAge exceeds a minute.
 func Conductor(t testing.TB, pool *pgxpool.Pool, hostname string, heartbeatAge time.Duration, online bool) int64 {
 	t.Helper()
 	var id int64
 	if err := pool.QueryRow(context.Background(), `
-		INSERT INTO conductors (hostname, online, heartbeat_at)
-		VALUES ($1, $2, now() - make_interval(secs => $3)) RETURNING id`,
+		INSERT INTO conductors (hostname, online, heartbeat_at, expires_at)
+		VALUES ($1, $2, now() - make_interval(secs => $3), now() - make_interval(secs => $3) + interval '1 minute')
+		RETURNING id`,
 		hostname, online, heartbeatAge.Seconds()).Scan(&id); err != nil {
 		t.Fatalf("dbtest: inserting conductor %s: %v", hostname, err)
 	}

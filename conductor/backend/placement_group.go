@@ -1,4 +1,4 @@
-package allocation
+package backend
 
 import (
 	"context"
@@ -34,7 +34,7 @@ type GroupMember struct {
 // in-process, otherwise over HTTP. Errors: a *client.Error (a 400 for an
 // unknown trait or class; client.IsUnreachable for an outage) or the
 // database's.
-func (p *PlacementAllocator) GroupOffers(ctx context.Context, rc string, traits []string) (GroupOffer, error) {
+func (p *Placement) GroupOffers(ctx context.Context, rc string, traits []string) (GroupOffer, error) {
 	class := client.NormalizeClass(rc)
 	ts := slices.Clone(traits)
 	slices.Sort(ts)
@@ -87,7 +87,7 @@ func (p *PlacementAllocator) GroupOffers(ctx context.Context, rc string, traits 
 // is taken in Placement (try another plan; nothing was written);
 // client.IsUnreachable for an outage; another *client.Error when Placement
 // refused the request; the database's otherwise.
-func (p *PlacementAllocator) ClaimGroup(ctx context.Context, tx pgx.Tx, owner *string, offer GroupOffer, members []GroupMember) error {
+func (p *Placement) ClaimGroup(ctx context.Context, tx pgx.Tx, owner *string, offer GroupOffer, members []GroupMember) error {
 	project := projectOf(Claimed{Owner: owner})
 	consumers := make([]uuid.UUID, len(members))
 	nodes := make([]uuid.UUID, len(members))
@@ -132,7 +132,7 @@ func (p *PlacementAllocator) ClaimGroup(ctx context.Context, tx pgx.Tx, owner *s
 // (DELETE /allocations/{consumer} for each; a 404 is fine), and their claim
 // log entries. What cannot be removed now stays in the claim log for the
 // resource tracker.
-func (p *PlacementAllocator) UnclaimGroup(ctx context.Context, members []GroupMember) {
+func (p *Placement) UnclaimGroup(ctx context.Context, members []GroupMember) {
 	ctx = context.WithoutCancel(ctx)
 	var gone []uuid.UUID
 	for _, m := range members {
@@ -148,7 +148,7 @@ func (p *PlacementAllocator) UnclaimGroup(ctx context.Context, members []GroupMe
 
 // forgetGroup removes the claim log entries of consumers (Placement holds
 // nothing for them).
-func (p *PlacementAllocator) forgetGroup(ctx context.Context, consumers []uuid.UUID) {
+func (p *Placement) forgetGroup(ctx context.Context, consumers []uuid.UUID) {
 	for _, c := range consumers {
 		p.forget(ctx, Claimed{UUID: c}, nil)
 	}

@@ -1,4 +1,4 @@
-package allocation
+package backend
 
 import (
 	"context"
@@ -47,7 +47,7 @@ func ValidPlacementMode(m string) bool {
 // could not tell (Placement unreachable): HTTP is used meanwhile.
 const modeProbeInterval = 10 * time.Second
 
-// modeState is PlacementAllocator's resolved mode.
+// modeState is Placement's resolved mode.
 type modeState struct {
 	// local: 0 undecided, 1 local, 2 http.
 	local     atomic.Int32
@@ -58,7 +58,7 @@ type modeState struct {
 // Local reports whether the allocator claims in-process, resolving mode
 // auto on first use (and again every 10 s while Placement cannot be
 // reached: HTTP until then).
-func (p *PlacementAllocator) Local(ctx context.Context) bool {
+func (p *Placement) Local(ctx context.Context) bool {
 	switch p.mode.local.Load() {
 	case 1:
 		return true
@@ -92,7 +92,7 @@ func (p *PlacementAllocator) Local(ctx context.Context) bool {
 
 // probeLocal compares the database identity in Placement's version
 // document with this database's.
-func (p *PlacementAllocator) probeLocal(ctx context.Context) (bool, error) {
+func (p *Placement) probeLocal(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	theirs, err := p.pc.RootHeader(ctx, placement.IdentityHeader)
@@ -111,7 +111,7 @@ func (p *PlacementAllocator) probeLocal(ctx context.Context) (bool, error) {
 
 // schedulerFor is the scheduler of the mode: Placement's candidates over
 // HTTP or in-process.
-func (p *PlacementAllocator) schedulerFor(local bool) *scheduler.Scheduler {
+func (p *Placement) schedulerFor(local bool) *scheduler.Scheduler {
 	if local {
 		return p.localSched
 	}
@@ -131,7 +131,7 @@ var (
 // Placement allocation with metalloc-placement's own code (replacing what
 // an interrupted run left). Any refusal rolls everything back, so nothing
 // needs undoing.
-func (p *PlacementAllocator) claimLocal(ctx context.Context, me int64, c Claimed, sel scheduler.Selection) (step, error) {
+func (p *Placement) claimLocal(ctx context.Context, me int64, c Claimed, sel scheduler.Selection) (step, error) {
 	node := sel.ComputeNodeUUID
 	req, err := sel.Request()
 	if err != nil {
@@ -146,7 +146,7 @@ func (p *PlacementAllocator) claimLocal(ctx context.Context, me int64, c Claimed
 			return err
 		}
 		r, err := q.Reserve(ctx, ReserveParams{Candidates: []uuid.UUID{node}, ResourceClass: c.ResourceClass,
-			Owner: c.Owner, Traits: c.Traits, Start: 0, AllocationID: c.ID, Me: me})
+			Owner: c.Owner, Traits: c.Traits, AllocationID: c.ID, Me: me})
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return errLocalChanged
@@ -186,7 +186,7 @@ func (p *PlacementAllocator) claimLocal(ctx context.Context, me int64, c Claimed
 // unclaimLocal removes c's Placement allocations in-process (those an
 // earlier run left: a local claim never outlives its transaction) and
 // its claim log entry.
-func (p *PlacementAllocator) unclaimLocal(ctx context.Context, c Claimed) error {
+func (p *Placement) unclaimLocal(ctx context.Context, c Claimed) error {
 	return db.InTx(ctx, p.pool, func(tx pgx.Tx) error {
 		if err := placement.UnclaimTx(ctx, tx, c.UUID); err != nil {
 			return err
@@ -197,7 +197,7 @@ func (p *PlacementAllocator) unclaimLocal(ctx context.Context, c Claimed) error 
 }
 
 // ClaimReserveLocal is the fast path of mode local, the Placement
-// backend's counterpart of Allocator.ClaimReserve: one statement
+// backend's counterpart of Database.ClaimReserve: one statement
 // (metalloc_claim_reserve_placement) claims up to batch unowned allocating
 // rows for conductor me and, for each that a free node's flat resource
 // provider can take now, writes the Placement consumer and allocation
@@ -208,13 +208,9 @@ func (p *PlacementAllocator) unclaimLocal(ctx context.Context, c Claimed) error 
 // not know, no free pair, a consumer that exists), read in full. On
 // ErrClaimedUnread the reserved rows are valid and the rest stay owned.
 // Call it only when Local holds.
-func (p *PlacementAllocator) ClaimReserveLocal(ctx context.Context, me int64, batch int) (reserved, rest []Claimed, err error) {
-	starts, err := p.starts.batch(ctx, p.q, batch)
-	if err != nil {
-		return nil, nil, err
-	}
+func (p *Placement) ClaimReserveLocal(ctx context.Context, me int64, batch int) (reserved, rest []Claimed, err error) {
 	rows, err := p.q.ClaimReservePlacement(ctx, ClaimReservePlacementParams{Me: me, Batch: int32(batch),
-		Starts: starts, UserID: PlacementUserID, ConsumerType: client.ConsumerType})
+		UserID: PlacementUserID, ConsumerType: client.ConsumerType})
 	if err != nil {
 		return nil, nil, fmt.Errorf("claiming and reserving through local Placement: %w", err)
 	}
@@ -229,7 +225,6 @@ func (p *PlacementAllocator) ClaimReserveLocal(ctx context.Context, me int64, ba
 type batchJob struct {
 	c    Claimed
 	sels []scheduler.Selection
-	next int // the selection to try next
 }
 
 // ClaimBatch reserves nodes for rows (claimed by conductor me) the fast
@@ -243,7 +238,7 @@ type batchJob struct {
 // reserved (ID, UUID and CreatedAt) and those left for Process: rows with
 // candidate_nodes, rows whose group got fewer nodes than rows, rows whose
 // selections were all taken, and every row an error stopped.
-func (p *PlacementAllocator) ClaimBatch(ctx context.Context, me int64, rows []Claimed) (reserved, rest []Claimed) {
+func (p *Placement) ClaimBatch(ctx context.Context, me int64, rows []Claimed) (reserved, rest []Claimed) {
 	began := time.Now()
 	var selected time.Duration
 	local := p.Local(ctx)
@@ -334,7 +329,7 @@ func (p *PlacementAllocator) ClaimBatch(ctx context.Context, me int64, rows []Cl
 
 // claimBatchHTTP claims every job concurrently over HTTP (claimOne on its
 // selections in order).
-func (p *PlacementAllocator) claimBatchHTTP(ctx context.Context, me int64, jobs []*batchJob) (reserved, rest []Claimed) {
+func (p *Placement) claimBatchHTTP(ctx context.Context, me int64, jobs []*batchJob) (reserved, rest []Claimed) {
 	outs := make([]step, len(jobs))
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup
@@ -370,7 +365,7 @@ func (p *PlacementAllocator) claimBatchHTTP(ctx context.Context, me int64, jobs 
 // takes the first of its selections (the chosen node, then the
 // alternates) that is free, fits and is not locked by a concurrent claim,
 // and that Placement's capacity check accepts.
-func (p *PlacementAllocator) claimBatchLocal(ctx context.Context, me int64, jobs []*batchJob) (reserved, rest []Claimed) {
+func (p *Placement) claimBatchLocal(ctx context.Context, me int64, jobs []*batchJob) (reserved, rest []Claimed) {
 	ok, err := p.localRound(ctx, me, jobs)
 	if err != nil {
 		if !db.IsUnavailable(err) && ctx.Err() == nil {
@@ -398,7 +393,7 @@ func (p *PlacementAllocator) claimBatchLocal(ctx context.Context, me int64, jobs
 // (generation bumps), the claim log, activate the rows and hold the
 // nodes, and commit. ok[i] says which jobs were
 // reserved; the others wrote nothing. An error means nothing was written.
-func (p *PlacementAllocator) localRound(ctx context.Context, me int64, round []*batchJob) ([]bool, error) {
+func (p *Placement) localRound(ctx context.Context, me int64, round []*batchJob) ([]bool, error) {
 	n := len(round)
 	claims := make([]placement.LocalClaim, n)
 	lists := make([][]uuid.UUID, n)
@@ -680,7 +675,7 @@ func (c *cachedCandidates) forget() {
 
 // selectDestinations is sched.SelectDestinations; in mode local, when the
 // cached candidates leave too few nodes, it drops them and asks again.
-func (p *PlacementAllocator) selectDestinations(ctx context.Context, local bool, spec scheduler.RequestSpec, n int) ([][]scheduler.Selection, error) {
+func (p *Placement) selectDestinations(ctx context.Context, local bool, spec scheduler.RequestSpec, n int) ([][]scheduler.Selection, error) {
 	sched := p.schedulerFor(local)
 	sels, err := sched.SelectDestinations(ctx, spec, n)
 	if local && errors.Is(err, scheduler.ErrNoValidHost) {
@@ -693,7 +688,7 @@ func (p *PlacementAllocator) selectDestinations(ctx context.Context, local bool,
 // selectBatch is selectDestinations for ClaimBatch: in mode local without
 // the database filter, which the batch's own lock of each row's first free
 // fitting node (PickFirstFree) does under lock.
-func (p *PlacementAllocator) selectBatch(ctx context.Context, local bool, spec scheduler.RequestSpec, n int) ([][]scheduler.Selection, error) {
+func (p *Placement) selectBatch(ctx context.Context, local bool, spec scheduler.RequestSpec, n int) ([][]scheduler.Selection, error) {
 	if !local {
 		return p.selectDestinations(ctx, false, spec, n)
 	}

@@ -1,4 +1,7 @@
-package devstack
+// Package keystonetest starts the reference Keystone (OpenStack Identity,
+// from Debian's python3-keystone) for the tests of keystone mode (package
+// auth, e2e): test-only, so apart from devstack, which the commands link.
+package keystonetest
 
 import (
 	"bytes"
@@ -16,6 +19,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/internal/wsgi"
 )
 
 // KeystonePackages are the Debian packages StartKeystone needs (Keystone 22,
@@ -37,7 +42,7 @@ type Keystone struct {
 	URL     string
 	Dir     string
 	LogPath string
-	*gunicorn
+	*wsgi.Process
 
 	mu         sync.Mutex
 	adminToken string
@@ -72,7 +77,7 @@ func StartKeystone(ctx context.Context, dir string, log *zap.Logger) (*Keystone,
 	if err := os.MkdirAll(etc, 0o755); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := wsgi.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -136,15 +141,15 @@ key_repository = %[2]s/credential-keys
 		return nil, fmt.Errorf("keystone.sqlite journal_mode=WAL: %w\n%s", err, out)
 	}
 
-	gp, err := startGunicorn("Keystone", dir, listen, "metalloc_keystone_wsgi:application", logPath, env, log)
+	gp, err := wsgi.Start("Keystone", dir, listen, "metalloc_keystone_wsgi:application", logPath, env, log)
 	if err != nil {
 		return nil, err
 	}
-	k := &Keystone{URL: url, Dir: dir, LogPath: logPath, gunicorn: gp}
+	k := &Keystone{URL: url, Dir: dir, LogPath: logPath, Process: gp}
 
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		if err := k.exited(); err != nil {
+		if err := k.Exited(); err != nil {
 			return nil, fmt.Errorf("%w; see %s", err, logPath)
 		}
 		if _, err := k.admin(ctx); err == nil {
@@ -167,7 +172,7 @@ key_repository = %[2]s/credential-keys
 
 // Stop ends Keystone (SIGTERM to its process group, SIGKILL after 10 s).
 // Calling it again does nothing.
-func (k *Keystone) Stop() { k.stop() }
+func (k *Keystone) Stop() { k.Process.Stop() }
 
 // Scope is what a token is scoped to: a project (by name, in domain
 // Default), the whole system, or nothing (an unscoped token).

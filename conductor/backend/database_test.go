@@ -1,8 +1,9 @@
-package allocation
+package backend
 
 import (
 	"context"
 	"fmt"
+	"github.com/metalloc/metalloc/allocation"
 	"sync"
 	"testing"
 
@@ -20,12 +21,14 @@ type fixture struct {
 	t    *testing.T
 	pool *pgxpool.Pool
 	q    *Queries
+	// aq is package allocation's statements (the API's inserts).
+	aq *allocation.Queries
 }
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	pool := dbtest.New(t)
-	return &fixture{t: t, pool: pool, q: New(pool)}
+	return &fixture{t: t, pool: pool, q: New(pool), aq: allocation.New(pool)}
 }
 
 func (f *fixture) conductor(name string) int64 {
@@ -42,19 +45,19 @@ func (f *fixture) node(name, rc string, traits ...string) int64 {
 	return id
 }
 
-func (f *fixture) allocation(name *string, rc string, traits ...string) CreateAllocationRow {
+func (f *fixture) allocation(name *string, rc string, traits ...string) allocation.CreateAllocationRow {
 	if traits == nil {
 		traits = []string{}
 	}
-	row, err := f.q.CreateAllocation(context.Background(), CreateAllocationParams{
-		Uuid: uuid.New(), Name: name, ResourceClass: rc, Extra: []byte("{}"), State: StateAllocating, Traits: traits,
+	row, err := f.aq.CreateAllocation(context.Background(), allocation.CreateAllocationParams{
+		Uuid: uuid.New(), Name: name, ResourceClass: rc, Extra: []byte("{}"), State: allocation.StateAllocating, Traits: traits,
 	})
 	require.NoError(f.t, err)
 	return row
 }
 
-func (f *fixture) get(id int64) View {
-	v, err := NewStore(f.pool).GetByID(context.Background(), id)
+func (f *fixture) get(id int64) allocation.View {
+	v, err := allocation.NewStore(f.pool).GetByID(context.Background(), id)
 	require.NoError(f.t, err)
 	return v
 }
@@ -62,7 +65,7 @@ func (f *fixture) get(id int64) View {
 // claim takes up to n unowned allocating rows for conductor me, as
 // conductor.Rows.Claim does, so that tests can drive Process (the slow path)
 // themselves.
-func claim(t *testing.T, a *Allocator, me int64, n int) []Claimed {
+func claim(t *testing.T, a *Database, me int64, n int) []Claimed {
 	ctx := context.Background()
 	rows, err := a.pool.Query(ctx, `UPDATE allocations SET conductor_affinity = $1
 		 WHERE id IN (SELECT id FROM allocations WHERE state = 'allocating' AND conductor_affinity IS NULL
@@ -70,17 +73,13 @@ func claim(t *testing.T, a *Allocator, me int64, n int) []Claimed {
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
-	got, err := a.q.ClaimedAllocating(ctx, ClaimedAllocatingParams{Ids: ids, Me: me})
+	out, err := Read(ctx, a.pool, me, ids)
 	require.NoError(t, err)
-	out := make([]Claimed, len(got))
-	for i, r := range got {
-		out[i] = Claimed{r.ID, r.Uuid, r.Name, r.ResourceClass, r.CandidateNodes, r.Owner, r.Traits, r.CreatedAt}
-	}
 	return out
 }
 
 // drain claims and processes until nothing is left, as one conductor.
-func drain(t *testing.T, a *Allocator, me int64) {
+func drain(t *testing.T, a *Database, me int64) {
 	ctx := context.Background()
 	for {
 		claimed := claim(t, a, me, 4)
@@ -117,21 +116,21 @@ func TestReserveConcurrentConductors(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 4 {
 		me := f.conductor(fmt.Sprintf("c%d", i))
-		a := NewAllocator(f.pool, zaptest.NewLogger(t))
+		a := NewDatabase(f.pool, zaptest.NewLogger(t))
 		wg.Add(1)
 		go func() { defer wg.Done(); drain(t, a, me) }()
 	}
 	wg.Wait()
 
-	states := map[string]map[string]int{}
+	states := map[string]map[allocation.State]int{}
 	nodes := map[uuid.UUID]int{}
 	for _, id := range ids {
 		v := f.get(id)
 		if states[v.ResourceClass] == nil {
-			states[v.ResourceClass] = map[string]int{}
+			states[v.ResourceClass] = map[allocation.State]int{}
 		}
 		states[v.ResourceClass][v.State]++
-		if v.State == StateActive {
+		if v.State == allocation.StateActive {
 			require.NotNil(t, v.NodeUUID)
 			nodes[*v.NodeUUID]++
 			var held uuid.UUID
@@ -139,12 +138,12 @@ func TestReserveConcurrentConductors(t *testing.T) {
 				`SELECT instance_uuid FROM nodes WHERE uuid = $1 AND allocation_id = $2`, *v.NodeUUID, id).Scan(&held))
 			require.Equal(t, v.Uuid, held)
 		} else {
-			require.Equal(t, StateError, v.State)
+			require.Equal(t, allocation.StateError, v.State)
 			require.NotNil(t, v.LastError)
 		}
 	}
-	require.Equal(t, map[string]int{StateActive: 20, StateError: 10}, states["gold"])
-	require.Equal(t, map[string]int{StateActive: 10, StateError: 5}, states["silver"])
+	require.Equal(t, map[allocation.State]int{allocation.StateActive: 20, allocation.StateError: 10}, states["gold"])
+	require.Equal(t, map[allocation.State]int{allocation.StateActive: 10, allocation.StateError: 5}, states["silver"])
 	for n, count := range nodes {
 		require.Equal(t, 1, count, "node %s booked twice", n)
 	}
@@ -159,9 +158,9 @@ func TestReserveLastErrorCountsFilters(t *testing.T) {
 	_, err := f.pool.Exec(context.Background(), `UPDATE nodes SET maintenance = true WHERE name = 'g0'`)
 	require.NoError(t, err)
 	row := f.allocation(nil, "gold", "CUSTOM_GPU_A100")
-	drain(t, NewAllocator(f.pool, zaptest.NewLogger(t)), f.conductor("c"))
+	drain(t, NewDatabase(f.pool, zaptest.NewLogger(t)), f.conductor("c"))
 	v := f.get(row.ID)
-	require.Equal(t, StateError, v.State)
+	require.Equal(t, allocation.StateError, v.State)
 	require.Equal(t, fmt.Sprintf("Failed to process allocation %s: no suitable nodes have the requested traits CUSTOM_GPU_A100. "+
 		"(no node fits: 5 of resource class gold, 4 available, 0 with traits CUSTOM_GPU_A100)", v.Uuid), *v.LastError)
 }
@@ -174,9 +173,9 @@ func TestReservePrefersNodeNamedLikeAllocation(t *testing.T) {
 	}
 	name := "n13"
 	row := f.allocation(&name, "gold")
-	drain(t, NewAllocator(f.pool, zaptest.NewLogger(t)), f.conductor("c"))
+	drain(t, NewDatabase(f.pool, zaptest.NewLogger(t)), f.conductor("c"))
 	v := f.get(row.ID)
-	require.Equal(t, StateActive, v.State)
+	require.Equal(t, allocation.StateActive, v.State)
 	var nodeName string
 	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT name FROM nodes WHERE uuid = $1`, *v.NodeUUID).Scan(&nodeName))
 	require.Equal(t, "n13", nodeName)
@@ -187,7 +186,7 @@ func TestProcessIsGuardedByConductorAffinity(t *testing.T) {
 	f := setup(t)
 	f.node("n1", "gold")
 	row := f.allocation(nil, "gold")
-	a := NewAllocator(f.pool, zaptest.NewLogger(t))
+	a := NewDatabase(f.pool, zaptest.NewLogger(t))
 	me, other := f.conductor("slow"), f.conductor("new-owner")
 	claimed := claim(t, a, me, 1)
 	require.Len(t, claimed, 1)
@@ -200,7 +199,7 @@ func TestProcessIsGuardedByConductorAffinity(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Lost, out)
 	v := f.get(row.ID)
-	require.Equal(t, StateAllocating, v.State)
+	require.Equal(t, allocation.StateAllocating, v.State)
 	require.Nil(t, v.NodeUUID)
 	var free bool
 	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT instance_uuid IS NULL FROM nodes WHERE name = 'n1'`).Scan(&free))
@@ -209,47 +208,7 @@ func TestProcessIsGuardedByConductorAffinity(t *testing.T) {
 	out, err = a.fail(context.Background(), me, claimed[0], "late")
 	require.NoError(t, err)
 	require.Equal(t, Lost, out)
-	require.Equal(t, StateAllocating, f.get(row.ID).State)
-}
-
-func TestSchemaInvariants(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	ctx := context.Background()
-	n1 := f.node("n1", "gold")
-	row := f.allocation(nil, "gold")
-	// active without a node
-	_, err := f.pool.Exec(ctx, `UPDATE allocations SET state = 'active' WHERE id = $1`, row.ID)
-	require.Error(t, err)
-	// a node-side link that the allocation does not mirror
-	_, err = f.pool.Exec(ctx, `UPDATE nodes SET allocation_id = $1, instance_uuid = $2 WHERE id = $3`, row.ID, row.Uuid, n1)
-	require.Error(t, err)
-	// an allocation-side link that the node does not mirror
-	_, err = f.pool.Exec(ctx, `UPDATE allocations SET node_id = $1, state = 'active' WHERE id = $2`, n1, row.ID)
-	require.ErrorContains(t, err, "which does not hold it")
-	// both sides, but the node's instance is another
-	link := func(instance uuid.UUID) error {
-		return pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `UPDATE allocations SET node_id = $1, state = 'active' WHERE id = $2`, n1, row.ID); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, `UPDATE nodes SET allocation_id = $1, instance_uuid = $2 WHERE id = $3`, row.ID, instance, n1)
-			return err
-		})
-	}
-	require.ErrorContains(t, link(uuid.New()), "SQLSTATE 23000")
-	// both sides naming each other: fine
-	require.NoError(t, link(row.Uuid))
-	_, err = f.pool.Exec(ctx, `UPDATE nodes SET allocation_id = NULL, instance_uuid = NULL WHERE id = $1`, n1)
-	require.NoError(t, err)
-	_, err = f.pool.Exec(ctx, `DELETE FROM allocations WHERE id = $1`, row.ID)
-	require.NoError(t, err)
-	row = f.allocation(nil, "gold")
-	// error is final
-	_, err = f.pool.Exec(ctx, `UPDATE allocations SET state = 'error' WHERE id = $1`, row.ID)
-	require.NoError(t, err)
-	_, err = f.pool.Exec(ctx, `UPDATE allocations SET state = 'allocating' WHERE id = $1`, row.ID)
-	require.ErrorContains(t, err, "cannot move from error to allocating")
+	require.Equal(t, allocation.StateAllocating, f.get(row.ID).State)
 }
 
 func TestClaimReserveBatch(t *testing.T) {
@@ -265,7 +224,7 @@ func TestClaimReserveBatch(t *testing.T) {
 	for _, rc := range []string{"gpu", "gpu", "none", "silver", "silver", "silver"} {
 		ids = append(ids, f.allocation(nil, rc).ID)
 	}
-	a := NewAllocator(f.pool, zaptest.NewLogger(t))
+	a := NewDatabase(f.pool, zaptest.NewLogger(t))
 	me := f.conductor("c")
 	reserved, rest, err := a.ClaimReserve(ctx, me, 10)
 	require.NoError(t, err)
@@ -277,11 +236,11 @@ func TestClaimReserveBatch(t *testing.T) {
 	}
 	for _, c := range reserved {
 		v := f.get(c.ID)
-		require.Equal(t, StateActive, v.State)
+		require.Equal(t, allocation.StateActive, v.State)
 		require.NotNil(t, v.NodeUUID)
 	}
 	for _, c := range rest {
-		require.Equal(t, StateAllocating, f.get(c.ID).State)
+		require.Equal(t, allocation.StateAllocating, f.get(c.ID).State)
 		out, err := a.Process(ctx, me, c)
 		require.NoError(t, err)
 		require.Equal(t, Failed, out)

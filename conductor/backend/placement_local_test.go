@@ -1,8 +1,9 @@
-package allocation
+package backend
 
 import (
 	"context"
 	"fmt"
+	"github.com/metalloc/metalloc/allocation"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -37,12 +38,12 @@ func TestPlacementModeAuto(t *testing.T) {
 			}
 			_, _ = w.Write([]byte(`{"versions": []}`))
 		}))
-		a := NewPlacementAllocator(f.pool, client.New(other.URL, "admin", time.Second), PlacementConfig{}, zaptest.NewLogger(t))
+		a := NewPlacement(f.pool, client.New(other.URL, "admin", time.Second), PlacementConfig{}, zaptest.NewLogger(t))
 		require.False(t, a.Local(ctx))
 		other.Close()
 	}
 	// Unreachable: HTTP for now, asked again later.
-	a := NewPlacementAllocator(f.pool, client.New("http://127.0.0.1:1", "admin", time.Second), PlacementConfig{}, zaptest.NewLogger(t))
+	a := NewPlacement(f.pool, client.New("http://127.0.0.1:1", "admin", time.Second), PlacementConfig{}, zaptest.NewLogger(t))
 	require.False(t, a.Local(ctx))
 	require.EqualValues(t, 0, a.mode.local.Load())
 }
@@ -71,7 +72,7 @@ func TestPlacementLocalReserves(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Reserved, out)
 	v := f.get(row.ID)
-	require.Equal(t, StateActive, v.State)
+	require.Equal(t, allocation.StateActive, v.State)
 	require.Contains(t, fast, *v.NodeUUID)
 	p, err := f.pc.GetProvider(ctx, *v.NodeUUID)
 	require.NoError(t, err)
@@ -106,7 +107,7 @@ func TestPlacementLocalReserves(t *testing.T) {
 	require.GreaterOrEqual(t, failed, 1, "3 fast allocations for 2 fast nodes")
 	f.checkNoLeak(ids)
 	for i, id := range ids[1:] {
-		if v := f.get(id); v.State == StateActive && i != 2 && i != 3 {
+		if v := f.get(id); v.State == allocation.StateActive && i != 2 && i != 3 {
 			require.Contains(t, fast, *v.NodeUUID)
 		}
 	}
@@ -149,7 +150,7 @@ func TestPlacementLocalRace(t *testing.T) {
 					fastN.Add(int64(len(got)))
 					claimed = left
 				} else {
-					claimed = claim(t, NewAllocator(f.pool, zaptest.NewLogger(t)), me, 4)
+					claimed = claim(t, NewDatabase(f.pool, zaptest.NewLogger(t)), me, 4)
 					if len(claimed) == 0 {
 						return
 					}
@@ -185,10 +186,10 @@ func TestPlacementLocalRace(t *testing.T) {
 	for _, id := range ids {
 		v := f.get(id)
 		switch v.State {
-		case StateActive:
+		case allocation.StateActive:
 			require.False(t, booked[*v.NodeUUID], "node %s booked twice", *v.NodeUUID)
 			booked[*v.NodeUUID] = true
-		case StateError:
+		case allocation.StateError:
 			require.Regexp(t, `no node fits|alternates consumed by concurrent claims`, *v.LastError)
 		default:
 			t.Fatalf("allocation %d is %s", id, v.State)
@@ -260,17 +261,17 @@ func TestPlacementClaimReserveLocal(t *testing.T) {
 		want = append(want, f.allocation(nil, "gold", "CUSTOM_FAST").ID)
 	}
 	owner := "proj-1"
-	r, err := f.q.CreateAllocation(ctx, CreateAllocationParams{Uuid: uuid.New(), ResourceClass: "gold", Extra: []byte("{}"),
-		Owner: &owner, State: StateAllocating, Traits: []string{}})
+	r, err := f.aq.CreateAllocation(ctx, allocation.CreateAllocationParams{Uuid: uuid.New(), ResourceClass: "gold", Extra: []byte("{}"),
+		Owner: &owner, State: allocation.StateAllocating, Traits: []string{}})
 	require.NoError(t, err)
 	want = append(want, r.ID)
 	unknown := f.allocation(nil, "gold", "CUSTOM_UNKNOWN_TO_PLACEMENT").ID
-	cands, err := f.q.CreateAllocation(ctx, CreateAllocationParams{Uuid: uuid.New(), ResourceClass: "gold", Extra: []byte("{}"),
-		CandidateNodes: []uuid.UUID{plain}, State: StateAllocating, Traits: []string{}})
+	cands, err := f.aq.CreateAllocation(ctx, allocation.CreateAllocationParams{Uuid: uuid.New(), ResourceClass: "gold", Extra: []byte("{}"),
+		CandidateNodes: []uuid.UUID{plain}, State: allocation.StateAllocating, Traits: []string{}})
 	require.NoError(t, err)
 	owner2 := "proj-2"
-	exists, err := f.q.CreateAllocation(ctx, CreateAllocationParams{Uuid: uuid.New(), ResourceClass: "gold", Extra: []byte("{}"),
-		Owner: &owner2, State: StateAllocating, Traits: []string{}})
+	exists, err := f.aq.CreateAllocation(ctx, allocation.CreateAllocationParams{Uuid: uuid.New(), ResourceClass: "gold", Extra: []byte("{}"),
+		Owner: &owner2, State: allocation.StateAllocating, Traits: []string{}})
 	require.NoError(t, err)
 	_, err = f.pool.Exec(ctx, `INSERT INTO placement.consumers (uuid, project_id, user_id, generation) VALUES ($1, 'p', 'u', 0)`, exists.Uuid)
 	require.NoError(t, err)
@@ -287,7 +288,7 @@ func TestPlacementClaimReserveLocal(t *testing.T) {
 	}
 	for _, c := range left {
 		leftIDs = append(leftIDs, c.ID)
-		require.Equal(t, StateAllocating, f.get(c.ID).State)
+		require.Equal(t, allocation.StateAllocating, f.get(c.ID).State)
 	}
 	require.ElementsMatch(t, want, gotIDs)
 	require.ElementsMatch(t, rest, leftIDs)

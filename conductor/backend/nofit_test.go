@@ -1,8 +1,9 @@
-package allocation
+package backend
 
 import (
 	"context"
 	"fmt"
+	"github.com/metalloc/metalloc/allocation"
 	"testing"
 
 	"github.com/google/uuid"
@@ -72,7 +73,7 @@ func noFitNodes(t *testing.T, f *fixture, add func(name, rc string, traits ...st
 }
 
 // noFitAllocation inserts tc's allocation, allocating and unowned.
-func noFitAllocation(t *testing.T, f *fixture, tc noFitCase, nodes map[string]uuid.UUID) CreateAllocationRow {
+func noFitAllocation(t *testing.T, f *fixture, tc noFitCase, nodes map[string]uuid.UUID) allocation.CreateAllocationRow {
 	var cands []uuid.UUID
 	for _, n := range tc.candidates {
 		cands = append(cands, nodes[n])
@@ -81,9 +82,9 @@ func noFitAllocation(t *testing.T, f *fixture, tc noFitCase, nodes map[string]uu
 	if traits == nil {
 		traits = []string{}
 	}
-	row, err := f.q.CreateAllocation(context.Background(), CreateAllocationParams{
+	row, err := f.aq.CreateAllocation(context.Background(), allocation.CreateAllocationParams{
 		Uuid: uuid.New(), ResourceClass: tc.rc, CandidateNodes: cands, Owner: tc.owner,
-		Extra: []byte("{}"), State: StateAllocating, Traits: traits,
+		Extra: []byte("{}"), State: allocation.StateAllocating, Traits: traits,
 	})
 	require.NoError(t, err)
 	return row
@@ -93,7 +94,7 @@ func TestReserveNoFitIronicSentences(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	nodes := noFitNodes(t, f, func(name, rc string, traits ...string) { f.node(name, rc, traits...) })
-	a := NewAllocator(f.pool, zaptest.NewLogger(t))
+	a := NewDatabase(f.pool, zaptest.NewLogger(t))
 	me := f.conductor("c1")
 	for _, tc := range noFitCases() {
 		row := noFitAllocation(t, f, tc, nodes)
@@ -103,7 +104,7 @@ func TestReserveNoFitIronicSentences(t *testing.T) {
 		require.NoError(t, err, tc.name)
 		require.Equal(t, Failed, out, tc.name)
 		v := f.get(row.ID)
-		require.Equal(t, StateError, v.State, tc.name)
+		require.Equal(t, allocation.StateError, v.State, tc.name)
 		require.Equal(t, fmt.Sprintf("Failed to process allocation %s: %s", v.Uuid, tc.want), *v.LastError, tc.name)
 	}
 }
@@ -122,7 +123,7 @@ func TestPlacementNoFitIronicSentences(t *testing.T) {
 		require.NoError(t, err, tc.name)
 		require.Equal(t, Failed, out, tc.name)
 		v := f.get(row.ID)
-		require.Equal(t, StateError, v.State, tc.name)
+		require.Equal(t, allocation.StateError, v.State, tc.name)
 		require.Equal(t, fmt.Sprintf("Failed to process allocation %s: %s", v.Uuid, tc.want), *v.LastError, tc.name)
 	}
 	f.checkNoLeak(ids)

@@ -1,7 +1,12 @@
-package devstack
+// Package wsgi runs a Python WSGI application under gunicorn, one process
+// group, on a free loopback port: the reference OpenStack services that
+// devstack (OpenStack Placement, for benchmarks and tests) and the tests
+// (Keystone, package internal/keystonetest) start from Debian's packages.
+package wsgi
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"sync"
@@ -11,10 +16,10 @@ import (
 	"go.uber.org/zap"
 )
 
-// gunicorn is a gunicorn master (and its workers, one process group)
+// Process is a gunicorn master (and its workers, one process group)
 // serving a Python WSGI application: the reference OpenStack services the
 // tests start from Debian's packages.
-type gunicorn struct {
+type Process struct {
 	name    string // for messages: "OpenStack Placement", "Keystone"
 	cmd     *exec.Cmd
 	done    chan struct{} // closed when the master has exited
@@ -23,11 +28,11 @@ type gunicorn struct {
 	log     *zap.Logger
 }
 
-// startGunicorn starts gunicorn with one sync worker serving app (module:
+// Start starts gunicorn with one sync worker serving app (module:
 // callable) from dir on listen, with env, appending its output to logPath.
 // One worker: two processes on one sqlite file answer concurrent writes
 // with "database is locked".
-func startGunicorn(name, dir, listen, app, logPath string, env []string, log *zap.Logger) (*gunicorn, error) {
+func Start(name, dir, listen, app, logPath string, env []string, log *zap.Logger) (*Process, error) {
 	bin, err := exec.LookPath("gunicorn")
 	if err != nil {
 		return nil, fmt.Errorf("gunicorn is not installed: apt-get install -y gunicorn python3-gunicorn")
@@ -45,13 +50,16 @@ func startGunicorn(name, dir, listen, app, logPath string, env []string, log *za
 		f.Close()
 		return nil, fmt.Errorf("starting gunicorn for %s: %w", name, err)
 	}
-	g := &gunicorn{name: name, cmd: cmd, done: make(chan struct{}), log: log}
+	g := &Process{name: name, cmd: cmd, done: make(chan struct{}), log: log}
 	go func() { g.waitErr = cmd.Wait(); f.Close(); close(g.done) }()
 	return g, nil
 }
 
-// exited returns an error when the master has exited.
-func (g *gunicorn) exited() error {
+// Pid is the gunicorn master's process id (its process group's id).
+func (g *Process) Pid() int { return g.cmd.Process.Pid }
+
+// Exited returns an error when the master has exited.
+func (g *Process) Exited() error {
 	select {
 	case <-g.done:
 		return fmt.Errorf("%s (gunicorn) exited (%v)", g.name, g.waitErr)
@@ -60,9 +68,9 @@ func (g *gunicorn) exited() error {
 	}
 }
 
-// stop terminates the process group: SIGTERM, then SIGKILL after 10 s.
+// Stop terminates the process group: SIGTERM, then SIGKILL after 10 s.
 // Calling it again does nothing.
-func (g *gunicorn) stop() {
+func (g *Process) Stop() {
 	g.once.Do(func() {
 		pgid := -g.cmd.Process.Pid
 		_ = syscall.Kill(pgid, syscall.SIGTERM)
@@ -88,4 +96,14 @@ func (g *gunicorn) stop() {
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
+}
+
+// FreePort is a TCP port free on 127.0.0.1 at the moment of the call.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -1,12 +1,10 @@
-package allocation
+package backend
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,38 +15,8 @@ import (
 	"github.com/metalloc/metalloc/db"
 )
 
-// Claimed is an allocation a conductor owns and must process.
-type Claimed struct {
-	ID             int64
-	UUID           uuid.UUID
-	Name           *string
-	ResourceClass  string
-	CandidateNodes []uuid.UUID
-	Owner          *string
-	Traits         []string
-	CreatedAt      time.Time
-}
-
-// Outcome is how processing one allocation ended.
-type Outcome int
-
-// Outcomes of Allocator.Process.
-const (
-	// Reserved: the allocation is active on a node.
-	Reserved Outcome = iota
-	// Failed: the allocation is in error with a last_error.
-	Failed
-	// Lost: the allocation is no longer this conductor's (taken over or
-	// deleted); nothing was written.
-	Lost
-)
-
-func (o Outcome) String() string {
-	return [...]string{"reserved", "failed", "lost"}[o]
-}
-
-// Allocator runs the database-backend reservation for claimed allocations.
-type Allocator struct {
+// Database runs the database-backend reservation for claimed allocations.
+type Database struct {
 	pool *pgxpool.Pool
 	q    *Queries
 	log  *zap.Logger
@@ -59,27 +27,12 @@ type Allocator struct {
 	// LockedBackoff is the first wait between such retries, doubled each time
 	// up to 16x (default 5 ms).
 	LockedBackoff time.Duration
-
-	starts nodeStarts
 }
 
-// nodeStarts draws the random node ids the fast paths start their walk of
-// free nodes from, with the node id range cached for idRangeTTL.
-type nodeStarts struct {
-	mu         sync.Mutex
-	idLo, idHi int64
-	idAt       time.Time
+// NewDatabase returns an Database on pool.
+func NewDatabase(pool *pgxpool.Pool, log *zap.Logger) *Database {
+	return &Database{pool: pool, q: New(pool), log: log, LockedWait: 2 * time.Second, LockedBackoff: 5 * time.Millisecond}
 }
-
-// NewAllocator returns an Allocator on pool.
-func NewAllocator(pool *pgxpool.Pool, log *zap.Logger) *Allocator {
-	return &Allocator{pool: pool, q: New(pool), log: log, LockedWait: 2 * time.Second, LockedBackoff: 5 * time.Millisecond}
-}
-
-// ErrClaimedUnread is wrapped by ClaimReserve's error when rows were claimed
-// but could not be read back (the database went away): they stay allocating
-// and owned by the caller, who must resume them (Owned).
-var ErrClaimedUnread = errors.New("claimed allocations left unread")
 
 // ClaimReserve is the fast path: one transaction claims up to batch unowned
 // allocating rows for conductor me and reserves a node for each that has an
@@ -88,12 +41,8 @@ var ErrClaimedUnread = errors.New("claimed allocations left unread")
 // still need Process (no node was free at that moment: retry, or error with
 // an explanation), read in full by a second statement. On ErrClaimedUnread
 // the reserved rows are valid too.
-func (a *Allocator) ClaimReserve(ctx context.Context, me int64, batch int) (reserved []Claimed, rest []Claimed, err error) {
-	starts, err := a.starts.batch(ctx, a.q, batch)
-	if err != nil {
-		return nil, nil, err
-	}
-	rows, err := a.q.ClaimReserve(ctx, ClaimReserveParams{Me: me, Batch: int32(batch), Starts: starts})
+func (a *Database) ClaimReserve(ctx context.Context, me int64, batch int) (reserved []Claimed, rest []Claimed, err error) {
+	rows, err := a.q.ClaimReserve(ctx, ClaimReserveParams{Me: me, Batch: int32(batch)})
 	if err != nil {
 		return nil, nil, fmt.Errorf("claiming and reserving: %w", err)
 	}
@@ -117,12 +66,9 @@ func splitClaimed(ctx context.Context, q *Queries, me int64, rows []ClaimReserve
 	if len(restIDs) == 0 {
 		return reserved, nil, nil
 	}
-	more, err := q.ClaimedAllocating(ctx, ClaimedAllocatingParams{Ids: restIDs, Me: me})
+	rest, err = readClaimed(ctx, q, me, restIDs)
 	if err != nil {
 		return reserved, nil, fmt.Errorf("%w: reading claimed allocations: %w", ErrClaimedUnread, err)
-	}
-	for _, r := range more {
-		rest = append(rest, Claimed{r.ID, r.Uuid, r.Name, r.ResourceClass, r.CandidateNodes, r.Owner, r.Traits, r.CreatedAt})
 	}
 	return reserved, rest, nil
 }
@@ -135,7 +81,7 @@ func splitClaimed(ctx context.Context, q *Queries, me int64, rows []ClaimReserve
 // momentarily locked by others it backs off and tries again. It returns an
 // error only when the database is unreachable or ctx ends; the row then stays
 // allocating and owned, to be resumed.
-func (a *Allocator) Process(ctx context.Context, me int64, c Claimed) (Outcome, error) {
+func (a *Database) Process(ctx context.Context, me int64, c Claimed) (Outcome, error) {
 	log := a.log.With(zap.Stringer("allocation", c.UUID))
 	if c.Traits == nil {
 		c.Traits = []string{}
@@ -198,13 +144,9 @@ var (
 // node's uuid, errNoNode when no unlocked node fits, errLost when the
 // allocation is no longer this conductor's. The name-first rule applies to
 // the first attempt only.
-func (a *Allocator) reserveOnce(ctx context.Context, me int64, c Claimed, tryName bool) (uuid.UUID, error) {
-	start, err := a.randomStart(ctx)
-	if err != nil {
-		return uuid.Nil, err
-	}
+func (a *Database) reserveOnce(ctx context.Context, me int64, c Claimed, tryName bool) (uuid.UUID, error) {
 	p := ReserveParams{Candidates: c.CandidateNodes, ResourceClass: c.ResourceClass, Owner: c.Owner,
-		Traits: c.Traits, Start: start, AllocationID: c.ID, Me: me}
+		Traits: c.Traits, AllocationID: c.ID, Me: me}
 	if tryName {
 		p.Name = c.Name
 	}
@@ -220,58 +162,19 @@ func (a *Allocator) reserveOnce(ctx context.Context, me int64, c Claimed, tryNam
 	return r.NodeUuid, nil
 }
 
-// randomStart draws a uniformly random node id in the current id range (the
-// range is cached for idRangeTTL; nodes added since are still reached, as
-// picking wraps around).
-func (a *Allocator) randomStart(ctx context.Context) (int64, error) {
-	return a.starts.draw(ctx, a.q)
-}
-
-// draw is a uniformly random node id in the current id range.
-func (s *nodeStarts) draw(ctx context.Context, q *Queries) (int64, error) {
-	s.mu.Lock()
-	lo, hi, fresh := s.idLo, s.idHi, time.Since(s.idAt) < idRangeTTL
-	s.mu.Unlock()
-	if !fresh {
-		r, err := q.NodeIDRange(ctx)
-		if err != nil {
-			return 0, err
-		}
-		lo, hi = r.Lo, r.Hi
-		s.mu.Lock()
-		s.idLo, s.idHi, s.idAt = lo, hi, time.Now()
-		s.mu.Unlock()
-	}
-	return lo + rand.Int64N(hi-lo+1), nil
-}
-
-// batch draws n starts, one per row of a fast-path batch.
-func (s *nodeStarts) batch(ctx context.Context, q *Queries, n int) ([]int64, error) {
-	out := make([]int64, n)
-	for i := range out {
-		var err error
-		if out[i], err = s.draw(ctx, q); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-const idRangeTTL = 5 * time.Second
-
-func (a *Allocator) transient(_ context.Context, c Claimed, err error) (Outcome, error) {
+func (a *Database) transient(_ context.Context, c Claimed, err error) (Outcome, error) {
 	return Lost, fmt.Errorf("processing allocation %s: %w", c.UUID, err)
 }
 
 // fail moves c to error, guarded by conductor_affinity = me.
-func (a *Allocator) fail(ctx context.Context, me int64, c Claimed, reason string) (Outcome, error) {
+func (a *Database) fail(ctx context.Context, me int64, c Claimed, reason string) (Outcome, error) {
 	return markFailed(ctx, a.q, a.log, me, c, reason, "")
 }
 
 // failNoFit moves c to error when no node passes the filters (stats
 // Fitting is 0), with Ironic's sentence for the filter that left nothing
 // followed by the counts (noFit).
-func (a *Allocator) failNoFit(ctx context.Context, me int64, c Claimed, stats FitStatsRow) (Outcome, error) {
+func (a *Database) failNoFit(ctx context.Context, me int64, c Claimed, stats FitStatsRow) (Outcome, error) {
 	reason, detail := noFit(c, stats)
 	return markFailed(ctx, a.q, a.log, me, c, reason, detail)
 }

@@ -1,8 +1,9 @@
-package allocation
+package backend
 
 import (
 	"context"
 	"fmt"
+	"github.com/metalloc/metalloc/allocation"
 	"sync"
 	"testing"
 	"time"
@@ -68,13 +69,13 @@ func (f *pfixture) goldNodes(n int) []uuid.UUID {
 	return all
 }
 
-// allocator is a PlacementAllocator claiming over HTTP (mode http).
-func (f *pfixture) allocator(host string) *PlacementAllocator {
+// allocator is a Placement claiming over HTTP (mode http).
+func (f *pfixture) allocator(host string) *Placement {
 	return f.allocatorMode(host, PlacementModeHTTP)
 }
 
-func (f *pfixture) allocatorMode(host, mode string) *PlacementAllocator {
-	return NewPlacementAllocator(f.pool, f.pc, PlacementConfig{Hostname: host, Mode: mode}, zaptest.NewLogger(f.t))
+func (f *pfixture) allocatorMode(host, mode string) *Placement {
+	return NewPlacement(f.pool, f.pc, PlacementConfig{Hostname: host, Mode: mode}, zaptest.NewLogger(f.t))
 }
 
 // claim makes conductor me own allocation id.
@@ -82,11 +83,10 @@ func (f *pfixture) claim(id, me int64) Claimed {
 	f.t.Helper()
 	_, err := f.pool.Exec(context.Background(), `UPDATE allocations SET conductor_affinity = $2 WHERE id = $1`, id, me)
 	require.NoError(f.t, err)
-	rows, err := f.q.ClaimedAllocating(context.Background(), ClaimedAllocatingParams{Ids: []int64{id}, Me: me})
+	rows, err := Read(context.Background(), f.pool, me, []int64{id})
 	require.NoError(f.t, err)
 	require.Len(f.t, rows, 1)
-	r := rows[0]
-	return Claimed{r.ID, r.Uuid, r.Name, r.ResourceClass, r.CandidateNodes, r.Owner, r.Traits, r.CreatedAt}
+	return rows[0]
 }
 
 // checkNoLeak checks that Placement holds exactly the active allocations:
@@ -101,7 +101,7 @@ func (f *pfixture) checkNoLeak(ids []int64) {
 		v := f.get(id)
 		cur, err := f.pc.GetAllocations(ctx, v.Uuid)
 		require.NoError(f.t, err)
-		if v.State == StateActive {
+		if v.State == allocation.StateActive {
 			require.NotNil(f.t, v.NodeUUID)
 			require.Len(f.t, cur.Allocations, 1, "allocation %s", v.Uuid)
 			_, ok := cur.Allocations[*v.NodeUUID]
@@ -166,7 +166,7 @@ func TestPlacementProcessReserves(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Reserved, out)
 	v := f.get(row.ID)
-	require.Equal(t, StateActive, v.State)
+	require.Equal(t, allocation.StateActive, v.State)
 	require.Contains(t, fast, *v.NodeUUID)
 	var info string
 	require.NoError(t, f.pool.QueryRow(context.Background(),
@@ -184,8 +184,8 @@ func TestPlacementProcessReserves(t *testing.T) {
 	owner := "tenant-a"
 	_, err = f.pool.Exec(context.Background(), `UPDATE nodes SET lessee = $1 WHERE uuid = $2`, owner, slow[1])
 	require.NoError(t, err)
-	r2, err := f.q.CreateAllocation(context.Background(), CreateAllocationParams{Uuid: uuid.New(), ResourceClass: "baremetal.gold",
-		Extra: []byte("{}"), State: StateAllocating, Traits: []string{}, Owner: &owner})
+	r2, err := f.aq.CreateAllocation(context.Background(), allocation.CreateAllocationParams{Uuid: uuid.New(), ResourceClass: "baremetal.gold",
+		Extra: []byte("{}"), State: allocation.StateAllocating, Traits: []string{}, Owner: &owner})
 	require.NoError(t, err)
 	out, err = a.Process(context.Background(), me, f.claim(r2.ID, me))
 	require.NoError(t, err)
@@ -227,7 +227,7 @@ func TestPlacementProcessNoFit(t *testing.T) {
 			continue
 		}
 		require.Equal(t, Failed, out)
-		require.Equal(t, StateError, v.State)
+		require.Equal(t, allocation.StateError, v.State)
 		require.Contains(t, *v.LastError, tc.msg)
 	}
 	f.checkNoLeak(ids)
@@ -263,7 +263,7 @@ func TestPlacementProcessRace(t *testing.T) {
 		name := fmt.Sprintf("c%d", i)
 		me := f.conductor(name)
 		a := f.allocator(name)
-		claimed := claim(t, NewAllocator(f.pool, zaptest.NewLogger(t)), me, 5)
+		claimed := claim(t, NewDatabase(f.pool, zaptest.NewLogger(t)), me, 5)
 		for _, c := range claimed {
 			wg.Add(1)
 			go func() {
@@ -279,11 +279,11 @@ func TestPlacementProcessRace(t *testing.T) {
 	for _, id := range ids {
 		v := f.get(id)
 		switch v.State {
-		case StateActive:
+		case allocation.StateActive:
 			active++
 			require.False(t, nodes[*v.NodeUUID], "node %s booked twice", *v.NodeUUID)
 			nodes[*v.NodeUUID] = true
-		case StateError:
+		case allocation.StateError:
 			require.NotNil(t, v.LastError)
 			require.Regexp(t, `no node fits|alternates consumed by concurrent claims`, *v.LastError)
 		default:
@@ -455,7 +455,7 @@ func TestPlacementProcessLost(t *testing.T) {
 	out, err := a.Process(ctx, me, c)
 	require.NoError(t, err)
 	require.Equal(t, Lost, out)
-	require.Equal(t, StateAllocating, f.get(row.ID).State)
+	require.Equal(t, allocation.StateAllocating, f.get(row.ID).State)
 	cur, err := f.pc.GetAllocations(ctx, row.Uuid)
 	require.NoError(t, err)
 	require.Len(t, cur.Allocations, 1, "the new owner's consumer is left alone")
@@ -484,14 +484,14 @@ func TestPlacementProcessUnreachable(t *testing.T) {
 	f.pnode("gold-0", "gold")
 	ctx := context.Background()
 	me := f.conductor("c1")
-	down := NewPlacementAllocator(f.pool, client.New("http://127.0.0.1:1", "admin", time.Second),
+	down := NewPlacement(f.pool, client.New("http://127.0.0.1:1", "admin", time.Second),
 		PlacementConfig{Hostname: "c1"}, zaptest.NewLogger(t))
 	row := f.allocation(nil, "gold")
 	c := f.claim(row.ID, me)
 	_, err := down.Process(ctx, me, c)
 	require.Error(t, err)
 	require.True(t, client.IsUnreachable(err), "%v", err)
-	require.Equal(t, StateAllocating, f.get(row.ID).State)
+	require.Equal(t, allocation.StateAllocating, f.get(row.ID).State)
 	var owner int64
 	require.NoError(t, f.pool.QueryRow(ctx, `SELECT conductor_affinity FROM allocations WHERE id = $1`, row.ID).Scan(&owner))
 	require.Equal(t, me, owner)

@@ -1,4 +1,4 @@
-package allocgroup
+package backend
 
 import (
 	"context"
@@ -27,16 +27,16 @@ const candidateTTL = 500 * time.Millisecond
 // Nodes this process reserved are removed from the entry at once.
 type candidateCache struct {
 	mu      sync.Mutex
-	entries map[string]*candidateEntry
+	entries map[string]*groupCacheEntry
 }
 
-type candidateEntry struct {
+type groupCacheEntry struct {
 	at    time.Time
 	cands []topology.Candidate
 }
 
 // key identifies the filter of g's candidates.
-func cacheKey(g Claimed) string {
+func cacheKey(g ClaimedGroup) string {
 	var b strings.Builder
 	b.WriteString(g.ResourceClass)
 	b.WriteByte(0)
@@ -54,7 +54,7 @@ func cacheKey(g Claimed) string {
 
 // get returns g's free candidates: a read younger than candidateTTL
 // (cached true) unless fresh, else a new read, kept for the next groups.
-func (c *candidateCache) get(ctx context.Context, pool *pgxpool.Pool, g Claimed, fresh bool) ([]topology.Candidate, bool, error) {
+func (c *candidateCache) get(ctx context.Context, pool *pgxpool.Pool, g ClaimedGroup, fresh bool) ([]topology.Candidate, bool, error) {
 	k := cacheKey(g)
 	if !fresh {
 		// The entry's fields are read under the lock: taken replaces
@@ -79,16 +79,16 @@ func (c *candidateCache) get(ctx context.Context, pool *pgxpool.Pool, g Claimed,
 	}
 	c.mu.Lock()
 	if c.entries == nil {
-		c.entries = map[string]*candidateEntry{}
+		c.entries = map[string]*groupCacheEntry{}
 	}
-	c.entries[k] = &candidateEntry{at: at, cands: cands}
+	c.entries[k] = &groupCacheEntry{at: at, cands: cands}
 	c.mu.Unlock()
 	return cands, false, nil
 }
 
 // taken removes from g's entry the nodes a reservation of this process
 // just took (into a copy: readers keep their slice).
-func (c *candidateCache) taken(g Claimed, ids []int64) {
+func (c *candidateCache) taken(g ClaimedGroup, ids []int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[cacheKey(g)]
@@ -99,7 +99,7 @@ func (c *candidateCache) taken(g Claimed, ids []int64) {
 }
 
 // forget drops g's entry.
-func (c *candidateCache) forget(g Claimed) {
+func (c *candidateCache) forget(g ClaimedGroup) {
 	c.mu.Lock()
 	delete(c.entries, cacheKey(g))
 	c.mu.Unlock()

@@ -1,8 +1,9 @@
-package allocation
+package backend
 
 import (
 	"context"
 	"fmt"
+	"github.com/metalloc/metalloc/allocation"
 	"os"
 	"sort"
 	"strconv"
@@ -59,12 +60,12 @@ func newBenchWorld(b *testing.B, n, allocs, classes int) *benchWorld {
 	w := &benchWorld{pool: pool, pc: pc}
 	require.NoError(b, pool.QueryRow(ctx, `SELECT id FROM conductors`).Scan(&w.me))
 	exec(`ANALYZE`)
-	q := New(pool)
+	q := allocation.New(pool)
 	w.claims = make([]Claimed, allocs)
 	for i := range w.claims {
 		rc := fmt.Sprintf("bench-%d", i%classes)
-		row, err := q.CreateAllocation(ctx, CreateAllocationParams{Uuid: uuid.New(), ResourceClass: rc,
-			Extra: []byte("{}"), State: StateAllocating, Traits: []string{}})
+		row, err := q.CreateAllocation(ctx, allocation.CreateAllocationParams{Uuid: uuid.New(), ResourceClass: rc,
+			Extra: []byte("{}"), State: allocation.StateAllocating, Traits: []string{}})
 		require.NoError(b, err)
 		w.claims[i] = Claimed{ID: row.ID, UUID: row.Uuid, ResourceClass: rc, Traits: []string{}}
 	}
@@ -80,7 +81,7 @@ func benchNodes(def int) int {
 	return def
 }
 
-// BenchmarkPlacementProcess times PlacementAllocator.Process, the placement
+// BenchmarkPlacementProcess times Placement.Process, the placement
 // backend's work for one allocation (candidates, claim, reservation),
 // against an in-process metalloc-placement on the test database, over HTTP
 // and in-process (mode local), with nodes of one class mirrored as the
@@ -100,7 +101,7 @@ func BenchmarkPlacementProcess(b *testing.B) {
 			b.Run(mode+"/"+name, func(b *testing.B) {
 				ctx := context.Background()
 				w := newBenchWorld(b, n, b.N, 1)
-				pa := NewPlacementAllocator(w.pool, w.pc, PlacementConfig{Hostname: "bench", Mode: mode}, zap.NewNop())
+				pa := NewPlacement(w.pool, w.pc, PlacementConfig{Hostname: "bench", Mode: mode}, zap.NewNop())
 				lat := make([]time.Duration, b.N)
 				next := make(chan int, b.N)
 				for i := range b.N {
@@ -136,7 +137,7 @@ func BenchmarkPlacementProcess(b *testing.B) {
 	}
 }
 
-// BenchmarkPlacementClaimBatch times PlacementAllocator.ClaimBatch, what a
+// BenchmarkPlacementClaimBatch times Placement.ClaimBatch, what a
 // placement-backend conductor does per claimed batch (8 rows of 4 classes,
 // as the allocations bench makes them), with 16 workers
 // (METALLOC_BENCH_WORKERS sets it), over HTTP and
@@ -150,7 +151,7 @@ func BenchmarkPlacementClaimBatch(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			ctx := context.Background()
 			w := newBenchWorld(b, n, b.N, 4)
-			pa := NewPlacementAllocator(w.pool, w.pc, PlacementConfig{Hostname: "bench", Mode: mode}, zap.NewNop())
+			pa := NewPlacement(w.pool, w.pc, PlacementConfig{Hostname: "bench", Mode: mode}, zap.NewNop())
 			next := make(chan []Claimed, b.N/8+1)
 			for i := 0; i < b.N; i += 8 {
 				next <- w.claims[i:min(i+8, b.N)]

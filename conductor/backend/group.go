@@ -1,4 +1,4 @@
-package allocgroup
+package backend
 
 import (
 	"context"
@@ -14,41 +14,44 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
-	"github.com/metalloc/metalloc/allocation"
+	"github.com/metalloc/metalloc/allocgroup"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/placement/client"
 	"github.com/metalloc/metalloc/topology"
 )
 
 // Placement is how the placement backend claims a group's members in
-// Placement (*allocation.PlacementAllocator): which providers Placement
+// Placement (*Placement): which providers Placement
 // offers (one GET /allocation_candidates), and all members claimed at once
 // (in-process in the reservation's transaction, or one POST /allocations
 // before it, undone when it does not commit).
-type Placement interface {
-	// GroupOffers is allocation.PlacementAllocator.GroupOffers.
-	GroupOffers(ctx context.Context, rc string, traits []string) (allocation.GroupOffer, error)
+type GroupPlacement interface {
+	// GroupOffers is Placement.GroupOffers.
+	GroupOffers(ctx context.Context, rc string, traits []string) (GroupOffer, error)
 	// Local reports whether ClaimGroup writes in the reservation's
-	// transaction (allocation.PlacementAllocator.Local).
+	// transaction (Placement.Local).
 	Local(ctx context.Context) bool
-	// ClaimGroup is allocation.PlacementAllocator.ClaimGroup.
-	ClaimGroup(ctx context.Context, tx pgx.Tx, owner *string, offer allocation.GroupOffer,
-		members []allocation.GroupMember) error
-	// UnclaimGroup is allocation.PlacementAllocator.UnclaimGroup.
-	UnclaimGroup(ctx context.Context, members []allocation.GroupMember)
+	// ClaimGroup is Placement.ClaimGroup.
+	ClaimGroup(ctx context.Context, tx pgx.Tx, owner *string, offer GroupOffer,
+		members []GroupMember) error
+	// UnclaimGroup is Placement.UnclaimGroup.
+	UnclaimGroup(ctx context.Context, members []GroupMember)
 }
 
-// Reserver places claimed groups for a conductor: in the database alone
+// GroupReserver places claimed groups for a conductor: in the database alone
 // (the database backend), or also in Placement when Placement is set (the
 // placement backend).
-type Reserver struct {
+type GroupReserver struct {
 	pool *pgxpool.Pool
 	q    *Queries
-	log  *zap.Logger
+	// groups is the allocation_groups table's own statements (the member
+	// count).
+	groups *allocgroup.Queries
+	log    *zap.Logger
 	// Placement, when set, restricts the candidates to the nodes Placement
 	// offers and claims every member there with the reservation (the
 	// placement backend; see reserveOnce); nil: the database backend.
-	Placement Placement
+	Placement GroupPlacement
 	// LockedWait bounds how long Process keeps trying while every fitting
 	// plan has nodes locked by concurrent reservations or updates, before
 	// the group goes to error (conductor.locked_node_wait, default 2 s).
@@ -63,25 +66,25 @@ type Reserver struct {
 	cache candidateCache
 }
 
-// NewReserver returns a Reserver on pool.
-func NewReserver(pool *pgxpool.Pool, log *zap.Logger) *Reserver {
-	return &Reserver{pool: pool, q: New(pool), log: log, LockedWait: 2 * time.Second,
+// NewGroupReserver returns a GroupReserver on pool.
+func NewGroupReserver(pool *pgxpool.Pool, log *zap.Logger) *GroupReserver {
+	return &GroupReserver{pool: pool, q: New(pool), groups: allocgroup.New(pool), log: log, LockedWait: 2 * time.Second,
 		LockedBackoff: 5 * time.Millisecond, rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 }
 
 var (
-	errLost    = errors.New("group no longer owned")
-	errShort   = errors.New("too few nodes of the plan could be locked")
-	errChanged = errors.New("the group changed meanwhile")
+	errGroupLost = errors.New("group no longer owned")
+	errShort     = errors.New("too few nodes of the plan could be locked")
+	errChanged   = errors.New("the group changed meanwhile")
 	// errTaken: Placement refused the claim of the plan's nodes (409:
 	// capacity used by a concurrent claim); nothing was written.
 	errTaken = errors.New("nodes of the plan were taken in Placement")
 )
 
-// noFit is a permanent reason to fail the group.
-type noFit string
+// groupNoFit is a permanent reason to fail the group.
+type groupNoFit string
 
-func (n noFit) Error() string { return string(n) }
+func (n groupNoFit) Error() string { return string(n) }
 
 // Process reserves every missing member of g for conductor me, or moves g
 // to error (a grow: back to active with its members) with a last_error a
@@ -95,19 +98,19 @@ func (n noFit) Error() string { return string(n) }
 // g with the answer. It returns an error only when the database or
 // Placement is unreachable or ctx ends; g then stays allocating and owned,
 // to be resumed.
-func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation.Outcome, error) {
+func (r *GroupReserver) Process(ctx context.Context, me int64, g ClaimedGroup) (Outcome, error) {
 	log := r.log.With(zap.Stringer("allocation_group", g.UUID))
 	backoff := r.LockedBackoff
 	began := time.Now()
 	taken := 0 // plans whose claim Placement refused (409)
 	for attempt := 0; ; attempt++ {
 		plans, offer, need, err := r.plan(ctx, g)
-		var nf noFit
+		var nf groupNoFit
 		switch {
 		case errors.As(err, &nf):
 			return r.Fail(ctx, me, g, string(nf))
 		case err != nil:
-			return allocation.Lost, fmt.Errorf("processing allocation group %s: %w", g.UUID, err)
+			return Lost, fmt.Errorf("processing allocation group %s: %w", g.UUID, err)
 		}
 		for _, p := range plans {
 			var took []int64
@@ -116,10 +119,10 @@ func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation
 			case err == nil:
 				r.cache.taken(g, took)
 				log.Debug("reserved allocation group", zap.Int("attempt", attempt), zap.Strings("domain", p.Domain))
-				return allocation.Reserved, nil
-			case errors.Is(err, errLost):
+				return Reserved, nil
+			case errors.Is(err, errGroupLost):
 				log.Info("allocation group no longer owned by this conductor; dropping it")
-				return allocation.Lost, nil
+				return Lost, nil
 			case errors.Is(err, errTaken):
 				taken++
 				continue
@@ -129,7 +132,7 @@ func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation
 				return r.Fail(ctx, me, g, string(nf))
 			case errors.Is(err, errChanged):
 			case db.IsUnavailable(err) || client.IsUnreachable(err) || ctx.Err() != nil:
-				return allocation.Lost, fmt.Errorf("processing allocation group %s: %w", g.UUID, err)
+				return Lost, fmt.Errorf("processing allocation group %s: %w", g.UUID, err)
 			default:
 				log.Warn("group reservation attempt failed; retrying", zap.Error(err))
 			}
@@ -146,7 +149,7 @@ func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation
 		}
 		select {
 		case <-ctx.Done():
-			return allocation.Lost, fmt.Errorf("processing allocation group %s: %w", g.UUID, ctx.Err())
+			return Lost, fmt.Errorf("processing allocation group %s: %w", g.UUID, ctx.Err())
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, r.LockedBackoff*16)
@@ -154,11 +157,11 @@ func (r *Reserver) Process(ctx context.Context, me int64, g Claimed) (allocation
 }
 
 // plan reads the topology and the free candidates and returns the fitting
-// plans for the need members g still lacks (best first); a noFit error
+// plans for the need members g still lacks (best first); a groupNoFit error
 // when none fits. need 0: one empty plan, only the activation is missing.
 // With Placement, the candidates are only the nodes Placement offers too
 // (offer, asked once per call).
-func (r *Reserver) plan(ctx context.Context, g Claimed) (plans []topology.Plan, offer allocation.GroupOffer, need int, err error) {
+func (r *GroupReserver) plan(ctx context.Context, g ClaimedGroup) (plans []topology.Plan, offer GroupOffer, need int, err error) {
 	levels, err := topology.Load(ctx, r.pool)
 	if err != nil {
 		return nil, nil, 0, err
@@ -170,10 +173,10 @@ func (r *Reserver) plan(ctx context.Context, g Claimed) (plans []topology.Plan, 
 			lvl = *g.RuleLevel
 		}
 		if req.Level, err = topology.LevelIndex(levels, lvl); err != nil {
-			return nil, nil, 0, noFit(err.Error())
+			return nil, nil, 0, groupNoFit(err.Error())
 		}
 	}
-	cnt, err := r.q.GroupMemberCount(ctx, g.ID)
+	cnt, err := r.groups.GroupMemberCount(ctx, g.ID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return []topology.Plan{{}}, nil, 0, nil // deleted: reserveOnce finds it lost
 	} else if err != nil {
@@ -196,7 +199,7 @@ func (r *Reserver) plan(ctx context.Context, g Claimed) (plans []topology.Plan, 
 		case client.StatusOf(err) == http.StatusBadRequest:
 			// A trait or class Placement does not know: it offers
 			// nothing, and the no-fit message says what the database has.
-			offer = allocation.GroupOffer{}
+			offer = GroupOffer{}
 		case err != nil:
 			return nil, nil, 0, placementTrouble(err)
 		}
@@ -217,9 +220,9 @@ func (r *Reserver) plan(ctx context.Context, g Claimed) (plans []topology.Plan, 
 		case nf == nil:
 			return plans, offer, req.Count, nil
 		case !cached && offer != nil && len(cands) < free:
-			return nil, nil, 0, noFit(fmt.Sprintf("%s; of the %d nodes free in the database, Placement offers %d", nf.Error(), free, len(cands)))
+			return nil, nil, 0, groupNoFit(fmt.Sprintf("%s; of the %d nodes free in the database, Placement offers %d", nf.Error(), free, len(cands)))
 		case !cached:
-			return nil, nil, 0, noFit(nf.Error())
+			return nil, nil, 0, groupNoFit(nf.Error())
 		}
 		// Nodes may have been freed since the shared read: decide on a
 		// fresh one.
@@ -228,7 +231,7 @@ func (r *Reserver) plan(ctx context.Context, g Claimed) (plans []topology.Plan, 
 
 // offered is the candidates Placement offers (a new slice: cands may be
 // the shared cache's).
-func offered(cands []topology.Candidate, offer allocation.GroupOffer) []topology.Candidate {
+func offered(cands []topology.Candidate, offer GroupOffer) []topology.Candidate {
 	out := make([]topology.Candidate, 0, len(cands))
 	for _, c := range cands {
 		if _, ok := offer[c.UUID]; ok {
@@ -246,7 +249,7 @@ func placementTrouble(err error) error {
 	var ce *client.Error
 	if errors.As(err, &ce) && !client.IsUnreachable(err) &&
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-		return noFit("Placement refused the claim: " + err.Error())
+		return groupNoFit("Placement refused the claim: " + err.Error())
 	}
 	return err
 }
@@ -254,7 +257,7 @@ func placementTrouble(err error) error {
 // reserveOnce tries plan p in one transaction: lock wanted (the missing
 // count when planned) of its nodes that are still free (SKIP LOCKED, in
 // plan order; fewer: errShort), then the group itself with the
-// compare-and-set guard (not ours any more: errLost), insert the members
+// compare-and-set guard (not ours any more: errGroupLost), insert the members
 // holding their nodes, and activate the group. It returns the nodes the
 // members took.
 //
@@ -265,7 +268,7 @@ func placementTrouble(err error) error {
 // wanted ones, claimed (claim log, one POST /allocations) before the
 // transaction locks exactly those; when the transaction does not commit,
 // the claims are removed again (Placement.UnclaimGroup).
-func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topology.Plan, wanted int, offer allocation.GroupOffer) (took []int64, err error) {
+func (r *GroupReserver) reserveOnce(ctx context.Context, me int64, g ClaimedGroup, p topology.Plan, wanted int, offer GroupOffer) (took []int64, err error) {
 	ids := make([]int64, len(p.Nodes))
 	for i, n := range p.Nodes {
 		ids[i] = n.ID
@@ -279,7 +282,7 @@ func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topol
 		cands = nil
 	}
 	inTx := r.Placement != nil && r.Placement.Local(ctx)
-	var members []allocation.GroupMember
+	var members []GroupMember
 	if r.Placement != nil && !inTx && wanted > 0 {
 		if len(ids) < wanted {
 			return nil, errShort
@@ -317,7 +320,7 @@ func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topol
 		}
 		row, err := q.LockOwnedGroup(ctx, LockOwnedGroupParams{ID: g.ID, Me: me})
 		if errors.Is(err, pgx.ErrNoRows) {
-			return errLost
+			return errGroupLost
 		} else if err != nil {
 			return err
 		}
@@ -362,17 +365,17 @@ func (r *Reserver) reserveOnce(ctx context.Context, me int64, g Claimed, p topol
 
 // newMembers gives each node a member with a new uuid (its allocation and
 // its Placement consumer).
-func newMembers(nodes []topology.Candidate) []allocation.GroupMember {
-	ms := make([]allocation.GroupMember, len(nodes))
+func newMembers(nodes []topology.Candidate) []GroupMember {
+	ms := make([]GroupMember, len(nodes))
 	for i, n := range nodes {
-		ms[i] = allocation.GroupMember{Consumer: uuid.New(), Node: n.UUID}
+		ms[i] = GroupMember{Consumer: uuid.New(), Node: n.UUID}
 	}
 	return ms
 }
 
 // claim claims members in Placement (in tx, or over HTTP when tx is nil):
-// a 409 is errTaken, a refusal a noFit, an outage as it is.
-func (r *Reserver) claim(ctx context.Context, tx pgx.Tx, g Claimed, offer allocation.GroupOffer, members []allocation.GroupMember) error {
+// a 409 is errTaken, a refusal a groupNoFit, an outage as it is.
+func (r *GroupReserver) claim(ctx context.Context, tx pgx.Tx, g ClaimedGroup, offer GroupOffer, members []GroupMember) error {
 	err := r.Placement.ClaimGroup(ctx, tx, g.Owner, offer, members)
 	if client.IsConflict(err) {
 		return errTaken
@@ -388,15 +391,15 @@ func (r *Reserver) claim(ctx context.Context, tx pgx.Tx, g Claimed, offer alloca
 // its members), guarded by conductor_affinity = me: Failed, Lost when g is
 // no longer me's (nothing written), or an error (the database is
 // unreachable; g stays allocating and owned).
-func (r *Reserver) Fail(ctx context.Context, me int64, g Claimed, reason string) (allocation.Outcome, error) {
+func (r *GroupReserver) Fail(ctx context.Context, me int64, g ClaimedGroup, reason string) (Outcome, error) {
 	msg := fmt.Sprintf("Failed to process allocation group %s: %s.", g.UUID, reason)
 	n, err := r.q.FailGroup(ctx, FailGroupParams{LastError: &msg, ID: g.ID, Me: me})
 	if err != nil {
-		return allocation.Lost, fmt.Errorf("processing allocation group %s: %w", g.UUID, err)
+		return Lost, fmt.Errorf("processing allocation group %s: %w", g.UUID, err)
 	}
 	if n == 0 {
-		return allocation.Lost, nil
+		return Lost, nil
 	}
 	r.log.Info("allocation group failed", zap.Stringer("allocation_group", g.UUID), zap.String("last_error", msg))
-	return allocation.Failed, nil
+	return Failed, nil
 }

@@ -1,4 +1,4 @@
-package allocation
+package backend
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/placement/client"
@@ -23,7 +24,7 @@ import (
 // it has none.
 const PlacementUserID = "metalloc"
 
-// PlacementConfig tunes a PlacementAllocator. Zero values take the defaults
+// PlacementConfig tunes a Placement. Zero values take the defaults
 // noted.
 type PlacementConfig struct {
 	// Hostname is the conductor's hostname, recorded in each Selection.
@@ -45,14 +46,14 @@ type PlacementConfig struct {
 	Mode string
 }
 
-// PlacementAllocator processes claimed allocations with the Placement
+// Placement processes claimed allocations with the Placement
 // backend: it selects destinations through Placement (scheduler), claims the
 // chosen node with PUT /allocations/{allocation uuid}, falls back to the
 // alternates on a conflict, and records the reservation in the database as
 // the database backend does. Every claim is logged in placement_claims
 // before it is written, so that the resource tracker can remove what a dead
 // conductor or an unreachable Placement left behind.
-type PlacementAllocator struct {
+type Placement struct {
 	pool  *pgxpool.Pool
 	q     *Queries
 	pc    *client.Client
@@ -71,13 +72,11 @@ type PlacementAllocator struct {
 	mode modeState
 	// lockedWait is PlacementConfig.LockedWait.
 	lockedWait time.Duration
-	// starts are ClaimReserveLocal's random walk starts.
-	starts nodeStarts
 }
 
-// NewPlacementAllocator returns a PlacementAllocator on pool and the
+// NewPlacement returns a Placement on pool and the
 // Placement service pc.
-func NewPlacementAllocator(pool *pgxpool.Pool, pc *client.Client, cfg PlacementConfig, log *zap.Logger) *PlacementAllocator {
+func NewPlacement(pool *pgxpool.Pool, pc *client.Client, cfg PlacementConfig, log *zap.Logger) *Placement {
 	if cfg.MaxAlternates == 0 {
 		cfg.MaxAlternates = 2
 	}
@@ -89,7 +88,7 @@ func NewPlacementAllocator(pool *pgxpool.Pool, pc *client.Client, cfg PlacementC
 	}
 	q := New(pool)
 	cands := &cachedCandidates{inner: placement.NewLocal(pool), byKey: map[string]*candidateEntry{}}
-	p := &PlacementAllocator{
+	p := &Placement{
 		pool: pool, q: q, pc: pc, log: log, maxAttempts: cfg.MaxAttempts, lockedWait: cfg.LockedWait,
 		sched: &scheduler.Scheduler{Client: pc, Hostname: cfg.Hostname, MaxAlternates: max(cfg.MaxAlternates, 0),
 			Filter: fitFilter{q}},
@@ -110,7 +109,7 @@ func NewPlacementAllocator(pool *pgxpool.Pool, pc *client.Client, cfg PlacementC
 
 // Scheduler is the scheduler the allocator selects destinations with over
 // HTTP.
-func (p *PlacementAllocator) Scheduler() *scheduler.Scheduler { return p.sched }
+func (p *Placement) Scheduler() *scheduler.Scheduler { return p.sched }
 
 // fitFilter is the scheduler's database filter (FitNodes).
 type fitFilter struct{ q *Queries }
@@ -152,7 +151,7 @@ func (e *placementRefused) Unwrap() error { return e.err }
 
 // Process claims a node for c on behalf of conductor me, or moves c to
 // error with a last_error a person can act on, with the contract of
-// Allocator.Process: Reserved, Failed, or Lost (the allocation is no longer
+// Database.Process: Reserved, Failed, or Lost (the allocation is no longer
 // me's; its Placement allocation is removed unless a new owner holds it).
 // It returns an error only when the database or Placement is unreachable or
 // ctx ends: the row then stays allocating and owned, to be resumed, and
@@ -171,7 +170,7 @@ func (e *placementRefused) Unwrap() error { return e.err }
 // claimLocal: the claim log, the reservation and the Placement write in one
 // transaction, rolled back whole on a refusal; while every selection is a
 // node concurrent claims hold, it keeps trying for LockedWait.
-func (p *PlacementAllocator) Process(ctx context.Context, me int64, c Claimed) (Outcome, error) {
+func (p *Placement) Process(ctx context.Context, me int64, c Claimed) (Outcome, error) {
 	log := p.log.With(zap.Stringer("allocation", c.UUID))
 	if c.Traits == nil {
 		c.Traits = []string{}
@@ -266,7 +265,7 @@ func attempts(n int) string {
 // claimOne claims sel for c: log the claim, write it to Placement, reserve
 // the node in the database. Its error is an outage (database or Placement
 // unreachable, ctx ended) or a *placementRefused.
-func (p *PlacementAllocator) claimOne(ctx context.Context, me int64, c Claimed, sel scheduler.Selection) (step, error) {
+func (p *Placement) claimOne(ctx context.Context, me int64, c Claimed, sel scheduler.Selection) (step, error) {
 	node := sel.ComputeNodeUUID
 	req, err := sel.Request()
 	if err != nil {
@@ -302,7 +301,7 @@ func (p *PlacementAllocator) claimOne(ctx context.Context, me int64, c Claimed, 
 	}
 
 	r, err := p.q.Reserve(ctx, ReserveParams{Candidates: []uuid.UUID{node}, ResourceClass: c.ResourceClass,
-		Owner: c.Owner, Traits: c.Traits, Start: 0, AllocationID: c.ID, Me: me})
+		Owner: c.Owner, Traits: c.Traits, AllocationID: c.ID, Me: me})
 	switch {
 	case err == nil && r.Reserved:
 		return stepReserved, nil
@@ -333,7 +332,7 @@ func (p *PlacementAllocator) claimOne(ctx context.Context, me int64, c Claimed, 
 // placementErr classifies an error: a Placement answer that is not an
 // outage becomes *placementRefused; outages and other errors (the
 // database's) stay as they are.
-func (p *PlacementAllocator) placementErr(err error) error {
+func (p *Placement) placementErr(err error) error {
 	var ce *client.Error
 	if !errors.As(err, &ce) || client.IsUnreachable(err) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -344,7 +343,7 @@ func (p *PlacementAllocator) placementErr(err error) error {
 
 // unclaim removes c's allocations from Placement (a 404 is fine: there were
 // none). Its error is an outage or *placementRefused.
-func (p *PlacementAllocator) unclaim(ctx context.Context, c Claimed) error {
+func (p *Placement) unclaim(ctx context.Context, c Claimed) error {
 	if err := p.pc.DeleteAllocations(ctx, c.UUID); err != nil && !client.IsNotFound(err) {
 		return p.placementErr(err)
 	}
@@ -353,7 +352,7 @@ func (p *PlacementAllocator) unclaim(ctx context.Context, c Claimed) error {
 
 // forget removes c's entry from the claim log once Placement holds nothing
 // for it (only the entry naming node, when node is set).
-func (p *PlacementAllocator) forget(ctx context.Context, c Claimed, node *uuid.UUID) {
+func (p *Placement) forget(ctx context.Context, c Claimed, node *uuid.UUID) {
 	if _, err := p.q.ForgetPlacementClaim(ctx, ForgetPlacementClaimParams{ConsumerUuid: c.UUID, ProviderUuid: node}); err != nil {
 		// The tracker removes the entry later.
 		p.log.Warn("could not clear the Placement claim log entry", zap.Stringer("allocation", c.UUID), zap.Error(err))
@@ -367,7 +366,7 @@ func (p *PlacementAllocator) forget(ctx context.Context, c Claimed, node *uuid.U
 // ones on node (when given) at the generation just read (PUT with empty
 // allocations and that consumer_generation: a compare-and-set delete).
 // Failures are logged: the claim log entry stays for the tracker.
-func (p *PlacementAllocator) releaseLost(ctx context.Context, me int64, c Claimed, node *uuid.UUID) {
+func (p *Placement) releaseLost(ctx context.Context, me int64, c Claimed, node *uuid.UUID) {
 	log := p.log.With(zap.Stringer("allocation", c.UUID))
 	own, err := p.q.AllocationOwnership(ctx, c.ID)
 	switch {
@@ -375,8 +374,8 @@ func (p *PlacementAllocator) releaseLost(ctx context.Context, me int64, c Claime
 	case err != nil:
 		log.Warn("could not check who owns the allocation; leaving its Placement allocation to the tracker", zap.Error(err))
 		return
-	case own.State == StateActive,
-		own.State == StateAllocating && own.ConductorAffinity != nil && *own.ConductorAffinity != me:
+	case own.State == allocation.StateActive,
+		own.State == allocation.StateAllocating && own.ConductorAffinity != nil && *own.ConductorAffinity != me:
 		return // the new owner holds the consumer
 	}
 	cur, err := p.pc.GetAllocations(ctx, c.UUID)
@@ -409,7 +408,7 @@ func (p *PlacementAllocator) releaseLost(ctx context.Context, me int64, c Claime
 // trouble handles an error that stopped processing: an outage leaves the
 // row allocating and owned (an error return, resumed later), anything else
 // fails the allocation with it.
-func (p *PlacementAllocator) trouble(ctx context.Context, me int64, c Claimed, err error) (Outcome, error) {
+func (p *Placement) trouble(ctx context.Context, me int64, c Claimed, err error) (Outcome, error) {
 	var refused *placementRefused
 	if errors.As(err, &refused) {
 		return p.fail(ctx, me, c, "Placement refused the claim: "+refused.Error())
@@ -424,7 +423,7 @@ func (p *PlacementAllocator) trouble(ctx context.Context, me int64, c Claimed, e
 // writes it. When the database has fitting nodes, it is Ironic's sentence
 // for candidates that all dropped out during reservation, saying that
 // Placement does not offer them.
-func (p *PlacementAllocator) failNoFit(ctx context.Context, me int64, c Claimed, nvh error) (Outcome, error) {
+func (p *Placement) failNoFit(ctx context.Context, me int64, c Claimed, nvh error) (Outcome, error) {
 	stats, err := p.q.FitStats(ctx, FitStatsParams{
 		ResourceClass: c.ResourceClass, Candidates: c.CandidateNodes, Owner: c.Owner, Traits: c.Traits,
 	})
@@ -445,12 +444,12 @@ func (p *PlacementAllocator) failNoFit(ctx context.Context, me int64, c Claimed,
 // its allocations from Placement and its claim log entry. If Placement
 // cannot be reached, the entry stays and the tracker removes the
 // allocation: c is in error now.
-func (p *PlacementAllocator) fail(ctx context.Context, me int64, c Claimed, reason string) (Outcome, error) {
+func (p *Placement) fail(ctx context.Context, me int64, c Claimed, reason string) (Outcome, error) {
 	return p.failDetail(ctx, me, c, reason, "")
 }
 
 // failDetail is fail with a detail after the reason (markFailed).
-func (p *PlacementAllocator) failDetail(ctx context.Context, me int64, c Claimed, reason, detail string) (Outcome, error) {
+func (p *Placement) failDetail(ctx context.Context, me int64, c Claimed, reason, detail string) (Outcome, error) {
 	out, err := markFailed(ctx, p.q, p.log, me, c, reason, detail)
 	if err != nil {
 		return out, err
