@@ -100,7 +100,7 @@
 // FitNodes, by the partial index nodes_free_idx and by the tracker), starting
 // at a random node id and wrapping around, so concurrent conductors spread
 // over the nodes without sorting them. The pick is one SQL function,
-// metalloc_pick (db/schema.sql; migrations/00100_one_pick.sql): the
+// metalloc_pick (db/schema.sql; migrations/00019_one_pick.sql): the
 // name-first rule, candidate_nodes, and the walk, with or without the
 // Placement provider of mode local (p_placement_class). Every claim
 // statement calls it: metalloc_reserve, metalloc_claim_reserve and
@@ -131,7 +131,7 @@
 // conductor.heartbeat_timeout (default 60 s), by the database clock. It is
 // alive while online and expires_at > now(): metalloc_conductor_alive(online,
 // expires_at), the only definition (db/schema.sql;
-// migrations/00101_conductor_expiry.sql), read the same way by registration,
+// migrations/00020_conductor_expiry.sql), read the same way by registration,
 // DeadOwners, TakeOver, the conductors API and its metrics. No reader applies
 // a timeout of its own, so an API and a conductor configured differently
 // agree on who is alive. Anything else is dead: a clean stop (online =
