@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -279,15 +280,40 @@ func (s *Stack) spawnEnv(bin, name string, baseEnv []string, args ...any) (*Proc
 	cmd := exec.Command(filepath.Join(s.opts.BinDir, bin), argv...)
 	cmd.Env = append(append(append(append(os.Environ(), "DATABASE_URL="+s.opts.DatabaseURL), baseEnv...), s.opts.Env...), env...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	p := &Process{Name: name, Cmd: cmd, LogPath: logPath, done: make(chan error, 1)}
+	if err := startChild(cmd, func(err error) { p.done <- err; f.Close() }); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
-	p := &Process{Name: name, Cmd: cmd, LogPath: logPath, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait(); f.Close() }()
 	s.opts.Log.Debug("started", zap.String("process", name), zap.Int("pid", cmd.Process.Pid))
 	return p, nil
+}
+
+// startChild starts cmd in a process group of its own, with SIGTERM as its
+// parent-death signal, so that it stops when this process dies however it
+// dies (SIGKILL, a crash: no deferred Stop runs then), and calls exited
+// with its Wait error once it has exited. Linux sends the parent-death
+// signal when the thread that started the child ends, not the process, so
+// Start and Wait run on one goroutine locked to its thread until the child
+// has exited.
+func startChild(cmd *exec.Cmd, exited func(error)) error {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGTERM
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited(cmd.Wait())
+	}()
+	return <-started
 }
 
 // Exited reports whether p has exited.

@@ -40,13 +40,11 @@ func startGunicorn(name, dir, listen, app, logPath string, env []string, log *za
 		"--graceful-timeout", "5", "--chdir", dir, app)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	g := &gunicorn{name: name, cmd: cmd, done: make(chan struct{}), log: log}
+	if err := startChild(cmd, func(err error) { g.waitErr = err; f.Close(); close(g.done) }); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("starting gunicorn for %s: %w", name, err)
 	}
-	g := &gunicorn{name: name, cmd: cmd, done: make(chan struct{}), log: log}
-	go func() { g.waitErr = cmd.Wait(); f.Close(); close(g.done) }()
 	return g, nil
 }
 
