@@ -104,7 +104,7 @@ func TestBenchWaitersStopsItsProcesses(t *testing.T) {
 
 			cmd, out := benchWaiters(t, url, "--n", "20", "--wait", "10s")
 			var api int
-			waitFor(t, 2*time.Minute, "the bench's metalloc-api and its first POST waiting on the lock", func() bool {
+			dbtest.WaitFor(t, 2*time.Minute, "the bench's metalloc-api and its first POST waiting on the lock", func() bool {
 				if api == 0 {
 					api = childNamed(cmd.Process.Pid, "metalloc-api")
 				}
@@ -120,7 +120,7 @@ func TestBenchWaitersStopsItsProcesses(t *testing.T) {
 				require.Equal(t, 1, code, out.String())
 				require.Contains(t, out.String(), "terminated signal received")
 			}
-			waitFor(t, 2*time.Minute, "metalloc-api (pid "+strconv.Itoa(api)+") to exit", func() bool { return !running(api) })
+			dbtest.WaitFor(t, 2*time.Minute, "metalloc-api (pid "+strconv.Itoa(api)+") to exit", func() bool { return !running(api) })
 		})
 	}
 }
@@ -151,17 +151,4 @@ func running(pid int) bool {
 	s := string(raw)
 	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
-}
-
-// waitFor polls cond every 100 ms until it holds, failing the test after
-// timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: gave up after %s", what, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
