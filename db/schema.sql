@@ -468,6 +468,14 @@ END;
 $$;
 
 --
+-- Name: metalloc_node_category(text, boolean, bigint, uuid); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_node_category(provision_state text, maintenance boolean, allocation_id bigint, instance_uuid uuid) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN maintenance THEN 2 WHEN ((provision_state = 'error'::text) OR (provision_state ~~ '%failed'::text)) THEN 4 WHEN ((allocation_id IS NOT NULL) OR (instance_uuid IS NOT NULL) OR (provision_state = ANY (ARRAY['active'::text, 'deploying'::text, 'wait call-back'::text]))) THEN 1 WHEN (provision_state = 'available'::text) THEN 0 ELSE 3 END;
+
+--
 -- Name: metalloc_node_free(text, boolean, text, uuid, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1768,6 +1776,18 @@ CREATE INDEX node_traits_trait_idx ON public.node_traits USING btree (trait, nod
 --
 
 CREATE INDEX nodes_free_idx ON public.nodes USING btree (resource_class, id) WHERE public.metalloc_node_free(provision_state, maintenance, power_state, instance_uuid, allocation_id);
+
+--
+-- Name: nodes_owner_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX nodes_owner_idx ON public.nodes USING btree (owner) WHERE (owner IS NOT NULL);
+
+--
+-- Name: nodes_topology_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX nodes_topology_idx ON public.nodes USING btree (COALESCE((extra ->> 'row'::text), ''::text), COALESCE((extra ->> 'rack'::text), ''::text), id);
 
 --
 -- Name: portgroups_node_idx; Type: INDEX; Schema: public; Owner: -

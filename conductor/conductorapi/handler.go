@@ -51,10 +51,12 @@ func NewHandler(db DBTX, opts HandlerOptions) *Handler {
 // Register adds GET /conductors and GET /conductors/:hostname under v1 (a
 // group with Ironic version negotiation). Below 1.49 both answer 404
 // "Resource could not be found.", as Ironic does; other methods are 405 at
-// every version (the resource is read-only), with Allow: GET.
+// every version (the resource is read-only), with Allow: GET. It also adds
+// the operator page's GET /ui/conductors (uiList, at any version).
 func (h *Handler) Register(v1 *echo.Group) {
 	v1.GET("/conductors", h.list, requireConductors, h.canGet)
 	v1.GET("/conductors/:hostname", h.get, requireConductors, h.canGet)
+	v1.GET("/ui/conductors", h.uiList, h.canGet)
 	readOnly := []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 	v1.Match(readOnly, "/conductors", methodNotAllowed)
 	v1.Match(readOnly, "/conductors/:hostname", methodNotAllowed)

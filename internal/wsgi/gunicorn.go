@@ -6,6 +6,7 @@ package wsgi
 
 import (
 	"fmt"
+	"github.com/metalloc/metalloc/internal/child"
 	"net"
 	"os"
 	"os/exec"
@@ -45,13 +46,11 @@ func Start(name, dir, listen, app, logPath string, env []string, log *zap.Logger
 		"--graceful-timeout", "5", "--chdir", dir, app)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	g := &Process{name: name, cmd: cmd, done: make(chan struct{}), log: log}
+	if err := child.Start(cmd, func(err error) { g.waitErr = err; f.Close(); close(g.done) }); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("starting gunicorn for %s: %w", name, err)
 	}
-	g := &Process{name: name, cmd: cmd, done: make(chan struct{}), log: log}
-	go func() { g.waitErr = cmd.Wait(); f.Close(); close(g.done) }()
 	return g, nil
 }
 
