@@ -2,8 +2,13 @@
 # test (both on a private PostgreSQL unless DATABASE_URL is set).
 GO      ?= go
 BIN     := bin
+# What --version, the start-up log line and metalloc_build_info report
+# (package buildinfo). DATE honours SOURCE_DATE_EPOCH (reproducible builds).
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X main.version=$(VERSION)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+DATE    ?= $(shell date -u -d @$${SOURCE_DATE_EPOCH:-$$(date +%s)} +%Y-%m-%dT%H:%M:%SZ)
+BI      := github.com/metalloc/metalloc/buildinfo
+LDFLAGS := -X $(BI).version=$(VERSION) -X $(BI).commit=$(COMMIT) -X $(BI).date=$(DATE)
 NODES   ?= ../shared/data/dc1-nodes.yaml
 
 .PHONY: build run test generate lint bench fuzz
@@ -30,15 +35,22 @@ FUZZTIME ?= 5s
 fuzz:
 	scripts/fuzz.sh $(FUZZTIME)
 
-# Regenerate sqlc code (needs sqlc: go install github.com/sqlc-dev/sqlc/cmd/sqlc@v1.31.1)
-# and db/schema.sql (the schema after every migration, from pg_dump).
+# Regenerate sqlc code (needs sqlc: go install github.com/sqlc-dev/sqlc/cmd/sqlc@v1.31.1),
+# db/schema.sql (the schema after every migration, from pg_dump), and
+# configs/metalloc.yaml and the README's configuration table (from the key
+# definitions in config/registry.go).
 generate:
 	scripts/sqlc-gen.sh
 	scripts/schema-dump.sh
+	$(GO) test -count=1 ./configs -run TestGeneratedDocs -update
 
+# staticcheck v0.8.2 (go install honnef.co/go/tools/cmd/staticcheck@v0.8.2),
+# as .ci/run runs it.
+STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 lint:
 	gofmt -l . | (! grep .)
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 
 # Allocation load benchmark (see README "Benchmarks"), on a fresh private
 # PostgreSQL: make bench NODES=100000 ALLOCS=10000 ENROLL=import. NODES is

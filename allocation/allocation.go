@@ -2,22 +2,26 @@ package allocation
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/metalloc/metalloc/allocation/state"
 	"github.com/metalloc/metalloc/web"
 )
+
+// State is an allocation's state: state.State, the one definition shared
+// with allocation groups, with its moves (state.Transitions).
+type State = state.State
 
 // States of an allocation (Ironic common/states.py): allocating is the initial
 // state; it moves once, to active on success or error on failure.
 const (
-	StateAllocating = "allocating"
-	StateActive     = "active"
-	StateError      = "error"
+	StateAllocating = state.Allocating
+	StateActive     = state.Active
+	StateError      = state.Error
 )
 
 // ErrNotFound is returned when no allocation matches an identifier.
@@ -157,10 +161,11 @@ func (s *Store) GetByID(ctx context.Context, id int64) (View, error) {
 	return View{r.Allocation, r.NodeUuid, r.Traits, r.AllocationGroupUuid}, nil
 }
 
-func jsonOrEmpty(m map[string]any) json.RawMessage {
-	if m == nil {
-		return json.RawMessage("{}")
-	}
-	b, _ := json.Marshal(m)
-	return b
+// allocationOf is the Allocation CreateAllocation inserted (sqlc types its
+// CTE's state column as text).
+func allocationOf(r CreateAllocationRow) Allocation {
+	return Allocation{ID: r.ID, Uuid: r.Uuid, Name: r.Name, NodeID: r.NodeID, State: State(r.State),
+		LastError: r.LastError, ResourceClass: r.ResourceClass, CandidateNodes: r.CandidateNodes, Extra: r.Extra,
+		Owner: r.Owner, ConductorAffinity: r.ConductorAffinity, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		GroupID: r.GroupID}
 }

@@ -97,7 +97,7 @@ func TestInsertBatched(t *testing.T) {
 		require.Equal(t, p.Name, row.Name)
 		require.Equal(t, p.Owner, row.Owner)
 		require.Equal(t, p.ResourceClass, row.ResourceClass)
-		require.Equal(t, StateAllocating, row.State)
+		require.EqualValues(t, StateAllocating, row.State)
 		require.JSONEq(t, string(p.Extra), string(row.Extra))
 		v := f.get(row.ID)
 		got := slices.Clone(v.Traits)

@@ -74,12 +74,9 @@ func (w *waitFixture) activate(name string) {
 	w.t.Helper()
 	ctx := context.Background()
 	var id int64
-	var rc string
-	require.NoError(w.t, w.pool.QueryRow(ctx, `UPDATE allocations SET conductor_affinity = $1 WHERE name = $2 RETURNING id, resource_class`,
-		w.me, name).Scan(&id, &rc))
-	r, err := w.q.Reserve(ctx, ReserveParams{AllocationID: id, Me: w.me, ResourceClass: rc, Traits: []string{}})
-	require.NoError(w.t, err)
-	require.True(w.t, r.Reserved)
+	require.NoError(w.t, w.pool.QueryRow(ctx, `UPDATE allocations SET conductor_affinity = $1 WHERE name = $2 RETURNING id`,
+		w.me, name).Scan(&id))
+	require.True(w.t, w.reserve(id, w.me))
 }
 
 // uuidOf is the uuid of the allocation named name.

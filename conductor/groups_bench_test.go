@@ -3,6 +3,7 @@ package conductor
 import (
 	"context"
 	"fmt"
+	"github.com/metalloc/metalloc/conductor/backend"
 	"os"
 	"sort"
 	"testing"
@@ -12,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
-	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/placement/client"
@@ -63,7 +63,7 @@ func BenchmarkGroupsPlacement(b *testing.B) {
 					require.NoError(b, err)
 				}
 				return func(c *Config) {
-					c.Backend, c.Placement, c.PlacementMode = BackendPlacement, pc, allocation.PlacementModeLocal
+					c.Backend, c.Placement, c.PlacementMode = BackendPlacement, pc, backend.PlacementModeLocal
 				}
 			})
 		})

@@ -1,34 +1,30 @@
 // Package config loads metalloc's configuration with viper: one YAML file
 // (configs/metalloc.yaml documents every key), every key overridable by a
 // METALLOC_<SECTION>_<KEY> environment variable (e.g.
-// METALLOC_CONDUCTOR_WORKERS=32) and by command-line flags. DATABASE_URL, when
-// set, is the default for database.url.
+// METALLOC_CONDUCTOR_WORKERS=32) and by a --section.key flag on every binary
+// that reads it. DATABASE_URL, when set, is the default for database.url.
+//
+// Each key is defined once, in the registry (keys.go, registry.go): name,
+// default (the constants of defaults.go), unit, description, the binaries
+// that read it; its type is the type of its field in Config. Viper's
+// defaults and environment binding, the flags (AddFlags), the strict
+// loader (Load: unknown keys and variables are errors naming the nearest
+// valid key), `metalloc-manage config check|show` and the documentation
+// (configs/metalloc.yaml, the README's table: SampleYAML, MarkdownTable)
+// all come from it.
 package config
 
 import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
-	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
-	"github.com/spf13/viper"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/web"
-)
-
-// Heartbeat defaults, the one place they are set: a conductor writes its
-// heartbeat every DefaultHeartbeatInterval and counts as dead (its rows may
-// be taken over) once it is older than DefaultHeartbeatTimeout
-// (conductor.heartbeat_interval, conductor.heartbeat_timeout; conductor/doc.go).
-const (
-	DefaultHeartbeatInterval = 10 * time.Second
-	DefaultHeartbeatTimeout  = 60 * time.Second
 )
 
 // Config is the whole metalloc configuration. Durations accept Go syntax
@@ -53,45 +49,42 @@ type Config struct {
 
 // Ironic configures metalloc in front of an existing OpenStack Ironic
 // (21.4 or later): Ironic is the system of record for nodes, which the
-// conductors mirror; metalloc-api proxies every route metalloc does not
-// own to it (package ironic).
+// conductors mirror and allocate in (conductor/backend.Ironic);
+// metalloc-api proxies every route metalloc does not own to it (package
+// ironic). The keys' defaults and descriptions are in the registry.
 type Ironic struct {
-	// Endpoint is Ironic's API root (http://ironic:6385). Default "":
-	// standalone metalloc, nothing of this section is used.
+	// Endpoint is Ironic's API root (http://ironic:6385); "": standalone
+	// metalloc, nothing of this section is used.
 	Endpoint string `mapstructure:"endpoint"`
-	// AuthStrategy is how metalloc itself authenticates to Ironic (the
-	// mirror's reads, a node's refresh after a proxied change): "noauth"
-	// (the default), "http_basic" (Username, Password) or "keystone" (a
-	// token of the keystone section's service user, renewed before it
-	// expires and after a 401). Proxied requests carry the client's own
-	// credentials whatever this says.
+	// AuthStrategy is how metalloc itself authenticates to Ironic:
+	// "noauth", "http_basic" (Username, Password) or "keystone" (a token
+	// of the keystone section's service user). Proxied requests carry the
+	// client's own credentials whatever this says.
 	AuthStrategy string `mapstructure:"auth_strategy"`
 	// Username and Password are the http_basic credentials.
 	Username string `mapstructure:"username"`
 	Password string `mapstructure:"password"`
 	// KeystoneScope is the scope of the keystone service user's token:
-	// "system" (the default: Ironic's secure RBAC lists every node only
-	// to system-scoped readers; give the user a system role) or "project"
-	// (keystone.project_name; enough for Ironic's legacy rules with the
-	// admin role).
+	// "system" or "project" (keystone.project_name).
 	KeystoneScope string `mapstructure:"keystone_scope"`
-	// CAFile is a PEM bundle to verify an https Endpoint with (default:
-	// the system's roots); proxied requests use it too.
+	// CAFile is a PEM bundle to verify an https Endpoint with.
 	CAFile string `mapstructure:"ca_file"`
-	// Timeout bounds each request to Ironic, proxied or metalloc's own
-	// (default 30s); a proxied request past it answers 503.
+	// Timeout bounds each request to Ironic, proxied or metalloc's own.
 	Timeout time.Duration `mapstructure:"timeout"`
 	// Microversion pins the microversion of metalloc's own requests
-	// (e.g. "1.82"); "" (the default) uses the highest both Ironic and
-	// metalloc support. At least 1.65 (node lessee).
+	// ("1.82"); "": the highest both support (at least 1.65).
 	Microversion string `mapstructure:"microversion"`
 	// SyncSchedule is the robfig/cron period of the conductors' full
-	// mirror of Ironic's nodes (default "@every 60s"; "off": only the sync
-	// at start and prompt refreshes). One conductor syncs at a time.
+	// mirror of Ironic's nodes, or "off".
 	SyncSchedule string `mapstructure:"sync_schedule"`
-	// SyncPageSize is how many nodes one request of the full sync reads
-	// (default 1000, Ironic's [api]max_limit).
+	// SyncPageSize is how many nodes one request of the full sync reads.
 	SyncPageSize int `mapstructure:"sync_page_size"`
+	// MaxInFlight caps the allocation requests one conductor has in
+	// flight to Ironic at a time (creations, reads, deletions).
+	MaxInFlight int `mapstructure:"max_in_flight"`
+	// MaxAttempts bounds how many nodes one allocation tries in Ironic
+	// before it goes to error with Ironic's last reason.
+	MaxAttempts int `mapstructure:"max_attempts"`
 }
 
 // Access is the authentication, access-rule and request-size settings of
@@ -166,6 +159,11 @@ type Placement struct {
 	// /allocation_candidates return a random sample (Placement's
 	// [placement] randomize_allocation_candidates; default false).
 	RandomizeAllocationCandidates bool `mapstructure:"randomize_allocation_candidates"`
+	// MaxAllocationCandidates is the most candidates one GET
+	// /allocation_candidates generates, before limit (Placement's
+	// [placement] max_allocation_candidates; default 100000, -1 for no
+	// bound; see candidate.Finder.SetMax).
+	MaxAllocationCandidates int `mapstructure:"max_allocation_candidates"`
 }
 
 // Conductor configures metalloc-conductor (see conductor.Config).
@@ -272,131 +270,6 @@ type Log struct {
 	// (default 0: every line is written at once). Buffering saves a write per
 	// request under load; a crash can lose up to this much of the log.
 	FlushInterval time.Duration `mapstructure:"flush_interval"`
-}
-
-func defaults(v *viper.Viper) {
-	v.SetDefault("database.url", os.Getenv("DATABASE_URL"))
-	v.SetDefault("database.max_conns", 20)
-	v.SetDefault("api.listen", "127.0.0.1:6385")
-	v.SetDefault("api.public_endpoint", "")
-	v.SetDefault("api.max_limit", 1000)
-	v.SetDefault("api.request_timeout", "30s")
-	v.SetDefault("api.max_wait", "60s")
-	v.SetDefault("api.events_heartbeat", "15s")
-	v.SetDefault("api.events_retention", "1h")
-	v.SetDefault("api.events_max_count", 100000)
-	v.SetDefault("conductor.metrics_tls_cert_file", "")
-	v.SetDefault("conductor.metrics_tls_key_file", "")
-	for _, api := range []string{"api", "placement"} {
-		v.SetDefault(api+".tls_cert_file", "")
-		v.SetDefault(api+".tls_key_file", "")
-		v.SetDefault(api+".read_timeout", "60s")
-		v.SetDefault(api+".write_timeout", "120s")
-		v.SetDefault(api+".idle_timeout", "120s")
-		v.SetDefault(api+".auth_strategy", auth.StrategyNoAuth)
-		v.SetDefault(api+".http_basic_auth_user_file", "")
-		v.SetDefault(api+".allow_insecure_noauth", false)
-		v.SetDefault(api+".policy_file", "")
-		// Placement keeps Placement 8.0's defaults (legacy rules, what its
-		// clients and upstream suite expect); metalloc-api is safer by
-		// default, as Ironic itself is from 2023.2 on: scope checked, no
-		// deprecated rule (a project member could otherwise allocate for
-		// another project through create_restricted's deprecated rule).
-		secure := api == "api"
-		v.SetDefault(api+".enforce_scope", secure)
-		v.SetDefault(api+".enforce_new_defaults", secure)
-		v.SetDefault(api+".max_request_body_size", web.DefaultMaxRequestBodySize)
-	}
-	v.SetDefault("keystone.auth_url", "")
-	v.SetDefault("keystone.username", "")
-	v.SetDefault("keystone.password", "")
-	v.SetDefault("keystone.project_name", "service")
-	v.SetDefault("keystone.user_domain_name", "Default")
-	v.SetDefault("keystone.project_domain_name", "Default")
-	v.SetDefault("keystone.token_cache_time", auth.DefaultTokenCacheTime.String())
-	v.SetDefault("keystone.ca_file", "")
-	v.SetDefault("keystone.timeout", "10s")
-	v.SetDefault("placement.listen", "127.0.0.1:8778")
-	v.SetDefault("placement.randomize_allocation_candidates", false)
-	v.SetDefault("conductor.hostname", "")
-	v.SetDefault("conductor.group", "")
-	v.SetDefault("conductor.workers", 16)
-	v.SetDefault("conductor.claim_batch", 8)
-	v.SetDefault("conductor.poll_interval", "1s")
-	v.SetDefault("conductor.claim_delay", "15ms")
-	v.SetDefault("conductor.heartbeat_interval", DefaultHeartbeatInterval.String())
-	v.SetDefault("conductor.heartbeat_timeout", DefaultHeartbeatTimeout.String())
-	v.SetDefault("conductor.shutdown_grace", "30s")
-	v.SetDefault("conductor.locked_node_wait", "2s")
-	v.SetDefault("conductor.takeover_schedule", "@every 60s")
-	v.SetDefault("conductor.metrics_listen", "127.0.0.1:9464")
-	v.SetDefault("conductor.allocation_backend", "database")
-	v.SetDefault("placement_backend.endpoint", "http://127.0.0.1:8778")
-	v.SetDefault("placement_backend.mode", "auto")
-	v.SetDefault("placement_backend.auth_strategy", "token")
-	v.SetDefault("placement_backend.token", "admin")
-	v.SetDefault("placement_backend.username", "")
-	v.SetDefault("placement_backend.password", "")
-	v.SetDefault("placement_backend.ca_file", "")
-	v.SetDefault("placement_backend.timeout", "30s")
-	v.SetDefault("placement_backend.max_alternates", 2)
-	v.SetDefault("placement_backend.max_attempts", 3)
-	v.SetDefault("placement_backend.sync_schedule", "@every 60s")
-	v.SetDefault("placement_backend.sync_delay", "200ms")
-	v.SetDefault("placement_backend.report_generic_resources", false)
-	v.SetDefault("placement_backend.initial_cpu_allocation_ratio", 16.0)
-	v.SetDefault("placement_backend.initial_ram_allocation_ratio", 1.5)
-	v.SetDefault("placement_backend.initial_disk_allocation_ratio", 1.0)
-	v.SetDefault("ironic.endpoint", "")
-	v.SetDefault("ironic.auth_strategy", auth.StrategyNoAuth)
-	v.SetDefault("ironic.username", "")
-	v.SetDefault("ironic.password", "")
-	v.SetDefault("ironic.keystone_scope", "system")
-	v.SetDefault("ironic.ca_file", "")
-	v.SetDefault("ironic.timeout", "30s")
-	v.SetDefault("ironic.microversion", "")
-	v.SetDefault("ironic.sync_schedule", "@every 60s")
-	v.SetDefault("ironic.sync_page_size", 1000)
-	v.SetDefault("log.level", "info")
-	v.SetDefault("log.format", "json")
-	v.SetDefault("log.flush_interval", "0s")
-}
-
-// Load reads the YAML file at path (optional: "" skips it), then environment
-// variables, then the flags in fs whose names are config keys ("api.listen").
-func Load(path string, fs *pflag.FlagSet) (Config, error) {
-	v := viper.New()
-	defaults(v)
-	v.SetEnvPrefix("METALLOC")
-	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
-	v.AutomaticEnv()
-	if path != "" {
-		v.SetConfigFile(path)
-		if err := v.ReadInConfig(); err != nil {
-			return Config{}, fmt.Errorf("reading config %s: %w", path, err)
-		}
-	}
-	if fs != nil {
-		if err := v.BindPFlags(fs); err != nil {
-			return Config{}, err
-		}
-	}
-	var c Config
-	if err := v.Unmarshal(&c); err != nil {
-		return Config{}, fmt.Errorf("parsing config: %w", err)
-	}
-	return c, nil
-}
-
-// Keys lists every configuration key that has a default ("api.listen",
-// "keystone.auth_url", ...), sorted: what configs/metalloc.yaml and the
-// README's table must document.
-func Keys() []string {
-	v := viper.New()
-	defaults(v)
-	keys := v.AllKeys()
-	sort.Strings(keys)
-	return keys
 }
 
 // RequireDatabase returns an error naming the key when no database URL is set.

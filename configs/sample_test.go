@@ -1,63 +1,60 @@
 package configs
 
 import (
+	"flag"
 	"os"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/metalloc/metalloc/config"
 )
 
-// TestSampleConfigDocumentsEveryKey: every configuration key appears in
-// metalloc.yaml (set, or commented out as an example) and in the README's
-// configuration table, and the sample loads.
-func TestSampleConfigDocumentsEveryKey(t *testing.T) {
-	sample, err := os.ReadFile("metalloc.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+var update = flag.Bool("update", false, "rewrite metalloc.yaml and the README's configuration table from the key definitions")
+
+// Markers around the generated table in README.md.
+const (
+	tableBegin = "<!-- BEGIN configuration table: generated from config/registry.go by `make generate`; do not edit -->\n"
+	tableEnd   = "<!-- END configuration table -->\n"
+)
+
+// TestGeneratedDocs: configs/metalloc.yaml and the README's configuration
+// table are what the key definitions (config/registry.go) generate, so a
+// key cannot be added, renamed or given another default without them; the
+// sample loads without a problem. `make generate` (go test ./configs -run
+// TestGeneratedDocs -update) rewrites both.
+func TestGeneratedDocs(t *testing.T) {
+	sample := config.SampleYAML()
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	before, rest, ok := strings.Cut(string(readme), tableBegin)
+	_, after, ok2 := strings.Cut(rest, tableEnd)
+	if !ok || !ok2 {
+		t.Fatalf("README.md has no %q ... %q block", tableBegin, tableEnd)
+	}
+	newReadme := before + tableBegin + config.MarkdownTable() + tableEnd + after
+	if *update {
+		if err := os.WriteFile("metalloc.yaml", []byte(sample), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile("../README.md", []byte(newReadme), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := os.ReadFile("metalloc.yaml"); string(got) != sample {
+		t.Errorf("configs/metalloc.yaml is not what config/registry.go generates: run `make generate`")
+	}
+	if newReadme != string(readme) && !*update {
+		t.Errorf("README.md's configuration table is not what config/registry.go generates: run `make generate`")
+	}
+	t.Setenv("DATABASE_URL", "")
 	if _, err := config.Load("metalloc.yaml", nil); err != nil {
 		t.Fatalf("the sample does not load: %v", err)
 	}
-	// Section of each line of the sample: the last unindented "name:".
-	section, inSample := "", map[string]bool{}
-	for _, line := range strings.Split(string(sample), "\n") {
-		if m := regexp.MustCompile(`^([a-z_]+):`).FindStringSubmatch(line); m != nil {
-			section = m[1]
-		} else if m := regexp.MustCompile(`^  #? ?([a-z_{},]+):`).FindStringSubmatch(line); m != nil {
-			inSample[section+"."+m[1]] = true
-		}
-	}
-	inReadme := map[string]bool{}
-	for _, m := range regexp.MustCompile("`([a-z_{},]+\\.[a-z_{},]+)`").FindAllStringSubmatch(string(readme), -1) {
-		for _, k := range expandBraces(m[1]) {
-			inReadme[k] = true
-		}
-	}
 	for _, k := range config.Keys() {
-		if !inSample[k] {
-			t.Errorf("configs/metalloc.yaml does not document %s", k)
-		}
-		if !inReadme[k] {
-			t.Errorf("README's configuration table does not document %s", k)
+		if !strings.Contains(sample, strings.TrimPrefix(k.Name, k.Section()+".")+":") {
+			t.Errorf("metalloc.yaml does not show %s", k.Name)
 		}
 	}
-}
-
-// expandBraces expands one {a,b} group: "x.{a,b}_y" is x.a_y and x.b_y.
-func expandBraces(s string) []string {
-	i, j := strings.Index(s, "{"), strings.Index(s, "}")
-	if i < 0 || j < i {
-		return []string{s}
-	}
-	var out []string
-	for _, alt := range strings.Split(s[i+1:j], ",") {
-		out = append(out, expandBraces(s[:i]+alt+s[j+1:])...)
-	}
-	return out
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/metalloc/metalloc/internal/child"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/internal/wsgi"
 )
 
 // Options describes the stack to start.
@@ -279,13 +282,11 @@ func (s *Stack) spawnEnv(bin, name string, baseEnv []string, args ...any) (*Proc
 	cmd := exec.Command(filepath.Join(s.opts.BinDir, bin), argv...)
 	cmd.Env = append(append(append(append(os.Environ(), "DATABASE_URL="+s.opts.DatabaseURL), baseEnv...), s.opts.Env...), env...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	p := &Process{Name: name, Cmd: cmd, LogPath: logPath, done: make(chan error, 1)}
+	if err := child.Start(cmd, func(err error) { p.done <- err; f.Close() }); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
-	p := &Process{Name: name, Cmd: cmd, LogPath: logPath, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait(); f.Close() }()
 	s.opts.Log.Debug("started", zap.String("process", name), zap.Int("pid", cmd.Process.Pid))
 	return p, nil
 }
@@ -367,11 +368,4 @@ func waitHTTP(ctx context.Context, p *Process, url string) error {
 	return fmt.Errorf("%s did not answer on %s; see %s", p.Name, url, p.LogPath)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func freePort() (int, error) { return wsgi.FreePort() }

@@ -26,6 +26,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/metalloc/metalloc/internal/child"
 )
 
 // IronicPackages are the Debian packages StartIronic needs (Ironic 21.4,
@@ -58,7 +60,7 @@ type IronicOptions struct {
 	// creates Ironic's service user there. Ironic checks tokens with
 	// enforce_scope and enforce_new_defaults on (secure RBAC: project
 	// members see their own nodes), as metalloc-api does by default.
-	Keystone *Keystone
+	Keystone IronicIdentity
 	// BasicUsers are the IronicHTTPBasic users (name → password), written
 	// as Ironic's bcrypt htpasswd file. Default: {"admin": "admin"}.
 	BasicUsers map[string]string
@@ -69,6 +71,19 @@ type IronicOptions struct {
 	Debug bool
 	// Log reports progress.
 	Log *zap.Logger
+}
+
+// IronicIdentity is what StartIronic needs of a Keystone for
+// IronicKeystone: its endpoint and an administrator's calls
+// (internal/keystonetest.Keystone, test-only, has them).
+type IronicIdentity interface {
+	// Endpoint is the identity endpoint, e.g. http://127.0.0.1:35000/v3.
+	Endpoint() string
+	// AdminToken is a system-scoped token of the administrator.
+	AdminToken(ctx context.Context) (string, error)
+	CreateProject(ctx context.Context, name string) (string, error)
+	CreateUser(ctx context.Context, name, password string) (string, error)
+	GrantProjectRole(ctx context.Context, userID, projectID, role string) error
 }
 
 // Ironic is a running OpenStack Ironic 21.4 from Debian's packages:
@@ -97,8 +112,8 @@ type Ironic struct {
 	svcPass string
 
 	mu         sync.Mutex
-	api        *procGroup
-	conductors []*procGroup
+	api        *child.Group
+	conductors []*child.Group
 	stopped    bool
 }
 
@@ -330,7 +345,7 @@ http_url = http://127.0.0.1:1/
 `, strings.TrimPrefix(i.listen, "127.0.0.1:"), host, rpcPort, dbURL, i.Dir, i.opts.APIWorkers)
 	if i.opts.AuthStrategy == IronicKeystone {
 		user, project, _ := strings.Cut(i.svcUser, "@")
-		base := strings.TrimSuffix(i.opts.Keystone.URL, "/v3")
+		base := strings.TrimSuffix(i.opts.Keystone.Endpoint(), "/v3")
 		fmt.Fprintf(&b, `
 [keystone_authtoken]
 www_authenticate_uri = %[1]s
@@ -367,7 +382,7 @@ func (i *Ironic) startAll() error {
 }
 
 func (i *Ironic) startAPI() error {
-	g, err := startGroup("ironic-api", []string{"/usr/bin/python3", "/usr/bin/ironic-api",
+	g, err := child.StartGroup("ironic-api", []string{"/usr/bin/python3", "/usr/bin/ironic-api",
 		"--config-file", i.confPath("api"), "--log-file", filepath.Join(i.LogDir, "api.log")},
 		nil, filepath.Join(i.LogDir, "api.out"), i.opts.Log)
 	if err != nil {
@@ -381,7 +396,7 @@ func (i *Ironic) startAPI() error {
 
 func (i *Ironic) startConductor(n int) error {
 	name := conductorName(n)
-	g, err := startGroup("ironic-"+name, []string{"/usr/bin/python3", "/usr/bin/ironic-conductor",
+	g, err := child.StartGroup("ironic-"+name, []string{"/usr/bin/python3", "/usr/bin/ironic-conductor",
 		"--config-file", i.confPath(name), "--log-file", filepath.Join(i.LogDir, name+".log")},
 		nil, filepath.Join(i.LogDir, name+".out"), i.opts.Log)
 	if err != nil {
@@ -447,9 +462,9 @@ func (i *Ironic) waitReady(ctx context.Context, timeout time.Duration) error {
 func (i *Ironic) exited() error {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	for _, g := range append([]*procGroup{i.api}, i.conductors...) {
+	for _, g := range append([]*child.Group{i.api}, i.conductors...) {
 		if g != nil {
-			if err := g.exited(); err != nil {
+			if err := g.Exited(); err != nil {
 				return err
 			}
 		}
@@ -466,13 +481,13 @@ func (i *Ironic) Stop() {
 		return
 	}
 	i.stopped = true
-	all := append([]*procGroup{i.api}, i.conductors...)
+	all := append([]*child.Group{i.api}, i.conductors...)
 	i.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, g := range all {
 		if g != nil {
 			wg.Add(1)
-			go func() { defer wg.Done(); g.stop() }()
+			go func() { defer wg.Done(); g.Stop() }()
 		}
 	}
 	wg.Wait()
@@ -492,7 +507,7 @@ func (i *Ironic) StopAPI() {
 	g := i.api
 	i.mu.Unlock()
 	if g != nil {
-		g.stop()
+		g.Stop()
 	}
 }
 
@@ -510,7 +525,7 @@ func (i *Ironic) KillConductor(n int) {
 	i.mu.Lock()
 	g := i.conductors[n]
 	i.mu.Unlock()
-	g.kill()
+	g.Kill()
 }
 
 // AdminHeaders are the headers of a request as Ironic's administrator:
@@ -528,7 +543,7 @@ func (i *Ironic) AdminHeaders(ctx context.Context) (http.Header, error) {
 		req := http.Request{Header: h}
 		req.SetBasicAuth(names[0], i.opts.BasicUsers[names[0]])
 	case IronicKeystone:
-		tok, err := i.opts.Keystone.admin(ctx)
+		tok, err := i.opts.Keystone.AdminToken(ctx)
 		if err != nil {
 			return nil, err
 		}

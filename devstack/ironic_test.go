@@ -124,9 +124,9 @@ func TestIronic(t *testing.T) {
 	_, err = ir.Do(ctx, http.MethodGet, "/v1/nodes/n2", nil, nil)
 	require.NoError(t, err)
 
-	pids := []int{ir.api.cmd.Process.Pid}
+	pids := []int{ir.api.Pid()}
 	for _, c := range ir.conductors {
-		pids = append(pids, c.cmd.Process.Pid)
+		pids = append(pids, c.Pid())
 	}
 	ir.Stop()
 	for _, pid := range pids {

@@ -14,6 +14,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/metalloc/metalloc/internal/wsgi"
+
 	"github.com/metalloc/metalloc/placement/client"
 )
 
@@ -32,7 +34,7 @@ type OpenStackPlacement struct {
 	Dir string
 	// LogPath is gunicorn's and Placement's log.
 	LogPath string
-	*procGroup
+	*wsgi.Process
 	log *zap.Logger
 }
 
@@ -88,20 +90,20 @@ sqlite_synchronous = false
 		return nil, fmt.Errorf("placement-manage db sync: %w\n%s", err, out)
 	}
 
-	port, err := freePort()
+	port, err := wsgi.FreePort()
 	if err != nil {
 		return nil, err
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(port)
-	g, err := startGunicorn("OpenStack Placement", dir, listen, "placement.wsgi:init_application()", logPath, env, log)
+	g, err := wsgi.Start("OpenStack Placement", dir, listen, "placement.wsgi:init_application()", logPath, env, log)
 	if err != nil {
 		return nil, err
 	}
-	p := &OpenStackPlacement{URL: "http://" + listen, Dir: dir, LogPath: logPath, procGroup: g, log: log}
+	p := &OpenStackPlacement{URL: "http://" + listen, Dir: dir, LogPath: logPath, Process: g, log: log}
 
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if err := p.exited(); err != nil {
+		if err := p.Exited(); err != nil {
 			return nil, fmt.Errorf("%w; see %s", err, logPath)
 		}
 		resp, err := http.Get(p.URL + "/")
@@ -128,7 +130,7 @@ sqlite_synchronous = false
 
 // Stop terminates gunicorn and its workers (the whole process group):
 // SIGTERM, then SIGKILL after 10 s. Calling it again does nothing.
-func (p *OpenStackPlacement) Stop() { p.stop() }
+func (p *OpenStackPlacement) Stop() { p.Process.Stop() }
 
 // PlacementProviders counts the resource providers of the Placement service
 // at url (metalloc-placement or OpenStack Placement), authenticating with

@@ -56,7 +56,7 @@ func TestOpenStackPlacement(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pid := p.cmd.Process.Pid
+	pid := p.Pid()
 	p.Stop()
 	if err := syscall.Kill(-pid, 0); err != syscall.ESRCH {
 		t.Fatalf("process group %d still there after Stop (%v)", pid, err)

@@ -69,6 +69,9 @@ func TestWaitWithoutPolling(t *testing.T) {
 		cmd.Env = append(os.Environ(), "METALLOC_API_AUTH_STRATEGY=http_basic", "METALLOC_API_USERNAME=operator",
 			"METALLOC_API_PASSWORD=op-pw", "METALLOC_LOG_LEVEL=warn")
 		cmd.Args = append(cmd.Args, "--endpoint", stack.APIURL)
+		if args[0] != "delete" { // delete prints a sentence
+			cmd.Args = append(cmd.Args, "-f", "json")
+		}
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -79,7 +82,7 @@ func TestWaitWithoutPolling(t *testing.T) {
 			require.NoError(t, err)
 		}
 		var doc map[string]any
-		if len(out) > 0 {
+		if len(out) > 0 && args[0] != "delete" {
 			require.NoError(t, json.Unmarshal(out, &doc), string(out))
 		}
 		return doc, code, stderr.String()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/devstack"
+	"github.com/metalloc/metalloc/internal/keystonetest"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -137,8 +138,8 @@ func TestClientHTTPBasic(t *testing.T) {
 func TestClientKeystone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ks, err := devstack.StartKeystone(ctx, t.TempDir(), zaptest.NewLogger(t))
-	require.NoError(t, err, "this test needs Keystone: apt-get install -y %s", devstack.KeystonePackages)
+	ks, err := keystonetest.StartKeystone(ctx, t.TempDir(), zaptest.NewLogger(t))
+	require.NoError(t, err, "this test needs Keystone: apt-get install -y %s", keystonetest.KeystonePackages)
 	t.Cleanup(ks.Stop)
 	ir := startIronic(t, devstack.IronicOptions{AuthStrategy: devstack.IronicKeystone, Keystone: ks, Conductors: 1})
 

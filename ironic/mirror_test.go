@@ -62,7 +62,7 @@ func newMirror(t *testing.T, ir *devstack.Ironic, pageSize int) (*Mirror, *pgxpo
 	require.NoError(t, err)
 	m := NewMirror(c, pool, pageSize, zaptest.NewLogger(t))
 	me := dbtest.Conductor(t, pool, "conductor-"+uuid.NewString()[:8], 0, true)
-	_, err = m.q.AcquireLease(context.Background(), AcquireLeaseParams{Me: me, TtlSeconds: 3600, AliveSeconds: 3600})
+	_, err = m.q.AcquireLease(context.Background(), AcquireLeaseParams{Me: me, TtlSeconds: 3600})
 	require.NoError(t, err)
 	return m, pool, me
 }
@@ -396,7 +396,7 @@ func TestSyncerTakeover(t *testing.T) {
 	}
 
 	// c1's conductor is dead: c2 takes over and syncs; c1 writes nothing.
-	_, err = pool.Exec(ctx, `UPDATE conductors SET heartbeat_at = now() - interval '2 hours' WHERE id = $1`, c1)
+	_, err = pool.Exec(ctx, `UPDATE conductors SET expires_at = now() - interval '1 second' WHERE id = $1`, c1)
 	require.NoError(t, err)
 	waitSync(r2, "c2 takes over")
 	require.Equal(t, &c2, holder())
@@ -405,7 +405,7 @@ func TestSyncerTakeover(t *testing.T) {
 
 	// c2 stops cleanly: the lease is free at once, and c1 (alive again)
 	// takes it.
-	_, err = pool.Exec(ctx, `UPDATE conductors SET heartbeat_at = now() WHERE id = $1`, c1)
+	_, err = pool.Exec(ctx, `UPDATE conductors SET expires_at = now() + interval '1 hour' WHERE id = $1`, c1)
 	require.NoError(t, err)
 	r2.cancel()
 	<-r2.done
@@ -416,13 +416,13 @@ func TestSyncerTakeover(t *testing.T) {
 	// loses it to the next try (here: c2, straight through AcquireLease).
 	r1.cancel()
 	<-r1.done
-	_, err = m.q.AcquireLease(ctx, AcquireLeaseParams{Me: c1, TtlSeconds: 3600, AliveSeconds: 3600})
+	_, err = m.q.AcquireLease(ctx, AcquireLeaseParams{Me: c1, TtlSeconds: 3600})
 	require.NoError(t, err)
-	_, err = m.q.AcquireLease(ctx, AcquireLeaseParams{Me: c2, TtlSeconds: 3600, AliveSeconds: 3600})
+	_, err = m.q.AcquireLease(ctx, AcquireLeaseParams{Me: c2, TtlSeconds: 3600})
 	require.ErrorIs(t, err, pgx.ErrNoRows)
 	_, err = pool.Exec(ctx, `UPDATE ironic_sync_lease SET renewed_at = now() - interval '2 hours'`)
 	require.NoError(t, err)
-	_, err = m.q.AcquireLease(ctx, AcquireLeaseParams{Me: c2, TtlSeconds: 3600, AliveSeconds: 3600})
+	_, err = m.q.AcquireLease(ctx, AcquireLeaseParams{Me: c2, TtlSeconds: 3600})
 	require.NoError(t, err)
 	require.Equal(t, &c2, holder())
 }
@@ -576,7 +576,7 @@ func BenchmarkFullSync(b *testing.B) {
 				pool := dbtest.New(b)
 				m := NewMirror(c, pool, 0, nil)
 				me := dbtest.Conductor(b, pool, "bench", 0, true)
-				_, err := m.q.AcquireLease(ctx, AcquireLeaseParams{Me: me, TtlSeconds: 3600, AliveSeconds: 3600})
+				_, err := m.q.AcquireLease(ctx, AcquireLeaseParams{Me: me, TtlSeconds: 3600})
 				require.NoError(b, err)
 				if steady {
 					_, err = m.FullSync(ctx, me)

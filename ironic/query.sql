@@ -1,6 +1,6 @@
 -- The node mirror's SQL (package ironic). The mirror's writes are the SQL
 -- functions metalloc_ironic_mirror and metalloc_ironic_prune
--- (migrations/00150_ironic_mirror.sql); the lease is the one row of
+-- (migrations/00022_ironic_mirror.sql); the lease is the one row of
 -- ironic_sync_lease.
 
 -- name: DBNow :one
@@ -32,7 +32,7 @@ UPDATE ironic_sync_lease l
         OR l.renewed_at < now() - make_interval(secs => @ttl_seconds::float8)
         OR NOT EXISTS (SELECT 1 FROM conductors c
                         WHERE c.id = l.holder
-                          AND metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8)))
+                          AND metalloc_conductor_alive(c.online, c.expires_at)))
 RETURNING l.acquired_at;
 
 -- name: ReleaseLease :execrows

@@ -23,14 +23,13 @@ UPDATE ironic_sync_lease l
         OR l.renewed_at < now() - make_interval(secs => $2::float8)
         OR NOT EXISTS (SELECT 1 FROM conductors c
                         WHERE c.id = l.holder
-                          AND metalloc_conductor_alive(c.online, c.heartbeat_at, $3::float8)))
+                          AND metalloc_conductor_alive(c.online, c.expires_at)))
 RETURNING l.acquired_at
 `
 
 type AcquireLeaseParams struct {
-	Me           int64
-	TtlSeconds   float64
-	AliveSeconds float64
+	Me         int64
+	TtlSeconds float64
 }
 
 // Conductor me takes or keeps the sync lease: when nobody holds it, it
@@ -38,7 +37,7 @@ type AcquireLeaseParams struct {
 // or the holder is a dead conductor (metalloc_conductor_alive). A
 // compare-and-set: one conductor wins; no row means another holds it.
 func (q *Queries) AcquireLease(ctx context.Context, arg AcquireLeaseParams) (*time.Time, error) {
-	row := q.db.QueryRow(ctx, acquireLease, arg.Me, arg.TtlSeconds, arg.AliveSeconds)
+	row := q.db.QueryRow(ctx, acquireLease, arg.Me, arg.TtlSeconds)
 	var acquired_at *time.Time
 	err := row.Scan(&acquired_at)
 	return acquired_at, err
@@ -51,7 +50,7 @@ SELECT clock_timestamp()::timestamptz AS now
 
 // The node mirror's SQL (package ironic). The mirror's writes are the SQL
 // functions metalloc_ironic_mirror and metalloc_ironic_prune
-// (migrations/00150_ironic_mirror.sql); the lease is the one row of
+// (migrations/00022_ironic_mirror.sql); the lease is the one row of
 // ironic_sync_lease.
 // The database clock now (not the transaction's start): when a read of
 // Ironic is about to be sent.

@@ -126,7 +126,7 @@ func (s *Syncer) Run(ctx context.Context) {
 // acquire takes or renews the lease (AcquireLease).
 func (s *Syncer) acquire(ctx context.Context) (bool, error) {
 	_, err := s.m.q.AcquireLease(ctx, AcquireLeaseParams{Me: s.cfg.ConductorID,
-		TtlSeconds: s.cfg.LeaseTimeout.Seconds(), AliveSeconds: s.cfg.LeaseTimeout.Seconds()})
+		TtlSeconds: s.cfg.LeaseTimeout.Seconds()})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}

@@ -52,9 +52,10 @@ func removerOrDefault(r AllocationRemover) AllocationRemover {
 // so it never interleaves with another change of the same node, and a
 // conductor reserving nodes with FOR UPDATE SKIP LOCKED passes over it.
 type Store struct {
-	pool *pgxpool.Pool
-	q    *Queries
-	now  func() time.Time
+	pool  *pgxpool.Pool
+	q     *Queries
+	now   func() time.Time
+	fleet fleetCache // Fleet's shared counts
 }
 
 // NewStore returns a Store on pool.

@@ -20,6 +20,11 @@ type Options struct {
 	// randomize_allocation_candidates (default false): see
 	// Handler.SetRandomizeAllocationCandidates.
 	RandomizeAllocationCandidates bool
+	// MaxAllocationCandidates is Placement's [placement]
+	// max_allocation_candidates: the most candidates one GET
+	// /allocation_candidates generates (see candidate.Finder.SetMax); 0
+	// is candidate.DefaultMax, -1 no bound.
+	MaxAllocationCandidates int
 	// Authenticator authenticates every request but "/" (nil:
 	// auth.PlacementNoAuth{}, noauth2).
 	Authenticator auth.Authenticator
@@ -57,6 +62,9 @@ func NewHandler(pool *pgxpool.Pool, opts Options) *Handler {
 	h := &Handler{pool: pool, q: New(pool), opts: opts}
 	h.randomize.Store(opts.RandomizeAllocationCandidates)
 	h.candidates = candidate.NewFinder(pool, h.randomizeCandidates)
+	if opts.MaxAllocationCandidates != 0 {
+		h.candidates.SetMax(opts.MaxAllocationCandidates)
+	}
 	if opts.Metrics != nil {
 		h.overCapacity = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "metalloc_placement_inventory_over_capacity_total",

@@ -3,7 +3,7 @@
 // chosen node and up to max_alternates alternates, each carrying the
 // allocation_request that claims it (docs/architecture.md, "Scheduler Selection objects";
 // Nova's return-selection-objects). The conductor's Placement backend
-// (allocation.PlacementAllocator) claims the first one with PUT
+// (conductor/backend.Placement) claims the first one with PUT
 // /allocations/{consumer} and falls back to the alternates in order.
 package scheduler
 

@@ -7,6 +7,8 @@
 # (devstack.StartIronic: metalloc in front of Ironic), the openstack CLI with its baremetal and
 # placement plugins (driven by those tests as a user would), gabbi (the
 # runner of Placement's upstream suite, e2e TestPlacementUpstreamSuite),
+# pytest and oslotest (osc-placement's functional tests, e2e
+# TestOSCPlacementSuite),
 # systemd-analyze (configs/systemd_test.go), headless Chromium (the operator
 # page's browser test, e2e TestOperatorPage) and promtool from the
 # prometheus package (the alert rules and dashboard queries, e2e
@@ -24,6 +26,8 @@ command -v openstack >/dev/null || pkgs+=(python3-openstackclient)
 /usr/bin/python3 -c 'import ironicclient' 2>/dev/null || pkgs+=(python3-ironicclient)
 /usr/bin/python3 -c 'import osc_placement' 2>/dev/null || pkgs+=(python3-osc-placement)
 /usr/bin/python3 -c 'import gabbi' 2>/dev/null || pkgs+=(python3-gabbi)
+/usr/bin/python3 -c 'import pytest' 2>/dev/null || pkgs+=(python3-pytest)
+/usr/bin/python3 -c 'import oslotest' 2>/dev/null || pkgs+=(python3-oslotest)
 command -v systemd-analyze >/dev/null || pkgs+=(systemd)
 command -v chromium >/dev/null || pkgs+=(chromium)
 command -v promtool >/dev/null || pkgs+=(prometheus)

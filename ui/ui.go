@@ -1,13 +1,18 @@
 // Package ui is the operator page of metalloc-api: a read-only fleet view
 // served at /ui/ from files embedded in the binary (plain HTML, CSS and
-// JavaScript; nothing is built or downloaded). The page draws every node
-// on a canvas grouped by extra.row and extra.rack and coloured by state,
-// free/total bars per resource class and rack, the recent allocations with
-// their last_error explained filter by filter, and the conductors with
-// their heartbeat age. It reads only the API it is served by, with the
-// browser's credentials: GET /v1/ui/fleet (node.Fleet), /v1/nodes/{uuid},
-// /v1/allocations and /v1/conductors, and GET /v1/allocations/events when
-// that answers a text/event-stream (else it polls every few seconds).
+// JavaScript; nothing is built or downloaded, nothing inline, so it works
+// under a strict Content-Security-Policy). The page draws the fleet on a
+// canvas grouped by extra.row and extra.rack and coloured by state, filling
+// its panel: every node of the summary's selection, or one tile per rack or
+// one bar per row when there are too many (zooming in on a click);
+// free/total bars per resource class and rack, filled with the free share;
+// the allocation groups with their members and last_error; the recent
+// allocations, members marked with their group, with their last_error
+// explained filter by filter; and the conductors, alive, dead or stopped.
+// It reads only the API it is served by, with the browser's credentials:
+// GET /v1/ui/fleet (node.Fleet), /v1/ui/conductors, /v1/nodes/{uuid},
+// /v1/allocations, /v1/allocation_groups, and GET /v1/allocations/events
+// when that answers a text/event-stream (else it polls every few seconds).
 package ui
 
 import (
@@ -21,7 +26,8 @@ import (
 //go:embed static
 var static embed.FS
 
-// Files are the page's embedded files (index.html, app.js, style.css).
+// Files are the page's embedded files (index.html, grid.js, app.js,
+// style.css).
 func Files() fs.FS {
 	sub, err := fs.Sub(static, "static")
 	if err != nil {

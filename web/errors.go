@@ -84,18 +84,7 @@ func ClassifyError(err error, log *zap.Logger) (int, string) {
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
-		msg := http.StatusText(he.Code)
-		switch he.Code {
-		case http.StatusNotFound:
-			msg = "The resource could not be found."
-		case http.StatusMethodNotAllowed:
-			msg = "The method is not allowed for the requested URL."
-		default:
-			if s, ok := he.Message.(string); ok && s != "" {
-				msg = s
-			}
-		}
-		return he.Code, msg
+		return he.Code, httpErrorMessage(he)
 	}
 	if msg, ok := db.DataException(err); ok {
 		// Values PostgreSQL cannot store (a NUL byte, invalid UTF-8, a
@@ -114,6 +103,21 @@ func ClassifyError(err error, log *zap.Logger) (int, string) {
 	}
 	log.Error("internal error", zap.Error(err))
 	return http.StatusInternalServerError, "Internal server error; see the service log for the request id."
+}
+
+// httpErrorMessage is the message shown for echo's own errors (no route,
+// method not allowed, its middlewares' refusals).
+func httpErrorMessage(he *echo.HTTPError) string {
+	switch he.Code {
+	case http.StatusNotFound:
+		return "The resource could not be found."
+	case http.StatusMethodNotAllowed:
+		return "The method is not allowed for the requested URL."
+	}
+	if s, ok := he.Message.(string); ok && s != "" {
+		return s
+	}
+	return http.StatusText(he.Code)
 }
 
 // IronicErrorHandler is an echo.HTTPErrorHandler writing Ironic's error body.

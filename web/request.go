@@ -2,12 +2,15 @@ package web
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/db"
 )
 
 // RequestIDHeader is the OpenStack request id header, set on every response.
@@ -37,9 +40,10 @@ func RequestID(base *zap.Logger) echo.MiddlewareFunc {
 }
 
 // AccessLog logs one line per request: method, path, status, duration. 5xx
-// at Error, 4xx at Info ("request rejected"), successful GETs (the bulk of
-// polling traffic) at Debug, other successes at Info. Each message is
-// sampled separately by the logger (see config.NewLogger).
+// at Error, 4xx at Info ("request rejected", with the reason the client
+// was given: the error's message, see ErrorReason), successful GETs (the
+// bulk of polling traffic) at Debug, other successes at Info. Each message
+// is sampled separately by the logger (see config.NewLogger).
 func AccessLog() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -63,6 +67,9 @@ func AccessLog() echo.MiddlewareFunc {
 			case status >= 500:
 				log.Error("request failed", fields...)
 			case status >= 400:
+				if reason := ErrorReason(err); reason != "" {
+					fields = append(fields, zap.String("reason", reason))
+				}
 				log.Info("request rejected", fields...)
 			case c.Request().Method == "GET":
 				log.Debug("request", fields...)
@@ -72,6 +79,35 @@ func AccessLog() echo.MiddlewareFunc {
 			return nil
 		}
 	}
+}
+
+// ErrorReason is the message a 4xx answer gives the client for err (a
+// handler's or a middleware's error): *Error's message, *PlacementError's
+// detail, an authentication refusal's message, an echo routing error's
+// text, an invalid value PostgreSQL refused. It is "" for nil and for
+// errors that become 5xx (ClassifyError logs those in full).
+func ErrorReason(err error) string {
+	if err == nil {
+		return ""
+	}
+	var apiErr *Error
+	var pe *PlacementError
+	var ae placementAuthError
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &apiErr):
+		return apiErr.Message
+	case errors.As(err, &pe):
+		return pe.Detail
+	case errors.As(err, &ae):
+		return ae.message
+	case errors.As(err, &he):
+		return httpErrorMessage(he)
+	}
+	if msg, ok := db.DataException(err); ok {
+		return "Invalid value in request: " + msg
+	}
+	return ""
 }
 
 // Logger returns the request-scoped logger (a no-op logger outside requests).

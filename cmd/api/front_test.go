@@ -23,6 +23,7 @@ import (
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/devstack"
+	"github.com/metalloc/metalloc/internal/keystonetest"
 )
 
 // startIronic starts an Ironic for the test (logs shown if it fails).
@@ -263,8 +264,8 @@ func TestFrontSlowIronic(t *testing.T) {
 func TestFrontKeystone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ks, err := devstack.StartKeystone(ctx, t.TempDir(), zaptest.NewLogger(t))
-	require.NoError(t, err, "this test needs Keystone: apt-get install -y %s", devstack.KeystonePackages)
+	ks, err := keystonetest.StartKeystone(ctx, t.TempDir(), zaptest.NewLogger(t))
+	require.NoError(t, err, "this test needs Keystone: apt-get install -y %s", keystonetest.KeystonePackages)
 	t.Cleanup(ks.Stop)
 	ir := startIronic(t, devstack.IronicOptions{AuthStrategy: devstack.IronicKeystone, Keystone: ks, Conductors: 1})
 
@@ -310,9 +311,9 @@ func TestFrontKeystone(t *testing.T) {
 		}
 		return st, ns
 	}
-	memberTok, err := ks.Token(ctx, "member", "member-pw", devstack.Scope{Project: "tenant"})
+	memberTok, err := ks.Token(ctx, "member", "member-pw", keystonetest.Scope{Project: "tenant"})
 	require.NoError(t, err)
-	operatorTok, err := ks.Token(ctx, "operator", "operator-pw", devstack.Scope{System: true})
+	operatorTok, err := ks.Token(ctx, "operator", "operator-pw", keystonetest.Scope{System: true})
 	require.NoError(t, err)
 	st, ns := names(memberTok)
 	require.Equal(t, http.StatusOK, st)

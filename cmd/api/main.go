@@ -10,9 +10,7 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,6 +23,7 @@ import (
 	"github.com/metalloc/metalloc/allocgroup"
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/auth/policy"
+	"github.com/metalloc/metalloc/buildinfo"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor/conductorapi"
 	"github.com/metalloc/metalloc/config"
@@ -37,21 +36,9 @@ import (
 )
 
 func main() {
-	cmd := &cobra.Command{
-		Use:           "metalloc-api",
-		Short:         "Ironic-compatible bare-metal allocation API",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE:          run,
-	}
-	cmd.Flags().String("config", "", "YAML config file (see configs/metalloc.yaml)")
-	cmd.Flags().String("api.listen", "", "address:port to serve on (default 127.0.0.1:6385)")
-	cmd.Flags().String("database.url", "", "PostgreSQL URL (default $DATABASE_URL)")
+	cmd := cli.NewDaemon(config.BinaryAPI, "Ironic-compatible bare-metal allocation API", run)
 	cli.AddAccessFlags(cmd)
-	if err := cmd.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "metalloc-api:", err)
-		os.Exit(1)
-	}
+	cli.Execute(cmd)
 }
 
 func run(cmd *cobra.Command, _ []string) error {
@@ -99,14 +86,16 @@ func run(cmd *cobra.Command, _ []string) error {
 	// at the stop signal, WATCHDOG=1 when the unit asks for it.
 	sd := cli.StartSystemd(ctx, log)
 	defer sd.Close()
-	srv, err := web.NewServer(cfg.API.ServerConfig, e)
+	// /healthz and /readyz answer before routing and authentication.
+	srv, err := web.NewServer(cfg.API.ServerConfig, web.Health(e, svc.DatabaseCheck()))
 	if err != nil {
 		return err
 	}
 	srv.Malformed = web.IronicMalformed
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve() }()
-	log.Info("metalloc-api listening", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.API.TLS()))
+	log.Info("metalloc-api listening", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.API.TLS()),
+		zap.String("version", buildinfo.Get().Version))
 	sd.Ready()
 	select {
 	case err := <-errc:
@@ -191,7 +180,7 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 	}
 	// The allocating queue and the conductors' liveness, read at each scrape.
 	if err := errors.Join(reg.Register(allocation.NewQueueCollector(pool)),
-		reg.Register(conductorapi.NewCollector(pool, cfg.Conductor.HeartbeatTimeout))); err != nil {
+		reg.Register(conductorapi.NewCollector(pool))); err != nil {
 		return nil, err
 	}
 
@@ -240,7 +229,6 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 	}).Register(v1)
 	conductorapi.NewHandler(pool, conductorapi.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
-		HeartbeatTimeout: cfg.Conductor.HeartbeatTimeout,
 	}).Register(v1)
 	topology.NewHandler(pool, topology.HandlerOptions{Rules: rules}).Register(v1)
 	ui.Register(e) // the operator page at /ui/, behind the same authentication

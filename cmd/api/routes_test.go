@@ -189,6 +189,7 @@ func TestRouteRoleTable(t *testing.T) {
 		{"GET", "/ui", "", [6]int{ok, ok, ok, ok, ok, unauth}},
 		{"GET", "/ui/app.js", "", [6]int{ok, ok, ok, ok, ok, unauth}},
 		{"GET", "/v1/ui/fleet", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/v1/ui/conductors", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
 	}
 	// Vendor passthru takes every method (no ?method= here: 400).
 	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {

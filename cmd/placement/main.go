@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -18,27 +17,17 @@ import (
 
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/auth/policy"
+	"github.com/metalloc/metalloc/buildinfo"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
+	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/web"
 )
 
 func main() {
-	cmd := &cobra.Command{
-		Use:           "metalloc-placement",
-		Short:         "OpenStack Placement-compatible API",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE:          run,
-	}
-	cmd.Flags().String("config", "", "YAML config file (see configs/metalloc.yaml)")
-	cmd.Flags().String("placement.listen", "", "address:port to serve on (default 127.0.0.1:8778)")
-	cmd.Flags().String("database.url", "", "PostgreSQL URL (default $DATABASE_URL)")
+	cmd := cli.NewDaemon(config.BinaryPlacement, "OpenStack Placement-compatible API", run)
 	cli.AddAccessFlags(cmd)
-	if err := cmd.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "metalloc-placement:", err)
-		os.Exit(1)
-	}
+	cli.Execute(cmd)
 }
 
 func run(cmd *cobra.Command, _ []string) error {
@@ -81,26 +70,38 @@ func run(cmd *cobra.Command, _ []string) error {
 	e.Use(web.BodyLimit(cfg.Placement.MaxRequestBodySize, func() error {
 		return web.PlacementErr(http.StatusRequestEntityTooLarge, "", "Request is too large.")
 	}))
+	if n := cfg.Placement.MaxAllocationCandidates; n == 0 || n < -1 {
+		return fmt.Errorf("placement.max_allocation_candidates is %d: give -1 (no bound) or a positive number", n)
+	}
 	placement.NewHandler(pool, placement.Options{
 		RandomizeAllocationCandidates: cfg.Placement.RandomizeAllocationCandidates,
+		MaxAllocationCandidates:       cfg.Placement.MaxAllocationCandidates,
 		Authenticator:                 authn,
 		Authorizer:                    rules.Authorizer,
 		Metrics:                       reg,
 	}).Register(e)
 
-	srv, err := web.NewServer(cfg.Placement.ServerConfig, e)
+	// systemd (Type=notify): READY=1 once the socket is bound, STOPPING=1
+	// at the stop signal, WATCHDOG=1 when the unit asks for it.
+	sd := cli.StartSystemd(ctx, log)
+	defer sd.Close()
+	// /healthz and /readyz answer before routing and authentication.
+	srv, err := web.NewServer(cfg.Placement.ServerConfig, web.Health(e, svc.DatabaseCheck()))
 	if err != nil {
 		return err
 	}
 	srv.Malformed = web.PlacementMalformed
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve() }()
-	log.Info("metalloc-placement listening", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.Placement.TLS()))
+	log.Info("metalloc-placement listening", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.Placement.TLS()),
+		zap.String("version", buildinfo.Get().Version))
+	sd.Ready()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
+	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {

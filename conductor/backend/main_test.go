@@ -1,0 +1,13 @@
+package backend
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package's tests if any goroutine they started (a
+// worker, a listener, a server) is still running when they end.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
