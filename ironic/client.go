@@ -324,15 +324,10 @@ func (c *Client) newServiceClient(ctx context.Context) (*gophercloud.ServiceClie
 
 // get sends GET path (under /v1/) and decodes the JSON answer into out.
 func (c *Client) get(ctx context.Context, path string, out any) error {
-	sc, err := c.ServiceClient(ctx)
-	if err != nil {
+	return c.call(ctx, http.MethodGet, path, func(ctx context.Context, sc *gophercloud.ServiceClient) error {
+		_, err := sc.Get(ctx, sc.Endpoint+path, out, &gophercloud.RequestOpts{OkCodes: []int{http.StatusOK}})
 		return err
-	}
-	u := sc.Endpoint + path
-	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
-	defer cancel()
-	_, err = sc.Get(ctx, u, out, &gophercloud.RequestOpts{OkCodes: []int{http.StatusOK}})
-	return mapError(ctx, http.MethodGet, u, err)
+	})
 }
 
 // nodeFields are the node fields the mirror reads (GET /v1/nodes?fields=),
@@ -404,39 +399,6 @@ func (c *Client) ListNodes(ctx context.Context, marker string, limit int) (NodeP
 		p.UUIDs = append(p.UUIDs, n.UUID)
 	}
 	return p, nil
-}
-
-// ListAllocations reads every allocation of Ironic that has a node,
-// limit per request, and returns them by node uuid (allocation uuid as
-// the value).
-func (c *Client) ListAllocations(ctx context.Context, limit int) (map[string]string, error) {
-	out := map[string]string{}
-	marker := ""
-	for {
-		q := url.Values{"fields": {"uuid,node_uuid"}, "limit": {strconv.Itoa(limit)}}
-		if marker != "" {
-			q.Set("marker", marker)
-		}
-		var page struct {
-			Allocations []struct {
-				UUID     string  `json:"uuid"`
-				NodeUUID *string `json:"node_uuid"`
-			} `json:"allocations"`
-			Next string `json:"next"`
-		}
-		if err := c.get(ctx, "allocations?"+q.Encode(), &page); err != nil {
-			return nil, err
-		}
-		for _, a := range page.Allocations {
-			if a.NodeUUID != nil {
-				out[*a.NodeUUID] = a.UUID
-			}
-		}
-		if page.Next == "" || len(page.Allocations) == 0 {
-			return out, nil
-		}
-		marker = page.Allocations[len(page.Allocations)-1].UUID
-	}
 }
 
 // GetNode reads node ident (uuid or name) with the mirror's fields; a

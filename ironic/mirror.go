@@ -61,6 +61,13 @@ type SyncResult struct {
 	// Pruned is false when the removal step was skipped (an empty listing
 	// while the mirror has nodes: see FullSync).
 	Pruned bool
+	// Allocations is Ironic's complete list of allocations, read first,
+	// from AllocationsAt on (the database clock before the first request).
+	Allocations   []Allocation
+	AllocationsAt time.Time
+	// Reconciled counts allocations metalloc deleted because Ironic shows
+	// their node without them (metalloc_ironic_reconcile_nodes).
+	Reconciled int
 }
 
 // FullSync mirrors every node of Ironic, page by page in Ironic's order,
@@ -88,11 +95,16 @@ func (m *Mirror) FullSync(ctx context.Context, holder int64) (SyncResult, error)
 	}
 	// Nodes lists cannot carry allocation_uuid: Ironic's allocations are
 	// read first, their nodes' allocation_uuid is filled from them.
+	allocsAt, err := m.q.DBNow(ctx)
+	if err != nil {
+		return res, fmt.Errorf("ironic sync: reading the database clock: %w", err)
+	}
 	allocs, err := m.client.ListAllocations(ctx, m.pageSize)
 	if err != nil {
 		return res, err
 	}
-	allocDoc, err := json.Marshal(allocs)
+	res.Allocations, res.AllocationsAt = allocs, allocsAt
+	allocDoc, err := json.Marshal(AllocationsByNode(allocs))
 	if err != nil {
 		return res, err
 	}
@@ -116,6 +128,11 @@ func (m *Mirror) FullSync(ctx context.Context, holder int64) (SyncResult, error)
 			res.Created += int(w.Created)
 			res.Updated += int(w.Updated)
 			res.Stale += int(w.Stale)
+			n, err := m.reconcile(ctx, page.UUIDs)
+			if err != nil {
+				return res, err
+			}
+			res.Reconciled += n
 		}
 		if !page.More {
 			break
@@ -174,6 +191,32 @@ func (m *Mirror) write(ctx context.Context, nodes []json.RawMessage, allocs json
 	return w, nil
 }
 
+// reconcile applies what the mirror just wrote of nodes (uuids) to the
+// allocations metalloc holds there (metalloc_ironic_reconcile_nodes: an
+// allocation active in both that Ironic now shows gone from its node is
+// deleted in metalloc too). It returns how many were deleted.
+func (m *Mirror) reconcile(ctx context.Context, nodes []string) (int, error) {
+	uuids := make([]uuid.UUID, 0, len(nodes))
+	for _, n := range nodes {
+		if u, err := uuid.Parse(n); err == nil {
+			uuids = append(uuids, u)
+		}
+	}
+	var n int32
+	err := db.Retry(ctx, func() error {
+		var err error
+		n, err = m.q.ReconcileNodes(ctx, uuids)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ironic mirror: reconciling allocations: %w", err)
+	}
+	if n > 0 {
+		m.log.Info("allocations gone from Ironic deleted in metalloc too", zap.Int32("allocations", n))
+	}
+	return int(n), nil
+}
+
 func (m *Mirror) prune(ctx context.Context, before time.Time, uuids []uuid.UUID, holder *int64) (PruneNodesRow, error) {
 	var p PruneNodesRow
 	err := db.Retry(ctx, func() error {
@@ -225,10 +268,14 @@ func (m *Mirror) Refresh(ctx context.Context, ident string) (moving bool, err er
 		return false, err
 	}
 	var targets struct {
+		UUID      string  `json:"uuid"`
 		Provision *string `json:"target_provision_state"`
 		Power     *string `json:"target_power_state"`
 	}
 	_ = json.Unmarshal(raw, &targets)
+	if _, err := m.reconcile(ctx, []string{targets.UUID}); err != nil {
+		return false, err
+	}
 	return targets.Provision != nil || targets.Power != nil, nil
 }
 

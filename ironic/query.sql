@@ -60,3 +60,24 @@ SELECT count(*) FROM nodes;
 
 -- name: NodeUUIDByName :one
 SELECT uuid FROM nodes WHERE name = @name::text;
+
+-- name: ReconcileNodes :one
+-- After a write of the mirror: allocations active in both that Ironic, in
+-- that read, shows gone from their node are deleted in metalloc too
+-- (metalloc_ironic_reconcile_nodes, migrations/00151_ironic_allocations.sql).
+SELECT metalloc_ironic_reconcile_nodes(@uuids::uuid[])::integer AS deallocated;
+
+-- name: AllocationByUUIDKnown :one
+-- Whether metalloc has allocation @uuid (the front sends requests for
+-- allocations it has not to Ironic).
+SELECT EXISTS (SELECT 1 FROM allocations WHERE uuid = @uuid)::boolean;
+
+-- name: AllocationByNameKnown :one
+SELECT EXISTS (SELECT 1 FROM allocations WHERE name = @name::text)::boolean;
+
+-- name: NodeAllocationByUUIDKnown :one
+-- Whether metalloc holds node @uuid for one of its allocations.
+SELECT EXISTS (SELECT 1 FROM nodes WHERE uuid = @uuid AND allocation_id IS NOT NULL)::boolean;
+
+-- name: NodeAllocationByNameKnown :one
+SELECT EXISTS (SELECT 1 FROM nodes WHERE name = @name::text AND allocation_id IS NOT NULL)::boolean;

@@ -43,6 +43,30 @@ func (q *Queries) AcquireLease(ctx context.Context, arg AcquireLeaseParams) (*ti
 	return acquired_at, err
 }
 
+const allocationByNameKnown = `-- name: AllocationByNameKnown :one
+SELECT EXISTS (SELECT 1 FROM allocations WHERE name = $1::text)::boolean
+`
+
+func (q *Queries) AllocationByNameKnown(ctx context.Context, name string) (bool, error) {
+	row := q.db.QueryRow(ctx, allocationByNameKnown, name)
+	var column_1 bool
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
+const allocationByUUIDKnown = `-- name: AllocationByUUIDKnown :one
+SELECT EXISTS (SELECT 1 FROM allocations WHERE uuid = $1)::boolean
+`
+
+// Whether metalloc has allocation @uuid (the front sends requests for
+// allocations it has not to Ironic).
+func (q *Queries) AllocationByUUIDKnown(ctx context.Context, argUuid uuid.UUID) (bool, error) {
+	row := q.db.QueryRow(ctx, allocationByUUIDKnown, argUuid)
+	var column_1 bool
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const dBNow = `-- name: DBNow :one
 
 SELECT clock_timestamp()::timestamptz AS now
@@ -161,6 +185,29 @@ func (q *Queries) MirroredNodeCount(ctx context.Context) (int64, error) {
 	return count, err
 }
 
+const nodeAllocationByNameKnown = `-- name: NodeAllocationByNameKnown :one
+SELECT EXISTS (SELECT 1 FROM nodes WHERE name = $1::text AND allocation_id IS NOT NULL)::boolean
+`
+
+func (q *Queries) NodeAllocationByNameKnown(ctx context.Context, name string) (bool, error) {
+	row := q.db.QueryRow(ctx, nodeAllocationByNameKnown, name)
+	var column_1 bool
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
+const nodeAllocationByUUIDKnown = `-- name: NodeAllocationByUUIDKnown :one
+SELECT EXISTS (SELECT 1 FROM nodes WHERE uuid = $1 AND allocation_id IS NOT NULL)::boolean
+`
+
+// Whether metalloc holds node @uuid for one of its allocations.
+func (q *Queries) NodeAllocationByUUIDKnown(ctx context.Context, argUuid uuid.UUID) (bool, error) {
+	row := q.db.QueryRow(ctx, nodeAllocationByUUIDKnown, argUuid)
+	var column_1 bool
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const nodeUUIDByName = `-- name: NodeUUIDByName :one
 SELECT uuid FROM nodes WHERE name = $1::text
 `
@@ -195,6 +242,20 @@ func (q *Queries) PruneNodes(ctx context.Context, arg PruneNodesParams) (PruneNo
 	var i PruneNodesRow
 	err := row.Scan(&i.Deleted, &i.Kept, &i.Lost)
 	return i, err
+}
+
+const reconcileNodes = `-- name: ReconcileNodes :one
+SELECT metalloc_ironic_reconcile_nodes($1::uuid[])::integer AS deallocated
+`
+
+// After a write of the mirror: allocations active in both that Ironic, in
+// that read, shows gone from their node are deleted in metalloc too
+// (metalloc_ironic_reconcile_nodes, migrations/00151_ironic_allocations.sql).
+func (q *Queries) ReconcileNodes(ctx context.Context, uuids []uuid.UUID) (int32, error) {
+	row := q.db.QueryRow(ctx, reconcileNodes, uuids)
+	var deallocated int32
+	err := row.Scan(&deallocated)
+	return deallocated, err
 }
 
 const releaseLease = `-- name: ReleaseLease :execrows

@@ -61,6 +61,11 @@ type Syncer struct {
 	OnSync func(SyncResult, error)
 	// Metrics, when set, records the syncs and the lease.
 	Metrics *Metrics
+	// Reconcile, when set, is given the complete list of Ironic's
+	// allocations each successful full sync read, and when its reading
+	// started (the Ironic allocation backend's reconciliation,
+	// conductor/backend.Ironic.Reconcile); its error is logged.
+	Reconcile func(ctx context.Context, allocs []Allocation, at time.Time) error
 }
 
 // NewSyncer returns the syncer of conductor cfg.ConductorID.
@@ -160,6 +165,11 @@ func (s *Syncer) sync(ctx context.Context) time.Time {
 		_ = s.m.q.SyncFailed(rctx, SyncFailedParams{Error: err.Error(), Me: s.cfg.ConductorID})
 		cancel()
 		return time.Now().Add(s.cfg.RenewInterval)
+	}
+	if s.Reconcile != nil {
+		if err := s.Reconcile(ctx, res.Allocations, res.AllocationsAt); err != nil && ctx.Err() == nil {
+			s.log.Warn("reconciling allocations with Ironic's failed; the next sync retries", zap.Error(err))
+		}
 	}
 	s.Metrics.synced("ok", took.Seconds(), res.Nodes, float64(time.Now().Unix()))
 	if res.Created+res.Updated+res.Deleted > 0 {
