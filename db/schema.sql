@@ -214,6 +214,25 @@ END;
 $$;
 
 --
+-- Name: ironic_allocations_forget(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ironic_allocations_forget() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE ironic_allocations j
+       SET state = 'deleting', retry_at = now(), updated_at = now()
+      FROM gone g
+     WHERE j.uuid = g.uuid AND j.state IN ('creating', 'active', 'error');
+    IF FOUND THEN
+        PERFORM pg_notify('metalloc_ironic', 'delete');
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+--
 -- Name: metalloc_claim_reserve(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -499,6 +518,166 @@ END;
 $$;
 
 --
+-- Name: metalloc_ironic_claim_hold(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_ironic_claim_hold(p_me bigint, p_batch integer) RETURNS TABLE(out_id bigint, out_node_id bigint)
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_bitmapscan TO 'off'
+    SET enable_sort TO 'off'
+    SET jit TO 'off'
+    AS $$
+DECLARE
+    r record;
+    v_node bigint;
+    v_lo bigint;
+    v_hi bigint;
+BEGIN
+    SELECT coalesce(min(n.id), 0), coalesce(max(n.id), 0) INTO v_lo, v_hi FROM nodes n;
+    FOR r IN
+        SELECT v.*, c.node_id AS held
+          FROM (SELECT a.id, a.node_id FROM allocations a
+                 WHERE a.state = 'allocating' AND a.conductor_affinity IS NULL AND a.group_id IS NULL
+                 ORDER BY a.id
+                 LIMIT p_batch
+                   FOR UPDATE OF a SKIP LOCKED) c
+          CROSS JOIN LATERAL (SELECT q.* FROM allocation_requests q WHERE q.id = c.id OFFSET 0) v
+    LOOP
+        v_node := r.held;
+        IF v_node IS NULL AND NOT EXISTS (SELECT 1 FROM ironic_allocations j
+                                           WHERE j.uuid = r.uuid AND j.state = 'deleting') THEN
+            SELECT p.node_id INTO v_node
+              FROM metalloc_pick(r.resource_class, r.traits, r.candidate_nodes, r.owner, r.name,
+                                 p_start => metalloc_pick_start(v_lo, v_hi)) p;
+        END IF;
+        UPDATE allocations a SET conductor_affinity = p_me, node_id = v_node WHERE a.id = r.id;
+        IF v_node IS NOT NULL AND r.held IS NULL THEN
+            PERFORM metalloc_hold(v_node, r.id, r.uuid, r.traits);
+        END IF;
+        IF v_node IS NOT NULL AND metalloc_ironic_intent(r.id, p_me, v_node) IS DISTINCT FROM -1 THEN
+            out_node_id := v_node;
+        ELSE
+            out_node_id := NULL;
+        END IF;
+        out_id := r.id;
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;
+
+--
+-- Name: metalloc_ironic_drop_members(bigint, bigint[], text[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_ironic_drop_members(p_group bigint, p_ids bigint[], p_marks text[]) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_nodes bigint[];
+    n integer;
+BEGIN
+    SELECT coalesce(array_agg(a.node_id ORDER BY a.node_id), '{}') INTO v_nodes
+      FROM allocations a
+     WHERE a.id = ANY (p_ids) AND a.group_id = p_group AND a.state = 'allocating' AND a.node_id IS NOT NULL;
+    PERFORM 1 FROM ironic_nodes m WHERE m.node_id = ANY (v_nodes) ORDER BY m.node_id FOR UPDATE;
+    PERFORM 1 FROM nodes nd WHERE nd.id = ANY (v_nodes) ORDER BY nd.id FOR UPDATE;
+    WITH k AS (
+        SELECT p_ids[i] AS id, nullif(p_marks[i], '') AS mark FROM generate_subscripts(p_ids, 1) i
+    )
+    UPDATE nodes nd
+       SET allocation_id = NULL, instance_uuid = NULL, updated_at = now(),
+           maintenance = nd.maintenance OR k.mark IS NOT NULL,
+           maintenance_reason = CASE WHEN k.mark IS NULL THEN nd.maintenance_reason ELSE k.mark END
+      FROM allocations a JOIN k ON k.id = a.id
+     WHERE nd.allocation_id = a.id AND a.group_id = p_group AND a.state = 'allocating';
+    UPDATE ironic_nodes m SET read_at = greatest(m.read_at, clock_timestamp())
+      FROM generate_subscripts(p_ids, 1) i JOIN allocations a ON a.id = p_ids[i]
+     WHERE nullif(p_marks[i], '') IS NOT NULL AND m.node_id = a.node_id;
+    DELETE FROM allocations a
+     WHERE a.id = ANY (p_ids) AND a.group_id = p_group AND a.state = 'allocating';
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END;
+$$;
+
+--
+-- Name: metalloc_ironic_hold(bigint, bigint, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_ironic_hold(p_id bigint, p_me bigint, p_name text, OUT node_id bigint, OUT node_uuid uuid, OUT lost boolean, OUT blocked boolean) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    r record;
+BEGIN
+    lost := false; blocked := false;
+    SELECT q.*, a.node_id AS held INTO r
+      FROM allocations a JOIN allocation_requests q ON q.id = a.id
+     WHERE a.id = p_id AND a.conductor_affinity = p_me AND a.state = 'allocating';
+    IF NOT FOUND THEN
+        lost := true;
+        RETURN;
+    END IF;
+    IF r.held IS NOT NULL THEN
+        node_id := r.held;
+    ELSIF EXISTS (SELECT 1 FROM ironic_allocations j WHERE j.uuid = r.uuid AND j.state = 'deleting') THEN
+        blocked := true;
+        RETURN;
+    ELSE
+        SELECT p.node_id INTO node_id
+          FROM metalloc_pick(r.resource_class, r.traits, r.candidate_nodes, r.owner, p_name) p;
+        IF node_id IS NULL THEN
+            RETURN;
+        END IF;
+        UPDATE allocations a SET node_id = metalloc_ironic_hold.node_id
+         WHERE a.id = p_id AND a.conductor_affinity = p_me AND a.state = 'allocating' AND a.node_id IS NULL;
+        IF NOT FOUND THEN
+            node_id := NULL;
+            lost := true;
+            RETURN;
+        END IF;
+        PERFORM metalloc_hold(node_id, p_id, r.uuid, r.traits);
+    END IF;
+    SELECT n.uuid INTO node_uuid FROM nodes n WHERE n.id = metalloc_ironic_hold.node_id;
+    IF metalloc_ironic_intent(p_id, p_me, node_id) = -1 THEN
+        blocked := true;
+    END IF;
+END;
+$$;
+
+--
+-- Name: metalloc_ironic_intent(bigint, bigint, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_ironic_intent(p_id bigint, p_me bigint, p_node_id bigint) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_uuid uuid;
+    v_node uuid;
+    v_attempts integer;
+BEGIN
+    SELECT a.uuid, n.uuid INTO v_uuid, v_node
+      FROM allocations a JOIN nodes n ON n.id = a.node_id
+     WHERE a.id = p_id AND a.conductor_affinity = p_me AND a.state = 'allocating' AND a.node_id = p_node_id;
+    IF v_uuid IS NULL THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO ironic_allocations AS j (uuid, node_uuid, state)
+    VALUES (v_uuid, v_node, 'creating')
+    ON CONFLICT (uuid) DO UPDATE
+       SET node_uuid = EXCLUDED.node_uuid, state = 'creating', last_error = NULL, updated_at = now(),
+           attempts = CASE WHEN j.state = 'deleted' THEN 1
+                           WHEN j.node_uuid IS DISTINCT FROM EXCLUDED.node_uuid THEN j.attempts + 1
+                           ELSE j.attempts END
+     WHERE j.state IN ('creating', 'deleted')
+    RETURNING j.attempts INTO v_attempts;
+    RETURN coalesce(v_attempts, -1);
+END;
+$$;
+
+--
 -- Name: metalloc_ironic_mirror(jsonb, jsonb, timestamp with time zone, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -673,6 +852,116 @@ BEGIN
         DELETE FROM nodes WHERE id = r.id;
         deleted := deleted + 1;
     END LOOP;
+END;
+$$;
+
+--
+-- Name: metalloc_ironic_reconcile_allocations(uuid[], timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_ironic_reconcile_allocations(p_listed uuid[], p_at timestamp with time zone, OUT revived integer, OUT forgotten integer) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    r record;
+BEGIN
+    UPDATE ironic_allocations j SET state = 'deleting', retry_at = now(), updated_at = now()
+     WHERE j.state = 'deleted' AND j.uuid = ANY (p_listed);
+    GET DIAGNOSTICS revived = ROW_COUNT;
+    IF revived > 0 THEN
+        PERFORM pg_notify('metalloc_ironic', 'delete');
+    END IF;
+    forgotten := 0;
+    FOR r IN
+        SELECT a.id, a.node_id
+          FROM ironic_allocations j JOIN allocations a ON a.uuid = j.uuid
+         WHERE j.state IN ('active', 'error') AND j.updated_at < p_at
+           AND a.state IN ('active', 'error') AND j.uuid <> ALL (p_listed)
+         ORDER BY a.node_id NULLS LAST, a.id
+    LOOP
+        IF r.node_id IS NOT NULL THEN
+            PERFORM 1 FROM nodes n WHERE n.id = r.node_id FOR UPDATE;
+        END IF;
+        PERFORM metalloc_deallocate(r.id);
+        forgotten := forgotten + 1;
+    END LOOP;
+END;
+$$;
+
+--
+-- Name: metalloc_ironic_reconcile_nodes(uuid[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_ironic_reconcile_nodes(p_uuids uuid[]) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    r record;
+    n integer := 0;
+BEGIN
+    FOR r IN
+        SELECT a.id
+          FROM nodes nd
+          JOIN ironic_nodes m ON m.node_id = nd.id
+          JOIN allocations a ON a.id = nd.allocation_id
+          JOIN ironic_allocations j ON j.uuid = a.uuid
+         WHERE nd.uuid = ANY (p_uuids) AND a.state = 'active' AND j.state = 'active'
+           AND m.read_at > j.updated_at AND m.instance_uuid IS DISTINCT FROM a.uuid
+         ORDER BY nd.id
+           FOR UPDATE OF m, nd SKIP LOCKED
+    LOOP
+        PERFORM metalloc_deallocate(r.id);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END;
+$$;
+
+--
+-- Name: metalloc_ironic_unhold(bigint, bigint, bigint, text, text, boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_ironic_unhold(p_id bigint, p_me bigint, p_node_id bigint, p_mark text, p_error text, p_keep boolean) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_uuid uuid;
+BEGIN
+    IF p_node_id IS NOT NULL THEN
+        PERFORM 1 FROM ironic_nodes m WHERE m.node_id = p_node_id FOR UPDATE;
+        PERFORM 1 FROM nodes n WHERE n.id = p_node_id FOR UPDATE;
+    END IF;
+    UPDATE allocations a
+       SET node_id = NULL,
+           state = CASE WHEN p_error IS NULL THEN a.state ELSE 'error' END,
+           last_error = coalesce(p_error, a.last_error),
+           updated_at = CASE WHEN p_error IS NULL THEN a.updated_at ELSE now() END
+     WHERE a.id = p_id AND a.conductor_affinity = p_me AND a.state = 'allocating'
+       AND a.node_id IS NOT DISTINCT FROM p_node_id
+    RETURNING a.uuid INTO v_uuid;
+    IF v_uuid IS NULL THEN
+        RETURN 'lost';
+    END IF;
+    IF p_node_id IS NOT NULL THEN
+        UPDATE nodes n
+           SET allocation_id = NULL, instance_uuid = NULL, updated_at = now(),
+               maintenance = n.maintenance OR p_mark IS NOT NULL,
+               maintenance_reason = CASE WHEN p_mark IS NULL THEN n.maintenance_reason ELSE p_mark END
+         WHERE n.id = p_node_id AND n.allocation_id = p_id;
+        IF p_mark IS NOT NULL THEN
+            UPDATE ironic_nodes m SET read_at = greatest(m.read_at, clock_timestamp()) WHERE m.node_id = p_node_id;
+        END IF;
+    END IF;
+    IF p_error IS NULL THEN
+        RETURN 'released';
+    END IF;
+    IF p_keep THEN
+        UPDATE ironic_allocations j SET state = 'error', last_error = p_error, updated_at = now()
+         WHERE j.uuid = v_uuid AND j.state = 'creating';
+    ELSE
+        DELETE FROM ironic_allocations j WHERE j.uuid = v_uuid AND j.state = 'creating';
+    END IF;
+    RETURN 'failed';
 END;
 $$;
 
@@ -1420,6 +1709,22 @@ ALTER TABLE public.goose_db_version ALTER COLUMN id ADD GENERATED BY DEFAULT AS 
 );
 
 --
+-- Name: ironic_allocations; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ironic_allocations (
+    uuid uuid NOT NULL,
+    node_uuid uuid,
+    state text NOT NULL,
+    attempts integer DEFAULT 1 NOT NULL,
+    last_error text,
+    retry_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ironic_allocations_state_check CHECK ((state = ANY (ARRAY['creating'::text, 'active'::text, 'error'::text, 'deleting'::text, 'deleted'::text])))
+);
+
+--
 -- Name: ironic_nodes; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1802,6 +2107,13 @@ ALTER TABLE ONLY public.goose_db_version
     ADD CONSTRAINT goose_db_version_pkey PRIMARY KEY (id);
 
 --
+-- Name: ironic_allocations ironic_allocations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ironic_allocations
+    ADD CONSTRAINT ironic_allocations_pkey PRIMARY KEY (uuid);
+
+--
 -- Name: ironic_nodes ironic_nodes_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -2015,6 +2327,18 @@ CREATE INDEX allocations_allocating_idx ON public.allocations USING btree (id) W
 CREATE INDEX allocations_group_idx ON public.allocations USING btree (group_id) WHERE (group_id IS NOT NULL);
 
 --
+-- Name: ironic_allocations_deleted_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ironic_allocations_deleted_idx ON public.ironic_allocations USING btree (updated_at) WHERE (state = 'deleted'::text);
+
+--
+-- Name: ironic_allocations_deleting_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ironic_allocations_deleting_idx ON public.ironic_allocations USING btree (retry_at) WHERE (state = 'deleting'::text);
+
+--
 -- Name: node_traits_trait_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -2145,6 +2469,12 @@ CREATE TRIGGER allocations_event AFTER INSERT OR DELETE ON public.allocations FO
 --
 
 CREATE TRIGGER allocations_event_state AFTER UPDATE OF state ON public.allocations FOR EACH ROW WHEN ((old.state IS DISTINCT FROM new.state)) EXECUTE FUNCTION public.allocations_event();
+
+--
+-- Name: allocations allocations_ironic_forget; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER allocations_ironic_forget AFTER DELETE ON public.allocations REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION public.ironic_allocations_forget();
 
 --
 -- Name: allocations allocations_node_link; Type: TRIGGER; Schema: public; Owner: -

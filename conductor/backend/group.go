@@ -59,6 +59,11 @@ type GroupReserver struct {
 	// LockedBackoff is the first wait between such rounds, doubled each
 	// time up to 16x (default 5 ms).
 	LockedBackoff time.Duration
+	// Hold makes the reservation hold the members' nodes with members
+	// still allocating, and leave the group allocating (its domain
+	// recorded): the Ironic backend activates them once Ironic has them
+	// (Ironic.Groups). Reserved then means "held".
+	Hold bool
 
 	mu  sync.Mutex
 	rng *rand.Rand
@@ -329,6 +334,9 @@ func (r *GroupReserver) reserveOnce(ctx context.Context, me int64, g ClaimedGrou
 			return errChanged // grown meanwhile: plan again
 		}
 		if need == 0 {
+			if r.Hold {
+				return nil // Ironic.Groups activates
+			}
 			return q.ActivateGroup(ctx, ActivateGroupParams{ID: g.ID, First: row.Members == 0, Domain: p.Domain})
 		}
 		ms := members
@@ -349,7 +357,11 @@ func (r *GroupReserver) reserveOnce(ctx context.Context, me int64, g ClaimedGrou
 		for i := range need {
 			nodeIDs[i] = locked[i].ID
 		}
-		held, err := q.InsertMembers(ctx, InsertMembersParams{GroupID: g.ID, Me: me, NodeIds: nodeIDs,
+		state := "active"
+		if r.Hold {
+			state = "allocating"
+		}
+		held, err := q.InsertMembers(ctx, InsertMembersParams{GroupID: g.ID, Me: me, NodeIds: nodeIDs, State: state,
 			MemberUuids: memberUUIDs})
 		if err != nil {
 			return err
@@ -358,6 +370,9 @@ func (r *GroupReserver) reserveOnce(ctx context.Context, me int64, g ClaimedGrou
 			return fmt.Errorf("held %d nodes for %d members", held, need)
 		}
 		took = nodeIDs
+		if r.Hold {
+			return q.HoldGroupDomain(ctx, HoldGroupDomainParams{ID: g.ID, First: row.Members == 0, Domain: p.Domain})
+		}
 		return q.ActivateGroup(ctx, ActivateGroupParams{ID: g.ID, First: row.Members == 0, Domain: p.Domain})
 	})
 	return took, err

@@ -203,7 +203,8 @@ SELECT g.count, g.domain,
    FOR UPDATE OF g;
 
 -- name: InsertMembers :one
--- The members, one per node, active at once and holding their nodes
+-- The members, one per node, in @state (active at once; allocating with
+-- the Ironic backend, until Ironic has them) and holding their nodes
 -- (metalloc_hold), owned by @me, with the group's request and extra. Their
 -- uuids are @member_uuids (same order as @node_ids; the placement backend
 -- claims them in Placement first), or random when NULL.
@@ -213,7 +214,7 @@ WITH g AS (
 ), m AS (
     INSERT INTO allocations (uuid, resource_class, candidate_nodes, extra, owner, state, node_id,
                              conductor_affinity, group_id)
-    SELECT coalesce((sqlc.narg(member_uuids)::uuid[])[n.ord], gen_random_uuid()), g.resource_class, g.candidate_nodes, g.extra, g.owner, 'active', n.nid,
+    SELECT coalesce((sqlc.narg(member_uuids)::uuid[])[n.ord], gen_random_uuid()), g.resource_class, g.candidate_nodes, g.extra, g.owner, @state::text, n.nid,
            @me::bigint, g.id
       FROM g, unnest(@node_ids::bigint[]) WITH ORDINALITY n (nid, ord)
      ORDER BY n.ord
@@ -244,3 +245,138 @@ UPDATE allocation_groups g
        last_error = @last_error, updated_at = now()
   FROM (SELECT count(*)::integer AS n FROM allocations a WHERE a.group_id = @id) m
  WHERE g.id = @id AND g.conductor_affinity = @me::bigint AND g.state = 'allocating';
+
+-- The Ironic backend (ironic.go): allocations made in Ironic too, with
+-- the journal ironic_allocations (migrations/00151_ironic_allocations.sql).
+
+-- name: IronicClaimHold :many
+-- Claim up to @batch rows for @me, each holding a free node if one is
+-- (metalloc_ironic_claim_hold); node_id 0: none held.
+SELECT r.out_id::bigint AS id, coalesce(r.out_node_id, 0)::bigint AS node_id
+  FROM metalloc_ironic_claim_hold(@me::bigint, @batch::integer) r
+ ORDER BY 1;
+
+-- name: IronicHold :one
+-- Hold a node for an owned row (metalloc_ironic_hold).
+SELECT h.node_id, h.node_uuid, coalesce(h.lost, false)::boolean AS lost, coalesce(h.blocked, false)::boolean AS blocked
+  FROM metalloc_ironic_hold(@id::bigint, @me::bigint, sqlc.narg(name)::text) h;
+
+-- name: IronicIntent :one
+-- Journal an allocation about to be sent to Ironic on its held node
+-- (metalloc_ironic_intent): the nodes tried, 0 when lost, -1 blocked.
+SELECT coalesce(metalloc_ironic_intent(@id::bigint, @me::bigint, @node_id::bigint), 0)::integer AS attempts;
+
+-- name: IronicUnhold :one
+-- Let go of a held node, marking it, or fail the row
+-- (metalloc_ironic_unhold): 'released', 'failed' or 'lost'.
+SELECT metalloc_ironic_unhold(@id::bigint, @me::bigint, sqlc.narg(node_id)::bigint, sqlc.narg(mark)::text,
+                              sqlc.narg(error)::text, @keep::boolean)::text AS outcome;
+
+-- name: IronicRequests :many
+-- What the Ironic backend sends of owned allocating rows: the request
+-- (allocation_requests), extra, the node held and the journal.
+SELECT sqlc.embed(r), a.extra, a.node_id, n.uuid AS node_uuid, a.group_id,
+       j.state AS journal_state, j.node_uuid AS journal_node, coalesce(j.attempts, 0)::integer AS attempts
+  FROM allocations a JOIN allocation_requests r ON r.id = a.id
+  LEFT JOIN nodes n ON n.id = a.node_id
+  LEFT JOIN ironic_allocations j ON j.uuid = a.uuid
+ WHERE a.id = ANY(@ids::bigint[]) AND a.state = 'allocating' AND a.conductor_affinity = @me::bigint
+ ORDER BY a.id;
+
+-- name: IronicActivate :one
+-- allocating -> active once Ironic's copy is active on the held node, with
+-- the journal: 1 activated, 0 lost (not @me's allocating row on that node).
+WITH a AS (
+    UPDATE allocations
+       SET state = 'active', last_error = NULL, updated_at = now()
+     WHERE id = @id AND conductor_affinity = @me::bigint AND state = 'allocating' AND node_id = @node_id::bigint
+    RETURNING uuid
+), j AS (
+    UPDATE ironic_allocations j SET state = 'active', last_error = NULL, updated_at = now()
+      FROM a WHERE j.uuid = a.uuid
+    RETURNING j.uuid
+)
+SELECT count(*)::integer AS activated FROM a;
+
+-- name: IronicDeletions :many
+-- Up to @batch journal rows to delete in Ironic whose turn has come,
+-- leased for @lease_seconds (a conductor that dies meanwhile leaves them
+-- to the next).
+UPDATE ironic_allocations j
+   SET retry_at = now() + make_interval(secs => @lease_seconds::float8)
+ WHERE j.uuid IN (SELECT d.uuid FROM ironic_allocations d
+                   WHERE d.state = 'deleting' AND d.retry_at <= now()
+                   ORDER BY d.retry_at
+                   LIMIT @batch FOR UPDATE SKIP LOCKED)
+RETURNING j.uuid, j.updated_at;
+
+-- name: IronicDeleted :execrows
+-- Ironic has no copy any more: a tombstone.
+UPDATE ironic_allocations SET state = 'deleted', last_error = NULL, updated_at = now()
+ WHERE uuid = @uuid AND state = 'deleting';
+
+-- name: IronicDeleteLater :exec
+-- Ironic refused the deletion (or could not be reached): try again after
+-- @after_seconds.
+UPDATE ironic_allocations
+   SET last_error = @error::text, retry_at = now() + make_interval(secs => @after_seconds::float8)
+ WHERE uuid = @uuid AND state = 'deleting';
+
+-- name: IronicNextDeletion :one
+-- When the next deletion is due (in an hour when none is waiting).
+SELECT coalesce(min(retry_at), now() + interval '1 hour')::timestamptz AS due
+  FROM ironic_allocations WHERE state = 'deleting';
+
+-- name: PruneIronicTombstones :execrows
+DELETE FROM ironic_allocations
+ WHERE state = 'deleted' AND updated_at < now() - make_interval(secs => @keep_seconds::float8);
+
+-- name: ReconcileIronicAllocations :one
+-- A complete listing of Ironic's allocations applied to the journal
+-- (metalloc_ironic_reconcile_allocations).
+SELECT coalesce(r.revived, 0)::integer AS revived, coalesce(r.forgotten, 0)::integer AS forgotten
+  FROM metalloc_ironic_reconcile_allocations(@listed::uuid[], @at::timestamptz) r;
+
+-- name: IronicJournal :one
+-- One journal row (tests, and the group settle).
+SELECT uuid, node_uuid, state, attempts, last_error FROM ironic_allocations WHERE uuid = @uuid;
+
+-- name: AdoptGroupMembers :many
+-- The members of group @group_id still allocating (held, to be settled in
+-- Ironic) become @me's, while @me owns the group; their ids.
+UPDATE allocations a SET conductor_affinity = @me::bigint
+ WHERE a.group_id = @group_id::bigint AND a.state = 'allocating'
+   AND EXISTS (SELECT 1 FROM allocation_groups g
+                WHERE g.id = @group_id::bigint AND g.conductor_affinity = @me::bigint AND g.state = 'allocating')
+RETURNING a.id;
+
+-- name: DropGroupMembers :one
+-- Members refused in Ironic let go (metalloc_ironic_drop_members).
+SELECT metalloc_ironic_drop_members(@group_id::bigint, @ids::bigint[], @marks::text[])::integer AS dropped;
+
+-- name: ActivateGroupMembers :many
+-- Members active in Ironic become active here, with the journal; their
+-- uuids. The group is locked after them (LockOwnedGroup).
+WITH a AS (
+    UPDATE allocations
+       SET state = 'active', last_error = NULL, updated_at = now()
+     WHERE id = ANY(@ids::bigint[]) AND group_id = @group_id::bigint AND conductor_affinity = @me::bigint
+       AND state = 'allocating' AND node_id IS NOT NULL
+    RETURNING uuid
+), j AS (
+    UPDATE ironic_allocations j SET state = 'active', last_error = NULL, updated_at = now()
+      FROM a WHERE j.uuid = a.uuid
+    RETURNING j.uuid
+)
+SELECT a.uuid FROM a;
+
+-- name: HoldGroupDomain :exec
+-- The Ironic backend's group reservation holds members without activating
+-- the group; the domain of a first placement is recorded now.
+UPDATE allocation_groups
+   SET domain = CASE WHEN @first::boolean THEN sqlc.narg(domain)::text[] ELSE domain END, updated_at = now()
+ WHERE id = @id;
+
+-- name: PendingGroupMembers :one
+-- How many members of a group are still allocating.
+SELECT count(*)::integer FROM allocations WHERE group_id = @group_id::bigint AND state = 'allocating';

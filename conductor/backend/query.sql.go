@@ -7,6 +7,7 @@ package backend
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
@@ -32,6 +33,84 @@ type ActivateGroupParams struct {
 func (q *Queries) ActivateGroup(ctx context.Context, arg ActivateGroupParams) error {
 	_, err := q.db.Exec(ctx, activateGroup, arg.First, arg.Domain, arg.ID)
 	return err
+}
+
+const activateGroupMembers = `-- name: ActivateGroupMembers :many
+WITH a AS (
+    UPDATE allocations
+       SET state = 'active', last_error = NULL, updated_at = now()
+     WHERE id = ANY($1::bigint[]) AND group_id = $2::bigint AND conductor_affinity = $3::bigint
+       AND state = 'allocating' AND node_id IS NOT NULL
+    RETURNING uuid
+), j AS (
+    UPDATE ironic_allocations j SET state = 'active', last_error = NULL, updated_at = now()
+      FROM a WHERE j.uuid = a.uuid
+    RETURNING j.uuid
+)
+SELECT a.uuid FROM a
+`
+
+type ActivateGroupMembersParams struct {
+	Ids     []int64
+	GroupID int64
+	Me      int64
+}
+
+// Members active in Ironic become active here, with the journal; their
+// uuids. The group is locked after them (LockOwnedGroup).
+func (q *Queries) ActivateGroupMembers(ctx context.Context, arg ActivateGroupMembersParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, activateGroupMembers, arg.Ids, arg.GroupID, arg.Me)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var uuid uuid.UUID
+		if err := rows.Scan(&uuid); err != nil {
+			return nil, err
+		}
+		items = append(items, uuid)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const adoptGroupMembers = `-- name: AdoptGroupMembers :many
+UPDATE allocations a SET conductor_affinity = $1::bigint
+ WHERE a.group_id = $2::bigint AND a.state = 'allocating'
+   AND EXISTS (SELECT 1 FROM allocation_groups g
+                WHERE g.id = $2::bigint AND g.conductor_affinity = $1::bigint AND g.state = 'allocating')
+RETURNING a.id
+`
+
+type AdoptGroupMembersParams struct {
+	Me      int64
+	GroupID int64
+}
+
+// The members of group @group_id still allocating (held, to be settled in
+// Ironic) become @me's, while @me owns the group; their ids.
+func (q *Queries) AdoptGroupMembers(ctx context.Context, arg AdoptGroupMembersParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, adoptGroupMembers, arg.Me, arg.GroupID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const allocationOwnership = `-- name: AllocationOwnership :one
@@ -322,6 +401,24 @@ func (q *Queries) ClaimedGroups(ctx context.Context, arg ClaimedGroupsParams) ([
 	return items, nil
 }
 
+const dropGroupMembers = `-- name: DropGroupMembers :one
+SELECT metalloc_ironic_drop_members($1::bigint, $2::bigint[], $3::text[])::integer AS dropped
+`
+
+type DropGroupMembersParams struct {
+	GroupID int64
+	Ids     []int64
+	Marks   []string
+}
+
+// Members refused in Ironic let go (metalloc_ironic_drop_members).
+func (q *Queries) DropGroupMembers(ctx context.Context, arg DropGroupMembersParams) (int32, error) {
+	row := q.db.QueryRow(ctx, dropGroupMembers, arg.GroupID, arg.Ids, arg.Marks)
+	var dropped int32
+	err := row.Scan(&dropped)
+	return dropped, err
+}
+
 const failAllocation = `-- name: FailAllocation :execrows
 UPDATE allocations
    SET state = 'error', last_error = $1, node_id = NULL, updated_at = now()
@@ -486,6 +583,25 @@ func (q *Queries) ForgetPlacementClaim(ctx context.Context, arg ForgetPlacementC
 	return result.RowsAffected(), nil
 }
 
+const holdGroupDomain = `-- name: HoldGroupDomain :exec
+UPDATE allocation_groups
+   SET domain = CASE WHEN $1::boolean THEN $2::text[] ELSE domain END, updated_at = now()
+ WHERE id = $3
+`
+
+type HoldGroupDomainParams struct {
+	First  bool
+	Domain []string
+	ID     int64
+}
+
+// The Ironic backend's group reservation holds members without activating
+// the group; the domain of a first placement is recorded now.
+func (q *Queries) HoldGroupDomain(ctx context.Context, arg HoldGroupDomainParams) error {
+	_, err := q.db.Exec(ctx, holdGroupDomain, arg.First, arg.Domain, arg.ID)
+	return err
+}
+
 const holdPickedMany = `-- name: HoldPickedMany :many
 WITH i AS (
     SELECT unnest($1::bigint[]) AS node_id, unnest($2::bigint[]) AS allocation_id,
@@ -546,9 +662,9 @@ WITH g AS (
 ), m AS (
     INSERT INTO allocations (uuid, resource_class, candidate_nodes, extra, owner, state, node_id,
                              conductor_affinity, group_id)
-    SELECT coalesce(($2::uuid[])[n.ord], gen_random_uuid()), g.resource_class, g.candidate_nodes, g.extra, g.owner, 'active', n.nid,
-           $3::bigint, g.id
-      FROM g, unnest($4::bigint[]) WITH ORDINALITY n (nid, ord)
+    SELECT coalesce(($2::uuid[])[n.ord], gen_random_uuid()), g.resource_class, g.candidate_nodes, g.extra, g.owner, $3::text, n.nid,
+           $4::bigint, g.id
+      FROM g, unnest($5::bigint[]) WITH ORDINALITY n (nid, ord)
      ORDER BY n.ord
     RETURNING allocations.id, allocations.uuid, allocations.node_id
 ), t AS (
@@ -563,11 +679,13 @@ SELECT (SELECT count(*) FROM h)::integer AS held
 type InsertMembersParams struct {
 	GroupID     int64
 	MemberUuids []uuid.UUID
+	State       string
 	Me          int64
 	NodeIds     []int64
 }
 
-// The members, one per node, active at once and holding their nodes
+// The members, one per node, in @state (active at once; allocating with
+// the Ironic backend, until Ironic has them) and holding their nodes
 // (metalloc_hold), owned by @me, with the group's request and extra. Their
 // uuids are @member_uuids (same order as @node_ids; the placement backend
 // claims them in Placement first), or random when NULL.
@@ -575,6 +693,7 @@ func (q *Queries) InsertMembers(ctx context.Context, arg InsertMembersParams) (i
 	row := q.db.QueryRow(ctx, insertMembers,
 		arg.GroupID,
 		arg.MemberUuids,
+		arg.State,
 		arg.Me,
 		arg.NodeIds,
 	)
@@ -606,6 +725,335 @@ func (q *Queries) InstancesInUse(ctx context.Context, uuids []uuid.UUID) ([]uuid
 		return nil, err
 	}
 	return items, nil
+}
+
+const ironicActivate = `-- name: IronicActivate :one
+WITH a AS (
+    UPDATE allocations
+       SET state = 'active', last_error = NULL, updated_at = now()
+     WHERE id = $1 AND conductor_affinity = $2::bigint AND state = 'allocating' AND node_id = $3::bigint
+    RETURNING uuid
+), j AS (
+    UPDATE ironic_allocations j SET state = 'active', last_error = NULL, updated_at = now()
+      FROM a WHERE j.uuid = a.uuid
+    RETURNING j.uuid
+)
+SELECT count(*)::integer AS activated FROM a
+`
+
+type IronicActivateParams struct {
+	ID     int64
+	Me     int64
+	NodeID int64
+}
+
+// allocating -> active once Ironic's copy is active on the held node, with
+// the journal: 1 activated, 0 lost (not @me's allocating row on that node).
+func (q *Queries) IronicActivate(ctx context.Context, arg IronicActivateParams) (int32, error) {
+	row := q.db.QueryRow(ctx, ironicActivate, arg.ID, arg.Me, arg.NodeID)
+	var activated int32
+	err := row.Scan(&activated)
+	return activated, err
+}
+
+const ironicClaimHold = `-- name: IronicClaimHold :many
+
+SELECT r.out_id::bigint AS id, coalesce(r.out_node_id, 0)::bigint AS node_id
+  FROM metalloc_ironic_claim_hold($1::bigint, $2::integer) r
+ ORDER BY 1
+`
+
+type IronicClaimHoldParams struct {
+	Me    int64
+	Batch int32
+}
+
+type IronicClaimHoldRow struct {
+	ID     int64
+	NodeID int64
+}
+
+// The Ironic backend (ironic.go): allocations made in Ironic too, with
+// the journal ironic_allocations (migrations/00151_ironic_allocations.sql).
+// Claim up to @batch rows for @me, each holding a free node if one is
+// (metalloc_ironic_claim_hold); node_id 0: none held.
+func (q *Queries) IronicClaimHold(ctx context.Context, arg IronicClaimHoldParams) ([]IronicClaimHoldRow, error) {
+	rows, err := q.db.Query(ctx, ironicClaimHold, arg.Me, arg.Batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []IronicClaimHoldRow
+	for rows.Next() {
+		var i IronicClaimHoldRow
+		if err := rows.Scan(&i.ID, &i.NodeID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const ironicDeleteLater = `-- name: IronicDeleteLater :exec
+UPDATE ironic_allocations
+   SET last_error = $1::text, retry_at = now() + make_interval(secs => $2::float8)
+ WHERE uuid = $3 AND state = 'deleting'
+`
+
+type IronicDeleteLaterParams struct {
+	Error        string
+	AfterSeconds float64
+	Uuid         uuid.UUID
+}
+
+// Ironic refused the deletion (or could not be reached): try again after
+// @after_seconds.
+func (q *Queries) IronicDeleteLater(ctx context.Context, arg IronicDeleteLaterParams) error {
+	_, err := q.db.Exec(ctx, ironicDeleteLater, arg.Error, arg.AfterSeconds, arg.Uuid)
+	return err
+}
+
+const ironicDeleted = `-- name: IronicDeleted :execrows
+UPDATE ironic_allocations SET state = 'deleted', last_error = NULL, updated_at = now()
+ WHERE uuid = $1 AND state = 'deleting'
+`
+
+// Ironic has no copy any more: a tombstone.
+func (q *Queries) IronicDeleted(ctx context.Context, argUuid uuid.UUID) (int64, error) {
+	result, err := q.db.Exec(ctx, ironicDeleted, argUuid)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const ironicDeletions = `-- name: IronicDeletions :many
+UPDATE ironic_allocations j
+   SET retry_at = now() + make_interval(secs => $1::float8)
+ WHERE j.uuid IN (SELECT d.uuid FROM ironic_allocations d
+                   WHERE d.state = 'deleting' AND d.retry_at <= now()
+                   ORDER BY d.retry_at
+                   LIMIT $2 FOR UPDATE SKIP LOCKED)
+RETURNING j.uuid, j.updated_at
+`
+
+type IronicDeletionsParams struct {
+	LeaseSeconds float64
+	Batch        int32
+}
+
+type IronicDeletionsRow struct {
+	Uuid      uuid.UUID
+	UpdatedAt time.Time
+}
+
+// Up to @batch journal rows to delete in Ironic whose turn has come,
+// leased for @lease_seconds (a conductor that dies meanwhile leaves them
+// to the next).
+func (q *Queries) IronicDeletions(ctx context.Context, arg IronicDeletionsParams) ([]IronicDeletionsRow, error) {
+	rows, err := q.db.Query(ctx, ironicDeletions, arg.LeaseSeconds, arg.Batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []IronicDeletionsRow
+	for rows.Next() {
+		var i IronicDeletionsRow
+		if err := rows.Scan(&i.Uuid, &i.UpdatedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const ironicHold = `-- name: IronicHold :one
+SELECT h.node_id, h.node_uuid, coalesce(h.lost, false)::boolean AS lost, coalesce(h.blocked, false)::boolean AS blocked
+  FROM metalloc_ironic_hold($1::bigint, $2::bigint, $3::text) h
+`
+
+type IronicHoldParams struct {
+	ID   int64
+	Me   int64
+	Name *string
+}
+
+type IronicHoldRow struct {
+	NodeID   *int64
+	NodeUuid *uuid.UUID
+	Lost     bool
+	Blocked  bool
+}
+
+// Hold a node for an owned row (metalloc_ironic_hold).
+func (q *Queries) IronicHold(ctx context.Context, arg IronicHoldParams) (IronicHoldRow, error) {
+	row := q.db.QueryRow(ctx, ironicHold, arg.ID, arg.Me, arg.Name)
+	var i IronicHoldRow
+	err := row.Scan(
+		&i.NodeID,
+		&i.NodeUuid,
+		&i.Lost,
+		&i.Blocked,
+	)
+	return i, err
+}
+
+const ironicIntent = `-- name: IronicIntent :one
+SELECT coalesce(metalloc_ironic_intent($1::bigint, $2::bigint, $3::bigint), 0)::integer AS attempts
+`
+
+type IronicIntentParams struct {
+	ID     int64
+	Me     int64
+	NodeID int64
+}
+
+// Journal an allocation about to be sent to Ironic on its held node
+// (metalloc_ironic_intent): the nodes tried, 0 when lost, -1 blocked.
+func (q *Queries) IronicIntent(ctx context.Context, arg IronicIntentParams) (int32, error) {
+	row := q.db.QueryRow(ctx, ironicIntent, arg.ID, arg.Me, arg.NodeID)
+	var attempts int32
+	err := row.Scan(&attempts)
+	return attempts, err
+}
+
+const ironicJournal = `-- name: IronicJournal :one
+SELECT uuid, node_uuid, state, attempts, last_error FROM ironic_allocations WHERE uuid = $1
+`
+
+type IronicJournalRow struct {
+	Uuid      uuid.UUID
+	NodeUuid  *uuid.UUID
+	State     string
+	Attempts  int32
+	LastError *string
+}
+
+// One journal row (tests, and the group settle).
+func (q *Queries) IronicJournal(ctx context.Context, argUuid uuid.UUID) (IronicJournalRow, error) {
+	row := q.db.QueryRow(ctx, ironicJournal, argUuid)
+	var i IronicJournalRow
+	err := row.Scan(
+		&i.Uuid,
+		&i.NodeUuid,
+		&i.State,
+		&i.Attempts,
+		&i.LastError,
+	)
+	return i, err
+}
+
+const ironicNextDeletion = `-- name: IronicNextDeletion :one
+SELECT coalesce(min(retry_at), now() + interval '1 hour')::timestamptz AS due
+  FROM ironic_allocations WHERE state = 'deleting'
+`
+
+// When the next deletion is due (in an hour when none is waiting).
+func (q *Queries) IronicNextDeletion(ctx context.Context) (time.Time, error) {
+	row := q.db.QueryRow(ctx, ironicNextDeletion)
+	var due time.Time
+	err := row.Scan(&due)
+	return due, err
+}
+
+const ironicRequests = `-- name: IronicRequests :many
+SELECT r.id, r.uuid, r.name, r.resource_class, r.candidate_nodes, r.owner, r.created_at, r.traits, a.extra, a.node_id, n.uuid AS node_uuid, a.group_id,
+       j.state AS journal_state, j.node_uuid AS journal_node, coalesce(j.attempts, 0)::integer AS attempts
+  FROM allocations a JOIN allocation_requests r ON r.id = a.id
+  LEFT JOIN nodes n ON n.id = a.node_id
+  LEFT JOIN ironic_allocations j ON j.uuid = a.uuid
+ WHERE a.id = ANY($1::bigint[]) AND a.state = 'allocating' AND a.conductor_affinity = $2::bigint
+ ORDER BY a.id
+`
+
+type IronicRequestsParams struct {
+	Ids []int64
+	Me  int64
+}
+
+type IronicRequestsRow struct {
+	AllocationRequest AllocationRequest
+	Extra             json.RawMessage
+	NodeID            *int64
+	NodeUuid          *uuid.UUID
+	GroupID           *int64
+	JournalState      *string
+	JournalNode       *uuid.UUID
+	Attempts          int32
+}
+
+// What the Ironic backend sends of owned allocating rows: the request
+// (allocation_requests), extra, the node held and the journal.
+func (q *Queries) IronicRequests(ctx context.Context, arg IronicRequestsParams) ([]IronicRequestsRow, error) {
+	rows, err := q.db.Query(ctx, ironicRequests, arg.Ids, arg.Me)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []IronicRequestsRow
+	for rows.Next() {
+		var i IronicRequestsRow
+		if err := rows.Scan(
+			&i.AllocationRequest.ID,
+			&i.AllocationRequest.Uuid,
+			&i.AllocationRequest.Name,
+			&i.AllocationRequest.ResourceClass,
+			&i.AllocationRequest.CandidateNodes,
+			&i.AllocationRequest.Owner,
+			&i.AllocationRequest.CreatedAt,
+			&i.AllocationRequest.Traits,
+			&i.Extra,
+			&i.NodeID,
+			&i.NodeUuid,
+			&i.GroupID,
+			&i.JournalState,
+			&i.JournalNode,
+			&i.Attempts,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const ironicUnhold = `-- name: IronicUnhold :one
+SELECT metalloc_ironic_unhold($1::bigint, $2::bigint, $3::bigint, $4::text,
+                              $5::text, $6::boolean)::text AS outcome
+`
+
+type IronicUnholdParams struct {
+	ID     int64
+	Me     int64
+	NodeID *int64
+	Mark   *string
+	Error  *string
+	Keep   bool
+}
+
+// Let go of a held node, marking it, or fail the row
+// (metalloc_ironic_unhold): 'released', 'failed' or 'lost'.
+func (q *Queries) IronicUnhold(ctx context.Context, arg IronicUnholdParams) (string, error) {
+	row := q.db.QueryRow(ctx, ironicUnhold,
+		arg.ID,
+		arg.Me,
+		arg.NodeID,
+		arg.Mark,
+		arg.Error,
+		arg.Keep,
+	)
+	var outcome string
+	err := row.Scan(&outcome)
+	return outcome, err
 }
 
 const lockOwnedAllocating = `-- name: LockOwnedAllocating :many
@@ -726,6 +1174,18 @@ func (q *Queries) LockPlanNodes(ctx context.Context, arg LockPlanNodesParams) ([
 	return items, nil
 }
 
+const pendingGroupMembers = `-- name: PendingGroupMembers :one
+SELECT count(*)::integer FROM allocations WHERE group_id = $1::bigint AND state = 'allocating'
+`
+
+// How many members of a group are still allocating.
+func (q *Queries) PendingGroupMembers(ctx context.Context, groupID int64) (int32, error) {
+	row := q.db.QueryRow(ctx, pendingGroupMembers, groupID)
+	var column_1 int32
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const pickFirstFree = `-- name: PickFirstFree :many
 SELECT n.id AS node_id, n.uuid AS node_uuid
   FROM unnest($1::uuid[]) WITH ORDINALITY c (uuid, ord)
@@ -776,6 +1236,43 @@ func (q *Queries) PickFirstFree(ctx context.Context, arg PickFirstFreeParams) ([
 		return nil, err
 	}
 	return items, nil
+}
+
+const pruneIronicTombstones = `-- name: PruneIronicTombstones :execrows
+DELETE FROM ironic_allocations
+ WHERE state = 'deleted' AND updated_at < now() - make_interval(secs => $1::float8)
+`
+
+func (q *Queries) PruneIronicTombstones(ctx context.Context, keepSeconds float64) (int64, error) {
+	result, err := q.db.Exec(ctx, pruneIronicTombstones, keepSeconds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const reconcileIronicAllocations = `-- name: ReconcileIronicAllocations :one
+SELECT coalesce(r.revived, 0)::integer AS revived, coalesce(r.forgotten, 0)::integer AS forgotten
+  FROM metalloc_ironic_reconcile_allocations($1::uuid[], $2::timestamptz) r
+`
+
+type ReconcileIronicAllocationsParams struct {
+	Listed []uuid.UUID
+	At     time.Time
+}
+
+type ReconcileIronicAllocationsRow struct {
+	Revived   int32
+	Forgotten int32
+}
+
+// A complete listing of Ironic's allocations applied to the journal
+// (metalloc_ironic_reconcile_allocations).
+func (q *Queries) ReconcileIronicAllocations(ctx context.Context, arg ReconcileIronicAllocationsParams) (ReconcileIronicAllocationsRow, error) {
+	row := q.db.QueryRow(ctx, reconcileIronicAllocations, arg.Listed, arg.At)
+	var i ReconcileIronicAllocationsRow
+	err := row.Scan(&i.Revived, &i.Forgotten)
+	return i, err
 }
 
 const recordPlacementClaim = `-- name: RecordPlacementClaim :exec

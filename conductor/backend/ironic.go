@@ -1,0 +1,261 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/ironic"
+)
+
+// IronicConfig tunes the Ironic backend.
+type IronicConfig struct {
+	// MaxInFlight caps the requests to Ironic in flight at a time, over
+	// all the allocations of this conductor (ironic.max_in_flight,
+	// default 16).
+	MaxInFlight int
+	// MaxAttempts bounds the nodes one allocation tries in Ironic before it
+	// goes to error with Ironic's last reason (ironic.max_attempts,
+	// default 3).
+	MaxAttempts int
+	// LockedWait bounds how long an allocation keeps trying while every
+	// fitting node is locked by others (conductor.locked_node_wait,
+	// default 2 s).
+	LockedWait time.Duration
+	// OutageWait is how long Process waits for an unreachable Ironic to
+	// come back before it leaves the allocation for a later resume
+	// (default 30 s).
+	OutageWait time.Duration
+	// TombstoneKeep is how long a deleted allocation's journal row is kept,
+	// so that a copy a late request created in Ironic is deleted too
+	// (default 1 h).
+	TombstoneKeep time.Duration
+	// Pause, when set, is called at the named stages of an allocation
+	// ("before_create": held and journaled, before POST; "after_create":
+	// Ironic answered the POST, before the activation): a test hook that
+	// stops a conductor between its two writes.
+	Pause func(ctx context.Context, stage string, allocation string)
+}
+
+// Ironic is the Ironic backend (in front of Ironic: ironic.endpoint): the
+// conductor picks and holds a node as the database backend does, without
+// activating the allocation, creates the same allocation in Ironic with
+// that node as the only candidate, and activates it once Ironic's copy is
+// active there. A node Ironic refuses is marked unavailable until Ironic
+// is read again and another is tried, up to MaxAttempts; then the
+// allocation goes to error with Ironic's reason. The journal
+// ironic_allocations records what was sent, so that deletions reach Ironic
+// and half-way failures are reconciled. conductor/doc.go ("In front of
+// Ironic") is the protocol; the statements are in query.sql and
+// migrations/00151_ironic_allocations.sql.
+type Ironic struct {
+	pool   *pgxpool.Pool
+	q      *Queries
+	client *ironic.Client
+	cfg    IronicConfig
+	log    *zap.Logger
+
+	// sem caps the requests in flight to Ironic (MaxInFlight).
+	sem chan struct{}
+	// down is set when Ironic could not be reached; claims stop until a
+	// probe (at most every probeInterval) finds it back.
+	down      atomic.Bool
+	probeMu   sync.Mutex
+	lastProbe time.Time
+	// settleNS is a moving average of how long Ironic takes to settle an
+	// allocation after answering its POST (nanoseconds): the first poll
+	// waits about that long.
+	settleNS atomic.Int64
+	// groups places allocation groups (Groups).
+	groups *GroupReserver
+}
+
+// probeInterval is how often an unreachable Ironic is probed.
+const probeInterval = time.Second
+
+// ErrIronicUnavailable is wrapped by the errors of Process when Ironic
+// could not be reached (or answered 5xx): the allocation stays allocating
+// and owned, holding its node, and is resumed later.
+var ErrIronicUnavailable = errors.New("Ironic is unavailable")
+
+// NewIronic returns the Ironic backend on pool allocating through client.
+func NewIronic(pool *pgxpool.Pool, client *ironic.Client, cfg IronicConfig, log *zap.Logger) *Ironic {
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 16
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 3
+	}
+	if cfg.LockedWait <= 0 {
+		cfg.LockedWait = 2 * time.Second
+	}
+	if cfg.OutageWait <= 0 {
+		cfg.OutageWait = 30 * time.Second
+	}
+	if cfg.TombstoneKeep <= 0 {
+		cfg.TombstoneKeep = time.Hour
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	b := &Ironic{pool: pool, q: New(pool), client: client, cfg: cfg, log: log.With(zap.String("ironic", client.Root())),
+		sem: make(chan struct{}, cfg.MaxInFlight)}
+	b.settleNS.Store(int64(50 * time.Millisecond))
+	b.groups = NewGroupReserver(pool, log)
+	b.groups.LockedWait = cfg.LockedWait
+	b.groups.Hold = true
+	return b
+}
+
+// Client is the backend's Ironic client.
+func (b *Ironic) Client() *ironic.Client { return b.client }
+
+// Claim is the Ironic backend's claim (Backend): one statement claims up
+// to n rows and holds a free node for each (metalloc_ironic_claim_hold);
+// the rows that got one are then created in Ironic concurrently (at most
+// MaxInFlight requests at a time over the conductor) and each is
+// activated as soon as Ironic's copy is active; reserved are those. The
+// rest (no node free now, refused and retried, Ironic unreachable) are
+// returned for Process. While Ironic is unreachable it claims nothing.
+func (b *Ironic) Claim(ctx context.Context, me int64, n int) (reserved, rest []Claimed, err error) {
+	if !b.up(ctx) {
+		return nil, nil, nil
+	}
+	rows, err := b.q.IronicClaimHold(ctx, IronicClaimHoldParams{Me: me, Batch: int32(n)})
+	if err != nil {
+		return nil, nil, fmt.Errorf("claiming allocations: %w", err)
+	}
+	if len(rows) == 0 {
+		return nil, nil, nil
+	}
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	reqs, err := b.q.IronicRequests(ctx, IronicRequestsParams{Ids: ids, Me: me})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: reading claimed allocations: %w", ErrClaimedUnread, err)
+	}
+	type result struct {
+		c   Claimed
+		out Outcome
+		err error
+	}
+	results := make([]result, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		c := claimedOf(r.AllocationRequest)
+		results[i].c = c
+		if r.NodeID == nil {
+			results[i].err = errNoNode // no node free now: Process
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i].out, results[i].err = b.settle(ctx, me, r)
+		}()
+	}
+	wg.Wait()
+	for _, r := range results {
+		switch {
+		case r.err != nil:
+			rest = append(rest, r.c)
+		case r.out == Reserved:
+			reserved = append(reserved, r.c)
+		}
+	}
+	return reserved, rest, nil
+}
+
+// Process settles owned row c (Backend): the node it holds, or a node
+// held now, created in Ironic and activated, another node after a
+// refusal, or error. While Ironic is unreachable it waits for it up to
+// OutageWait, then returns an error wrapping ErrIronicUnavailable (the row
+// stays allocating and owned, with its node).
+func (b *Ironic) Process(ctx context.Context, me int64, c Claimed) (Outcome, error) {
+	if err := b.waitUp(ctx); err != nil {
+		return Lost, fmt.Errorf("processing allocation %s: %w", c.UUID, err)
+	}
+	reqs, err := b.q.IronicRequests(ctx, IronicRequestsParams{Ids: []int64{c.ID}, Me: me})
+	if err != nil {
+		return Lost, fmt.Errorf("processing allocation %s: %w", c.UUID, err)
+	}
+	if len(reqs) == 0 || reqs[0].GroupID != nil {
+		// Not ours any more; or a member of a group being placed, which
+		// its group settles (a takeover or resume moved it here).
+		return Lost, nil
+	}
+	return b.settle(ctx, me, reqs[0])
+}
+
+// up reports whether Ironic is taken to be reachable; while it is not, it
+// probes it at most every probeInterval.
+func (b *Ironic) up(ctx context.Context) bool {
+	if !b.down.Load() {
+		return true
+	}
+	b.probeMu.Lock()
+	if time.Since(b.lastProbe) < probeInterval {
+		b.probeMu.Unlock()
+		return false
+	}
+	b.lastProbe = time.Now()
+	b.probeMu.Unlock()
+	if err := b.client.Probe(ctx); err != nil {
+		return false
+	}
+	if b.down.CompareAndSwap(true, false) {
+		b.log.Info("Ironic reachable again; allocations proceed")
+	}
+	return true
+}
+
+// waitUp waits until Ironic is reachable (up), for at most OutageWait.
+func (b *Ironic) waitUp(ctx context.Context) error {
+	deadline := time.Now().Add(b.cfg.OutageWait)
+	for !b.up(ctx) {
+		if time.Now().After(deadline) {
+			return ErrIronicUnavailable
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(probeInterval / 4):
+		}
+	}
+	return nil
+}
+
+// trouble records that err from Ironic says it is unavailable: claims
+// stop until a probe finds it back. It returns err wrapped with
+// ErrIronicUnavailable.
+func (b *Ironic) trouble(err error) error {
+	if b.down.CompareAndSwap(false, true) {
+		b.log.Warn("Ironic unavailable; allocations stay allocating until it is back", zap.Error(err))
+	}
+	return fmt.Errorf("%w: %w", ErrIronicUnavailable, err)
+}
+
+// request runs fn, one request to Ironic, within the in-flight cap.
+func (b *Ironic) request(ctx context.Context, fn func() error) error {
+	select {
+	case b.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-b.sem }()
+	return fn()
+}
+
+// transient is the error of Process when the database or Ironic could not
+// be reached (or ctx ended): the row stays allocating and owned.
+func transientErr(c Claimed, err error) (Outcome, error) {
+	return Lost, fmt.Errorf("processing allocation %s: %w", c.UUID, err)
+}

@@ -1,0 +1,384 @@
+package backend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/ironic"
+)
+
+// verdictKind is how Ironic took an allocation on the node metalloc chose.
+type verdictKind int
+
+const (
+	// vActive: Ironic's copy is active on the node.
+	vActive verdictKind = iota
+	// vRefused: Ironic refused the node (taken there, in maintenance,
+	// gone, not available, other traits): another node may do.
+	vRefused
+	// vFailed: Ironic refused the allocation itself (its name is taken
+	// there, a request Ironic finds invalid): no other node helps.
+	vFailed
+)
+
+// verdict is the outcome of creating an allocation in Ironic on a node.
+type verdict struct {
+	kind verdictKind
+	// reason is Ironic's own words (its last_error, or its answer).
+	reason string
+	// kept is true when Ironic keeps a copy in error.
+	kept bool
+}
+
+// journalCreating is the journal state of an allocation sent, or about to
+// be sent, to Ironic.
+const journalCreating = "creating"
+
+// settle takes owned row r to its end: hold a node (the one it holds, or
+// one picked now), create the allocation in Ironic on it (create), and
+// activate it (IronicActivate) once Ironic's copy is active there. A node
+// Ironic refuses is let go and marked unavailable until Ironic is read
+// again (IronicUnhold), Ironic's copy in error deleted, and another node
+// tried, up to MaxAttempts nodes; then, or when no other node fits, the
+// allocation goes to error with Ironic's reason, Ironic keeping its copy
+// in error too. It returns an error, leaving the row allocating and owned
+// (with its node, if it holds one), when the database or Ironic cannot be
+// reached or ctx ends.
+func (b *Ironic) settle(ctx context.Context, me int64, r IronicRequestsRow) (Outcome, error) {
+	c := claimedOf(r.AllocationRequest)
+	if c.Traits == nil {
+		c.Traits = []string{}
+	}
+	if len(c.CandidateNodes) == 0 {
+		c.CandidateNodes = nil
+	}
+	log := b.log.With(zap.Stringer("allocation", c.UUID))
+	nodeID, node := r.NodeID, r.NodeUuid
+	journal := r.JournalState
+	var journalNode uuid.UUID
+	if r.JournalNode != nil {
+		journalNode = *r.JournalNode
+	}
+	attempts := int(r.Attempts)
+	var last *verdict // the last refusal
+	first := true
+	began := time.Now()
+	backoff := 5 * time.Millisecond
+	for {
+		if nodeID == nil {
+			var name *string
+			if first {
+				name = c.Name
+			}
+			h, err := b.q.IronicHold(ctx, IronicHoldParams{ID: c.ID, Me: me, Name: name})
+			switch {
+			case err != nil:
+				return transientErr(c, err)
+			case h.Lost:
+				log.Info("allocation no longer owned by this conductor; dropping it")
+				return Lost, nil
+			case h.Blocked:
+				return transientErr(c, fmt.Errorf("%w: an earlier allocation with uuid %s is still being deleted in Ironic",
+					ErrIronicUnavailable, c.UUID))
+			case h.NodeID == nil:
+				out, done, err := b.noNode(ctx, me, c, journal, last, attempts, began)
+				if done || err != nil {
+					return out, err
+				}
+				select {
+				case <-ctx.Done():
+					return transientErr(c, ctx.Err())
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, 80*time.Millisecond)
+				continue
+			}
+			nodeID, node = h.NodeID, h.NodeUuid
+			attempts++
+			s := journalCreating
+			journal, journalNode = &s, *node
+		} else if journal == nil || *journal != journalCreating || journalNode != *node {
+			// Held but not journaled on this node: a group member, or a
+			// conductor that stopped between its hold and its intent.
+			n, err := b.q.IronicIntent(ctx, IronicIntentParams{ID: c.ID, Me: me, NodeID: *nodeID})
+			switch {
+			case err != nil:
+				return transientErr(c, err)
+			case n == 0:
+				return Lost, nil
+			case n < 0:
+				return transientErr(c, fmt.Errorf("%w: an earlier allocation with uuid %s is still being deleted in Ironic",
+					ErrIronicUnavailable, c.UUID))
+			}
+			attempts = int(n)
+			s := journalCreating
+			journal, journalNode = &s, *node
+		}
+		first = false
+		v, err := b.create(ctx, c, r.Extra, *node)
+		if err != nil {
+			return transientErr(c, err)
+		}
+		switch v.kind {
+		case vActive:
+			n, err := b.q.IronicActivate(ctx, IronicActivateParams{ID: c.ID, Me: me, NodeID: *nodeID})
+			if err != nil {
+				return transientErr(c, err)
+			}
+			if n == 0 {
+				// Deleted meanwhile (the journal's trigger has Ironic's copy
+				// deleted too) or taken over (its new owner finds the copy).
+				log.Info("allocation active in Ironic but no longer this conductor's; dropping it")
+				return Lost, nil
+			}
+			log.Debug("allocation active in Ironic and in metalloc", zap.Stringer("node", *node), zap.Int("attempt", attempts))
+			return Reserved, nil
+		case vFailed:
+			return b.fail(ctx, me, c, nodeID, nil, failMessage(c, v.reason, "Ironic refused the allocation"), v.kept)
+		}
+		last = &v
+		mark := fmt.Sprintf("metalloc: Ironic refused allocation %s on this node (%s); not allocatable until Ironic is read again",
+			c.UUID, strings.TrimSuffix(v.reason, "."))
+		log.Info("Ironic refused the node; it is unavailable until Ironic is read again", zap.Stringer("node", *node),
+			zap.String("reason", v.reason), zap.Int("attempt", attempts))
+		if attempts >= b.cfg.MaxAttempts {
+			return b.fail(ctx, me, c, nodeID, &mark, failMessage(c, v.reason,
+				fmt.Sprintf("Ironic refused the %d nodes metalloc tried, the last %s", attempts, node)), v.kept)
+		}
+		out, err := b.q.IronicUnhold(ctx, IronicUnholdParams{ID: c.ID, Me: me, NodeID: nodeID, Mark: &mark})
+		switch {
+		case err != nil:
+			return transientErr(c, err)
+		case out == "lost":
+			return Lost, nil
+		}
+		nodeID, node = nil, nil
+		if v.kept {
+			// The next node is asked with the same uuid: Ironic's copy in
+			// error goes first.
+			if err := b.deleteCopy(ctx, c.UUID); err != nil {
+				return transientErr(c, err)
+			}
+		}
+	}
+}
+
+// noNode handles a hold that found no unlocked node: the allocation fails
+// when no node fits at all (with Ironic's last reason when it refused
+// nodes before, else with the sentence of the filter that left nothing),
+// or when the fitting nodes stayed locked for LockedWait; otherwise the
+// caller waits and tries again (done false).
+func (b *Ironic) noNode(ctx context.Context, me int64, c Claimed, journal *string, last *verdict, attempts int,
+	began time.Time) (out Outcome, done bool, err error) {
+	stats, err := b.q.FitStats(ctx, FitStatsParams{
+		ResourceClass: c.ResourceClass, Candidates: c.CandidateNodes, Owner: c.Owner, Traits: c.Traits,
+	})
+	if err != nil {
+		out, err = transientErr(c, err)
+		return out, true, err
+	}
+	var msg string
+	switch {
+	case stats.Fitting == 0 && last != nil:
+		reason, detail := noFit(c, stats)
+		msg = failMessage(c, last.reason, fmt.Sprintf("Ironic refused the %d nodes metalloc tried, and %s (%s)",
+			attempts, reason, detail))
+	case stats.Fitting == 0:
+		reason, detail := noFit(c, stats)
+		msg = fmt.Sprintf("Failed to process allocation %s: %s. (%s)", c.UUID, reason, detail)
+	case time.Since(began) >= b.cfg.LockedWait:
+		msg = fmt.Sprintf("Failed to process allocation %s: could not reserve any of %d suitable nodes: they stayed locked by concurrent reservations or updates.",
+			c.UUID, stats.Fitting)
+	default:
+		return Lost, false, nil
+	}
+	if journal != nil && *journal == journalCreating {
+		// A copy of an earlier attempt may be in Ironic: it goes first,
+		// so that nothing is left there of an allocation failed here.
+		if err := b.deleteCopy(ctx, c.UUID); err != nil {
+			out, err = transientErr(c, err)
+			return out, true, err
+		}
+	}
+	out, err = b.fail(ctx, me, c, nil, nil, msg, false)
+	return out, true, err
+}
+
+// failMessage is last_error for an allocation Ironic refused: Ironic's own
+// reason (its last_error already reads "Failed to process allocation
+// <uuid>: ...", the same uuid), followed by detail in parentheses.
+func failMessage(c Claimed, reason, detail string) string {
+	reason = strings.TrimSpace(reason)
+	if !strings.HasPrefix(reason, "Failed to process allocation") {
+		reason = fmt.Sprintf("Failed to process allocation %s: %s", c.UUID, strings.TrimSuffix(reason, "."))
+	}
+	if !strings.HasSuffix(reason, ".") {
+		reason += "."
+	}
+	return reason + " (" + detail + ")"
+}
+
+// fail moves c to error with msg, letting go of nodeID (marked with mark
+// when set); kept says Ironic keeps its copy in error (journal error),
+// else the journal row goes.
+func (b *Ironic) fail(ctx context.Context, me int64, c Claimed, nodeID *int64, mark *string, msg string, kept bool) (Outcome, error) {
+	out, err := b.q.IronicUnhold(ctx, IronicUnholdParams{ID: c.ID, Me: me, NodeID: nodeID, Mark: mark, Error: &msg, Keep: kept})
+	switch {
+	case err != nil:
+		return transientErr(c, err)
+	case out == "lost":
+		return Lost, nil
+	}
+	b.log.Info("allocation failed", zap.Stringer("allocation", c.UUID), zap.String("last_error", msg))
+	return Failed, nil
+}
+
+// create makes allocation c (with extra) in Ironic with node as the only
+// candidate and waits until Ironic has settled it (poll). Ironic answering
+// 409 means the uuid is there already (a retry after an outage, a
+// takeover: that copy is followed) or the name is taken (vFailed). A copy
+// made for another node by an earlier attempt is deleted and the
+// allocation created again. Errors are transient (ErrIronicUnavailable, the
+// context's end).
+func (b *Ironic) create(ctx context.Context, c Claimed, extra json.RawMessage, node uuid.UUID) (verdict, error) {
+	b.pause(ctx, "before_create", c.UUID)
+	req := ironic.AllocationRequest{UUID: c.UUID.String(), Name: c.Name, ResourceClass: c.ResourceClass,
+		Traits: c.Traits, Owner: c.Owner, Extra: extra, CandidateNodes: []string{node.String()}}
+	for range 3 {
+		var a ironic.Allocation
+		err := b.request(ctx, func() error {
+			var err error
+			a, err = b.client.CreateAllocation(ctx, req)
+			return err
+		})
+		posted := time.Now()
+		switch status := ironic.StatusOf(err); {
+		case err == nil:
+		case ironic.IsConflict(err):
+			got, gerr := b.get(ctx, c.UUID)
+			if ironic.IsNotFound(gerr) {
+				return verdict{kind: vFailed, reason: message(err)}, nil // the name is taken in Ironic
+			}
+			if gerr != nil {
+				return verdict{}, b.classify(ctx, gerr)
+			}
+			a = got
+		case status == http.StatusBadRequest && strings.Contains(message(err), "could not be found"):
+			return verdict{kind: vRefused, reason: message(err)}, nil // the node is gone from Ironic
+		case status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests:
+			return verdict{kind: vFailed, reason: message(err)}, nil
+		default:
+			return verdict{}, b.classify(ctx, err)
+		}
+		b.pause(ctx, "after_create", c.UUID)
+		a, err = b.poll(ctx, c.UUID, a, posted)
+		if err != nil {
+			return verdict{}, err
+		}
+		if len(a.CandidateNodes) != 1 || a.CandidateNodes[0] != node.String() ||
+			(a.State == ironic.AllocationActive && a.Node() != node.String()) {
+			// A copy from an earlier attempt on another node (the conductor
+			// stopped between a refusal and its next try).
+			if err := b.deleteCopy(ctx, c.UUID); err != nil {
+				return verdict{}, err
+			}
+			continue
+		}
+		if a.State == ironic.AllocationActive {
+			return verdict{kind: vActive}, nil
+		}
+		return verdict{kind: vRefused, reason: a.Reason(), kept: a.UUID != ""}, nil
+	}
+	return verdict{}, fmt.Errorf("%w: allocation %s: Ironic keeps a copy on other nodes", ErrIronicUnavailable, c.UUID)
+}
+
+// poll reads allocation u from Ironic until it is no longer allocating,
+// the first read after about the time Ironic took lately (settleNS), then
+// backing off to 1 s. A copy deleted meanwhile (404) comes back as an
+// allocation in error without a uuid.
+func (b *Ironic) poll(ctx context.Context, u uuid.UUID, a ironic.Allocation, posted time.Time) (ironic.Allocation, error) {
+	delay := min(max(time.Duration(b.settleNS.Load()), 10*time.Millisecond), time.Second)
+	for a.State == ironic.AllocationAllocating || a.State == "" {
+		select {
+		case <-ctx.Done():
+			return a, ctx.Err()
+		case <-time.After(delay):
+		}
+		got, err := b.get(ctx, u)
+		if ironic.IsNotFound(err) {
+			why := "the allocation was deleted in Ironic while Ironic was processing it"
+			return ironic.Allocation{State: ironic.AllocationError, LastError: &why, CandidateNodes: a.CandidateNodes}, nil
+		}
+		if err != nil {
+			return a, b.classify(ctx, err)
+		}
+		a = got
+		delay = min(2*delay, time.Second)
+	}
+	// A moving average, aimed a little below what was seen: a first poll
+	// that always finds the allocation settled lowers it, one that finds
+	// it still allocating raises it.
+	took := time.Since(posted)
+	b.settleNS.Store((9*b.settleNS.Load() + int64(took)*8/10) / 10)
+	return a, nil
+}
+
+// get reads allocation u from Ironic (within the in-flight cap).
+func (b *Ironic) get(ctx context.Context, u uuid.UUID) (ironic.Allocation, error) {
+	var a ironic.Allocation
+	err := b.request(ctx, func() error {
+		var err error
+		a, err = b.client.GetAllocation(ctx, u.String())
+		return err
+	})
+	return a, err
+}
+
+// deleteCopy deletes allocation u in Ironic: nil when it is gone (404
+// included), a transient error otherwise.
+func (b *Ironic) deleteCopy(ctx context.Context, u uuid.UUID) error {
+	err := b.request(ctx, func() error { return b.client.DeleteAllocation(ctx, u.String()) })
+	if err == nil || ironic.IsNotFound(err) {
+		return nil
+	}
+	return b.classify(ctx, err)
+}
+
+// classify makes err from Ironic transient: an outage marks Ironic down;
+// any other answer (a 5xx, a refusal of metalloc's own credentials) is
+// logged and left for a retry too, so that a misconfiguration or a bug of
+// Ironic's never fails allocations in a storm.
+func (b *Ironic) classify(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case ironic.IsUnavailable(err):
+		return b.trouble(err)
+	}
+	b.log.Warn("Ironic answered an allocation request unexpectedly; retrying later", zap.Error(err))
+	return fmt.Errorf("%w: %w", ErrIronicUnavailable, err)
+}
+
+// message is Ironic's words in err (its faultstring), or err's text.
+func message(err error) string {
+	var e *ironic.Error
+	if errors.As(err, &e) && e.Message != "" {
+		return e.Message
+	}
+	return err.Error()
+}
+
+// pause calls the test hook (IronicConfig.Pause) at stage.
+func (b *Ironic) pause(ctx context.Context, stage string, u uuid.UUID) {
+	if b.cfg.Pause != nil {
+		b.cfg.Pause(ctx, stage, u.String())
+	}
+}

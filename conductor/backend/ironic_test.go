@@ -1,0 +1,424 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/metalloc/metalloc/db/dbtest"
+	"github.com/metalloc/metalloc/devstack"
+	"github.com/metalloc/metalloc/ironic"
+)
+
+// The Ironic backend's tests share one real Ironic (noauth, two
+// conductors), each on nodes of a resource class of its own.
+var (
+	sharedOnce   sync.Once
+	sharedIronic *devstack.Ironic
+	sharedErr    error
+	sharedDir    string
+)
+
+// sharedIronicFor returns the shared Ironic, started on first use.
+func sharedIronicFor(t testing.TB) *devstack.Ironic {
+	t.Helper()
+	sharedOnce.Do(func() {
+		sharedDir, sharedErr = os.MkdirTemp("", "metalloc-backend-ironic-")
+		if sharedErr != nil {
+			return
+		}
+		sharedIronic, sharedErr = devstack.StartIronic(context.Background(), devstack.IronicOptions{
+			DatabaseURL: os.Getenv("DATABASE_URL"), Dir: sharedDir, Log: zap.NewNop(),
+		})
+	})
+	require.NoError(t, sharedErr, "this test needs Ironic 21.4: apt-get install -y %s", devstack.IronicPackages)
+	return sharedIronic
+}
+
+// stopSharedIronic stops the shared Ironic (TestMain).
+func stopSharedIronic(failed bool) {
+	if sharedIronic != nil {
+		if failed {
+			os.Stderr.WriteString("shared Ironic logs:\n" + sharedIronic.LogTail(40) + "\n")
+		}
+		sharedIronic.Stop()
+	}
+	if sharedDir != "" {
+		_ = os.RemoveAll(sharedDir)
+	}
+}
+
+// ironicFixture is a database mirroring nodes of the shared Ironic, a
+// conductor and its Ironic backend.
+type ironicFixture struct {
+	*fixture
+	ir     *devstack.Ironic
+	client *ironic.Client
+	mirror *ironic.Mirror
+	b      *Ironic
+	me     int64
+	rc     string
+}
+
+func newIronicFixture(t *testing.T, cfg IronicConfig) *ironicFixture {
+	t.Helper()
+	ir := sharedIronicFor(t)
+	f := setup(t)
+	c, err := ironic.NewClient(ironic.Options{Endpoint: ir.URL, Timeout: time.Minute})
+	require.NoError(t, err)
+	log := zaptest.NewLogger(t)
+	return &ironicFixture{fixture: f, ir: ir, client: c, mirror: ironic.NewMirror(c, f.pool, 0, log),
+		b: NewIronic(f.pool, c, cfg, log), me: f.conductor("c-" + uuid.NewString()[:8]),
+		rc: "rc-" + uuid.NewString()[:8]}
+}
+
+// nodes enrols n available nodes of the fixture's class in Ironic (named
+// <prefix><k>) and mirrors them; their uuids.
+func (x *ironicFixture) nodes(prefix string, n int) []string {
+	x.t.Helper()
+	ctx := context.Background()
+	specs := make([]devstack.IronicNode, n)
+	for k := range specs {
+		specs[k] = devstack.IronicNode{Name: prefix + x.rc + "-" + string(rune('a'+k)), ResourceClass: x.rc}
+	}
+	uuids, err := x.ir.EnrollAvailable(ctx, specs, n)
+	require.NoError(x.t, err)
+	for _, u := range uuids {
+		_, err := x.mirror.Refresh(ctx, u)
+		require.NoError(x.t, err)
+	}
+	return uuids
+}
+
+// takeInIronic allocates node directly in Ironic (as another client of
+// Ironic would), without telling the mirror; the allocation's uuid.
+func (x *ironicFixture) takeInIronic(node string) string {
+	x.t.Helper()
+	ctx := context.Background()
+	var a ironic.Allocation
+	_, err := x.ir.Do(ctx, http.MethodPost, "/v1/allocations",
+		map[string]any{"resource_class": x.rc, "candidate_nodes": []string{node}}, &a)
+	require.NoError(x.t, err)
+	dbtest.WaitFor(x.t, time.Minute, "Ironic's own allocation active", func() bool {
+		got, err := x.client.GetAllocation(ctx, a.UUID)
+		require.NoError(x.t, err)
+		require.NotEqual(x.t, ironic.AllocationError, got.State, got.Reason())
+		return got.State == ironic.AllocationActive
+	})
+	return a.UUID
+}
+
+// inIronic is allocation u as Ironic has it; found false on a 404.
+func (x *ironicFixture) inIronic(u uuid.UUID) (a ironic.Allocation, found bool) {
+	x.t.Helper()
+	a, err := x.client.GetAllocation(context.Background(), u.String())
+	if ironic.IsNotFound(err) {
+		return a, false
+	}
+	require.NoError(x.t, err)
+	return a, true
+}
+
+// journal is allocation u's journal row; found false when there is none.
+func (x *ironicFixture) journal(u uuid.UUID) (j IronicJournalRow, found bool) {
+	j, err := x.q.IronicJournal(context.Background(), u)
+	if err != nil {
+		return j, false
+	}
+	return j, true
+}
+
+// nodeOf is the uuid of the node allocation id holds in metalloc ("" none).
+func (x *ironicFixture) nodeOf(id int64) string {
+	var n *uuid.UUID
+	require.NoError(x.t, x.pool.QueryRow(context.Background(),
+		`SELECT n.uuid FROM allocations a LEFT JOIN nodes n ON n.id = a.node_id WHERE a.id = $1`, id).Scan(&n))
+	if n == nil {
+		return ""
+	}
+	return n.String()
+}
+
+// TestIronicClaimActivates: allocations claimed by the Ironic backend are
+// created in Ironic with the same uuid on the node metalloc held, and are
+// active in metalloc only once active in Ironic: both systems agree on
+// every node, and the journal says active.
+func TestIronicClaimActivates(t *testing.T) {
+	t.Parallel()
+	x := newIronicFixture(t, IronicConfig{})
+	x.nodes("ca-", 3)
+	a1, a2 := x.allocation(nil, x.rc), x.allocation(nil, x.rc)
+	reserved, rest, err := x.b.Claim(context.Background(), x.me, 8)
+	require.NoError(t, err)
+	require.Empty(t, rest)
+	require.Len(t, reserved, 2)
+	for _, a := range []int64{a1.ID, a2.ID} {
+		v := x.get(a)
+		require.Equal(t, "active", string(v.State))
+		require.NotNil(t, v.NodeUUID)
+		got, found := x.inIronic(v.Uuid)
+		require.True(t, found)
+		require.Equal(t, ironic.AllocationActive, got.State)
+		require.Equal(t, v.NodeUUID.String(), got.Node())
+		j, found := x.journal(v.Uuid)
+		require.True(t, found)
+		require.Equal(t, "active", j.State)
+		require.Equal(t, int32(1), j.Attempts)
+	}
+	require.Empty(t, dbtest.Broken(t, x.pool))
+}
+
+// TestIronicRefusedNodeTriesAnother: a node taken directly in Ironic (the
+// mirror does not know yet) is refused by Ironic; metalloc marks it
+// unavailable until Ironic is read again and gets the other node, Ironic's
+// refused copy gone. The name-first rule makes metalloc try the taken
+// node first.
+func TestIronicRefusedNodeTriesAnother(t *testing.T) {
+	t.Parallel()
+	x := newIronicFixture(t, IronicConfig{})
+	nodes := x.nodes("rf-", 2)
+	x.takeInIronic(nodes[0])
+	name := "rf-" + x.rc + "-a"
+	a := x.allocation(&name, x.rc)
+	reserved, rest, err := x.b.Claim(context.Background(), x.me, 8)
+	require.NoError(t, err)
+	require.Empty(t, rest)
+	require.Len(t, reserved, 1)
+	v := x.get(a.ID)
+	require.Equal(t, "active", string(v.State))
+	require.Equal(t, nodes[1], v.NodeUUID.String())
+	got, found := x.inIronic(v.Uuid)
+	require.True(t, found)
+	require.Equal(t, nodes[1], got.Node())
+	j, _ := x.journal(v.Uuid)
+	require.Equal(t, int32(2), j.Attempts)
+	var maint bool
+	var reason string
+	require.NoError(t, x.pool.QueryRow(context.Background(),
+		`SELECT maintenance, maintenance_reason FROM nodes WHERE uuid = $1`, nodes[0]).Scan(&maint, &reason))
+	require.True(t, maint)
+	require.Contains(t, reason, "Ironic refused allocation "+v.Uuid.String())
+	// The next read of the node writes Ironic's word back (it is taken:
+	// not allocatable either way).
+	_, err = x.mirror.Refresh(context.Background(), nodes[0])
+	require.NoError(t, err)
+	require.NoError(t, x.pool.QueryRow(context.Background(),
+		`SELECT maintenance FROM nodes WHERE uuid = $1`, nodes[0]).Scan(&maint))
+	require.False(t, maint)
+}
+
+// TestIronicRefusedEverywhere: when Ironic refuses every node metalloc
+// can offer, the allocation ends in error with Ironic's reason. With
+// nodes left untried but MaxAttempts reached, Ironic keeps its copy in
+// error too (journal error); when no other node fits, nothing is left in
+// Ironic.
+func TestIronicRefusedEverywhere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	x := newIronicFixture(t, IronicConfig{MaxAttempts: 2})
+	nodes := x.nodes("re-", 3)
+	for _, n := range nodes {
+		x.takeInIronic(n)
+	}
+	a := x.allocation(nil, x.rc)
+	reserved, rest, err := x.b.Claim(ctx, x.me, 8)
+	require.NoError(t, err)
+	require.Empty(t, reserved)
+	require.Empty(t, rest)
+	v := x.get(a.ID)
+	require.Equal(t, "error", string(v.State))
+	require.Contains(t, *v.LastError, "Failed to process allocation "+v.Uuid.String())
+	require.Contains(t, *v.LastError, "Ironic refused the 2 nodes metalloc tried")
+	got, found := x.inIronic(v.Uuid)
+	require.True(t, found)
+	require.Equal(t, ironic.AllocationError, got.State)
+	j, _ := x.journal(v.Uuid)
+	require.Equal(t, "error", j.State)
+
+	// One node left unmarked, taken in Ironic too: refused, then no node
+	// fits any more: error, and nothing of it left in Ironic.
+	y := newIronicFixture(t, IronicConfig{MaxAttempts: 3})
+	only := y.nodes("re1-", 1)
+	y.takeInIronic(only[0])
+	b := y.allocation(nil, y.rc)
+	_, _, err = y.b.Claim(ctx, y.me, 8)
+	require.NoError(t, err)
+	w := y.get(b.ID)
+	require.Equal(t, "error", string(w.State))
+	require.Contains(t, *w.LastError, "Ironic refused the 1 nodes metalloc tried, and no available nodes match")
+	_, found = y.inIronic(w.Uuid)
+	require.False(t, found)
+	_, found = y.journal(w.Uuid)
+	require.False(t, found)
+	require.Empty(t, dbtest.Broken(t, y.pool))
+}
+
+// TestIronicDeletionReachesIronic: an allocation deleted in metalloc (any
+// path: here the one deallocation, metalloc_deallocate) is deleted in
+// Ironic by the conductors' deleter (Run), and its journal row stays as a
+// tombstone; a copy Ironic gets again afterwards (a late request) is
+// deleted again after a full listing (Reconcile).
+func TestIronicDeletionReachesIronic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	x := newIronicFixture(t, IronicConfig{})
+	x.nodes("dl-", 1)
+	a := x.allocation(nil, x.rc)
+	reserved, _, err := x.b.Claim(ctx, x.me, 8)
+	require.NoError(t, err)
+	require.Len(t, reserved, 1)
+	v := x.get(a.ID)
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); x.b.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+
+	_, err = x.pool.Exec(ctx, `SELECT metalloc_deallocate($1)`, a.ID)
+	require.NoError(t, err)
+	dbtest.WaitFor(t, time.Minute, "the copy deleted in Ironic", func() bool {
+		_, found := x.inIronic(v.Uuid)
+		j, _ := x.journal(v.Uuid)
+		return !found && j.State == "deleted"
+	})
+
+	// A late POST recreates the copy: the next listing finds it against
+	// the tombstone, and the deleter deletes it again.
+	_, err = x.client.CreateAllocation(ctx, ironic.AllocationRequest{UUID: v.Uuid.String(), ResourceClass: x.rc,
+		CandidateNodes: []string{v.NodeUUID.String()}})
+	require.NoError(t, err)
+	var at time.Time
+	require.NoError(t, x.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&at))
+	all, err := x.client.ListAllocations(ctx, 1000)
+	require.NoError(t, err)
+	require.NoError(t, x.b.Reconcile(ctx, all, at))
+	dbtest.WaitFor(t, time.Minute, "the late copy deleted again", func() bool {
+		_, found := x.inIronic(v.Uuid)
+		j, _ := x.journal(v.Uuid)
+		return !found && j.State == "deleted"
+	})
+}
+
+// TestIronicResumeBetweenWrites: a conductor that stops between its two
+// writes (held and journaled, before or after its POST reached Ironic)
+// leaves the allocation allocating on its node; the conductor that takes
+// it over settles it on the same node (Ironic's 409 tells it the copy is
+// there) and both systems agree.
+func TestIronicResumeBetweenWrites(t *testing.T) {
+	t.Parallel()
+	for _, stage := range []string{"before_create", "after_create"} {
+		t.Run(stage, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			crashCtx, crash := context.WithCancel(ctx)
+			x := newIronicFixture(t, IronicConfig{Pause: func(_ context.Context, s, _ string) {
+				if s == stage {
+					crash()
+				}
+			}})
+			x.nodes("rs-", 2)
+			a := x.allocation(nil, x.rc)
+			reserved, rest, err := x.b.Claim(crashCtx, x.me, 8)
+			require.NoError(t, err)
+			require.Empty(t, reserved)
+			require.Len(t, rest, 1)
+			v := x.get(a.ID)
+			require.Equal(t, "allocating", string(v.State))
+			held := x.nodeOf(a.ID)
+			require.NotEmpty(t, held)
+
+			other := x.conductor("c2-" + uuid.NewString()[:8])
+			_, err = x.pool.Exec(ctx, `UPDATE allocations SET conductor_affinity = $1 WHERE id = $2`, other, a.ID)
+			require.NoError(t, err)
+			b2 := NewIronic(x.pool, x.client, IronicConfig{}, zaptest.NewLogger(t))
+			out, err := b2.Process(ctx, other, rest[0])
+			require.NoError(t, err)
+			require.Equal(t, Reserved, out)
+			v = x.get(a.ID)
+			require.Equal(t, "active", string(v.State))
+			require.Equal(t, held, v.NodeUUID.String())
+			got, found := x.inIronic(v.Uuid)
+			require.True(t, found)
+			require.Equal(t, held, got.Node())
+			require.Equal(t, ironic.AllocationActive, got.State)
+		})
+	}
+}
+
+// TestIronicReconcileNodeGone: an allocation active in both that is
+// deleted directly in Ironic leaves metalloc too once the mirror reads
+// its node again (metalloc_ironic_reconcile_nodes).
+func TestIronicReconcileNodeGone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	x := newIronicFixture(t, IronicConfig{})
+	x.nodes("rn-", 1)
+	a := x.allocation(nil, x.rc)
+	reserved, _, err := x.b.Claim(ctx, x.me, 8)
+	require.NoError(t, err)
+	require.Len(t, reserved, 1)
+	v := x.get(a.ID)
+	require.NoError(t, x.client.DeleteAllocation(ctx, v.Uuid.String()))
+	_, err = x.mirror.Refresh(ctx, v.NodeUUID.String())
+	require.NoError(t, err)
+	require.Equal(t, 0, dbtest.Count(t, x.pool, `SELECT count(*) FROM allocations WHERE id = $1`, a.ID))
+	free := dbtest.Count(t, x.pool, `SELECT count(*) FROM free_nodes WHERE uuid = $1`, *v.NodeUUID)
+	require.Equal(t, 1, free)
+}
+
+// TestIronicGroup: an allocation group in front of Ironic is active with
+// its members each active in Ironic on its node, all placed or none; a
+// node Ironic refuses (taken there directly) is avoided by placing the
+// group again.
+func TestIronicGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	x := newIronicFixture(t, IronicConfig{})
+	nodes := x.nodes("gr-", 3)
+	x.takeInIronic(nodes[0])
+	var gid int64
+	gu := uuid.New()
+	require.NoError(t, x.pool.QueryRow(ctx, `INSERT INTO allocation_groups (uuid, count, resource_class, conductor_affinity)
+		VALUES ($1, 2, $2, $3) RETURNING id`, gu, x.rc, x.me).Scan(&gid))
+	gs, err := ReadGroups(ctx, x.pool, x.me, []int64{gid})
+	require.NoError(t, err)
+	require.Len(t, gs, 1)
+	var out Outcome
+	for attempt := 0; attempt < 3; attempt++ { // the first placement may pick the taken node
+		out, err = x.b.Groups().Process(ctx, x.me, gs[0])
+		if !errors.Is(err, errGroupChanged) {
+			break
+		}
+	}
+	require.NoError(t, err)
+	require.Equal(t, Reserved, out)
+	rows, err := x.pool.Query(ctx, `SELECT a.uuid, a.state, n.uuid FROM allocations a JOIN nodes n ON n.id = a.node_id
+		WHERE a.group_id = $1`, gid)
+	require.NoError(t, err)
+	members := 0
+	for rows.Next() {
+		var u uuid.UUID
+		var state, node string
+		require.NoError(t, rows.Scan(&u, &state, &node))
+		require.Equal(t, "active", state)
+		require.NotEqual(t, nodes[0], node)
+		got, found := x.inIronic(u)
+		require.True(t, found)
+		require.Equal(t, ironic.AllocationActive, got.State)
+		require.Equal(t, node, got.Node())
+		members++
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, 2, members)
+	require.Equal(t, 1, dbtest.Count(t, x.pool, `SELECT count(*) FROM allocation_groups WHERE id = $1 AND state = 'active'`, gid))
+	require.Empty(t, dbtest.Broken(t, x.pool))
+}
