@@ -66,7 +66,9 @@ func (v View) Doc(base string, ver web.Version) map[string]any {
 		extra = v.Extra
 	}
 	var nodeUUID any
-	if v.NodeUUID != nil {
+	if v.NodeUUID != nil && v.State != state.Allocating {
+		// In front of Ironic an allocating allocation holds its node while
+		// Ironic makes it; Ironic names no node until it is active.
 		nodeUUID = v.NodeUUID.String()
 	}
 	created := v.CreatedAt

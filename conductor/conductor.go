@@ -90,10 +90,14 @@ func NewService(cfg Config, pool *pgxpool.Pool, log *zap.Logger) (*Service, erro
 	q := New(pool)
 	rows := NewRows(pool)
 	var be backend.Backend
+	var gb backend.GroupBackend
 	groups := backend.NewGroupReserver(pool, log)
 	groups.LockedWait = cfg.LockedNodeWait
-	switch cfg.Backend {
-	case BackendPlacement:
+	gb = groups
+	switch {
+	case cfg.Ironic != nil:
+		be, gb = cfg.Ironic, cfg.Ironic.Groups()
+	case cfg.Backend == BackendPlacement:
 		pa := backend.NewPlacement(pool, cfg.Placement, backend.PlacementConfig{
 			Hostname: cfg.Hostname, MaxAlternates: cfg.PlacementMaxAlternates, MaxAttempts: cfg.PlacementMaxAttempts,
 			Mode: cfg.PlacementMode, LockedWait: cfg.LockedNodeWait,
@@ -105,7 +109,7 @@ func NewService(cfg Config, pool *pgxpool.Pool, log *zap.Logger) (*Service, erro
 		d.LockedWait = cfg.LockedNodeWait
 		be = d
 	}
-	c := newService(cfg, rows, be, groups, log)
+	c := newService(cfg, rows, be, gb, log)
 	c.pool, c.q = pool, q
 	return c, nil
 }

@@ -81,6 +81,11 @@ type Config struct {
 	// PlacementModeLocal or PlacementModeHTTP (placement_backend.mode;
 	// placement backend only).
 	PlacementMode string
+	// Ironic, when set, is the Ironic backend (metalloc in front of Ironic:
+	// ironic.endpoint; backend.NewIronic): allocations and groups are made
+	// in Ironic too. Backend must then be BackendDatabase (the nodes are
+	// the mirror of Ironic's).
+	Ironic *backend.Ironic
 }
 
 // Allocation backends (Config.Backend; conductor.allocation_backend).
@@ -154,6 +159,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := parseSchedule(c.TakeoverSchedule); err != nil {
 		return err
+	}
+	if c.Ironic != nil && c.Backend != BackendDatabase {
+		return fmt.Errorf("conductor.allocation_backend: %q with ironic.endpoint set; in front of Ironic it must be %q", c.Backend, BackendDatabase)
 	}
 	switch c.Backend {
 	case BackendDatabase:

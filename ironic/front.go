@@ -240,6 +240,9 @@ func (f *Front) Middleware() echo.MiddlewareFunc {
 				return f.versionDoc(c, "/v1")
 			}
 			if Owned(path) {
+				if handled, err := f.allocationRequest(c); handled {
+					return err
+				}
 				return next(c)
 			}
 			return f.serve(c)

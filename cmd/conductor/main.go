@@ -15,7 +15,6 @@ import (
 	"github.com/metalloc/metalloc/conductor"
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db"
-	"github.com/metalloc/metalloc/ironic"
 	"github.com/metalloc/metalloc/placement/client"
 	"github.com/metalloc/metalloc/web"
 )
@@ -44,7 +43,17 @@ func run(cmd *cobra.Command, _ []string) error {
 			return err
 		}
 	}
-	svc, err := conductor.NewService(conductor.NewConfig(env.Config, pc), env.Pool, env.Log)
+	// In front of Ironic (ironic.endpoint), allocations are made in Ironic
+	// too (backend.Ironic).
+	ccfg := conductor.NewConfig(env.Config, pc)
+	ic, err := cli.IronicClient(env.Config)
+	if err != nil {
+		return err
+	}
+	if ic != nil {
+		ccfg.Ironic = newIronicBackend(env.Pool, ic, env.Config, env.Log)
+	}
+	svc, err := conductor.NewService(ccfg, env.Pool, env.Log)
 	if err != nil {
 		return err
 	}
@@ -89,38 +98,14 @@ func run(cmd *cobra.Command, _ []string) error {
 	defer sd.Close()
 	ready := make(chan struct{})
 	svc.OnReady = func() { registered.Store(true); sd.Ready(); close(ready) }
-	// In front of Ironic (ironic.endpoint), the conductor mirrors Ironic's
-	// nodes, one conductor at a time (package ironic): its syncer starts
-	// once the conductor is registered and stops with env.Ctx.
-	ic, err := cli.IronicClient(env.Config)
-	if err != nil {
-		return err
-	}
 	if ic != nil {
-		im, err := ironic.NewMetrics(reg)
+		// The node mirror (one conductor at a time) and the deletions of
+		// allocations in Ironic start once the conductor is registered.
+		stop, err := startIronic(env.Ctx, env, svc, ccfg.Ironic, reg, ready)
 		if err != nil {
 			return err
 		}
-		syncCtx, stopSync := context.WithCancel(env.Ctx)
-		syncDone := make(chan struct{})
-		go func() {
-			defer close(syncDone)
-			select {
-			case <-ready:
-			case <-syncCtx.Done():
-				return
-			}
-			syncer, err := ironic.NewSyncer(ironic.NewMirror(ic, env.Pool, env.Config.Ironic.SyncPageSize, env.Log),
-				ironic.SyncerConfig{ConductorID: svc.ID(), Schedule: env.Config.Ironic.SyncSchedule,
-					RenewInterval: c.HeartbeatInterval, LeaseTimeout: c.HeartbeatTimeout}, env.Log)
-			if err != nil { // the schedule was checked by IronicClient
-				env.Log.Error("Ironic node sync not started", zap.Error(err))
-				return
-			}
-			syncer.Metrics = im
-			syncer.Run(syncCtx)
-		}()
-		defer func() { stopSync(); <-syncDone }()
+		defer stop()
 	}
 	return svc.Run(env.Ctx)
 }
