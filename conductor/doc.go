@@ -25,7 +25,8 @@
 //   - backend/ (package backend): the reservation backends behind one
 //     interface, Backend (the database backend, the placement backend in
 //     both modes), allocation groups (GroupReserver), and the SQL that moves
-//     an owned row (backend/query.sql); the Ironic backend goes there too;
+//     an owned row (backend/query.sql); the Ironic backend (backend.Ironic,
+//     ironic*.go: in front of Ironic, "In front of Ironic" below);
 //   - conductorapi/: GET /v1/conductors, linked by metalloc-api (not the
 //     engine).
 //
@@ -223,6 +224,117 @@
 // failed grow returns it to active with count = its members. With the
 // placement backend the GroupReserver also claims the members in Placement
 // (GroupReserver.Placement = the backend.Placement).
+//
+// # In front of Ironic
+//
+// With ironic.endpoint set, Ironic is the system of record for nodes:
+// package ironic mirrors them into the nodes table (ironic/doc.go), and
+// every allocation metalloc makes is made in Ironic too, with the same
+// uuid, name, resource class, traits, owner and extra, on the node
+// metalloc chose: backend.Ironic (conductor/backend/ironic*.go) replaces
+// the database backend's activation. metalloc's allocation is active only
+// once Ironic's copy is active on that node, so a node can be held twice
+// neither within one system (each has its own unique constraints) nor
+// across them (Ironic refuses a node it has given to another allocation,
+// including one made directly in Ironic).
+//
+// The journal ironic_allocations (migrations/00151_ironic_allocations.sql)
+// records what was sent to Ironic, one row per allocation uuid, written
+// before the request. Its states:
+//
+//	creating  the allocation is allocating and holds node_uuid here; the
+//	          POST with that node as the only candidate was sent, or is
+//	          about to be; the conductor owning the allocation settles it
+//	active    active in both, on node_uuid
+//	error     in error in both (Ironic refused the last node tried and
+//	          keeps its copy in error)
+//	deleting  metalloc's allocation is gone; Ironic's copy must go
+//	deleted   a tombstone: Ironic confirmed (kept an hour, then removed)
+//
+// The order of writes of one allocation, each write to metalloc a
+// compare-and-set on conductor_affinity = me AND state = 'allocating':
+//
+//  1. claim and hold (metalloc_ironic_claim_hold, one statement for a
+//     batch; metalloc_ironic_hold for one row): the row becomes the
+//     conductor's, a free node is picked as standalone (metalloc_pick)
+//     and held (metalloc_hold: the node names the allocation, the
+//     allocation names the node) while the allocation stays allocating;
+//     the journal row is written creating in the same statement;
+//  2. POST /v1/allocations to Ironic, the held node the only candidate
+//     (at most ironic.max_in_flight requests per conductor), then GET it
+//     until Ironic has settled it (first after Ironic's recent settle
+//     time, backing off to 1 s);
+//  3. Ironic's copy active on the node: the allocation and its journal row
+//     become active in one statement (IronicActivate). Ironic's copy in
+//     error (the node taken there, in maintenance, gone, not available,
+//     other traits): the node is let go and marked unavailable until
+//     Ironic is read again (metalloc_ironic_unhold: maintenance with a
+//     reason, its mirror read stamped now so that no older read undoes
+//     it), Ironic's copy in error is deleted, and another node is held and
+//     tried (back to 2), up to ironic.max_attempts nodes; then the
+//     allocation goes to error with Ironic's reason (Ironic keeps its copy
+//     in error: journal error). No other node fitting ends the same way
+//     (with nothing left in Ironic). A request Ironic refuses outright
+//     (the name taken there) fails the allocation at once.
+//
+// Deletion: the journal's trigger (ironic_allocations_forget) turns the
+// row deleting whenever the allocation is deleted in metalloc, whoever
+// deletes it (the API, a group's deletion, the mirror's reconciliation),
+// in the same transaction, and wakes the conductors (NOTIFY
+// metalloc_ironic); each conductor's deleter (backend.Ironic.Run) deletes
+// the copy in Ironic (404 counts as done), leasing rows for a round so
+// that conductors share them, retrying a refusal (409: the node active or
+// moving in Ironic) with back-off. metalloc-api's DELETE (and PATCH) of an
+// allocation goes to Ironic first, with the client's credentials, so that
+// Ironic's own checks apply and the client's answer comes after both
+// systems let go (ironic.Front).
+//
+// Recovery of a half-way failure:
+//
+//   - a conductor that dies (or stops) after 1, before or after its POST
+//     reached Ironic: the allocation stays allocating, holding its node and
+//     owned by the dead conductor; the takeover (or the release on a clean
+//     stop, then a claim, which keeps a held node) gives it to another
+//     conductor, which repeats 2 for the same node: Ironic answers 201, or
+//     409 for the copy already there, which it reads and follows. A copy
+//     Ironic has on another node (the conductor died between a refusal and
+//     its next try) is deleted and the allocation created again;
+//   - a conductor that dies after its POST while the allocation is
+//     deleted: the deleter deletes the copy; a POST that reaches Ironic
+//     after the deletion (late) creates a copy again, which the full sync's
+//     listing finds against the tombstone (backend.Ironic.Reconcile) and
+//     which is deleted again;
+//   - an allocation active in both that Ironic no longer has (deleted or
+//     torn down directly in Ironic, its node deleted): the mirror, reading
+//     the node after the activation, sees it without the allocation and
+//     deletes metalloc's too (metalloc_ironic_reconcile_nodes); the full
+//     sync's listing catches allocations settled in both (active or error)
+//     that Ironic no longer lists (Reconcile);
+//   - Ironic unreachable (refused, timed out, 5xx): nothing fails. The
+//     allocation keeps its node and stays allocating and owned; claims stop
+//     (the backend probes Ironic's root every second until it answers);
+//     Process waits for Ironic up to 30 s, then leaves the row to a resume.
+//     metalloc-api answers 503 for proxied requests; metalloc's own routes
+//     go on. When Ironic is back, the held allocations are settled and the
+//     unowned ones claimed.
+//
+// Allocation groups: the GroupReserver in Hold mode inserts the members
+// allocating, holding the plan's nodes, and leaves the group allocating
+// (its domain recorded); every member is then made in Ironic at once
+// (backend.Ironic.Groups). All active: the members, then the group, are
+// activated in one transaction. Any refused: every held member is removed
+// (metalloc_ironic_drop_members: the refused nodes marked, the copies in
+// Ironic deleted) and the group placed again, up to ironic.max_attempts
+// placements, then it fails with Ironic's reason. Members still
+// allocating are the group's: a resume or takeover of one drops it (Lost),
+// and the group adopts them (AdoptGroupMembers).
+//
+// Lock order: the mirror's rows (ironic_nodes), nodes, allocations, the
+// journal. The mirror writes ironic_nodes then nodes; the unhold and the
+// group drop lock the node's mirror row and the node before the
+// allocation; the reconciliation of nodes takes mirror row and node with
+// SKIP LOCKED, then the allocation; the journal is written after its
+// allocation (the trigger, the activation).
 //
 // # Lock order
 //

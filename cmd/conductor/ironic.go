@@ -63,6 +63,9 @@ func startIronic(ctx context.Context, env *cli.Service, svc *conductor.Service, 
 	if err != nil {
 		return nil, err
 	}
+	if ib.Metrics, err = backend.NewIronicMetrics(reg); err != nil {
+		return nil, err
+	}
 	c := env.Config.Conductor
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup

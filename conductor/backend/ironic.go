@@ -74,6 +74,8 @@ type Ironic struct {
 	settleNS atomic.Int64
 	// groups places allocation groups (Groups).
 	groups *GroupReserver
+	// Metrics, when set before use, records the backend's metrics.
+	Metrics *IronicMetrics
 }
 
 // probeInterval is how often an unreachable Ironic is probed.
@@ -213,6 +215,7 @@ func (b *Ironic) up(ctx context.Context) bool {
 	}
 	if b.down.CompareAndSwap(true, false) {
 		b.log.Info("Ironic reachable again; allocations proceed")
+		b.Metrics.unavailable(false)
 	}
 	return true
 }
@@ -239,12 +242,15 @@ func (b *Ironic) waitUp(ctx context.Context) error {
 func (b *Ironic) trouble(err error) error {
 	if b.down.CompareAndSwap(false, true) {
 		b.log.Warn("Ironic unavailable; allocations stay allocating until it is back", zap.Error(err))
+		b.Metrics.unavailable(true)
 	}
 	return fmt.Errorf("%w: %w", ErrIronicUnavailable, err)
 }
 
-// request runs fn, one request to Ironic, within the in-flight cap.
-func (b *Ironic) request(ctx context.Context, fn func() error) error {
+// request runs fn, one request to Ironic of kind ("create", "get",
+// "delete"), within the in-flight cap.
+func (b *Ironic) request(ctx context.Context, kind string, fn func() error) error {
+	b.Metrics.request(kind)
 	select {
 	case b.sem <- struct{}{}:
 	case <-ctx.Done():

@@ -97,7 +97,7 @@ func (b *Ironic) deleteRound(ctx context.Context) (int, error) {
 // deleteOne deletes allocation u in Ironic and records the outcome; since
 // is when metalloc's allocation went (the back-off grows with it).
 func (b *Ironic) deleteOne(ctx context.Context, u uuid.UUID, since time.Time) {
-	err := b.request(ctx, func() error { return b.client.DeleteAllocation(ctx, u.String()) })
+	err := b.request(ctx, "delete", func() error { return b.client.DeleteAllocation(ctx, u.String()) })
 	if err == nil || ironic.IsNotFound(err) {
 		if _, err := b.q.IronicDeleted(ctx, u); err != nil && ctx.Err() == nil {
 			b.log.Warn("recording an allocation deleted in Ironic", zap.Stringer("allocation", u), zap.Error(err))

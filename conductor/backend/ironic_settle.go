@@ -145,6 +145,7 @@ func (b *Ironic) settle(ctx context.Context, me int64, r IronicRequestsRow) (Out
 			return b.fail(ctx, me, c, nodeID, nil, failMessage(c, v.reason, "Ironic refused the allocation"), v.kept)
 		}
 		last = &v
+		b.Metrics.nodeRefused()
 		mark := fmt.Sprintf("metalloc: Ironic refused allocation %s on this node (%s); not allocatable until Ironic is read again",
 			c.UUID, strings.TrimSuffix(v.reason, "."))
 		log.Info("Ironic refused the node; it is unavailable until Ironic is read again", zap.Stringer("node", *node),
@@ -254,7 +255,7 @@ func (b *Ironic) create(ctx context.Context, c Claimed, extra json.RawMessage, n
 		Traits: c.Traits, Owner: c.Owner, Extra: extra, CandidateNodes: []string{node.String()}}
 	for range 3 {
 		var a ironic.Allocation
-		err := b.request(ctx, func() error {
+		err := b.request(ctx, "create", func() error {
 			var err error
 			a, err = b.client.CreateAllocation(ctx, req)
 			return err
@@ -327,6 +328,7 @@ func (b *Ironic) poll(ctx context.Context, u uuid.UUID, a ironic.Allocation, pos
 	// that always finds the allocation settled lowers it, one that finds
 	// it still allocating raises it.
 	took := time.Since(posted)
+	b.Metrics.settled(took)
 	b.settleNS.Store((9*b.settleNS.Load() + int64(took)*8/10) / 10)
 	return a, nil
 }
@@ -334,7 +336,7 @@ func (b *Ironic) poll(ctx context.Context, u uuid.UUID, a ironic.Allocation, pos
 // get reads allocation u from Ironic (within the in-flight cap).
 func (b *Ironic) get(ctx context.Context, u uuid.UUID) (ironic.Allocation, error) {
 	var a ironic.Allocation
-	err := b.request(ctx, func() error {
+	err := b.request(ctx, "get", func() error {
 		var err error
 		a, err = b.client.GetAllocation(ctx, u.String())
 		return err
@@ -345,7 +347,7 @@ func (b *Ironic) get(ctx context.Context, u uuid.UUID) (ironic.Allocation, error
 // deleteCopy deletes allocation u in Ironic: nil when it is gone (404
 // included), a transient error otherwise.
 func (b *Ironic) deleteCopy(ctx context.Context, u uuid.UUID) error {
-	err := b.request(ctx, func() error { return b.client.DeleteAllocation(ctx, u.String()) })
+	err := b.request(ctx, "delete", func() error { return b.client.DeleteAllocation(ctx, u.String()) })
 	if err == nil || ironic.IsNotFound(err) {
 		return nil
 	}
