@@ -395,6 +395,13 @@ func parallel(ctx context.Context, o Options, phase string, n int, fn func(conte
 
 func className(i int) string { return fmt.Sprintf("bench-%d", i) }
 
+// ClassName is the resource class of the benchmark's class i ("bench-<i>").
+func ClassName(i int) string { return className(i) }
+
+// Traits are the traits half of the benchmark's allocations ask for, one
+// each, at random.
+func Traits() []string { return slices.Clone(traitPool) }
+
 // benchNode is node i of the benchmark: its name, resource class and traits.
 // Traits are spread evenly inside every class: a quarter of each class has
 // each trait, a third of the nodes a second one.
@@ -662,21 +669,25 @@ func check(ctx context.Context, c *client, uuids []string, r *Result) error {
 			r.DoubleBooked++
 		}
 	}
-	nodes, err := listAll(ctx, c, "/v1/nodes?fields=uuid,allocation_uuid&limit=1000", "nodes")
+	// A node names its allocation by its instance_uuid (the allocation's
+	// uuid): Ironic cannot list nodes with allocation_uuid, and in front of
+	// Ironic the node list is Ironic's, so this also checks that both
+	// systems agree.
+	nodes, err := listAll(ctx, c, "/v1/nodes?fields=uuid,instance_uuid&limit=1000", "nodes")
 	if err != nil {
 		return err
 	}
 	nodeAlloc := map[string]string{}
 	for _, raw := range nodes {
 		var n struct {
-			UUID           string  `json:"uuid"`
-			AllocationUUID *string `json:"allocation_uuid"`
+			UUID         string  `json:"uuid"`
+			InstanceUUID *string `json:"instance_uuid"`
 		}
 		if err := json.Unmarshal(raw, &n); err != nil {
 			return err
 		}
-		if n.AllocationUUID != nil {
-			nodeAlloc[n.UUID] = *n.AllocationUUID
+		if n.InstanceUUID != nil {
+			nodeAlloc[n.UUID] = *n.InstanceUUID
 		}
 	}
 	for _, a := range active {

@@ -162,7 +162,7 @@ func benchCmd() *cobra.Command {
 	alloc.Flags().StringVar(&placementMode, "placement-mode", "auto", "placement_backend.mode of the conductors with --backend placement: auto (local here), local or http")
 	alloc.Flags().BoolVar(&openstackPlacement, "openstack-placement", false, "with --backend placement, claim through OpenStack Placement 8.0 (Debian's packages, started here) instead of metalloc-placement")
 	alloc.Flags().BoolVar(&o.Timeline, "timeline", false, "print latency per tenth of the run")
-	c.AddCommand(alloc, waitersCmd())
+	c.AddCommand(alloc, waitersCmd(), benchIronicCmd())
 	return c
 }
 

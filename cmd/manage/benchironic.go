@@ -1,0 +1,358 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/devstack"
+	"github.com/metalloc/metalloc/loadgen"
+)
+
+// benchIronicCmd is `metalloc-manage bench ironic`: the side-by-side of
+// metalloc in front of a real Ironic and that Ironic alone (README "In
+// front of Ironic").
+func benchIronicCmd() *cobra.Command {
+	var sizes string
+	var allocations, concurrency, rounds, conductors, ironicConductors, apiWorkers int
+	var mode string
+	var poll time.Duration
+	c := &cobra.Command{
+		Use:   "ironic",
+		Short: "allocations through metalloc in front of a real Ironic, side by side with the same Ironic alone",
+		Long: "Starts a real Ironic 21.4 from Debian's packages (--ironic-conductors conductors on json-rpc,\n" +
+			"fake-hardware, ironic-api with --ironic-api-workers workers, its own database on DATABASE_URL's\n" +
+			"server) and metalloc in front of it (metalloc-api and --conductors conductors on DATABASE_URL, with\n" +
+			"ironic.endpoint set), enrols four template nodes through Ironic's API (one resource class, one trait\n" +
+			"each) and clones them in Ironic's database up to each size of --nodes. At each size, --rounds\n" +
+			"times, it runs the same load against Ironic alone and through metalloc, interleaved: --concurrency\n" +
+			"clients each POST an allocation (half of them asking for a trait), wait for it (--mode: poll every\n" +
+			"--poll-interval; wait: metalloc's Prefer: wait, which Ironic answers by polling), and send the next,\n" +
+			"--allocations in all, then delete them all. Between runs it waits until both systems agree that\n" +
+			"every node is free. Prints allocations/s and client p50/p99 per run, the medians per size and\n" +
+			"system, and the load average.",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, log, err := load(cmd)
+			if err != nil {
+				return err
+			}
+			if err := cfg.RequireDatabase(); err != nil {
+				return err
+			}
+			var ns []int
+			for _, s := range strings.Split(sizes, ",") {
+				n, err := strconv.Atoi(strings.TrimSpace(s))
+				if err != nil || n < 4 {
+					return fmt.Errorf("--nodes %q: want sizes of at least 4, comma-separated (500,2000)", sizes)
+				}
+				ns = append(ns, n)
+			}
+			slices.Sort(ns)
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			b := &ironicBench{log: log, allocations: allocations, concurrency: concurrency, mode: loadgen.Mode(mode), poll: poll}
+			return b.run(ctx, cfg.Database.URL, ns, rounds, conductors, ironicConductors, apiWorkers)
+		},
+	}
+	c.Flags().StringVar(&sizes, "nodes", "500,2000", "fleet sizes, comma-separated, run in increasing order")
+	c.Flags().IntVar(&allocations, "allocations", 300, "allocations per run")
+	c.Flags().IntVar(&concurrency, "concurrency", 16, "concurrent API clients")
+	c.Flags().IntVar(&rounds, "rounds", 2, "runs of each system per size (interleaved)")
+	c.Flags().IntVar(&conductors, "conductors", 2, "metalloc conductors")
+	c.Flags().IntVar(&ironicConductors, "ironic-conductors", 2, "Ironic conductors")
+	c.Flags().IntVar(&apiWorkers, "ironic-api-workers", runtime.NumCPU(), "ironic-api workers (Ironic's default: the CPU count)")
+	c.Flags().StringVar(&mode, "mode", string(loadgen.ModePoll), "how clients wait for their allocation: poll or wait")
+	c.Flags().DurationVar(&poll, "poll-interval", 100*time.Millisecond, "pause between a client's GETs of its allocation")
+	return c
+}
+
+// ironicBench is one side-by-side run.
+type ironicBench struct {
+	log         *zap.Logger
+	allocations int
+	concurrency int
+	mode        loadgen.Mode
+	poll        time.Duration
+	ir          *devstack.Ironic
+	stack       *devstack.Stack
+	free        func(context.Context) (int, error)
+	resync      func(context.Context) error
+}
+
+// benchRow is one run's figures.
+type benchRow struct {
+	nodes  int
+	system string
+	round  int
+	r      loadgen.Result
+}
+
+func (b *ironicBench) run(ctx context.Context, dbURL string, sizes []int, rounds, conductors, ironicConductors, apiWorkers int) error {
+	fmt.Printf("load average at start: %s\n", loadAverage())
+	dir, err := os.MkdirTemp("", "bench-ironic-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	b.log.Info("starting Ironic", zap.Int("conductors", ironicConductors), zap.Int("api_workers", apiWorkers))
+	b.ir, err = devstack.StartIronic(ctx, devstack.IronicOptions{DatabaseURL: dbURL, Dir: dir, Conductors: ironicConductors,
+		APIWorkers: apiWorkers, Log: b.log})
+	if err != nil {
+		return err
+	}
+	defer b.ir.Stop()
+	traits := loadgen.Traits()
+	var templates []devstack.IronicNode
+	for k, t := range traits {
+		templates = append(templates, devstack.IronicNode{Name: fmt.Sprintf("bench-template-%d", k),
+			ResourceClass: loadgen.ClassName(0), Traits: []string{t}})
+	}
+	tmpl, err := b.ir.EnrollAvailable(ctx, templates, len(templates))
+	if err != nil {
+		return err
+	}
+	b.stack, err = devstack.Start(ctx, devstack.Options{DatabaseURL: dbURL, Conductors: conductors, Log: b.log,
+		Env: []string{"METALLOC_IRONIC_ENDPOINT=" + b.ir.URL}})
+	if err != nil {
+		return err
+	}
+	defer b.stack.Stop(context.WithoutCancel(ctx))
+	pool, err := db.Open(ctx, dbURL, db.PoolOptions{ApplicationName: "metalloc-bench"})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	b.free = func(ctx context.Context) (int, error) {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM free_nodes`).Scan(&n)
+		return n, err
+	}
+	// A full sync now (the sync lease handed back: the conductor that takes
+	// it syncs at once), instead of at the next minute of the schedule.
+	b.resync = func(ctx context.Context) error {
+		_, err := pool.Exec(ctx, `UPDATE ironic_sync_lease SET holder = NULL`)
+		return err
+	}
+	have := len(tmpl)
+	var rows []benchRow
+	for _, size := range sizes {
+		if need := size - have; need > 0 {
+			for k := range tmpl {
+				n := need / len(tmpl)
+				if k < need%len(tmpl) {
+					n++
+				}
+				if n == 0 {
+					continue
+				}
+				if _, err := b.ir.CloneNodes(ctx, tmpl[k], n, fmt.Sprintf("bench-%d-%d", size, k)); err != nil {
+					return err
+				}
+			}
+			have = size
+		}
+		for round := 1; round <= rounds; round++ {
+			order := []string{"ironic", "metalloc"}
+			if round%2 == 0 {
+				order = []string{"metalloc", "ironic"}
+			}
+			for _, system := range order {
+				if err := b.settle(ctx, size); err != nil {
+					return err
+				}
+				r, err := b.once(ctx, system, size)
+				if err != nil {
+					return fmt.Errorf("%s at %d nodes, round %d: %w", system, size, round, err)
+				}
+				rows = append(rows, benchRow{size, system, round, r})
+				fmt.Printf("%d nodes, %s, round %d: %.1f allocations/s, client p50 %s p99 %s (active %d, error %d, failed POSTs %d, DELETEs %d)\n",
+					size, system, round, r.Allocate.PerSecond(), r.Client.P50.Round(time.Millisecond),
+					r.Client.P99.Round(time.Millisecond), r.Active, r.Error, r.PostErrors, r.DeleteErrors)
+			}
+		}
+	}
+	printBenchTable(rows)
+	fmt.Printf("load average at end: %s\n", loadAverage())
+	return nil
+}
+
+// once runs one load against system ("ironic": Ironic's API; "metalloc":
+// metalloc-api in front of it) and fails on double bookings or on
+// allocations that did not become active.
+func (b *ironicBench) once(ctx context.Context, system string, size int) (loadgen.Result, error) {
+	url := b.stack.APIURL
+	if system == "ironic" {
+		url = b.ir.URL
+	}
+	before := b.ironicRequests(ctx)
+	r, err := loadgen.Run(ctx, loadgen.Options{APIURL: url, Nodes: size, Allocations: b.allocations,
+		Concurrency: b.concurrency, Classes: 1, Enroll: loadgen.EnrollNone, Mode: b.mode, PollInterval: b.poll,
+		Timeout: 30 * time.Minute, Log: b.log,
+		Progress: func(phase string, done, total int) {
+			b.log.Info("progress", zap.String("system", system), zap.String("phase", phase), zap.Int("done", done), zap.Int("total", total))
+		}})
+	if err != nil {
+		return r, err
+	}
+	if r.DoubleBooked > 0 {
+		return r, fmt.Errorf("%d nodes double-booked", r.DoubleBooked)
+	}
+	if system == "metalloc" {
+		after := b.ironicRequests(ctx)
+		var parts []string
+		for _, k := range []string{"create", "get", "delete"} {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, (after[k]-before[k])/float64(r.Allocations)))
+		}
+		fmt.Printf("  metalloc's requests to Ironic per allocation: %s\n", strings.Join(parts, ", "))
+	}
+	return r, nil
+}
+
+// ironicRequests sums the conductors' metalloc_ironic_allocation_requests_total
+// by request (empty when they cannot be read).
+func (b *ironicBench) ironicRequests(ctx context.Context) map[string]float64 {
+	out := map[string]float64{}
+	for _, p := range b.stack.Conductors {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.MetricsURL, nil)
+		if err != nil {
+			continue
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(body), "\n") {
+			rest, ok := strings.CutPrefix(line, `metalloc_ironic_allocation_requests_total{request="`)
+			if !ok {
+				continue
+			}
+			kind, value, ok := strings.Cut(rest, `"} `)
+			if v, err := strconv.ParseFloat(strings.TrimSpace(value), 64); ok && err == nil {
+				out[kind] += v
+			}
+		}
+	}
+	return out
+}
+
+// settle waits until Ironic has no allocation left and metalloc's mirror
+// shows all size nodes free (after a full sync it asks for when it does
+// not at once).
+func (b *ironicBench) settle(ctx context.Context, size int) error {
+	start := time.Now()
+	deadline := start.Add(5 * time.Minute)
+	resynced := false
+	for {
+		var list struct {
+			Allocations []struct {
+				UUID string `json:"uuid"`
+			} `json:"allocations"`
+		}
+		_, err := b.ir.Do(ctx, http.MethodGet, "/v1/allocations?fields=uuid&limit=1000", nil, &list)
+		if err != nil {
+			return err
+		}
+		// A DELETE of the last run Ironic refused (its node locked by a
+		// periodic task a moment): delete it again.
+		for _, a := range list.Allocations {
+			if _, err := b.ir.Do(ctx, http.MethodDelete, "/v1/allocations/"+a.UUID, nil, nil); err != nil {
+				b.log.Info("deleting a leftover allocation in Ironic", zap.String("allocation", a.UUID), zap.Error(err))
+			}
+		}
+		free, err := b.free(ctx)
+		if err != nil {
+			return err
+		}
+		if len(list.Allocations) == 0 && free == size {
+			return nil
+		}
+		if len(list.Allocations) == 0 && !resynced && time.Since(start) > 2*time.Second {
+			if err := b.resync(ctx); err != nil {
+				return err
+			}
+			resynced = true
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not settled after 5 minutes: Ironic has allocations: %t, metalloc sees %d of %d nodes free",
+				len(list.Allocations) > 0, free, size)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// printBenchTable prints the runs and, per size and system, the median
+// of the rounds, and metalloc's speed-up.
+func printBenchTable(rows []benchRow) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "nodes\tsystem\tallocations/s (median)\tclient p50\tclient p99\truns")
+	type key struct {
+		nodes  int
+		system string
+	}
+	var keys []key
+	by := map[key][]loadgen.Result{}
+	for _, r := range rows {
+		k := key{r.nodes, r.system}
+		if _, ok := by[k]; !ok {
+			keys = append(keys, k)
+		}
+		by[k] = append(by[k], r.r)
+	}
+	median := func(rs []loadgen.Result, f func(loadgen.Result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		if len(v)%2 == 1 {
+			return v[len(v)/2]
+		}
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	rate := map[key]float64{}
+	for _, k := range keys {
+		rs := by[k]
+		rate[k] = median(rs, func(r loadgen.Result) float64 { return r.Allocate.PerSecond() })
+		p50 := time.Duration(median(rs, func(r loadgen.Result) float64 { return float64(r.Client.P50) }))
+		p99 := time.Duration(median(rs, func(r loadgen.Result) float64 { return float64(r.Client.P99) }))
+		fmt.Fprintf(w, "%d\t%s\t%.1f\t%s\t%s\t%d\n", k.nodes, k.system, rate[k], p50.Round(time.Millisecond),
+			p99.Round(time.Millisecond), len(rs))
+	}
+	_ = w.Flush()
+	for _, k := range keys {
+		if k.system == "metalloc" && rate[key{k.nodes, "ironic"}] > 0 {
+			fmt.Printf("%d nodes: metalloc in front of Ironic %.1fx Ironic alone\n", k.nodes, rate[k]/rate[key{k.nodes, "ironic"}])
+		}
+	}
+}
+
+// loadAverage is /proc/loadavg's first three figures.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
