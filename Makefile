@@ -11,7 +11,7 @@ BI      := github.com/metalloc/metalloc/buildinfo
 LDFLAGS := -X $(BI).version=$(VERSION) -X $(BI).commit=$(COMMIT) -X $(BI).date=$(DATE)
 NODES   ?= ../shared/data/dc1-nodes.yaml
 
-.PHONY: build run test generate lint bench fuzz
+.PHONY: build run test generate lint bench bench-ironic fuzz
 
 CMDS := $(notdir $(wildcard cmd/api cmd/conductor cmd/manage cmd/placement))
 
@@ -62,6 +62,17 @@ ENROLL      ?= api
 POLL        ?= 5ms
 MODE        ?= poll
 BENCHFLAGS  ?=
+# metalloc in front of a real Ironic 21.4 (Debian's packages) side by side
+# with that Ironic alone (README "In front of Ironic"): make bench-ironic
+# IRONIC_NODES=500,2000 IRONIC_ALLOCS=300 IRONIC_CONCURRENCY=16.
+IRONIC_NODES       ?= 500,2000
+IRONIC_ALLOCS      ?= 300
+IRONIC_CONCURRENCY ?= 16
+IRONIC_ROUNDS      ?= 2
+bench-ironic: build
+	$(BIN)/metalloc-manage dev exec -- $(BIN)/metalloc-manage bench ironic --nodes $(IRONIC_NODES) \
+		--allocations $(IRONIC_ALLOCS) --concurrency $(IRONIC_CONCURRENCY) --rounds $(IRONIC_ROUNDS) $(BENCHFLAGS)
+
 bench: build
 	$(BIN)/metalloc-manage dev exec -- $(BIN)/metalloc-manage bench allocations \
 		--nodes $(if $(filter %.yaml %.yml %.json,$(NODES)),10000,$(NODES)) --allocations $(ALLOCS) \

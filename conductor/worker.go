@@ -265,6 +265,13 @@ func (c *Service) claim(ctx, procCtx context.Context, n int) (again bool, err er
 		c.log.Debug("allocation reserved", zap.Stringer("allocation", a.UUID),
 			zap.Duration("since_created", time.Since(a.CreatedAt)))
 	}
+	if q, ok := c.backend.(backend.Queued); ok && q.ProcessQueued() {
+		// The workers process them at the same time (the Ironic backend).
+		for _, a := range rest {
+			c.enqueue(a)
+		}
+		return again, nil
+	}
 	for _, a := range rest {
 		if c.track(a.ID) {
 			c.process(procCtx, a)

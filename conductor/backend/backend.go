@@ -32,6 +32,18 @@ type Backend interface {
 	Process(ctx context.Context, me int64, c Claimed) (Outcome, error)
 }
 
+// Queued is implemented by a Backend whose Claim only claims (and holds)
+// rows and leaves every one to Process, which waits on a remote service
+// (the Ironic backend): the conductor hands those rows to its idle workers
+// (its queue) instead of processing them one by one in the worker that
+// claimed them, so that the claiming worker claims again at once and the
+// rows are processed at the same time.
+type Queued interface {
+	// ProcessQueued reports whether the rest rows of Claim go to the
+	// conductor's queue.
+	ProcessQueued() bool
+}
+
 // GroupBackend places the allocation groups a conductor owns:
 // GroupReserver, in the database alone (the database backend) or also in
 // Placement (the placement backend: GroupReserver.Placement set).

@@ -20,6 +20,11 @@ type IronicConfig struct {
 	// all the allocations of this conductor (ironic.max_in_flight,
 	// default 16).
 	MaxInFlight int
+	// Capacity bounds the rows Claim has taken and Process not finished
+	// (the conductor's workers, conductor.workers; default 16): a
+	// conductor claims no more than it settles at once, the rest is left
+	// to the others.
+	Capacity int
 	// MaxAttempts bounds the nodes one allocation tries in Ironic before it
 	// goes to error with Ironic's last reason (ironic.max_attempts,
 	// default 3).
@@ -72,6 +77,10 @@ type Ironic struct {
 	// allocation after answering its POST (nanoseconds): the first poll
 	// waits about that long.
 	settleNS atomic.Int64
+	// claimed holds the ids of the rows Claim took and Process has not
+	// finished; pending counts them (Claim takes no more than Capacity).
+	claimed sync.Map
+	pending atomic.Int64
 	// groups places allocation groups (Groups).
 	groups *GroupReserver
 	// Metrics, when set before use, records the backend's metrics.
@@ -93,6 +102,9 @@ func NewIronic(pool *pgxpool.Pool, client *ironic.Client, cfg IronicConfig, log 
 	}
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 3
+	}
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = 16
 	}
 	if cfg.LockedWait <= 0 {
 		cfg.LockedWait = 2 * time.Second
@@ -119,14 +131,15 @@ func NewIronic(pool *pgxpool.Pool, client *ironic.Client, cfg IronicConfig, log 
 func (b *Ironic) Client() *ironic.Client { return b.client }
 
 // Claim is the Ironic backend's claim (Backend): one statement claims up
-// to n rows and holds a free node for each (metalloc_ironic_claim_hold);
-// the rows that got one are then created in Ironic concurrently (at most
-// MaxInFlight requests at a time over the conductor) and each is
-// activated as soon as Ironic's copy is active; reserved are those. The
-// rest (no node free now, refused and retried, Ironic unreachable) are
-// returned for Process. While Ironic is unreachable it claims nothing.
+// to n rows, and no more than the conductor can settle at once
+// (Capacity, less the rows claimed and not yet processed), and holds a
+// free node for each (metalloc_ironic_claim_hold). It makes no request to
+// Ironic: every row is returned for Process, which the conductor's
+// workers run at the same time (ProcessQueued). While Ironic is
+// unreachable it claims nothing.
 func (b *Ironic) Claim(ctx context.Context, me int64, n int) (reserved, rest []Claimed, err error) {
-	if !b.up(ctx) {
+	n = min(n, b.cfg.Capacity-int(b.pending.Load()))
+	if n <= 0 || !b.up(ctx) {
 		return nil, nil, nil
 	}
 	rows, err := b.q.IronicClaimHold(ctx, IronicClaimHoldParams{Me: me, Batch: int32(n)})
@@ -139,42 +152,20 @@ func (b *Ironic) Claim(ctx context.Context, me int64, n int) (reserved, rest []C
 	ids := make([]int64, len(rows))
 	for i, r := range rows {
 		ids[i] = r.ID
+		if _, dup := b.claimed.LoadOrStore(r.ID, struct{}{}); !dup {
+			b.pending.Add(1)
+		}
 	}
-	reqs, err := b.q.IronicRequests(ctx, IronicRequestsParams{Ids: ids, Me: me})
+	rest, err = readClaimed(ctx, b.q, me, ids)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: reading claimed allocations: %w", ErrClaimedUnread, err)
 	}
-	type result struct {
-		c   Claimed
-		out Outcome
-		err error
-	}
-	results := make([]result, len(reqs))
-	var wg sync.WaitGroup
-	for i, r := range reqs {
-		c := claimedOf(r.AllocationRequest)
-		results[i].c = c
-		if r.NodeID == nil {
-			results[i].err = errNoNode // no node free now: Process
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i].out, results[i].err = b.settle(ctx, me, r)
-		}()
-	}
-	wg.Wait()
-	for _, r := range results {
-		switch {
-		case r.err != nil:
-			rest = append(rest, r.c)
-		case r.out == Reserved:
-			reserved = append(reserved, r.c)
-		}
-	}
-	return reserved, rest, nil
+	return nil, rest, nil
 }
+
+// ProcessQueued is true: the rows Claim returns go to the conductor's
+// workers, each settled in Ironic at the same time as the others (Queued).
+func (b *Ironic) ProcessQueued() bool { return true }
 
 // Process settles owned row c (Backend): the node it holds, or a node
 // held now, created in Ironic and activated, another node after a
@@ -182,6 +173,11 @@ func (b *Ironic) Claim(ctx context.Context, me int64, n int) (reserved, rest []C
 // OutageWait, then returns an error wrapping ErrIronicUnavailable (the row
 // stays allocating and owned, with its node).
 func (b *Ironic) Process(ctx context.Context, me int64, c Claimed) (Outcome, error) {
+	defer func() {
+		if _, ok := b.claimed.LoadAndDelete(c.ID); ok {
+			b.pending.Add(-1)
+		}
+	}()
 	if err := b.waitUp(ctx); err != nil {
 		return Lost, fmt.Errorf("processing allocation %s: %w", c.UUID, err)
 	}

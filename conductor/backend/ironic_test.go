@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"sync"
@@ -148,6 +149,26 @@ func (x *ironicFixture) nodeOf(id int64) string {
 	return n.String()
 }
 
+// claimAndProcess claims up to 8 rows (Claim, which leaves every row for
+// Process) and processes each with ctx, as the conductor's workers do; the
+// outcomes, and the rows whose processing returned an error.
+func (x *ironicFixture) claimAndProcess(ctx context.Context) (outs map[Outcome]int, failed []Claimed) {
+	x.t.Helper()
+	reserved, rest, err := x.b.Claim(ctx, x.me, 8)
+	require.NoError(x.t, err)
+	require.Empty(x.t, reserved, "the Ironic backend's claim reserves nothing itself")
+	outs = map[Outcome]int{}
+	for _, c := range rest {
+		out, err := x.b.Process(ctx, x.me, c)
+		if err != nil {
+			failed = append(failed, c)
+			continue
+		}
+		outs[out]++
+	}
+	return outs, failed
+}
+
 // TestIronicClaimActivates: allocations claimed by the Ironic backend are
 // created in Ironic with the same uuid on the node metalloc held, and are
 // active in metalloc only once active in Ironic: both systems agree on
@@ -157,10 +178,9 @@ func TestIronicClaimActivates(t *testing.T) {
 	x := newIronicFixture(t, IronicConfig{})
 	x.nodes("ca-", 3)
 	a1, a2 := x.allocation(nil, x.rc), x.allocation(nil, x.rc)
-	reserved, rest, err := x.b.Claim(context.Background(), x.me, 8)
-	require.NoError(t, err)
-	require.Empty(t, rest)
-	require.Len(t, reserved, 2)
+	outs, failed := x.claimAndProcess(context.Background())
+	require.Empty(t, failed)
+	require.Equal(t, map[Outcome]int{Reserved: 2}, outs)
 	for _, a := range []int64{a1.ID, a2.ID} {
 		v := x.get(a)
 		require.Equal(t, "active", string(v.State))
@@ -189,10 +209,9 @@ func TestIronicRefusedNodeTriesAnother(t *testing.T) {
 	x.takeInIronic(nodes[0])
 	name := "rf-" + x.rc + "-a"
 	a := x.allocation(&name, x.rc)
-	reserved, rest, err := x.b.Claim(context.Background(), x.me, 8)
-	require.NoError(t, err)
-	require.Empty(t, rest)
-	require.Len(t, reserved, 1)
+	outs, failed := x.claimAndProcess(context.Background())
+	require.Empty(t, failed)
+	require.Equal(t, map[Outcome]int{Reserved: 1}, outs)
 	v := x.get(a.ID)
 	require.Equal(t, "active", string(v.State))
 	require.Equal(t, nodes[1], v.NodeUUID.String())
@@ -209,7 +228,7 @@ func TestIronicRefusedNodeTriesAnother(t *testing.T) {
 	require.Contains(t, reason, "Ironic refused allocation "+v.Uuid.String())
 	// The next read of the node writes Ironic's word back (it is taken:
 	// not allocatable either way).
-	_, err = x.mirror.Refresh(context.Background(), nodes[0])
+	_, err := x.mirror.Refresh(context.Background(), nodes[0])
 	require.NoError(t, err)
 	require.NoError(t, x.pool.QueryRow(context.Background(),
 		`SELECT maintenance FROM nodes WHERE uuid = $1`, nodes[0]).Scan(&maint))
@@ -230,10 +249,9 @@ func TestIronicRefusedEverywhere(t *testing.T) {
 		x.takeInIronic(n)
 	}
 	a := x.allocation(nil, x.rc)
-	reserved, rest, err := x.b.Claim(ctx, x.me, 8)
-	require.NoError(t, err)
-	require.Empty(t, reserved)
-	require.Empty(t, rest)
+	outs, failed := x.claimAndProcess(ctx)
+	require.Empty(t, failed)
+	require.Equal(t, map[Outcome]int{Failed: 1}, outs)
 	v := x.get(a.ID)
 	require.Equal(t, "error", string(v.State))
 	require.Contains(t, *v.LastError, "Failed to process allocation "+v.Uuid.String())
@@ -250,8 +268,9 @@ func TestIronicRefusedEverywhere(t *testing.T) {
 	only := y.nodes("re1-", 1)
 	y.takeInIronic(only[0])
 	b := y.allocation(nil, y.rc)
-	_, _, err = y.b.Claim(ctx, y.me, 8)
-	require.NoError(t, err)
+	outs, failed = y.claimAndProcess(ctx)
+	require.Empty(t, failed)
+	require.Equal(t, map[Outcome]int{Failed: 1}, outs)
 	w := y.get(b.ID)
 	require.Equal(t, "error", string(w.State))
 	require.Contains(t, *w.LastError, "Ironic refused the 1 nodes metalloc tried, and no available nodes match")
@@ -273,9 +292,8 @@ func TestIronicDeletionReachesIronic(t *testing.T) {
 	x := newIronicFixture(t, IronicConfig{})
 	x.nodes("dl-", 1)
 	a := x.allocation(nil, x.rc)
-	reserved, _, err := x.b.Claim(ctx, x.me, 8)
-	require.NoError(t, err)
-	require.Len(t, reserved, 1)
+	outs, _ := x.claimAndProcess(ctx)
+	require.Equal(t, map[Outcome]int{Reserved: 1}, outs)
 	v := x.get(a.ID)
 
 	runCtx, stop := context.WithCancel(ctx)
@@ -283,7 +301,7 @@ func TestIronicDeletionReachesIronic(t *testing.T) {
 	go func() { defer close(done); x.b.Run(runCtx) }()
 	defer func() { stop(); <-done }()
 
-	_, err = x.pool.Exec(ctx, `SELECT metalloc_deallocate($1)`, a.ID)
+	_, err := x.pool.Exec(ctx, `SELECT metalloc_deallocate($1)`, a.ID)
 	require.NoError(t, err)
 	dbtest.WaitFor(t, time.Minute, "the copy deleted in Ironic", func() bool {
 		_, found := x.inIronic(v.Uuid)
@@ -327,9 +345,8 @@ func TestIronicResumeBetweenWrites(t *testing.T) {
 			}})
 			x.nodes("rs-", 2)
 			a := x.allocation(nil, x.rc)
-			reserved, rest, err := x.b.Claim(crashCtx, x.me, 8)
-			require.NoError(t, err)
-			require.Empty(t, reserved)
+			outs, rest := x.claimAndProcess(crashCtx)
+			require.Empty(t, outs)
 			require.Len(t, rest, 1)
 			v := x.get(a.ID)
 			require.Equal(t, "allocating", string(v.State))
@@ -337,7 +354,7 @@ func TestIronicResumeBetweenWrites(t *testing.T) {
 			require.NotEmpty(t, held)
 
 			other := x.conductor("c2-" + uuid.NewString()[:8])
-			_, err = x.pool.Exec(ctx, `UPDATE allocations SET conductor_affinity = $1 WHERE id = $2`, other, a.ID)
+			_, err := x.pool.Exec(ctx, `UPDATE allocations SET conductor_affinity = $1 WHERE id = $2`, other, a.ID)
 			require.NoError(t, err)
 			b2 := NewIronic(x.pool, x.client, IronicConfig{}, zaptest.NewLogger(t))
 			out, err := b2.Process(ctx, other, rest[0])
@@ -363,12 +380,11 @@ func TestIronicReconcileNodeGone(t *testing.T) {
 	x := newIronicFixture(t, IronicConfig{})
 	x.nodes("rn-", 1)
 	a := x.allocation(nil, x.rc)
-	reserved, _, err := x.b.Claim(ctx, x.me, 8)
-	require.NoError(t, err)
-	require.Len(t, reserved, 1)
+	outs, _ := x.claimAndProcess(ctx)
+	require.Equal(t, map[Outcome]int{Reserved: 1}, outs)
 	v := x.get(a.ID)
 	require.NoError(t, x.client.DeleteAllocation(ctx, v.Uuid.String()))
-	_, err = x.mirror.Refresh(ctx, v.NodeUUID.String())
+	_, err := x.mirror.Refresh(ctx, v.NodeUUID.String())
 	require.NoError(t, err)
 	require.Equal(t, 0, dbtest.Count(t, x.pool, `SELECT count(*) FROM allocations WHERE id = $1`, a.ID))
 	free := dbtest.Count(t, x.pool, `SELECT count(*) FROM free_nodes WHERE uuid = $1`, *v.NodeUUID)
@@ -421,4 +437,37 @@ func TestIronicGroup(t *testing.T) {
 	require.Equal(t, 2, members)
 	require.Equal(t, 1, dbtest.Count(t, x.pool, `SELECT count(*) FROM allocation_groups WHERE id = $1 AND state = 'active'`, gid))
 	require.Empty(t, dbtest.Broken(t, x.pool))
+}
+
+// TestIronicClaimCapacity: a conductor claims no more rows than it can
+// settle at once (Capacity); the rest wait, unowned, for it or another
+// conductor. Claim itself sends nothing to Ironic (here: none runs) and
+// holds a node for each row it takes, without activating it.
+func TestIronicClaimCapacity(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t)
+	c, err := ironic.NewClient(ironic.Options{Endpoint: "http://127.0.0.1:1", Timeout: time.Second})
+	require.NoError(t, err)
+	b := NewIronic(f.pool, c, IronicConfig{Capacity: 2}, zaptest.NewLogger(t))
+	me := f.conductor("cap")
+	for k := range 4 {
+		f.node(fmt.Sprintf("cap-%d", k), "cap")
+		f.allocation(nil, "cap")
+	}
+	reserved, rest, err := b.Claim(ctx, me, 8)
+	require.NoError(t, err)
+	require.Empty(t, reserved)
+	require.Len(t, rest, 2)
+	require.Equal(t, 2, dbtest.Count(t, f.pool, `SELECT count(*) FROM allocations
+		WHERE conductor_affinity = $1 AND state = 'allocating' AND node_id IS NOT NULL`, me))
+	require.Equal(t, 2, dbtest.Count(t, f.pool, `SELECT count(*) FROM ironic_allocations WHERE state = 'creating'`))
+	_, rest2, err := b.Claim(ctx, me, 8)
+	require.NoError(t, err)
+	require.Empty(t, rest2, "at capacity")
+	b.claimed.Delete(rest[0].ID) // as Process does when it ends
+	b.pending.Add(-1)
+	_, rest2, err = b.Claim(ctx, me, 8)
+	require.NoError(t, err)
+	require.Len(t, rest2, 1)
 }
