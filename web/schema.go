@@ -2,15 +2,13 @@ package web
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
+	neturl "net/url"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 )
 
 // Schema is a compiled JSON Schema for a request body.
@@ -19,10 +17,7 @@ type Schema struct {
 	sch  *jsonschema.Schema
 }
 
-var (
-	schemaMu sync.Mutex
-	printer  = message.NewPrinter(language.English)
-)
+var schemaMu sync.Mutex
 
 // MustSchema compiles src (a JSON Schema document) under name; it panics on a
 // bad schema, which is a programming error caught by any test.
@@ -60,20 +55,50 @@ func CompileSchemas(docs map[string]any, formats ...*jsonschema.Format) (map[str
 		}
 	}
 	out := make(map[string]*jsonschema.Schema, len(docs))
-	for name := range docs {
+	for name, doc := range docs {
 		sch, err := c.Compile(name)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		out[name] = sch
+		url, _, _ := strings.Cut(sch.Location, "#")
+		schemaDocs.Store(url, doc)
 	}
 	return out, nil
 }
 
+// schemaDocs are the documents CompileSchemas compiled, by absolute URL:
+// the subschemas a validation error points to (SchemaURL) are looked up in
+// them when its message is worded (SchemaError).
+var schemaDocs sync.Map
+
+// subschema returns the (decoded) subschema at url, an absolute schema URL
+// with a JSON pointer fragment; nil when unknown.
+func subschema(url string) any {
+	base, frag, _ := strings.Cut(url, "#")
+	doc, ok := schemaDocs.Load(base)
+	if !ok {
+		return nil
+	}
+	var path []string
+	for _, tok := range strings.Split(strings.TrimPrefix(frag, "/"), "/") {
+		if tok == "" {
+			continue
+		}
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		if u, err := neturl.PathUnescape(tok); err == nil {
+			tok = u
+		}
+		path = append(path, tok)
+	}
+	return ValueAt(doc, path)
+}
+
 // Decode parses body as JSON and validates it against s. Malformed JSON and
-// schema violations are a 400 *Error worded like Ironic's
-// ("Schema error for <name>: <reason>"). It returns the decoded document
-// (map[string]any for objects; numbers as json.Number).
+// schema violations are a 400 *Error worded like Ironic's ("Schema error
+// for <name>: <reason>", the reason as python-jsonschema words it:
+// SchemaError). It returns the decoded document (map[string]any for
+// objects; numbers as json.Number).
 func (s *Schema) Decode(body []byte) (any, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, BadRequest("Missing argument: \"%s\"", s.name)
@@ -83,26 +108,9 @@ func (s *Schema) Decode(body []byte) (any, error) {
 		return nil, BadRequest("Invalid JSON in request body: %v", err)
 	}
 	if err := s.sch.Validate(inst); err != nil {
-		var ve *jsonschema.ValidationError
-		if errors.As(err, &ve) {
-			return nil, BadRequest("Schema error for %s: %s", s.name, leafMessage(ve))
-		}
-		return nil, BadRequest("Schema error for %s: %v", s.name, err)
+		return nil, BadRequest("Schema error for %s: %s", s.name, SchemaError(err, inst))
 	}
 	return inst, nil
-}
-
-// leafMessage picks the most specific cause of a validation error and says
-// where it is: "/traits/0: value must be ...".
-func leafMessage(ve *jsonschema.ValidationError) string {
-	for len(ve.Causes) > 0 {
-		ve = ve.Causes[0]
-	}
-	msg := ve.ErrorKind.LocalizedString(printer)
-	if len(ve.InstanceLocation) > 0 {
-		return "/" + strings.Join(ve.InstanceLocation, "/") + ": " + msg
-	}
-	return msg
 }
 
 // ValueAt returns the value at a JSON instance location (a validation
