@@ -17,6 +17,7 @@ import (
 	"github.com/metalloc/metalloc/allocgroup"
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/driver"
 	"github.com/metalloc/metalloc/placement/client"
 )
 
@@ -281,7 +282,7 @@ func (c *Service) Run(ctx context.Context) error {
 	id, err := c.q.Register(ctx, RegisterParams{
 		Hostname:       c.cfg.Hostname,
 		ConductorGroup: c.cfg.Group,
-		Drivers:        []string{"fake-hardware"},
+		Drivers:        driver.Names(),
 		Version:        c.cfg.Version,
 		AliveSeconds:   c.cfg.HeartbeatTimeout.Seconds(),
 	})

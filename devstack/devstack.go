@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 )
 
@@ -81,6 +82,8 @@ type Stack struct {
 	BackendPlacementURL string
 	opts                Options
 	conductorEnv        []string
+	// started is when Start began (conductors registered before are stale).
+	started time.Time
 }
 
 // Start launches the API and the conductors and waits until the API answers.
@@ -121,7 +124,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 			return nil, err
 		}
 	}
-	s := &Stack{APIURL: "http://" + opts.APIListen, opts: opts}
+	s := &Stack{APIURL: "http://" + opts.APIListen, opts: opts, started: time.Now()}
 	api, err := s.spawn("metalloc-api", "api", "--api.listen", opts.APIListen)
 	if err != nil {
 		return nil, err
@@ -150,13 +153,21 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 			"METALLOC_PLACEMENT_BACKEND_SYNC_DELAY=50ms",
 		}
 	}
+	var hostnames []string
 	for i := range opts.Conductors {
-		if _, err := s.StartConductor(fmt.Sprintf("conductor-%d", i+1)); err != nil {
+		hostnames = append(hostnames, fmt.Sprintf("conductor-%d", i+1))
+		if _, err := s.StartConductor(hostnames[i]); err != nil {
 			s.Stop(context.WithoutCancel(ctx))
 			return nil, err
 		}
 	}
 	if err := waitHTTP(ctx, s.API, s.APIURL); err != nil {
+		s.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	// Nodes can be enrolled once a conductor serves their driver (as in
+	// Ironic): the stack is up when every conductor has registered.
+	if err := s.waitConductors(ctx, hostnames); err != nil {
 		s.Stop(context.WithoutCancel(ctx))
 		return nil, err
 	}
@@ -170,6 +181,43 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		zap.String("backend", opts.AllocationBackend), zap.String("backend_placement", s.BackendPlacementURL),
 		zap.String("logs", opts.LogDir))
 	return s, nil
+}
+
+// waitConductors waits until every conductor of hostnames has registered
+// (its conductors row online, started after the stack was asked for), or
+// one of them exited.
+func (s *Stack) waitConductors(ctx context.Context, hostnames []string) error {
+	if len(hostnames) == 0 {
+		return nil
+	}
+	conn, err := pgx.Connect(ctx, s.opts.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("devstack: waiting for the conductors: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, p := range s.Conductors {
+			if p.Exited() {
+				return fmt.Errorf("%s exited; see %s", p.Name, p.LogPath)
+			}
+		}
+		var n int
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM conductors
+			WHERE hostname = ANY($1) AND online AND started_at >= $2`, hostnames, s.started.Add(-time.Second)).Scan(&n)
+		if err != nil {
+			return fmt.Errorf("devstack: waiting for the conductors: %w", err)
+		}
+		if n == len(hostnames) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("devstack: the conductors did not register within 60s; see %s", s.opts.LogDir)
 }
 
 // setDefaults fills in Log (no-op), BinDir (the running executable's

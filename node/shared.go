@@ -93,3 +93,8 @@ func DecodeJSON(raw []byte) (any, error) { return decodeJSON(raw) }
 
 // NotAcceptable is Ironic's bare 406 "Request not acceptable.".
 func NotAcceptable() *Error { return notAcceptable() }
+
+// MaskSecrets returns m with the values of keys that look secret replaced
+// by "******", recursively, as Ironic's strutils.mask_dict_password shows
+// driver_info and deploy step arguments.
+func MaskSecrets(m map[string]any) map[string]any { return maskSecrets(m) }

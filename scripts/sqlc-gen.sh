@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SQLC=${SQLC:-$(command -v sqlc || echo "$(go env GOPATH)/bin/sqlc")}
 pkgs=("$@")
-[ ${#pkgs[@]} -gt 0 ] || pkgs=(node allocation allocgroup conductor conductor/conductorapi placement placement/candidate port topology)
+[ ${#pkgs[@]} -gt 0 ] || pkgs=(node allocation allocgroup chassis conductor conductor/conductorapi deploytemplate driver/driverapi placement placement/candidate port topology)
 cfg=.sqlc-gen.yaml
 trap 'rm -f "$cfg"' EXIT
 sed -n '1,5p' sqlc.yaml > "$cfg"

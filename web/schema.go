@@ -113,6 +113,16 @@ func (s *Schema) Decode(body []byte) (any, error) {
 	return inst, nil
 }
 
+// Check validates doc (a decoded document, e.g. a patched one) against s:
+// a 400 *Error "Schema error for <name>: <reason>" (SchemaError) when it
+// fails.
+func (s *Schema) Check(name string, doc any) error {
+	if err := s.sch.Validate(doc); err != nil {
+		return BadRequest("Schema error for %s: %s", name, SchemaError(err, doc))
+	}
+	return nil
+}
+
 // ValueAt returns the value at a JSON instance location (a validation
 // error's InstanceLocation) in a decoded document, nil if absent; for
 // messages that quote the offending value as Ironic's and Placement's

@@ -25,9 +25,12 @@ import (
 	"github.com/metalloc/metalloc/allocgroup"
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/auth/policy"
+	"github.com/metalloc/metalloc/chassis"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor/conductorapi"
 	"github.com/metalloc/metalloc/config"
+	"github.com/metalloc/metalloc/deploytemplate"
+	"github.com/metalloc/metalloc/driver/driverapi"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/port"
 	"github.com/metalloc/metalloc/topology"
@@ -124,8 +127,8 @@ func accessDefaults() []policy.Default {
 // metalloc_db_up, HTTP requests, allocations created, the allocating queue,
 // conductor liveness), request ids and access log, the request
 // timeout and body limit, authentication by authn (/, /v1 and /metrics
-// are public), and the node, port, port group, allocation and conductor
-// routes checked against rules, the topology routes (package topology), and
+// are public), and the node, port, port group, chassis, deploy template,
+// driver, allocation and conductor routes checked against rules, the topology routes (package topology), and
 // the operator page at /ui/ (package ui;
 // its fleet summary is node's GET /v1/ui/fleet).
 func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rules auth.Rules, hub *allocation.Hub, log *zap.Logger) (*echo.Echo, error) {
@@ -173,12 +176,15 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 		return web.Errorf(http.StatusRequestEntityTooLarge, "Request is too large.")
 	}))
 	e.Use(auth.Middleware(authn, web.IronicPublicRoute, web.IronicAuthFailure))
-	resources := []string{"nodes", "ports", "portgroups", "conductors", "allocations"}
+	resources := []string{"chassis", "nodes", "ports", "portgroups", "drivers", "conductors", "allocations", "deploy_templates"}
 	web.RegisterIronicRoot(e, cfg.API.PublicEndpoint, resources)
 	v1 := e.Group("/v1", web.IronicVersion())
 	nodes := node.NewStore(pool)
 	node.NewHandler(nodes, node.Deallocator{}, node.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
+		// Nodes are created and changed only for drivers a live conductor
+		// of their group serves, as in Ironic.
+		Driver: node.FakeDriver{Registered: nodes.DriverServed(cfg.Conductor.HeartbeatTimeout)},
 	}).Register(v1)
 	port.NewHandler(port.NewStore(pool), port.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
@@ -195,6 +201,15 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	conductorapi.NewHandler(pool, conductorapi.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
 		HeartbeatTimeout: cfg.Conductor.HeartbeatTimeout,
+	}).Register(v1)
+	chassis.NewHandler(chassis.NewStore(pool), chassis.HandlerOptions{
+		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
+	}).Register(v1)
+	deploytemplate.NewHandler(deploytemplate.NewStore(pool), deploytemplate.HandlerOptions{
+		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
+	}).Register(v1)
+	driverapi.NewHandler(pool, driverapi.HandlerOptions{
+		PublicEndpoint: cfg.API.PublicEndpoint, HeartbeatTimeout: cfg.Conductor.HeartbeatTimeout, Rules: rules,
 	}).Register(v1)
 	topology.NewHandler(pool, topology.HandlerOptions{Rules: rules}).Register(v1)
 	ui.Register(e) // the operator page at /ui/, behind the same authentication

@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/metalloc/metalloc/driver"
 )
 
 // NodeSpec describes a node for Node. Zero values take the defaults noted.
@@ -151,15 +153,17 @@ func Allocation(t testing.TB, pool *pgxpool.Pool, s AllocationSpec) (int64, uuid
 }
 
 // Conductor inserts a conductor row named hostname whose last heartbeat is
-// heartbeatAge old, online or not, and returns its id. A conductor is dead
-// when offline or heartbeatAge exceeds the heartbeat timeout in use.
+// heartbeatAge old, online or not, serving the registry's hardware types
+// (driver.Names, as metalloc-conductor registers), and returns its id. A
+// conductor is dead when offline or heartbeatAge exceeds the heartbeat
+// timeout in use.
 func Conductor(t testing.TB, pool *pgxpool.Pool, hostname string, heartbeatAge time.Duration, online bool) int64 {
 	t.Helper()
 	var id int64
 	if err := pool.QueryRow(context.Background(), `
-		INSERT INTO conductors (hostname, online, heartbeat_at)
-		VALUES ($1, $2, now() - make_interval(secs => $3)) RETURNING id`,
-		hostname, online, heartbeatAge.Seconds()).Scan(&id); err != nil {
+		INSERT INTO conductors (hostname, online, heartbeat_at, drivers)
+		VALUES ($1, $2, now() - make_interval(secs => $3), $4) RETURNING id`,
+		hostname, online, heartbeatAge.Seconds(), driver.Names()).Scan(&id); err != nil {
 		t.Fatalf("dbtest: inserting conductor %s: %v", hostname, err)
 	}
 	return id
