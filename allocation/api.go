@@ -32,8 +32,11 @@ var (
 	//go:embed patch_schema.json
 	patchSchemaJSON []byte
 
-	createSchema = web.MustSchema("allocation", createSchemaJSON)
-	patchSchema  = web.MustSchema("patch", patchSchemaJSON)
+	// traits are Ironic's TRAITS_SCHEMA.
+	createSchema = web.MustSchemaWith("allocation", createSchemaJSON, func(doc map[string]any) {
+		doc["properties"].(map[string]any)["traits"].(map[string]any)["items"] = trait.Schema()
+	})
+	patchSchema = web.MustSchema("patch", patchSchemaJSON)
 )
 
 // HandlerOptions configures the allocation API.
@@ -97,7 +100,7 @@ func (h *Handler) Register(v1 *echo.Group) {
 	// own gate (patch: get_rpc_allocation's InvalidUuidOrName),
 	// /nodes/{ident}/allocation is found by the node _lookup, before the
 	// version gate.
-	gate := h.requireAllocations
+	gate := web.GateResource(52, "allocations") // 404 for GET, 405 otherwise, as Ironic
 	arg := checkIdent("Expected UUID or name for allocation_ident: %s")
 	node := checkIdent("Expected UUID or name for node: %s")
 	v1.POST("/allocations", gate(h.create))
@@ -146,21 +149,6 @@ func validIdent(c echo.Context, format string) error {
 	return nil
 }
 
-// requireAllocations hides the endpoints below 1.52, as Ironic does: 404 for
-// GET, 405 otherwise.
-func (h *Handler) requireAllocations(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if !web.RequestVersion(c).AtLeast(1, 52) {
-			status := http.StatusMethodNotAllowed
-			if c.Request().Method == http.MethodGet {
-				status = http.StatusNotFound
-			}
-			return web.Errorf(status, "The API version does not allow allocations")
-		}
-		return next(c)
-	}
-}
-
 func (h *Handler) base(c echo.Context) string { return web.PublicURL(c, h.opts.PublicEndpoint) }
 
 // createRequest is the body of POST /v1/allocations.
@@ -200,11 +188,6 @@ func (h *Handler) create(c echo.Context) error {
 	}
 	if req.Name != nil && *req.Name == "" {
 		req.Name = nil
-	}
-	for _, t := range req.Traits {
-		if !trait.Valid(t) {
-			return web.BadRequest("Schema error for allocation: '%s' is not a valid trait: use a standard trait or one matching ^CUSTOM_[A-Z0-9_]+$", t)
-		}
 	}
 	params := CreateAllocationParams{
 		Name:   req.Name,

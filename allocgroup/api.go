@@ -33,8 +33,11 @@ var (
 	//go:embed patch_schema.json
 	patchSchemaJSON []byte
 
-	createSchema = web.MustSchema("allocation_group", createSchemaJSON)
-	patchSchema  = web.MustSchema("patch", patchSchemaJSON)
+	// traits are Ironic's TRAITS_SCHEMA.
+	createSchema = web.MustSchemaWith("allocation_group", createSchemaJSON, func(doc map[string]any) {
+		doc["properties"].(map[string]any)["traits"].(map[string]any)["items"] = trait.Schema()
+	})
+	patchSchema = web.MustSchema("patch", patchSchemaJSON)
 )
 
 // HandlerOptions configures the allocation group API.
@@ -81,18 +84,7 @@ func NewHandler(pool *pgxpool.Pool, opts HandlerOptions) *Handler {
 // /v1/allocation_groups/{ident} under v1, from microversion 1.52 (as
 // allocations: 404 for GET, 405 otherwise below it).
 func (h *Handler) Register(v1 *echo.Group) {
-	gate := func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			if !web.RequestVersion(c).AtLeast(1, 52) {
-				status := http.StatusMethodNotAllowed
-				if c.Request().Method == http.MethodGet {
-					status = http.StatusNotFound
-				}
-				return web.Errorf(status, "The API version does not allow allocation groups")
-			}
-			return next(c)
-		}
-	}
+	gate := web.GateResource(52, "allocation groups")
 	v1.POST("/allocation_groups", gate(h.create))
 	v1.GET("/allocation_groups", gate(h.list))
 	v1.GET("/allocation_groups/:ident", gate(h.get))
@@ -159,9 +151,6 @@ func (h *Handler) create(c echo.Context) error {
 	}
 	traits := []string{}
 	for _, t := range req.Traits {
-		if !trait.Valid(t) {
-			return web.BadRequest("Schema error for allocation_group: '%s' is not a valid trait: use a standard trait or one matching ^CUSTOM_[A-Z0-9_]+$", t)
-		}
 		if !slices.Contains(traits, t) {
 			traits = append(traits, t)
 		}

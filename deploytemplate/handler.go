@@ -52,27 +52,18 @@ var (
 	// templateSchema is Ironic's TEMPLATE_SCHEMA: the name a trait
 	// (TRAITS_SCHEMA), one step at least; description is accepted and, as
 	// in Ironic 21.4, not stored.
-	templateSchema = func() *web.Schema {
-		std := make([]any, 0, len(trait.Standard()))
-		for _, t := range trait.Standard() {
-			std = append(std, t)
-		}
-		return mustSchema("template", map[string]any{
-			"type": "object",
-			"properties": map[string]any{
-				"description": map[string]any{"type": []any{"string", "null"}, "maxLength": 255},
-				"extra":       map[string]any{"type": []any{"object", "null"}},
-				"name": map[string]any{"type": "string", "minLength": 1, "maxLength": trait.MaxLength, "anyOf": []any{
-					map[string]any{"pattern": "^" + trait.CustomPrefix + "[A-Z0-9_]+$"},
-					map[string]any{"enum": std},
-				}},
-				"steps": map[string]any{"type": "array", "items": stepSchema(), "minItems": 1},
-				"uuid":  map[string]any{"type": []any{"string", "null"}},
-			},
-			"required":             []any{"steps", "name"},
-			"additionalProperties": false,
-		})
-	}()
+	templateSchema = mustSchema("template", map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"description": map[string]any{"type": []any{"string", "null"}, "maxLength": 255},
+			"extra":       map[string]any{"type": []any{"object", "null"}},
+			"name":        trait.Schema(),
+			"steps":       map[string]any{"type": "array", "items": stepSchema(), "minItems": 1},
+			"uuid":        map[string]any{"type": []any{"string", "null"}},
+		},
+		"required":             []any{"steps", "name"},
+		"additionalProperties": false,
+	})
 	oneStepSchema = mustSchema("step", stepSchema())
 )
 
@@ -108,18 +99,7 @@ func (h *Handler) Register(v1 *echo.Group) {
 }
 
 // gate hides the resource below 1.55 as Ironic's _route does.
-func gate(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if !web.RequestVersion(c).AtLeast(1, 55) {
-			status := http.StatusMethodNotAllowed
-			if c.Request().Method == http.MethodGet {
-				status = http.StatusNotFound
-			}
-			return web.Errorf(status, "The API version does not allow deploy templates")
-		}
-		return next(c)
-	}
-}
+var gate = web.GateResource(55, "deploy templates")
 
 // httpErr maps the store's errors and node's argument errors to Ironic's
 // answers about the template ident (or name).

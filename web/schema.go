@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	neturl "net/url"
 	"strconv"
@@ -32,6 +33,21 @@ func MustSchema(name string, src []byte) *Schema {
 		panic(fmt.Sprintf("schema %s: %v", name, err))
 	}
 	return &Schema{name: name, sch: schs[url]}
+}
+
+// MustSchemaWith is MustSchema with edit applied to the decoded document
+// first (to put in parts built in Go, such as trait.Schema()).
+func MustSchemaWith(name string, src []byte, edit func(doc map[string]any)) *Schema {
+	var doc map[string]any
+	if err := json.Unmarshal(src, &doc); err != nil {
+		panic(fmt.Sprintf("schema %s: %v", name, err))
+	}
+	edit(doc)
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		panic(fmt.Sprintf("schema %s: %v", name, err))
+	}
+	return MustSchema(name, raw)
 }
 
 // CompileSchemas compiles JSON Schema documents (decoded, keyed by the
