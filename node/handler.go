@@ -69,6 +69,7 @@ func NewHandler(store *Store, remover AllocationRemover, opts HandlerOptions) *H
 //
 //	GET    /nodes/{ident}/validate         each interface's validation (also /nodes/validate?node=)
 //	GET    /chassis/{uuid}/nodes[/detail]  the nodes of a chassis
+//	GET    /shards                         shards and their node counts (1.82)
 //
 // and the routes of hardware interfaces (driverRoutes: states/raid,
 // states/console, states/boot_mode, states/secure_boot, management/...,
@@ -94,6 +95,8 @@ func (h *Handler) Register(v1 *echo.Group) {
 	v1.DELETE("/nodes/:ident/traits/:trait", h.guard(h.deleteTrait, "baremetal:node:traits:delete"))
 	v1.GET("/nodes/validate", h.validateNode)
 	v1.GET("/nodes/:ident/validate", h.validateNode)
+	v1.GET("/shards", shardsGate(h.shards))
+	v1.GET("/shards/:name", shardsGate(h.shard))
 	v1.GET("/chassis/:ident/nodes", h.chassisList(false))
 	v1.GET("/chassis/:ident/nodes/detail", h.chassisList(true))
 	h.registerDriverRoutes(v1)

@@ -249,3 +249,17 @@ func TestHistory(t *testing.T) {
 	require.Equal(t, "Inspection was aborted by request.", last["event"])
 	require.Equal(t, "introspection", last["event_type"])
 }
+
+// TestShards checks GET /v1/shards (1.82): shards by node count, largest
+// first, nodes in none under "None", as Ironic lists them.
+func TestShards(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.createNode(map[string]any{"shard": "s1"})
+	e.createNode(map[string]any{"shard": "s1"})
+	e.createNode(map[string]any{})
+	require.JSONEq(t, `{"shards":[{"name":"s1","count":2},{"name":"None","count":1}]}`,
+		string(e.must(http.StatusOK, http.MethodGet, "/v1/shards", "1.82", nil).raw))
+	require.Equal(t, "The API version does not allow shards", e.must(http.StatusNotFound, http.MethodGet, "/v1/shards", "1.81", nil).fault(t))
+	e.must(http.StatusNotFound, http.MethodGet, "/v1/shards/s1", "1.82", nil)
+}

@@ -271,3 +271,11 @@ SELECT id, uuid, conductor, event, event_type, severity, user_id, created_at
 SELECT id, uuid, conductor, event, event_type, severity, user_id, created_at
   FROM node_history
  WHERE node_id = @node_id AND uuid = @uuid;
+
+-- name: ShardCounts :many
+-- Each shard (NULL: nodes in none) with its node count, largest first:
+-- Ironic's get_shard_list.
+SELECT shard, count(*)::bigint AS nodes
+  FROM nodes
+ GROUP BY shard
+ ORDER BY count(*) DESC, shard NULLS FIRST;

@@ -1009,6 +1009,40 @@ func (q *Queries) SetPortgroupVIF(ctx context.Context, arg SetPortgroupVIFParams
 	return err
 }
 
+const shardCounts = `-- name: ShardCounts :many
+SELECT shard, count(*)::bigint AS nodes
+  FROM nodes
+ GROUP BY shard
+ ORDER BY count(*) DESC, shard NULLS FIRST
+`
+
+type ShardCountsRow struct {
+	Shard *string
+	Nodes int64
+}
+
+// Each shard (NULL: nodes in none) with its node count, largest first:
+// Ironic's get_shard_list.
+func (q *Queries) ShardCounts(ctx context.Context) ([]ShardCountsRow, error) {
+	rows, err := q.db.Query(ctx, shardCounts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ShardCountsRow
+	for rows.Next() {
+		var i ShardCountsRow
+		if err := rows.Scan(&i.Shard, &i.Nodes); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const touchNode = `-- name: TouchNode :exec
 UPDATE nodes SET updated_at = now() WHERE id = $1
 `

@@ -176,7 +176,7 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 		return web.Errorf(http.StatusRequestEntityTooLarge, "Request is too large.")
 	}))
 	e.Use(auth.Middleware(authn, web.IronicPublicRoute, web.IronicAuthFailure))
-	resources := []string{"chassis", "nodes", "ports", "portgroups", "drivers", "conductors", "allocations", "deploy_templates"}
+	resources := []string{"chassis", "nodes", "ports", "portgroups", "drivers", "conductors", "allocations", "deploy_templates", "shards"}
 	web.RegisterIronicRoot(e, cfg.API.PublicEndpoint, resources)
 	v1 := e.Group("/v1", web.IronicVersion())
 	nodes := node.NewStore(pool)

@@ -163,6 +163,8 @@ func TestRouteRoleTable(t *testing.T) {
 		{"PATCH", "/v1/deploy_templates/{template}", `[{"op":"add","path":"/extra/x","value":"y"}]`, [6]int{ok, forbidden, forbidden, forbidden, forbidden, unauth}},
 		{"DELETE", "/v1/deploy_templates/{template}", "", [6]int{none, forbidden, forbidden, forbidden, forbidden, unauth}},
 		{"GET", "/v1/drivers", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+		{"GET", "/v1/shards", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+		{"GET", "/v1/shards/s1", "", [6]int{notFound, notFound, notFound, notFound, notFound, unauth}},
 		{"GET", "/v1/drivers/fake-hardware", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
 		{"GET", "/v1/drivers/fake-hardware/properties", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
 		{"GET", "/v1/drivers/fake-hardware/raid/logical_disk_properties", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
@@ -327,6 +329,8 @@ func routePattern(path string) string {
 			return "/v1/drivers/:name/vendor_passthru/:method"
 		}
 		return path
+	case path == "/v1/shards/s1":
+		return "/v1/shards/:name"
 	case strings.HasPrefix(path, "/v1/nodes/:ident/vifs/"):
 		return "/v1/nodes/:ident/vifs/:vif"
 	case strings.HasPrefix(path, "/v1/conductors/"):
