@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metalloc/metalloc/devstack"
+	"github.com/metalloc/metalloc/driver"
 )
 
 // fuzzRequest is one request the HTTP fuzzer sent and what came back.
@@ -330,11 +331,6 @@ func TestHTTPFuzz(t *testing.T) {
 			"METALLOC_PLACEMENT_AUTH_STRATEGY=http_basic", "METALLOC_PLACEMENT_HTTP_BASIC_AUTH_USER_FILE=" + users,
 		},
 	})
-	// No conductor: allocations stay as the API wrote them.
-	for _, c := range stack.Conductors {
-		require.NoError(t, c.Signal(syscall.SIGTERM))
-		require.NoError(t, c.Wait(30*time.Second))
-	}
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, stack.DatabaseURL())
 	require.NoError(t, err)
@@ -359,6 +355,16 @@ func TestHTTPFuzz(t *testing.T) {
 		return v.UUID
 	}
 	f := &fuzzer{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), api: stack.APIURL, pl: stack.PlacementURL}
+	// No conductor process: allocations stay as the API wrote them. A
+	// conductors row that stays alive for the run serves the drivers, so
+	// that nodes can be created (the API requires a live conductor).
+	for _, c := range stack.Conductors {
+		require.NoError(t, c.Signal(syscall.SIGTERM))
+		require.NoError(t, c.Wait(30*time.Second))
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO conductors (hostname, drivers, heartbeat_at)
+		VALUES ('fuzz-drivers', $1, now() + interval '1 day')`, driver.Names())
+	require.NoError(t, err)
 	for i := range 8 {
 		st, raw := send("POST", stack.APIURL+"/v1/nodes", fmt.Sprintf(`{"driver":"fake-hardware","name":"fixture-%d","resource_class":"fuzz","extra":{"a":"b"}}`, i))
 		require.Equal(t, 201, st, "%s", raw)

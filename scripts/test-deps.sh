@@ -9,7 +9,8 @@
 # systemd-analyze (configs/systemd_test.go), headless Chromium (the operator
 # page's browser test, e2e TestOperatorPage) and promtool from the
 # prometheus package (the alert rules and dashboard queries, e2e
-# TestDashboardMetrics).
+# TestDashboardMetrics), and tempest, oslotest and pytest (the runner of
+# python-ironicclient's functional tests, e2e TestIronicclientFunctional).
 # Does nothing when they are present; needs root (or sudo) otherwise.
 set -euo pipefail
 pkgs=()
@@ -20,6 +21,9 @@ command -v openstack >/dev/null || pkgs+=(python3-openstackclient)
 /usr/bin/python3 -c 'import ironicclient' 2>/dev/null || pkgs+=(python3-ironicclient)
 /usr/bin/python3 -c 'import osc_placement' 2>/dev/null || pkgs+=(python3-osc-placement)
 /usr/bin/python3 -c 'import gabbi' 2>/dev/null || pkgs+=(python3-gabbi)
+/usr/bin/python3 -c 'import tempest' 2>/dev/null || pkgs+=(python3-tempest)
+/usr/bin/python3 -c 'import oslotest' 2>/dev/null || pkgs+=(python3-oslotest)
+/usr/bin/python3 -c 'import pytest' 2>/dev/null || pkgs+=(python3-pytest)
 command -v systemd-analyze >/dev/null || pkgs+=(systemd)
 command -v chromium >/dev/null || pkgs+=(chromium)
 command -v promtool >/dev/null || pkgs+=(prometheus)
