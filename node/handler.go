@@ -2,6 +2,7 @@ package node
 
 import (
 	"io"
+	"net/http"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -97,6 +98,7 @@ func (h *Handler) Register(v1 *echo.Group) {
 	v1.GET("/nodes/:ident/validate", h.validateNode)
 	v1.GET("/shards", shardsGate(h.shards))
 	v1.GET("/shards/:name", shardsGate(h.shard))
+	v1.Match([]string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}, "/shards", shardsGate(web.ReadOnly))
 	v1.GET("/chassis/:ident/nodes", h.chassisList(false))
 	v1.GET("/chassis/:ident/nodes/detail", h.chassisList(true))
 	h.registerDriverRoutes(v1)

@@ -262,4 +262,5 @@ func TestShards(t *testing.T) {
 		string(e.must(http.StatusOK, http.MethodGet, "/v1/shards", "1.82", nil).raw))
 	require.Equal(t, "The API version does not allow shards", e.must(http.StatusNotFound, http.MethodGet, "/v1/shards", "1.81", nil).fault(t))
 	e.must(http.StatusNotFound, http.MethodGet, "/v1/shards/s1", "1.82", nil)
+	e.must(http.StatusMethodNotAllowed, http.MethodPost, "/v1/shards", "1.82", `{}`)
 }

@@ -106,6 +106,13 @@ func RequestVersion(c echo.Context) Version {
 	return IronicMinVersion
 }
 
+// ReadOnly answers a method other than GET on a read-only Ironic resource
+// (conductors, shards): 405 with Allow: GET, in Ironic's error body.
+func ReadOnly(c echo.Context) error {
+	c.Response().Header().Set("Allow", http.MethodGet)
+	return Errorf(http.StatusMethodNotAllowed, "The method is not allowed for the requested URL.")
+}
+
 // GateResource hides a resource below microversion 1.minor as Ironic's
 // controllers do in their _route: 404 for GET, 405 for other methods, "The
 // API version does not allow <what>".

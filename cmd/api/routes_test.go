@@ -237,6 +237,9 @@ func TestRouteRoleTable(t *testing.T) {
 	for _, m := range []string{"POST", "PATCH", "DELETE"} {
 		table = append(table, route{m, "/v1/topology", "", [6]int{405, 405, 405, 405, 405, unauth}})
 	}
+	for _, m := range []string{"POST", "PUT", "PATCH", "DELETE"} {
+		table = append(table, route{m, "/v1/shards", "", [6]int{405, 405, 405, 405, 405, unauth}})
+	}
 
 	// Every registered route has a row.
 	covered := map[string]bool{}
