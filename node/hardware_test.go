@@ -3,7 +3,9 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -263,4 +265,39 @@ func TestShards(t *testing.T) {
 	require.Equal(t, "The API version does not allow shards", e.must(http.StatusNotFound, http.MethodGet, "/v1/shards", "1.81", nil).fault(t))
 	e.must(http.StatusNotFound, http.MethodGet, "/v1/shards/s1", "1.82", nil)
 	e.must(http.StatusMethodNotAllowed, http.MethodPost, "/v1/shards", "1.82", `{}`)
+}
+
+// TestVIFAttachRace attaches 12 VIFs at once to a flat node with 4 ports:
+// exactly 4 are attached, each to its own port, and the others are refused
+// (the node's row lock serializes the choice of a free port).
+func TestVIFAttachRace(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	id := e.createNode(map[string]any{"network_interface": "flat"})["uuid"].(string)
+	for i := range 4 {
+		addPort(t, e, id, fmt.Sprintf("52:54:00:00:02:%02x", i), nil)
+	}
+	var wg sync.WaitGroup
+	statuses := make([]int, 12)
+	for i := range statuses {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses[i] = e.do(http.MethodPost, "/v1/nodes/"+id+"/vifs", "1.82", map[string]any{"id": fmt.Sprintf("vif-%d", i)}).status
+		}()
+	}
+	wg.Wait()
+	attached := 0
+	for _, st := range statuses {
+		require.Contains(t, []int{http.StatusNoContent, http.StatusBadRequest}, st)
+		if st == http.StatusNoContent {
+			attached++
+		}
+	}
+	require.Equal(t, 4, attached)
+	var ports, distinct int
+	require.NoError(t, e.pool.QueryRow(t.Context(), `SELECT count(*), count(DISTINCT internal_info->>'tenant_vif_port_id')
+		FROM ports p JOIN nodes n ON n.id = p.node_id WHERE n.uuid = $1 AND internal_info ? 'tenant_vif_port_id'`, id).Scan(&ports, &distinct))
+	require.Equal(t, 4, ports)
+	require.Equal(t, 4, distinct)
 }
