@@ -35,10 +35,18 @@ const Base = "http://metalloc.test:6385"
 // (closed when t ends).
 func NewIronic(t testing.TB, register ...func(v1 *echo.Group)) *Ironic {
 	t.Helper()
+	return NewIronicWith(t, nil, register...)
+}
+
+// NewIronicWith is NewIronic with middleware mw run before the routes (a
+// test's authentication, say).
+func NewIronicWith(t testing.TB, mw []echo.MiddlewareFunc, register ...func(v1 *echo.Group)) *Ironic {
+	t.Helper()
 	e := echo.New()
 	e.HideBanner = true
 	e.HTTPErrorHandler = web.IronicErrorHandler
 	e.Use(web.RequestID(zap.NewNop()))
+	e.Use(mw...)
 	v1 := e.Group("/v1", web.IronicVersion())
 	for _, r := range register {
 		r(v1)
@@ -75,6 +83,12 @@ func (r Response) Fault(t testing.TB) string {
 // (nil, a string sent as is, or a value encoded as JSON).
 func (s *Ironic) Do(method, path, version string, body any) Response {
 	s.t.Helper()
+	return s.DoWith(method, path, version, nil, body)
+}
+
+// DoWith is Do with extra request headers.
+func (s *Ironic) DoWith(method, path, version string, header http.Header, body any) Response {
+	s.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -92,6 +106,9 @@ func (s *Ironic) Do(method, path, version string, body any) Response {
 	}
 	if version != "" {
 		req.Header.Set(web.IronicVersionHeader, version)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
 	}
 	resp, err := s.srv.Client().Do(req)
 	require.NoError(s.t, err)
