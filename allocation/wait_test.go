@@ -101,7 +101,7 @@ func TestPreferWaitAnswersOnChange(t *testing.T) {
 	w.node("n1", "gold")
 	w.create("a1", "gold")
 	go func() {
-		dbtest.WaitFor(t, 3*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
+		dbtest.WaitFor(t, 30*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
 		w.activate("a1")
 	}()
 	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=3"}, "")
@@ -147,7 +147,7 @@ func TestPreferWaitDeletedIs404(t *testing.T) {
 	w.create("a1", "gold")
 	deleted := make(chan int, 1)
 	go func() {
-		dbtest.WaitFor(t, 3*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
+		dbtest.WaitFor(t, 30*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
 		resp, _ := w.request("DELETE", "/v1/allocations/a1", nil, "")
 		deleted <- resp.StatusCode
 	}()
@@ -164,7 +164,7 @@ func TestPreferWaitOnCreate(t *testing.T) {
 	w := setupWait(t)
 	w.node("n1", "gold")
 	go func() {
-		dbtest.WaitFor(t, 3*time.Second, "the row", func() bool {
+		dbtest.WaitFor(t, 30*time.Second, "the row", func() bool {
 			return dbtest.Count(t, w.pool, `SELECT count(*) FROM allocations WHERE name = 'a1'`) == 1
 		})
 		w.activate("a1")
@@ -277,7 +277,7 @@ func TestEventStreamManySubscribers(t *testing.T) {
 	for i := range streams {
 		streams[i] = openStream(t, w.srv.URL+"/v1/allocations/events", nil)
 	}
-	dbtest.WaitFor(t, 5*time.Second, "subscribers", func() bool { return w.hub.Streams() == subs })
+	dbtest.WaitFor(t, 30*time.Second, "subscribers", func() bool { return w.hub.Streams() == subs })
 	for i := range allocs {
 		// One transaction per event batch the hub may see: many batches.
 		_, err := w.pool.Exec(context.Background(),
@@ -329,7 +329,7 @@ func TestHubShutdownEndsWaitsAndStreams(t *testing.T) {
 	w.create("a1", "gold")
 	s := openStream(t, w.srv.URL+"/v1/allocations/events", nil)
 	go func() {
-		dbtest.WaitFor(t, 3*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
+		dbtest.WaitFor(t, 30*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
 		w.hub.Shutdown()
 	}()
 	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=3"}, "")
@@ -353,7 +353,7 @@ func TestHubIdleWithoutStreams(t *testing.T) {
 	seen := first.Next(t, 1)
 	require.Equal(t, []string{"created a0 allocating"}, summary(seen))
 	first.Close()
-	dbtest.WaitFor(t, 3*time.Second, "the stream to close", func() bool { return w.hub.Streams() == 0 })
+	dbtest.WaitFor(t, 30*time.Second, "the stream to close", func() bool { return w.hub.Streams() == 0 })
 
 	// A waiter on an allocating row: the creation of other rows and a
 	// change that keeps it allocating do not wake it.
@@ -371,7 +371,7 @@ func TestHubIdleWithoutStreams(t *testing.T) {
 	w.activate("a1")
 	select {
 	case <-h.C:
-	case <-time.After(3 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("the waiter was not woken when its allocation became active")
 	}
 	// Nobody streamed: nothing was numbered since the stream closed.

@@ -125,7 +125,10 @@ func Open(ctx context.Context, url string, opt PoolOptions) (*pgxpool.Pool, erro
 	if err != nil {
 		return nil, fmt.Errorf("connecting to database: %w", err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// The first connection is bounded by ConnectTimeout and these 10 s,
+	// not by AcquireTimeout: a slow start (a loaded host, TLS, a remote
+	// server) must not fail Open when every later acquire would succeed.
+	pctx, cancel := context.WithTimeout(context.WithValue(ctx, unboundedAcquireKey{}, true), 10*time.Second)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
