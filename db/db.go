@@ -301,13 +301,24 @@ func hasCode(err error, code, constraint string) bool {
 
 // DataException reports whether err is a PostgreSQL data exception (SQLSTATE
 // class 22: invalid byte sequence, NUL in text, value out of range, invalid
-// text representation) and returns PostgreSQL's message for it.
+// text representation) and returns PostgreSQL's message for it (for logs:
+// clients get DataExceptionCode's meaning in the API's words).
 func DataException(err error) (string, bool) {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
 		return pgErr.Message, true
 	}
 	return "", false
+}
+
+// DataExceptionCode is the SQLSTATE of a data exception err carries
+// ("22021", ...), "" when it carries none.
+func DataExceptionCode(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // IsUnavailable reports whether err means the database could not be reached
