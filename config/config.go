@@ -247,6 +247,7 @@ func defaults(v *viper.Viper) {
 		v.SetDefault(api+".read_timeout", "60s")
 		v.SetDefault(api+".write_timeout", "120s")
 		v.SetDefault(api+".idle_timeout", "120s")
+		v.SetDefault(api+".trusted_proxies", []string{})
 		v.SetDefault(api+".auth_strategy", auth.StrategyNoAuth)
 		v.SetDefault(api+".http_basic_auth_user_file", "")
 		v.SetDefault(api+".allow_insecure_noauth", false)

@@ -134,6 +134,12 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	e.HTTPErrorHandler = web.IronicErrorHandler
 	e.JSONSerializer = web.JSONSerializer{}
 	e.Pre(middleware.RemoveTrailingSlash()) // Ironic accepts /v1/nodes/ as /v1/nodes
+	// Forwarding headers only from api.trusted_proxies.
+	trusted, err := web.ParseTrustedProxies("api.trusted_proxies", cfg.API.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
+	web.TrustProxies(e, trusted)
 
 	// Prometheus metrics at GET /metrics on the API's own listener.
 	reg := cli.NewRegistry(pool)

@@ -65,6 +65,12 @@ func run(cmd *cobra.Command, _ []string) error {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = web.PlacementErrorHandler
 	e.JSONSerializer = web.JSONSerializer{}
+	// Forwarding headers only from placement.trusted_proxies.
+	trusted, err := web.ParseTrustedProxies("placement.trusted_proxies", cfg.Placement.TrustedProxies)
+	if err != nil {
+		return err
+	}
+	web.TrustProxies(e, trusted)
 	// Prometheus metrics at GET /metrics (no authentication, as
 	// metalloc-api's): Go runtime, process, the database pool, HTTP
 	// requests, inventories left over capacity.
