@@ -110,18 +110,18 @@ func peerTrusted(r *http.Request, trusted []netip.Prefix) bool {
 // forwardedProto is the proto= of the first element of RFC 7239 Forwarded
 // headers (the client side), "" if none.
 func forwardedProto(values []string) string {
-	for _, v := range values {
-		first, _, _ := strings.Cut(v, ",")
-		for _, pair := range strings.Split(first, ";") {
-			k, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
-			if ok && strings.EqualFold(k, "proto") {
-				val = strings.ToLower(strings.Trim(val, `"`))
-				if val == "http" || val == "https" {
-					return val
-				}
+	if len(values) == 0 {
+		return ""
+	}
+	first, _, _ := strings.Cut(values[0], ",")
+	for _, pair := range strings.Split(first, ";") {
+		k, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if ok && strings.EqualFold(k, "proto") {
+			val = strings.ToLower(strings.Trim(val, `"`))
+			if val == "http" || val == "https" {
+				return val
 			}
 		}
-		return ""
 	}
 	return ""
 }
