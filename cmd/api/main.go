@@ -178,6 +178,15 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	e.Use(web.BodyLimit(cfg.API.MaxRequestBodySize, func() error {
 		return web.Errorf(http.StatusRequestEntityTooLarge, "Request is too large.")
 	}))
+	// No page of another site may change anything (before authentication:
+	// a browser's remembered http_basic credentials do not count there).
+	e.Use(web.CrossSite(web.CrossSiteOptions{
+		RequireJSON: true, PublicEndpoint: cfg.API.PublicEndpoint,
+		Forbidden: func(msg string) error { return web.Errorf(http.StatusForbidden, "%s", msg) },
+		Unsupported: func(mt string) error {
+			return web.Errorf(http.StatusUnsupportedMediaType, "The media type %s is not supported, use application/json", mt)
+		},
+	}))
 	e.Use(auth.Middleware(authn, web.IronicPublicRoute, web.IronicAuthFailure))
 	resources := []string{"nodes", "ports", "portgroups", "conductors", "allocations"}
 	web.RegisterIronicRoot(e, cfg.API.PublicEndpoint, resources)

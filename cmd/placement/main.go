@@ -87,6 +87,11 @@ func run(cmd *cobra.Command, _ []string) error {
 	e.Use(web.BodyLimit(cfg.Placement.MaxRequestBodySize, func() error {
 		return web.PlacementErr(http.StatusRequestEntityTooLarge, "", "Request is too large.")
 	}))
+	// No page of another site may change anything (Placement's handlers
+	// already refuse bodies that are not JSON, with 415).
+	e.Use(web.CrossSite(web.CrossSiteOptions{
+		Forbidden: func(msg string) error { return web.PlacementErr(http.StatusForbidden, "", "%s", msg) },
+	}))
 	placement.NewHandler(pool, placement.Options{
 		RandomizeAllocationCandidates: cfg.Placement.RandomizeAllocationCandidates,
 		Authenticator:                 authn,
