@@ -140,9 +140,11 @@ func dataProblem(code string) string {
 	return "a value cannot be stored."
 }
 
-// IronicErrorHandler is an echo.HTTPErrorHandler writing Ironic's error body.
+// IronicErrorHandler is an echo.HTTPErrorHandler writing Ironic's error
+// body; a request whose client left gets StatusClientClosedRequest and no
+// body.
 func IronicErrorHandler(err error, c echo.Context) {
-	if c.Response().Committed {
+	if c.Response().Committed || answerClientGone(c, err) {
 		return
 	}
 	status, msg := ClassifyError(err, Logger(c))
