@@ -386,3 +386,27 @@ func TestHubIdleWithoutStreams(t *testing.T) {
 	require.Equal(t, []string{"created a1 allocating", "created a2 allocating", "updated a1 active", "created a3 allocating"},
 		summary(resumed.Next(t, 4)))
 }
+
+// TestEventsPrunedByCount: the event table is pruned as soon as it grows
+// PruneMargin events past MaxEvents, not only every PruneInterval (it
+// reached 146 % of its cap between once-a-minute prunes).
+func TestEventsPrunedByCount(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const maxEvents, margin = 40, 10
+	hub := NewHub(f.pool, HubOptions{Log: zaptest.NewLogger(t), MaxEvents: maxEvents, PruneMargin: margin,
+		PruneInterval: time.Hour}) // the periodic prune never comes in this test
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); hub.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	// Listening before the events start.
+	dbtest.WaitFor(t, 30*time.Second, "the hub to listen", func() bool {
+		return dbtest.Count(t, f.pool, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND datname = current_database()`) > 0
+	})
+	for range 200 {
+		dbtest.Allocation(t, f.pool, dbtest.AllocationSpec{})
+	}
+	events := func() int { return dbtest.Count(t, f.pool, `SELECT count(*) FROM allocation_events`) }
+	dbtest.WaitFor(t, 30*time.Second, "the events pruned down to the cap", func() bool { return events() <= maxEvents+margin })
+}

@@ -136,6 +136,10 @@ type Conductor struct {
 	LockedNodeWait    time.Duration `mapstructure:"locked_node_wait"`
 	// TakeoverSchedule is a robfig/cron spec ("@every 60s") or "off".
 	TakeoverSchedule string `mapstructure:"takeover_schedule"`
+	// OfflineRetention is how long a dead conductor's row stays in the
+	// conductors table after its last heartbeat (default 168h; negative:
+	// forever); see conductor.Pruner.
+	OfflineRetention time.Duration `mapstructure:"offline_retention"`
 	// AllocationBackend is "database" (default: reserve nodes straight in
 	// PostgreSQL) or "placement" (claim through the Placement API with
 	// Selection objects and alternates; see PlacementBackend).
@@ -284,6 +288,7 @@ func defaults(v *viper.Viper) {
 	v.SetDefault("conductor.shutdown_grace", "30s")
 	v.SetDefault("conductor.locked_node_wait", "2s")
 	v.SetDefault("conductor.takeover_schedule", "@every 60s")
+	v.SetDefault("conductor.offline_retention", "168h")
 	v.SetDefault("conductor.metrics_listen", "127.0.0.1:9464")
 	v.SetDefault("conductor.allocation_backend", "database")
 	v.SetDefault("placement_backend.endpoint", "http://127.0.0.1:8778")
