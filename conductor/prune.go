@@ -32,11 +32,11 @@ type PrunerConfig struct {
 
 // Pruner deletes the rows of conductors that have been gone for long (the
 // conductors table otherwise keeps one row per hostname ever used: 47
-// after a chaos run). A row goes when its conductor is dead (see
-// Liveness in doc.go), its last heartbeat is older than Retention, it owns
-// no allocating allocation or group (those wait for takeover), and no
-// database session of it is open (a paused process keeps its sessions and
-// may resume). A conductor that starts again later registers anew
+// after a chaos run). A row goes when its conductor's last heartbeat is
+// older than Retention (at least the heartbeat timeout: it is dead, see
+// Liveness in doc.go), it owns no allocating allocation or group (those
+// wait for takeover), and no database session of it is open (a paused
+// process keeps its sessions and may resume). A conductor that starts again later registers anew
 // (Register). Every metalloc-conductor runs one; concurrent prunes are
 // harmless (PruneConductors).
 type Pruner struct {
@@ -67,10 +67,9 @@ func (p *Pruner) Prune(ctx context.Context) ([]string, error) {
 	if p.cfg.Retention < 0 {
 		return nil, nil
 	}
-	gone, err := p.q.PruneConductors(ctx, PruneConductorsParams{
-		AliveSeconds:     p.cfg.HeartbeatTimeout.Seconds(),
-		RetentionSeconds: max(p.cfg.Retention, p.cfg.HeartbeatTimeout).Seconds(),
-	})
+	// A retention of at least the heartbeat timeout makes every conductor
+	// it selects dead, whatever else the liveness rule looks at.
+	gone, err := p.q.PruneConductors(ctx, max(p.cfg.Retention, p.cfg.HeartbeatTimeout).Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("pruning offline conductors: %w", err)
 	}

@@ -239,14 +239,14 @@ SELECT pg_stat_get_dead_tuples('allocations'::regclass)::bigint AS dead;
 VACUUM (SKIP_LOCKED) allocations;
 
 -- name: PruneConductors :many
--- Deletes the conductors that have been dead (metalloc_conductor_alive
--- with @alive_seconds) for longer than @retention_seconds by their last
--- heartbeat, own no allocating allocation or group, and have no session
--- open (application_name "metalloc-conductor <hostname>": a paused process
--- keeps its sessions, and could come back); returns their hostnames.
+-- Deletes the conductors whose last heartbeat is older than
+-- @retention_seconds (at least the heartbeat timeout, so they are dead
+-- whatever the liveness rule), that own no allocating allocation or group,
+-- and have no session open (application_name "metalloc-conductor
+-- <hostname>": a paused process keeps its sessions, and could come back);
+-- returns their hostnames.
 DELETE FROM conductors c
- WHERE NOT metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8)
-   AND c.heartbeat_at < now() - make_interval(secs => @retention_seconds::float8)
+ WHERE c.heartbeat_at < now() - make_interval(secs => @retention_seconds::float8)
    AND NOT EXISTS (SELECT 1 FROM allocations a
                     WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
    AND NOT EXISTS (SELECT 1 FROM allocation_groups g

@@ -566,8 +566,7 @@ func (q *Queries) PlacementProviderUUIDs(ctx context.Context) ([]uuid.UUID, erro
 
 const pruneConductors = `-- name: PruneConductors :many
 DELETE FROM conductors c
- WHERE NOT metalloc_conductor_alive(c.online, c.heartbeat_at, $1::float8)
-   AND c.heartbeat_at < now() - make_interval(secs => $2::float8)
+ WHERE c.heartbeat_at < now() - make_interval(secs => $1::float8)
    AND NOT EXISTS (SELECT 1 FROM allocations a
                     WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
    AND NOT EXISTS (SELECT 1 FROM allocation_groups g
@@ -577,18 +576,14 @@ DELETE FROM conductors c
 RETURNING c.hostname
 `
 
-type PruneConductorsParams struct {
-	AliveSeconds     float64
-	RetentionSeconds float64
-}
-
-// Deletes the conductors that have been dead (metalloc_conductor_alive
-// with @alive_seconds) for longer than @retention_seconds by their last
-// heartbeat, own no allocating allocation or group, and have no session
-// open (application_name "metalloc-conductor <hostname>": a paused process
-// keeps its sessions, and could come back); returns their hostnames.
-func (q *Queries) PruneConductors(ctx context.Context, arg PruneConductorsParams) ([]string, error) {
-	rows, err := q.db.Query(ctx, pruneConductors, arg.AliveSeconds, arg.RetentionSeconds)
+// Deletes the conductors whose last heartbeat is older than
+// @retention_seconds (at least the heartbeat timeout, so they are dead
+// whatever the liveness rule), that own no allocating allocation or group,
+// and have no session open (application_name "metalloc-conductor
+// <hostname>": a paused process keeps its sessions, and could come back);
+// returns their hostnames.
+func (q *Queries) PruneConductors(ctx context.Context, retentionSeconds float64) ([]string, error) {
+	rows, err := q.db.Query(ctx, pruneConductors, retentionSeconds)
 	if err != nil {
 		return nil, err
 	}
