@@ -169,3 +169,12 @@ func allocationOf(r CreateAllocationRow) Allocation {
 		Owner: r.Owner, ConductorAffinity: r.ConductorAffinity, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 		GroupID: r.GroupID}
 }
+
+// createdRowOf is allocationOf's inverse: a row read back by uuid as the
+// CreateAllocation row it was inserted as.
+func createdRowOf(a Allocation) CreateAllocationRow {
+	return CreateAllocationRow{ID: a.ID, Uuid: a.Uuid, Name: a.Name, NodeID: a.NodeID, State: string(a.State),
+		LastError: a.LastError, ResourceClass: a.ResourceClass, CandidateNodes: a.CandidateNodes, Extra: a.Extra,
+		Owner: a.Owner, ConductorAffinity: a.ConductorAffinity, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt,
+		GroupID: a.GroupID}
+}

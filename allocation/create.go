@@ -148,12 +148,14 @@ func (h *Handler) create(c echo.Context) error {
 		h.unboundRequest(c)
 		h.applied(c, wait)
 		if v, err = h.await(c, v, v.Uuid.String(), w, wait); err != nil {
-			if errors.Is(err, errGone) {
-				// Deleted while we waited: the 201 stands, with the
-				// allocation as it was created.
-				return c.JSON(http.StatusCreated, View{Allocation: allocationOf(row), Traits: params.Traits}.Doc(h.base(c), ver))
+			if !errors.Is(err, errGone) && web.ClientGone(c) {
+				return err
 			}
-			return err
+			// Deleted while we waited, or its state could not be read (the
+			// database went away): the row is committed, so the 201 stands,
+			// with the allocation as it was created (a 503 would make the
+			// client retry and hold two nodes).
+			return c.JSON(http.StatusCreated, View{Allocation: allocationOf(row), Traits: params.Traits}.Doc(h.base(c), ver))
 		}
 	}
 	return c.JSON(http.StatusCreated, v.Doc(h.base(c), ver))

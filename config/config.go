@@ -137,6 +137,10 @@ type Conductor struct {
 	LockedNodeWait    time.Duration `mapstructure:"locked_node_wait"`
 	// TakeoverSchedule is a robfig/cron spec ("@every 60s") or "off".
 	TakeoverSchedule string `mapstructure:"takeover_schedule"`
+	// OfflineRetention is how long a dead conductor's row stays in the
+	// conductors table after its last heartbeat (default 168h; negative:
+	// forever); see conductor.Pruner.
+	OfflineRetention time.Duration `mapstructure:"offline_retention"`
 	// AllocationBackend is "database" (default: reserve nodes straight in
 	// PostgreSQL) or "placement" (claim through the Placement API with
 	// Selection objects and alternates; see PlacementBackend).

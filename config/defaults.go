@@ -43,6 +43,9 @@ const (
 	// counts as dead (its rows may be taken over) once it is older than
 	// DefaultHeartbeatTimeout (conductor/doc.go).
 	DefaultHeartbeatInterval = 10 * time.Second
+	// DefaultConductorOfflineRetention keeps a dead conductor's row a week
+	// (conductor.offline_retention).
+	DefaultConductorOfflineRetention = 7 * 24 * time.Hour
 	DefaultHeartbeatTimeout  = 60 * time.Second
 
 	DefaultConductorWorkers           = 16

@@ -39,7 +39,7 @@ func AddFlags(fs *pflag.FlagSet, keep func(*Key) bool) {
 			fs.Int64(k.Name, def.Int(), usage)
 		case t.Kind() == reflect.Float64:
 			fs.Float64(k.Name, def.Float(), usage)
-		default: // maps: "K=V,K=V" or YAML flow syntax
+		default: // maps: "K=V,K=V" or YAML flow syntax; lists: "A,B"
 			fs.String(k.Name, "", usage)
 		}
 	}

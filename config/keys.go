@@ -86,7 +86,7 @@ func (k *Key) IsMap() bool { return k.typ.Kind() == reflect.Map }
 func (k *Key) ReadBy(b Binary) bool { return slices.Contains(k.Readers, b) }
 
 // Type names the key's type as the documentation does: string, bool, int,
-// float, duration, "float (optional)" or "map of float".
+// float, duration, "float (optional)", "map of float" or "list of string".
 func (k *Key) Type() string {
 	t := k.typ
 	optional := ""
@@ -99,6 +99,8 @@ func (k *Key) Type() string {
 	switch t.Kind() {
 	case reflect.Map:
 		return "map of " + kindName(t.Elem().Kind())
+	case reflect.Slice:
+		return "list of " + kindName(t.Elem().Kind())
 	default:
 		return kindName(t.Kind()) + optional
 	}

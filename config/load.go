@@ -353,14 +353,14 @@ func sortedKeys(m map[string]any) []string {
 // decodeInto converts raw (from viper: a YAML value, an environment or
 // flag string, a default) into field, weakly typed as viper does: "30s" and
 // "true" from the environment, durations as Go durations, maps from YAML or
-// from "K=V,K=V".
+// from "K=V,K=V", lists from YAML or from "A,B".
 func decodeInto(raw any, field reflect.Value) error {
 	target := field
 	if field.Kind() == reflect.Pointer {
 		target = reflect.New(field.Type().Elem()).Elem()
 	}
 	d, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
-		DecodeHook:       mapstructure.ComposeDecodeHookFunc(durationHook, mapHook),
+		DecodeHook:       mapstructure.ComposeDecodeHookFunc(durationHook, mapHook, mapstructure.StringToSliceHookFunc(",")),
 		WeaklyTypedInput: true,
 		Result:           target.Addr().Interface(),
 	})

@@ -255,3 +255,16 @@ SELECT n.uuid, coalesce(n.name, '')::text AS name, n.provision_state,
    AND (sqlc.narg(project)::text IS NULL OR n.owner = sqlc.narg(project) OR n.lessee = sqlc.narg(project))
  ORDER BY n.id
  LIMIT @max_rows;
+
+-- name: NodeLockHolder :one
+-- Who holds node @uuid or @name's row lock, for Ironic's NodeLocked
+-- message: the application_name (else the address) of the session whose
+-- transaction locked it (the row's xmax); no row when nobody holds it (or
+-- a shared lock does).
+SELECT n.uuid,
+       coalesce(nullif(a.application_name, ''), host(a.client_addr), '')::text AS holder
+  FROM nodes n
+  JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.granted AND l.transactionid = n.xmax
+  JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+ WHERE n.uuid = sqlc.narg(uuid) OR n.name = sqlc.narg(name)
+ LIMIT 1;

@@ -949,6 +949,37 @@ func (q *Queries) NodeIDsByUUID(ctx context.Context, uuids []uuid.UUID) ([]NodeI
 	return items, nil
 }
 
+const nodeLockHolder = `-- name: NodeLockHolder :one
+SELECT n.uuid,
+       coalesce(nullif(a.application_name, ''), host(a.client_addr), '')::text AS holder
+  FROM nodes n
+  JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.granted AND l.transactionid = n.xmax
+  JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+ WHERE n.uuid = $1 OR n.name = $2
+ LIMIT 1
+`
+
+type NodeLockHolderParams struct {
+	Uuid *uuid.UUID
+	Name *string
+}
+
+type NodeLockHolderRow struct {
+	Uuid   uuid.UUID
+	Holder string
+}
+
+// Who holds node @uuid or @name's row lock, for Ironic's NodeLocked
+// message: the application_name (else the address) of the session whose
+// transaction locked it (the row's xmax); no row when nobody holds it (or
+// a shared lock does).
+func (q *Queries) NodeLockHolder(ctx context.Context, arg NodeLockHolderParams) (NodeLockHolderRow, error) {
+	row := q.db.QueryRow(ctx, nodeLockHolder, arg.Uuid, arg.Name)
+	var i NodeLockHolderRow
+	err := row.Scan(&i.Uuid, &i.Holder)
+	return i, err
+}
+
 const touchNode = `-- name: TouchNode :exec
 UPDATE nodes SET updated_at = now() WHERE id = $1
 `

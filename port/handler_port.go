@@ -378,7 +378,7 @@ func patchPort(c echo.Context, tx Tx, v web.Version, cur Port, n NodeRef, ops []
 		"is_smartnic": cur.IsSmartNIC, "extra": orEmpty(cur.Extra), "internal_info": orEmpty(cur.InternalInfo),
 		"created_at": web.Timestamp(&cur.CreatedAt), "updated_at": web.Timestamp(cur.UpdatedAt),
 	}
-	patched, err := node.ApplyPatch(doc, ops)
+	patched, err := node.ApplyPatch(c.Request().Context(), doc, ops)
 	if err != nil {
 		return Port{}, apiError(err, nil)
 	}

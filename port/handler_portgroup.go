@@ -262,7 +262,7 @@ func patchPortgroup(c echo.Context, tx Tx, v web.Version, cur Portgroup, n NodeR
 		"internal_info": orEmpty(cur.InternalInfo), "created_at": web.Timestamp(&cur.CreatedAt),
 		"updated_at": web.Timestamp(cur.UpdatedAt),
 	}
-	patched, err := node.ApplyPatch(doc, ops)
+	patched, err := node.ApplyPatch(c.Request().Context(), doc, ops)
 	if err != nil {
 		return Portgroup{}, apiError(err, nil)
 	}

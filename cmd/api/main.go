@@ -123,6 +123,12 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	e.HTTPErrorHandler = web.IronicErrorHandler
 	e.JSONSerializer = web.JSONSerializer{}
 	e.Pre(middleware.RemoveTrailingSlash()) // Ironic accepts /v1/nodes/ as /v1/nodes
+	// Forwarding headers only from api.trusted_proxies.
+	trusted, err := web.ParseTrustedProxies("api.trusted_proxies", cfg.API.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
+	web.TrustProxies(e, trusted)
 
 	// Prometheus metrics at GET /metrics on the API's own listener.
 	reg := cli.NewRegistry(pool)
@@ -160,6 +166,15 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	e.GET("/metrics", web.MetricsHandler(reg))
 	e.Use(web.BodyLimit(cfg.API.MaxRequestBodySize, func() error {
 		return web.Errorf(http.StatusRequestEntityTooLarge, "Request is too large.")
+	}))
+	// No page of another site may change anything (before authentication:
+	// a browser's remembered http_basic credentials do not count there).
+	e.Use(web.CrossSite(web.CrossSiteOptions{
+		RequireJSON: true, PublicEndpoint: cfg.API.PublicEndpoint,
+		Forbidden: func(msg string) error { return web.Errorf(http.StatusForbidden, "%s", msg) },
+		Unsupported: func(mt string) error {
+			return web.Errorf(http.StatusUnsupportedMediaType, "The media type %s is not supported, use application/json", mt)
+		},
 	}))
 	e.Use(auth.Middleware(authn, web.IronicPublicRoute, web.IronicAuthFailure))
 	resources := []string{"nodes", "ports", "portgroups", "conductors", "allocations"}

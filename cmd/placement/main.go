@@ -54,6 +54,12 @@ func run(cmd *cobra.Command, _ []string) error {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = web.PlacementErrorHandler
 	e.JSONSerializer = web.JSONSerializer{}
+	// Forwarding headers only from placement.trusted_proxies.
+	trusted, err := web.ParseTrustedProxies("placement.trusted_proxies", cfg.Placement.TrustedProxies)
+	if err != nil {
+		return err
+	}
+	web.TrustProxies(e, trusted)
 	// Prometheus metrics at GET /metrics (no authentication, as
 	// metalloc-api's): Go runtime, process, the database pool, HTTP
 	// requests, inventories left over capacity.
@@ -73,6 +79,11 @@ func run(cmd *cobra.Command, _ []string) error {
 	if n := cfg.Placement.MaxAllocationCandidates; n == 0 || n < -1 {
 		return fmt.Errorf("placement.max_allocation_candidates is %d: give -1 (no bound) or a positive number", n)
 	}
+	// No page of another site may change anything (Placement's handlers
+	// already refuse bodies that are not JSON, with 415).
+	e.Use(web.CrossSite(web.CrossSiteOptions{
+		Forbidden: func(msg string) error { return web.PlacementErr(http.StatusForbidden, "", "%s", msg) },
+	}))
 	placement.NewHandler(pool, placement.Options{
 		RandomizeAllocationCandidates: cfg.Placement.RandomizeAllocationCandidates,
 		MaxAllocationCandidates:       cfg.Placement.MaxAllocationCandidates,
