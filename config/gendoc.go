@@ -33,6 +33,12 @@ func FormatValue(k *Key, v any) string {
 			parts = append(parts, name+": "+formatFloat(x[name]))
 		}
 		return "{" + strings.Join(parts, ", ") + "}"
+	case []string:
+		parts := make([]string, len(x))
+		for i, item := range x {
+			parts[i] = yamlString(item)
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
 	}
 	return fmt.Sprint(rv.Interface())
 }

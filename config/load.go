@@ -360,7 +360,7 @@ func decodeInto(raw any, field reflect.Value) error {
 		target = reflect.New(field.Type().Elem()).Elem()
 	}
 	d, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
-		DecodeHook:       mapstructure.ComposeDecodeHookFunc(durationHook, mapHook, mapstructure.StringToSliceHookFunc(",")),
+		DecodeHook:       mapstructure.ComposeDecodeHookFunc(durationHook, mapHook, listHook),
 		WeaklyTypedInput: true,
 		Result:           target.Addr().Interface(),
 	})
@@ -472,4 +472,29 @@ func (c Config) check() Problems {
 	}
 	sort.Strings(p)
 	return p
+}
+
+// listHook reads a list key given as a string (environment, flag, the
+// sample's formatted default): YAML flow syntax ("[a, b]") or "a,b"; empty
+// items are dropped, so "" is the empty list.
+func listHook(from, to reflect.Type, data any) (any, error) {
+	s, ok := data.(string)
+	if !ok || to.Kind() != reflect.Slice {
+		return data, nil
+	}
+	s = strings.TrimSpace(s)
+	if strings.HasPrefix(s, "[") {
+		var out []string
+		if err := yaml.Unmarshal([]byte(s), &out); err != nil {
+			return nil, fmt.Errorf("%q is not a YAML list: %w", s, err)
+		}
+		return out, nil
+	}
+	out := []string{}
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out, nil
 }
