@@ -13,7 +13,7 @@ LDFLAGS := -X $(BI).version=$(VERSION) -X $(BI).commit=$(COMMIT) -X $(BI).date=$
 # there, else 240 generated nodes (NODES=sample); NODES=FILE for your own.
 NODES   ?= $(or $(wildcard ../shared/data/dc1-nodes.yaml),sample)
 
-.PHONY: build run test generate lint bench fuzz
+.PHONY: build run test generate lint bench fuzz deb
 
 # The four binaries in bin/, with a progress line while the packages compile
 # (scripts/build.sh; a fresh clone compiles about 400 packages).
@@ -32,6 +32,11 @@ test: build
 	scripts/test-deps.sh
 	$(BIN)/metalloc-manage dev exec -- $(GO) test -race -count=1 -timeout 30m ./...
 	scripts/fuzz.sh $(FUZZTIME)
+
+# The Debian package metalloc_<version>_amd64.deb (scripts/deb.sh, nfpm;
+# README "Running a cluster").
+deb:
+	scripts/deb.sh
 
 # Every Go native fuzz target for FUZZTIME each (make test: 5s; try 10m).
 FUZZTIME ?= 5s
