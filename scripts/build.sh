@@ -15,22 +15,29 @@ total=$($GO list -deps $(printf './cmd/%s ' $CMDS) | wc -l)
 tty=false
 [ -t 1 ] && tty=true
 # go build -v names each package as it compiles it (cached ones not at all).
-status=0
 {
   for c in $CMDS; do
     $GO build -v -ldflags "${LDFLAGS:-}" -o "$BIN/metalloc-$c" "./cmd/$c" 2>&1 || { echo "@@failed"; exit 0; }
     echo "@@built $BIN/metalloc-$c"
   done
-} | tee "$log" | awk -v total="$total" -v tty="$tty" -v start="$start" '
-  function clear() { if (tty == "true" && shown) { printf "\r%-110s\r", ""; shown = 0 } }
-  /^@@built / { clear(); printf "built %s (%ds)\n", $2, systime() - start; fflush(); next }
-  /^@@failed/ { clear(); next }
-  /^#|:[0-9]+:/ { next }   # compiler messages: printed below
-  { n++
-    line = sprintf("compiling Go packages: %d of at most %d (%ds) %s", n, total, systime() - start, $0)
-    if (tty == "true") { printf "\r%-110.110s", line; shown = 1; fflush() }
-    else if (n % 50 == 0) { print line; fflush() }
-  }'
+} | tee "$log" | {
+  n=0
+  shown=false
+  clear() { if $shown; then printf '\r%-110s\r' ''; shown=false; fi; }
+  while IFS= read -r line; do
+    case "$line" in
+    @@built\ *) clear; echo "built ${line#@@built } ($(( $(date +%s) - start ))s)" ;;
+    @@failed) clear ;;
+    \#* | *:[0-9]*:*) ;;   # compiler messages: printed below
+    *)
+      n=$((n + 1))
+      msg="compiling Go packages: $n of at most $total ($(( $(date +%s) - start ))s) $line"
+      if $tty; then printf '\r%-110.110s' "$msg"; shown=true
+      elif [ $((n % 50)) -eq 0 ]; then echo "$msg"; fi ;;
+    esac
+  done
+  clear
+}
 if grep -q '^@@failed' "$log"; then
   grep -v -e '^@@' -e '^[a-zA-Z0-9_./-]*$' "$log" >&2 || true
   echo "make build: go build failed" >&2
