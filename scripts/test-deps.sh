@@ -11,7 +11,8 @@
 # systemd-analyze (configs/systemd_test.go), headless Chromium (the operator
 # page's browser test, e2e TestOperatorPage) and promtool from the
 # prometheus package (the alert rules and dashboard queries, e2e
-# TestDashboardMetrics).
+# TestDashboardMetrics), and lintian (scripts/deb-check.sh checks the
+# Debian package with it).
 # Does nothing when they are present; needs root (or sudo) otherwise.
 set -euo pipefail
 pkgs=()
@@ -27,6 +28,7 @@ command -v openstack >/dev/null || pkgs+=(python3-openstackclient)
 command -v systemd-analyze >/dev/null || pkgs+=(systemd)
 command -v chromium >/dev/null || pkgs+=(chromium)
 command -v promtool >/dev/null || pkgs+=(prometheus)
+command -v lintian >/dev/null || pkgs+=(lintian)
 [ ${#pkgs[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
