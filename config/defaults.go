@@ -46,7 +46,7 @@ const (
 	// DefaultConductorOfflineRetention keeps a dead conductor's row a week
 	// (conductor.offline_retention).
 	DefaultConductorOfflineRetention = 7 * 24 * time.Hour
-	DefaultHeartbeatTimeout  = 60 * time.Second
+	DefaultHeartbeatTimeout          = 60 * time.Second
 
 	DefaultConductorWorkers           = 16
 	DefaultConductorClaimBatch        = 8

@@ -71,7 +71,9 @@ const envPrefix = "METALLOC_"
 // Anything else starting with METALLOC_ must be a key's variable
 // (TestEveryMetallocVariableIsKnown checks the repository).
 var otherEnv = []string{"METALLOC_API_USERNAME", "METALLOC_API_PASSWORD", "METALLOC_ARTIFACTS",
-	"METALLOC_PLACEMENT_CONFORMANCE_DIR"}
+	"METALLOC_PLACEMENT_CONFORMANCE_DIR",
+	"METALLOC_DEB_VERSION", // the package version scripts/deb.sh gives nfpm
+}
 
 // otherEnvPrefixes are prefixes of further non-configuration variables
 // (tests, benchmarks, fuzzing).
