@@ -87,7 +87,7 @@ func drain(t *testing.T, a *Database, me int64) {
 			return
 		}
 		for _, c := range claimed {
-			_, err := a.Process(ctx, me, c)
+			_, err := settle(ctx, a, me, c)
 			require.NoError(t, err)
 		}
 	}
@@ -195,7 +195,7 @@ func TestProcessIsGuardedByConductorAffinity(t *testing.T) {
 		`UPDATE allocations SET conductor_affinity = $1 WHERE id = $2 AND conductor_affinity = $3`, other, row.ID, me)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
-	out, err := a.Process(context.Background(), me, claimed[0])
+	out, err := settle(context.Background(), a, me, claimed[0])
 	require.NoError(t, err)
 	require.Equal(t, Lost, out)
 	v := f.get(row.ID)
@@ -241,7 +241,7 @@ func TestClaimReserveBatch(t *testing.T) {
 	}
 	for _, c := range rest {
 		require.Equal(t, allocation.StateAllocating, f.get(c.ID).State)
-		out, err := a.Process(ctx, me, c)
+		out, err := settle(ctx, a, me, c)
 		require.NoError(t, err)
 		require.Equal(t, Failed, out)
 		require.Contains(t, *f.get(c.ID).LastError, "no node fits")

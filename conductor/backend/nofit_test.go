@@ -100,7 +100,7 @@ func TestReserveNoFitIronicSentences(t *testing.T) {
 		row := noFitAllocation(t, f, tc, nodes)
 		claimed := claim(t, a, me, 1)
 		require.Len(t, claimed, 1, tc.name)
-		out, err := a.Process(context.Background(), me, claimed[0])
+		out, err := settle(context.Background(), a, me, claimed[0])
 		require.NoError(t, err, tc.name)
 		require.Equal(t, Failed, out, tc.name)
 		v := f.get(row.ID)
@@ -119,7 +119,7 @@ func TestPlacementNoFitIronicSentences(t *testing.T) {
 	for _, tc := range noFitCases() {
 		row := noFitAllocation(t, f.fixture, tc, nodes)
 		ids = append(ids, row.ID)
-		out, err := a.Process(context.Background(), me, f.claim(row.ID, me))
+		out, err := settle(context.Background(), a, me, f.claim(row.ID, me))
 		require.NoError(t, err, tc.name)
 		require.Equal(t, Failed, out, tc.name)
 		v := f.get(row.ID)
