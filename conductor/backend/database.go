@@ -239,21 +239,18 @@ func noFit(c Claimed, s FitStatsRow) (reason, detail string) {
 	return reason, "no node fits: " + describe(c, s)
 }
 
-// describe says how many nodes each filter left, in order.
+// describe says how many nodes each filter left, in order. With an owner
+// only its nodes (owned by or leased to it) are counted, from the first
+// count on: the owner's members read last_error, and other projects'
+// nodes are none of their business.
 func describe(c Claimed, s FitStatsRow) string {
-	parts := []string{
-		fmt.Sprintf("%d of resource class %s", s.WithClass, c.ResourceClass),
-		fmt.Sprintf("%d available", s.Available),
+	class := fmt.Sprintf("%d of resource class %s", s.WithClass, c.ResourceClass)
+	if c.Owner != nil {
+		class += " owned by or leased to " + *c.Owner
 	}
-	if len(c.CandidateNodes) > 0 || c.Owner != nil {
-		var what []string
-		if len(c.CandidateNodes) > 0 {
-			what = append(what, fmt.Sprintf("among the %d candidate_nodes", len(c.CandidateNodes)))
-		}
-		if c.Owner != nil {
-			what = append(what, fmt.Sprintf("owned by or leased to %s", *c.Owner))
-		}
-		parts = append(parts, fmt.Sprintf("%d %s", s.Candidates, strings.Join(what, " and ")))
+	parts := []string{class, fmt.Sprintf("%d available", s.Available)}
+	if len(c.CandidateNodes) > 0 {
+		parts = append(parts, fmt.Sprintf("%d among the %d candidate_nodes", s.Candidates, len(c.CandidateNodes)))
 	}
 	if len(c.Traits) > 0 {
 		parts = append(parts, fmt.Sprintf("%d with traits %s", s.Fitting, strings.Join(c.Traits, ", ")))
