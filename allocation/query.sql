@@ -137,8 +137,11 @@ SELECT id FROM nodes WHERE uuid = @uuid;
 SELECT id FROM nodes WHERE name = @name;
 
 -- name: ResolveNodes :many
--- candidate_nodes: names and uuids to node uuids.
-SELECT uuid, name FROM nodes WHERE uuid = ANY(@uuids::uuid[]) OR name = ANY(@names::text[]);
+-- candidate_nodes: names and uuids to node uuids, among the nodes owned by
+-- or leased to @project (every node when NULL).
+SELECT uuid, name FROM nodes
+ WHERE (uuid = ANY(@uuids::uuid[]) OR name = ANY(@names::text[]))
+   AND metalloc_node_in_scope(uuid, owner, lessee, NULL, sqlc.narg(project)::text);
 
 -- name: NodeTenancy :one
 -- A node's owner and lessee, for the access rules of

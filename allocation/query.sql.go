@@ -728,12 +728,15 @@ func (q *Queries) PruneEvents(ctx context.Context, arg PruneEventsParams) (int64
 }
 
 const resolveNodes = `-- name: ResolveNodes :many
-SELECT uuid, name FROM nodes WHERE uuid = ANY($1::uuid[]) OR name = ANY($2::text[])
+SELECT uuid, name FROM nodes
+ WHERE (uuid = ANY($1::uuid[]) OR name = ANY($2::text[]))
+   AND metalloc_node_in_scope(uuid, owner, lessee, NULL, $3::text)
 `
 
 type ResolveNodesParams struct {
-	Uuids []uuid.UUID
-	Names []string
+	Uuids   []uuid.UUID
+	Names   []string
+	Project *string
 }
 
 type ResolveNodesRow struct {
@@ -741,9 +744,10 @@ type ResolveNodesRow struct {
 	Name *string
 }
 
-// candidate_nodes: names and uuids to node uuids.
+// candidate_nodes: names and uuids to node uuids, among the nodes owned by
+// or leased to @project (every node when NULL).
 func (q *Queries) ResolveNodes(ctx context.Context, arg ResolveNodesParams) ([]ResolveNodesRow, error) {
-	rows, err := q.db.Query(ctx, resolveNodes, arg.Uuids, arg.Names)
+	rows, err := q.db.Query(ctx, resolveNodes, arg.Uuids, arg.Names, arg.Project)
 	if err != nil {
 		return nil, err
 	}

@@ -171,7 +171,7 @@ func (h *Handler) create(c echo.Context) error {
 		}
 	}
 	if len(req.CandidateNodes) > 0 {
-		if p.CandidateNodes, err = h.allocs.ResolveCandidates(ctx, req.CandidateNodes); err != nil {
+		if p.CandidateNodes, err = h.allocs.ResolveCandidates(ctx, req.CandidateNodes, h.policy.CandidateScope(c)); err != nil {
 			return err
 		}
 	}
