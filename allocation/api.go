@@ -343,7 +343,7 @@ func (h *Handler) patch(c echo.Context) error {
 	ctx := c.Request().Context()
 	ver := web.RequestVersion(c)
 	// Ironic's order: the patch document, the version, the identifier.
-	body, err := ReadBody(c, patchSchema)
+	body, err := ReadPatchBody(c)
 	if err != nil {
 		return err
 	}
