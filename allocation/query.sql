@@ -54,15 +54,6 @@ WITH i AS (
 )
 SELECT * FROM a;
 
--- name: GetAllocation :one
-SELECT sqlc.embed(a), n.uuid AS node_uuid,
-       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits,
-       g.uuid AS allocation_group_uuid
-  FROM allocations a LEFT JOIN nodes n ON n.id = a.node_id
-  LEFT JOIN allocation_groups g ON g.id = a.group_id
- WHERE a.id = @id;
-
 -- name: GetAllocationByUUID :one
 SELECT sqlc.embed(a), n.uuid AS node_uuid,
        (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')

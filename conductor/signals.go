@@ -29,12 +29,6 @@ type testSignals struct {
 	released chan int64
 }
 
-// newTestSignals returns signals with room for n events of each kind.
-func newTestSignals(n int) *testSignals {
-	return &testSignals{heartbeat: make(chan struct{}, n), takeover: make(chan int, n), claimed: make(chan int, n),
-		reserving: make(chan uuid.UUID, n), waiting: make(chan uuid.UUID, n), released: make(chan int64, n)}
-}
-
 // send delivers v on ch unless ch is full; nothing when s is nil.
 func send[T any](s *testSignals, ch func(*testSignals) chan T, v T) {
 	if s == nil {

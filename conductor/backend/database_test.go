@@ -56,8 +56,11 @@ func (f *fixture) allocation(name *string, rc string, traits ...string) allocati
 	return row
 }
 
+// get reads allocation id as the API shows it.
 func (f *fixture) get(id int64) allocation.View {
-	v, err := allocation.NewStore(f.pool).GetByID(context.Background(), id)
+	var u uuid.UUID
+	require.NoError(f.t, f.pool.QueryRow(context.Background(), `SELECT uuid FROM allocations WHERE id = $1`, id).Scan(&u))
+	v, err := allocation.NewStore(f.pool).Get(context.Background(), u.String())
 	require.NoError(f.t, err)
 	return v
 }
