@@ -31,13 +31,8 @@ func setup(t *testing.T) *fixture {
 	return &fixture{t: t, pool: pool, q: New(pool), aq: allocation.New(pool)}
 }
 
-func (f *fixture) conductor(name string) int64 {
-	var id int64
-	err := f.pool.QueryRow(context.Background(),
-		`INSERT INTO conductors (hostname) VALUES ($1) RETURNING id`, name).Scan(&id)
-	require.NoError(f.t, err)
-	return id
-}
+// conductor registers a live conductor named name.
+func (f *fixture) conductor(name string) int64 { return dbtest.Conductor(f.t, f.pool, name, 0, true) }
 
 // node adds an available, powered node.
 func (f *fixture) node(name, rc string, traits ...string) int64 {
