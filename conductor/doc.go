@@ -83,8 +83,9 @@
 // fits. While every fitting node is locked by others, Process answers
 // Waiting and the row waits without a worker (Service.park, worker.go): it
 // stays in flight and is queued again when its retry is due, so the rows
-// waiting for locked nodes wait together and a burst of them ends within
-// conductor.locked_node_wait of its start, however many rows it has; the
+// waiting for locked nodes wait together: each ends
+// conductor.locked_node_wait after its first attempt, however many there
+// are (BenchmarkLockedRowsTimeToError); the
 // rows of one kind of request (class, traits, owner, candidate_nodes) wait
 // for one attempt at a time (backend/wait.go: lockedKinds), the first
 // after 5 ms, doubling up to 80 ms; a row that has waited locked_node_wait
