@@ -267,6 +267,16 @@ func (h *Handler) checkFields(fields []string, ver web.Version) error {
 	return web.CheckFields(fields, validFields)
 }
 
+// requestFields is the request's `fields` (nil: every field), checked
+// as checkFields does.
+func (h *Handler) requestFields(c echo.Context, ver web.Version) ([]string, error) {
+	fields, err := web.ParseFields(c)
+	if err != nil {
+		return nil, err
+	}
+	return fields, h.checkFields(fields, ver)
+}
+
 func (h *Handler) lookup(c echo.Context, ident string) (View, error) {
 	ctx, cancel := h.readContext(c)
 	defer cancel()
@@ -279,11 +289,8 @@ func (h *Handler) lookup(c echo.Context, ident string) (View, error) {
 
 func (h *Handler) get(c echo.Context) error {
 	ver := web.RequestVersion(c)
-	fields, err := web.ParseFields(c)
+	fields, err := h.requestFields(c, ver)
 	if err != nil {
-		return err
-	}
-	if err := h.checkFields(fields, ver); err != nil {
 		return err
 	}
 	ident := c.Param("ident")
@@ -311,11 +318,8 @@ func (h *Handler) get(c echo.Context) error {
 func (h *Handler) getForNode(c echo.Context) error {
 	ctx := c.Request().Context()
 	ver := web.RequestVersion(c)
-	fields, err := web.ParseFields(c)
+	fields, err := h.requestFields(c, ver)
 	if err != nil {
-		return err
-	}
-	if err := h.checkFields(fields, ver); err != nil {
 		return err
 	}
 	ident := c.Param("ident")
@@ -343,7 +347,7 @@ func (h *Handler) patch(c echo.Context) error {
 	ctx := c.Request().Context()
 	ver := web.RequestVersion(c)
 	// Ironic's order: the patch document, the version, the identifier.
-	body, err := ReadBody(c, patchSchema)
+	body, err := ReadPatchBody(c)
 	if err != nil {
 		return err
 	}

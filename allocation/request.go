@@ -29,6 +29,14 @@ func ReadBody(c echo.Context, schema *web.Schema) ([]byte, error) {
 	return body, nil
 }
 
+// ReadPatchBody is ReadBody for a JSON patch (patch_schema.json: a list of
+// add, replace and remove operations), the body of PATCH
+// /v1/allocations/{ident} and /v1/allocation_groups/{ident}; ReadPatch
+// then checks what it touches.
+func ReadPatchBody(c echo.Context) ([]byte, error) {
+	return ReadBody(c, patchSchema)
+}
+
 // DecodeBody is ReadBody, then the body decoded into v (a 400 "Invalid
 // <what>: ..." when it does not decode).
 func DecodeBody(c echo.Context, schema *web.Schema, what string, v any) error {

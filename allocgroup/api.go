@@ -27,11 +27,8 @@ import (
 var (
 	//go:embed create_schema.json
 	createSchemaJSON []byte
-	//go:embed patch_schema.json
-	patchSchemaJSON []byte
 
 	createSchema = web.MustSchema("allocation_group", createSchemaJSON)
-	patchSchema  = web.MustSchema("patch", patchSchemaJSON)
 )
 
 // HandlerOptions configures the allocation group API.
@@ -171,7 +168,7 @@ func (h *Handler) create(c echo.Context) error {
 		}
 	}
 	if len(req.CandidateNodes) > 0 {
-		if p.CandidateNodes, err = h.allocs.ResolveCandidates(ctx, req.CandidateNodes); err != nil {
+		if p.CandidateNodes, err = h.allocs.ResolveCandidates(ctx, req.CandidateNodes, h.policy.CandidateScope(c)); err != nil {
 			return err
 		}
 	}
@@ -373,7 +370,7 @@ func (h *Handler) list(c echo.Context) error {
 // which lowers the count.
 func (h *Handler) patch(c echo.Context) error {
 	ctx := c.Request().Context()
-	body, err := allocation.ReadBody(c, patchSchema)
+	body, err := allocation.ReadPatchBody(c)
 	if err != nil {
 		return err
 	}

@@ -52,12 +52,19 @@ type Service struct {
 	// Metrics, when set before Run, records the conductor's metrics.
 	Metrics *Metrics
 
-	// inflight holds the ids of owned rows being processed or queued, so
-	// that a resume does not queue them twice.
+	// inflight holds the ids of owned rows being processed, queued or
+	// waiting for a locked node (parked), so that a resume does not queue
+	// them twice.
 	inflight sync.Map
-	// queue carries owned rows to the workers: resumed ones and rows taken
-	// over from dead conductors.
+	// queue carries owned rows to the workers: resumed ones, rows taken
+	// over from dead conductors and rows whose wait for a locked node is
+	// up (park).
 	queue chan backend.Claimed
+	// parked holds the timers of the rows waiting for a locked node, by
+	// id (park); unparked is set once the workers have stopped.
+	parkMu   sync.Mutex
+	parked   map[int64]*time.Timer
+	unparked bool
 	// groupQueue is queue for allocation groups.
 	groupQueue chan backend.ClaimedGroup
 	// needResume asks a worker to queue this conductor's owned unfinished
@@ -120,9 +127,6 @@ func newService(cfg Config, rows rowStore, be backend.Backend, groups backend.Gr
 		queue: make(chan backend.Claimed, queueSize), groupQueue: make(chan backend.ClaimedGroup, queueSize),
 	}
 }
-
-// ID is the conductor's row id (valid once Run has registered it).
-func (c *Service) ID() int64 { return c.id }
 
 // Run registers the conductor and processes allocations until ctx ends. Then
 // it stops claiming, waits up to ShutdownGrace for in-flight work, hands the

@@ -39,6 +39,10 @@ type Options struct {
 	// 127.0.0.1 on a free port).
 	Placement       bool
 	PlacementListen string
+	// PlacementOnly starts metalloc-placement alone (no API, no
+	// conductors): BinDir, DatabaseURL, PlacementListen, LogDir, Env and
+	// Log apply, the rest is ignored.
+	PlacementOnly bool
 	// AllocationBackend is the conductors' conductor.allocation_backend:
 	// "" or "database" (the default), or "placement". With "placement" the
 	// conductors get METALLOC_CONDUCTOR_ALLOCATION_BACKEND=placement,
@@ -86,8 +90,9 @@ type Stack struct {
 	conductorEnv        []string
 }
 
-// Start launches the API and the conductors and waits until the API answers.
-// On error everything started is stopped.
+// Start launches the API and the conductors (or, with
+// Options.PlacementOnly, metalloc-placement alone) and waits until they
+// answer. On error everything started is stopped.
 func Start(ctx context.Context, opts Options) (*Stack, error) {
 	if opts.DatabaseURL == "" {
 		return nil, errors.New("devstack: DatabaseURL is required")
@@ -97,6 +102,9 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
+	}
+	if opts.PlacementOnly {
+		return startPlacement(ctx, opts)
 	}
 	if opts.APIListen == "" {
 		port, err := freePort()
@@ -216,16 +224,13 @@ func (s *Stack) spawnPlacement(env []string) error {
 	return nil
 }
 
-// StartPlacement starts metalloc-placement alone (no API, no conductors),
-// as Options say (BinDir, DatabaseURL, PlacementListen, LogDir, Env, Log;
-// the rest is ignored), and waits until it answers. Stop the returned
-// Stack.
-func StartPlacement(ctx context.Context, opts Options) (*Stack, error) {
-	if opts.DatabaseURL == "" {
-		return nil, errors.New("devstack: DatabaseURL is required")
-	}
-	if err := opts.setDefaults(); err != nil {
-		return nil, err
+// startPlacement is Start with Options.PlacementOnly: metalloc-placement
+// alone, answering.
+func startPlacement(ctx context.Context, opts Options) (*Stack, error) {
+	if opts.PlacementListen != "" {
+		if err := checkFree("metalloc-placement", opts.PlacementListen); err != nil {
+			return nil, err
+		}
 	}
 	s := &Stack{opts: opts}
 	if err := s.spawnPlacement(nil); err != nil {
@@ -315,9 +320,6 @@ func (p *Process) Wait(d time.Duration) error {
 		return fmt.Errorf("%s did not exit within %s", p.Name, d)
 	}
 }
-
-// DatabaseURL is the database every process of the stack uses.
-func (s *Stack) DatabaseURL() string { return s.opts.DatabaseURL }
 
 // Stop sends SIGTERM to every process, waits up to 30s each, then kills.
 func (s *Stack) Stop(ctx context.Context) {

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/devstack"
 )
 
@@ -323,8 +324,9 @@ func TestHTTPFuzz(t *testing.T) {
 
 	users := filepath.Join(t.TempDir(), "htpasswd")
 	htpasswd(t, users, "fuzzer", "fuzz-pw")
+	dbURL := dbtest.NewURL(t)
 	stack, _ := startStackOpts(t, 1, devstack.Options{
-		Placement: true,
+		DatabaseURL: dbURL, Placement: true,
 		Env: []string{
 			"METALLOC_API_AUTH_STRATEGY=http_basic", "METALLOC_API_HTTP_BASIC_AUTH_USER_FILE=" + users,
 			"METALLOC_PLACEMENT_AUTH_STRATEGY=http_basic", "METALLOC_PLACEMENT_HTTP_BASIC_AUTH_USER_FILE=" + users,
@@ -336,7 +338,7 @@ func TestHTTPFuzz(t *testing.T) {
 		require.NoError(t, c.Wait(30*time.Second))
 	}
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, stack.DatabaseURL())
+	pool, err := pgxpool.New(ctx, dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 

@@ -69,7 +69,7 @@ func TestOSCPlacementSuite(t *testing.T) {
 	pgBin, err := embedded.EnsureBinaries(context.Background(), zaptest.NewLogger(t))
 	require.NoError(t, err)
 	dbURL := dbtest.NewURL(t)
-	stack, err := devstack.StartPlacement(context.Background(), devstack.Options{
+	stack, err := devstack.Start(context.Background(), devstack.Options{PlacementOnly: true,
 		BinDir: binDir, DatabaseURL: dbURL, LogDir: t.TempDir(), Log: zaptest.NewLogger(t),
 		Env: []string{"METALLOC_LOG_LEVEL=warn"},
 	})

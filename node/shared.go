@@ -95,8 +95,5 @@ func CheckArgs(c echo.Context, body map[string]any, allowed ...string) error {
 // not JSON).
 func ReadBody(c echo.Context) (any, error) { return readBody(c) }
 
-// DecodeJSON decodes raw into generic JSON values, refusing trailing data.
-func DecodeJSON(raw []byte) (any, error) { return decodeJSON(raw) }
-
 // NotAcceptable is Ironic's bare 406 "Request not acceptable.".
 func NotAcceptable() *Error { return notAcceptable() }

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
@@ -23,7 +22,6 @@ import (
 	"github.com/metalloc/metalloc/allocgroup"
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/auth/policy"
-	"github.com/metalloc/metalloc/buildinfo"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor/conductorapi"
 	"github.com/metalloc/metalloc/config"
@@ -72,34 +70,8 @@ func run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 
-	// systemd (Type=notify): READY=1 once the socket is bound, STOPPING=1
-	// at the stop signal, WATCHDOG=1 when the unit asks for it.
-	sd := cli.StartSystemd(ctx, log)
-	defer sd.Close()
-	// /healthz and /readyz answer before routing and authentication.
-	srv, err := web.NewServer(cfg.API.ServerConfig, web.Health(e, svc.DatabaseCheck()))
-	if err != nil {
-		return err
-	}
-	srv.Malformed = web.IronicMalformed
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve() }()
-	log.Info("metalloc-api listening", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.API.TLS()),
-		zap.String("version", buildinfo.Get().Version))
-	sd.Ready()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	hub.Shutdown() // open waits answer now, streams end
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return svc.ServeHTTP(cli.HTTP{Server: cfg.API.ServerConfig, Handler: e, Malformed: web.IronicMalformed,
+		Stopping: hub.Shutdown}) // open waits answer now, streams end
 }
 
 // accessDefaults are metalloc-api's default access rules: Ironic's, and

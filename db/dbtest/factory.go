@@ -170,11 +170,20 @@ func Conductor(t testing.TB, pool *pgxpool.Pool, hostname string, heartbeatAge t
 // WaitFor calls cond every 10 ms until it returns true, and fails the test
 // with what if that takes longer than timeout, after calling onFail (to log
 // what the test saw). It is the tests' one way to wait for something to
-// happen; a test that must show something does not happen waits for an event
-// that comes after it instead.
+// happen (WaitEvery for a costly cond); a test that must show something
+// does not happen waits for an event that comes after it instead.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool, onFail ...func()) {
 	t.Helper()
+	WaitEvery(t, timeout, 10*time.Millisecond, what, cond, onFail...)
+}
+
+// WaitEvery is WaitFor calling cond every interval: for a cond that costs
+// more than a query (many HTTP requests, a log file read).
+func WaitEvery(t testing.TB, timeout, interval time.Duration, what string, cond func() bool, onFail ...func()) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
 			for _, f := range onFail {
@@ -182,7 +191,7 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool,
 			}
 			t.Fatalf("after %s: waiting for %s", timeout, what)
 		}
-		time.Sleep(10 * time.Millisecond)
+		<-tick.C
 	}
 }
 
