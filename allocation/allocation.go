@@ -2,22 +2,26 @@ package allocation
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/metalloc/metalloc/allocation/state"
 	"github.com/metalloc/metalloc/web"
 )
+
+// State is an allocation's state: state.State, the one definition shared
+// with allocation groups, with its moves (state.Transitions).
+type State = state.State
 
 // States of an allocation (Ironic common/states.py): allocating is the initial
 // state; it moves once, to active on success or error on failure.
 const (
-	StateAllocating = "allocating"
-	StateActive     = "active"
-	StateError      = "error"
+	StateAllocating = state.Allocating
+	StateActive     = state.Active
+	StateError      = state.Error
 )
 
 // ErrNotFound is returned when no allocation matches an identifier.
@@ -148,19 +152,20 @@ func ref(ctx context.Context, q *Queries, ident string) (View, error) {
 	return v, notFound(err)
 }
 
-// GetByID returns the allocation with internal id id.
-func (s *Store) GetByID(ctx context.Context, id int64) (View, error) {
-	r, err := s.q.GetAllocation(ctx, id)
-	if err != nil {
-		return View{}, notFound(err)
-	}
-	return View{r.Allocation, r.NodeUuid, r.Traits, r.AllocationGroupUuid}, nil
+// allocationOf is the Allocation CreateAllocation inserted (sqlc types its
+// CTE's state column as text).
+func allocationOf(r CreateAllocationRow) Allocation {
+	return Allocation{ID: r.ID, Uuid: r.Uuid, Name: r.Name, NodeID: r.NodeID, State: State(r.State),
+		LastError: r.LastError, ResourceClass: r.ResourceClass, CandidateNodes: r.CandidateNodes, Extra: r.Extra,
+		Owner: r.Owner, ConductorAffinity: r.ConductorAffinity, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		GroupID: r.GroupID}
 }
 
-func jsonOrEmpty(m map[string]any) json.RawMessage {
-	if m == nil {
-		return json.RawMessage("{}")
-	}
-	b, _ := json.Marshal(m)
-	return b
+// createdRowOf is allocationOf's inverse: a row read back by uuid as the
+// CreateAllocation row it was inserted as.
+func createdRowOf(a Allocation) CreateAllocationRow {
+	return CreateAllocationRow{ID: a.ID, Uuid: a.Uuid, Name: a.Name, NodeID: a.NodeID, State: string(a.State),
+		LastError: a.LastError, ResourceClass: a.ResourceClass, CandidateNodes: a.CandidateNodes, Extra: a.Extra,
+		Owner: a.Owner, ConductorAffinity: a.ConductorAffinity, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt,
+		GroupID: a.GroupID}
 }

@@ -1,19 +1,16 @@
 package allocation
 
 import (
-	"context"
 	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
@@ -151,282 +148,6 @@ func validIdent(c echo.Context, format string) error {
 
 func (h *Handler) base(c echo.Context) string { return web.PublicURL(c, h.opts.PublicEndpoint) }
 
-// createRequest is the body of POST /v1/allocations.
-type createRequest struct {
-	UUID           *string        `json:"uuid"`
-	Name           *string        `json:"name"`
-	ResourceClass  *string        `json:"resource_class"`
-	Traits         []string       `json:"traits"`
-	CandidateNodes []string       `json:"candidate_nodes"`
-	Extra          map[string]any `json:"extra"`
-	Owner          *string        `json:"owner"`
-	Node           *string        `json:"node"`
-}
-
-func (h *Handler) create(c echo.Context) error {
-	ctx := c.Request().Context()
-	ver := web.RequestVersion(c)
-	body, err := io.ReadAll(c.Request().Body)
-	if err != nil {
-		return web.BadRequest("Could not read the request body: %v", err)
-	}
-	if _, err := createSchema.Decode(body); err != nil {
-		return err
-	}
-	var req createRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return web.BadRequest("Invalid allocation: %v", err)
-	}
-	if req.Owner != nil && !ver.AtLeast(1, 60) {
-		return web.Errorf(http.StatusNotAcceptable, "Request not acceptable.")
-	}
-	if err := h.authorizeCreate(c, &req); err != nil {
-		return err
-	}
-	if req.Name != nil && *req.Name != "" && !web.ValidLogicalName(*req.Name, ver) {
-		return web.BadRequest("Cannot create allocation with invalid name '%s'", *req.Name)
-	}
-	if req.Name != nil && *req.Name == "" {
-		req.Name = nil
-	}
-	params := CreateAllocationParams{
-		Name:   req.Name,
-		Owner:  req.Owner,
-		State:  StateAllocating,
-		Traits: dedupe(req.Traits),
-		Extra:  jsonOrEmpty(req.Extra),
-	}
-	if req.UUID != nil && *req.UUID != "" {
-		u, err := uuid.Parse(*req.UUID)
-		if err != nil {
-			return web.BadRequest("Expected UUID for uuid: %s", *req.UUID)
-		}
-		params.Uuid = u
-	}
-
-	var node *LockNodeRow
-	var row CreateAllocationRow
-	backfill := req.Node != nil && *req.Node != ""
-	wait, waiting := h.preferWait(c)
-	var w *Waiter
-	if waiting && !backfill {
-		// Watch before the row exists: its activation cannot be missed,
-		// and the wait needs no read of its own.
-		if params.Uuid == uuid.Nil {
-			params.Uuid = uuid.New()
-		}
-		w = h.opts.Hub.Watch(params.Uuid)
-		defer w.Close()
-		ctx = h.boundRequest(c)
-	}
-	create := func(q *Queries) error {
-		if backfill {
-			if !ver.AtLeast(1, 58) {
-				return web.BadRequest("Cannot set node when creating an allocation in this API version")
-			}
-			id, err := nodeID(ctx, q, *req.Node)
-			if err != nil {
-				return err
-			}
-			if err := h.checkNodeVisible(c, q, id, *req.Node); err != nil {
-				return web.BadRequest("Node %s could not be found.", *req.Node)
-			}
-			n, err := q.LockNode(ctx, id)
-			if errors.Is(err, pgx.ErrNoRows) { // deleted since it was looked up
-				return web.BadRequest("Node %s could not be found.", *req.Node)
-			} else if err != nil {
-				return fmt.Errorf("locking node: %w", err)
-			}
-			node = &n
-		}
-		if req.ResourceClass == nil || *req.ResourceClass == "" {
-			if node == nil || node.ResourceClass == nil {
-				return web.BadRequest("The resource_class field is mandatory when not backfilling")
-			}
-			req.ResourceClass = node.ResourceClass
-		}
-		params.ResourceClass = *req.ResourceClass
-		if len(req.CandidateNodes) > 0 {
-			uuids, err := resolveCandidates(ctx, q, req.CandidateNodes)
-			if err != nil {
-				return err
-			}
-			params.CandidateNodes = uuids
-		}
-		if params.Uuid == uuid.Nil {
-			if node != nil && node.InstanceUuid != nil {
-				params.Uuid = *node.InstanceUuid
-			} else {
-				params.Uuid = uuid.New()
-			}
-		}
-		if node != nil {
-			return h.backfill(c, q, node, &params, &row)
-		}
-		var err error
-		row, err = h.store.Insert(ctx, params)
-		return err
-	}
-	if backfill {
-		// The node is locked and written with the allocation: one transaction.
-		err = db.InTx(ctx, h.store.pool, func(tx pgx.Tx) error { return create(New(tx)) })
-	} else {
-		// One statement inserts the row and its traits atomically.
-		err = create(h.store.q)
-	}
-	if err != nil {
-		return err
-	}
-	v := View{Allocation: Allocation(row), Traits: params.Traits}
-	if node != nil {
-		v.NodeUUID = &node.Uuid
-	}
-	slices.Sort(v.Traits)
-	if h.opts.Created != nil {
-		h.opts.Created.Inc()
-	}
-	c.Response().Header().Set("Location", h.base(c)+"/v1/allocations/"+v.Uuid.String())
-	if waiting {
-		h.unboundRequest(c)
-		h.applied(c, wait)
-		if v, err = h.await(c, v, v.Uuid.String(), w, wait); err != nil {
-			if errors.Is(err, errGone) {
-				// Deleted while we waited: the 201 stands, with the
-				// allocation as it was created.
-				return c.JSON(http.StatusCreated, View{Allocation: Allocation(row), Traits: params.Traits}.Doc(h.base(c), ver))
-			}
-			return err
-		}
-	}
-	return c.JSON(http.StatusCreated, v.Doc(h.base(c), ver))
-}
-
-// backfill records the locked, already-deployed node as holding a new active
-// allocation (Ironic 1.58). Any mismatch is a 400 and nothing is written.
-func (h *Handler) backfill(c echo.Context, q *Queries, node *LockNodeRow, p *CreateAllocationParams, row *CreateAllocationRow) error {
-	ctx := c.Request().Context()
-	var problems []string
-	if node.ProvisionState != "active" {
-		problems = append(problems, fmt.Sprintf("Node must be in the \"active\" state, but the current state is \"%s\"", node.ProvisionState))
-	}
-	if node.ResourceClass == nil || *node.ResourceClass != p.ResourceClass {
-		problems = append(problems, fmt.Sprintf("Resource class %s does not match the requested resource class %s",
-			deref(node.ResourceClass), p.ResourceClass))
-	}
-	if len(p.Traits) > 0 {
-		have, err := q.NodeTraits(ctx, node.ID)
-		if err != nil {
-			return err
-		}
-		if !subset(p.Traits, have) {
-			problems = append(problems, fmt.Sprintf("List of traits %v does not match the requested traits %v", have, p.Traits))
-		}
-	}
-	if len(p.CandidateNodes) > 0 && !slices.Contains(p.CandidateNodes, node.Uuid) {
-		problems = append(problems, fmt.Sprintf("Candidate nodes must be empty or contain the target node, but got %v", p.CandidateNodes))
-	}
-	if len(problems) > 0 {
-		return web.BadRequest("Cannot backfill an allocation for node %s: %s", node.Uuid, strings.Join(problems, "; "))
-	}
-	if node.AllocationID != nil || (node.InstanceUuid != nil && *node.InstanceUuid != p.Uuid) {
-		inst := "another allocation"
-		if node.InstanceUuid != nil {
-			inst = node.InstanceUuid.String()
-		}
-		return web.Conflict("Node %s is associated with instance %s.", node.Uuid, inst)
-	}
-	p.State, p.NodeID = StateActive, &node.ID
-	r, err := insertAllocation(ctx, q, *p, &node.Uuid)
-	if err != nil {
-		return err
-	}
-	*row = r
-	err = q.BackfillNode(ctx, BackfillNodeParams{NodeID: node.ID, AllocationID: r.ID, InstanceUuid: r.Uuid, Traits: p.Traits})
-	if db.IsUniqueViolation(err, "nodes_instance_uuid_key") {
-		return web.Conflict("Instance %s is already associated with a node, it cannot be associated with this other node %s", r.Uuid, node.Uuid)
-	}
-	return err
-}
-
-func createError(err error, p CreateAllocationParams) error {
-	switch {
-	case err == nil:
-		return nil
-	case db.IsUniqueViolation(err, "allocations_name_key"):
-		return web.Conflict("An allocation with name %s already exists.", deref(p.Name))
-	case db.IsUniqueViolation(err, "allocations_uuid_key"):
-		return web.Conflict("An allocation with UUID %s already exists.", p.Uuid)
-	}
-	return fmt.Errorf("creating allocation: %w", err)
-}
-
-// nodeID resolves a node uuid or name to its id; unknown is Ironic's 400.
-func nodeID(ctx context.Context, q *Queries, ident string) (int64, error) {
-	var id int64
-	var err error
-	if u, ok := web.UUIDLike(ident); ok {
-		id, err = q.NodeIDByUUID(ctx, u)
-	} else {
-		id, err = q.NodeIDByName(ctx, &ident)
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, web.BadRequest("Node %s could not be found.", ident)
-	}
-	return id, err
-}
-
-// ResolveCandidates maps candidate node names and uuids to node uuids, in
-// order, without duplicates; any unknown one is a 400 naming all of them
-// (Ironic's check_node_list), as for POST /v1/allocations.
-func (s *Store) ResolveCandidates(ctx context.Context, idents []string) ([]uuid.UUID, error) {
-	return resolveCandidates(ctx, s.q, idents)
-}
-
-// resolveNodes maps candidate node names/uuids to uuids, in order; any
-// unknown ident is a 400 naming all of them (Ironic: check_node_list).
-func resolveCandidates(ctx context.Context, q *Queries, idents []string) ([]uuid.UUID, error) {
-	var uuids []uuid.UUID
-	var names []string
-	for _, id := range idents {
-		if u, ok := web.UUIDLike(id); ok {
-			uuids = append(uuids, u)
-		} else {
-			names = append(names, id)
-		}
-	}
-	rows, err := q.ResolveNodes(ctx, ResolveNodesParams{Uuids: uuids, Names: names})
-	if err != nil {
-		return nil, err
-	}
-	byIdent := map[string]uuid.UUID{}
-	for _, r := range rows {
-		byIdent[r.Uuid.String()] = r.Uuid
-		if r.Name != nil {
-			byIdent[*r.Name] = r.Uuid
-		}
-	}
-	var out []uuid.UUID
-	var missing []string
-	for _, id := range idents {
-		key := id
-		if u, ok := web.UUIDLike(id); ok {
-			key = u.String()
-		}
-		u, ok := byIdent[key]
-		if !ok {
-			missing = append(missing, id)
-			continue
-		}
-		if !slices.Contains(out, u) {
-			out = append(out, u)
-		}
-	}
-	if len(missing) > 0 {
-		return nil, web.BadRequest("Nodes cannot be found: %s", strings.Join(missing, ", "))
-	}
-	return out, nil
-}
-
 // validFields is Fields as a set, for `fields` validation.
 var validFields = func() map[string]bool {
 	m := map[string]bool{}
@@ -535,6 +256,16 @@ func (h *Handler) checkFields(fields []string, ver web.Version) error {
 	return web.CheckFields(fields, validFields)
 }
 
+// requestFields is the request's `fields` (nil: every field), checked
+// as checkFields does.
+func (h *Handler) requestFields(c echo.Context, ver web.Version) ([]string, error) {
+	fields, err := web.ParseFields(c)
+	if err != nil {
+		return nil, err
+	}
+	return fields, h.checkFields(fields, ver)
+}
+
 func (h *Handler) lookup(c echo.Context, ident string) (View, error) {
 	ctx, cancel := h.readContext(c)
 	defer cancel()
@@ -547,11 +278,8 @@ func (h *Handler) lookup(c echo.Context, ident string) (View, error) {
 
 func (h *Handler) get(c echo.Context) error {
 	ver := web.RequestVersion(c)
-	fields, err := web.ParseFields(c)
+	fields, err := h.requestFields(c, ver)
 	if err != nil {
-		return err
-	}
-	if err := h.checkFields(fields, ver); err != nil {
 		return err
 	}
 	ident := c.Param("ident")
@@ -579,11 +307,8 @@ func (h *Handler) get(c echo.Context) error {
 func (h *Handler) getForNode(c echo.Context) error {
 	ctx := c.Request().Context()
 	ver := web.RequestVersion(c)
-	fields, err := web.ParseFields(c)
+	fields, err := h.requestFields(c, ver)
 	if err != nil {
-		return err
-	}
-	if err := h.checkFields(fields, ver); err != nil {
 		return err
 	}
 	ident := c.Param("ident")
@@ -611,11 +336,8 @@ func (h *Handler) patch(c echo.Context) error {
 	ctx := c.Request().Context()
 	ver := web.RequestVersion(c)
 	// Ironic's order: the patch document, the version, the identifier.
-	body, err := io.ReadAll(c.Request().Body)
+	body, err := ReadPatchBody(c)
 	if err != nil {
-		return web.BadRequest("Could not read the request body: %v", err)
-	}
-	if _, err := patchSchema.Decode(body); err != nil {
 		return err
 	}
 	if !ver.AtLeast(1, 57) {
@@ -624,20 +346,12 @@ func (h *Handler) patch(c echo.Context) error {
 	if err := validIdent(c, "Expected a logical name or UUID but received %s."); err != nil {
 		return err
 	}
-	var ops []struct {
-		Op    string          `json:"op"`
-		Path  string          `json:"path"`
-		Value json.RawMessage `json:"value"`
-	}
-	if err := json.Unmarshal(body, &ops); err != nil {
-		return web.BadRequest("Invalid patch: %v", err)
+	ops, patch, err := ReadPatch(body, "name", "extra")
+	if err != nil {
+		return err
 	}
 	for _, op := range ops {
-		field := strings.Split(strings.TrimPrefix(op.Path, "/"), "/")[0]
-		if field != "name" && field != "extra" {
-			return web.BadRequest("Cannot patch %s. Only the following can be updated: name, extra", op.Path)
-		}
-		if field == "name" && op.Op != "remove" {
+		if strings.Split(strings.TrimPrefix(op.Path, "/"), "/")[0] == "name" && op.Op != "remove" {
 			var name *string
 			if err := json.Unmarshal(op.Value, &name); err != nil {
 				return web.BadRequest("Schema error for allocation: /name: expected string or null")
@@ -646,10 +360,6 @@ func (h *Handler) patch(c echo.Context) error {
 				return web.BadRequest("Cannot update allocation with invalid name '%s'", *name)
 			}
 		}
-	}
-	patch, err := jsonpatch.DecodePatch(body)
-	if err != nil {
-		return web.BadRequest("Invalid patch: %v", err)
 	}
 	var result View
 	err = db.InTx(ctx, h.store.pool, func(tx pgx.Tx) error {
@@ -672,22 +382,19 @@ func (h *Handler) patch(c echo.Context) error {
 		if len(v.Extra) == 0 {
 			doc["extra"] = map[string]any{}
 		}
-		raw, _ := json.Marshal(doc)
-		patched, err := patch.Apply(raw)
-		if err != nil {
-			return web.BadRequest("Patch could not be applied: %v", err)
-		}
 		var out struct {
 			Name  *string        `json:"name"`
 			Extra map[string]any `json:"extra"`
 		}
-		if err := json.Unmarshal(patched, &out); err != nil {
-			return web.BadRequest("Invalid patch result: %v", err)
+		if err := ApplyPatch(patch, doc, &out); err != nil {
+			return err
 		}
-		if out.Name != nil && *out.Name == "" {
-			out.Name = nil
+		out.Name = NoName(out.Name)
+		extra, err := ExtraJSON(out.Extra)
+		if err != nil {
+			return err
 		}
-		err = q.UpdateAllocationNameExtra(ctx, UpdateAllocationNameExtraParams{Name: out.Name, Extra: jsonOrEmpty(out.Extra), ID: v.ID})
+		err = q.UpdateAllocationNameExtra(ctx, UpdateAllocationNameExtraParams{Name: out.Name, Extra: extra, ID: v.ID})
 		if db.IsUniqueViolation(err, "allocations_name_key") {
 			return web.Conflict("An allocation with name %s already exists.", deref(out.Name))
 		} else if err != nil {

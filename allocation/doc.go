@@ -1,11 +1,11 @@
 // Package allocation implements Ironic-compatible allocations
-// (/v1/allocations, GET /v1/nodes/{ident}/allocation) on PostgreSQL, and the
-// two reservation backends a conductor drives: the database backend
-// (Allocator: ClaimReserve, the fast path, and Process, the slow path) and
-// the placement backend (PlacementAllocator). The protocol they follow (claim,
-// compare-and-set writes, takeover, lock order) is described in package
-// conductor's documentation (conductor/doc.go); the SQL functions they call
-// are in db/schema.sql.
+// (/v1/allocations, GET /v1/nodes/{ident}/allocation) on PostgreSQL: the
+// model, the store, the HTTP handlers and the event hub (Prefer: wait,
+// GET /v1/allocations/events). The conductor side (claim, reserve through
+// a backend, fail, take over) is package conductor and its reservation
+// backends conductor/backend; the protocol (claim, compare-and-set writes,
+// takeover, lock order) is described in conductor/doc.go, and the SQL
+// functions are in db/schema.sql.
 //
 // The API inserts a row in state "allocating" with no owner; a trigger
 // NOTIFYs the conductors. When nothing fits, the row goes to "error" with a

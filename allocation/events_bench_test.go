@@ -34,9 +34,10 @@ func BenchmarkAllocationEvents(b *testing.B) {
 		if _, err := pool.Exec(ctx, `UPDATE allocations SET conductor_affinity = $1 WHERE id = $2`, me, row.ID); err != nil {
 			b.Fatal(err)
 		}
-		r, err := q.Reserve(ctx, ReserveParams{AllocationID: row.ID, Me: me, ResourceClass: "gold", Traits: []string{}})
-		if err != nil || !r.Reserved {
-			b.Fatal(err, r)
+		var reserved bool
+		if err := pool.QueryRow(ctx, `SELECT reserved FROM metalloc_reserve($1, $2, 'gold', '{}', NULL, NULL, NULL)`,
+			row.ID, me).Scan(&reserved); err != nil || !reserved {
+			b.Fatal(err, reserved)
 		}
 		if err := q.Deallocate(ctx, row.ID); err != nil {
 			b.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/metalloc/metalloc/allocation/state"
 )
 
 const allocatingStats = `-- name: AllocatingStats :one
@@ -32,24 +33,6 @@ func (q *Queries) AllocatingStats(ctx context.Context) (AllocatingStatsRow, erro
 	row := q.db.QueryRow(ctx, allocatingStats)
 	var i AllocatingStatsRow
 	err := row.Scan(&i.Allocating, &i.OldestSeconds)
-	return i, err
-}
-
-const allocationOwnership = `-- name: AllocationOwnership :one
-SELECT state, conductor_affinity FROM allocations WHERE id = $1
-`
-
-type AllocationOwnershipRow struct {
-	State             string
-	ConductorAffinity *int64
-}
-
-// Who holds an allocation now (after a compare-and-set found it was no
-// longer ours).
-func (q *Queries) AllocationOwnership(ctx context.Context, id int64) (AllocationOwnershipRow, error) {
-	row := q.db.QueryRow(ctx, allocationOwnership, id)
-	var i AllocationOwnershipRow
-	err := row.Scan(&i.State, &i.ConductorAffinity)
 	return i, err
 }
 
@@ -123,170 +106,6 @@ func (q *Queries) BackfillNode(ctx context.Context, arg BackfillNodeParams) erro
 	return err
 }
 
-const claimReserve = `-- name: ClaimReserve :many
-SELECT r.out_id::bigint AS id, r.out_uuid::uuid AS uuid,
-       r.out_created_at::timestamptz AS created_at, r.out_reserved::boolean AS reserved
-  FROM metalloc_claim_reserve($1::bigint, $2::integer, $3::bigint[]) r
- ORDER BY 1
-`
-
-type ClaimReserveParams struct {
-	Me     int64
-	Batch  int32
-	Starts []int64
-}
-
-type ClaimReserveRow struct {
-	ID        int64
-	Uuid      uuid.UUID
-	CreatedAt time.Time
-	Reserved  bool
-}
-
-// The fast path (see metalloc_claim_reserve in the migrations): claim up to
-// @batch rows for @me and reserve a node for each that has one free now. Only
-// what the function returns is used: a join back to allocations here would
-// read with this statement's snapshot, older than the function's, and miss
-// rows inserted while it ran. Unreserved rows are read with ClaimedAllocating.
-func (q *Queries) ClaimReserve(ctx context.Context, arg ClaimReserveParams) ([]ClaimReserveRow, error) {
-	rows, err := q.db.Query(ctx, claimReserve, arg.Me, arg.Batch, arg.Starts)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []ClaimReserveRow
-	for rows.Next() {
-		var i ClaimReserveRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.Uuid,
-			&i.CreatedAt,
-			&i.Reserved,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const claimReservePlacement = `-- name: ClaimReservePlacement :many
-SELECT r.out_id::bigint AS id, r.out_uuid::uuid AS uuid,
-       r.out_created_at::timestamptz AS created_at, r.out_reserved::boolean AS reserved
-  FROM metalloc_claim_reserve_placement($1::bigint, $2::integer, $3::bigint[],
-                                        $4::text, $5::text) r
- ORDER BY 1
-`
-
-type ClaimReservePlacementParams struct {
-	Me           int64
-	Batch        int32
-	Starts       []int64
-	UserID       string
-	ConsumerType string
-}
-
-type ClaimReservePlacementRow struct {
-	ID        int64
-	Uuid      uuid.UUID
-	CreatedAt time.Time
-	Reserved  bool
-}
-
-// ClaimReserve for the Placement backend in mode local: the rows it
-// reserves are claimed in Placement too, in the same transaction (see
-// metalloc_claim_reserve_placement in the migrations). Same columns as
-// ClaimReserve.
-func (q *Queries) ClaimReservePlacement(ctx context.Context, arg ClaimReservePlacementParams) ([]ClaimReservePlacementRow, error) {
-	rows, err := q.db.Query(ctx, claimReservePlacement,
-		arg.Me,
-		arg.Batch,
-		arg.Starts,
-		arg.UserID,
-		arg.ConsumerType,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []ClaimReservePlacementRow
-	for rows.Next() {
-		var i ClaimReservePlacementRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.Uuid,
-			&i.CreatedAt,
-			&i.Reserved,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const claimedAllocating = `-- name: ClaimedAllocating :many
-SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
-  FROM allocations a
- WHERE a.id = ANY($1::bigint[]) AND a.state = 'allocating' AND a.conductor_affinity = $2::bigint
- ORDER BY a.id
-`
-
-type ClaimedAllocatingParams struct {
-	Ids []int64
-	Me  int64
-}
-
-type ClaimedAllocatingRow struct {
-	ID             int64
-	Uuid           uuid.UUID
-	Name           *string
-	ResourceClass  string
-	CandidateNodes []uuid.UUID
-	Owner          *string
-	CreatedAt      time.Time
-	Traits         []string
-}
-
-// The given rows, if still allocating and owned by @me (the fast path's
-// unreserved rows, read in a statement of their own).
-func (q *Queries) ClaimedAllocating(ctx context.Context, arg ClaimedAllocatingParams) ([]ClaimedAllocatingRow, error) {
-	rows, err := q.db.Query(ctx, claimedAllocating, arg.Ids, arg.Me)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []ClaimedAllocatingRow
-	for rows.Next() {
-		var i ClaimedAllocatingRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.Uuid,
-			&i.Name,
-			&i.ResourceClass,
-			&i.CandidateNodes,
-			&i.Owner,
-			&i.CreatedAt,
-			&i.Traits,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const createAllocation = `-- name: CreateAllocation :one
 WITH a AS (
     INSERT INTO allocations (uuid, name, resource_class, candidate_nodes, extra, owner, state, node_id)
@@ -310,7 +129,7 @@ type CreateAllocationParams struct {
 	CandidateNodes []uuid.UUID
 	Extra          json.RawMessage
 	Owner          *string
-	State          string
+	State          state.State
 	NodeID         *int64
 	Traits         []string
 }
@@ -626,187 +445,6 @@ func (q *Queries) EventsHead(ctx context.Context) (EventsHeadRow, error) {
 	return i, err
 }
 
-const failAllocation = `-- name: FailAllocation :execrows
-UPDATE allocations
-   SET state = 'error', last_error = $1, node_id = NULL, updated_at = now()
- WHERE id = $2 AND conductor_affinity = $3::bigint AND state = 'allocating'
-`
-
-type FailAllocationParams struct {
-	LastError *string
-	ID        int64
-	Me        int64
-}
-
-// allocating -> error with a reason, only while @me owns the row.
-func (q *Queries) FailAllocation(ctx context.Context, arg FailAllocationParams) (int64, error) {
-	result, err := q.db.Exec(ctx, failAllocation, arg.LastError, arg.ID, arg.Me)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const fitNodes = `-- name: FitNodes :many
-SELECT n.uuid FROM free_nodes n
- WHERE n.uuid = ANY($1::uuid[]) AND n.resource_class = $2::text
-   AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, $3::text)
-   AND metalloc_node_has_traits(n.traits, $4::text[])
-`
-
-type FitNodesParams struct {
-	Uuids         []uuid.UUID
-	ResourceClass string
-	Owner         *string
-	Traits        []string
-}
-
-// The Placement backend's database filter over Placement's candidates: those
-// of @uuids that could take an allocation right now (metalloc_pick's
-// predicates, without locking). Placement knows nothing of owners and
-// lessees, and its view lags behind node changes the tracker has not
-// mirrored yet.
-func (q *Queries) FitNodes(ctx context.Context, arg FitNodesParams) ([]uuid.UUID, error) {
-	rows, err := q.db.Query(ctx, fitNodes,
-		arg.Uuids,
-		arg.ResourceClass,
-		arg.Owner,
-		arg.Traits,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []uuid.UUID
-	for rows.Next() {
-		var uuid uuid.UUID
-		if err := rows.Scan(&uuid); err != nil {
-			return nil, err
-		}
-		items = append(items, uuid)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const fitStats = `-- name: FitStats :one
-WITH rc AS (
-    SELECT n.id, n.uuid, n.owner, n.lessee,
-           metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
-                              n.instance_uuid, n.allocation_id) AS free
-      FROM nodes n WHERE n.resource_class = $2::text
-), cand AS (
-    SELECT rc.id FROM rc
-     WHERE rc.free AND metalloc_node_in_scope(rc.uuid, rc.owner, rc.lessee,
-                                              $3::uuid[], $4::text)
-)
-SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
-       (SELECT count(*) FROM rc WHERE rc.free)::bigint AS available,
-       (SELECT count(*) FROM cand)::bigint AS candidates,
-       (SELECT count(*) FROM cand
-         WHERE metalloc_node_has_traits(ARRAY(SELECT t.trait FROM node_traits t WHERE t.node_id = cand.id),
-                                        $1::text[]))::bigint AS fitting
-`
-
-type FitStatsParams struct {
-	Traits        []string
-	ResourceClass string
-	Candidates    []uuid.UUID
-	Owner         *string
-}
-
-type FitStatsRow struct {
-	WithClass  int64
-	Available  int64
-	Candidates int64
-	Fitting    int64
-}
-
-// Why nothing fits: how many nodes survive each filter in turn, for
-// last_error (the same predicates as metalloc_pick, in the same order).
-func (q *Queries) FitStats(ctx context.Context, arg FitStatsParams) (FitStatsRow, error) {
-	row := q.db.QueryRow(ctx, fitStats,
-		arg.Traits,
-		arg.ResourceClass,
-		arg.Candidates,
-		arg.Owner,
-	)
-	var i FitStatsRow
-	err := row.Scan(
-		&i.WithClass,
-		&i.Available,
-		&i.Candidates,
-		&i.Fitting,
-	)
-	return i, err
-}
-
-const forgetPlacementClaim = `-- name: ForgetPlacementClaim :execrows
-DELETE FROM placement_claims
- WHERE consumer_uuid = $1
-   AND ($2::uuid IS NULL OR provider_uuid = $2::uuid)
-`
-
-type ForgetPlacementClaimParams struct {
-	ConsumerUuid uuid.UUID
-	ProviderUuid *uuid.UUID
-}
-
-// After DELETE /allocations/{consumer}: the claim is gone. With @provider_uuid
-// set, only if the log still names that provider (another conductor that
-// took the allocation over may have claimed elsewhere since).
-func (q *Queries) ForgetPlacementClaim(ctx context.Context, arg ForgetPlacementClaimParams) (int64, error) {
-	result, err := q.db.Exec(ctx, forgetPlacementClaim, arg.ConsumerUuid, arg.ProviderUuid)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const getAllocation = `-- name: GetAllocation :one
-SELECT a.id, a.uuid, a.name, a.node_id, a.state, a.last_error, a.resource_class, a.candidate_nodes, a.extra, a.owner, a.conductor_affinity, a.created_at, a.updated_at, a.group_id, n.uuid AS node_uuid,
-       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits,
-       g.uuid AS allocation_group_uuid
-  FROM allocations a LEFT JOIN nodes n ON n.id = a.node_id
-  LEFT JOIN allocation_groups g ON g.id = a.group_id
- WHERE a.id = $1
-`
-
-type GetAllocationRow struct {
-	Allocation          Allocation
-	NodeUuid            *uuid.UUID
-	Traits              []string
-	AllocationGroupUuid *uuid.UUID
-}
-
-func (q *Queries) GetAllocation(ctx context.Context, id int64) (GetAllocationRow, error) {
-	row := q.db.QueryRow(ctx, getAllocation, id)
-	var i GetAllocationRow
-	err := row.Scan(
-		&i.Allocation.ID,
-		&i.Allocation.Uuid,
-		&i.Allocation.Name,
-		&i.Allocation.NodeID,
-		&i.Allocation.State,
-		&i.Allocation.LastError,
-		&i.Allocation.ResourceClass,
-		&i.Allocation.CandidateNodes,
-		&i.Allocation.Extra,
-		&i.Allocation.Owner,
-		&i.Allocation.ConductorAffinity,
-		&i.Allocation.CreatedAt,
-		&i.Allocation.UpdatedAt,
-		&i.Allocation.GroupID,
-		&i.NodeUuid,
-		&i.Traits,
-		&i.AllocationGroupUuid,
-	)
-	return i, err
-}
-
 const getAllocationByName = `-- name: GetAllocationByName :one
 SELECT a.id, a.uuid, a.name, a.node_id, a.state, a.last_error, a.resource_class, a.candidate_nodes, a.extra, a.owner, a.conductor_affinity, a.created_at, a.updated_at, a.group_id, n.uuid AS node_uuid,
        (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
@@ -891,84 +529,6 @@ func (q *Queries) GetAllocationByUUID(ctx context.Context, argUuid uuid.UUID) (G
 	return i, err
 }
 
-const holdPickedMany = `-- name: HoldPickedMany :many
-WITH i AS (
-    SELECT unnest($1::bigint[]) AS node_id, unnest($2::bigint[]) AS allocation_id,
-           unnest($3::text[]) AS traits
-), a AS (
-    UPDATE allocations al
-       SET node_id = i.node_id, state = 'active', last_error = NULL, updated_at = now()
-      FROM i
-     WHERE al.id = i.allocation_id AND al.conductor_affinity = $4::bigint AND al.state = 'allocating'
-    RETURNING al.id, al.uuid, i.node_id, i.traits
-), h AS (
-    SELECT a.id, metalloc_hold(a.node_id, a.id, a.uuid, string_to_array(a.traits, ',')) FROM a
-)
-SELECT h.id FROM h
-`
-
-type HoldPickedManyParams struct {
-	NodeIds       []int64
-	AllocationIds []int64
-	Traits        []string
-	Me            int64
-}
-
-// The local Placement backend's batch (localRound): row k activates
-// allocation @allocation_ids[k] (still allocating and @me's) with node
-// @node_ids[k], which the batch locked (PickFirstFree), and holds the node
-// (metalloc_hold) with the traits @traits[k] (comma-separated: trait names
-// have no commas). Returns the ids of the allocations activated.
-func (q *Queries) HoldPickedMany(ctx context.Context, arg HoldPickedManyParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, holdPickedMany,
-		arg.NodeIds,
-		arg.AllocationIds,
-		arg.Traits,
-		arg.Me,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		items = append(items, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const instancesInUse = `-- name: InstancesInUse :many
-SELECT n.instance_uuid::uuid AS instance_uuid FROM nodes n WHERE n.instance_uuid = ANY($1::uuid[])
-`
-
-// Those of @uuids that are already some node's instance_uuid.
-func (q *Queries) InstancesInUse(ctx context.Context, uuids []uuid.UUID) ([]uuid.UUID, error) {
-	rows, err := q.db.Query(ctx, instancesInUse, uuids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []uuid.UUID
-	for rows.Next() {
-		var instance_uuid uuid.UUID
-		if err := rows.Scan(&instance_uuid); err != nil {
-			return nil, err
-		}
-		items = append(items, instance_uuid)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const lockAllocation = `-- name: LockAllocation :one
 SELECT id, uuid, name, node_id, state, last_error, resource_class, candidate_nodes, extra, owner, conductor_affinity, created_at, updated_at, group_id FROM allocations WHERE id = $1 FOR UPDATE
 `
@@ -1032,40 +592,6 @@ func (q *Queries) LockNode(ctx context.Context, id int64) (LockNodeRow, error) {
 	return i, err
 }
 
-const lockOwnedAllocating = `-- name: LockOwnedAllocating :many
-SELECT a.id FROM allocations a
- WHERE a.id = ANY($1::bigint[]) AND a.state = 'allocating' AND a.conductor_affinity = $2::bigint
-   FOR UPDATE OF a SKIP LOCKED
-`
-
-type LockOwnedAllocatingParams struct {
-	Ids []int64
-	Me  int64
-}
-
-// The given rows still allocating and owned by @me, locked for the local
-// Placement backend's batch (rows another transaction holds are skipped:
-// they are left to the slow path).
-func (q *Queries) LockOwnedAllocating(ctx context.Context, arg LockOwnedAllocatingParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, lockOwnedAllocating, arg.Ids, arg.Me)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		items = append(items, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const nodeHoldingInstance = `-- name: NodeHoldingInstance :one
 SELECT uuid FROM nodes WHERE instance_uuid = $1
 `
@@ -1097,22 +623,6 @@ func (q *Queries) NodeIDByUUID(ctx context.Context, argUuid uuid.UUID) (int64, e
 	var id int64
 	err := row.Scan(&id)
 	return id, err
-}
-
-const nodeIDRange = `-- name: NodeIDRange :one
-SELECT coalesce(min(id), 0)::bigint AS lo, coalesce(max(id), 0)::bigint AS hi FROM nodes
-`
-
-type NodeIDRangeRow struct {
-	Lo int64
-	Hi int64
-}
-
-func (q *Queries) NodeIDRange(ctx context.Context) (NodeIDRangeRow, error) {
-	row := q.db.QueryRow(ctx, nodeIDRange)
-	var i NodeIDRangeRow
-	err := row.Scan(&i.Lo, &i.Hi)
-	return i, err
 }
 
 const nodeTenancy = `-- name: NodeTenancy :one
@@ -1157,86 +667,6 @@ func (q *Queries) NodeTraits(ctx context.Context, nodeID int64) ([]string, error
 	return items, nil
 }
 
-const pickFirstFree = `-- name: PickFirstFree :many
-SELECT n.id AS node_id, n.uuid AS node_uuid
-  FROM unnest($1::uuid[]) WITH ORDINALITY c (uuid, ord)
-  JOIN free_nodes n ON n.uuid = c.uuid
- WHERE n.resource_class = $2::text
-   AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, $3::text)
-   AND metalloc_node_has_traits(n.traits, $4::text[])
- ORDER BY c.ord
- LIMIT 1
-   FOR UPDATE OF n SKIP LOCKED
-`
-
-type PickFirstFreeParams struct {
-	Nodes         []uuid.UUID
-	ResourceClass string
-	Owner         *string
-	Traits        []string
-}
-
-type PickFirstFreeRow struct {
-	NodeID   int64
-	NodeUuid uuid.UUID
-}
-
-// Locks the first of @nodes, in their order, that is free and fits (the
-// local Placement backend's batch: a selection's chosen node, then its
-// alternates), without waiting for nodes others hold; no row when none.
-func (q *Queries) PickFirstFree(ctx context.Context, arg PickFirstFreeParams) ([]PickFirstFreeRow, error) {
-	rows, err := q.db.Query(ctx, pickFirstFree,
-		arg.Nodes,
-		arg.ResourceClass,
-		arg.Owner,
-		arg.Traits,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []PickFirstFreeRow
-	for rows.Next() {
-		var i PickFirstFreeRow
-		if err := rows.Scan(&i.NodeID, &i.NodeUuid); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const pickNode = `-- name: PickNode :one
-SELECT p.node_id::bigint AS node_id
-  FROM metalloc_pick($1::text, $2::text[], ARRAY[$3::uuid], $4::text,
-                     NULL, 0) p
-`
-
-type PickNodeParams struct {
-	ResourceClass string
-	Traits        []string
-	Node          uuid.UUID
-	Owner         *string
-}
-
-// Locks @node for the local Placement backend's batch if it is free and fits
-// (metalloc_pick on one candidate, without waiting for a node others hold):
-// a null node_id when it does not.
-func (q *Queries) PickNode(ctx context.Context, arg PickNodeParams) (int64, error) {
-	row := q.db.QueryRow(ctx, pickNode,
-		arg.ResourceClass,
-		arg.Traits,
-		arg.Node,
-		arg.Owner,
-	)
-	var node_id int64
-	err := row.Scan(&node_id)
-	return node_id, err
-}
-
 const pruneEvents = `-- name: PruneEvents :one
 SELECT metalloc_prune_allocation_events(make_interval(secs => $1::float8), $2::bigint)::bigint AS deleted
 `
@@ -1255,94 +685,16 @@ func (q *Queries) PruneEvents(ctx context.Context, arg PruneEventsParams) (int64
 	return deleted, err
 }
 
-const recordPlacementClaim = `-- name: RecordPlacementClaim :exec
-INSERT INTO placement_claims (consumer_uuid, provider_uuid)
-VALUES ($1, $2)
-ON CONFLICT (consumer_uuid) DO UPDATE
-   SET provider_uuid = EXCLUDED.provider_uuid, created_at = now()
-`
-
-type RecordPlacementClaimParams struct {
-	ConsumerUuid uuid.UUID
-	ProviderUuid uuid.UUID
-}
-
-// The claim intent log: written before PUT /allocations/{consumer}, so that
-// the resource tracker can remove a Placement allocation a conductor left
-// behind (it died, or Placement went away before the clean-up).
-func (q *Queries) RecordPlacementClaim(ctx context.Context, arg RecordPlacementClaimParams) error {
-	_, err := q.db.Exec(ctx, recordPlacementClaim, arg.ConsumerUuid, arg.ProviderUuid)
-	return err
-}
-
-const recordPlacementClaims = `-- name: RecordPlacementClaims :exec
-INSERT INTO placement_claims (consumer_uuid, provider_uuid)
-SELECT unnest($1::uuid[]), unnest($2::uuid[])
-    ON CONFLICT (consumer_uuid) DO UPDATE
-   SET provider_uuid = EXCLUDED.provider_uuid, created_at = now()
-`
-
-type RecordPlacementClaimsParams struct {
-	ConsumerUuids []uuid.UUID
-	ProviderUuids []uuid.UUID
-}
-
-// RecordPlacementClaim for several claims in one statement.
-func (q *Queries) RecordPlacementClaims(ctx context.Context, arg RecordPlacementClaimsParams) error {
-	_, err := q.db.Exec(ctx, recordPlacementClaims, arg.ConsumerUuids, arg.ProviderUuids)
-	return err
-}
-
-const reserve = `-- name: Reserve :one
-SELECT r.node_id::bigint AS node_id, r.node_uuid::uuid AS node_uuid, r.reserved::boolean AS reserved
-  FROM metalloc_reserve($1::bigint, $2::bigint, $3::text, $4::text[],
-                        $5::uuid[], $6::text, $7::text,
-                        $8::bigint) r
-`
-
-type ReserveParams struct {
-	AllocationID  int64
-	Me            int64
-	ResourceClass string
-	Traits        []string
-	Candidates    []uuid.UUID
-	Owner         *string
-	Name          *string
-	Start         int64
-}
-
-type ReserveRow struct {
-	NodeID   int64
-	NodeUuid uuid.UUID
-	Reserved bool
-}
-
-// One reservation attempt (see metalloc_reserve in the migrations): no row
-// when no unlocked node fits, reserved = false when the allocation is no
-// longer @me's.
-func (q *Queries) Reserve(ctx context.Context, arg ReserveParams) (ReserveRow, error) {
-	row := q.db.QueryRow(ctx, reserve,
-		arg.AllocationID,
-		arg.Me,
-		arg.ResourceClass,
-		arg.Traits,
-		arg.Candidates,
-		arg.Owner,
-		arg.Name,
-		arg.Start,
-	)
-	var i ReserveRow
-	err := row.Scan(&i.NodeID, &i.NodeUuid, &i.Reserved)
-	return i, err
-}
-
 const resolveNodes = `-- name: ResolveNodes :many
-SELECT uuid, name FROM nodes WHERE uuid = ANY($1::uuid[]) OR name = ANY($2::text[])
+SELECT uuid, name FROM nodes
+ WHERE (uuid = ANY($1::uuid[]) OR name = ANY($2::text[]))
+   AND metalloc_node_in_scope(uuid, owner, lessee, NULL, $3::text)
 `
 
 type ResolveNodesParams struct {
-	Uuids []uuid.UUID
-	Names []string
+	Uuids   []uuid.UUID
+	Names   []string
+	Project *string
 }
 
 type ResolveNodesRow struct {
@@ -1350,9 +702,10 @@ type ResolveNodesRow struct {
 	Name *string
 }
 
-// candidate_nodes: names and uuids to node uuids.
+// candidate_nodes: names and uuids to node uuids, among the nodes owned by
+// or leased to @project (every node when NULL).
 func (q *Queries) ResolveNodes(ctx context.Context, arg ResolveNodesParams) ([]ResolveNodesRow, error) {
-	rows, err := q.db.Query(ctx, resolveNodes, arg.Uuids, arg.Names)
+	rows, err := q.db.Query(ctx, resolveNodes, arg.Uuids, arg.Names, arg.Project)
 	if err != nil {
 		return nil, err
 	}

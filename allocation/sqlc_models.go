@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/metalloc/metalloc/allocation/state"
 )
 
 type Allocation struct {
@@ -16,7 +17,7 @@ type Allocation struct {
 	Uuid              uuid.UUID
 	Name              *string
 	NodeID            *int64
-	State             string
+	State             state.State
 	LastError         *string
 	ResourceClass     string
 	CandidateNodes    []uuid.UUID

@@ -6,14 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,14 +28,11 @@ import (
 var (
 	//go:embed create_schema.json
 	createSchemaJSON []byte
-	//go:embed patch_schema.json
-	patchSchemaJSON []byte
 
 	// traits are Ironic's TRAITS_SCHEMA.
 	createSchema = web.MustSchemaWith("allocation_group", createSchemaJSON, func(doc map[string]any) {
 		doc["properties"].(map[string]any)["traits"].(map[string]any)["items"] = trait.Schema()
 	})
-	patchSchema = web.MustSchema("patch", patchSchemaJSON)
 )
 
 // HandlerOptions configures the allocation group API.
@@ -129,38 +124,25 @@ type createRequest struct {
 func (h *Handler) create(c echo.Context) error {
 	ctx := c.Request().Context()
 	ver := web.RequestVersion(c)
-	body, err := io.ReadAll(c.Request().Body)
-	if err != nil {
-		return web.BadRequest("Could not read the request body: %v", err)
-	}
-	if _, err := createSchema.Decode(body); err != nil {
-		return err
-	}
 	var req createRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return web.BadRequest("Invalid allocation group: %v", err)
+	if err := allocation.DecodeBody(c, createSchema, "allocation group", &req); err != nil {
+		return err
 	}
 	if err := h.policy.AuthorizeCreate(c, &req.Owner); err != nil {
 		return err
 	}
-	if req.Name != nil && *req.Name == "" {
-		req.Name = nil
-	}
+	req.Name = allocation.NoName(req.Name)
 	if req.Name != nil && !web.ValidLogicalName(*req.Name, ver) {
 		return web.BadRequest("Cannot create allocation group with invalid name '%s'", *req.Name)
 	}
-	traits := []string{}
-	for _, t := range req.Traits {
-		if !slices.Contains(traits, t) {
-			traits = append(traits, t)
-		}
-	}
+	traits := allocation.UniqueTraits(req.Traits)
 	slices.Sort(traits)
-	p := CreateGroupParams{Name: req.Name, Count: req.Count, ResourceClass: req.ResourceClass, Traits: traits,
-		Owner: req.Owner, Rule: RuleNone, Extra: json.RawMessage("{}")}
-	if req.Extra != nil {
-		p.Extra, _ = json.Marshal(req.Extra)
+	extra, err := allocation.ExtraJSON(req.Extra)
+	if err != nil {
+		return err
 	}
+	p := CreateGroupParams{Name: req.Name, Count: req.Count, ResourceClass: req.ResourceClass, Traits: traits,
+		Owner: req.Owner, Rule: RuleNone, Extra: extra}
 	if req.Required != nil {
 		p.Rule, p.RuleLevel = RuleRequired, req.Required
 	} else if req.Preferred != nil {
@@ -176,7 +158,7 @@ func (h *Handler) create(c echo.Context) error {
 		}
 	}
 	if len(req.CandidateNodes) > 0 {
-		if p.CandidateNodes, err = h.allocs.ResolveCandidates(ctx, req.CandidateNodes); err != nil {
+		if p.CandidateNodes, err = h.allocs.ResolveCandidates(ctx, req.CandidateNodes, h.policy.CandidateScope(c)); err != nil {
 			return err
 		}
 	}
@@ -378,28 +360,13 @@ func (h *Handler) list(c echo.Context) error {
 // which lowers the count.
 func (h *Handler) patch(c echo.Context) error {
 	ctx := c.Request().Context()
-	body, err := io.ReadAll(c.Request().Body)
+	body, err := allocation.ReadPatchBody(c)
 	if err != nil {
-		return web.BadRequest("Could not read the request body: %v", err)
-	}
-	if _, err := patchSchema.Decode(body); err != nil {
 		return err
 	}
-	var ops []struct {
-		Path string `json:"path"`
-	}
-	if err := json.Unmarshal(body, &ops); err != nil {
-		return web.BadRequest("Invalid patch: %v", err)
-	}
-	for _, op := range ops {
-		field := strings.Split(strings.TrimPrefix(op.Path, "/"), "/")[0]
-		if field != "name" && field != "extra" && field != "count" {
-			return web.BadRequest("Cannot patch %s. Only the following can be updated: name, extra, count", op.Path)
-		}
-	}
-	patch, err := jsonpatch.DecodePatch(body)
+	_, patch, err := allocation.ReadPatch(body, "name", "extra", "count")
 	if err != nil {
-		return web.BadRequest("Invalid patch: %v", err)
+		return err
 	}
 	ident := c.Param("ident")
 	var result View
@@ -416,28 +383,21 @@ func (h *Handler) patch(c echo.Context) error {
 			return err
 		}
 		doc := map[string]any{"name": g.Name, "extra": json.RawMessage(g.Extra), "count": g.Count}
-		raw, _ := json.Marshal(doc)
-		patched, err := patch.Apply(raw)
-		if err != nil {
-			return web.BadRequest("Patch could not be applied: %v", err)
-		}
 		var out struct {
 			Name  *string        `json:"name"`
 			Extra map[string]any `json:"extra"`
 			Count *int32         `json:"count"`
 		}
-		if err := json.Unmarshal(patched, &out); err != nil {
-			return web.BadRequest("Invalid patch result: %v", err)
+		if err := allocation.ApplyPatch(patch, doc, &out); err != nil {
+			return err
 		}
-		if out.Name != nil && *out.Name == "" {
-			out.Name = nil
-		}
+		out.Name = allocation.NoName(out.Name)
 		if out.Name != nil && !web.ValidLogicalName(*out.Name, web.RequestVersion(c)) {
 			return web.BadRequest("Cannot update allocation group with invalid name '%s'", *out.Name)
 		}
-		extra, _ := json.Marshal(out.Extra)
-		if out.Extra == nil {
-			extra = json.RawMessage("{}")
+		extra, err := allocation.ExtraJSON(out.Extra)
+		if err != nil {
+			return err
 		}
 		err = q.UpdateGroupNameExtra(ctx, UpdateGroupNameExtraParams{ID: g.ID, Name: out.Name, Extra: extra})
 		if db.IsUniqueViolation(err, "allocation_groups_name_key") {

@@ -9,7 +9,7 @@
 // the transaction that locks their nodes (FOR UPDATE SKIP LOCKED, never
 // waiting) inserts them already active, holding their nodes, and activates
 // the group, guarded by conductor_affinity = me AND state = 'allocating'
-// (Reserver.Process). A group in error has no member. Conductors claim,
+// (conductor/backend.GroupReserver.Process). A group in error has no member. Conductors claim,
 // take over and release groups as they do allocations (conductor/doc.go).
 //
 // States: allocating -> active | error; active -> allocating when grown
@@ -19,7 +19,7 @@
 // the count (metalloc_deallocate); releasing the last one deletes the
 // group.
 //
-// With the placement backend (Reserver.Placement) the candidates are the
+// With the placement backend (conductor/backend.GroupReserver.Placement) the candidates are the
 // free nodes Placement also offers (one GET /allocation_candidates), and
 // every member is claimed in Placement at once: in-process in the
 // reservation's transaction, or over HTTP with one POST /allocations just

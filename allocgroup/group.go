@@ -4,21 +4,25 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/metalloc/metalloc/allocation/state"
 	"github.com/metalloc/metalloc/web"
 )
+
+// State is a group's state: state.State, the one definition shared with
+// allocations, with the group's moves (state.GroupTransitions).
+type State = state.State
 
 // States of a group: those of an allocation, allocating moving to active
 // or error (and active back to allocating while growing).
 const (
-	StateAllocating = "allocating"
-	StateActive     = "active"
-	StateError      = "error"
+	StateAllocating = state.Allocating
+	StateActive     = state.Active
+	StateError      = state.Error
 )
 
 // Placement rules (allocation_groups.rule).
@@ -170,19 +174,4 @@ func (s *Store) List(ctx context.Context, f ListFilter, after int64, limit int) 
 		return nil, err
 	}
 	return withMembers(ctx, s.q, gs)
-}
-
-// Claimed is a group a conductor owns and must process.
-type Claimed struct {
-	ID             int64
-	UUID           uuid.UUID
-	Count          int
-	ResourceClass  string
-	Traits         []string
-	CandidateNodes []uuid.UUID
-	Owner          *string
-	Rule           string
-	RuleLevel      *string
-	Domain         []string
-	CreatedAt      time.Time
 }

@@ -12,27 +12,6 @@ import (
 	"github.com/google/uuid"
 )
 
-const activateGroup = `-- name: ActivateGroup :exec
-UPDATE allocation_groups
-   SET state = 'active', last_error = NULL, updated_at = now(),
-       domain = CASE WHEN $1::boolean THEN $2::text[] ELSE domain END
- WHERE id = $3
-`
-
-type ActivateGroupParams struct {
-	First  bool
-	Domain []string
-	ID     int64
-}
-
-// allocating -> active once every member is in; the group row is locked
-// by LockOwnedGroup in the same transaction. The domain is recorded at the
-// first placement (where a grow goes).
-func (q *Queries) ActivateGroup(ctx context.Context, arg ActivateGroupParams) error {
-	_, err := q.db.Exec(ctx, activateGroup, arg.First, arg.Domain, arg.ID)
-	return err
-}
-
 const createGroup = `-- name: CreateGroup :one
 INSERT INTO allocation_groups (uuid, name, count, resource_class, traits, candidate_nodes, owner, extra,
                                rule, rule_level)
@@ -110,31 +89,6 @@ DELETE FROM allocation_groups WHERE id = $1
 func (q *Queries) DeleteGroup(ctx context.Context, id int64) error {
 	_, err := q.db.Exec(ctx, deleteGroup, id)
 	return err
-}
-
-const failGroup = `-- name: FailGroup :execrows
-UPDATE allocation_groups g
-   SET state = CASE WHEN m.n > 0 THEN 'active' ELSE 'error' END,
-       count = CASE WHEN m.n > 0 THEN m.n ELSE g.count END,
-       last_error = $1, updated_at = now()
-  FROM (SELECT count(*)::integer AS n FROM allocations a WHERE a.group_id = $2) m
- WHERE g.id = $2 AND g.conductor_affinity = $3::bigint AND g.state = 'allocating'
-`
-
-type FailGroupParams struct {
-	LastError *string
-	ID        int64
-	Me        int64
-}
-
-// allocating -> error with a reason and no member, or, for a grow that
-// failed, back to active with count = its members; only while @me owns it.
-func (q *Queries) FailGroup(ctx context.Context, arg FailGroupParams) (int64, error) {
-	result, err := q.db.Exec(ctx, failGroup, arg.LastError, arg.ID, arg.Me)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
 }
 
 const getGroup = `-- name: GetGroup :one
@@ -278,50 +232,6 @@ func (q *Queries) GrowGroup(ctx context.Context, arg GrowGroupParams) (Allocatio
 		&i.UpdatedAt,
 	)
 	return i, err
-}
-
-const insertMembers = `-- name: InsertMembers :one
-WITH g AS (
-    SELECT ag.id, ag.resource_class, ag.candidate_nodes, ag.extra, ag.owner, ag.traits
-      FROM allocation_groups ag WHERE ag.id = $1::bigint
-), m AS (
-    INSERT INTO allocations (uuid, resource_class, candidate_nodes, extra, owner, state, node_id,
-                             conductor_affinity, group_id)
-    SELECT coalesce(($2::uuid[])[n.ord], gen_random_uuid()), g.resource_class, g.candidate_nodes, g.extra, g.owner, 'active', n.nid,
-           $3::bigint, g.id
-      FROM g, unnest($4::bigint[]) WITH ORDINALITY n (nid, ord)
-     ORDER BY n.ord
-    RETURNING allocations.id, allocations.uuid, allocations.node_id
-), t AS (
-    INSERT INTO allocation_traits (allocation_id, trait)
-    SELECT m.id, unnest(g.traits) FROM m, g
-), h AS (
-    SELECT metalloc_hold(m.node_id, m.id, m.uuid, g.traits) FROM m, g
-)
-SELECT (SELECT count(*) FROM h)::integer AS held
-`
-
-type InsertMembersParams struct {
-	GroupID     int64
-	MemberUuids []uuid.UUID
-	Me          int64
-	NodeIds     []int64
-}
-
-// The members, one per node, active at once and holding their nodes
-// (metalloc_hold), owned by @me, with the group's request and extra. Their
-// uuids are @member_uuids (same order as @node_ids; the placement backend
-// claims them in Placement first), or random when NULL.
-func (q *Queries) InsertMembers(ctx context.Context, arg InsertMembersParams) (int32, error) {
-	row := q.db.QueryRow(ctx, insertMembers,
-		arg.GroupID,
-		arg.MemberUuids,
-		arg.Me,
-		arg.NodeIds,
-	)
-	var held int32
-	err := row.Scan(&held)
-	return held, err
 }
 
 const listGroups = `-- name: ListGroups :many
@@ -484,90 +394,6 @@ func (q *Queries) LockNodes(ctx context.Context, ids []int64) ([]LockNodesRow, e
 			&i.TargetProvisionState,
 			&i.Maintenance,
 		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const lockOwnedGroup = `-- name: LockOwnedGroup :one
-SELECT g.count, g.domain,
-       (SELECT count(*) FROM allocations a WHERE a.group_id = g.id)::integer AS members
-  FROM allocation_groups g
- WHERE g.id = $1 AND g.conductor_affinity = $2::bigint AND g.state = 'allocating'
-   FOR UPDATE OF g
-`
-
-type LockOwnedGroupParams struct {
-	ID int64
-	Me int64
-}
-
-type LockOwnedGroupRow struct {
-	Count   int32
-	Domain  []string
-	Members int32
-}
-
-// The compare-and-set guard of a group reservation: the group, locked, if
-// still allocating and @me's, with how many members it has. No row: lost.
-func (q *Queries) LockOwnedGroup(ctx context.Context, arg LockOwnedGroupParams) (LockOwnedGroupRow, error) {
-	row := q.db.QueryRow(ctx, lockOwnedGroup, arg.ID, arg.Me)
-	var i LockOwnedGroupRow
-	err := row.Scan(&i.Count, &i.Domain, &i.Members)
-	return i, err
-}
-
-const lockPlanNodes = `-- name: LockPlanNodes :many
-SELECT n.id, n.uuid
-  FROM unnest($1::bigint[]) WITH ORDINALITY c (id, ord)
-  JOIN free_nodes n ON n.id = c.id
- WHERE n.resource_class = $2::text
-   AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, $3::uuid[], $4::text)
-   AND metalloc_node_has_traits(n.traits, $5::text[])
- ORDER BY c.ord
- LIMIT $6
-   FOR UPDATE OF n SKIP LOCKED
-`
-
-type LockPlanNodesParams struct {
-	Nodes         []int64
-	ResourceClass string
-	Candidates    []uuid.UUID
-	Owner         *string
-	Traits        []string
-	Wanted        int32
-}
-
-type LockPlanNodesRow struct {
-	ID   int64
-	Uuid uuid.UUID
-}
-
-// Locks up to @wanted of @nodes, in their order, that are still free and
-// fit, skipping nodes another transaction holds (never waiting: a group
-// reservation cannot deadlock with another).
-func (q *Queries) LockPlanNodes(ctx context.Context, arg LockPlanNodesParams) ([]LockPlanNodesRow, error) {
-	rows, err := q.db.Query(ctx, lockPlanNodes,
-		arg.Nodes,
-		arg.ResourceClass,
-		arg.Candidates,
-		arg.Owner,
-		arg.Traits,
-		arg.Wanted,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []LockPlanNodesRow
-	for rows.Next() {
-		var i LockPlanNodesRow
-		if err := rows.Scan(&i.ID, &i.Uuid); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/metalloc/metalloc/allocation/state"
 )
 
 type AllocationGroup struct {
 	ID                int64
 	Uuid              uuid.UUID
 	Name              *string
-	State             string
+	State             state.State
 	LastError         *string
 	Count             int32
 	ResourceClass     string

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/metalloc/metalloc/auth"
-	"github.com/metalloc/metalloc/devstack"
+	"github.com/metalloc/metalloc/internal/keystonetest"
 )
 
 // TestKeystoneAgainstRealKeystone validates tokens issued by a real
@@ -22,7 +22,7 @@ import (
 // expires); Keystone gone is 503.
 func TestKeystoneAgainstRealKeystone(t *testing.T) {
 	ctx := context.Background()
-	ks, err := devstack.StartKeystone(ctx, t.TempDir(), zaptest.NewLogger(t))
+	ks, err := keystonetest.StartKeystone(ctx, t.TempDir(), zaptest.NewLogger(t))
 	require.NoError(t, err)
 	stopped := false
 	defer func() {
@@ -69,7 +69,7 @@ func TestKeystoneAgainstRealKeystone(t *testing.T) {
 		return f.Status
 	}
 
-	aliceTok, err := ks.Token(ctx, "alice", "alice-pw", devstack.Scope{Project: "tenant-a"})
+	aliceTok, err := ks.Token(ctx, "alice", "alice-pw", keystonetest.Scope{Project: "tenant-a"})
 	require.NoError(t, err)
 	c, err := authn(aliceTok, "X-Roles", "admin", "X-Project-Id", "other", "OpenStack-System-Scope", "all")
 	require.NoError(t, err)
@@ -81,7 +81,7 @@ func TestKeystoneAgainstRealKeystone(t *testing.T) {
 	require.False(t, c.HasRole("admin"), "X-Roles from the client is ignored")
 	require.False(t, c.System())
 
-	audTok, err := ks.Token(ctx, "auditor", "auditor-pw", devstack.Scope{System: true})
+	audTok, err := ks.Token(ctx, "auditor", "auditor-pw", keystonetest.Scope{System: true})
 	require.NoError(t, err)
 	c, err = authn(audTok)
 	require.NoError(t, err)

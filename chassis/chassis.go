@@ -55,7 +55,7 @@ type Store struct {
 // NewStore returns a Store on pool.
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool, q: New(pool)} }
 
-func fromRow(r Row) Chassis {
+func fromRow(r ChassisRow) Chassis {
 	c := Chassis{ID: r.ID, UUID: r.Uuid, Description: r.Description, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 		Extra: map[string]any{}}
 	if len(r.Extra) > 0 {
@@ -180,7 +180,7 @@ func (s *Store) List(ctx context.Context, p db.Page) ([]Chassis, error) {
 	defer rows.Close()
 	var out []Chassis
 	for rows.Next() {
-		var r Row
+		var r ChassisRow
 		if err := rows.Scan(&r.ID, &r.Uuid, &r.Description, &r.Extra, &r.CreatedAt, &r.UpdatedAt); err != nil {
 			return nil, fmt.Errorf("listing chassis: %w", err)
 		}

@@ -262,7 +262,7 @@ func (h *Handler) patch(c echo.Context) error {
 		if ch.Description != nil {
 			desc = *ch.Description
 		}
-		patched, err := node.ApplyPatch(map[string]any{"uuid": ch.UUID.String(), "description": desc, "extra": ch.Extra}, ops)
+		patched, err := node.ApplyPatch(c.Request().Context(), map[string]any{"uuid": ch.UUID.String(), "description": desc, "extra": ch.Extra}, ops)
 		if err != nil {
 			return err
 		}

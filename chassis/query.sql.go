@@ -36,9 +36,9 @@ const getChassis = `-- name: GetChassis :one
 SELECT id, uuid, description, extra, created_at, updated_at FROM chassis WHERE uuid = $1
 `
 
-func (q *Queries) GetChassis(ctx context.Context, argUuid uuid.UUID) (Row, error) {
+func (q *Queries) GetChassis(ctx context.Context, argUuid uuid.UUID) (ChassisRow, error) {
 	row := q.db.QueryRow(ctx, getChassis, argUuid)
-	var i Row
+	var i ChassisRow
 	err := row.Scan(
 		&i.ID,
 		&i.Uuid,
@@ -64,9 +64,9 @@ type InsertChassisParams struct {
 }
 
 // Chassis (Ironic's /v1/chassis): records nodes may name (nodes.chassis_id).
-func (q *Queries) InsertChassis(ctx context.Context, arg InsertChassisParams) (Row, error) {
+func (q *Queries) InsertChassis(ctx context.Context, arg InsertChassisParams) (ChassisRow, error) {
 	row := q.db.QueryRow(ctx, insertChassis, arg.Uuid, arg.Description, arg.Extra)
-	var i Row
+	var i ChassisRow
 	err := row.Scan(
 		&i.ID,
 		&i.Uuid,
@@ -85,9 +85,9 @@ SELECT id, uuid, description, extra, created_at, updated_at FROM chassis WHERE u
 // The chassis, row-locked for a change or its deletion: a node written
 // meanwhile that names it (its foreign key takes a key share lock on the
 // row) waits, so "contains nodes" cannot go stale before the delete.
-func (q *Queries) LockChassis(ctx context.Context, argUuid uuid.UUID) (Row, error) {
+func (q *Queries) LockChassis(ctx context.Context, argUuid uuid.UUID) (ChassisRow, error) {
 	row := q.db.QueryRow(ctx, lockChassis, argUuid)
-	var i Row
+	var i ChassisRow
 	err := row.Scan(
 		&i.ID,
 		&i.Uuid,
@@ -112,14 +112,14 @@ type UpdateChassisParams struct {
 	ID          int64
 }
 
-func (q *Queries) UpdateChassis(ctx context.Context, arg UpdateChassisParams) (Row, error) {
+func (q *Queries) UpdateChassis(ctx context.Context, arg UpdateChassisParams) (ChassisRow, error) {
 	row := q.db.QueryRow(ctx, updateChassis,
 		arg.Uuid,
 		arg.Description,
 		arg.Extra,
 		arg.ID,
 	)
-	var i Row
+	var i ChassisRow
 	err := row.Scan(
 		&i.ID,
 		&i.Uuid,

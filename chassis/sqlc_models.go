@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 )
 
-type Row struct {
+type ChassisRow struct {
 	ID          int64
 	Uuid        uuid.UUID
 	Description *string

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
+	"github.com/metalloc/metalloc/conductor/backend"
 	"sync"
 	"testing"
 	"time"
@@ -291,4 +293,21 @@ func TestPlacementBatchFailureFallsBackToSlowPath(t *testing.T) {
 		  JOIN placement.consumers c ON c.id = pa.consumer_id AND c.uuid = a.uuid
 		 WHERE a.state = 'active'`))
 	require.Equal(t, 2, dbtest.Count(t, pool, `SELECT count(*) FROM placement.allocations`))
+}
+
+// claimRows claims up to n unowned allocating rows for conductor me without
+// reserving them (a conductor paused between its claim and its
+// reservation) and reads them as the backends do.
+func claimRows(t *testing.T, pool *pgxpool.Pool, me int64, n int) []backend.Claimed {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := pool.Query(ctx, `UPDATE allocations SET conductor_affinity = $1
+		 WHERE id IN (SELECT id FROM allocations WHERE state = 'allocating' AND conductor_affinity IS NULL
+		               ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id`, me, n)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	claimed, err := backend.Read(ctx, pool, me, ids)
+	require.NoError(t, err)
+	return claimed
 }

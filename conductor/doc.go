@@ -5,6 +5,31 @@
 // it in the order given here, and docs/architecture.md shows it from the
 // outside.
 //
+// # Layout
+//
+// Everything a conductor runs is here and below; metalloc-api links none of
+// it (cmd/api TestAPIDoesNotLinkTheEngine). Package allocation and
+// allocgroup keep the model, the store, the HTTP handlers and the event hub.
+//
+//   - conductor.go: Service (Run: register, listen, heartbeat, housekeep,
+//     takeover schedule, work, release on stop), Config;
+//   - worker.go: the worker loop (worker: run, round, settle), the claim
+//     (Service.claim), processing one row, the rows waiting for a locked
+//     node (park), the resume; gate.go: claimGate, at most maxClaimers
+//     claim statements at a time;
+//   - liveness.go: heartbeats, PostOutageGrace, IdleInTransactionTimeout;
+//   - rows.go: Rows, who owns a row (owned, dead owners, takeover,
+//     release), takeover.go: the takeover schedule; groups.go: the claim and
+//     processing of allocation groups;
+//   - signals.go: test signals; metrics.go; tracker*.go, ratios.go: the
+//     Placement resource tracker;
+//   - backend/ (package backend): the reservation backends behind one
+//     interface, Backend (the database backend, the placement backend in
+//     both modes), allocation groups (GroupReserver), and the SQL that moves
+//     an owned row (backend/query.sql); the Ironic backend goes there too;
+//   - conductorapi/: GET /v1/conductors, linked by metalloc-api (not the
+//     engine).
+//
 // # The life of an allocation
 //
 //	POST /v1/allocations                       (allocation.Handler.create)
@@ -32,41 +57,51 @@
 //
 // # Claim in one statement
 //
-// A worker (Service.work) wakes on a notification, a queued row or its poll
-// tick, and calls Backend.Claim. At most two workers of a conductor claim
-// at a time; a worker that finds both busy leaves its claim to them, and
-// one of them claims again as soon as its statement returns (Service.claim):
+// A worker (worker.run, worker.go) wakes on a notification, a queued row or
+// its poll tick, and calls Backend.Claim. At most two workers of a
+// conductor claim at a time (claimGate, gate.go); a worker that finds both
+// busy leaves its claim to them, and one of them claims again as soon as
+// its statement returns (Service.claim):
 // a burst of notifications costs a few claims of several rows each, not one
 // nearly empty claim per notification. Claiming is one UPDATE over a SELECT ...
 // ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED of unowned allocating rows,
 // setting conductor_affinity to the conductor's id: two conductors never get
-// the same row and never wait for each other (Rows.Claim;
-// ClaimAllocations in query.sql).
+// the same row and never wait for each other (claimOnly;
+// ClaimAllocations in backend/query.sql).
 //
 // # Fast and slow paths
 //
-// The database backend (databaseBackend) claims and reserves in the same
+// The database backend (backend.Database) claims and reserves in the same
 // transaction: metalloc_claim_reserve (db/schema.sql) claims up to n rows and,
 // for each, picks a free fitting node with metalloc_pick and activates the
-// row together with the node (allocation.Allocator.ClaimReserve). That is the
+// row together with the node (backend.Database.ClaimReserve). That is the
 // fast path, one round trip for a batch. Rows for which no node was free at
 // that moment come back claimed but unreserved, and the worker runs the slow
-// path for each (allocation.Allocator.Process): one short reservation
-// transaction per attempt (metalloc_reserve), backing off while every
-// fitting node is locked by others, and failing the row with a last_error
-// that counts what each filter left (FitStats) when nothing fits. If the
+// path for each (backend.Database.Process): one short reservation
+// transaction per attempt (metalloc_reserve), failing the row with a
+// last_error that counts what each filter left (FitStats) when nothing
+// fits. While every fitting node is locked by others, Process answers
+// Waiting and the row waits without a worker (Service.park, worker.go): it
+// stays in flight and is queued again when its retry is due, so the rows
+// waiting for locked nodes wait together: each ends
+// conductor.locked_node_wait after its first attempt, however many there
+// are (BenchmarkLockedRowsTimeToError); the
+// rows of one kind of request (class, traits, owner, candidate_nodes) wait
+// for one attempt at a time (backend/wait.go: lockedKinds), the first
+// after 5 ms, doubling up to 80 ms; a row that has waited locked_node_wait
+// goes to error after a last attempt. If the
 // fast path fails as a whole for another reason than an outage (a
 // constraint race on one row rolls the whole batch back), the database
 // backend claims the batch only and sends every row down the slow path,
 // which fails the offending row with a reason instead of letting it block
-// the batch at every attempt. The placement backend (placementBackend), in
+// the batch at every attempt. The placement backend (backend.Placement), in
 // mode local (metalloc-placement on this database), has the same fast path
 // with Placement's writes in it (metalloc_claim_reserve_placement: the node
 // and its flat provider locked together with SKIP LOCKED, capacity
 // re-read under the provider's lock, the consumer, the allocation, the
 // generation bump, the claim log, the reservation); the rows it leaves,
 // and every row in mode http, go through selections from Placement
-// (allocation.PlacementAllocator.ClaimBatch, then Process). The claim loop
+// (backend.Placement.ClaimBatch, then Process). The claim loop
 // does not know which backend it drives.
 //
 // A node is picked with FOR UPDATE SKIP LOCKED among the free_nodes view
@@ -74,27 +109,45 @@
 // one definition of each predicate, used by the pick, by FitStats and
 // FitNodes, by the partial index nodes_free_idx and by the tracker), starting
 // at a random node id and wrapping around, so concurrent conductors spread
-// over the nodes without sorting them.
+// over the nodes without sorting them. The pick is one SQL function,
+// metalloc_pick (db/schema.sql; migrations/00019_one_pick.sql): the
+// name-first rule, candidate_nodes, and the walk, with or without the
+// Placement provider of mode local (p_placement_class). Every claim
+// statement calls it: metalloc_reserve, metalloc_claim_reserve and
+// metalloc_claim_reserve_placement. The walk's start is drawn by one
+// function, metalloc_pick_start, uniform over the node id range (the claims
+// read the range once per statement; metalloc_pick reads it when called
+// without a start). A claimed row is read as a backend takes it through one
+// view, allocation_requests (its request and traits), by the claims and by
+// backend.Read (resume, takeover). The statements that lock given nodes in
+// a given order (a group plan: LockPlanNodes; the local batch's selections:
+// PickFirstFree) are not picks: they use the same predicates through
+// free_nodes.
 //
 // # The compare-and-set guard
 //
 // Every write a conductor makes to a row it claimed is guarded by
 // conductor_affinity = me AND state = 'allocating': reserve
-// (metalloc_reserve), fail (allocation FailAllocation), takeover, release. A
+// (metalloc_reserve), fail (backend FailAllocation), takeover, release. A
 // conductor that lost its row (taken over while it was paused, deleted by the
 // API) changes nothing: the update matches no row and the backend reports
 // Lost.
 //
 // # Liveness
 //
-// A conductor is alive while it is online and its heartbeat is younger than
-// conductor.heartbeat_timeout (default 60 s), by the database clock:
-// metalloc_conductor_alive, the only definition, used by registration,
-// DeadOwners, TakeOver and the conductors API. Service.heartbeat writes the
-// heartbeat every conductor.heartbeat_interval (default 10 s). Anything else
-// is dead: a clean stop (online = false), a crash, a host or network
-// failure, a process paused for too long. A second process with the same
-// hostname refuses to start while the first is alive (Register).
+// A conductor writes its own expiry into its row: registration and every
+// heartbeat (Service.heartbeat, liveness.go, every
+// conductor.heartbeat_interval, default 10 s) set expires_at = now() + its
+// conductor.heartbeat_timeout (default 60 s), by the database clock. It is
+// alive while online and expires_at > now(): metalloc_conductor_alive(online,
+// expires_at), the only definition (db/schema.sql;
+// migrations/00020_conductor_expiry.sql), read the same way by registration,
+// DeadOwners, TakeOver, the conductors API and its metrics. No reader applies
+// a timeout of its own, so an API and a conductor configured differently
+// agree on who is alive. Anything else is dead: a clean stop (online =
+// false), a crash, a host or network failure, a process paused for too
+// long. A second process with the same hostname refuses to start while the
+// first is alive (Register).
 //
 // # Takeover
 //
@@ -112,27 +165,31 @@
 // # Post-outage grace
 //
 // When a conductor could not reach the database, its peers likely could not
-// either, and their heartbeats are stale through no fault of theirs. So a
-// conductor skips takeover until its own heartbeats have succeeded for two
-// heartbeat intervals since it started or the database came back
-// (Service.takeover, healthySince); by then the live peers have written
-// theirs.
+// either, and their expiries passed through no fault of theirs. So a
+// conductor skips takeover until its own heartbeats have succeeded for
+// PostOutageGrace (two heartbeat intervals; liveness.go) since it started
+// or the database came back (Service.takeover, inGrace); by then the live
+// peers have written theirs.
 //
 // # Locks a dead conductor holds
 //
 // Node and allocation row locks die with the database session that holds
 // them. PostgreSQL ends the session when the process or its host dies; for a
 // process that stalls inside a transaction (paused, swapping, partitioned),
-// metalloc-conductor sets idle_in_transaction_session_timeout to the
-// heartbeat timeout on its connections (cmd/conductor), so its locks are gone
-// by the time its peers judge it dead. Takeover itself never waits on a lock.
+// metalloc-conductor sets idle_in_transaction_session_timeout to
+// IdleInTransactionTimeout (the heartbeat timeout; liveness.go) on its
+// connections, so its locks are gone by the time its peers judge it dead. Takeover itself never waits on a lock.
 //
 // # Release on shutdown
 //
 // On SIGTERM a conductor stops claiming, gives in-flight rows
 // conductor.shutdown_grace (default 30 s) to finish, hands the rest back
-// unowned (Rows.Release: trigger allocations_notify_release wakes the
-// others, who claim them at once), marks itself offline and exits. A second
+// unowned, the rows waiting for a locked node among them (Rows.Release:
+// trigger allocations_notify_release wakes the others, who claim them at
+// once), marks itself offline and exits. Tests
+// wait for these events instead of sleeping: the test signals (signals.go:
+// heartbeat, takeover, claimed, reserving, waiting, released), or, for
+// conductors run as processes, the log lines each writes. A second
 // signal exits at once; the rows are then taken over as a dead conductor's.
 //
 // # Resume
@@ -163,7 +220,7 @@
 // group notification, a poll tick, a reconnection, a group just claimed)
 // each worker claims one group per round after its allocation batch
 // (Service.claimGroups) and places it
-// itself (allocgroup.Reserver.Process): read the free candidates with their
+// itself (backend.GroupReserver.Process): read the free candidates with their
 // topology paths (no locks), choose the plans (best fit first), and try
 // each in one transaction: lock the missing nodes FOR UPDATE SKIP LOCKED,
 // then the group guarded by conductor_affinity = me AND state =
@@ -175,8 +232,8 @@
 // members: it is active with count members, or in error with none. An
 // active group can be grown (PATCH count: back to allocating, unowned); a
 // failed grow returns it to active with count = its members. With the
-// placement backend the Reserver also claims the members in Placement
-// (allocgroup.Reserver.Placement = the PlacementAllocator).
+// placement backend the GroupReserver also claims the members in Placement
+// (GroupReserver.Placement = the backend.Placement).
 //
 // # Lock order
 //
@@ -197,7 +254,7 @@
 //   - node delete, tear down (provision target deleted), removing
 //     instance_uuid (package node): the node, then metalloc_deallocate;
 //   - backfill (POST /v1/allocations with node): the node, then the new row;
-//   - group reservation (allocgroup.Reserver): the plan's nodes with FOR
+//   - group reservation (backend.GroupReserver): the plan's nodes with FOR
 //     UPDATE SKIP LOCKED, then the group row (waiting), then the new
 //     member rows; it never waits on a node;
 //   - group DELETE (allocgroup.Handler.delete): the members' nodes in id

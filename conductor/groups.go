@@ -6,17 +6,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/metalloc/metalloc/allocation"
-	"github.com/metalloc/metalloc/allocgroup"
+	"github.com/metalloc/metalloc/conductor/backend"
 )
-
-// groupBackend places the allocation groups a conductor owns:
-// allocgroup.Reserver, in the database alone (the database backend) or
-// also in Placement (the placement backend: Reserver.Placement set).
-type groupBackend interface {
-	// Process has the contract of allocgroup.Reserver.Process.
-	Process(ctx context.Context, me int64, g allocgroup.Claimed) (allocation.Outcome, error)
-}
 
 // groupKey is a group's key in Service.inflight (allocation ids are int64).
 type groupKey int64
@@ -48,7 +39,7 @@ func (c *Service) trackGroup(id int64) bool {
 
 // enqueueGroup hands owned group g to the workers unless it is in flight;
 // with the queue full it stays owned and a later resume queues it.
-func (c *Service) enqueueGroup(g allocgroup.Claimed) {
+func (c *Service) enqueueGroup(g backend.ClaimedGroup) {
 	if !c.trackGroup(g.ID) {
 		return
 	}
@@ -81,7 +72,7 @@ func (c *Service) requeueOwnedGroups(ctx context.Context) {
 
 // processGroup runs one owned group that trackGroup marked in flight, and
 // clears the mark; a database outage leaves it owned and asks for a resume.
-func (c *Service) processGroup(ctx context.Context, g allocgroup.Claimed) {
+func (c *Service) processGroup(ctx context.Context, g backend.ClaimedGroup) {
 	defer c.inflight.Delete(groupKey(g.ID))
 	out, err := c.groups.Process(ctx, c.id, g)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/metalloc/metalloc/conductor/backend"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -15,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/allocgroup"
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/placement/client"
@@ -69,7 +69,7 @@ func checkGroups(t *testing.T, pool *pgxpool.Pool) (active, failed int) {
 		var state, rule, lastErr string
 		var count, members, held, racks int
 		require.NoError(t, rows.Scan(&u, &state, &count, &rule, &lastErr, &members, &held, &racks))
-		switch state {
+		switch allocgroup.State(state) {
 		case allocgroup.StateActive:
 			active++
 			require.Equal(t, count, members, "group %s: members", u)
@@ -163,9 +163,9 @@ func TestGroupGrowAndShrink(t *testing.T) {
 	start(t, pool, Config{Hostname: "c0", PollInterval: 50 * time.Millisecond})
 	u := addGroup(t, pool, 4, "gpu", allocgroup.RuleRequired, "rack")
 	q := allocgroup.New(pool)
-	waitState := func(want string) allocgroup.View {
+	waitState := func(want allocgroup.State) allocgroup.View {
 		var v allocgroup.View
-		dbtest.WaitFor(t, 10*time.Second, "group "+want, func() bool {
+		dbtest.WaitFor(t, 10*time.Second, "group "+want.String(), func() bool {
 			var err error
 			v, err = allocgroup.NewStore(pool).Get(ctx, u.String())
 			require.NoError(t, err)
@@ -216,7 +216,7 @@ func TestGroupTakeoverResumeRelease(t *testing.T) {
 	// Release (before any conductor runs): a stopping conductor hands
 	// its allocating group back, unowned.
 	id := dbtest.Conductor(t, pool, "stopping", 0, true)
-	rows := NewRows(New(pool), time.Minute)
+	rows := NewRows(pool)
 	g := addGroup(t, pool, 2, "gpu", allocgroup.RuleNone, "")
 	own(g, id)
 	n, err := rows.Release(ctx, id)
@@ -248,7 +248,7 @@ func TestGroupTakeoverResumeRelease(t *testing.T) {
 // allocations.
 func TestGroupsPlacementBackend(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{allocation.PlacementModeLocal, allocation.PlacementModeHTTP} {
+	for _, mode := range []string{backend.PlacementModeLocal, backend.PlacementModeHTTP} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -309,7 +309,7 @@ func TestGroupsPlacementUnknownTrait(t *testing.T) {
 	pool, pc := placementFleet(t)
 	_, err := pool.Exec(ctx, `INSERT INTO node_traits (node_id, trait) SELECT id, 'CUSTOM_FAST' FROM nodes`)
 	require.NoError(t, err)
-	start(t, pool, placementConfig(pc, allocation.PlacementModeLocal))
+	start(t, pool, placementConfig(pc, backend.PlacementModeLocal))
 	rack := "rack"
 	_, err = allocgroup.New(pool).CreateGroup(ctx, allocgroup.CreateGroupParams{Uuid: uuid.New(), Count: 2,
 		ResourceClass: "gpu", Traits: []string{"CUSTOM_FAST"}, Extra: json.RawMessage(`{}`),
@@ -332,7 +332,7 @@ func TestGroupsPlacementUnknownTrait(t *testing.T) {
 // while the others keep theirs.
 func TestGroupsPlacementGrowRelease(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{allocation.PlacementModeLocal, allocation.PlacementModeHTTP} {
+	for _, mode := range []string{backend.PlacementModeLocal, backend.PlacementModeHTTP} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -371,7 +371,7 @@ func TestGroupsPlacementGrowRelease(t *testing.T) {
 // Placement holds exactly one allocation per member, on its node.
 func TestGroupsPlacementRace(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{allocation.PlacementModeLocal, allocation.PlacementModeHTTP} {
+	for _, mode := range []string{backend.PlacementModeLocal, backend.PlacementModeHTTP} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			pool := dbtest.New(t)
@@ -427,7 +427,7 @@ func takeInPlacement(ctx context.Context, pc *client.Client, node uuid.UUID) (uu
 // transaction, over HTTP the first node goes into maintenance before the
 // transaction locks it.
 type interfering struct {
-	allocgroup.Placement
+	backend.GroupPlacement
 	pool     *pgxpool.Pool
 	pc       *client.Client
 	taken    bool
@@ -438,12 +438,12 @@ type interfering struct {
 
 var errInjected = errors.New("injected failure after the Placement claim")
 
-func (w *interfering) ClaimGroup(ctx context.Context, tx pgx.Tx, owner *string, offer allocation.GroupOffer,
-	members []allocation.GroupMember) error {
+func (w *interfering) ClaimGroup(ctx context.Context, tx pgx.Tx, owner *string, offer backend.GroupOffer,
+	members []backend.GroupMember) error {
 	first := false
 	w.once.Do(func() { first = true })
 	if !first {
-		return w.Placement.ClaimGroup(ctx, tx, owner, offer, members)
+		return w.GroupPlacement.ClaimGroup(ctx, tx, owner, offer, members)
 	}
 	w.node = members[0].Node
 	if w.taken {
@@ -451,9 +451,9 @@ func (w *interfering) ClaimGroup(ctx context.Context, tx pgx.Tx, owner *string, 
 		if w.stranger, err = takeInPlacement(ctx, w.pc, w.node); err != nil {
 			return err
 		}
-		return w.Placement.ClaimGroup(ctx, tx, owner, offer, members)
+		return w.GroupPlacement.ClaimGroup(ctx, tx, owner, offer, members)
 	}
-	if err := w.Placement.ClaimGroup(ctx, tx, owner, offer, members); err != nil {
+	if err := w.GroupPlacement.ClaimGroup(ctx, tx, owner, offer, members); err != nil {
 		return err
 	}
 	if tx != nil {
@@ -471,7 +471,7 @@ func (w *interfering) ClaimGroup(ctx context.Context, tx pgx.Tx, owner *string, 
 // active with exactly its members' allocations in Placement.
 func TestGroupsPlacementClaimUndone(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{allocation.PlacementModeLocal, allocation.PlacementModeHTTP} {
+	for _, mode := range []string{backend.PlacementModeLocal, backend.PlacementModeHTTP} {
 		for _, taken := range []bool{true, false} {
 			name := mode + "/failed-tx"
 			if taken {
@@ -483,8 +483,8 @@ func TestGroupsPlacementClaimUndone(t *testing.T) {
 				pool, pc := placementFleet(t)
 				svc, err := NewService(placementConfig(pc, mode), pool, zaptest.NewLogger(t))
 				require.NoError(t, err)
-				r := svc.groups.(*allocgroup.Reserver)
-				w := &interfering{Placement: r.Placement, pool: pool, pc: pc, taken: taken}
+				r := svc.groups.(*backend.GroupReserver)
+				w := &interfering{GroupPlacement: r.Placement, pool: pool, pc: pc, taken: taken}
 				r.Placement = w
 				runService(t, svc)
 				addGroup(t, pool, 4, "gpu", allocgroup.RuleRequired, "rack")
@@ -494,7 +494,7 @@ func TestGroupsPlacementClaimUndone(t *testing.T) {
 				checkGroups(t, pool)
 				checkPlacementMembers(t, pool, pc, 4)
 				used := dbtest.Count(t, pool, `SELECT count(*) FROM nodes WHERE uuid = $1 AND allocation_id IS NOT NULL`, w.node)
-				if taken || mode == allocation.PlacementModeHTTP {
+				if taken || mode == backend.PlacementModeHTTP {
 					require.Zero(t, used, "the node taken in Placement or put in maintenance is not a member's")
 				}
 				if taken {
@@ -530,12 +530,12 @@ func checkPlacementMembers(t *testing.T, pool *pgxpool.Pool, pc *client.Client, 
 		require.NoError(t, err)
 		require.Len(t, cur.Allocations, 1, "member %s", m)
 		require.Contains(t, cur.Allocations, n, "member %s", m)
-		require.Equal(t, allocation.PlacementUserID, cur.UserID)
+		require.Equal(t, backend.PlacementUserID, cur.UserID)
 	}
 	require.Equal(t, want, dbtest.Count(t, pool, `SELECT count(*) FROM placement_claims`))
 	require.Equal(t, want, dbtest.Count(t, pool, `
 		SELECT count(*) FROM placement.consumers c WHERE c.user_id = $1
-		   AND EXISTS (SELECT 1 FROM placement.allocations x WHERE x.consumer_id = c.id)`, allocation.PlacementUserID))
+		   AND EXISTS (SELECT 1 FROM placement.allocations x WHERE x.consumer_id = c.id)`, backend.PlacementUserID))
 }
 
 // TestGroupFreedNodesAreSeen: nodes freed right after a reservation (the

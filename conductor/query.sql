@@ -1,58 +1,49 @@
 -- name: Register :one
--- Registers (or re-registers after a restart) the conductor named @hostname.
--- Returns no row when a live conductor already holds that hostname: online
--- with a heartbeat younger than @alive_seconds.
-INSERT INTO conductors AS c (hostname, conductor_group, drivers, version, online, started_at, heartbeat_at)
-VALUES (@hostname, @conductor_group, @drivers, @version, true, now(), now())
+-- Registers (or re-registers after a restart) the conductor named @hostname,
+-- alive until @timeout_seconds from now (its heartbeat timeout). Returns no
+-- row when a live conductor already holds that hostname
+-- (metalloc_conductor_alive).
+INSERT INTO conductors AS c (hostname, conductor_group, drivers, version, online, started_at, heartbeat_at,
+                             expires_at)
+VALUES (@hostname, @conductor_group, @drivers, @version, true, now(), now(),
+        now() + make_interval(secs => @timeout_seconds::float8))
 ON CONFLICT (hostname) DO UPDATE
    SET conductor_group = EXCLUDED.conductor_group, drivers = EXCLUDED.drivers,
        version = EXCLUDED.version, online = true, started_at = now(),
-       heartbeat_at = now(), updated_at = now()
- WHERE NOT metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8)
+       heartbeat_at = now(), expires_at = EXCLUDED.expires_at, updated_at = now()
+ WHERE NOT metalloc_conductor_alive(c.online, c.expires_at)
 RETURNING c.id;
 
 -- name: Heartbeat :execrows
-UPDATE conductors SET heartbeat_at = now(), online = true WHERE id = @id;
+-- The conductor's heartbeat: alive until @timeout_seconds from now.
+UPDATE conductors
+   SET heartbeat_at = now(), expires_at = now() + make_interval(secs => @timeout_seconds::float8), online = true
+ WHERE id = @id;
 
 -- name: GoOffline :exec
 UPDATE conductors SET online = false, updated_at = now() WHERE id = @id;
 
--- Allocation rows from a conductor's point of view (rows.go): claim, owned,
--- dead owners, takeover, release. Every statement that changes
--- conductor_affinity is here; the outcome writes (reserve, fail) are the
--- reservation backends', each guarded by conductor_affinity = me AND
--- state = 'allocating'.
-
--- name: ClaimAllocations :many
--- Takes up to @batch unowned allocating rows for conductor @me, oldest first,
--- skipping rows another conductor is claiming at the same moment (backends
--- without a claim-and-reserve fast path).
-UPDATE allocations a
-   SET conductor_affinity = @me::bigint
- WHERE a.id IN (SELECT u.id FROM allocations u
-                 WHERE u.state = 'allocating' AND u.conductor_affinity IS NULL
-                 ORDER BY u.id
-                 LIMIT @batch FOR UPDATE SKIP LOCKED)
-RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits;
+-- Allocation rows from a conductor's point of view (rows.go): owned, dead
+-- owners, takeover, release. They return ids: the rows themselves are read
+-- by backend.Read (the view allocation_requests). The claims and the
+-- outcome writes (reserve, fail) are the reservation backends'
+-- (conductor/backend/query.sql), each guarded by conductor_affinity = me
+-- AND state = 'allocating'.
 
 -- name: OwnedAllocating :many
--- A conductor's own unfinished rows, resumed at start-up and after outages.
-SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
-  FROM allocations a
+-- The ids of a conductor's own unfinished rows, resumed at start-up and
+-- after outages (read by backend.Read).
+SELECT a.id FROM allocations a
  WHERE a.state = 'allocating' AND a.conductor_affinity = @me::bigint
  ORDER BY a.id;
 
 -- name: DeadOwners :many
 -- Conductors other than @me that hold allocating rows and are dead
--- (metalloc_conductor_alive with @alive_seconds).
+-- (not metalloc_conductor_alive).
 SELECT c.id, c.hostname, c.online, c.heartbeat_at
   FROM conductors c
  WHERE c.id <> @me::bigint
-   AND NOT metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8)
+   AND NOT metalloc_conductor_alive(c.online, c.expires_at)
    AND (EXISTS (SELECT 1 FROM allocations a
                  WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
         OR EXISTS (SELECT 1 FROM allocation_groups g
@@ -66,7 +57,7 @@ SELECT a.id FROM allocations a
  ORDER BY a.id
  LIMIT @max_rows;
 
--- name: TakeOver :many
+-- name: TakeOver :execrows
 -- Compare-and-set takeover of one allocating row from the dead conductor
 -- @dead: it becomes @me's only if it still belongs to @dead and @dead is still
 -- dead. No row: another conductor won, @dead came back, or the row is locked
@@ -78,10 +69,7 @@ UPDATE allocations a
                   FOR UPDATE SKIP LOCKED)
    AND EXISTS (SELECT 1 FROM conductors c
                 WHERE c.id = @dead::bigint
-                  AND NOT metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8))
-RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits;
+                  AND NOT metalloc_conductor_alive(c.online, c.expires_at));
 
 -- name: ReleaseOwned :execrows
 -- A stopping conductor hands its unfinished rows back: unowned again, they
@@ -96,18 +84,20 @@ UPDATE allocations
 
 -- name: ClaimGroups :many
 -- Takes up to @batch unowned allocating groups for conductor @me, oldest
--- first, skipping groups another conductor is claiming at the same moment.
+-- first, skipping groups another conductor is claiming at the same moment;
+-- their ids (read by backend.ReadGroups).
 UPDATE allocation_groups g
    SET conductor_affinity = @me::bigint
  WHERE g.id IN (SELECT u.id FROM allocation_groups u
                  WHERE u.state = 'allocating' AND u.conductor_affinity IS NULL
                  ORDER BY u.id
                  LIMIT @batch FOR UPDATE SKIP LOCKED)
-RETURNING g.*;
+RETURNING g.id;
 
 -- name: OwnedGroups :many
--- A conductor's own unfinished groups, resumed at start-up and after outages.
-SELECT * FROM allocation_groups g
+-- The ids of a conductor's own unfinished groups, resumed at start-up and
+-- after outages.
+SELECT g.id FROM allocation_groups g
  WHERE g.state = 'allocating' AND g.conductor_affinity = @me::bigint
  ORDER BY g.id;
 
@@ -117,7 +107,7 @@ SELECT g.id FROM allocation_groups g
  ORDER BY g.id
  LIMIT @max_rows;
 
--- name: TakeOverGroup :many
+-- name: TakeOverGroup :execrows
 -- TakeOver for one allocating group of the dead conductor @dead.
 UPDATE allocation_groups g
    SET conductor_affinity = @me::bigint, updated_at = now()
@@ -126,8 +116,7 @@ UPDATE allocation_groups g
                   FOR UPDATE SKIP LOCKED)
    AND EXISTS (SELECT 1 FROM conductors c
                 WHERE c.id = @dead::bigint
-                  AND NOT metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8))
-RETURNING g.*;
+                  AND NOT metalloc_conductor_alive(c.online, c.expires_at));
 
 -- name: ReleaseOwnedGroups :execrows
 -- ReleaseOwned for groups (allocation_groups_notify_update wakes the others).
@@ -237,3 +226,20 @@ SELECT pg_stat_get_dead_tuples('allocations'::regclass)::bigint AS dead;
 -- Clears the dead entries the claim scan walks (Service.housekeep); skips
 -- at once if another vacuum of the table is running.
 VACUUM (SKIP_LOCKED) allocations;
+
+-- name: PruneConductors :many
+-- Deletes the conductors whose last heartbeat is older than
+-- @retention_seconds (at least the heartbeat timeout, so they are dead
+-- whatever the liveness rule), that own no allocating allocation or group,
+-- and have no session open (application_name "metalloc-conductor
+-- <hostname>": a paused process keeps its sessions, and could come back);
+-- returns their hostnames.
+DELETE FROM conductors c
+ WHERE c.heartbeat_at < now() - make_interval(secs => @retention_seconds::float8)
+   AND NOT EXISTS (SELECT 1 FROM allocations a
+                    WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
+   AND NOT EXISTS (SELECT 1 FROM allocation_groups g
+                    WHERE g.state = 'allocating' AND g.conductor_affinity = c.id)
+   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity s
+                    WHERE s.application_name = 'metalloc-conductor ' || c.hostname)
+RETURNING c.hostname;

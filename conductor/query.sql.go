@@ -58,72 +58,6 @@ func (q *Queries) AllocationsDeadRows(ctx context.Context) (int64, error) {
 	return dead, err
 }
 
-const claimAllocations = `-- name: ClaimAllocations :many
-
-UPDATE allocations a
-   SET conductor_affinity = $1::bigint
- WHERE a.id IN (SELECT u.id FROM allocations u
-                 WHERE u.state = 'allocating' AND u.conductor_affinity IS NULL
-                 ORDER BY u.id
-                 LIMIT $2 FOR UPDATE SKIP LOCKED)
-RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
-`
-
-type ClaimAllocationsParams struct {
-	Me    int64
-	Batch int32
-}
-
-type ClaimAllocationsRow struct {
-	ID             int64
-	Uuid           uuid.UUID
-	Name           *string
-	ResourceClass  string
-	CandidateNodes []uuid.UUID
-	Owner          *string
-	CreatedAt      time.Time
-	Traits         []string
-}
-
-// Allocation rows from a conductor's point of view (rows.go): claim, owned,
-// dead owners, takeover, release. Every statement that changes
-// conductor_affinity is here; the outcome writes (reserve, fail) are the
-// reservation backends', each guarded by conductor_affinity = me AND
-// state = 'allocating'.
-// Takes up to @batch unowned allocating rows for conductor @me, oldest first,
-// skipping rows another conductor is claiming at the same moment (backends
-// without a claim-and-reserve fast path).
-func (q *Queries) ClaimAllocations(ctx context.Context, arg ClaimAllocationsParams) ([]ClaimAllocationsRow, error) {
-	rows, err := q.db.Query(ctx, claimAllocations, arg.Me, arg.Batch)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []ClaimAllocationsRow
-	for rows.Next() {
-		var i ClaimAllocationsRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.Uuid,
-			&i.Name,
-			&i.ResourceClass,
-			&i.CandidateNodes,
-			&i.Owner,
-			&i.CreatedAt,
-			&i.Traits,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const claimGroups = `-- name: ClaimGroups :many
 
 UPDATE allocation_groups g
@@ -132,7 +66,7 @@ UPDATE allocation_groups g
                  WHERE u.state = 'allocating' AND u.conductor_affinity IS NULL
                  ORDER BY u.id
                  LIMIT $2 FOR UPDATE SKIP LOCKED)
-RETURNING g.id, g.uuid, g.name, g.state, g.last_error, g.count, g.resource_class, g.traits, g.candidate_nodes, g.owner, g.extra, g.rule, g.rule_level, g.domain, g.conductor_affinity, g.created_at, g.updated_at
+RETURNING g.id
 `
 
 type ClaimGroupsParams struct {
@@ -143,38 +77,21 @@ type ClaimGroupsParams struct {
 // Allocation groups (package allocgroup) go through the same life cycle,
 // with the same guards.
 // Takes up to @batch unowned allocating groups for conductor @me, oldest
-// first, skipping groups another conductor is claiming at the same moment.
-func (q *Queries) ClaimGroups(ctx context.Context, arg ClaimGroupsParams) ([]AllocationGroup, error) {
+// first, skipping groups another conductor is claiming at the same moment;
+// their ids (read by backend.ReadGroups).
+func (q *Queries) ClaimGroups(ctx context.Context, arg ClaimGroupsParams) ([]int64, error) {
 	rows, err := q.db.Query(ctx, claimGroups, arg.Me, arg.Batch)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []AllocationGroup
+	var items []int64
 	for rows.Next() {
-		var i AllocationGroup
-		if err := rows.Scan(
-			&i.ID,
-			&i.Uuid,
-			&i.Name,
-			&i.State,
-			&i.LastError,
-			&i.Count,
-			&i.ResourceClass,
-			&i.Traits,
-			&i.CandidateNodes,
-			&i.Owner,
-			&i.Extra,
-			&i.Rule,
-			&i.RuleLevel,
-			&i.Domain,
-			&i.ConductorAffinity,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-		); err != nil {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -207,7 +124,7 @@ func (q *Queries) ClaimsOfProvider(ctx context.Context, providerUuid uuid.UUID) 
 }
 
 const conductorByHostname = `-- name: ConductorByHostname :one
-SELECT id, hostname, conductor_group, drivers, version, online, started_at, heartbeat_at, created_at, updated_at FROM conductors WHERE hostname = $1
+SELECT id, hostname, conductor_group, drivers, version, online, started_at, heartbeat_at, created_at, updated_at, expires_at FROM conductors WHERE hostname = $1
 `
 
 func (q *Queries) ConductorByHostname(ctx context.Context, hostname string) (Record, error) {
@@ -224,6 +141,7 @@ func (q *Queries) ConductorByHostname(ctx context.Context, hostname string) (Rec
 		&i.HeartbeatAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ExpiresAt,
 	)
 	return i, err
 }
@@ -232,18 +150,13 @@ const deadOwners = `-- name: DeadOwners :many
 SELECT c.id, c.hostname, c.online, c.heartbeat_at
   FROM conductors c
  WHERE c.id <> $1::bigint
-   AND NOT metalloc_conductor_alive(c.online, c.heartbeat_at, $2::float8)
+   AND NOT metalloc_conductor_alive(c.online, c.expires_at)
    AND (EXISTS (SELECT 1 FROM allocations a
                  WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
         OR EXISTS (SELECT 1 FROM allocation_groups g
                     WHERE g.state = 'allocating' AND g.conductor_affinity = c.id))
  ORDER BY c.id
 `
-
-type DeadOwnersParams struct {
-	Me           int64
-	AliveSeconds float64
-}
 
 type DeadOwnersRow struct {
 	ID          int64
@@ -253,9 +166,9 @@ type DeadOwnersRow struct {
 }
 
 // Conductors other than @me that hold allocating rows and are dead
-// (metalloc_conductor_alive with @alive_seconds).
-func (q *Queries) DeadOwners(ctx context.Context, arg DeadOwnersParams) ([]DeadOwnersRow, error) {
-	rows, err := q.db.Query(ctx, deadOwners, arg.Me, arg.AliveSeconds)
+// (not metalloc_conductor_alive).
+func (q *Queries) DeadOwners(ctx context.Context, me int64) ([]DeadOwnersRow, error) {
+	rows, err := q.db.Query(ctx, deadOwners, me)
 	if err != nil {
 		return nil, err
 	}
@@ -353,11 +266,19 @@ func (q *Queries) GroupsAllocatingOf(ctx context.Context, arg GroupsAllocatingOf
 }
 
 const heartbeat = `-- name: Heartbeat :execrows
-UPDATE conductors SET heartbeat_at = now(), online = true WHERE id = $1
+UPDATE conductors
+   SET heartbeat_at = now(), expires_at = now() + make_interval(secs => $1::float8), online = true
+ WHERE id = $2
 `
 
-func (q *Queries) Heartbeat(ctx context.Context, id int64) (int64, error) {
-	result, err := q.db.Exec(ctx, heartbeat, id)
+type HeartbeatParams struct {
+	TimeoutSeconds float64
+	ID             int64
+}
+
+// The conductor's heartbeat: alive until @timeout_seconds from now.
+func (q *Queries) Heartbeat(ctx context.Context, arg HeartbeatParams) (int64, error) {
+	result, err := q.db.Exec(ctx, heartbeat, arg.TimeoutSeconds, arg.ID)
 	if err != nil {
 		return 0, err
 	}
@@ -442,48 +363,33 @@ func (q *Queries) OrphanPlacementSynced(ctx context.Context) ([]uuid.UUID, error
 }
 
 const ownedAllocating = `-- name: OwnedAllocating :many
-SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
-  FROM allocations a
+
+SELECT a.id FROM allocations a
  WHERE a.state = 'allocating' AND a.conductor_affinity = $1::bigint
  ORDER BY a.id
 `
 
-type OwnedAllocatingRow struct {
-	ID             int64
-	Uuid           uuid.UUID
-	Name           *string
-	ResourceClass  string
-	CandidateNodes []uuid.UUID
-	Owner          *string
-	CreatedAt      time.Time
-	Traits         []string
-}
-
-// A conductor's own unfinished rows, resumed at start-up and after outages.
-func (q *Queries) OwnedAllocating(ctx context.Context, me int64) ([]OwnedAllocatingRow, error) {
+// Allocation rows from a conductor's point of view (rows.go): owned, dead
+// owners, takeover, release. They return ids: the rows themselves are read
+// by backend.Read (the view allocation_requests). The claims and the
+// outcome writes (reserve, fail) are the reservation backends'
+// (conductor/backend/query.sql), each guarded by conductor_affinity = me
+// AND state = 'allocating'.
+// The ids of a conductor's own unfinished rows, resumed at start-up and
+// after outages (read by backend.Read).
+func (q *Queries) OwnedAllocating(ctx context.Context, me int64) ([]int64, error) {
 	rows, err := q.db.Query(ctx, ownedAllocating, me)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OwnedAllocatingRow
+	var items []int64
 	for rows.Next() {
-		var i OwnedAllocatingRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.Uuid,
-			&i.Name,
-			&i.ResourceClass,
-			&i.CandidateNodes,
-			&i.Owner,
-			&i.CreatedAt,
-			&i.Traits,
-		); err != nil {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -492,43 +398,26 @@ func (q *Queries) OwnedAllocating(ctx context.Context, me int64) ([]OwnedAllocat
 }
 
 const ownedGroups = `-- name: OwnedGroups :many
-SELECT id, uuid, name, state, last_error, count, resource_class, traits, candidate_nodes, owner, extra, rule, rule_level, domain, conductor_affinity, created_at, updated_at FROM allocation_groups g
+SELECT g.id FROM allocation_groups g
  WHERE g.state = 'allocating' AND g.conductor_affinity = $1::bigint
  ORDER BY g.id
 `
 
-// A conductor's own unfinished groups, resumed at start-up and after outages.
-func (q *Queries) OwnedGroups(ctx context.Context, me int64) ([]AllocationGroup, error) {
+// The ids of a conductor's own unfinished groups, resumed at start-up and
+// after outages.
+func (q *Queries) OwnedGroups(ctx context.Context, me int64) ([]int64, error) {
 	rows, err := q.db.Query(ctx, ownedGroups, me)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []AllocationGroup
+	var items []int64
 	for rows.Next() {
-		var i AllocationGroup
-		if err := rows.Scan(
-			&i.ID,
-			&i.Uuid,
-			&i.Name,
-			&i.State,
-			&i.LastError,
-			&i.Count,
-			&i.ResourceClass,
-			&i.Traits,
-			&i.CandidateNodes,
-			&i.Owner,
-			&i.Extra,
-			&i.Rule,
-			&i.RuleLevel,
-			&i.Domain,
-			&i.ConductorAffinity,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-		); err != nil {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -564,14 +453,54 @@ func (q *Queries) PlacementProviderUUIDs(ctx context.Context) ([]uuid.UUID, erro
 	return items, nil
 }
 
+const pruneConductors = `-- name: PruneConductors :many
+DELETE FROM conductors c
+ WHERE c.heartbeat_at < now() - make_interval(secs => $1::float8)
+   AND NOT EXISTS (SELECT 1 FROM allocations a
+                    WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
+   AND NOT EXISTS (SELECT 1 FROM allocation_groups g
+                    WHERE g.state = 'allocating' AND g.conductor_affinity = c.id)
+   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity s
+                    WHERE s.application_name = 'metalloc-conductor ' || c.hostname)
+RETURNING c.hostname
+`
+
+// Deletes the conductors whose last heartbeat is older than
+// @retention_seconds (at least the heartbeat timeout, so they are dead
+// whatever the liveness rule), that own no allocating allocation or group,
+// and have no session open (application_name "metalloc-conductor
+// <hostname>": a paused process keeps its sessions, and could come back);
+// returns their hostnames.
+func (q *Queries) PruneConductors(ctx context.Context, retentionSeconds float64) ([]string, error) {
+	rows, err := q.db.Query(ctx, pruneConductors, retentionSeconds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var hostname string
+		if err := rows.Scan(&hostname); err != nil {
+			return nil, err
+		}
+		items = append(items, hostname)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const register = `-- name: Register :one
-INSERT INTO conductors AS c (hostname, conductor_group, drivers, version, online, started_at, heartbeat_at)
-VALUES ($1, $2, $3, $4, true, now(), now())
+INSERT INTO conductors AS c (hostname, conductor_group, drivers, version, online, started_at, heartbeat_at,
+                             expires_at)
+VALUES ($1, $2, $3, $4, true, now(), now(),
+        now() + make_interval(secs => $5::float8))
 ON CONFLICT (hostname) DO UPDATE
    SET conductor_group = EXCLUDED.conductor_group, drivers = EXCLUDED.drivers,
        version = EXCLUDED.version, online = true, started_at = now(),
-       heartbeat_at = now(), updated_at = now()
- WHERE NOT metalloc_conductor_alive(c.online, c.heartbeat_at, $5::float8)
+       heartbeat_at = now(), expires_at = EXCLUDED.expires_at, updated_at = now()
+ WHERE NOT metalloc_conductor_alive(c.online, c.expires_at)
 RETURNING c.id
 `
 
@@ -580,19 +509,20 @@ type RegisterParams struct {
 	ConductorGroup string
 	Drivers        []string
 	Version        string
-	AliveSeconds   float64
+	TimeoutSeconds float64
 }
 
-// Registers (or re-registers after a restart) the conductor named @hostname.
-// Returns no row when a live conductor already holds that hostname: online
-// with a heartbeat younger than @alive_seconds.
+// Registers (or re-registers after a restart) the conductor named @hostname,
+// alive until @timeout_seconds from now (its heartbeat timeout). Returns no
+// row when a live conductor already holds that hostname
+// (metalloc_conductor_alive).
 func (q *Queries) Register(ctx context.Context, arg RegisterParams) (int64, error) {
 	row := q.db.QueryRow(ctx, register,
 		arg.Hostname,
 		arg.ConductorGroup,
 		arg.Drivers,
 		arg.Version,
-		arg.AliveSeconds,
+		arg.TimeoutSeconds,
 	)
 	var id int64
 	err := row.Scan(&id)
@@ -648,7 +578,7 @@ func (q *Queries) ReleaseOwnedGroups(ctx context.Context, me int64) (int64, erro
 	return result.RowsAffected(), nil
 }
 
-const takeOver = `-- name: TakeOver :many
+const takeOver = `-- name: TakeOver :execrows
 UPDATE allocations a
    SET conductor_affinity = $1::bigint, updated_at = now()
  WHERE a.id = (SELECT u.id FROM allocations u
@@ -656,69 +586,28 @@ UPDATE allocations a
                   FOR UPDATE SKIP LOCKED)
    AND EXISTS (SELECT 1 FROM conductors c
                 WHERE c.id = $3::bigint
-                  AND NOT metalloc_conductor_alive(c.online, c.heartbeat_at, $4::float8))
-RETURNING a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at,
-          (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-             FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits
+                  AND NOT metalloc_conductor_alive(c.online, c.expires_at))
 `
 
 type TakeOverParams struct {
-	Me           int64
-	ID           int64
-	Dead         int64
-	AliveSeconds float64
-}
-
-type TakeOverRow struct {
-	ID             int64
-	Uuid           uuid.UUID
-	Name           *string
-	ResourceClass  string
-	CandidateNodes []uuid.UUID
-	Owner          *string
-	CreatedAt      time.Time
-	Traits         []string
+	Me   int64
+	ID   int64
+	Dead int64
 }
 
 // Compare-and-set takeover of one allocating row from the dead conductor
 // @dead: it becomes @me's only if it still belongs to @dead and @dead is still
 // dead. No row: another conductor won, @dead came back, or the row is locked
 // right now (SKIP LOCKED: a takeover never waits; the next period retries).
-func (q *Queries) TakeOver(ctx context.Context, arg TakeOverParams) ([]TakeOverRow, error) {
-	rows, err := q.db.Query(ctx, takeOver,
-		arg.Me,
-		arg.ID,
-		arg.Dead,
-		arg.AliveSeconds,
-	)
+func (q *Queries) TakeOver(ctx context.Context, arg TakeOverParams) (int64, error) {
+	result, err := q.db.Exec(ctx, takeOver, arg.Me, arg.ID, arg.Dead)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	defer rows.Close()
-	var items []TakeOverRow
-	for rows.Next() {
-		var i TakeOverRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.Uuid,
-			&i.Name,
-			&i.ResourceClass,
-			&i.CandidateNodes,
-			&i.Owner,
-			&i.CreatedAt,
-			&i.Traits,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+	return result.RowsAffected(), nil
 }
 
-const takeOverGroup = `-- name: TakeOverGroup :many
+const takeOverGroup = `-- name: TakeOverGroup :execrows
 UPDATE allocation_groups g
    SET conductor_affinity = $1::bigint, updated_at = now()
  WHERE g.id = (SELECT u.id FROM allocation_groups u
@@ -726,59 +615,22 @@ UPDATE allocation_groups g
                   FOR UPDATE SKIP LOCKED)
    AND EXISTS (SELECT 1 FROM conductors c
                 WHERE c.id = $3::bigint
-                  AND NOT metalloc_conductor_alive(c.online, c.heartbeat_at, $4::float8))
-RETURNING g.id, g.uuid, g.name, g.state, g.last_error, g.count, g.resource_class, g.traits, g.candidate_nodes, g.owner, g.extra, g.rule, g.rule_level, g.domain, g.conductor_affinity, g.created_at, g.updated_at
+                  AND NOT metalloc_conductor_alive(c.online, c.expires_at))
 `
 
 type TakeOverGroupParams struct {
-	Me           int64
-	ID           int64
-	Dead         int64
-	AliveSeconds float64
+	Me   int64
+	ID   int64
+	Dead int64
 }
 
 // TakeOver for one allocating group of the dead conductor @dead.
-func (q *Queries) TakeOverGroup(ctx context.Context, arg TakeOverGroupParams) ([]AllocationGroup, error) {
-	rows, err := q.db.Query(ctx, takeOverGroup,
-		arg.Me,
-		arg.ID,
-		arg.Dead,
-		arg.AliveSeconds,
-	)
+func (q *Queries) TakeOverGroup(ctx context.Context, arg TakeOverGroupParams) (int64, error) {
+	result, err := q.db.Exec(ctx, takeOverGroup, arg.Me, arg.ID, arg.Dead)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	defer rows.Close()
-	var items []AllocationGroup
-	for rows.Next() {
-		var i AllocationGroup
-		if err := rows.Scan(
-			&i.ID,
-			&i.Uuid,
-			&i.Name,
-			&i.State,
-			&i.LastError,
-			&i.Count,
-			&i.ResourceClass,
-			&i.Traits,
-			&i.CandidateNodes,
-			&i.Owner,
-			&i.Extra,
-			&i.Rule,
-			&i.RuleLevel,
-			&i.Domain,
-			&i.ConductorAffinity,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+	return result.RowsAffected(), nil
 }
 
 const trackerNodes = `-- name: TrackerNodes :many

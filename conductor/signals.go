@@ -1,36 +1,65 @@
 package conductor
 
+import "github.com/google/uuid"
+
 // testSignals lets tests wait for the conductor's events instead of sleeping
 // (River's testsignal idea). Production code leaves Service.signals nil, and
 // every send is then a no-op; a test sets it with buffered channels before
 // Run, and a send never blocks the conductor (a full channel drops the
-// event).
+// event). Tests that run conductors as processes (e2e) wait for the log
+// line each event also writes: "reserving allocation" (debug), "allocation
+// waiting for a locked node" (debug), "released unfinished allocations to
+// the other conductors" (info).
 type testSignals struct {
 	// heartbeat receives one value per heartbeat written.
 	heartbeat chan struct{}
 	// takeover receives, after each takeover run, how many rows it won.
 	takeover chan int
+	// claimed receives, after each claim statement, how many rows it took
+	// (reserved or not; 0 when it found none).
+	claimed chan int
+	// reserving receives the uuid of each claimed row a worker starts
+	// processing (the slow path: Backend.Process).
+	reserving chan uuid.UUID
+	// waiting receives the uuid of each row that starts waiting for a
+	// locked node (Backend.Process said Waiting for the first time; park).
+	waiting chan uuid.UUID
+	// released receives, on a clean stop, how many unfinished rows and
+	// groups the conductor handed back (after Rows.Release).
+	released chan int64
 }
 
-// newTestSignals returns signals with room for n events of each kind.
-func newTestSignals(n int) *testSignals {
-	return &testSignals{heartbeat: make(chan struct{}, n), takeover: make(chan int, n)}
+// send delivers v on ch unless ch is full; nothing when s is nil.
+func send[T any](s *testSignals, ch func(*testSignals) chan T, v T) {
+	if s == nil {
+		return
+	}
+	select {
+	case ch(s) <- v:
+	default:
+	}
 }
 
 func (s *testSignals) heartbeatWritten() {
-	if s != nil {
-		select {
-		case s.heartbeat <- struct{}{}:
-		default:
-		}
-	}
+	send(s, func(s *testSignals) chan struct{} { return s.heartbeat }, struct{}{})
 }
 
 func (s *testSignals) takeoverRan(won int) {
-	if s != nil {
-		select {
-		case s.takeover <- won:
-		default:
-		}
-	}
+	send(s, func(s *testSignals) chan int { return s.takeover }, won)
+}
+
+func (s *testSignals) claimedRows(n int) {
+	send(s, func(s *testSignals) chan int { return s.claimed }, n)
+}
+
+func (s *testSignals) reservingRow(u uuid.UUID) {
+	send(s, func(s *testSignals) chan uuid.UUID { return s.reserving }, u)
+}
+
+func (s *testSignals) waitingRow(u uuid.UUID) {
+	send(s, func(s *testSignals) chan uuid.UUID { return s.waiting }, u)
+}
+
+func (s *testSignals) releasedRows(n int64) {
+	send(s, func(s *testSignals) chan int64 { return s.released }, n)
 }

@@ -5,31 +5,8 @@
 package conductor
 
 import (
-	"encoding/json"
 	"time"
-
-	"github.com/google/uuid"
 )
-
-type AllocationGroup struct {
-	ID                int64
-	Uuid              uuid.UUID
-	Name              *string
-	State             string
-	LastError         *string
-	Count             int32
-	ResourceClass     string
-	Traits            []string
-	CandidateNodes    []uuid.UUID
-	Owner             *string
-	Extra             json.RawMessage
-	Rule              string
-	RuleLevel         *string
-	Domain            []string
-	ConductorAffinity *int64
-	CreatedAt         time.Time
-	UpdatedAt         *time.Time
-}
 
 type Record struct {
 	ID             int64
@@ -42,4 +19,5 @@ type Record struct {
 	HeartbeatAt    time.Time
 	CreatedAt      time.Time
 	UpdatedAt      *time.Time
+	ExpiresAt      time.Time
 }

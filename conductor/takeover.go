@@ -45,22 +45,21 @@ func (c *Service) startTakeover(ctx context.Context) *cron.Cron {
 }
 
 // takeover takes over the allocating rows of every dead conductor (offline,
-// or heartbeat older than HeartbeatTimeout) with one compare-and-set update
+// or its expiry passed) with one compare-and-set update
 // per row, and queues the rows won for the workers. Later writes to those
 // rows are guarded by conductor_affinity = this conductor, so a conductor
 // that was only slow cannot overwrite them when it wakes up. Node row locks a
 // dead conductor held die with its database session (PostgreSQL ends it when
 // the process or host dies; a stalled transaction is ended by
-// idle_in_transaction_session_timeout, see cmd/conductor), and the takeover
+// idle_in_transaction_session_timeout, IdleInTransactionTimeout), and the takeover
 // never waits on one (SKIP LOCKED).
 func (c *Service) takeover(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
 	// After this conductor could not reach the database (or at start-up),
-	// its peers likely could not either: give them two heartbeat intervals
-	// to write theirs before judging them dead.
-	if time.Since(time.Unix(0, c.healthySince.Load())) < 2*c.cfg.HeartbeatInterval {
+	// its peers likely could not either (PostOutageGrace).
+	if c.inGrace() {
 		c.log.Debug("takeover skipped: heartbeats only just resumed")
 		return
 	}

@@ -3,6 +3,7 @@ package conductor
 import (
 	"context"
 	"fmt"
+	"github.com/metalloc/metalloc/conductor/backend"
 	"testing"
 	"time"
 
@@ -12,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/db/dbtest"
 )
 
@@ -97,13 +97,12 @@ func TestLateWritesOfASlowConductorAreRejected(t *testing.T) {
 	pool := dbtest.New(t)
 	dbtest.Nodes(t, pool, 2, "gold")
 	log := zaptest.NewLogger(t)
-	alloc := allocation.NewAllocator(pool, log)
+	alloc := backend.NewDatabase(pool, log)
 	slow := deadConductor(t, pool, "slow", 0, "gold")
 	live := dbtest.Conductor(t, pool, "live", 0, true)
 	addAllocations(t, pool, 2, "gold")
-	rows := NewRows(New(pool), time.Minute)
-	claimed, err := rows.Claim(context.Background(), slow, 2)
-	require.NoError(t, err)
+	rows := NewRows(pool)
+	claimed := claimRows(t, pool, slow, 2)
 	require.Len(t, claimed, 2)
 
 	owners, err := rows.DeadOwners(context.Background(), live)
@@ -120,15 +119,15 @@ func TestLateWritesOfASlowConductorAreRejected(t *testing.T) {
 
 	// The slow conductor wakes up and goes on with its rows: both writes
 	// are rejected.
-	out, err := alloc.Process(context.Background(), slow, claimed[0])
+	out, err := alloc.Process(context.Background(), slow, &claimed[0])
 	require.NoError(t, err)
-	require.Equal(t, allocation.Lost, out)
+	require.Equal(t, backend.Lost, out)
 	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM nodes WHERE allocation_id IS NOT NULL`))
 	_, err = pool.Exec(context.Background(), `UPDATE nodes SET maintenance = true`)
 	require.NoError(t, err)
-	out, err = alloc.Process(context.Background(), slow, claimed[1]) // no node fits: tries to fail the row
+	out, err = alloc.Process(context.Background(), slow, &claimed[1]) // no node fits: tries to fail the row
 	require.NoError(t, err)
-	require.Equal(t, allocation.Lost, out)
+	require.Equal(t, backend.Lost, out)
 	require.Equal(t, 2, dbtest.Count(t, pool,
 		`SELECT count(*) FROM allocations WHERE state = 'allocating' AND conductor_affinity = $1`, live))
 }
@@ -150,12 +149,29 @@ func TestStopReleasesUnfinishedRows(t *testing.T) {
 	// LockedNodeWait is long so that, however slow the machine, the rows are
 	// still being retried (not failed) when the stop comes.
 	cfg := Config{Hostname: "stopping", PollInterval: time.Hour, ShutdownGrace: 50 * time.Millisecond, LockedNodeWait: time.Minute}
-	stop := start(t, pool, cfg)
+	svc, err := NewService(cfg, pool, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	svc.signals = newTestSignals(64)
+	stop := runService(t, svc)
 	addAllocations(t, pool, 3, "gold")
-	dbtest.WaitFor(t, 10*time.Second, "the 3 allocations to be claimed", func() bool {
-		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity IS NOT NULL`) == 3
-	})
+	// Every row claimed (the claimed signals add up to 3) and the first in
+	// its reservation (a worker processes the rows its claim could not
+	// reserve one after the other) when the stop comes.
+	for claimed := 0; claimed < 3; {
+		select {
+		case n := <-svc.signals.claimed:
+			claimed += n
+		case <-time.After(10 * time.Second):
+			t.Fatalf("after 10s: %d of 3 allocations claimed", claimed)
+		}
+	}
+	select {
+	case <-svc.signals.reserving:
+	case <-time.After(10 * time.Second):
+		t.Fatal("after 10s: no allocation in its reservation")
+	}
 	require.NoError(t, stop())
+	require.EqualValues(t, 3, <-svc.signals.released, "the stop released the 3 rows")
 	require.Equal(t, 3, dbtest.Count(t, pool,
 		`SELECT count(*) FROM allocations WHERE state = 'allocating' AND conductor_affinity IS NULL`))
 	require.Equal(t, 0, dbtest.Count(t, pool, `SELECT count(*) FROM conductors WHERE online`))

@@ -98,10 +98,10 @@ func TrackerConfigFrom(pb config.PlacementBackend) TrackerConfig {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c TrackerConfig) WithDefaults() TrackerConfig {
 	if c.SyncSchedule == "" {
-		c.SyncSchedule = "@every 60s"
+		c.SyncSchedule = config.DefaultPlacementSyncSchedule
 	}
 	if c.SyncDelay <= 0 {
-		c.SyncDelay = 200 * time.Millisecond
+		c.SyncDelay = config.DefaultPlacementSyncDelay
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = 8

@@ -125,7 +125,10 @@ func Open(ctx context.Context, url string, opt PoolOptions) (*pgxpool.Pool, erro
 	if err != nil {
 		return nil, fmt.Errorf("connecting to database: %w", err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// The first connection is bounded by ConnectTimeout and these 10 s,
+	// not by AcquireTimeout: a slow start (a loaded host, TLS, a remote
+	// server) must not fail Open when every later acquire would succeed.
+	pctx, cancel := context.WithTimeout(context.WithValue(ctx, unboundedAcquireKey{}, true), 10*time.Second)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
@@ -157,7 +160,9 @@ func LatestVersion() (int64, error) {
 }
 
 // Migrate applies every pending migration to the database at url and returns
-// the resulting version. It logs each applied migration. Concurrent callers are
+// the resulting version. It logs each applied migration. A database newer
+// than this binary (migrations it does not know) is ErrSchemaTooNew, with
+// both versions, and left alone. Concurrent callers are
 // serialised by goose's session lock (a PostgreSQL advisory lock).
 func Migrate(ctx context.Context, url string, log *zap.Logger) (int64, error) {
 	sqldb, err := openSQL(url)
@@ -172,6 +177,19 @@ func Migrate(ctx context.Context, url string, log *zap.Logger) (int64, error) {
 	prov, err := goose.NewProvider(goose.DialectPostgres, sqldb, migrations.FS, goose.WithSessionLocker(locker))
 	if err != nil {
 		return 0, fmt.Errorf("loading migrations: %w", err)
+	}
+	// An older binary must not report a newer schema "up to date".
+	want, err := LatestVersion()
+	if err != nil {
+		return 0, err
+	}
+	var have int64
+	if err := sqldb.QueryRowContext(ctx, schemaVersionSQL).Scan(&have); err != nil && !isUndefinedTable(err) {
+		return 0, fmt.Errorf("reading schema version: %w", err)
+	}
+	if have > want {
+		return have, fmt.Errorf("%w: database is at version %d, this binary knows up to %d; run the db sync of the newer metalloc",
+			ErrSchemaTooNew, have, want)
 	}
 	results, err := prov.Up(ctx)
 	for _, r := range results {
@@ -194,16 +212,9 @@ func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
-	var have int64
-	err = pool.QueryRow(ctx,
-		`SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&have)
+	have, err := SchemaVersion(ctx, pool)
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-			have = 0
-		} else {
-			return fmt.Errorf("reading schema version: %w", err)
-		}
+		return err
 	}
 	switch {
 	case have < want:
@@ -214,6 +225,24 @@ func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 			ErrSchemaTooNew, have, want)
 	}
 	return nil
+}
+
+// schemaVersionSQL reads the highest applied migration of goose's table.
+const schemaVersionSQL = `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`
+
+// SchemaVersion is the version of the database's schema: its highest
+// applied migration, 0 for a database never migrated.
+func SchemaVersion(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var have int64
+	if err := pool.QueryRow(ctx, schemaVersionSQL).Scan(&have); err != nil && !isUndefinedTable(err) {
+		return 0, fmt.Errorf("reading schema version: %w", err)
+	}
+	return have, nil
+}
+
+func isUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
 
 func openSQL(url string) (*sql.DB, error) {
@@ -305,13 +334,24 @@ func hasCode(err error, code, constraint string) bool {
 
 // DataException reports whether err is a PostgreSQL data exception (SQLSTATE
 // class 22: invalid byte sequence, NUL in text, value out of range, invalid
-// text representation) and returns PostgreSQL's message for it.
+// text representation) and returns PostgreSQL's message for it (for logs:
+// clients get DataExceptionCode's meaning in the API's words).
 func DataException(err error) (string, bool) {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
 		return pgErr.Message, true
 	}
 	return "", false
+}
+
+// DataExceptionCode is the SQLSTATE of a data exception err carries
+// ("22021", ...), "" when it carries none.
+func DataExceptionCode(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // IsUnavailable reports whether err means the database could not be reached

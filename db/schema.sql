@@ -183,10 +183,10 @@ END;
 $$;
 
 --
--- Name: metalloc_claim_reserve(bigint, integer, bigint[]); Type: FUNCTION; Schema: public; Owner: -
+-- Name: metalloc_claim_reserve(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.metalloc_claim_reserve(p_me bigint, p_batch integer, p_starts bigint[]) RETURNS TABLE(out_id bigint, out_uuid uuid, out_created_at timestamp with time zone, out_reserved boolean)
+CREATE FUNCTION public.metalloc_claim_reserve(p_me bigint, p_batch integer) RETURNS TABLE(out_id bigint, out_uuid uuid, out_created_at timestamp with time zone, out_reserved boolean)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_bitmapscan TO 'off'
@@ -195,25 +195,23 @@ CREATE FUNCTION public.metalloc_claim_reserve(p_me bigint, p_batch integer, p_st
     AS $$
 DECLARE
     r record;
-    i integer := 0;
     v_node bigint;
-    v_node_uuid uuid;
+    v_lo bigint;
+    v_hi bigint;
 BEGIN
+    SELECT coalesce(min(n.id), 0), coalesce(max(n.id), 0) INTO v_lo, v_hi FROM nodes n;
     FOR r IN
-        SELECT c.id, c.uuid, c.name, c.resource_class, c.candidate_nodes, c.owner, c.created_at,
-               (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-                  FROM allocation_traits t WHERE t.allocation_id = c.id)::text[] AS traits
-          FROM (SELECT a.id, a.uuid, a.name, a.resource_class, a.candidate_nodes, a.owner, a.created_at
-                  FROM allocations a
+        SELECT v.*
+          FROM (SELECT a.id FROM allocations a
                  WHERE a.state = 'allocating' AND a.conductor_affinity IS NULL
                  ORDER BY a.id
                  LIMIT p_batch
                    FOR UPDATE OF a SKIP LOCKED) c
+          CROSS JOIN LATERAL (SELECT q.* FROM allocation_requests q WHERE q.id = c.id OFFSET 0) v
     LOOP
-        i := i + 1;
-        SELECT p.node_id, p.node_uuid INTO v_node, v_node_uuid
+        SELECT p.node_id INTO v_node
           FROM metalloc_pick(r.resource_class, r.traits, r.candidate_nodes, r.owner, r.name,
-                             coalesce(p_starts[i], 0)) p;
+                             p_start => metalloc_pick_start(v_lo, v_hi)) p;
         IF v_node IS NOT NULL THEN
             UPDATE allocations a
                SET conductor_affinity = p_me, node_id = v_node, state = 'active',
@@ -233,10 +231,10 @@ END;
 $$;
 
 --
--- Name: metalloc_claim_reserve_placement(bigint, integer, bigint[], text, text); Type: FUNCTION; Schema: public; Owner: -
+-- Name: metalloc_claim_reserve_placement(bigint, integer, text, text); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.metalloc_claim_reserve_placement(p_me bigint, p_batch integer, p_starts bigint[], p_user_id text, p_consumer_type text) RETURNS TABLE(out_id bigint, out_uuid uuid, out_created_at timestamp with time zone, out_reserved boolean)
+CREATE FUNCTION public.metalloc_claim_reserve_placement(p_me bigint, p_batch integer, p_user_id text, p_consumer_type text) RETURNS TABLE(out_id bigint, out_uuid uuid, out_created_at timestamp with time zone, out_reserved boolean)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_bitmapscan TO 'off'
@@ -245,7 +243,6 @@ CREATE FUNCTION public.metalloc_claim_reserve_placement(p_me bigint, p_batch int
     AS $$
 DECLARE
     r record;
-    i integer := 0;
     v_node bigint;
     v_node_uuid uuid;
     v_rp bigint;
@@ -257,18 +254,16 @@ DECLARE
     v_lo bigint;
     v_hi bigint;
 BEGIN
+    SELECT coalesce(min(n.id), 0), coalesce(max(n.id), 0) INTO v_lo, v_hi FROM nodes n;
     FOR r IN
-        SELECT c.id, c.uuid, c.resource_class, c.candidate_nodes, c.owner, c.created_at,
-               (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-                  FROM allocation_traits t WHERE t.allocation_id = c.id)::text[] AS traits
-          FROM (SELECT a.id, a.uuid, a.resource_class, a.candidate_nodes, a.owner, a.created_at
-                  FROM allocations a
+        SELECT v.*
+          FROM (SELECT a.id FROM allocations a
                  WHERE a.state = 'allocating' AND a.conductor_affinity IS NULL
                  ORDER BY a.id
                  LIMIT p_batch
                    FOR UPDATE OF a SKIP LOCKED) c
+          CROSS JOIN LATERAL (SELECT q.* FROM allocation_requests q WHERE q.id = c.id OFFSET 0) v
     LOOP
-        i := i + 1;
         v_node := NULL;
         v_rc := NULL;
         v_consumer := NULL;
@@ -285,36 +280,9 @@ BEGIN
             END IF;
         END IF;
         IF v_rc IS NOT NULL THEN
-            FOR pass IN 1..2 LOOP
-                IF pass = 1 THEN
-                    v_lo := coalesce(p_starts[i], 0); v_hi := 9223372036854775807;
-                ELSE
-                    v_lo := -9223372036854775808; v_hi := coalesce(p_starts[i], 0);
-                END IF;
-                SELECT n.id, n.uuid, rp.id INTO v_node, v_node_uuid, v_rp
-                  FROM free_nodes n
-                  JOIN placement.resource_providers rp ON rp.uuid = n.uuid
-                  JOIN placement.inventories inv ON inv.resource_provider_id = rp.id
-                                                AND inv.resource_class_id = v_rc
-                 WHERE n.resource_class = r.resource_class
-                   AND n.id >= v_lo AND n.id < v_hi
-                   AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, r.owner)
-                   AND metalloc_node_has_traits(n.traits, r.traits)
-                   AND rp.parent_provider_id IS NULL
-                   AND NOT EXISTS (SELECT 1 FROM placement.resource_providers ch
-                                    WHERE ch.parent_provider_id = rp.id)
-                   AND metalloc_placement_fits(inv,
-                         (SELECT coalesce(sum(a.used), 0) FROM placement.allocations a
-                           WHERE a.resource_provider_id = rp.id AND a.resource_class_id = v_rc)::bigint, 1)
-                   AND (cardinality(r.traits) = 0
-                        OR r.traits <@ ARRAY(SELECT t.name FROM placement.resource_provider_traits pt
-                                               JOIN placement.traits t ON t.id = pt.trait_id
-                                              WHERE pt.resource_provider_id = rp.id))
-                 ORDER BY n.id
-                 LIMIT 1
-                   FOR UPDATE OF n, rp SKIP LOCKED;
-                EXIT WHEN v_node IS NOT NULL;
-            END LOOP;
+            SELECT p.node_id, p.node_uuid, p.provider_id INTO v_node, v_node_uuid, v_rp
+              FROM metalloc_pick(r.resource_class, r.traits, NULL, r.owner, NULL, v_rc,
+                                 metalloc_pick_start(v_lo, v_hi)) p;
         END IF;
         IF v_node IS NOT NULL THEN
             -- One statement, under the provider's lock and in a snapshot
@@ -369,12 +337,12 @@ END;
 $$;
 
 --
--- Name: metalloc_conductor_alive(boolean, timestamp with time zone, double precision); Type: FUNCTION; Schema: public; Owner: -
+-- Name: metalloc_conductor_alive(boolean, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.metalloc_conductor_alive(online boolean, heartbeat_at timestamp with time zone, timeout_seconds double precision) RETURNS boolean
+CREATE FUNCTION public.metalloc_conductor_alive(online boolean, expires_at timestamp with time zone) RETURNS boolean
     LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN (online AND (heartbeat_at > (now() - make_interval(secs => timeout_seconds))));
+    RETURN (online AND (expires_at > now()));
 
 --
 -- Name: metalloc_deallocate(bigint); Type: FUNCTION; Schema: public; Owner: -
@@ -500,6 +468,14 @@ END;
 $$;
 
 --
+-- Name: metalloc_node_category(text, boolean, bigint, uuid); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_node_category(provision_state text, maintenance boolean, allocation_id bigint, instance_uuid uuid) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN maintenance THEN 2 WHEN ((provision_state = 'error'::text) OR (provision_state ~~ '%failed'::text)) THEN 4 WHEN ((allocation_id IS NOT NULL) OR (instance_uuid IS NOT NULL) OR (provision_state = ANY (ARRAY['active'::text, 'deploying'::text, 'wait call-back'::text]))) THEN 1 WHEN (provision_state = 'available'::text) THEN 0 ELSE 3 END;
+
+--
 -- Name: metalloc_node_free(text, boolean, text, uuid, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -524,16 +500,17 @@ CREATE FUNCTION public.metalloc_node_in_scope(node_uuid uuid, node_owner text, n
     RETURN (((p_candidates IS NULL) OR (node_uuid = ANY (p_candidates))) AND ((p_owner IS NULL) OR (node_owner = p_owner) OR (node_lessee = p_owner)));
 
 --
--- Name: metalloc_pick(text, text[], uuid[], text, text, bigint); Type: FUNCTION; Schema: public; Owner: -
+-- Name: metalloc_pick(text, text[], uuid[], text, text, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.metalloc_pick(p_resource_class text, p_traits text[], p_candidates uuid[], p_owner text, p_name text, p_start bigint, OUT node_id bigint, OUT node_uuid uuid) RETURNS record
+CREATE FUNCTION public.metalloc_pick(p_resource_class text, p_traits text[], p_candidates uuid[], p_owner text, p_name text, p_placement_class integer DEFAULT NULL::integer, p_start bigint DEFAULT NULL::bigint, OUT node_id bigint, OUT node_uuid uuid, OUT provider_id bigint) RETURNS record
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_sort TO 'off'
     SET jit TO 'off'
     AS $$
 DECLARE
+    v_start bigint;
     v_lo bigint;
     v_hi bigint;
 BEGIN
@@ -559,26 +536,63 @@ BEGIN
            FOR UPDATE OF n SKIP LOCKED;
         RETURN;
     END IF;
-    -- From p_start to the end of the id range, then from its beginning.
+    v_start := p_start;
+    IF v_start IS NULL THEN
+        SELECT metalloc_pick_start(coalesce(min(n.id), 0), coalesce(max(n.id), 0)) INTO v_start FROM nodes n;
+    END IF;
+    -- From the start to the end of the id range, then from its beginning.
     FOR pass IN 1..2 LOOP
         IF pass = 1 THEN
-            v_lo := p_start; v_hi := 9223372036854775807;
+            v_lo := v_start; v_hi := 9223372036854775807;
         ELSE
-            v_lo := -9223372036854775808; v_hi := p_start;
+            v_lo := -9223372036854775808; v_hi := v_start;
         END IF;
-        SELECT n.id, n.uuid INTO node_id, node_uuid
-          FROM free_nodes n
-         WHERE n.resource_class = p_resource_class
-           AND n.id >= v_lo AND n.id < v_hi
-           AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, p_owner)
-           AND metalloc_node_has_traits(n.traits, p_traits)
-         ORDER BY n.id
-         LIMIT 1
-           FOR UPDATE OF n SKIP LOCKED;
+        IF p_placement_class IS NULL THEN
+            SELECT n.id, n.uuid INTO node_id, node_uuid
+              FROM free_nodes n
+             WHERE n.resource_class = p_resource_class
+               AND n.id >= v_lo AND n.id < v_hi
+               AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, p_owner)
+               AND metalloc_node_has_traits(n.traits, p_traits)
+             ORDER BY n.id
+             LIMIT 1
+               FOR UPDATE OF n SKIP LOCKED;
+        ELSE
+            SELECT n.id, n.uuid, rp.id INTO node_id, node_uuid, provider_id
+              FROM free_nodes n
+              JOIN placement.resource_providers rp ON rp.uuid = n.uuid
+              JOIN placement.inventories inv ON inv.resource_provider_id = rp.id
+                                            AND inv.resource_class_id = p_placement_class
+             WHERE n.resource_class = p_resource_class
+               AND n.id >= v_lo AND n.id < v_hi
+               AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, p_owner)
+               AND metalloc_node_has_traits(n.traits, p_traits)
+               AND rp.parent_provider_id IS NULL
+               AND NOT EXISTS (SELECT 1 FROM placement.resource_providers ch
+                                WHERE ch.parent_provider_id = rp.id)
+               AND metalloc_placement_fits(inv,
+                     (SELECT coalesce(sum(a.used), 0) FROM placement.allocations a
+                       WHERE a.resource_provider_id = rp.id AND a.resource_class_id = p_placement_class)::bigint, 1)
+               AND (cardinality(p_traits) = 0
+                    OR p_traits <@ ARRAY(SELECT t.name FROM placement.resource_provider_traits pt
+                                           JOIN placement.traits t ON t.id = pt.trait_id
+                                          WHERE pt.resource_provider_id = rp.id))
+             ORDER BY n.id
+             LIMIT 1
+               FOR UPDATE OF n, rp SKIP LOCKED;
+        END IF;
         EXIT WHEN node_id IS NOT NULL;
     END LOOP;
 END;
 $$;
+
+--
+-- Name: metalloc_pick_start(bigint, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_pick_start(p_lo bigint, p_hi bigint) RETURNS bigint
+    LANGUAGE sql PARALLEL SAFE
+    RETURN (p_lo + (floor((random() * (((p_hi - p_lo) + 1))::double precision)))::bigint);
 
 --
 -- Name: metalloc_placement_class(text); Type: FUNCTION; Schema: public; Owner: -
@@ -643,17 +657,17 @@ END;
 $$;
 
 --
--- Name: metalloc_reserve(bigint, bigint, text, text[], uuid[], text, text, bigint); Type: FUNCTION; Schema: public; Owner: -
+-- Name: metalloc_reserve(bigint, bigint, text, text[], uuid[], text, text); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.metalloc_reserve(p_allocation_id bigint, p_me bigint, p_resource_class text, p_traits text[], p_candidates uuid[], p_owner text, p_name text, p_start bigint) RETURNS TABLE(node_id bigint, node_uuid uuid, reserved boolean)
+CREATE FUNCTION public.metalloc_reserve(p_allocation_id bigint, p_me bigint, p_resource_class text, p_traits text[], p_candidates uuid[], p_owner text, p_name text) RETURNS TABLE(node_id bigint, node_uuid uuid, reserved boolean)
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_alloc uuid;
 BEGIN
     SELECT p.node_id, p.node_uuid INTO node_id, node_uuid
-      FROM metalloc_pick(p_resource_class, p_traits, p_candidates, p_owner, p_name, p_start) p;
+      FROM metalloc_pick(p_resource_class, p_traits, p_candidates, p_owner, p_name) p;
     IF node_id IS NULL THEN
         RETURN;
     END IF;
@@ -1004,6 +1018,23 @@ CREATE TABLE public.allocations (
 WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='200', autovacuum_vacuum_insert_scale_factor='0.02', autovacuum_vacuum_insert_threshold='200', autovacuum_analyze_scale_factor='0.05', autovacuum_vacuum_cost_delay='0');
 
 --
+-- Name: allocation_requests; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.allocation_requests AS
+ SELECT a.id,
+    a.uuid,
+    a.name,
+    a.resource_class,
+    a.candidate_nodes,
+    a.owner,
+    a.created_at,
+    ( SELECT COALESCE(array_agg(t.trait ORDER BY t.trait), '{}'::text[]) AS "coalesce"
+           FROM public.allocation_traits t
+          WHERE (t.allocation_id = a.id)) AS traits
+   FROM public.allocations a;
+
+--
 -- Name: allocations_id_seq; Type: SEQUENCE; Schema: public; Owner: -
 --
 
@@ -1056,7 +1087,8 @@ CREATE TABLE public.conductors (
     started_at timestamp with time zone DEFAULT now() NOT NULL,
     heartbeat_at timestamp with time zone DEFAULT now() NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone
+    updated_at timestamp with time zone,
+    expires_at timestamp with time zone DEFAULT (now() + '00:01:00'::interval) NOT NULL
 );
 
 --
@@ -1888,6 +1920,18 @@ CREATE INDEX nodes_chassis_idx ON public.nodes USING btree (chassis_id, id) WHER
 --
 
 CREATE INDEX nodes_free_idx ON public.nodes USING btree (resource_class, id) WHERE public.metalloc_node_free(provision_state, maintenance, power_state, instance_uuid, allocation_id);
+
+--
+-- Name: nodes_owner_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX nodes_owner_idx ON public.nodes USING btree (owner) WHERE (owner IS NOT NULL);
+
+--
+-- Name: nodes_topology_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX nodes_topology_idx ON public.nodes USING btree (COALESCE((extra ->> 'row'::text), ''::text), COALESCE((extra ->> 'rack'::text), ''::text), id);
 
 --
 -- Name: portgroups_node_idx; Type: INDEX; Schema: public; Owner: -

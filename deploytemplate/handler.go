@@ -314,7 +314,7 @@ func (h *Handler) patch(c echo.Context) error {
 		for i, s := range t.Steps {
 			steps[i] = s
 		}
-		doc, err := node.ApplyPatch(map[string]any{"uuid": t.UUID.String(), "name": t.Name, "steps": steps, "extra": t.Extra}, ops)
+		doc, err := node.ApplyPatch(c.Request().Context(), map[string]any{"uuid": t.UUID.String(), "name": t.Name, "steps": steps, "extra": t.Extra}, ops)
 		if err != nil {
 			return err
 		}

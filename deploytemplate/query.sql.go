@@ -28,9 +28,9 @@ const getTemplateByName = `-- name: GetTemplateByName :one
 SELECT id, uuid, name, steps, extra, created_at, updated_at FROM deploy_templates WHERE name = $1
 `
 
-func (q *Queries) GetTemplateByName(ctx context.Context, name string) (Row, error) {
+func (q *Queries) GetTemplateByName(ctx context.Context, name string) (TemplateRow, error) {
 	row := q.db.QueryRow(ctx, getTemplateByName, name)
-	var i Row
+	var i TemplateRow
 	err := row.Scan(
 		&i.ID,
 		&i.Uuid,
@@ -47,9 +47,9 @@ const getTemplateByUUID = `-- name: GetTemplateByUUID :one
 SELECT id, uuid, name, steps, extra, created_at, updated_at FROM deploy_templates WHERE uuid = $1
 `
 
-func (q *Queries) GetTemplateByUUID(ctx context.Context, argUuid uuid.UUID) (Row, error) {
+func (q *Queries) GetTemplateByUUID(ctx context.Context, argUuid uuid.UUID) (TemplateRow, error) {
 	row := q.db.QueryRow(ctx, getTemplateByUUID, argUuid)
-	var i Row
+	var i TemplateRow
 	err := row.Scan(
 		&i.ID,
 		&i.Uuid,
@@ -78,14 +78,14 @@ type InsertTemplateParams struct {
 
 // Deploy templates (Ironic's /v1/deploy_templates, API 1.55): a trait name
 // and its deploy steps.
-func (q *Queries) InsertTemplate(ctx context.Context, arg InsertTemplateParams) (Row, error) {
+func (q *Queries) InsertTemplate(ctx context.Context, arg InsertTemplateParams) (TemplateRow, error) {
 	row := q.db.QueryRow(ctx, insertTemplate,
 		arg.Uuid,
 		arg.Name,
 		arg.Steps,
 		arg.Extra,
 	)
-	var i Row
+	var i TemplateRow
 	err := row.Scan(
 		&i.ID,
 		&i.Uuid,
@@ -103,9 +103,9 @@ SELECT id, uuid, name, steps, extra, created_at, updated_at FROM deploy_template
 `
 
 // The template, row-locked for a change or its deletion.
-func (q *Queries) LockTemplate(ctx context.Context, id int64) (Row, error) {
+func (q *Queries) LockTemplate(ctx context.Context, id int64) (TemplateRow, error) {
 	row := q.db.QueryRow(ctx, lockTemplate, id)
-	var i Row
+	var i TemplateRow
 	err := row.Scan(
 		&i.ID,
 		&i.Uuid,
@@ -131,14 +131,14 @@ type UpdateTemplateParams struct {
 	ID    int64
 }
 
-func (q *Queries) UpdateTemplate(ctx context.Context, arg UpdateTemplateParams) (Row, error) {
+func (q *Queries) UpdateTemplate(ctx context.Context, arg UpdateTemplateParams) (TemplateRow, error) {
 	row := q.db.QueryRow(ctx, updateTemplate,
 		arg.Name,
 		arg.Steps,
 		arg.Extra,
 		arg.ID,
 	)
-	var i Row
+	var i TemplateRow
 	err := row.Scan(
 		&i.ID,
 		&i.Uuid,

@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 )
 
-type Row struct {
+type TemplateRow struct {
 	ID        int64
 	Uuid      uuid.UUID
 	Name      string

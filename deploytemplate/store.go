@@ -58,7 +58,7 @@ type Store struct {
 // NewStore returns a Store on pool.
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool, q: New(pool)} }
 
-func fromRow(r Row) Template {
+func fromRow(r TemplateRow) Template {
 	t := Template{ID: r.ID, UUID: r.Uuid, Name: r.Name, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 		Extra: map[string]any{}, Steps: []map[string]any{}}
 	_ = json.Unmarshal(r.Extra, &t.Extra)
@@ -119,7 +119,7 @@ func (s *Store) Get(ctx context.Context, ident string) (Template, error) {
 }
 
 func (s *Store) get(ctx context.Context, q *Queries, ident string) (Template, error) {
-	var r Row
+	var r TemplateRow
 	var err error
 	if u, ok := web.UUIDLike(ident); ok {
 		r, err = q.GetTemplateByUUID(ctx, u)
@@ -202,7 +202,7 @@ func (s *Store) List(ctx context.Context, p db.Page) ([]Template, error) {
 	defer rows.Close()
 	var out []Template
 	for rows.Next() {
-		var r Row
+		var r TemplateRow
 		if err := rows.Scan(&r.ID, &r.Uuid, &r.Name, &r.Steps, &r.Extra, &r.CreatedAt, &r.UpdatedAt); err != nil {
 			return nil, fmt.Errorf("listing deploy templates: %w", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/metalloc/metalloc/internal/child"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/internal/wsgi"
 )
 
 // Options describes the stack to start.
@@ -37,6 +40,10 @@ type Options struct {
 	// 127.0.0.1 on a free port).
 	Placement       bool
 	PlacementListen string
+	// PlacementOnly starts metalloc-placement alone (no API, no
+	// conductors): BinDir, DatabaseURL, PlacementListen, LogDir, Env and
+	// Log apply, the rest is ignored.
+	PlacementOnly bool
 	// AllocationBackend is the conductors' conductor.allocation_backend:
 	// "" or "database" (the default), or "placement". With "placement" the
 	// conductors get METALLOC_CONDUCTOR_ALLOCATION_BACKEND=placement,
@@ -86,8 +93,9 @@ type Stack struct {
 	started time.Time
 }
 
-// Start launches the API and the conductors and waits until the API answers.
-// On error everything started is stopped.
+// Start launches the API and the conductors (or, with
+// Options.PlacementOnly, metalloc-placement alone) and waits until they
+// answer. On error everything started is stopped.
 func Start(ctx context.Context, opts Options) (*Stack, error) {
 	if opts.DatabaseURL == "" {
 		return nil, errors.New("devstack: DatabaseURL is required")
@@ -97,6 +105,9 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
+	}
+	if opts.PlacementOnly {
+		return startPlacement(ctx, opts)
 	}
 	if opts.APIListen == "" {
 		port, err := freePort()
@@ -261,16 +272,13 @@ func (s *Stack) spawnPlacement(env []string) error {
 	return nil
 }
 
-// StartPlacement starts metalloc-placement alone (no API, no conductors),
-// as Options say (BinDir, DatabaseURL, PlacementListen, LogDir, Env, Log;
-// the rest is ignored), and waits until it answers. Stop the returned
-// Stack.
-func StartPlacement(ctx context.Context, opts Options) (*Stack, error) {
-	if opts.DatabaseURL == "" {
-		return nil, errors.New("devstack: DatabaseURL is required")
-	}
-	if err := opts.setDefaults(); err != nil {
-		return nil, err
+// startPlacement is Start with Options.PlacementOnly: metalloc-placement
+// alone, answering.
+func startPlacement(ctx context.Context, opts Options) (*Stack, error) {
+	if opts.PlacementListen != "" {
+		if err := checkFree("metalloc-placement", opts.PlacementListen); err != nil {
+			return nil, err
+		}
 	}
 	s := &Stack{opts: opts}
 	if err := s.spawnPlacement(nil); err != nil {
@@ -327,13 +335,11 @@ func (s *Stack) spawnEnv(bin, name string, baseEnv []string, args ...any) (*Proc
 	cmd := exec.Command(filepath.Join(s.opts.BinDir, bin), argv...)
 	cmd.Env = append(append(append(append(os.Environ(), "DATABASE_URL="+s.opts.DatabaseURL), baseEnv...), s.opts.Env...), env...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	p := &Process{Name: name, Cmd: cmd, LogPath: logPath, done: make(chan error, 1)}
+	if err := child.Start(cmd, func(err error) { p.done <- err; f.Close() }); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
-	p := &Process{Name: name, Cmd: cmd, LogPath: logPath, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait(); f.Close() }()
 	s.opts.Log.Debug("started", zap.String("process", name), zap.Int("pid", cmd.Process.Pid))
 	return p, nil
 }
@@ -362,9 +368,6 @@ func (p *Process) Wait(d time.Duration) error {
 		return fmt.Errorf("%s did not exit within %s", p.Name, d)
 	}
 }
-
-// DatabaseURL is the database every process of the stack uses.
-func (s *Stack) DatabaseURL() string { return s.opts.DatabaseURL }
 
 // Stop sends SIGTERM to every process, waits up to 30s each, then kills.
 func (s *Stack) Stop(ctx context.Context) {
@@ -415,11 +418,4 @@ func waitHTTP(ctx context.Context, p *Process, url string) error {
 	return fmt.Errorf("%s did not answer on %s; see %s", p.Name, url, p.LogPath)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func freePort() (int, error) { return wsgi.FreePort() }

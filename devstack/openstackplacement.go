@@ -14,6 +14,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/metalloc/metalloc/internal/wsgi"
+
 	"github.com/metalloc/metalloc/placement/client"
 )
 
@@ -32,7 +34,7 @@ type OpenStackPlacement struct {
 	Dir string
 	// LogPath is gunicorn's and Placement's log.
 	LogPath string
-	*gunicorn
+	*wsgi.Process
 	log *zap.Logger
 }
 
@@ -88,20 +90,20 @@ sqlite_synchronous = false
 		return nil, fmt.Errorf("placement-manage db sync: %w\n%s", err, out)
 	}
 
-	port, err := freePort()
+	port, err := wsgi.FreePort()
 	if err != nil {
 		return nil, err
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(port)
-	g, err := startGunicorn("OpenStack Placement", dir, listen, "placement.wsgi:init_application()", logPath, env, log)
+	g, err := wsgi.Start("OpenStack Placement", dir, listen, "placement.wsgi:init_application()", logPath, env, log)
 	if err != nil {
 		return nil, err
 	}
-	p := &OpenStackPlacement{URL: "http://" + listen, Dir: dir, LogPath: logPath, gunicorn: g, log: log}
+	p := &OpenStackPlacement{URL: "http://" + listen, Dir: dir, LogPath: logPath, Process: g, log: log}
 
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if err := p.exited(); err != nil {
+		if err := p.Exited(); err != nil {
 			return nil, fmt.Errorf("%w; see %s", err, logPath)
 		}
 		resp, err := http.Get(p.URL + "/")
@@ -128,48 +130,13 @@ sqlite_synchronous = false
 
 // Stop terminates gunicorn and its workers (the whole process group):
 // SIGTERM, then SIGKILL after 10 s. Calling it again does nothing.
-func (p *OpenStackPlacement) Stop() { p.stop() }
-
-// PlacementProviders counts the resource providers of the Placement service
-// at url (metalloc-placement or OpenStack Placement), authenticating with
-// the noauth2 token "admin".
-func PlacementProviders(ctx context.Context, url string) (int, error) {
-	return placementCount(ctx, url, nil)
-}
+func (p *OpenStackPlacement) Stop() { p.Process.Stop() }
 
 // placementCount counts the resource providers of the Placement service at
 // url that match q (GET /resource_providers?q, as noauth2 admin).
 func placementCount(ctx context.Context, url string, q neturl.Values) (int, error) {
 	ps, err := client.New(url, "admin", 30*time.Second).ListProviders(ctx, q)
 	return len(ps), err
-}
-
-// WaitPlacementProviders waits up to timeout until the Placement service at
-// url has at least n resource providers: with the placement backend the
-// conductors' resource tracker mirrors every node into Placement before
-// allocations can land on it.
-func WaitPlacementProviders(ctx context.Context, url string, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var have int
-	var lastErr error
-	for {
-		have, lastErr = PlacementProviders(ctx, url)
-		if lastErr == nil && have >= n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			if lastErr != nil {
-				return fmt.Errorf("placement at %s: %d of %d resource providers after %s: %w", url, have, n, timeout, lastErr)
-			}
-			return fmt.Errorf("placement at %s: %d of %d resource providers after %s (is the conductors' resource tracker running? see their logs)",
-				url, have, n, timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
 }
 
 // WaitPlacementCapacity waits up to timeout until, for every resource

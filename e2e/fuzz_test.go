@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/devstack"
 	"github.com/metalloc/metalloc/driver"
 )
@@ -339,15 +340,16 @@ func TestHTTPFuzz(t *testing.T) {
 
 	users := filepath.Join(t.TempDir(), "htpasswd")
 	htpasswd(t, users, "fuzzer", "fuzz-pw")
+	dbURL := dbtest.NewURL(t)
 	stack, _ := startStackOpts(t, 1, devstack.Options{
-		Placement: true,
+		DatabaseURL: dbURL, Placement: true,
 		Env: []string{
 			"METALLOC_API_AUTH_STRATEGY=http_basic", "METALLOC_API_HTTP_BASIC_AUTH_USER_FILE=" + users,
 			"METALLOC_PLACEMENT_AUTH_STRATEGY=http_basic", "METALLOC_PLACEMENT_HTTP_BASIC_AUTH_USER_FILE=" + users,
 		},
 	})
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, stack.DatabaseURL())
+	pool, err := pgxpool.New(ctx, dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 
@@ -377,7 +379,7 @@ func TestHTTPFuzz(t *testing.T) {
 		require.NoError(t, c.Signal(syscall.SIGTERM))
 		require.NoError(t, c.Wait(30*time.Second))
 	}
-	_, err = pool.Exec(ctx, `INSERT INTO conductors (hostname, drivers, heartbeat_at)
+	_, err = pool.Exec(ctx, `INSERT INTO conductors (hostname, drivers, expires_at)
 		VALUES ('fuzz-drivers', $1, now() + interval '1 day')`, driver.Names())
 	require.NoError(t, err)
 	for i := range 8 {

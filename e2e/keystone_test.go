@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/metalloc/metalloc/devstack"
+	"github.com/metalloc/metalloc/internal/keystonetest"
 )
 
 // keystoneUsers are the people of TestKeystoneEndToEnd: name, password,
@@ -85,7 +86,7 @@ func column(t *testing.T, out, col string) []string {
 func TestKeystoneEndToEnd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ks, err := devstack.StartKeystone(ctx, t.TempDir(), zaptest.NewLogger(t))
+	ks, err := keystonetest.StartKeystone(ctx, t.TempDir(), zaptest.NewLogger(t))
 	require.NoError(t, err)
 	t.Cleanup(ks.Stop)
 
@@ -235,7 +236,7 @@ func TestKeystoneEndToEnd(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, get(stack.BackendPlacementURL+"/resource_providers", "").StatusCode)
 	require.Equal(t, http.StatusOK, get(stack.APIURL+"/v1", "").StatusCode, "the version document needs no token")
 
-	tok, err := ks.Token(ctx, "operator", "operator-pw", devstack.Scope{System: true})
+	tok, err := ks.Token(ctx, "operator", "operator-pw", keystonetest.Scope{System: true})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, get(stack.APIURL+"/v1/nodes", tok).StatusCode)
 	require.Equal(t, http.StatusOK, get(stack.BackendPlacementURL+"/resource_providers", tok).StatusCode)

@@ -197,7 +197,8 @@ func oscForkServer(t *testing.T) string {
 	return sock
 }
 
-// junitReport is the part of pytest's JUnit XML report read here.
+// junitReport is the part of pytest's JUnit XML report (--junitxml) read
+// here.
 type junitReport struct {
 	Suites []struct {
 		Cases []struct {
@@ -213,6 +214,35 @@ type junitReport struct {
 type junitMsg struct {
 	Message string `xml:"message,attr"`
 	Text    string `xml:",chardata"`
+}
+
+// pytestResults reads the JUnit XML report pytest wrote to path: each
+// test's result, by the name id gives its class ("module.Class") and name.
+func pytestResults(path string, id func(class, name string) string) (map[string]suiteResult, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var rep junitReport
+	if err := xml.Unmarshal(raw, &rep); err != nil {
+		return nil, err
+	}
+	results := map[string]suiteResult{}
+	for _, s := range rep.Suites {
+		for _, c := range s.Cases {
+			r := suiteResult{status: "pass"}
+			switch {
+			case c.Failure != nil:
+				r = suiteResult{status: "fail", output: c.Failure.Message + "\n" + c.Failure.Text}
+			case c.Error != nil:
+				r = suiteResult{status: "fail", output: c.Error.Message + "\n" + c.Error.Text}
+			case c.Skipped != nil:
+				r.status = "skip"
+			}
+			results[id(c.Class, c.Name)] = r
+		}
+	}
+	return results, nil
 }
 
 // ironicclientFunctional is where Debian's python3-ironicclient ships its
@@ -254,25 +284,9 @@ func TestIronicclientFunctional(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	t.Logf("pytest: %v\n%s", err, lastLines(string(out), 15))
 
-	raw, err := os.ReadFile(report)
+	results, err := pytestResults(report, func(class, name string) string {
+		return class[strings.LastIndex(class, ".")+1:] + "." + name
+	})
 	require.NoError(t, err, "pytest wrote no report")
-	var rep junitReport
-	require.NoError(t, xml.Unmarshal(raw, &rep))
-	results := map[string]suiteResult{}
-	for _, s := range rep.Suites {
-		for _, c := range s.Cases {
-			name := c.Class[strings.LastIndex(c.Class, ".")+1:] + "." + c.Name
-			r := suiteResult{status: "pass"}
-			switch {
-			case c.Failure != nil:
-				r = suiteResult{status: "fail", output: c.Failure.Message + "\n" + c.Failure.Text}
-			case c.Error != nil:
-				r = suiteResult{status: "fail", output: c.Error.Message + "\n" + c.Error.Text}
-			case c.Skipped != nil:
-				r.status = "skip"
-			}
-			results[name] = r
-		}
-	}
 	checkSuite(t, "ironicclient-functional", results, 108)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/metalloc/metalloc/conductor/backend"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -58,15 +59,14 @@ import (
 
 // cell is one round's node and allocations.
 type cell struct {
-	node           uuid.UUID
-	nodeID         int64
-	active         uuid.UUID // A (uuid.Nil in even rounds)
-	owned, orphan  int64     // B (owned by L1) and C (owned by dead D)
-	placed         int64     // P, the same but owned by L3 (placement backend)
-	l1, l2, l3     int64     // live conductor ids
-	dead           int64     // dead conductor id
-	apiURLs        []string  // API servers, one picked per request
-	raceAllocation bool      // processes: "reserve" posts an allocation
+	node          uuid.UUID
+	nodeID        int64
+	active        uuid.UUID // A (uuid.Nil in even rounds)
+	owned, orphan int64     // B (owned by L1) and C (owned by dead D)
+	placed        int64     // P, the same but owned by L3 (placement backend)
+	l1, l2, l3    int64     // live conductor ids
+	dead          int64     // dead conductor id
+	apiURLs       []string  // API servers, one picked per request
 }
 
 // matrixOp is one operation of the matrix. It returns the HTTP status the
@@ -79,11 +79,11 @@ type matrixOp struct {
 // rig is what the operations run against.
 type rig struct {
 	pool      *pgxpool.Pool
-	alloc     *allocation.Allocator
+	alloc     *backend.Database
 	rows      *conductor.Rows
-	placement *allocation.PlacementAllocator
+	placement *backend.Placement
 	// local is the placement backend in mode local (in-process claims).
-	local   *allocation.PlacementAllocator
+	local   *backend.Placement
 	tracker *conductor.Tracker
 }
 
@@ -140,6 +140,24 @@ func apiOps() []matrixOp {
 	}
 }
 
+// settle processes owned row a as a conductor does: Process again after
+// each Waiting (every fitting node locked), once a.Wait.Retry is up.
+func settle(ctx context.Context, b backend.Backend, me int64, a backend.Claimed) error {
+	for {
+		out, err := b.Process(ctx, me, &a)
+		if err != nil || out != backend.Waiting {
+			return err
+		}
+		t := time.NewTimer(a.Wait.Retry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 // conductorOps are the conductor's operations, called in this process.
 func (r *rig) conductorOps() []matrixOp {
 	status := func(err error) int {
@@ -149,9 +167,9 @@ func (r *rig) conductorOps() []matrixOp {
 		}
 		return 200
 	}
-	process := func(ctx context.Context, me int64, cs []allocation.Claimed) error {
+	process := func(ctx context.Context, me int64, cs []backend.Claimed) error {
 		for _, a := range cs {
-			if _, err := r.alloc.Process(ctx, me, a); err != nil {
+			if err := settle(ctx, r.alloc, me, a); err != nil {
 				return err
 			}
 		}
@@ -175,7 +193,7 @@ func (r *rig) conductorOps() []matrixOp {
 		{"take over", func(ctx context.Context, c *cell) int {
 			dead, err := r.rows.DeadOwners(ctx, c.l2)
 			for _, d := range dead {
-				var won []allocation.Claimed
+				var won []backend.Claimed
 				if won, _, err = r.rows.TakeOver(ctx, c.l2, d, 10); err == nil {
 					err = process(ctx, c.l2, won)
 				}
@@ -190,7 +208,7 @@ func (r *rig) conductorOps() []matrixOp {
 			owned, err := r.rows.Owned(ctx, c.l3)
 			for _, a := range owned {
 				if err == nil {
-					_, err = r.placement.Process(ctx, c.l3, a)
+					err = settle(ctx, r.placement, c.l3, a)
 				}
 			}
 			return status(err)
@@ -204,7 +222,7 @@ func (r *rig) conductorOps() []matrixOp {
 			}
 			for _, a := range owned {
 				if err == nil {
-					_, err = r.local.Process(ctx, c.l3, a)
+					err = settle(ctx, r.local, c.l3, a)
 				}
 			}
 			return status(err)
@@ -372,16 +390,16 @@ func TestRaceMatrix(t *testing.T) {
 	// to obs as well, to look for deadlock reports.
 	core, obs := observer.New(zapcore.DebugLevel)
 	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel)).Core(), core))
-	alloc := allocation.NewAllocator(pool, log)
+	alloc := backend.NewDatabase(pool, log)
 	alloc.LockedWait = 200 * time.Millisecond
 	// The placement backend and the resource tracker against an in-process
 	// metalloc-placement on the same database.
 	pc := client.New(placementtest.NewServerOn(t, pool, placement.Options{}).URL, "admin", 10*time.Second)
-	r := &rig{pool: pool, alloc: alloc, rows: conductor.NewRows(conductor.New(pool), time.Minute),
-		placement: allocation.NewPlacementAllocator(pool, pc, allocation.PlacementConfig{Hostname: "live-3",
-			Mode: allocation.PlacementModeHTTP}, log),
-		local: allocation.NewPlacementAllocator(pool, pc, allocation.PlacementConfig{Hostname: "live-3",
-			Mode: allocation.PlacementModeLocal, LockedWait: 200 * time.Millisecond}, log),
+	r := &rig{pool: pool, alloc: alloc, rows: conductor.NewRows(pool),
+		placement: backend.NewPlacement(pool, pc, backend.PlacementConfig{Hostname: "live-3",
+			Mode: backend.PlacementModeHTTP}, log),
+		local: backend.NewPlacement(pool, pc, backend.PlacementConfig{Hostname: "live-3",
+			Mode: backend.PlacementModeLocal, LockedWait: 200 * time.Millisecond}, log),
 		tracker: conductor.NewTracker(pool, pc, conductor.TrackerConfig{}, log)}
 	base := cell{
 		l1:      dbtest.Conductor(t, pool, "live-1", 0, true),

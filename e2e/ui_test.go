@@ -15,16 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/heapprofiler"
-	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/gophercloud/gophercloud/v2/openstack/baremetal/v1/allocations"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 
-	"github.com/metalloc/metalloc/db"
-	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/devstack"
 )
 
@@ -83,14 +77,20 @@ func screenshot(t testing.TB, ctx context.Context, dir, name string) {
 // (errors, e.g. while a navigation replaces the page, count as false).
 func waitJS(t testing.TB, ctx context.Context, timeout time.Duration, what, expression string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.After(timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
 	var err error
-	for time.Now().Before(deadline) {
+	for polling := true; polling; {
 		var ok bool
 		if ok, err = chromedp.Run(ctx, chromedp.Evaluate[bool](expression)); err == nil && ok {
 			return
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-tick.C:
+		case <-deadline:
+			polling = false
+		}
 	}
 	state, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify({live: metalloc.live, ready: metalloc.ready, error: document.getElementById('error').textContent, states: metalloc.stateCounts, allocs: metalloc.allocations.map(a => a.uuid + ' ' + a.state)})`))
 	t.Fatalf("waiting for %s (%s): last error %v; page: %s", what, expression, err, state)
@@ -198,97 +198,6 @@ func TestOperatorPage(t *testing.T) {
 	screenshot(t, bctx, dir, "3-filter-gpu")
 }
 
-// BenchmarkOperatorPage100k loads the operator page on a fleet of 100,000
-// nodes (50 rows x 50 racks x 40 nodes, four classes, a fifth allocated,
-// some manageable, failed and in maintenance, two traits each) in headless
-// Chromium and reports, per load: load-ms (navigation start to the grid
-// drawn), fetch-ms and render-ms (GET /v1/ui/fleet; parsing, layout and
-// drawing), heap-MB (the page's JavaScript heap after a garbage
-// collection), fleet-KB (the summary as transferred, gzip) and filter-ms
-// (a class filter's redraw). Run it alone:
-//
-//	bin/metalloc-manage dev exec -- go test ./e2e -run '^$' -bench OperatorPage100k -benchtime 3x
-func BenchmarkOperatorPage100k(b *testing.B) {
-	ctx := context.Background()
-	url := dbtest.NewURL(b)
-	pool, err := db.Open(ctx, url, db.PoolOptions{MaxConns: 1})
-	require.NoError(b, err)
-	_, err = pool.Exec(ctx, `
-		INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state, maintenance, instance_uuid, owner, extra)
-		SELECT gen_random_uuid(), 'n' || i, 'fake-hardware', (ARRAY['gold','silver','gpu','storage'])[1 + i % 4],
-		       CASE WHEN i % 5 = 1 THEN 'active' WHEN i % 50 = 0 THEN 'manageable' WHEN i % 97 = 0 THEN 'clean failed' ELSE 'available' END,
-		       'power off', i % 113 = 0, CASE WHEN i % 5 = 1 THEN gen_random_uuid() END,
-		       CASE WHEN i % 3 = 0 THEN 'project-a' END,
-		       jsonb_build_object('row', 1 + i / 2000, 'rack', 1 + (i / 40) % 50, 'slot', 1 + i % 40)
-		  FROM generate_series(0, 99999) i;
-		INSERT INTO node_traits (node_id, trait)
-		SELECT id, t FROM nodes, LATERAL (VALUES ('CUSTOM_T' || id % 7), ('HW_CPU_X86_AVX' || id % 2)) v (t);
-		ANALYZE nodes, node_traits;`)
-	pool.Close()
-	require.NoError(b, err)
-	stack, err := devstack.Start(ctx, devstack.Options{
-		BinDir: binDir, DatabaseURL: url, Conductors: 1, LogDir: b.TempDir(), Log: zaptest.NewLogger(b),
-		Env: []string{"METALLOC_LOG_LEVEL=warn"},
-	})
-	require.NoError(b, err)
-	b.Cleanup(func() { stack.Stop(context.Background()) })
-
-	bctx := browser(b, 1400, 1000)
-	heap := func(ctx context.Context, t *chromedp.Target) (float64, error) {
-		if _, err := cdp.Call(ctx, t, heapprofiler.CollectGarbage, cdp.Empty{}); err != nil {
-			return 0, err
-		}
-		u, err := cdp.Call(ctx, t, cdpruntime.GetHeapUsage, cdp.Empty{})
-		return u.UsedSize, err
-	}
-	type loadStats struct {
-		Load   float64            `json:"load"`
-		Fetch  float64            `json:"fetch"`
-		Render float64            `json:"render"`
-		Bytes  float64            `json:"bytes"`
-		Nodes  int                `json:"nodes"`
-		Phases map[string]float64 `json:"phases"`
-	}
-	var sum loadStats
-	var heapSum, filterSum float64
-	b.ResetTimer()
-	for i := range b.N {
-		// A fresh tab each time: a cold page, nothing left of the last one.
-		tab, closeTab := chromedp.NewContext(bctx)
-		require.NoError(b, chromedp.Do(tab, chromedp.Navigate(stack.APIURL+"/ui/")))
-		waitJS(b, tab, 120*time.Second, "the fleet", `document.body.dataset.ready === '1'`)
-		s := evalJS[loadStats](b, tab, `(() => {
-			const e = performance.getEntriesByType('resource').find(e => e.name.endsWith('/v1/ui/fleet'));
-			return {load: metalloc.firstLoad, fetch: metalloc.fleetTiming.fetchMs, render: metalloc.fleetTiming.renderMs,
-				bytes: e ? e.transferSize : 0, nodes: metalloc.fleet.nodes.uuid.length, phases: metalloc.fleetTiming.phases};
-		})()`)
-		require.Equal(b, 100000, s.Nodes)
-		b.Logf("load %.0f ms: fetch and parse %.0f ms, render %.0f ms %v", s.Load, s.Fetch, s.Render, s.Phases)
-		used, err := chromedp.Run(tab, heap)
-		require.NoError(b, err)
-		filter := evalJS[float64](b, tab, `(() => { const t = performance.now(), s = document.getElementById('f-class');
-			s.value = 'gpu'; s.dispatchEvent(new Event('change')); return performance.now() - t })()`)
-		sum.Load += s.Load
-		sum.Fetch += s.Fetch
-		sum.Render += s.Render
-		sum.Bytes += s.Bytes
-		heapSum += used
-		filterSum += filter
-		if os.Getenv("METALLOC_ARTIFACTS") != "" && i == b.N-1 {
-			screenshot(b, tab, artifactDir(b), "100k")
-		}
-		closeTab()
-	}
-	b.StopTimer()
-	n := float64(b.N)
-	b.ReportMetric(sum.Load/n, "load-ms")
-	b.ReportMetric(sum.Fetch/n, "fetch-ms")
-	b.ReportMetric(sum.Render/n, "render-ms")
-	b.ReportMetric(heapSum/n/1e6, "heap-MB")
-	b.ReportMetric(sum.Bytes/n/1e3, "fleet-KB")
-	b.ReportMetric(filterSum/n, "filter-ms")
-}
-
 // TestOperatorPageEventStream puts the page behind a proxy that adds GET
 // /v1/allocations/events as a text/event-stream: the page switches to it
 // (no 2 s polling: the safety poll is 30 s), and an allocation created
@@ -334,9 +243,20 @@ func TestOperatorPageEventStream(t *testing.T) {
 	require.Equal(t, int32(1), streams.Load())
 	require.Equal(t, "live (event stream)", evalJS[string](t, bctx, `document.getElementById('live').textContent`))
 
+	// The page's own clock tells when a 2 s poll would have run: a probe
+	// timer due after it (timers fire in the order they are due), and a
+	// count of the allocation lists the page fetches from now on.
+	require.True(t, evalJS[bool](t, bctx, `(() => {
+		window.__lists = 0; window.__probe = false;
+		const f = window.fetch;
+		window.fetch = (u, o) => { if (String(u).includes('/v1/allocations?')) window.__lists++; return f(u, o); };
+		setTimeout(() => { window.__probe = true; }, 2500);
+		return true;
+	})()`))
 	a, err := allocations.Create(ctx, client, allocations.CreateOpts{Name: "ui-sse", ResourceClass: "baremetal-gold"}).Extract()
 	require.NoError(t, err)
-	time.Sleep(3 * time.Second) // longer than the 2 s poll: nothing may have asked yet
+	waitJS(t, bctx, 30*time.Second, "the probe timer, due after a 2 s poll", `window.__probe`)
+	require.Zero(t, evalJS[int](t, bctx, `window.__lists`), "the page fetched the allocations without an event: it is polling")
 	require.False(t, evalJS[bool](t, bctx, fmt.Sprintf(`!!document.querySelector('#allocations tr[data-uuid="%s"]')`, a.UUID)),
 		"the allocation appeared without an event: the page is polling")
 	events <- a.UUID

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/devstack"
 	"github.com/metalloc/metalloc/web/webtest"
@@ -69,6 +70,9 @@ func TestWaitWithoutPolling(t *testing.T) {
 		cmd.Env = append(os.Environ(), "METALLOC_API_AUTH_STRATEGY=http_basic", "METALLOC_API_USERNAME=operator",
 			"METALLOC_API_PASSWORD=op-pw", "METALLOC_LOG_LEVEL=warn")
 		cmd.Args = append(cmd.Args, "--endpoint", stack.APIURL)
+		if args[0] != "delete" { // delete prints a sentence
+			cmd.Args = append(cmd.Args, "-f", "json")
+		}
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -79,7 +83,7 @@ func TestWaitWithoutPolling(t *testing.T) {
 			require.NoError(t, err)
 		}
 		var doc map[string]any
-		if len(out) > 0 {
+		if len(out) > 0 && args[0] != "delete" {
 			require.NoError(t, json.Unmarshal(out, &doc), string(out))
 		}
 		return doc, code, stderr.String()
@@ -137,7 +141,10 @@ func TestWaitWithoutPolling(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 
 	require.NoError(t, cluster.Stop(ctx)) // the locks die with their session
-	time.Sleep(2 * time.Second)
+	// The database comes back once the API has seen it go: its event
+	// listener lost the connection while the wait was open.
+	waitLog(t, stack.API.LogPath, `"msg":"notification listener lost; reconnecting"`,
+		`"channel":"`+allocation.EventsChannel+`"`)
 	require.NoError(t, cluster.StartAgain(ctx))
 
 	select {

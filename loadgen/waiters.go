@@ -174,6 +174,13 @@ func RunWaiters(ctx context.Context, o WaitersOptions) (WaitersResult, error) {
 			return res, fmt.Errorf("opening: %w", err)
 		default:
 		}
+		if n := answered.Load(); n > 0 {
+			// Nothing may answer before the release: these would
+			// never count as open (the wait for them used to run
+			// into its deadline).
+			return res, fmt.Errorf("%d of %d %s requests were answered before the release: something else changes "+
+				"allocations on this database (a live conductor?)", n, o.N, o.Mode)
+		}
 		if time.Now().After(deadline) {
 			return res, fmt.Errorf("only %v of %d %s requests open after 2 minutes", v, o.N, o.Mode)
 		}

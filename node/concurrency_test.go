@@ -2,12 +2,16 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/node"
 )
 
@@ -122,4 +126,88 @@ func TestOtherHardwareTypes(t *testing.T) {
 	n = node.Node{Driver: node.FakeHardware}
 	require.NoError(t, drv.Validate(t.Context(), &n))
 	require.Equal(t, "noop", n.Interfaces["network_interface"])
+}
+
+// TestLockedNodeDoesNotStarveThePool: fifty changes of a node whose row
+// lock someone holds for long do not take the pool from everyone else.
+// Only one of them waits on a connection (the others wait for their turn
+// without one), each gives up after node.LockWait with Ironic's NodeLocked
+// (409, naming the holder) while the lock is held, and meanwhile a thousand requests on other
+// nodes, reads and changes, all succeed: none gets the 503 of a pool
+// exhausted past its acquire timeout.
+func TestLockedNodeDoesNotStarveThePool(t *testing.T) {
+	t.Parallel()
+	e := setup(t) // the pool: 10 connections, 5 s acquire timeout
+	ctx := t.Context()
+	locked := e.createNode(map[string]any{"name": "locked"})["uuid"].(string)
+	var others []string
+	for i := range 20 {
+		others = append(others, e.createNode(map[string]any{"name": fmt.Sprintf("other-%d", i)})["uuid"].(string))
+	}
+
+	// Someone (a conductor, say) holds the node's row lock.
+	cfg := e.pool.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = "metalloc-conductor holder-1"
+	holder, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer holder.Close(context.Background())
+	tx, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM nodes WHERE uuid = $1 FOR UPDATE`, locked)
+	require.NoError(t, err)
+
+	const blockedN = 50
+	blocked := make(chan response, blockedN)
+	var wg sync.WaitGroup
+	for i := range blockedN {
+		wg.Go(func() {
+			blocked <- e.do(http.MethodPatch, "/v1/nodes/"+locked, "1.82", []op{{"op": "add", "path": fmt.Sprintf("/extra/k%d", i), "value": i}})
+		})
+	}
+	dbtest.WaitFor(t, 30*time.Second, "a change waiting for the lock", func() bool {
+		return dbtest.Count(t, e.pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) > 0
+	})
+
+	const unrelatedN, clients = 1000, 20
+	statuses := make(chan int, unrelatedN)
+	work := make(chan int, unrelatedN)
+	for i := range unrelatedN {
+		work <- i
+	}
+	close(work)
+	var uw sync.WaitGroup
+	for range clients {
+		uw.Go(func() {
+			for i := range work {
+				id := others[i%len(others)]
+				if i%2 == 0 {
+					statuses <- e.do(http.MethodGet, "/v1/nodes/"+id, "1.82", nil).status
+				} else {
+					statuses <- e.do(http.MethodPatch, "/v1/nodes/"+id, "1.82", []op{{"op": "add", "path": "/extra/n", "value": i}}).status
+				}
+			}
+		})
+	}
+	uw.Wait()
+	close(statuses)
+	counts := map[int]int{}
+	for s := range statuses {
+		counts[s]++
+	}
+	require.Equal(t, map[int]int{http.StatusOK: unrelatedN}, counts, "requests on other nodes while one is locked")
+
+	// The lock is still held: every blocked change gives up, with the
+	// holder's host in Ironic's message.
+	for range blockedN {
+		select {
+		case r := <-blocked:
+			require.Equal(t, http.StatusConflict, r.status, "%s", r.raw)
+			require.Equal(t, "Node "+locked+" is locked by host holder-1, please retry after the current operation is completed.", r.fault(t))
+		case <-time.After(2 * time.Minute):
+			t.Fatal("changes of the locked node kept waiting")
+		}
+	}
+	wg.Wait()
+	require.NoError(t, tx.Rollback(ctx))
+	e.must(http.StatusOK, http.MethodPatch, "/v1/nodes/"+locked, "1.82", []op{{"op": "add", "path": "/extra/after", "value": 1}})
 }

@@ -4,21 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// DriverServed returns FakeDriver's Registered for this store's database:
-// whether a conductor alive now (online with a heartbeat younger than
-// timeout, metalloc_conductor_alive) of the group registered the hardware
-// type, as Ironic's hash ring answers before a node is created or changed.
-func (s *Store) DriverServed(timeout time.Duration) func(ctx context.Context, name, group string) (bool, error) {
-	return func(ctx context.Context, name, group string) (bool, error) {
-		return s.q.DriverServed(ctx, DriverServedParams{
-			AliveSeconds: timeout.Seconds(), ConductorGroup: group, Driver: name,
-		})
-	}
+// DriverServed is FakeDriver's Registered for this store's database:
+// whether a conductor alive now (online, the expiry its last heartbeat
+// wrote not passed: metalloc_conductor_alive) of the group registered the
+// hardware type, as Ironic's hash ring answers before a node is created or
+// changed.
+func (s *Store) DriverServed(ctx context.Context, name, group string) (bool, error) {
+	return s.q.DriverServed(ctx, DriverServedParams{ConductorGroup: group, Driver: name})
 }
 
 // resolveChassis sets n.ChassisID from n.ChassisUUID (nil: no chassis);

@@ -192,7 +192,7 @@ func readBody(c echo.Context) (any, error) {
 	}
 	v, err := decodeJSON(raw)
 	if err != nil {
-		return nil, web.BadRequest("The request body is not valid JSON: %v", err)
+		return nil, web.BadRequest("The request body is not valid JSON: %s", web.JSONProblem(err))
 	}
 	return v, nil
 }

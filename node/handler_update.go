@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strings"
@@ -90,7 +91,7 @@ func (h *Handler) patch(c echo.Context) error {
 		} else if n.ProvisionState == StateInspecting && v.AtLeast(1, 39) {
 			return conflictf("Cannot update node \"%s\" while it is in state \"%s\".", n.UUID, StateInspecting)
 		}
-		return patchNode(n, v, ident, ops, reset)
+		return patchNode(ctx, n, v, ident, ops, reset)
 	})
 	if err != nil {
 		return apiError(err, ident)
@@ -225,14 +226,14 @@ func decodePatchOps(body any, v web.Version, reset bool) ([]patchOp, error) {
 // state): names valid at v, the patched document valid against the node
 // schema and extra's limits, then copied back (applyPatched). ident names
 // the node in messages.
-func patchNode(n *Node, v web.Version, ident string, ops []patchOp, reset bool) error {
+func patchNode(ctx context.Context, n *Node, v web.Version, ident string, ops []patchOp, reset bool) error {
 	for _, name := range patchValues(ops, "/name") {
 		if err := checkNodeName(v, name, "Node "+ident+": Cannot change name to invalid name '%s'"); err != nil {
 			return err
 		}
 	}
 	doc := patchDocument(n)
-	patched, err := applyPatch(doc, ops)
+	patched, err := applyPatch(ctx, doc, ops)
 	if err != nil {
 		return err
 	}

@@ -71,7 +71,7 @@ func writeHistory(ctx context.Context, q *Queries, n Node) error {
 	}
 	for _, e := range n.history {
 		err := q.InsertNodeHistory(ctx, InsertNodeHistoryParams{
-			Uuid: uuid.New(), NodeID: n.ID, Conductor: &historyHost, Event: e.event,
+			Uuid: uuid.New(), NodeID: n.ID, ConductorHost: &historyHost, Event: e.event,
 			EventType: ptr(e.eventType), Severity: ptr(e.severity), UserID: user,
 		})
 		if err != nil {
@@ -94,7 +94,7 @@ func renderHistory(base string, nodeUUID uuid.UUID, r ListNodeHistoryRow, detail
 		"event": event, "links": []web.Link{{Href: base + "/v1" + path, Rel: "self"}},
 	}
 	if detail {
-		doc["event_type"], doc["conductor"], doc["user"] = str(r.EventType), str(r.Conductor), str(r.UserID)
+		doc["event_type"], doc["conductor"], doc["user"] = str(r.EventType), str(r.ConductorHost), str(r.UserID)
 	}
 	return doc
 }

@@ -1,12 +1,15 @@
 package node_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/metalloc/metalloc/node"
 )
 
 type op = map[string]any
@@ -59,6 +62,24 @@ func TestPatch(t *testing.T) {
 		require.Nil(t, b["name"])
 		require.Equal(t, map[string]any{}, b["properties"])
 		require.Equal(t, "fake", b["boot_interface"])
+	})
+
+	t.Run("operation cap", func(t *testing.T) {
+		t.Parallel()
+		e := e.sub(t)
+		id := e.createNode(map[string]any{"name": "p-cap"})["uuid"].(string)
+		ops := func(n int) []op {
+			out := make([]op, n)
+			for i := range out {
+				out[i] = op{"op": "add", "path": fmt.Sprintf("/extra/%d", i), "value": 0}
+			}
+			return out
+		}
+		b := e.must(http.StatusOK, http.MethodPatch, "/v1/nodes/"+id, "1.82", ops(node.MaxPatchOps)).body
+		require.Len(t, b["extra"], node.MaxPatchOps)
+		r := e.must(http.StatusBadRequest, http.MethodPatch, "/v1/nodes/"+id, "1.82", ops(node.MaxPatchOps+1))
+		require.Equal(t, fmt.Sprintf("Schema error for patch: %d operations is too many; a patch may have at most %d",
+			node.MaxPatchOps+1, node.MaxPatchOps), r.fault(t))
 	})
 
 	t.Run("instance_uuid", func(t *testing.T) {

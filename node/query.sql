@@ -170,38 +170,122 @@ INSERT INTO node_traits (node_id, trait) VALUES ($1, $2);
 -- made on the imported nodes do not assume an empty or half-enrolled table.
 ANALYZE nodes, node_traits;
 
--- name: FleetNodes :many
--- Every node (or, with @project set, those @project owns or leases) as the
--- operator page's fleet summary needs it, in id order: topology from
--- extra.row and extra.rack ('' when absent), whether it holds an
--- allocation or an instance, whether it is free (metalloc_node_free, the
--- one definition the conductors reserve by), and its traits. The traits
--- are aggregated in one pass and hash-joined (a subquery per node costs
--- 100,000 index probes and JIT compilation at that size).
-WITH traits AS (
-    SELECT t.node_id, array_agg(t.trait ORDER BY t.trait) AS traits
-      FROM node_traits t
-     GROUP BY t.node_id
+-- name: FleetCounts :many
+-- The operator page's fleet summary, counted in one pass over the nodes
+-- (every node, or with @project set those @project owns or leases): per
+-- row, rack (extra.row and extra.rack, '' when absent) and resource class,
+-- the nodes, those free (metalloc_node_free, the one definition the
+-- conductors reserve by), those without an owner, and those matching the
+-- filter (@resource_class, @owner and @trait, each ignored when null) per
+-- category (metalloc_node_category: available, allocated, maintenance,
+-- manageable, error).
+SELECT s.row, s.rack, s.resource_class, count(*)::int AS total,
+       (count(*) FILTER (WHERE s.free))::int AS free,
+       (count(*) FILTER (WHERE s.no_owner))::int AS no_owner,
+       (count(*) FILTER (WHERE s.matched AND s.category = 0))::int AS matched_available,
+       (count(*) FILTER (WHERE s.matched AND s.category = 1))::int AS matched_allocated,
+       (count(*) FILTER (WHERE s.matched AND s.category = 2))::int AS matched_maintenance,
+       (count(*) FILTER (WHERE s.matched AND s.category = 3))::int AS matched_manageable,
+       (count(*) FILTER (WHERE s.matched AND s.category = 4))::int AS matched_error
+  FROM (SELECT coalesce(n.extra->>'row', '')::text AS row, coalesce(n.extra->>'rack', '')::text AS rack,
+               coalesce(n.resource_class, '')::text AS resource_class, n.owner IS NULL AS no_owner,
+               metalloc_node_free(n.provision_state, n.maintenance, n.power_state, n.instance_uuid, n.allocation_id) AS free,
+               metalloc_node_category(n.provision_state, n.maintenance, n.allocation_id, n.instance_uuid) AS category,
+               (sqlc.narg(resource_class)::text IS NULL OR coalesce(n.resource_class, '') = sqlc.narg(resource_class))
+               AND (sqlc.narg(owner)::text IS NULL OR coalesce(n.owner, '') = sqlc.narg(owner))
+               AND (sqlc.narg(trait)::text IS NULL OR n.id IN (SELECT t.node_id FROM node_traits t WHERE t.trait = sqlc.narg(trait)))
+               AS matched
+          FROM nodes n
+         WHERE sqlc.narg(project)::text IS NULL OR n.owner = sqlc.narg(project) OR n.lessee = sqlc.narg(project)) s
+ GROUP BY s.row, s.rack, s.resource_class;
+
+-- name: FleetTraits :many
+-- Every trait some node has, sorted: a skip scan of node_traits_trait_idx,
+-- one probe per distinct trait however many nodes have each.
+WITH RECURSIVE t AS (
+    SELECT min(trait) AS trait FROM node_traits
+    UNION ALL
+    SELECT (SELECT min(n.trait) FROM node_traits n WHERE n.trait > t.trait) FROM t WHERE t.trait IS NOT NULL
 )
-SELECT n.uuid, coalesce(n.name, '')::text AS name, n.provision_state, n.maintenance,
+SELECT t.trait::text AS trait FROM t WHERE t.trait IS NOT NULL;
+
+-- name: FleetOwners :many
+-- Every owner some node has (not ''), sorted: a skip scan of
+-- nodes_owner_idx.
+WITH RECURSIVE o AS (
+    SELECT min(owner) AS owner FROM nodes WHERE owner IS NOT NULL
+    UNION ALL
+    SELECT (SELECT min(n.owner) FROM nodes n WHERE n.owner > o.owner) FROM o WHERE o.owner IS NOT NULL
+)
+SELECT o.owner::text AS owner FROM o WHERE o.owner IS NOT NULL;
+
+-- name: FleetProjectOwners :many
+-- The owners (not '') of the nodes @project owns or leases, sorted.
+SELECT DISTINCT n.owner::text AS owner
+  FROM nodes n
+ WHERE n.owner IS NOT NULL AND (n.owner = @project OR n.lessee = @project)
+ ORDER BY 1;
+
+-- name: FleetProjectTraits :many
+-- Every trait of the nodes @project owns or leases, sorted.
+SELECT DISTINCT t.trait
+  FROM node_traits t
+  JOIN nodes n ON n.id = t.node_id
+ WHERE n.owner = @project OR n.lessee = @project
+ ORDER BY t.trait;
+
+-- name: FleetNodes :many
+-- The first @max_rows nodes (every node, or with @project set those
+-- @project owns or leases) in id order, as the operator page draws them:
+-- topology from extra.row and extra.rack ('' when absent), category
+-- (metalloc_node_category) and sorted traits (one index probe per node:
+-- the caller asks for a few thousand at most).
+SELECT n.uuid, coalesce(n.name, '')::text AS name, n.provision_state,
        coalesce(n.resource_class, '')::text AS resource_class, coalesce(n.owner, '')::text AS owner,
        coalesce(n.extra->>'row', '')::text AS row, coalesce(n.extra->>'rack', '')::text AS rack,
-       (n.allocation_id IS NOT NULL OR n.instance_uuid IS NOT NULL)::bool AS allocated,
-       metalloc_node_free(n.provision_state, n.maintenance, n.power_state, n.instance_uuid, n.allocation_id)::bool AS free,
-       coalesce(t.traits, '{}')::text[] AS traits
+       metalloc_node_category(n.provision_state, n.maintenance, n.allocation_id, n.instance_uuid)::int AS category,
+       ARRAY(SELECT t.trait FROM node_traits t WHERE t.node_id = n.id ORDER BY t.trait)::text[] AS traits
   FROM nodes n
-  LEFT JOIN traits t ON t.node_id = n.id
  WHERE sqlc.narg(project)::text IS NULL OR n.owner = sqlc.narg(project) OR n.lessee = sqlc.narg(project)
- ORDER BY n.id;
+ ORDER BY n.id
+ LIMIT @max_rows;
+
+-- name: FleetNodesIn :many
+-- FleetNodes of topology row @row only, and of its rack @rack when that is
+-- set: nodes_topology_idx finds them without reading the others.
+SELECT n.uuid, coalesce(n.name, '')::text AS name, n.provision_state,
+       coalesce(n.resource_class, '')::text AS resource_class, coalesce(n.owner, '')::text AS owner,
+       coalesce(n.extra->>'row', '')::text AS row, coalesce(n.extra->>'rack', '')::text AS rack,
+       metalloc_node_category(n.provision_state, n.maintenance, n.allocation_id, n.instance_uuid)::int AS category,
+       ARRAY(SELECT t.trait FROM node_traits t WHERE t.node_id = n.id ORDER BY t.trait)::text[] AS traits
+  FROM nodes n
+ WHERE coalesce(n.extra->>'row', '') = @row::text
+   AND (sqlc.narg(rack)::text IS NULL OR coalesce(n.extra->>'rack', '') = sqlc.narg(rack))
+   AND (sqlc.narg(project)::text IS NULL OR n.owner = sqlc.narg(project) OR n.lessee = sqlc.narg(project))
+ ORDER BY n.id
+ LIMIT @max_rows;
+
+-- name: NodeLockHolder :one
+-- Who holds node @uuid or @name's row lock, for Ironic's NodeLocked
+-- message: the application_name (else the address) of the session whose
+-- transaction locked it (the row's xmax); no row when nobody holds it (or
+-- a shared lock does).
+SELECT n.uuid,
+       coalesce(nullif(a.application_name, ''), host(a.client_addr), '')::text AS holder
+  FROM nodes n
+  JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.granted AND l.transactionid = n.xmax
+  JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+ WHERE n.uuid = sqlc.narg(uuid) OR n.name = sqlc.narg(name)
+ LIMIT 1;
 
 -- name: DriverServed :one
--- Whether a conductor alive now (metalloc_conductor_alive: online with a
--- heartbeat younger than @alive_seconds) of conductor group
--- @conductor_group (case-insensitive) registered hardware type @driver:
--- Ironic's hash ring lookup for a node being created or changed.
+-- Whether a conductor alive now (metalloc_conductor_alive: online, its
+-- expiry not passed) of conductor group @conductor_group
+-- (case-insensitive) registered hardware type @driver: Ironic's hash ring
+-- lookup for a node being created or changed.
 SELECT EXISTS (
     SELECT 1 FROM conductors c
-     WHERE metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8)
+     WHERE metalloc_conductor_alive(c.online, c.expires_at)
        AND lower(c.conductor_group) = lower(@conductor_group::text)
        AND @driver::text = ANY(c.drivers)
 )::bool AS served;
@@ -253,14 +337,15 @@ SELECT id FROM chassis WHERE uuid = @uuid;
 
 -- name: InsertNodeHistory :exec
 -- Records one event of the node's history (in the transaction that
--- changed the node).
+-- changed the node). The conductor column is read and written as
+-- conductor_host: sqlc's global rename makes any "conductor" a Record.
 INSERT INTO node_history (uuid, node_id, conductor, event, event_type, severity, user_id)
-VALUES (@uuid, @node_id, @conductor, @event, @event_type, @severity, @user_id);
+VALUES (@uuid, @node_id, sqlc.narg(conductor_host)::text, @event, @event_type, @severity, @user_id);
 
 -- name: ListNodeHistory :many
 -- One page (@max_rows) of the node's history, oldest first, after the
 -- event with id @after_id (0: from the start).
-SELECT id, uuid, conductor, event, event_type, severity, user_id, created_at
+SELECT id, uuid, conductor AS conductor_host, event, event_type, severity, user_id, created_at
   FROM node_history
  WHERE node_id = @node_id AND id > @after_id::bigint
  ORDER BY id
@@ -268,7 +353,7 @@ SELECT id, uuid, conductor, event, event_type, severity, user_id, created_at
 
 -- name: GetNodeHistory :one
 -- The node's history event @uuid.
-SELECT id, uuid, conductor, event, event_type, severity, user_id, created_at
+SELECT id, uuid, conductor AS conductor_host, event, event_type, severity, user_id, created_at
   FROM node_history
  WHERE node_id = @node_id AND uuid = @uuid;
 

@@ -166,24 +166,23 @@ func (q *Queries) DeleteNodeTraits(ctx context.Context, nodeID int64) error {
 const driverServed = `-- name: DriverServed :one
 SELECT EXISTS (
     SELECT 1 FROM conductors c
-     WHERE metalloc_conductor_alive(c.online, c.heartbeat_at, $1::float8)
-       AND lower(c.conductor_group) = lower($2::text)
-       AND $3::text = ANY(c.drivers)
+     WHERE metalloc_conductor_alive(c.online, c.expires_at)
+       AND lower(c.conductor_group) = lower($1::text)
+       AND $2::text = ANY(c.drivers)
 )::bool AS served
 `
 
 type DriverServedParams struct {
-	AliveSeconds   float64
 	ConductorGroup string
 	Driver         string
 }
 
-// Whether a conductor alive now (metalloc_conductor_alive: online with a
-// heartbeat younger than @alive_seconds) of conductor group
-// @conductor_group (case-insensitive) registered hardware type @driver:
-// Ironic's hash ring lookup for a node being created or changed.
+// Whether a conductor alive now (metalloc_conductor_alive: online, its
+// expiry not passed) of conductor group @conductor_group
+// (case-insensitive) registered hardware type @driver: Ironic's hash ring
+// lookup for a node being created or changed.
 func (q *Queries) DriverServed(ctx context.Context, arg DriverServedParams) (bool, error) {
-	row := q.db.QueryRow(ctx, driverServed, arg.AliveSeconds, arg.ConductorGroup, arg.Driver)
+	row := q.db.QueryRow(ctx, driverServed, arg.ConductorGroup, arg.Driver)
 	var served bool
 	err := row.Scan(&served)
 	return served, err
@@ -226,47 +225,130 @@ func (q *Queries) ExistingNodeIdents(ctx context.Context, arg ExistingNodeIdents
 	return items, nil
 }
 
+const fleetCounts = `-- name: FleetCounts :many
+SELECT s.row, s.rack, s.resource_class, count(*)::int AS total,
+       (count(*) FILTER (WHERE s.free))::int AS free,
+       (count(*) FILTER (WHERE s.no_owner))::int AS no_owner,
+       (count(*) FILTER (WHERE s.matched AND s.category = 0))::int AS matched_available,
+       (count(*) FILTER (WHERE s.matched AND s.category = 1))::int AS matched_allocated,
+       (count(*) FILTER (WHERE s.matched AND s.category = 2))::int AS matched_maintenance,
+       (count(*) FILTER (WHERE s.matched AND s.category = 3))::int AS matched_manageable,
+       (count(*) FILTER (WHERE s.matched AND s.category = 4))::int AS matched_error
+  FROM (SELECT coalesce(n.extra->>'row', '')::text AS row, coalesce(n.extra->>'rack', '')::text AS rack,
+               coalesce(n.resource_class, '')::text AS resource_class, n.owner IS NULL AS no_owner,
+               metalloc_node_free(n.provision_state, n.maintenance, n.power_state, n.instance_uuid, n.allocation_id) AS free,
+               metalloc_node_category(n.provision_state, n.maintenance, n.allocation_id, n.instance_uuid) AS category,
+               ($1::text IS NULL OR coalesce(n.resource_class, '') = $1)
+               AND ($2::text IS NULL OR coalesce(n.owner, '') = $2)
+               AND ($3::text IS NULL OR n.id IN (SELECT t.node_id FROM node_traits t WHERE t.trait = $3))
+               AS matched
+          FROM nodes n
+         WHERE $4::text IS NULL OR n.owner = $4 OR n.lessee = $4) s
+ GROUP BY s.row, s.rack, s.resource_class
+`
+
+type FleetCountsParams struct {
+	ResourceClass *string
+	Owner         *string
+	Trait         *string
+	Project       *string
+}
+
+type FleetCountsRow struct {
+	Row                string
+	Rack               string
+	ResourceClass      string
+	Total              int32
+	Free               int32
+	NoOwner            int32
+	MatchedAvailable   int32
+	MatchedAllocated   int32
+	MatchedMaintenance int32
+	MatchedManageable  int32
+	MatchedError       int32
+}
+
+// The operator page's fleet summary, counted in one pass over the nodes
+// (every node, or with @project set those @project owns or leases): per
+// row, rack (extra.row and extra.rack, ” when absent) and resource class,
+// the nodes, those free (metalloc_node_free, the one definition the
+// conductors reserve by), those without an owner, and those matching the
+// filter (@resource_class, @owner and @trait, each ignored when null) per
+// category (metalloc_node_category: available, allocated, maintenance,
+// manageable, error).
+func (q *Queries) FleetCounts(ctx context.Context, arg FleetCountsParams) ([]FleetCountsRow, error) {
+	rows, err := q.db.Query(ctx, fleetCounts,
+		arg.ResourceClass,
+		arg.Owner,
+		arg.Trait,
+		arg.Project,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []FleetCountsRow
+	for rows.Next() {
+		var i FleetCountsRow
+		if err := rows.Scan(
+			&i.Row,
+			&i.Rack,
+			&i.ResourceClass,
+			&i.Total,
+			&i.Free,
+			&i.NoOwner,
+			&i.MatchedAvailable,
+			&i.MatchedAllocated,
+			&i.MatchedMaintenance,
+			&i.MatchedManageable,
+			&i.MatchedError,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const fleetNodes = `-- name: FleetNodes :many
-WITH traits AS (
-    SELECT t.node_id, array_agg(t.trait ORDER BY t.trait) AS traits
-      FROM node_traits t
-     GROUP BY t.node_id
-)
-SELECT n.uuid, coalesce(n.name, '')::text AS name, n.provision_state, n.maintenance,
+SELECT n.uuid, coalesce(n.name, '')::text AS name, n.provision_state,
        coalesce(n.resource_class, '')::text AS resource_class, coalesce(n.owner, '')::text AS owner,
        coalesce(n.extra->>'row', '')::text AS row, coalesce(n.extra->>'rack', '')::text AS rack,
-       (n.allocation_id IS NOT NULL OR n.instance_uuid IS NOT NULL)::bool AS allocated,
-       metalloc_node_free(n.provision_state, n.maintenance, n.power_state, n.instance_uuid, n.allocation_id)::bool AS free,
-       coalesce(t.traits, '{}')::text[] AS traits
+       metalloc_node_category(n.provision_state, n.maintenance, n.allocation_id, n.instance_uuid)::int AS category,
+       ARRAY(SELECT t.trait FROM node_traits t WHERE t.node_id = n.id ORDER BY t.trait)::text[] AS traits
   FROM nodes n
-  LEFT JOIN traits t ON t.node_id = n.id
  WHERE $1::text IS NULL OR n.owner = $1 OR n.lessee = $1
  ORDER BY n.id
+ LIMIT $2
 `
+
+type FleetNodesParams struct {
+	Project *string
+	MaxRows int32
+}
 
 type FleetNodesRow struct {
 	Uuid           uuid.UUID
 	Name           string
 	ProvisionState string
-	Maintenance    bool
 	ResourceClass  string
 	Owner          string
 	Row            string
 	Rack           string
-	Allocated      bool
-	Free           bool
+	Category       int32
 	Traits         []string
 }
 
-// Every node (or, with @project set, those @project owns or leases) as the
-// operator page's fleet summary needs it, in id order: topology from
-// extra.row and extra.rack (” when absent), whether it holds an
-// allocation or an instance, whether it is free (metalloc_node_free, the
-// one definition the conductors reserve by), and its traits. The traits
-// are aggregated in one pass and hash-joined (a subquery per node costs
-// 100,000 index probes and JIT compilation at that size).
-func (q *Queries) FleetNodes(ctx context.Context, project *string) ([]FleetNodesRow, error) {
-	rows, err := q.db.Query(ctx, fleetNodes, project)
+// The first @max_rows nodes (every node, or with @project set those
+// @project owns or leases) in id order, as the operator page draws them:
+// topology from extra.row and extra.rack (” when absent), category
+// (metalloc_node_category) and sorted traits (one index probe per node:
+// the caller asks for a few thousand at most).
+func (q *Queries) FleetNodes(ctx context.Context, arg FleetNodesParams) ([]FleetNodesRow, error) {
+	rows, err := q.db.Query(ctx, fleetNodes, arg.Project, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
@@ -278,18 +360,205 @@ func (q *Queries) FleetNodes(ctx context.Context, project *string) ([]FleetNodes
 			&i.Uuid,
 			&i.Name,
 			&i.ProvisionState,
-			&i.Maintenance,
 			&i.ResourceClass,
 			&i.Owner,
 			&i.Row,
 			&i.Rack,
-			&i.Allocated,
-			&i.Free,
+			&i.Category,
 			&i.Traits,
 		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const fleetNodesIn = `-- name: FleetNodesIn :many
+SELECT n.uuid, coalesce(n.name, '')::text AS name, n.provision_state,
+       coalesce(n.resource_class, '')::text AS resource_class, coalesce(n.owner, '')::text AS owner,
+       coalesce(n.extra->>'row', '')::text AS row, coalesce(n.extra->>'rack', '')::text AS rack,
+       metalloc_node_category(n.provision_state, n.maintenance, n.allocation_id, n.instance_uuid)::int AS category,
+       ARRAY(SELECT t.trait FROM node_traits t WHERE t.node_id = n.id ORDER BY t.trait)::text[] AS traits
+  FROM nodes n
+ WHERE coalesce(n.extra->>'row', '') = $1::text
+   AND ($2::text IS NULL OR coalesce(n.extra->>'rack', '') = $2)
+   AND ($3::text IS NULL OR n.owner = $3 OR n.lessee = $3)
+ ORDER BY n.id
+ LIMIT $4
+`
+
+type FleetNodesInParams struct {
+	Row     string
+	Rack    *string
+	Project *string
+	MaxRows int32
+}
+
+type FleetNodesInRow struct {
+	Uuid           uuid.UUID
+	Name           string
+	ProvisionState string
+	ResourceClass  string
+	Owner          string
+	Row            string
+	Rack           string
+	Category       int32
+	Traits         []string
+}
+
+// FleetNodes of topology row @row only, and of its rack @rack when that is
+// set: nodes_topology_idx finds them without reading the others.
+func (q *Queries) FleetNodesIn(ctx context.Context, arg FleetNodesInParams) ([]FleetNodesInRow, error) {
+	rows, err := q.db.Query(ctx, fleetNodesIn,
+		arg.Row,
+		arg.Rack,
+		arg.Project,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []FleetNodesInRow
+	for rows.Next() {
+		var i FleetNodesInRow
+		if err := rows.Scan(
+			&i.Uuid,
+			&i.Name,
+			&i.ProvisionState,
+			&i.ResourceClass,
+			&i.Owner,
+			&i.Row,
+			&i.Rack,
+			&i.Category,
+			&i.Traits,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const fleetOwners = `-- name: FleetOwners :many
+WITH RECURSIVE o AS (
+    SELECT min(owner) AS owner FROM nodes WHERE owner IS NOT NULL
+    UNION ALL
+    SELECT (SELECT min(n.owner) FROM nodes n WHERE n.owner > o.owner) FROM o WHERE o.owner IS NOT NULL
+)
+SELECT o.owner::text AS owner FROM o WHERE o.owner IS NOT NULL
+`
+
+// Every owner some node has (not ”), sorted: a skip scan of
+// nodes_owner_idx.
+func (q *Queries) FleetOwners(ctx context.Context) ([]string, error) {
+	rows, err := q.db.Query(ctx, fleetOwners)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var owner string
+		if err := rows.Scan(&owner); err != nil {
+			return nil, err
+		}
+		items = append(items, owner)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const fleetProjectOwners = `-- name: FleetProjectOwners :many
+SELECT DISTINCT n.owner::text AS owner
+  FROM nodes n
+ WHERE n.owner IS NOT NULL AND (n.owner = $1 OR n.lessee = $1)
+ ORDER BY 1
+`
+
+// The owners (not ”) of the nodes @project owns or leases, sorted.
+func (q *Queries) FleetProjectOwners(ctx context.Context, project *string) ([]string, error) {
+	rows, err := q.db.Query(ctx, fleetProjectOwners, project)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var owner string
+		if err := rows.Scan(&owner); err != nil {
+			return nil, err
+		}
+		items = append(items, owner)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const fleetProjectTraits = `-- name: FleetProjectTraits :many
+SELECT DISTINCT t.trait
+  FROM node_traits t
+  JOIN nodes n ON n.id = t.node_id
+ WHERE n.owner = $1 OR n.lessee = $1
+ ORDER BY t.trait
+`
+
+// Every trait of the nodes @project owns or leases, sorted.
+func (q *Queries) FleetProjectTraits(ctx context.Context, project *string) ([]string, error) {
+	rows, err := q.db.Query(ctx, fleetProjectTraits, project)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var trait string
+		if err := rows.Scan(&trait); err != nil {
+			return nil, err
+		}
+		items = append(items, trait)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const fleetTraits = `-- name: FleetTraits :many
+WITH RECURSIVE t AS (
+    SELECT min(trait) AS trait FROM node_traits
+    UNION ALL
+    SELECT (SELECT min(n.trait) FROM node_traits n WHERE n.trait > t.trait) FROM t WHERE t.trait IS NOT NULL
+)
+SELECT t.trait::text AS trait FROM t WHERE t.trait IS NOT NULL
+`
+
+// Every trait some node has, sorted: a skip scan of node_traits_trait_idx,
+// one probe per distinct trait however many nodes have each.
+func (q *Queries) FleetTraits(ctx context.Context) ([]string, error) {
+	rows, err := q.db.Query(ctx, fleetTraits)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var trait string
+		if err := rows.Scan(&trait); err != nil {
+			return nil, err
+		}
+		items = append(items, trait)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -449,7 +718,7 @@ func (q *Queries) GetNodeByUUID(ctx context.Context, argUuid uuid.UUID) (GetNode
 }
 
 const getNodeHistory = `-- name: GetNodeHistory :one
-SELECT id, uuid, conductor, event, event_type, severity, user_id, created_at
+SELECT id, uuid, conductor AS conductor_host, event, event_type, severity, user_id, created_at
   FROM node_history
  WHERE node_id = $1 AND uuid = $2
 `
@@ -460,14 +729,14 @@ type GetNodeHistoryParams struct {
 }
 
 type GetNodeHistoryRow struct {
-	ID        int64
-	Uuid      uuid.UUID
-	Conductor *string
-	Event     string
-	EventType *string
-	Severity  *string
-	UserID    *string
-	CreatedAt time.Time
+	ID            int64
+	Uuid          uuid.UUID
+	ConductorHost *string
+	Event         string
+	EventType     *string
+	Severity      *string
+	UserID        *string
+	CreatedAt     time.Time
 }
 
 // The node's history event @uuid.
@@ -477,7 +746,7 @@ func (q *Queries) GetNodeHistory(ctx context.Context, arg GetNodeHistoryParams) 
 	err := row.Scan(
 		&i.ID,
 		&i.Uuid,
-		&i.Conductor,
+		&i.ConductorHost,
 		&i.Event,
 		&i.EventType,
 		&i.Severity,
@@ -592,26 +861,27 @@ func (q *Queries) InsertNode(ctx context.Context, arg InsertNodeParams) (InsertN
 
 const insertNodeHistory = `-- name: InsertNodeHistory :exec
 INSERT INTO node_history (uuid, node_id, conductor, event, event_type, severity, user_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+VALUES ($1, $2, $3::text, $4, $5, $6, $7)
 `
 
 type InsertNodeHistoryParams struct {
-	Uuid      uuid.UUID
-	NodeID    int64
-	Conductor *string
-	Event     string
-	EventType *string
-	Severity  *string
-	UserID    *string
+	Uuid          uuid.UUID
+	NodeID        int64
+	ConductorHost *string
+	Event         string
+	EventType     *string
+	Severity      *string
+	UserID        *string
 }
 
 // Records one event of the node's history (in the transaction that
-// changed the node).
+// changed the node). The conductor column is read and written as
+// conductor_host: sqlc's global rename makes any "conductor" a Record.
 func (q *Queries) InsertNodeHistory(ctx context.Context, arg InsertNodeHistoryParams) error {
 	_, err := q.db.Exec(ctx, insertNodeHistory,
 		arg.Uuid,
 		arg.NodeID,
-		arg.Conductor,
+		arg.ConductorHost,
 		arg.Event,
 		arg.EventType,
 		arg.Severity,
@@ -637,7 +907,7 @@ func (q *Queries) InsertNodeTraits(ctx context.Context, arg InsertNodeTraitsPara
 }
 
 const listNodeHistory = `-- name: ListNodeHistory :many
-SELECT id, uuid, conductor, event, event_type, severity, user_id, created_at
+SELECT id, uuid, conductor AS conductor_host, event, event_type, severity, user_id, created_at
   FROM node_history
  WHERE node_id = $1 AND id > $2::bigint
  ORDER BY id
@@ -651,14 +921,14 @@ type ListNodeHistoryParams struct {
 }
 
 type ListNodeHistoryRow struct {
-	ID        int64
-	Uuid      uuid.UUID
-	Conductor *string
-	Event     string
-	EventType *string
-	Severity  *string
-	UserID    *string
-	CreatedAt time.Time
+	ID            int64
+	Uuid          uuid.UUID
+	ConductorHost *string
+	Event         string
+	EventType     *string
+	Severity      *string
+	UserID        *string
+	CreatedAt     time.Time
 }
 
 // One page (@max_rows) of the node's history, oldest first, after the
@@ -675,7 +945,7 @@ func (q *Queries) ListNodeHistory(ctx context.Context, arg ListNodeHistoryParams
 		if err := rows.Scan(
 			&i.ID,
 			&i.Uuid,
-			&i.Conductor,
+			&i.ConductorHost,
 			&i.Event,
 			&i.EventType,
 			&i.Severity,
@@ -898,6 +1168,37 @@ func (q *Queries) NodeIDsByUUID(ctx context.Context, uuids []uuid.UUID) ([]NodeI
 		return nil, err
 	}
 	return items, nil
+}
+
+const nodeLockHolder = `-- name: NodeLockHolder :one
+SELECT n.uuid,
+       coalesce(nullif(a.application_name, ''), host(a.client_addr), '')::text AS holder
+  FROM nodes n
+  JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.granted AND l.transactionid = n.xmax
+  JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+ WHERE n.uuid = $1 OR n.name = $2
+ LIMIT 1
+`
+
+type NodeLockHolderParams struct {
+	Uuid *uuid.UUID
+	Name *string
+}
+
+type NodeLockHolderRow struct {
+	Uuid   uuid.UUID
+	Holder string
+}
+
+// Who holds node @uuid or @name's row lock, for Ironic's NodeLocked
+// message: the application_name (else the address) of the session whose
+// transaction locked it (the row's xmax); no row when nobody holds it (or
+// a shared lock does).
+func (q *Queries) NodeLockHolder(ctx context.Context, arg NodeLockHolderParams) (NodeLockHolderRow, error) {
+	row := q.db.QueryRow(ctx, nodeLockHolder, arg.Uuid, arg.Name)
+	var i NodeLockHolderRow
+	err := row.Scan(&i.Uuid, &i.Holder)
+	return i, err
 }
 
 const nodeVIFPortgroups = `-- name: NodeVIFPortgroups :many

@@ -51,15 +51,69 @@ func removerOrDefault(r AllocationRemover) AllocationRemover {
 // runs in one transaction holding the node's row lock (SELECT ... FOR UPDATE),
 // so it never interleaves with another change of the same node, and a
 // conductor reserving nodes with FOR UPDATE SKIP LOCKED passes over it.
+//
+// A change waits at most LockWait for that lock (db.RowLocks: changes of the
+// same node in this process take turns, so only one of them holds a pool
+// connection while it waits; a node locked for long cannot take the pool
+// from requests on other nodes), then fails with Ironic's NodeLocked (409,
+// "Node <uuid> is locked by host <holder>, please retry after the current
+// operation is completed."). A node named by its uuid and by its name
+// waits on two turns.
 type Store struct {
-	pool *pgxpool.Pool
-	q    *Queries
-	now  func() time.Time
+	pool  *pgxpool.Pool
+	q     *Queries
+	now   func() time.Time
+	fleet fleetCache // Fleet's shared counts
+	locks *db.RowLocks
 }
+
+// LockWait is how long a change waits for its node's row lock (and its turn
+// to wait for it) before NodeLocked: about what Ironic's conductor waits
+// for a node reservation ([conductor]node_locked_retry_attempts 3 ×
+// node_locked_retry_interval 1 s).
+const LockWait = 3 * time.Second
 
 // NewStore returns a Store on pool.
 func NewStore(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, q: New(pool), now: time.Now}
+	return &Store{pool: pool, q: New(pool), now: time.Now, locks: db.NewRowLocks(pool, LockWait)}
+}
+
+// SetLockWait changes how long changes wait for a node's row lock (tests).
+func (s *Store) SetLockWait(d time.Duration) { s.locks.Wait = d }
+
+// lockedTx runs fn in a transaction that starts by locking node ident (fn's
+// first statement), as db.RowLocks.InTx does; a lock not granted within
+// LockWait is NodeLocked.
+func (s *Store) lockedTx(ctx context.Context, ident string, fn func(pgx.Tx) error) error {
+	key := "node/" + ident
+	if u, ok := web.UUIDLike(ident); ok {
+		key = "node/" + u.String()
+	}
+	err := s.locks.InTx(ctx, key, fn)
+	if errors.Is(err, db.ErrLockWait) {
+		return s.nodeLocked(ctx, ident)
+	}
+	return err
+}
+
+// nodeLocked is Ironic's NodeLocked for node ident, naming who holds its
+// lock: the host of a conductor, else the holding session's application
+// name or address ("unknown" when it is gone by now).
+func (s *Store) nodeLocked(ctx context.Context, ident string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	p := NodeLockHolderParams{Name: &ident}
+	if u, ok := web.UUIDLike(ident); ok {
+		p = NodeLockHolderParams{Uuid: &u}
+	}
+	node, host := ident, "unknown"
+	if r, err := s.q.NodeLockHolder(ctx, p); err == nil {
+		node = r.Uuid.String()
+		if h := strings.TrimPrefix(r.Holder, "metalloc-conductor "); h != "" {
+			host = h
+		}
+	}
+	return conflictf("Node %s is locked by host %s, please retry after the current operation is completed.", node, host)
 }
 
 // noRows maps pgx.ErrNoRows to ErrNotFound (naming ident) and wraps any other
@@ -174,7 +228,7 @@ func (s *Store) CreateWith(ctx context.Context, n Node, then func(tx pgx.Tx, n N
 // row lock, without writing the node itself; fn's error rolls back what it
 // did on tx.
 func (s *Store) Locked(ctx context.Context, ident string, fn func(tx pgx.Tx, n Node) error) error {
-	return db.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	return s.lockedTx(ctx, ident, func(tx pgx.Tx) error {
 		n, err := s.get(ctx, s.q.WithTx(tx), ident, true)
 		if err != nil {
 			return err
@@ -206,7 +260,7 @@ func uniqueError(err error, n Node) error {
 // on tx (allocation removal, traits); returning an error rolls back.
 func (s *Store) change(ctx context.Context, ident string, fn func(tx pgx.Tx, q *Queries, n *Node) error) (Node, error) {
 	var out Node
-	err := db.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.lockedTx(ctx, ident, func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
 		n, err := s.get(ctx, q, ident, true)
 		if err != nil {
@@ -371,7 +425,7 @@ var deleteAllowedStates = []string{StateManageable, StateEnroll, StateAdoptFail,
 // deleted through remover in the same transaction.
 func (s *Store) Delete(ctx context.Context, ident string, remover AllocationRemover) error {
 	remover = removerOrDefault(remover)
-	return db.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	return s.lockedTx(ctx, ident, func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
 		n, err := s.get(ctx, q, ident, true)
 		if err != nil {

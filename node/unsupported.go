@@ -287,7 +287,7 @@ func raidConfig(c echo.Context) (map[string]any, error) {
 	var v any = map[string]any{}
 	if strings.TrimSpace(string(raw)) != "" {
 		if v, err = decodeJSON(raw); err != nil {
-			return nil, web.BadRequest("The request body is not valid JSON: %v", err)
+			return nil, web.BadRequest("The request body is not valid JSON: %s", web.JSONProblem(err))
 		}
 	}
 	cfg, ok := v.(map[string]any)

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
-	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -188,10 +187,11 @@ func (s *Store) DetachVIF(ctx context.Context, ident, vif string) error {
 }
 
 // vifTx runs fn on node ident's ports and port groups in a transaction
-// holding the node's row lock, when its network interface is flat (noop
+// holding the node's row lock (waited for at most LockWait, then
+// NodeLocked, as every change of a node), when its network interface is flat (noop
 // records nothing: fn is not called).
 func (s *Store) vifTx(ctx context.Context, ident string, fn func(q *Queries, n Node, all []vifPort) error) error {
-	return db.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	return s.lockedTx(ctx, ident, func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
 		n, err := s.get(ctx, q, ident, true)
 		if err != nil || n.impl("network") != "flat" {

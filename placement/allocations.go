@@ -131,13 +131,17 @@ var (
 // consumerBody is one consumer's allocations in a request (1.12+ format;
 // pre-1.12 list bodies are converted into it).
 type consumerBody struct {
-	Allocations map[string]struct {
-		Resources map[string]jsonInt `json:"resources"`
-	} `json:"allocations"`
-	ProjectID    *string          `json:"project_id"`
-	UserID       *string          `json:"user_id"`
-	Generation   *json.RawMessage `json:"consumer_generation"`
-	ConsumerType *string          `json:"consumer_type"`
+	Allocations  jsonObject[allocProviderBody] `json:"allocations"`
+	ProjectID    *string                       `json:"project_id"`
+	UserID       *string                       `json:"user_id"`
+	Generation   *json.RawMessage              `json:"consumer_generation"`
+	ConsumerType *string                       `json:"consumer_type"`
+}
+
+// allocProviderBody is the amounts a consumer body asks of one provider, by
+// class, in the order given.
+type allocProviderBody struct {
+	Resources jsonObject[jsonInt] `json:"resources"`
 }
 
 // allocListBody is the pre-1.12 body.
@@ -146,7 +150,7 @@ type allocListBody struct {
 		ResourceProvider struct {
 			UUID string `json:"uuid"`
 		} `json:"resource_provider"`
-		Resources map[string]jsonInt `json:"resources"`
+		Resources jsonObject[jsonInt] `json:"resources"`
 	} `json:"allocations"`
 	ProjectID *string `json:"project_id"`
 	UserID    *string `json:"user_id"`
@@ -184,20 +188,28 @@ func claimFromBody(consumer uuid.UUID, b consumerBody) claim {
 			cl.generation = &v
 		}
 	}
-	for rp, a := range b.Allocations {
-		id := uuid.MustParse(rp) // the schema checked the pattern; see parseAllocUUIDs
-		for class, n := range a.Resources {
-			cl.resources = append(cl.resources, claimResource{provider: id, class: class, used: int64(n)})
-		}
+	for _, rp := range b.Allocations.keys {
+		id := uuid.MustParse(rp) // the schema checked the pattern; see checkProviderKeys
+		cl.addProvider(id, b.Allocations.vals[rp].Resources)
 	}
 	return cl
+}
+
+// addProvider appends the amounts asked of provider, in the order given:
+// Placement writes a consumer's allocations in the order of its request
+// (providers, then each one's classes) and lists them back in that order
+// (GET /allocations/{consumer_uuid}).
+func (cl *claim) addProvider(provider uuid.UUID, resources jsonObject[jsonInt]) {
+	for _, class := range resources.keys {
+		cl.resources = append(cl.resources, claimResource{provider: provider, class: class, used: int64(resources.vals[class])})
+	}
 }
 
 // checkProviderKeys rejects provider keys that match Placement's uuid
 // pattern but do not parse: Placement looks them up and answers 400 (no
 // such provider).
-func checkProviderKeys[T any](allocs map[string]T) error {
-	for rp := range allocs {
+func checkProviderKeys[T any](allocs jsonObject[T]) error {
+	for _, rp := range allocs.keys {
 		if _, err := uuid.Parse(rp); err != nil {
 			return web.PlacementErr(http.StatusBadRequest, "",
 				"Allocation for resource provider '%s' that does not exist.", rp)
@@ -219,27 +231,33 @@ func (h *Handler) getConsumerAllocations(c echo.Context) error {
 			return err
 		}
 	}
-	allocs := map[string]any{}
+	// Providers in the order of their first allocation, each one's
+	// classes in allocation order, members in Placement's order.
+	var allocs jsonObject[*jsonObject[any]]
 	var last time.Time
 	for _, r := range rows {
 		key := r.ProviderUuid.String()
-		e, ok := allocs[key].(map[string]any)
+		e, ok := allocs.get(key)
 		if !ok {
-			e = map[string]any{"generation": r.ProviderGeneration, "resources": map[string]any{}}
-			allocs[key] = e
+			e = &jsonObject[any]{}
+			e.set("resources", &jsonObject[int64]{})
+			e.set("generation", r.ProviderGeneration)
+			allocs.set(key, e)
 		}
-		e["resources"].(map[string]any)[r.ResourceClass] = r.Used
+		res, _ := e.get("resources")
+		res.(*jsonObject[int64]).set(r.ResourceClass, r.Used)
 		last = newest(last, r.CreatedAt, r.UpdatedAt)
 	}
-	out := map[string]any{"allocations": allocs}
+	var out jsonObject[any]
+	out.set("allocations", allocs)
 	if len(rows) > 0 && v.AtLeast(1, 12) {
-		out["project_id"] = rows[0].ProjectID
-		out["user_id"] = rows[0].UserID
+		out.set("project_id", rows[0].ProjectID)
+		out.set("user_id", rows[0].UserID)
 		if v.AtLeast(1, 28) {
-			out["consumer_generation"] = rows[0].ConsumerGeneration
+			out.set("consumer_generation", rows[0].ConsumerGeneration)
 		}
 		if v.AtLeast(1, 38) {
-			out["consumer_type"] = consumerTypeName(rows[0].ConsumerType)
+			out.set("consumer_type", consumerTypeName(rows[0].ConsumerType))
 		}
 	}
 	if v.AtLeast(1, 15) {
@@ -320,28 +338,19 @@ func (h *Handler) putConsumerAllocations(c echo.Context) error {
 		if b.ProjectID != nil {
 			cl.projectID, cl.userID = *b.ProjectID, *b.UserID
 		}
-		seen := map[uuid.UUID]bool{}
+		// A later entry for the same provider replaces an earlier one in
+		// its place, as Placement's conversion to a dict does.
+		var byProvider jsonObject[jsonObject[jsonInt]]
 		for _, a := range b.Allocations {
 			id, err := uuid.Parse(a.ResourceProvider.UUID)
 			if err != nil {
 				return web.PlacementErr(http.StatusBadRequest, "",
 					"Allocation for resource provider '%s' that does not exist.", a.ResourceProvider.UUID)
 			}
-			// A later entry for the same provider replaces an earlier one, as
-			// Placement's conversion to a dict does.
-			if seen[id] {
-				kept := cl.resources[:0]
-				for _, r := range cl.resources {
-					if r.provider != id {
-						kept = append(kept, r)
-					}
-				}
-				cl.resources = kept
-			}
-			seen[id] = true
-			for class, n := range a.Resources {
-				cl.resources = append(cl.resources, claimResource{provider: id, class: class, used: int64(n)})
-			}
+			byProvider.set(id.String(), a.Resources)
+		}
+		for _, rp := range byProvider.keys {
+			cl.addProvider(uuid.MustParse(rp), byProvider.vals[rp])
 		}
 	} else {
 		s := putAllocSchema112

@@ -450,3 +450,75 @@ func TestAllocationGenerations(t *testing.T) {
 	require.Equal(t, 204, st)
 	require.Equal(t, a0+2, gen(rpU1), "DELETE: no bump")
 }
+
+// TestConsumerAllocationsOrder: GET /allocations/{consumer_uuid} lists the
+// providers in the order of the request that wrote the allocations, and
+// each provider's classes likewise, as Placement does (osc-placement's
+// `allocation unset` shows them in that order): whatever the microversion
+// and body form (dict, pre-1.12 list where a repeated provider keeps its
+// first place, POST /allocations).
+func TestConsumerAllocationsOrder(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	const a, b, c = "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000002", "cccccccc-0000-4000-8000-000000000003"
+	for _, rp := range []string{a, b, c} {
+		st, _, body := call(t, srv, "POST", "/resource_providers", "1.20", `{"name": "`+rp+`", "uuid": "`+rp+`"}`)
+		require.Equal(t, 200, st, body)
+		setInv(t, srv, rp, `{"VCPU": {"total": 8}, "MEMORY_MB": {"total": 1024}, "DISK_GB": {"total": 100}}`)
+	}
+	// order reads the providers, and the classes of each, as GET lists them.
+	order := func(consumer string) ([]string, map[string][]string) {
+		st, _, text := callRaw(t, srv, "GET", "/allocations/"+consumer, map[string]string{"OpenStack-API-Version": "placement 1.39"}, "")
+		require.Equal(t, 200, st, text)
+		var got struct {
+			Allocations jsonObject[allocProviderBody] `json:"allocations"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(text), &got))
+		classes := map[string][]string{}
+		for _, rp := range got.Allocations.keys {
+			classes[rp] = got.Allocations.vals[rp].Resources.keys
+		}
+		return got.Allocations.keys, classes
+	}
+	put := func(consumer, version, body string) {
+		t.Helper()
+		st, _, resp := call(t, srv, "PUT", "/allocations/"+consumer, version, body)
+		require.Equal(t, 204, st, resp)
+	}
+	c1 := uuid.NewString()
+	put(c1, "1.39", `{"allocations": {"`+c+`": {"resources": {"VCPU": 1}}, "`+a+`": {"resources": {"MEMORY_MB": 10, "VCPU": 1, "DISK_GB": 1}}, "`+
+		b+`": {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u", "consumer_generation": null, "consumer_type": "INSTANCE"}`)
+	provs, classes := order(c1)
+	require.Equal(t, []string{c, a, b}, provs)
+	require.Equal(t, []string{"MEMORY_MB", "VCPU", "DISK_GB"}, classes[a])
+	// Rewritten in another order: listed in the new one.
+	put(c1, "1.39", `{"allocations": {"`+b+`": {"resources": {"VCPU": 2}}, "`+a+`": {"resources": {"VCPU": 1}}, "`+
+		c+`": {"resources": {"DISK_GB": 3, "VCPU": 1}}}, "project_id": "p", "user_id": "u", "consumer_generation": 1, "consumer_type": "INSTANCE"}`)
+	provs, classes = order(c1)
+	require.Equal(t, []string{b, a, c}, provs)
+	require.Equal(t, []string{"DISK_GB", "VCPU"}, classes[c])
+
+	// The pre-1.12 list: a provider named twice keeps its first place and
+	// its last amounts.
+	c2 := uuid.NewString()
+	put(c2, "1.0", `{"allocations": [{"resource_provider": {"uuid": "`+c+`"}, "resources": {"VCPU": 1}},
+		{"resource_provider": {"uuid": "`+a+`"}, "resources": {"VCPU": 1}},
+		{"resource_provider": {"uuid": "`+b+`"}, "resources": {"VCPU": 1}},
+		{"resource_provider": {"uuid": "`+c+`"}, "resources": {"MEMORY_MB": 5}}]}`)
+	provs, classes = order(c2)
+	require.Equal(t, []string{c, a, b}, provs)
+	require.Equal(t, []string{"MEMORY_MB"}, classes[c])
+
+	// POST /allocations, two consumers.
+	c3, c4 := uuid.NewString(), uuid.NewString()
+	st, _, body := call(t, srv, "POST", "/allocations", "1.39", `{
+		"`+c3+`": {"allocations": {"`+b+`": {"resources": {"VCPU": 1}}, "`+c+`": {"resources": {"VCPU": 1}}},
+			"project_id": "p", "user_id": "u", "consumer_generation": null, "consumer_type": "INSTANCE"},
+		"`+c4+`": {"allocations": {"`+c+`": {"resources": {"VCPU": 1}}, "`+a+`": {"resources": {"VCPU": 1}}, "`+b+`": {"resources": {"VCPU": 1}}},
+			"project_id": "p", "user_id": "u", "consumer_generation": null, "consumer_type": "INSTANCE"}}`)
+	require.Equal(t, 204, st, body)
+	provs, _ = order(c3)
+	require.Equal(t, []string{b, c}, provs)
+	provs, _ = order(c4)
+	require.Equal(t, []string{c, a, b}, provs)
+}

@@ -119,10 +119,8 @@ func writeAllocationsTx(ctx context.Context, q *Queries, v web.Version, claims [
 		return err
 	}
 	byUUID := make(map[uuid.UUID]int64, len(locked))
-	lockIDs := make([]int64, 0, len(locked))
 	for _, r := range locked {
 		byUUID[r.Uuid] = r.ID
-		lockIDs = append(lockIDs, r.ID)
 	}
 	for _, id := range wantUUIDs {
 		if _, ok := byUUID[id]; !ok {

@@ -46,10 +46,6 @@ func (h *Handler) registerInventories(g *echo.Group) {
 // integer inventory field and the default max_unit.
 const maxInt = math.MaxInt32
 
-// sqlSPFloatMax is Placement's SQL_SP_FLOAT_MAX, the upper bound of
-// allocation_ratio.
-const sqlSPFloatMax = 3.40282e+38
-
 // inventoryProps are the properties of Placement's BASE_INVENTORY_SCHEMA.
 const inventoryProps = `
   "resource_provider_generation": {"type": "integer"},
@@ -110,8 +106,6 @@ type inventory struct {
 	StepSize        int32
 	AllocationRatio float64
 	Modified        time.Time
-	// maxGiven is whether the request set max_unit (else it is maxInt).
-	maxGiven bool
 }
 
 func (b inventoryBody) inventory(class string) inventory {
@@ -123,7 +117,7 @@ func (b inventoryBody) inventory(class string) inventory {
 		inv.MinUnit = int32(*b.MinUnit)
 	}
 	if b.MaxUnit != nil {
-		inv.MaxUnit, inv.maxGiven = int32(*b.MaxUnit), true
+		inv.MaxUnit = int32(*b.MaxUnit)
 	}
 	if b.StepSize != nil {
 		inv.StepSize = int32(*b.StepSize)
@@ -149,7 +143,7 @@ func (inv inventory) json(generation int32) map[string]any {
 		"min_unit":         inv.MinUnit,
 		"max_unit":         inv.MaxUnit,
 		"step_size":        inv.StepSize,
-		"allocation_ratio": inv.AllocationRatio,
+		"allocation_ratio": pyFloat(inv.AllocationRatio),
 	}
 	if generation != 0 {
 		m["resource_provider_generation"] = generation
@@ -160,10 +154,12 @@ func (inv inventory) json(generation int32) map[string]any {
 // checkCapacity is Placement's _validate_inventory_capacity: before 1.26
 // reserved must be below total (capacity > 0); from 1.26 reserved may equal
 // total (capacity >= 0). metalloc also refuses what Placement lets through
-// but no allocation could use: min_unit above max_unit, a max_unit given
-// above total (omitted, it defaults to 2147483647 as in Placement), and an
-// allocation_ratio that is not positive. It returns the text for a 400, ""
-// when valid.
+// but no allocation could use: min_unit above max_unit, and an
+// allocation_ratio that is not positive. A max_unit above total is
+// accepted, as Placement does: GET shows 2147483647 for an inventory
+// written without max_unit, and clients PUT what they read back
+// (`openstack resource provider inventory set --amend`). It returns the
+// text for a 400, "" when valid.
 func checkCapacity(v web.Version, rp uuid.UUID, invs ...inventory) string {
 	for _, inv := range invs {
 		if !v.AtLeast(1, 26) && inv.capacity() <= 0 {
@@ -181,9 +177,6 @@ func checkCapacity(v web.Version, rp uuid.UUID, invs ...inventory) string {
 		case inv.MinUnit > inv.MaxUnit:
 			return fmt.Sprintf("Invalid inventory for '%s' on resource provider '%s'. "+
 				"The min_unit (%d) is greater than max_unit (%d).", inv.ResourceClass, rp, inv.MinUnit, inv.MaxUnit)
-		case inv.maxGiven && inv.MaxUnit > inv.Total:
-			return fmt.Sprintf("Invalid inventory for '%s' on resource provider '%s'. "+
-				"The max_unit (%d) is greater than total (%d).", inv.ResourceClass, rp, inv.MaxUnit, inv.Total)
 		}
 	}
 	return ""

@@ -2,9 +2,8 @@ package placement
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -12,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
@@ -26,14 +27,21 @@ func invServer(t testing.TB, opts ...Options) (*httptest.Server, *pgxpool.Pool) 
 	opts = append(opts, Options{})
 	pool := dbtest.New(t)
 	require.NoError(t, Prepare(context.Background(), pool))
+	return serveOn(t, pool, opts[0]), pool
+}
+
+// serveOn serves the Placement API with opts on pool (prepared) until the
+// test's end.
+func serveOn(t testing.TB, pool *pgxpool.Pool, opts Options) *httptest.Server {
+	t.Helper()
 	e := echo.New()
 	e.HTTPErrorHandler = web.PlacementErrorHandler
 	e.JSONSerializer = web.JSONSerializer{}
 	e.Use(web.RequestID(zap.NewNop()))
-	NewHandler(pool, opts[0]).Register(e)
+	NewHandler(pool, opts).Register(e)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	return srv, pool
+	return srv
 }
 
 // mkProvider inserts a root provider with plain SQL and returns its uuid.
@@ -70,7 +78,7 @@ func TestInventoriesCRUD(t *testing.T) {
 
 	// Unknown provider, malformed uuid.
 	st, _, body = call(t, srv, "GET", "/resource_providers/"+uuid.NewString()+"/inventories", "", "")
-	require.Equal(t, 404, st)
+	require.Equal(t, 404, st, body)
 	st, _, _ = call(t, srv, "GET", "/resource_providers/nope/inventories", "", "")
 	require.Equal(t, 404, st)
 
@@ -144,7 +152,7 @@ func TestInventoriesCRUD(t *testing.T) {
 
 	// PUT all: replaces.
 	st, _, body = call(t, srv, "PUT", base, "", `{"resource_provider_generation": 2, "inventories": {}}`)
-	require.Equal(t, 409, st)
+	require.Equal(t, 409, st, body)
 	st, _, body = call(t, srv, "PUT", base, "", `{"resource_provider_generation": 3, "inventories": {"CUSTOM_NOPE": {"total": 1}}}`)
 	require.Equal(t, 400, st)
 	_, _, detail = errOf(t, body)
@@ -193,7 +201,7 @@ func TestInventoryInUse(t *testing.T) {
 
 	// Deleting the VCPU inventory (alone, or by PUT all, or DELETE all) is 409.
 	st, _, body = call(t, srv, "DELETE", base+"/VCPU", "1.23", "")
-	require.Equal(t, 409, st)
+	require.Equal(t, 409, st, body)
 	st, _, body = call(t, srv, "PUT", base, "1.23", `{"resource_provider_generation": 2, "inventories": {"DISK_GB": {"total": 100}}}`)
 	require.Equal(t, 409, st)
 	_, code, detail := errOf(t, body)
@@ -240,7 +248,6 @@ func TestInventoryUnitRules(t *testing.T) {
 	base := "/resource_providers/" + body["uuid"].(string) + "/inventories"
 	for _, bad := range []string{
 		`{"resource_class": "VCPU", "total": 4, "min_unit": 3, "max_unit": 2}`,
-		`{"resource_class": "VCPU", "total": 4, "max_unit": 5}`,
 		`{"resource_class": "VCPU", "total": 4, "allocation_ratio": 0}`,
 	} {
 		st, _, body := call(t, srv, "POST", base, "", bad)
@@ -249,6 +256,41 @@ func TestInventoryUnitRules(t *testing.T) {
 	st, _, body := call(t, srv, "POST", base, "", `{"resource_class": "VCPU", "total": 4}`)
 	require.Equal(t, 201, st, body)
 	require.EqualValues(t, 2147483647, body["max_unit"], "an omitted max_unit defaults as in Placement")
+	// An explicit max_unit above total is accepted, as Placement does.
+	st, _, body = call(t, srv, "POST", base, "", `{"resource_class": "MEMORY_MB", "total": 4, "max_unit": 5}`)
+	require.Equal(t, 201, st, body)
+}
+
+// TestInventoryPutWhatGetReturned: a PUT of exactly what GET returned is
+// accepted, max_unit 2147483647 of an inventory written without one
+// included (what `openstack resource provider inventory set --amend`
+// does: GET, change a class, PUT all back).
+func TestInventoryPutWhatGetReturned(t *testing.T) {
+	t.Parallel()
+	srv, pool := invServer(t)
+	rp := mkProvider(t, pool, "amend")
+	base := "/resource_providers/" + rp + "/inventories"
+	st, _, body := call(t, srv, "PUT", base, "1.39",
+		`{"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 16}, "MEMORY_MB": {"total": 1024, "max_unit": 512}}}`)
+	require.Equal(t, 200, st, body)
+	st, _, got := call(t, srv, "GET", base, "1.39", "")
+	require.Equal(t, 200, st)
+	require.EqualValues(t, 2147483647, got["inventories"].(map[string]any)["VCPU"].(map[string]any)["max_unit"])
+	invs := got["inventories"].(map[string]any)
+	invs["DISK_GB"] = map[string]any{"total": 100}
+	b, err := json.Marshal(got)
+	require.NoError(t, err)
+	st, _, body = call(t, srv, "PUT", base, "1.39", string(b))
+	require.Equal(t, 200, st, body)
+	require.Len(t, body["inventories"], 3)
+	// One class alone, as GET shows it.
+	st, _, one := call(t, srv, "GET", base+"/VCPU", "1.39", "")
+	require.Equal(t, 200, st)
+	b, err = json.Marshal(one)
+	require.NoError(t, err)
+	st, _, body = call(t, srv, "PUT", base+"/VCPU", "1.39", string(b))
+	require.Equal(t, 200, st, body)
+	require.EqualValues(t, 2147483647, body["max_unit"])
 }
 
 // TestInventoriesEmptyCacheHeaders: from 1.15 an empty inventory list has
@@ -269,4 +311,17 @@ func TestInventoriesEmptyCacheHeaders(t *testing.T) {
 	st, h, _ = call(t, srv, "DELETE", "/resource_providers/"+uuid.NewString()+"/inventories", "1.15", "")
 	require.Equal(t, 404, st)
 	require.Empty(t, h.Values("Vary"))
+}
+
+// TestPyFloat: allocation_ratio is written as Placement (Python's json)
+// writes a float.
+func TestPyFloat(t *testing.T) {
+	t.Parallel()
+	for x, want := range map[float64]string{1: "1.0", 1.5: "1.5", 16: "16.0", 0.0001: "0.0001", 0.00001: "1e-05",
+		1e15: "1000000000000000.0", 1e16: "1e+16", 123456789012345.6: "123456789012345.6", 3.40282e+38: "3.40282e+38",
+		0.1: "0.1", 2.5e-7: "2.5e-07", 0: "0.0"} {
+		b, err := json.Marshal(pyFloat(x))
+		require.NoError(t, err)
+		require.Equal(t, want, string(b), x)
+	}
 }

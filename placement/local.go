@@ -66,9 +66,13 @@ type Local struct {
 // NewLocal returns a Local on pool. Its candidates are always a random
 // sample, as metalloc-placement's with randomize_allocation_candidates
 // (racing conductors spread over the nodes instead of all trying the
-// first ones).
+// first ones), and not bounded by max_allocation_candidates: the
+// conductor's own requests are limited, but for a group's, which reads
+// every free node of the class.
 func NewLocal(pool *pgxpool.Pool) *Local {
-	return &Local{finder: candidate.NewFinder(pool, func() bool { return true })}
+	f := candidate.NewFinder(pool, func() bool { return true })
+	f.SetMax(0)
+	return &Local{finder: f}
 }
 
 // localVersion is the microversion Local answers at (the conductor's).

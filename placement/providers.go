@@ -518,14 +518,14 @@ func parseProviderFilter(q url.Values, v web.Version) (providerFilter, error) {
 	if _, ok := q["uuid"]; ok {
 		s := lastValue(q, "uuid")
 		if _, err := uuid.Parse(s); err != nil || len(s) != 36 {
-			return f, badQuery("'%s' is not a 'uuid'", s)
+			return f, badQueryUUID("uuid", s)
 		}
 		f.uuid = &s
 	}
 	if _, ok := q["in_tree"]; ok {
 		s := lastValue(q, "in_tree")
 		if _, err := uuid.Parse(s); err != nil || len(s) != 36 {
-			return f, badQuery("'%s' is not a 'uuid'", s)
+			return f, badQueryUUID("in_tree", s)
 		}
 		f.inTree = &s
 	}

@@ -247,6 +247,10 @@ UPDATE placement.resource_providers SET generation = generation + 1, updated_at 
  WHERE id = ANY(@ids::bigint[]);
 
 -- name: ConsumerAllocations :many
+-- In the order the allocations were written, which is the order of the
+-- request that wrote them (providers, then each one's classes): the order
+-- Placement lists them in (its query has no ORDER BY and reads the rows
+-- through the consumer index, in insertion order).
 SELECT a.used, a.created_at, a.updated_at, rc.name AS resource_class,
        rp.uuid AS provider_uuid, rp.generation AS provider_generation,
        c.project_id, c.user_id, c.consumer_type, c.generation AS consumer_generation
@@ -255,7 +259,7 @@ SELECT a.used, a.created_at, a.updated_at, rc.name AS resource_class,
   JOIN placement.resource_providers rp ON rp.id = a.resource_provider_id
   JOIN placement.resource_classes rc ON rc.id = a.resource_class_id
  WHERE c.uuid = @uuid
- ORDER BY rp.uuid, rc.name;
+ ORDER BY a.id;
 
 -- name: ProviderAllocations :many
 SELECT a.used, a.created_at, a.updated_at, rc.name AS resource_class,

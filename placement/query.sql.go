@@ -219,7 +219,7 @@ SELECT a.used, a.created_at, a.updated_at, rc.name AS resource_class,
   JOIN placement.resource_providers rp ON rp.id = a.resource_provider_id
   JOIN placement.resource_classes rc ON rc.id = a.resource_class_id
  WHERE c.uuid = $1
- ORDER BY rp.uuid, rc.name
+ ORDER BY a.id
 `
 
 type ConsumerAllocationsRow struct {
@@ -235,6 +235,10 @@ type ConsumerAllocationsRow struct {
 	ConsumerGeneration int32
 }
 
+// In the order the allocations were written, which is the order of the
+// request that wrote them (providers, then each one's classes): the order
+// Placement lists them in (its query has no ORDER BY and reads the rows
+// through the consumer index, in insertion order).
 func (q *Queries) ConsumerAllocations(ctx context.Context, argUuid uuid.UUID) ([]ConsumerAllocationsRow, error) {
 	rows, err := q.db.Query(ctx, consumerAllocations, argUuid)
 	if err != nil {

@@ -109,7 +109,7 @@ func (s *bodySchema) parse(c echo.Context, dst any) (any, error) {
 	}
 	if dst != nil {
 		if err := json.Unmarshal(body, dst); err != nil {
-			return nil, web.PlacementErr(http.StatusBadRequest, "", "JSON does not validate: %v", err)
+			return nil, web.PlacementErr(http.StatusBadRequest, "", "JSON does not validate: %s", web.JSONProblem(err))
 		}
 	}
 	return inst, nil
@@ -282,11 +282,20 @@ func badQueryValue(msg, keyword, param string, sub map[string]any, value string)
 	return badQuery("%s", web.PyValidationError(msg, keyword, []string{"properties", param}, sub, []any{param}, value))
 }
 
+// badQueryUUID is the 400 for a query parameter whose schema is
+// {"type": "string", "format": "uuid"} and value is not a uuid.
+func badQueryUUID(param, value string) *web.PlacementError {
+	return badQueryValue(web.PyRepr(value)+" is not a 'uuid'", "format", param,
+		map[string]any{"type": "string", "format": "uuid"}, value)
+}
+
 // badLimit is the 400 for a limit that is not a positive integer, Placement's
-// pattern ^[1-9][0-9]*$ on the string.
+// pattern ^[1-9][0-9]*$ on the string (the sub-schema shown is
+// GET_SCHEMA_1_16's limit).
 func badLimit(l string) *web.PlacementError {
 	return badQueryValue(fmt.Sprintf("%s does not match %s", web.PyRepr(l), web.PyRepr(candLimitPattern.String())),
-		"pattern", "limit", map[string]any{"type": "string", "pattern": candLimitPattern.String()}, l)
+		"pattern", "limit", map[string]any{"type": []any{"integer", "string"}, "pattern": candLimitPattern.String(),
+			"minimum": 1, "minLength": 1}, l)
 }
 
 // checkQueryParams rejects query parameters outside allowed, as Placement's

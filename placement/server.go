@@ -17,9 +17,16 @@ import (
 // Options configures the Placement API handlers.
 type Options struct {
 	// RandomizeAllocationCandidates is Placement's [placement]
-	// randomize_allocation_candidates (default false): see
-	// Handler.SetRandomizeAllocationCandidates.
+	// randomize_allocation_candidates (default false): when true, a
+	// limited GET /allocation_candidates returns a random sample of the
+	// candidates and an unlimited one returns them shuffled; when false the
+	// first candidates are returned, in provider order.
 	RandomizeAllocationCandidates bool
+	// MaxAllocationCandidates is Placement's [placement]
+	// max_allocation_candidates: the most candidates one GET
+	// /allocation_candidates generates (see candidate.Finder.SetMax); 0
+	// is candidate.DefaultMax, -1 no bound.
+	MaxAllocationCandidates int
 	// Authenticator authenticates every request but "/" (nil:
 	// auth.PlacementNoAuth{}, noauth2).
 	Authenticator auth.Authenticator
@@ -57,6 +64,9 @@ func NewHandler(pool *pgxpool.Pool, opts Options) *Handler {
 	h := &Handler{pool: pool, q: New(pool), opts: opts}
 	h.randomize.Store(opts.RandomizeAllocationCandidates)
 	h.candidates = candidate.NewFinder(pool, h.randomizeCandidates)
+	if opts.MaxAllocationCandidates != 0 {
+		h.candidates.SetMax(opts.MaxAllocationCandidates)
+	}
 	if opts.Metrics != nil {
 		h.overCapacity = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "metalloc_placement_inventory_over_capacity_total",

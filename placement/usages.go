@@ -122,7 +122,8 @@ func (h *Handler) getTotalUsages(c echo.Context) error {
 	}
 	if consumerType != nil && !consumerTypeQueryRE.MatchString(*consumerType) {
 		return badQueryValue(fmt.Sprintf("%s does not match %s", web.PyRepr(*consumerType), web.PyRepr(consumerTypeQueryRE.String())),
-			"pattern", "consumer_type", map[string]any{"type": "string", "pattern": consumerTypeQueryRE.String()}, *consumerType)
+			"pattern", "consumer_type", map[string]any{"type": "string", "pattern": consumerTypeQueryRE.String(),
+				"minLength": 1, "maxLength": 255}, *consumerType)
 	}
 
 	var out map[string]any

@@ -1,6 +1,7 @@
 package port
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -316,4 +317,58 @@ func listResource(key string, detailPath bool) string {
 		return key + "/detail"
 	}
 	return key
+}
+
+// tenancy is what the access rules read of a port or port group: its
+// node's owner and lessee.
+type tenancy interface {
+	nodeTenancy() (owner, lessee *string)
+}
+
+func (p Port) nodeTenancy() (owner, lessee *string)      { return p.NodeOwner, p.NodeLessee }
+func (g Portgroup) nodeTenancy() (owner, lessee *string) { return g.NodeOwner, g.NodeLessee }
+
+// lookup reads the port or port group read finds for the path's identifier
+// and applies rule to it (Ironic's check_port_policy_and_retrieve and its
+// port group twin): notFound(ident) when it is unknown or hidden.
+func lookup[T tenancy](h *Handler, c echo.Context, rule string, notFound func(string) *web.Error,
+	read func(ctx context.Context, ident string) (T, error)) (T, error) {
+	var zero T
+	ident := pathIdent(c)
+	v, err := read(c.Request().Context(), ident)
+	if err != nil {
+		return zero, apiError(err, notFound(ident))
+	}
+	owner, lessee := v.nodeTenancy()
+	if err := h.checkOn(c, owner, lessee, notFound(ident), rule); err != nil {
+		return zero, err
+	}
+	return v, nil
+}
+
+// readPatch reads a PATCH body as a JSON patch (Ironic's messages for a
+// body that is not one).
+func readPatch(c echo.Context) ([]node.PatchOp, error) {
+	if err := loadSchemas(); err != nil {
+		return nil, err
+	}
+	body, err := readBody(c)
+	if err != nil {
+		return nil, err
+	}
+	ops, err := node.DecodePatch(body)
+	if err != nil {
+		return nil, apiError(err, nil)
+	}
+	return ops, nil
+}
+
+// deleteIn runs del in a transaction and answers 204, or the error
+// (notFound(ident) for a row gone meanwhile).
+func (h *Handler) deleteIn(c echo.Context, notFound func(string) *web.Error, del func(ctx context.Context, tx Tx) error) error {
+	ctx := c.Request().Context()
+	if err := h.store.InTx(ctx, func(tx Tx) error { return del(ctx, tx) }); err != nil {
+		return apiError(err, notFound(pathIdent(c)))
+	}
+	return c.NoContent(http.StatusNoContent)
 }

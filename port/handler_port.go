@@ -1,6 +1,7 @@
 package port
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -227,19 +228,11 @@ func (h *Handler) createPort(c echo.Context) error {
 // lookupPort reads the port of the path and applies rule to it
 // (check_port_policy_and_retrieve).
 func (h *Handler) lookupPort(c echo.Context, rule string) (Port, error) {
-	ident := pathIdent(c)
-	u, err := uuidArg("port_uuid", ident)
+	u, err := uuidArg("port_uuid", pathIdent(c))
 	if err != nil {
 		return Port{}, err
 	}
-	p, err := h.store.Port(c.Request().Context(), u)
-	if err != nil {
-		return Port{}, apiError(err, portNotFound(ident))
-	}
-	if err := h.checkOn(c, p.NodeOwner, p.NodeLessee, portNotFound(ident), rule); err != nil {
-		return Port{}, err
-	}
-	return p, nil
+	return lookup(h, c, rule, portNotFound, func(ctx context.Context, _ string) (Port, error) { return h.store.Port(ctx, u) })
 }
 
 func (h *Handler) getPort(c echo.Context) error {
@@ -266,15 +259,11 @@ func (h *Handler) getPort(c echo.Context) error {
 }
 
 func (h *Handler) deletePort(c echo.Context) error {
-	ctx := c.Request().Context()
 	p, err := h.lookupPort(c, "baremetal:port:delete")
 	if err != nil {
 		return err
 	}
-	if err := h.store.InTx(ctx, func(tx Tx) error { return tx.DeletePort(ctx, p.UUID) }); err != nil {
-		return apiError(err, portNotFound(pathIdent(c)))
-	}
-	return c.NoContent(http.StatusNoContent)
+	return h.deleteIn(c, portNotFound, func(ctx context.Context, tx Tx) error { return tx.DeletePort(ctx, p.UUID) })
 }
 
 // isPathUpdated is Ironic's api_utils.is_path_updated, which looks at the
@@ -333,13 +322,9 @@ func (h *Handler) patchPort(c echo.Context) error {
 	if _, err := uuidArg("port_uuid", pathIdent(c)); err != nil {
 		return err
 	}
-	body, err := readBody(c)
+	ops, err := readPatch(c)
 	if err != nil {
 		return err
-	}
-	ops, err := node.DecodePatch(body)
-	if err != nil {
-		return apiError(err, nil)
 	}
 	if err := checkPatchAllowed(ops, portPatchAllowed); err != nil {
 		return err
@@ -390,7 +375,7 @@ func patchPort(c echo.Context, tx Tx, v web.Version, cur Port, n NodeRef, ops []
 		"is_smartnic": cur.IsSmartNIC, "extra": orEmpty(cur.Extra), "internal_info": orEmpty(cur.InternalInfo),
 		"created_at": web.Timestamp(&cur.CreatedAt), "updated_at": web.Timestamp(cur.UpdatedAt),
 	}
-	patched, err := node.ApplyPatch(doc, ops)
+	patched, err := node.ApplyPatch(c.Request().Context(), doc, ops)
 	if err != nil {
 		return Port{}, apiError(err, nil)
 	}

@@ -1,6 +1,7 @@
 package port
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strings"
@@ -152,18 +153,10 @@ func (h *Handler) createPortgroup(c echo.Context) error {
 // lookupPortgroup reads the port group of the path (uuid or name) and
 // applies rule to it.
 func (h *Handler) lookupPortgroup(c echo.Context, rule string) (Portgroup, error) {
-	ident := pathIdent(c)
-	if err := uuidOrName("portgroup_ident", ident); err != nil {
+	if err := uuidOrName("portgroup_ident", pathIdent(c)); err != nil {
 		return Portgroup{}, err
 	}
-	g, err := h.store.Portgroup(c.Request().Context(), ident)
-	if err != nil {
-		return Portgroup{}, apiError(err, portgroupNotFound(ident))
-	}
-	if err := h.checkOn(c, g.NodeOwner, g.NodeLessee, portgroupNotFound(ident), rule); err != nil {
-		return Portgroup{}, err
-	}
-	return g, nil
+	return lookup(h, c, rule, portgroupNotFound, h.store.Portgroup)
 }
 
 func (h *Handler) getPortgroup(c echo.Context) error {
@@ -192,7 +185,6 @@ func (h *Handler) getPortgroup(c echo.Context) error {
 }
 
 func (h *Handler) deletePortgroup(c echo.Context) error {
-	ctx := c.Request().Context()
 	if !web.RequestVersion(c).AtLeast(1, 23) {
 		return resourceNotFound()
 	}
@@ -200,10 +192,9 @@ func (h *Handler) deletePortgroup(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := h.store.InTx(ctx, func(tx Tx) error { return tx.DeletePortgroup(ctx, g.UUID.String()) }); err != nil {
-		return apiError(err, portgroupNotFound(pathIdent(c)))
-	}
-	return c.NoContent(http.StatusNoContent)
+	return h.deleteIn(c, portgroupNotFound, func(ctx context.Context, tx Tx) error {
+		return tx.DeletePortgroup(ctx, g.UUID.String())
+	})
 }
 
 func (h *Handler) patchPortgroup(c echo.Context) error {
@@ -219,13 +210,9 @@ func (h *Handler) patchPortgroup(c echo.Context) error {
 	if err := uuidOrName("portgroup_ident", ident); err != nil {
 		return err
 	}
-	body, err := readBody(c)
+	ops, err := readPatch(c)
 	if err != nil {
 		return err
-	}
-	ops, err := node.DecodePatch(body)
-	if err != nil {
-		return apiError(err, nil)
 	}
 	g, err := h.lookupPortgroup(c, "baremetal:portgroup:update")
 	if err != nil {
@@ -269,7 +256,7 @@ func patchPortgroup(c echo.Context, tx Tx, v web.Version, cur Portgroup, n NodeR
 		"internal_info": orEmpty(cur.InternalInfo), "created_at": web.Timestamp(&cur.CreatedAt),
 		"updated_at": web.Timestamp(cur.UpdatedAt),
 	}
-	patched, err := node.ApplyPatch(doc, ops)
+	patched, err := node.ApplyPatch(c.Request().Context(), doc, ops)
 	if err != nil {
 		return Portgroup{}, apiError(err, nil)
 	}

@@ -198,14 +198,17 @@ func importPort(ctx context.Context, t Tx, n node.Node, raw any, pg *Portgroup) 
 			return false, err
 		}
 		if g.NodeID != n.ID {
+			//lint:ignore ST1005 Ironic's text, word for word (clients match on it)
 			return false, errors.New("Port can not be added to a portgroup belonging to a different node.")
 		}
 		want.PortgroupID = &g.ID
 	}
 	if b, _ := doc["is_smartnic"].(bool); b && !smartNICLinkOK(doc["local_link_connection"]) {
+		//lint:ignore ST1005 Ironic's text, word for word (clients match on it)
 		return false, errors.New("Smart NIC port must have port_id and hostname in local_link_connection")
 	}
 	if want.PhysicalNetwork != nil && *want.PhysicalNetwork == "" {
+		//lint:ignore ST1005 Ironic's text, word for word (clients match on it)
 		return false, errors.New("A non-empty value is required when setting physical_network")
 	}
 
@@ -230,6 +233,7 @@ func importPort(ctx context.Context, t Tx, n node.Node, raw any, pg *Portgroup) 
 		return false, err
 	}
 	if cur.NodeID != n.ID {
+		//lint:ignore ST1005 Ironic's text (PortAlreadyExists), with the port and node it is on
 		return false, fmt.Errorf("A port with MAC address %s already exists (port %s of node %s).", cur.Address, cur.UUID, cur.NodeUUID)
 	}
 	next := cur

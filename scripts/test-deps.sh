@@ -6,10 +6,13 @@
 # authentication end-to-end tests), the openstack CLI with its baremetal and
 # placement plugins (driven by those tests as a user would), gabbi (the
 # runner of Placement's upstream suite, e2e TestPlacementUpstreamSuite),
+# pytest and oslotest (osc-placement's functional tests, e2e
+# TestOSCPlacementSuite),
 # systemd-analyze (configs/systemd_test.go), headless Chromium (the operator
 # page's browser test, e2e TestOperatorPage) and promtool from the
 # prometheus package (the alert rules and dashboard queries, e2e
-# TestDashboardMetrics), and tempest, oslotest and pytest (the runner of
+# TestDashboardMetrics), lintian (scripts/deb-check.sh checks the Debian
+# package with it), and tempest with oslotest and pytest (the runner of
 # python-ironicclient's functional tests, e2e TestIronicclientFunctional).
 # Does nothing when they are present; needs root (or sudo) otherwise.
 set -euo pipefail
@@ -21,12 +24,13 @@ command -v openstack >/dev/null || pkgs+=(python3-openstackclient)
 /usr/bin/python3 -c 'import ironicclient' 2>/dev/null || pkgs+=(python3-ironicclient)
 /usr/bin/python3 -c 'import osc_placement' 2>/dev/null || pkgs+=(python3-osc-placement)
 /usr/bin/python3 -c 'import gabbi' 2>/dev/null || pkgs+=(python3-gabbi)
-/usr/bin/python3 -c 'import tempest' 2>/dev/null || pkgs+=(python3-tempest)
-/usr/bin/python3 -c 'import oslotest' 2>/dev/null || pkgs+=(python3-oslotest)
 /usr/bin/python3 -c 'import pytest' 2>/dev/null || pkgs+=(python3-pytest)
+/usr/bin/python3 -c 'import oslotest' 2>/dev/null || pkgs+=(python3-oslotest)
+/usr/bin/python3 -c 'import tempest' 2>/dev/null || pkgs+=(python3-tempest)
 command -v systemd-analyze >/dev/null || pkgs+=(systemd)
 command -v chromium >/dev/null || pkgs+=(chromium)
 command -v promtool >/dev/null || pkgs+=(prometheus)
+command -v lintian >/dev/null || pkgs+=(lintian)
 [ ${#pkgs[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -1,13 +1,18 @@
 // Package ui is the operator page of metalloc-api: a read-only fleet view
 // served at /ui/ from files embedded in the binary (plain HTML, CSS and
-// JavaScript; nothing is built or downloaded). The page draws every node
-// on a canvas grouped by extra.row and extra.rack and coloured by state,
-// free/total bars per resource class and rack, the recent allocations with
-// their last_error explained filter by filter, and the conductors with
-// their heartbeat age. It reads only the API it is served by, with the
-// browser's credentials: GET /v1/ui/fleet (node.Fleet), /v1/nodes/{uuid},
-// /v1/allocations and /v1/conductors, and GET /v1/allocations/events when
-// that answers a text/event-stream (else it polls every few seconds).
+// JavaScript; nothing is built or downloaded, nothing inline, so it works
+// under a strict Content-Security-Policy). The page draws the fleet on a
+// canvas grouped by extra.row and extra.rack and coloured by state, filling
+// its panel: every node of the summary's selection, or one tile per rack or
+// one bar per row when there are too many (zooming in on a click);
+// free/total bars per resource class and rack, filled with the free share;
+// the allocation groups with their members and last_error; the recent
+// allocations, members marked with their group, with their last_error
+// explained filter by filter; and the conductors, alive, dead or stopped.
+// It reads only the API it is served by, with the browser's credentials:
+// GET /v1/ui/fleet (node.Fleet), /v1/ui/conductors, /v1/nodes/{uuid},
+// /v1/allocations, /v1/allocation_groups, and GET /v1/allocations/events
+// when that answers a text/event-stream (else it polls every few seconds).
 package ui
 
 import (
@@ -21,7 +26,8 @@ import (
 //go:embed static
 var static embed.FS
 
-// Files are the page's embedded files (index.html, app.js, style.css).
+// Files are the page's embedded files (index.html, grid.js, app.js,
+// style.css).
 func Files() fs.FS {
 	sub, err := fs.Sub(static, "static")
 	if err != nil {
@@ -34,7 +40,7 @@ func Files() fs.FS {
 // trailing-slash removal turns into /ui) serves index.html, GET /ui/{file}
 // the other files (404 in the API's error body for unknown ones). Access
 // is whatever e's middleware decides (metalloc-api: auth.Middleware, as
-// for the API itself).
+// for the API itself). Every answer carries securityHeaders.
 func Register(e *echo.Echo) {
 	files := Files()
 	assets := http.FileServer(http.FS(files))
@@ -45,7 +51,7 @@ func Register(e *echo.Echo) {
 		}
 		c.Response().Header().Set("Cache-Control", "no-cache")
 		return c.HTMLBlob(http.StatusOK, index)
-	})
+	}, securityHeaders)
 	e.GET("/ui/*", func(c echo.Context) error {
 		name := c.Param("*")
 		if _, err := fs.Stat(files, name); err != nil || name == "" {
@@ -56,5 +62,30 @@ func Register(e *echo.Echo) {
 		req.URL.Path = "/" + name
 		assets.ServeHTTP(c.Response(), req)
 		return nil
-	})
+	}, securityHeaders)
+}
+
+// ContentSecurityPolicy is the page's Content-Security-Policy: its own
+// scripts, styles and API only (no inline script, no other origin), never
+// inside another site's frame, no form posting anywhere else.
+const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// securityHeaders sets the page's browser protections on every /ui answer
+// (including errors): ContentSecurityPolicy, no MIME sniffing, no framing
+// (X-Frame-Options for browsers without frame-ancestors), no referrer sent
+// elsewhere, and, when the page is served over HTTPS (TLS here, or a
+// trusted proxy's X-Forwarded-Proto), Strict-Transport-Security for a year.
+func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("Content-Security-Policy", ContentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin")
+		if c.Scheme() == "https" {
+			h.Set("Strict-Transport-Security", "max-age=31536000")
+		}
+		return next(c)
+	}
 }

@@ -95,8 +95,6 @@ type placementAuthError struct {
 
 func (e placementAuthError) Error() string { return fmt.Sprintf("%d: %s", e.status, e.message) }
 
-type placementVersionKey struct{}
-
 // PlacementVersion is echo middleware that negotiates the Placement
 // microversion. A malformed header gets 400 and a version outside
 // PlacementMinVersion..PlacementMaxVersion gets 406 (with min_version and
@@ -158,9 +156,10 @@ func PlacementRequestVersion(c echo.Context) Version {
 // PlacementErrorHandler is an echo.HTTPErrorHandler writing Placement's error
 // body. *PlacementError keeps its status, code and detail; echo errors (404
 // route not found, 405) and database errors are classified as ClassifyError
-// does (503 while the database is unavailable, 500 without internals).
+// does (503 while the database is unavailable, 500 without internals); a
+// request whose client left gets StatusClientClosedRequest and no body.
 func PlacementErrorHandler(err error, c echo.Context) {
-	if c.Response().Committed {
+	if c.Response().Committed || answerClientGone(c, err) {
 		return
 	}
 	var pe *PlacementError
@@ -202,10 +201,14 @@ func PlacementErrorHandler(err error, c echo.Context) {
 	if pe.Raised {
 		c.Response().Header().Del("Vary")
 	}
+	// webob renders Placement's errors through strip_tags, which turns
+	// every line break into a space: a detail is one line (clients such as
+	// osc-placement show only its last line).
+	detail := placementOneLine(pe.Detail)
 	body := map[string]any{
 		"status": pe.Status,
 		"title":  http.StatusText(pe.Status),
-		"detail": pe.Detail,
+		"detail": detail,
 	}
 	if id := RequestIDFrom(c.Request().Context()); id != "" {
 		body["request_id"] = id
@@ -232,10 +235,19 @@ func PlacementErrorHandler(err error, c echo.Context) {
 		_ = c.HTML(pe.Status, "<html>\n <head>\n  <title>"+status+"</title>\n </head>\n <body>\n  <h1>"+status+
 			"</h1>\n  "+html.EscapeString(pe.Detail)+"\n </body>\n</html>")
 	case echo.MIMETextPlain:
-		_ = c.String(pe.Status, status+"\n\n"+pe.Detail)
+		_ = c.String(pe.Status, status+"\n\n"+detail)
 	default:
 		_ = c.JSON(pe.Status, map[string]any{"errors": []any{body}})
 	}
+}
+
+// placementOneLine is s with its line breaks as webob's strip_tags leaves
+// them: "\n" a space, "\r" dropped.
+func placementOneLine(s string) string {
+	if !strings.ContainsAny(s, "\r\n") {
+		return s
+	}
+	return strings.ReplaceAll(strings.ReplaceAll(s, "\r", ""), "\n", " ")
 }
 
 // ErrorMediaType picks the media type of an error body from the request's

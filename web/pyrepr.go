@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // PyRepr renders a decoded JSON value the way Python's repr() shows it, so
@@ -135,8 +137,191 @@ func PyValidationError(msg, keyword string, schemaPath []string, subschema any, 
 	for i, s := range schemaPath {
 		sp[i] = s
 	}
+	// python-jsonschema indents pformat's continuation lines by 4 under
+	// the first.
+	indented := func(v any) string { return strings.ReplaceAll(PyFormat(v, 72), "\n", "\n    ") }
 	return fmt.Sprintf("%s\n\nFailed validating %s in %s:\n    %s\n\nOn %s:\n    %s",
-		msg, PyStr(keyword), pyIndex("schema", sp), PyRepr(subschema), pyIndex("instance", instancePath), PyRepr(value))
+		msg, PyStr(keyword), pyIndex("schema", sp), indented(subschema), pyIndex("instance", instancePath), indented(value))
+}
+
+// PyFormat renders a decoded JSON value as Python's pprint.pformat(v,
+// width=width) does (sorted keys, indent 1, not compact): PyRepr when it
+// fits in width columns, else a dict with one member per line, a list with
+// one item per line and a long string cut at spaces into adjacent
+// literals, each nested value fitted in what is left of its line.
+// python-jsonschema shows the sub-schema and the value of a violation this
+// way (width 72), so a long one spans several lines.
+func PyFormat(v any, width int) string {
+	var b strings.Builder
+	(&pyPrinter{b: &b, width: width}).format(v, 0, 0, 0)
+	return b.String()
+}
+
+// pyPrinter is pprint.PrettyPrinter's layout for decoded JSON values.
+type pyPrinter struct {
+	b     *strings.Builder
+	width int
+}
+
+// format writes v at column indent, allowance columns being needed after
+// it on its last line (closing brackets, a comma), level deep.
+func (p *pyPrinter) format(v any, indent, allowance, level int) {
+	rep := PyRepr(v)
+	if utf8.RuneCountInString(rep) <= p.width-indent-allowance {
+		p.b.WriteString(rep)
+		return
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		p.b.WriteByte('{')
+		indent++
+		for i, k := range keys {
+			kr := PyStr(k)
+			p.b.WriteString(kr)
+			p.b.WriteString(": ")
+			last := i == len(keys)-1
+			p.format(x[k], indent+utf8.RuneCountInString(kr)+2, p.itemAllowance(last, allowance+1), level+1)
+			if !last {
+				p.b.WriteString(",\n" + strings.Repeat(" ", indent))
+			}
+		}
+		p.b.WriteByte('}')
+	case []any:
+		p.list(len(x), func(i int) any { return x[i] }, indent, allowance, level)
+	case []string:
+		p.list(len(x), func(i int) any { return x[i] }, indent, allowance, level)
+	case string:
+		p.str(x, indent, allowance, level+1)
+	default:
+		p.b.WriteString(rep)
+	}
+}
+
+// itemAllowance is what follows a member: a comma, or for the last one
+// what follows its container.
+func (p *pyPrinter) itemAllowance(last bool, allowance int) int {
+	if last {
+		return allowance
+	}
+	return 1
+}
+
+// list writes the n items of a list too long for one line, one per line.
+func (p *pyPrinter) list(n int, item func(int) any, indent, allowance, level int) {
+	p.b.WriteByte('[')
+	indent++
+	for i := range n {
+		if i > 0 {
+			p.b.WriteString(",\n" + strings.Repeat(" ", indent))
+		}
+		p.format(item(i), indent, p.itemAllowance(i == n-1, allowance+1), level+1)
+	}
+	p.b.WriteByte(']')
+}
+
+// str writes a string too long for its line as adjacent literals, cut
+// after runs of whitespace and at line ends, each fitting the width; a
+// string alone (level 1) is parenthesized.
+func (p *pyPrinter) str(s string, indent, allowance, level int) {
+	if s == "" {
+		p.b.WriteString(PyStr(s))
+		return
+	}
+	if level == 1 {
+		indent++
+		allowance++
+	}
+	maxWidth := p.width - indent
+	lines := pySplitLines(s)
+	var chunks []string
+	for i, line := range lines {
+		lastLine := i == len(lines)-1
+		fit := maxWidth
+		if lastLine {
+			fit -= allowance
+		}
+		if utf8.RuneCountInString(PyStr(line)) <= fit {
+			chunks = append(chunks, PyStr(line))
+			continue
+		}
+		parts := pyWordsWithSpace(line)
+		fit2 := maxWidth
+		current := ""
+		for j, part := range parts {
+			cand := current + part
+			if j == len(parts)-1 && lastLine {
+				fit2 -= allowance
+			}
+			if utf8.RuneCountInString(PyStr(cand)) > fit2 {
+				if current != "" {
+					chunks = append(chunks, PyStr(current))
+				}
+				current = part
+			} else {
+				current = cand
+			}
+		}
+		if current != "" {
+			chunks = append(chunks, PyStr(current))
+		}
+	}
+	if len(chunks) == 1 {
+		p.b.WriteString(PyStr(s))
+		return
+	}
+	if level == 1 {
+		p.b.WriteByte('(')
+	}
+	for i, c := range chunks {
+		if i > 0 {
+			p.b.WriteString("\n" + strings.Repeat(" ", indent))
+		}
+		p.b.WriteString(c)
+	}
+	if level == 1 {
+		p.b.WriteByte(')')
+	}
+}
+
+// pySplitLines is Python's str.splitlines(keepends=True) for the line
+// breaks JSON text carries (\n, \r\n, \r).
+func pySplitLines(s string) []string {
+	var out []string
+	for s != "" {
+		i := strings.IndexAny(s, "\r\n")
+		if i < 0 {
+			out = append(out, s)
+			break
+		}
+		end := i + 1
+		if s[i] == '\r' && end < len(s) && s[end] == '\n' {
+			end++
+		}
+		out = append(out, s[:end])
+		s = s[end:]
+	}
+	return out
+}
+
+// pyWordsWithSpace cuts s into runs of non-space followed by their
+// spaces, as re.findall(r'\S*\s*', s) without its final empty match.
+func pyWordsWithSpace(s string) []string {
+	var out []string
+	start, inSpace := 0, false
+	for i, r := range s {
+		sp := unicode.IsSpace(r)
+		if !sp && inSpace {
+			out = append(out, s[start:i])
+			start = i
+		}
+		inSpace = sp
+	}
+	return append(out, s[start:])
 }
 
 // pyIndex is python-jsonschema's format_as_index: container['a'][0].

@@ -2,12 +2,15 @@ package web
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/db"
 )
 
 // RequestIDHeader is the OpenStack request id header, set on every response.
@@ -20,8 +23,41 @@ const (
 	requestIDKey
 )
 
+// clientContextKey is where RequestID keeps the request's own context (the
+// connection's: canceled when the client goes away), before any timeout
+// middleware replaces it.
+const clientContextKey = "web.client_context"
+
+// StatusClientClosedRequest (499, nginx's "client closed request") is the
+// status recorded, in metalloc_http_requests_total and the access log,
+// for a request whose client went away before it was answered: not a
+// server error, whatever the handler was doing.
+const StatusClientClosedRequest = 499
+
+// ClientGone reports whether the client of c's request has closed its
+// connection (or the request was otherwise canceled from outside), as
+// opposed to a deadline of the server's own passing. It needs RequestID
+// to have run.
+func ClientGone(c echo.Context) bool {
+	ctx, ok := c.Get(clientContextKey).(context.Context)
+	return ok && errors.Is(ctx.Err(), context.Canceled)
+}
+
+// answerClientGone records StatusClientClosedRequest for a request whose
+// client left (nothing reaches the client any more) and logs err at Info:
+// an impatient client is not a server error. It reports whether it did.
+func answerClientGone(c echo.Context, err error) bool {
+	if c.Response().Committed || !ClientGone(c) {
+		return false
+	}
+	Logger(c).Info("client closed the request before its answer", zap.Error(err))
+	c.Response().WriteHeader(StatusClientClosedRequest)
+	return true
+}
+
 // RequestID assigns each request an id "req-<uuid4>", sets it on the response,
-// and stores a zap logger carrying it in the request context (see Logger).
+// and stores a zap logger carrying it in the request context (see Logger),
+// and the request's own context for ClientGone.
 func RequestID(base *zap.Logger) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -31,13 +67,16 @@ func RequestID(base *zap.Logger) echo.MiddlewareFunc {
 			ctx := context.WithValue(c.Request().Context(), loggerKey, log)
 			ctx = context.WithValue(ctx, requestIDKey, id)
 			c.SetRequest(c.Request().WithContext(ctx))
+			c.Set(clientContextKey, ctx)
 			return next(c)
 		}
 	}
 }
 
 // AccessLog logs one line per request: method, path, status, duration. 5xx
-// at Error, 4xx at Info ("request rejected"), successful GETs (the bulk of
+// at Error, 4xx at Info ("request rejected", with the reason the client
+// was given: the error's message, see ErrorReason; 499, a client that left, as
+// "request abandoned by the client"), successful GETs (the bulk of
 // polling traffic) at Debug, other successes at Info. Each message is
 // sampled separately by the logger (see config.NewLogger).
 func AccessLog() echo.MiddlewareFunc {
@@ -57,12 +96,17 @@ func AccessLog() echo.MiddlewareFunc {
 				zap.Duration("took", time.Since(start)),
 			}
 			switch {
+			case status == StatusClientClosedRequest:
+				log.Info("request abandoned by the client", fields...)
 			case status == http.StatusServiceUnavailable:
 				// The database is down: ClassifyError has logged why.
 				log.Warn("request unavailable", fields...)
 			case status >= 500:
 				log.Error("request failed", fields...)
 			case status >= 400:
+				if reason := ErrorReason(err); reason != "" {
+					fields = append(fields, zap.String("reason", reason))
+				}
 				log.Info("request rejected", fields...)
 			case c.Request().Method == "GET":
 				log.Debug("request", fields...)
@@ -72,6 +116,35 @@ func AccessLog() echo.MiddlewareFunc {
 			return nil
 		}
 	}
+}
+
+// ErrorReason is the message a 4xx answer gives the client for err (a
+// handler's or a middleware's error): *Error's message, *PlacementError's
+// detail, an authentication refusal's message, an echo routing error's
+// text, an invalid value PostgreSQL refused. It is "" for nil and for
+// errors that become 5xx (ClassifyError logs those in full).
+func ErrorReason(err error) string {
+	if err == nil {
+		return ""
+	}
+	var apiErr *Error
+	var pe *PlacementError
+	var ae placementAuthError
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &apiErr):
+		return apiErr.Message
+	case errors.As(err, &pe):
+		return pe.Detail
+	case errors.As(err, &ae):
+		return ae.message
+	case errors.As(err, &he):
+		return httpErrorMessage(he)
+	}
+	if msg, ok := db.DataException(err); ok {
+		return "Invalid value in request: " + msg
+	}
+	return ""
 }
 
 // Logger returns the request-scoped logger (a no-op logger outside requests).

@@ -110,18 +110,21 @@ func subschema(url string) any {
 	return ValueAt(doc, path)
 }
 
-// Decode parses body as JSON and validates it against s. Malformed JSON and
-// schema violations are a 400 *Error worded like Ironic's ("Schema error
-// for <name>: <reason>", the reason as python-jsonschema words it:
-// SchemaError). It returns the decoded document (map[string]any for
-// objects; numbers as json.Number).
+// Decode parses body as JSON and validates it against s. Malformed JSON, a
+// number no float64 holds (1e400) and schema violations are a 400 *Error
+// worded like Ironic's ("Schema error for <name>: <reason>", the reason as
+// python-jsonschema words it: SchemaError). It returns the decoded document
+// (map[string]any for objects; numbers as json.Number).
 func (s *Schema) Decode(body []byte) (any, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, BadRequest("Missing argument: \"%s\"", s.name)
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
 	if err != nil {
-		return nil, BadRequest("Invalid JSON in request body: %v", err)
+		return nil, BadRequest("Invalid JSON in request body: %s", JSONProblem(err))
+	}
+	if n, at, ok := OutOfRangeNumber(inst); ok {
+		return nil, BadRequest("Invalid JSON in request body: number %s at %s is out of range", n, at)
 	}
 	if err := s.sch.Validate(inst); err != nil {
 		return nil, BadRequest("Schema error for %s: %s", s.name, SchemaError(err, inst))

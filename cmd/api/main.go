@@ -10,10 +10,7 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"os"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
@@ -39,21 +36,9 @@ import (
 )
 
 func main() {
-	cmd := &cobra.Command{
-		Use:           "metalloc-api",
-		Short:         "Ironic-compatible bare-metal allocation API",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE:          run,
-	}
-	cmd.Flags().String("config", "", "YAML config file (see configs/metalloc.yaml)")
-	cmd.Flags().String("api.listen", "", "address:port to serve on (default 127.0.0.1:6385)")
-	cmd.Flags().String("database.url", "", "PostgreSQL URL (default $DATABASE_URL)")
+	cmd := cli.NewDaemon(config.BinaryAPI, "Ironic-compatible bare-metal allocation API", run)
 	cli.AddAccessFlags(cmd)
-	if err := cmd.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "metalloc-api:", err)
-		os.Exit(1)
-	}
+	cli.Execute(cmd)
 }
 
 func run(cmd *cobra.Command, _ []string) error {
@@ -88,32 +73,8 @@ func run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 
-	// systemd (Type=notify): READY=1 once the socket is bound, STOPPING=1
-	// at the stop signal, WATCHDOG=1 when the unit asks for it.
-	sd := cli.StartSystemd(ctx, log)
-	defer sd.Close()
-	srv, err := web.NewServer(cfg.API.ServerConfig, e)
-	if err != nil {
-		return err
-	}
-	srv.Malformed = web.IronicMalformed
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve() }()
-	log.Info("metalloc-api listening", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.API.TLS()))
-	sd.Ready()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	hub.Shutdown() // open waits answer now, streams end
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return svc.ServeHTTP(cli.HTTP{Server: cfg.API.ServerConfig, Handler: e, Malformed: web.IronicMalformed,
+		Stopping: hub.Shutdown}) // open waits answer now, streams end
 }
 
 // accessDefaults are metalloc-api's default access rules: Ironic's, and
@@ -137,6 +98,12 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	e.HTTPErrorHandler = web.IronicErrorHandler
 	e.JSONSerializer = web.JSONSerializer{}
 	e.Pre(middleware.RemoveTrailingSlash()) // Ironic accepts /v1/nodes/ as /v1/nodes
+	// Forwarding headers only from api.trusted_proxies.
+	trusted, err := web.ParseTrustedProxies("api.trusted_proxies", cfg.API.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
+	web.TrustProxies(e, trusted)
 
 	// Prometheus metrics at GET /metrics on the API's own listener.
 	reg := cli.NewRegistry(pool)
@@ -155,7 +122,7 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	}
 	// The allocating queue and the conductors' liveness, read at each scrape.
 	if err := errors.Join(reg.Register(allocation.NewQueueCollector(pool)),
-		reg.Register(conductorapi.NewCollector(pool, cfg.Conductor.HeartbeatTimeout))); err != nil {
+		reg.Register(conductorapi.NewCollector(pool))); err != nil {
 		return nil, err
 	}
 
@@ -175,6 +142,15 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	e.Use(web.BodyLimit(cfg.API.MaxRequestBodySize, func() error {
 		return web.Errorf(http.StatusRequestEntityTooLarge, "Request is too large.")
 	}))
+	// No page of another site may change anything (before authentication:
+	// a browser's remembered http_basic credentials do not count there).
+	e.Use(web.CrossSite(web.CrossSiteOptions{
+		RequireJSON: true, PublicEndpoint: cfg.API.PublicEndpoint,
+		Forbidden: func(msg string) error { return web.Errorf(http.StatusForbidden, "%s", msg) },
+		Unsupported: func(mt string) error {
+			return web.Errorf(http.StatusUnsupportedMediaType, "The media type %s is not supported, use application/json", mt)
+		},
+	}))
 	e.Use(auth.Middleware(authn, web.IronicPublicRoute, web.IronicAuthFailure))
 	resources := []string{"chassis", "nodes", "ports", "portgroups", "drivers", "conductors", "allocations", "deploy_templates", "shards"}
 	web.RegisterIronicRoot(e, cfg.API.PublicEndpoint, resources)
@@ -184,7 +160,7 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
 		// Nodes are created and changed only for drivers a live conductor
 		// of their group serves, as in Ironic.
-		Driver: node.FakeDriver{Registered: nodes.DriverServed(cfg.Conductor.HeartbeatTimeout)},
+		Driver: node.FakeDriver{Registered: nodes.DriverServed},
 	}).Register(v1)
 	port.NewHandler(port.NewStore(pool), port.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
@@ -200,7 +176,6 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	}).Register(v1)
 	conductorapi.NewHandler(pool, conductorapi.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
-		HeartbeatTimeout: cfg.Conductor.HeartbeatTimeout,
 	}).Register(v1)
 	chassis.NewHandler(chassis.NewStore(pool), chassis.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
@@ -209,7 +184,7 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
 	}).Register(v1)
 	driverapi.NewHandler(pool, driverapi.HandlerOptions{
-		PublicEndpoint: cfg.API.PublicEndpoint, HeartbeatTimeout: cfg.Conductor.HeartbeatTimeout, Rules: rules,
+		PublicEndpoint: cfg.API.PublicEndpoint, Rules: rules,
 	}).Register(v1)
 	topology.NewHandler(pool, topology.HandlerOptions{Rules: rules}).Register(v1)
 	ui.Register(e) // the operator page at /ui/, behind the same authentication

@@ -18,6 +18,7 @@ import (
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db/dbtest"
+	"github.com/metalloc/metalloc/web"
 )
 
 // Projects of the route table: the node's owner, its lessee, and a third.
@@ -218,6 +219,7 @@ func TestRouteRoleTable(t *testing.T) {
 		{"GET", "/ui", "", [6]int{ok, ok, ok, ok, ok, unauth}},
 		{"GET", "/ui/app.js", "", [6]int{ok, ok, ok, ok, ok, unauth}},
 		{"GET", "/v1/ui/fleet", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/v1/ui/conductors", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
 	}
 	// Vendor passthru takes every method (no ?method= here: 400).
 	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
@@ -369,13 +371,7 @@ func mac() string {
 // body, and no allocation is stored; a body within the limit is accepted.
 func TestOversizedBodyStoresNothing(t *testing.T) {
 	t.Parallel()
-	pool := dbtest.New(t)
-	cfg, err := config.Load("", nil)
-	require.NoError(t, err)
-	e, err := newAPI(cfg, pool, auth.IronicNoAuth{}, auth.Rules{}, nil, zap.NewNop())
-	require.NoError(t, err)
-	srv := httptest.NewServer(e)
-	t.Cleanup(srv.Close)
+	pool, srv := noauthAPI(t, nil)
 
 	post := func(extraLen int) (int, string) {
 		body := `{"resource_class":"gold","extra":{"blob":"` + strings.Repeat("x", extraLen) + `"}}`
@@ -393,7 +389,7 @@ func TestOversizedBodyStoresNothing(t *testing.T) {
 	require.Equal(t, http.StatusRequestEntityTooLarge, st, body)
 	require.Contains(t, body, `"error_message"`)
 	require.Contains(t, body, "Request is too large.")
-	st, _ = post(int(cfg.API.MaxRequestBodySize))
+	st, _ = post(web.DefaultMaxRequestBodySize)
 	require.Equal(t, http.StatusRequestEntityTooLarge, st)
 	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocations`))
 	st, body = post(60000)

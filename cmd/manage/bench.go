@@ -43,6 +43,8 @@ func benchCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			ctx, stop := signalContext(cmd)
+			defer stop()
 			o.Log = log
 			o.Progress = func(phase string, done, total int) {
 				log.Info("progress", zap.String("phase", phase), zap.Int("done", done), zap.Int("total", total))
@@ -68,14 +70,14 @@ func benchCmd() *cobra.Command {
 						return err
 					}
 					defer os.RemoveAll(dir)
-					osp, err := devstack.StartOpenStackPlacement(cmd.Context(), dir, log)
+					osp, err := devstack.StartOpenStackPlacement(ctx, dir, log)
 					if err != nil {
 						return err
 					}
 					defer osp.Stop()
 					endpoint = osp.URL
 				}
-				stack, err := devstack.Start(cmd.Context(), devstack.Options{
+				stack, err := devstack.Start(ctx, devstack.Options{
 					DatabaseURL: cfg.Database.URL, Conductors: conductors, Log: log,
 					AllocationBackend: backend, PlacementBackendEndpoint: endpoint,
 					Env: []string{"METALLOC_PLACEMENT_BACKEND_MODE=" + placementMode},
@@ -83,9 +85,9 @@ func benchCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				defer stack.Stop(cmd.Context())
+				defer stack.Stop(context.WithoutCancel(ctx))
 				o.APIURL = stack.APIURL
-				pool, err := db.Open(cmd.Context(), cfg.Database.URL, db.PoolOptions{ApplicationName: "metalloc-bench"})
+				pool, err := db.Open(ctx, cfg.Database.URL, db.PoolOptions{ApplicationName: "metalloc-bench"})
 				if err != nil {
 					return err
 				}
@@ -126,7 +128,10 @@ func benchCmd() *cobra.Command {
 			} else if backend != "database" {
 				return errors.New("--backend applies to the stack bench starts; with --api, configure the running conductors")
 			}
-			r, err := loadgen.Run(cmd.Context(), o)
+			r, err := loadgen.Run(ctx, o)
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
 			if err != nil {
 				return err
 			}

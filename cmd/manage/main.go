@@ -1,16 +1,17 @@
 // Command metalloc-manage is metalloc's admin tool: schema migrations
-// (db sync, db online-data-migrations), upgrade checks (status
-// upgrade-check), node import, the local development stack (dev up, dev exec),
-// the allocation load benchmark (bench allocations) and a scripting client of
-// the allocation API (allocation create/show/delete, allocation-group
+// (db sync, db version, db online-data-migrations), upgrade checks (status
+// upgrade-check), the configuration (config check, config show), node
+// import, the local development stack (dev up, dev exec), the allocation
+// load benchmark (bench allocations) and a scripting client of the
+// allocation API (allocation create/show/delete, allocation-group
 // create/show/list/delete, waiting without polling).
+//
+// Exit status: 0 success, 1 failure, 2 a command-line mistake (unknown
+// command or flag), a failed upgrade check or a database that needs `db
+// sync` first, 78 configuration problems (cli.ExitConfig).
 package main
 
 import (
-	"errors"
-	"fmt"
-	"os"
-
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -19,34 +20,27 @@ import (
 )
 
 func main() {
-	root := &cobra.Command{
-		Use:           "metalloc-manage",
-		Short:         "metalloc administration",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.PersistentFlags().String("config", "", "YAML config file (see configs/metalloc.yaml)")
-	root.PersistentFlags().String("database.url", "", "PostgreSQL URL (default $DATABASE_URL)")
-	root.AddCommand(dbCmd(), devCmd(), nodeCmd(), benchCmd(), statusCmd(), soakCmd(), allocationCmd(),
-		allocationGroupCmd(), topologyCmd())
-	if err := root.Execute(); err != nil {
-		var code exitCode
-		if errors.As(err, &code) {
-			os.Exit(int(code))
-		}
-		fmt.Fprintln(os.Stderr, "metalloc-manage:", err)
-		os.Exit(1)
-	}
+	cli.Execute(newRoot())
 }
 
-// load reads the configuration and builds a console logger for commands.
+// newRoot is metalloc-manage's command tree.
+func newRoot() *cobra.Command {
+	root := cli.NewRoot(config.BinaryManage, "metalloc administration")
+	root.AddCommand(dbCmd(), devCmd(), nodeCmd(), benchCmd(), statusCmd(), soakCmd(), allocationCmd(),
+		allocationGroupCmd(), topologyCmd(), configCmd())
+	return root
+}
+
+// load reads the configuration and builds a logger for commands: console
+// format unless log.format is set.
 func load(cmd *cobra.Command) (config.Config, *zap.Logger, error) {
 	path, _ := cmd.Flags().GetString("config")
-	cfg, err := config.Load(path, cli.ChangedFlags(cmd))
+	e, err := config.Resolve(path, cli.ChangedFlags(cmd))
 	if err != nil {
-		return cfg, nil, err
+		return config.Config{}, nil, err
 	}
-	if cfg.Log.Format == "json" && os.Getenv("METALLOC_LOG_FORMAT") == "" {
+	cfg := e.Config
+	if e.Source("log.format") == config.SourceDefault {
 		cfg.Log.Format = "console"
 	}
 	log, err := config.NewLogger(cfg.Log)

@@ -36,7 +36,8 @@ func soakCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
+			ctx, stop := signalContext(cmd)
+			defer stop()
 			url, cluster, stopDB, err := soakDatabase(ctx, log)
 			if err != nil {
 				return err

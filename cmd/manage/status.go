@@ -25,6 +25,9 @@ type exitCode int
 
 func (e exitCode) Error() string { return "exit status " + strconv.Itoa(int(e)) }
 
+// ExitCode is the status (cli.Run exits with it).
+func (e exitCode) ExitCode() int { return int(e) }
+
 // Upgrade check results and their exit statuses, as nova-status (oslo.upgradecheck).
 const (
 	checkSuccess = 0
@@ -72,10 +75,14 @@ func onlineDataMigrationsCmd() *cobra.Command {
 	}
 }
 
-// withPlacement loads the configuration, opens the database and a Placement
-// client, and runs fn.
+// withPlacement loads the configuration, opens the database, checks its
+// schema is this binary's (requireSchema) and a Placement client, and runs
+// fn.
 func withPlacement(cmd *cobra.Command, fn func(context.Context, config.Config, *pgxpool.Pool, *client.Client, *zap.Logger) error) error {
 	return withDB(cmd, func(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log *zap.Logger) error {
+		if err := requireSchema(ctx, pool); err != nil {
+			return err
+		}
 		pc, err := cli.PlacementClient(cfg, log)
 		if err != nil {
 			return err

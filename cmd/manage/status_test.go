@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,10 +10,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/db/dbtest"
@@ -35,7 +34,6 @@ func statusEnv(t *testing.T) (dbURL, endpoint string, pool *pgxpool.Pool, pc *cl
 	srv := placementtest.NewServerOn(t, pool, placement.Options{})
 	pc = client.New(srv.URL, "admin", 10*time.Second)
 
-	n = uuid.New()
 	_, n = dbtest.Node(t, pool, dbtest.NodeSpec{Name: "n1", Properties: map[string]any{"cpus": 8, "memory_mb": 1024}})
 	dbtest.Node(t, pool, dbtest.NodeSpec{Name: "n2"})
 	tr := conductor.NewTracker(pool, pc, conductor.TrackerConfig{ReportGenericResources: true}, zaptest.NewLogger(t))
@@ -45,29 +43,17 @@ func statusEnv(t *testing.T) (dbURL, endpoint string, pool *pgxpool.Pool, pc *cl
 }
 
 // runManage runs metalloc-manage args with config file contents yaml and
-// returns its output and exit status (as main would exit).
+// returns its output (stdout, then stderr) and exit status (as main would
+// exit).
 func runManage(t *testing.T, yaml string, args ...string) (string, int) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "metalloc.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(yaml), 0o600))
-	root := &cobra.Command{Use: "metalloc-manage", SilenceUsage: true, SilenceErrors: true}
-	root.PersistentFlags().String("config", "", "")
-	root.PersistentFlags().String("database.url", "", "")
-	root.AddCommand(dbCmd(), statusCmd(), topologyCmd())
-	var out bytes.Buffer
+	root := newRoot()
+	var out, stderr bytes.Buffer
 	root.SetOut(&out)
-	root.SetArgs(append(args, "--config", path))
-	err := root.ExecuteContext(context.Background())
-	var code exitCode
-	switch {
-	case err == nil:
-		return out.String(), 0
-	case errors.As(err, &code):
-		return out.String(), int(code)
-	default:
-		t.Fatalf("metalloc-manage %v: %v", args, err)
-		return "", 0
-	}
+	code := cli.Run(root, append(args, "--config", path), &stderr)
+	return out.String() + stderr.String(), code
 }
 
 func TestUpgradeCheckAndOnlineDataMigrations(t *testing.T) {

@@ -54,24 +54,56 @@ func topologyCmd() *cobra.Command {
 	}
 	set.Flags().BoolVar(&clear, "clear", false, "remove every level (groups may then only use no placement rule)")
 	var f topology.TreeFilter
+	var out *output
 	show := &cobra.Command{
-		Use:   "show",
+		Use:   "show [--resource-class C] [--trait T]... [-f table|json|yaml|value] [-c COLUMN]...",
 		Short: "print the tree of domains with free/total node counts",
-		Args:  cobra.NoArgs,
+		Long: "The table is the tree, indented. -f json, yaml or value (or -c) print one row per domain\n" +
+			"instead, parents before children: Domain (its label), Level, Path (its values joined with \"/\"),\n" +
+			"Free and Total.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
 			return withSchema(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				levels, root, err := topology.Tree(ctx, pool, f)
 				if err != nil {
 					return err
 				}
-				return topology.WriteTree(cmd.OutOrStdout(), levels, root, f)
+				if out.format == "table" && len(out.columns) == 0 {
+					return topology.WriteTree(cmd.OutOrStdout(), levels, root, f)
+				}
+				return out.list(cmd.OutOrStdout(), domainColumns, domainRows(root))
 			})
 		},
 	}
+	out = addOutputFlags(show)
 	show.Flags().StringVar(&f.ResourceClass, "resource-class", "", "count only nodes of this resource class")
 	show.Flags().StringSliceVar(&f.Traits, "trait", nil, "count only nodes with this trait (repeat for several)")
 	c.AddCommand(set, show)
 	return c
+}
+
+// domainColumns are the columns of `topology show` other than its tree.
+var domainColumns = []column{
+	{heading: "Domain", field: "domain"}, {heading: "Level", field: "level"}, {heading: "Path", field: "path"},
+	{heading: "Free", field: "free"}, {heading: "Total", field: "total"},
+}
+
+// domainRows flattens the tree under root, parents first.
+func domainRows(root *topology.Domain) []map[string]any {
+	var rows []map[string]any
+	var walk func(d *topology.Domain)
+	walk = func(d *topology.Domain) {
+		rows = append(rows, map[string]any{"domain": d.Label(), "level": d.Level,
+			"path": topology.DomainName(d.Path), "free": d.Free, "total": d.Total})
+		for _, c := range d.Children {
+			walk(c)
+		}
+	}
+	walk(root)
+	return rows
 }
 
 // withDB runs fn on a pool on the configured database.
@@ -96,7 +128,7 @@ func withDB(cmd *cobra.Command, fn func(context.Context, config.Config, *pgxpool
 // binary's.
 func withSchema(cmd *cobra.Command, fn func(context.Context, *pgxpool.Pool) error) error {
 	return withDB(cmd, func(ctx context.Context, _ config.Config, pool *pgxpool.Pool, _ *zap.Logger) error {
-		if err := db.CheckSchema(ctx, pool); err != nil {
+		if err := requireSchema(ctx, pool); err != nil {
 			return err
 		}
 		return fn(ctx, pool)

@@ -34,6 +34,14 @@ all               3      3
     rack 7/1      2      2
     rack 7/2      1      1
 `, out)
+	out, _ = runManage(t, yaml, "topology", "show", "--resource-class", "gpu", "-f", "json")
+	require.JSONEq(t, `[
+		{"Domain": "all", "Level": "", "Path": "", "Free": 3, "Total": 3},
+		{"Domain": "row 7", "Level": "row", "Path": "7", "Free": 3, "Total": 3},
+		{"Domain": "rack 7/1", "Level": "rack", "Path": "7/1", "Free": 2, "Total": 2},
+		{"Domain": "rack 7/2", "Level": "rack", "Path": "7/2", "Free": 1, "Total": 1}]`, out)
+	out, _ = runManage(t, yaml, "topology", "show", "-f", "value", "-c", "path", "-c", "free")
+	require.Equal(t, " 3\n7 3\n7/1 2\n7/2 1\n", out)
 	out, _ = runManage(t, yaml, "topology", "set", "--clear")
 	require.Equal(t, "topology removed\n", out)
 }

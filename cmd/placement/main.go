@@ -4,41 +4,25 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/spf13/cobra"
-	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/auth/policy"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
+	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/web"
 )
 
 func main() {
-	cmd := &cobra.Command{
-		Use:           "metalloc-placement",
-		Short:         "OpenStack Placement-compatible API",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE:          run,
-	}
-	cmd.Flags().String("config", "", "YAML config file (see configs/metalloc.yaml)")
-	cmd.Flags().String("placement.listen", "", "address:port to serve on (default 127.0.0.1:8778)")
-	cmd.Flags().String("database.url", "", "PostgreSQL URL (default $DATABASE_URL)")
+	cmd := cli.NewDaemon(config.BinaryPlacement, "OpenStack Placement-compatible API", run)
 	cli.AddAccessFlags(cmd)
-	if err := cmd.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "metalloc-placement:", err)
-		os.Exit(1)
-	}
+	cli.Execute(cmd)
 }
 
 func run(cmd *cobra.Command, _ []string) error {
@@ -65,6 +49,12 @@ func run(cmd *cobra.Command, _ []string) error {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = web.PlacementErrorHandler
 	e.JSONSerializer = web.JSONSerializer{}
+	// Forwarding headers only from placement.trusted_proxies.
+	trusted, err := web.ParseTrustedProxies("placement.trusted_proxies", cfg.Placement.TrustedProxies)
+	if err != nil {
+		return err
+	}
+	web.TrustProxies(e, trusted)
 	// Prometheus metrics at GET /metrics (no authentication, as
 	// metalloc-api's): Go runtime, process, the database pool, HTTP
 	// requests, inventories left over capacity.
@@ -81,30 +71,21 @@ func run(cmd *cobra.Command, _ []string) error {
 	e.Use(web.BodyLimit(cfg.Placement.MaxRequestBodySize, func() error {
 		return web.PlacementErr(http.StatusRequestEntityTooLarge, "", "Request is too large.")
 	}))
+	if n := cfg.Placement.MaxAllocationCandidates; n == 0 || n < -1 {
+		return fmt.Errorf("placement.max_allocation_candidates is %d: give -1 (no bound) or a positive number", n)
+	}
+	// No page of another site may change anything (Placement's handlers
+	// already refuse bodies that are not JSON, with 415).
+	e.Use(web.CrossSite(web.CrossSiteOptions{
+		Forbidden: func(msg string) error { return web.PlacementErr(http.StatusForbidden, "", "%s", msg) },
+	}))
 	placement.NewHandler(pool, placement.Options{
 		RandomizeAllocationCandidates: cfg.Placement.RandomizeAllocationCandidates,
+		MaxAllocationCandidates:       cfg.Placement.MaxAllocationCandidates,
 		Authenticator:                 authn,
 		Authorizer:                    rules.Authorizer,
 		Metrics:                       reg,
 	}).Register(e)
 
-	srv, err := web.NewServer(cfg.Placement.ServerConfig, e)
-	if err != nil {
-		return err
-	}
-	srv.Malformed = web.PlacementMalformed
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve() }()
-	log.Info("metalloc-placement listening", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.Placement.TLS()))
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return svc.ServeHTTP(cli.HTTP{Server: cfg.Placement.ServerConfig, Handler: e, Malformed: web.PlacementMalformed})
 }

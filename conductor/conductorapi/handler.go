@@ -8,13 +8,11 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/metalloc/metalloc/auth"
-	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/web"
 )
@@ -26,11 +24,6 @@ type HandlerOptions struct {
 	PublicEndpoint string
 	// MaxLimit caps page sizes (Ironic [api]max_limit, default 1000).
 	MaxLimit int
-	// HeartbeatTimeout is conductor.heartbeat_timeout: a conductor is
-	// reported alive while online with a heartbeat younger than this
-	// (default config.DefaultHeartbeatTimeout, 60s, as Ironic's
-	// [conductor]heartbeat_timeout).
-	HeartbeatTimeout time.Duration
 	// Rules are the access rules (baremetal:conductor:get in keystone
 	// mode; the zero value allows everything).
 	Rules auth.Rules
@@ -38,7 +31,9 @@ type HandlerOptions struct {
 
 // Handler serves GET /v1/conductors and GET /v1/conductors/{hostname} as
 // Ironic does from microversion 1.49: every registered conductor, online or
-// not, with alive telling whether it is online and heartbeating.
+// not, with alive telling whether it is online and its expiry (written by
+// the conductor itself at every heartbeat) has not passed
+// (metalloc_conductor_alive).
 type Handler struct {
 	q    *Queries
 	opts HandlerOptions
@@ -50,19 +45,18 @@ func NewHandler(db DBTX, opts HandlerOptions) *Handler {
 	if opts.MaxLimit <= 0 {
 		opts.MaxLimit = web.DefaultMaxLimit
 	}
-	if opts.HeartbeatTimeout <= 0 {
-		opts.HeartbeatTimeout = config.DefaultHeartbeatTimeout
-	}
 	return &Handler{q: New(db), opts: opts}
 }
 
 // Register adds GET /conductors and GET /conductors/:hostname under v1 (a
 // group with Ironic version negotiation). Below 1.49 both answer 404
 // "Resource could not be found.", as Ironic does; other methods are 405 at
-// every version (the resource is read-only), with Allow: GET.
+// every version (the resource is read-only), with Allow: GET. It also adds
+// the operator page's GET /ui/conductors (uiList, at any version).
 func (h *Handler) Register(v1 *echo.Group) {
 	v1.GET("/conductors", h.list, requireConductors, h.canGet)
 	v1.GET("/conductors/:hostname", h.get, requireConductors, h.canGet)
+	v1.GET("/ui/conductors", h.uiList, h.canGet)
 	readOnly := []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 	v1.Match(readOnly, "/conductors", web.ReadOnly)
 	v1.Match(readOnly, "/conductors/:hostname", web.ReadOnly)
@@ -136,8 +130,6 @@ func (v view) doc(base string) map[string]any {
 
 func (h *Handler) base(c echo.Context) string { return web.PublicURL(c, h.opts.PublicEndpoint) }
 
-func (h *Handler) aliveSeconds() float64 { return h.opts.HeartbeatTimeout.Seconds() }
-
 // checkName is Ironic's validation of hostname and marker: a logical name
 // (RFC 3986 unreserved characters, at most 255), else 400.
 func checkName(param, value string) error {
@@ -162,7 +154,7 @@ func parseBool(param, value string) (bool, error) {
 
 // lookup returns the conductor named hostname; unknown is Ironic's 404.
 func (h *Handler) lookup(c echo.Context, hostname string) (view, error) {
-	row, err := h.q.ConductorDoc(c.Request().Context(), ConductorDocParams{AliveSeconds: h.aliveSeconds(), Hostname: hostname})
+	row, err := h.q.ConductorDoc(c.Request().Context(), hostname)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return view{}, web.NotFound("Conductor %s could not be found.", hostname)
 	} else if err != nil {
@@ -229,7 +221,7 @@ func (h *Handler) list(c echo.Context) error {
 	}
 	rows, err := h.q.ListConductors(ctx, ListConductorsParams{
 		MarkerID: markerID, Descending: p.SortDesc, MaxRows: int32(min(p.Limit, math.MaxInt32)),
-		AliveSeconds: h.aliveSeconds(), SortKey: p.SortKey,
+		SortKey: p.SortKey,
 	})
 	if err != nil {
 		return fmt.Errorf("listing conductors: %w", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -44,15 +45,16 @@ func setupConductorAPI(t *testing.T, opts HandlerOptions) *conductorAPI {
 	return &conductorAPI{t: t, pool: pool, srv: srv}
 }
 
-// addConductor inserts a conductor row whose last heartbeat was ago.
+// addConductor inserts a conductor row whose last heartbeat was ago, with
+// a heartbeat timeout of a minute (its expiry: a minute after that).
 func (a *conductorAPI) addConductor(hostname, group string, online bool, ago time.Duration, drivers ...string) {
 	a.t.Helper()
 	if drivers == nil {
 		drivers = []string{}
 	}
 	_, err := a.pool.Exec(context.Background(), `
-		INSERT INTO conductors (hostname, conductor_group, drivers, online, heartbeat_at)
-		VALUES ($1, $2, $3, $4, now() - make_interval(secs => $5))`,
+		INSERT INTO conductors (hostname, conductor_group, drivers, online, heartbeat_at, expires_at)
+		VALUES ($1, $2, $3, $4, now() - make_interval(secs => $5), now() - make_interval(secs => $5) + interval '1 minute')`,
 		hostname, group, drivers, online, ago.Seconds())
 	require.NoError(a.t, err)
 }
@@ -138,7 +140,7 @@ func TestConductorAPIVersionGate(t *testing.T) {
 
 func TestConductorAPIShow(t *testing.T) {
 	t.Parallel()
-	a := setupConductorAPI(t, HandlerOptions{HeartbeatTimeout: time.Minute, PublicEndpoint: "http://api.example:6385/"})
+	a := setupConductorAPI(t, HandlerOptions{PublicEndpoint: "http://api.example:6385/"})
 	a.addConductor("cond-1.example", "rack1", true, 5*time.Second, "fake-hardware")
 	a.addConductor("stale", "", true, 2*time.Minute)
 	a.addConductor("gone", "", false, time.Second)
@@ -161,7 +163,7 @@ func TestConductorAPIShow(t *testing.T) {
 		require.True(t, strings.HasSuffix(body[k].(string), "+00:00"), body[k])
 	}
 
-	// A heartbeat older than heartbeat_timeout, or a clean stop: not alive,
+	// An expiry passed (a heartbeat older than its timeout), or a clean stop: not alive,
 	// still shown.
 	for _, h := range []string{"stale", "gone"} {
 		st, body = a.get("/v1/conductors/"+h, "latest")
@@ -195,7 +197,7 @@ func TestConductorAPIShow(t *testing.T) {
 
 func TestConductorAPIList(t *testing.T) {
 	t.Parallel()
-	a := setupConductorAPI(t, HandlerOptions{HeartbeatTimeout: time.Minute})
+	a := setupConductorAPI(t, HandlerOptions{})
 	a.addConductor("c-b", "g2", true, 0, "fake-hardware")
 	a.addConductor("c-a", "g1", false, 0)
 	a.addConductor("c-c", "g1", true, 10*time.Minute)
@@ -348,4 +350,54 @@ func TestConductorAPIShowsRegisteredConductor(t *testing.T) {
 	require.Equal(t, 200, st, body)
 	require.Equal(t, []string{"svc-1"}, hostnames(t, body))
 	require.Equal(t, false, body["conductors"].([]any)[0].(map[string]any)["alive"])
+}
+
+// TestUIConductorStates: GET /v1/ui/conductors tells a conductor stopped
+// cleanly (offline) from a dead one (online, heartbeat run out), as
+// metalloc_conductors_dead counts them; GET /v1/conductors says alive
+// false for both.
+func TestUIConductorStates(t *testing.T) {
+	t.Parallel()
+	a := setupConductorAPI(t, HandlerOptions{})
+	a.addConductor("c-alive", "g1", true, 5*time.Second)
+	a.addConductor("c-dead", "", true, 2*time.Minute)
+	a.addConductor("c-stopped", "", false, time.Second)
+
+	st, body := a.get("/v1/ui/conductors", "")
+	require.Equal(t, 200, st, body)
+	states, ages := map[string]string{}, map[string]any{}
+	for _, c := range body["conductors"].([]any) {
+		m := c.(map[string]any)
+		states[m["hostname"].(string)] = m["state"].(string)
+		ages[m["hostname"].(string)] = m["heartbeat_age"]
+		require.NotEmpty(t, m["updated_at"])
+	}
+	require.Equal(t, map[string]string{"c-alive": "alive", "c-dead": "dead", "c-stopped": "stopped"}, states)
+	require.InDelta(t, 5, ages["c-alive"], 5)
+	require.InDelta(t, 120, ages["c-dead"], 5)
+	require.Nil(t, ages["c-stopped"])
+
+	// The same conductors through Ironic's API: not alive, both.
+	st, body = a.get("/v1/conductors", "1.49")
+	require.Equal(t, 200, st)
+	alive := map[string]bool{}
+	for _, c := range body["conductors"].([]any) {
+		m := c.(map[string]any)
+		alive[m["hostname"].(string)] = m["alive"].(bool)
+	}
+	require.Equal(t, map[string]bool{"c-alive": true, "c-dead": false, "c-stopped": false}, alive)
+
+	// And the metric counts the dead one only.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(a.pool))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	gauges := map[string]float64{}
+	for _, mf := range mfs {
+		if len(mf.GetMetric()) == 1 {
+			gauges[mf.GetName()] = mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	require.Equal(t, 1.0, gauges["metalloc_conductors_dead"])
+	require.Equal(t, 1.0, gauges["metalloc_conductors_alive"])
 }

@@ -2,43 +2,36 @@ package conductorapi
 
 import (
 	"context"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db"
 )
 
 // collector exports the conductors' liveness; see NewCollector.
 type collector struct {
 	q                 *Queries
-	aliveSeconds      float64
 	alive, dead, ages *prometheus.Desc
 }
 
 // NewCollector returns a prometheus.Collector reading the conductors table
 // at every scrape (one ConductorHeartbeats query within db.ScrapeTimeout;
 // nothing is exported when it fails), with liveness as GET /v1/conductors
-// judges it (heartbeatTimeout, conductor.heartbeat_timeout; 0 means the
-// default):
+// judges it (metalloc_conductor_alive: the expiry each conductor writes):
 //
 //	metalloc_conductors_alive                      online conductors with a fresh heartbeat (gauge)
-//	metalloc_conductors_dead                       online conductors whose heartbeat is older than the timeout (gauge)
+//	metalloc_conductors_dead                       online conductors whose expiry has passed (gauge)
 //	metalloc_conductors_heartbeat_age_seconds{hostname}  seconds since each online conductor's heartbeat, by the database clock
 //
 // Unlike each conductor's own metalloc_conductor_heartbeat_age_seconds,
 // these survive the conductor: a hung or killed conductor shows here as a
 // growing age, then dead. metalloc-api registers it.
-func NewCollector(db DBTX, heartbeatTimeout time.Duration) prometheus.Collector {
-	if heartbeatTimeout <= 0 {
-		heartbeatTimeout = config.DefaultHeartbeatTimeout
-	}
-	return &collector{q: New(db), aliveSeconds: heartbeatTimeout.Seconds(),
+func NewCollector(db DBTX) prometheus.Collector {
+	return &collector{q: New(db),
 		alive: prometheus.NewDesc("metalloc_conductors_alive",
-			"Online conductors whose heartbeat is younger than conductor.heartbeat_timeout.", nil, nil),
+			"Online conductors whose expiry (last heartbeat plus their conductor.heartbeat_timeout) has not passed.", nil, nil),
 		dead: prometheus.NewDesc("metalloc_conductors_dead",
-			"Online conductors whose heartbeat is older than conductor.heartbeat_timeout (their rows get taken over).", nil, nil),
+			"Online conductors whose expiry has passed (their rows get taken over).", nil, nil),
 		ages: prometheus.NewDesc("metalloc_conductors_heartbeat_age_seconds",
 			"Seconds since each online conductor's last heartbeat, by the database clock.", []string{"hostname"}, nil),
 	}
@@ -51,7 +44,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) { ch <- c.alive; ch <- 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), db.ScrapeTimeout)
 	defer cancel()
-	rows, err := c.q.ConductorHeartbeats(ctx, c.aliveSeconds)
+	rows, err := c.q.ConductorHeartbeats(ctx)
 	if err != nil {
 		return // metalloc_db_up says why
 	}

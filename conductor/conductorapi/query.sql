@@ -3,13 +3,14 @@
 
 -- name: ConductorDoc :one
 -- The conductor named @hostname as GET /v1/conductors/{hostname} shows it,
--- online or not (as Ironic's API does). alive: online with a heartbeat
--- younger than @alive_seconds, by the database clock. updated_at: the last
+-- online or not (as Ironic's API does). alive: online and its expiry (written by
+-- the conductor: its heartbeat plus its heartbeat timeout) not passed, by the
+-- database clock. updated_at: the last
 -- time the row was touched (heartbeat, registration, going offline), which is
 -- what Ironic's conductor updated_at records.
 SELECT c.id, c.hostname, c.conductor_group, c.drivers, c.created_at,
        greatest(c.heartbeat_at, c.updated_at)::timestamptz AS updated_at,
-       metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8)::bool AS alive
+       metalloc_conductor_alive(c.online, c.expires_at)::bool AS alive
   FROM conductors c
  WHERE c.hostname = @hostname;
 
@@ -24,7 +25,7 @@ SELECT c.id, c.hostname, c.conductor_group, c.drivers, c.created_at,
 WITH keyed AS (
     SELECT c.id, c.hostname, c.conductor_group, c.drivers, c.created_at,
            greatest(c.heartbeat_at, c.updated_at) AS touched_at,
-           metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8) AS alive,
+           metalloc_conductor_alive(c.online, c.expires_at) AS alive,
            coalesce(CASE @sort_key::text WHEN 'hostname' THEN c.hostname
                                          WHEN 'conductor_group' THEN c.conductor_group
                                          WHEN 'version' THEN c.version END, '') AS k_text,
@@ -52,7 +53,7 @@ SELECT k.id, k.hostname, k.conductor_group, k.drivers, k.created_at,
 -- Online conductors for metrics: hostname, whether alive (as ConductorDoc)
 -- and seconds since the last heartbeat by the database clock.
 SELECT c.hostname,
-       metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8)::bool AS alive,
+       metalloc_conductor_alive(c.online, c.expires_at)::bool AS alive,
        extract(epoch FROM now() - c.heartbeat_at)::float8 AS age_seconds
   FROM conductors c
  WHERE c.online

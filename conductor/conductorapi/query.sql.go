@@ -14,15 +14,10 @@ const conductorDoc = `-- name: ConductorDoc :one
 
 SELECT c.id, c.hostname, c.conductor_group, c.drivers, c.created_at,
        greatest(c.heartbeat_at, c.updated_at)::timestamptz AS updated_at,
-       metalloc_conductor_alive(c.online, c.heartbeat_at, $1::float8)::bool AS alive
+       metalloc_conductor_alive(c.online, c.expires_at)::bool AS alive
   FROM conductors c
- WHERE c.hostname = $2
+ WHERE c.hostname = $1
 `
-
-type ConductorDocParams struct {
-	AliveSeconds float64
-	Hostname     string
-}
 
 type ConductorDocRow struct {
 	ID             int64
@@ -37,12 +32,13 @@ type ConductorDocRow struct {
 // The conductors API (GET /v1/conductors): reads of the conductors table,
 // liveness through metalloc_conductor_alive, the one definition of alive.
 // The conductor named @hostname as GET /v1/conductors/{hostname} shows it,
-// online or not (as Ironic's API does). alive: online with a heartbeat
-// younger than @alive_seconds, by the database clock. updated_at: the last
+// online or not (as Ironic's API does). alive: online and its expiry (written by
+// the conductor: its heartbeat plus its heartbeat timeout) not passed, by the
+// database clock. updated_at: the last
 // time the row was touched (heartbeat, registration, going offline), which is
 // what Ironic's conductor updated_at records.
-func (q *Queries) ConductorDoc(ctx context.Context, arg ConductorDocParams) (ConductorDocRow, error) {
-	row := q.db.QueryRow(ctx, conductorDoc, arg.AliveSeconds, arg.Hostname)
+func (q *Queries) ConductorDoc(ctx context.Context, hostname string) (ConductorDocRow, error) {
+	row := q.db.QueryRow(ctx, conductorDoc, hostname)
 	var i ConductorDocRow
 	err := row.Scan(
 		&i.ID,
@@ -58,7 +54,7 @@ func (q *Queries) ConductorDoc(ctx context.Context, arg ConductorDocParams) (Con
 
 const conductorHeartbeats = `-- name: ConductorHeartbeats :many
 SELECT c.hostname,
-       metalloc_conductor_alive(c.online, c.heartbeat_at, $1::float8)::bool AS alive,
+       metalloc_conductor_alive(c.online, c.expires_at)::bool AS alive,
        extract(epoch FROM now() - c.heartbeat_at)::float8 AS age_seconds
   FROM conductors c
  WHERE c.online
@@ -73,8 +69,8 @@ type ConductorHeartbeatsRow struct {
 
 // Online conductors for metrics: hostname, whether alive (as ConductorDoc)
 // and seconds since the last heartbeat by the database clock.
-func (q *Queries) ConductorHeartbeats(ctx context.Context, aliveSeconds float64) ([]ConductorHeartbeatsRow, error) {
-	rows, err := q.db.Query(ctx, conductorHeartbeats, aliveSeconds)
+func (q *Queries) ConductorHeartbeats(ctx context.Context) ([]ConductorHeartbeatsRow, error) {
+	rows, err := q.db.Query(ctx, conductorHeartbeats)
 	if err != nil {
 		return nil, err
 	}
@@ -97,14 +93,14 @@ const listConductors = `-- name: ListConductors :many
 WITH keyed AS (
     SELECT c.id, c.hostname, c.conductor_group, c.drivers, c.created_at,
            greatest(c.heartbeat_at, c.updated_at) AS touched_at,
-           metalloc_conductor_alive(c.online, c.heartbeat_at, $4::float8) AS alive,
-           coalesce(CASE $5::text WHEN 'hostname' THEN c.hostname
+           metalloc_conductor_alive(c.online, c.expires_at) AS alive,
+           coalesce(CASE $4::text WHEN 'hostname' THEN c.hostname
                                          WHEN 'conductor_group' THEN c.conductor_group
                                          WHEN 'version' THEN c.version END, '') AS k_text,
-           coalesce(CASE $5::text WHEN 'created_at' THEN c.created_at
+           coalesce(CASE $4::text WHEN 'created_at' THEN c.created_at
                                          WHEN 'updated_at' THEN greatest(c.heartbeat_at, c.updated_at) END,
                     'epoch'::timestamptz) AS k_time,
-           ($5::text = 'online' AND c.online) AS k_bool
+           ($4::text = 'online' AND c.online) AS k_bool
       FROM conductors c
 )
 SELECT k.id, k.hostname, k.conductor_group, k.drivers, k.created_at,
@@ -123,11 +119,10 @@ SELECT k.id, k.hostname, k.conductor_group, k.drivers, k.created_at,
 `
 
 type ListConductorsParams struct {
-	MarkerID     int64
-	Descending   bool
-	MaxRows      int32
-	AliveSeconds float64
-	SortKey      string
+	MarkerID   int64
+	Descending bool
+	MaxRows    int32
+	SortKey    string
 }
 
 type ListConductorsRow struct {
@@ -152,7 +147,6 @@ func (q *Queries) ListConductors(ctx context.Context, arg ListConductorsParams) 
 		arg.MarkerID,
 		arg.Descending,
 		arg.MaxRows,
-		arg.AliveSeconds,
 		arg.SortKey,
 	)
 	if err != nil {

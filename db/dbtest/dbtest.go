@@ -58,10 +58,7 @@ func New(t testing.TB) *pgxpool.Pool {
 // t.Cleanup, terminating any connections still open to it.
 func NewURL(t testing.TB) string {
 	t.Helper()
-	server := os.Getenv("DATABASE_URL")
-	if server == "" {
-		t.Fatal("DATABASE_URL is not set: run the tests with `make test`, which starts a private PostgreSQL")
-	}
+	server := serverURL(t)
 	ctx := t.Context()
 	tmplOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -75,6 +72,36 @@ func NewURL(t testing.TB) string {
 	if err := createFromTemplate(ctx, server, name, tmplName); err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}
+	return dropAtCleanup(t, server, name)
+}
+
+// NewEmptyURL returns the URL of a fresh database without metalloc's schema
+// (never migrated), dropped at t.Cleanup: for the commands that must
+// recognise one.
+func NewEmptyURL(t testing.TB) string {
+	t.Helper()
+	server := serverURL(t)
+	name := "metalloc_test_" + randomHex(8)
+	if err := exec(t.Context(), server, "CREATE DATABASE "+ident(name)); err != nil {
+		t.Fatalf("dbtest: creating %s: %v", name, err)
+	}
+	return dropAtCleanup(t, server, name)
+}
+
+// serverURL is $DATABASE_URL, the test server's maintenance database.
+func serverURL(t testing.TB) string {
+	t.Helper()
+	server := os.Getenv("DATABASE_URL")
+	if server == "" {
+		t.Fatal("DATABASE_URL is not set: run the tests with `make test`, which starts a private PostgreSQL")
+	}
+	return server
+}
+
+// dropAtCleanup drops database name at t.Cleanup, terminating the
+// connections still open to it, and returns its URL.
+func dropAtCleanup(t testing.TB, server, name string) string {
+	t.Helper()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

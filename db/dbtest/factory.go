@@ -153,16 +153,17 @@ func Allocation(t testing.TB, pool *pgxpool.Pool, s AllocationSpec) (int64, uuid
 }
 
 // Conductor inserts a conductor row named hostname whose last heartbeat is
-// heartbeatAge old, online or not, serving the registry's hardware types
-// (driver.Names, as metalloc-conductor registers), and returns its id. A
-// conductor is dead when offline or heartbeatAge exceeds the heartbeat
-// timeout in use.
+// heartbeatAge old, online or not, with a heartbeat timeout of a minute (its
+// expiry, a minute after that heartbeat), serving the registry's hardware
+// types (driver.Names, as metalloc-conductor registers), and returns its id.
+// A conductor is dead when offline or heartbeatAge exceeds a minute.
 func Conductor(t testing.TB, pool *pgxpool.Pool, hostname string, heartbeatAge time.Duration, online bool) int64 {
 	t.Helper()
 	var id int64
 	if err := pool.QueryRow(context.Background(), `
-		INSERT INTO conductors (hostname, online, heartbeat_at, drivers)
-		VALUES ($1, $2, now() - make_interval(secs => $3), $4) RETURNING id`,
+		INSERT INTO conductors (hostname, online, heartbeat_at, expires_at, drivers)
+		VALUES ($1, $2, now() - make_interval(secs => $3), now() - make_interval(secs => $3) + interval '1 minute', $4)
+		RETURNING id`,
 		hostname, online, heartbeatAge.Seconds(), driver.Names()).Scan(&id); err != nil {
 		t.Fatalf("dbtest: inserting conductor %s: %v", hostname, err)
 	}
@@ -172,11 +173,20 @@ func Conductor(t testing.TB, pool *pgxpool.Pool, hostname string, heartbeatAge t
 // WaitFor calls cond every 10 ms until it returns true, and fails the test
 // with what if that takes longer than timeout, after calling onFail (to log
 // what the test saw). It is the tests' one way to wait for something to
-// happen; a test that must show something does not happen waits for an event
-// that comes after it instead.
+// happen (WaitEvery for a costly cond); a test that must show something
+// does not happen waits for an event that comes after it instead.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool, onFail ...func()) {
 	t.Helper()
+	WaitEvery(t, timeout, 10*time.Millisecond, what, cond, onFail...)
+}
+
+// WaitEvery is WaitFor calling cond every interval: for a cond that costs
+// more than a query (many HTTP requests, a log file read).
+func WaitEvery(t testing.TB, timeout, interval time.Duration, what string, cond func() bool, onFail ...func()) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
 			for _, f := range onFail {
@@ -184,7 +194,7 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool,
 			}
 			t.Fatalf("after %s: waiting for %s", timeout, what)
 		}
-		time.Sleep(10 * time.Millisecond)
+		<-tick.C
 	}
 }
 
@@ -247,5 +257,33 @@ func RackedNodes(t testing.TB, pool *pgxpool.Pool, racks, perRack int, rc string
 		                          'rack', 'r' || lpad(((i - 1) / $2::int + 1)::text, 2, '0'))
 		  FROM generate_series(1, $1::int * $2::int) i`, racks, perRack, rc); err != nil {
 		t.Fatalf("dbtest: inserting %d racks of %d nodes of %s: %v", racks, perRack, rc, err)
+	}
+}
+
+// Fleet inserts n nodes as the operator page's tests and benchmarks lay a
+// fleet out: rows of 50 racks of 40 nodes (extra.row 1 + i/2000,
+// extra.rack 1 + (i/40) mod 50, extra.slot), classes gold, silver, gpu and
+// storage in turn, a fifth active with an instance, one in 50 manageable,
+// one in 97 clean failed, one in 113 in maintenance, a third owned by
+// project-a, two traits each (CUSTOM_T0..6, HW_CPU_X86_AVX0..1); then
+// ANALYZE. A million takes a minute or two.
+func Fleet(t testing.TB, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state, maintenance, instance_uuid, owner, extra)
+		SELECT gen_random_uuid(), 'n' || i, 'fake-hardware', (ARRAY['gold','silver','gpu','storage'])[1 + i % 4],
+		       CASE WHEN i % 5 = 1 THEN 'active' WHEN i % 50 = 0 THEN 'manageable' WHEN i % 97 = 0 THEN 'clean failed' ELSE 'available' END,
+		       'power off', i % 113 = 0, CASE WHEN i % 5 = 1 THEN gen_random_uuid() END,
+		       CASE WHEN i % 3 = 0 THEN 'project-a' END,
+		       jsonb_build_object('row', 1 + i / 2000, 'rack', 1 + (i / 40) % 50, 'slot', 1 + i % 40)
+		  FROM generate_series(0, $1::int - 1) i`, n); err != nil {
+		t.Fatalf("dbtest: inserting a fleet of %d nodes: %v", n, err)
+	}
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO node_traits (node_id, trait)
+		SELECT id, t FROM nodes, LATERAL (VALUES ('CUSTOM_T' || id % 7), ('HW_CPU_X86_AVX' || id % 2)) v (t);
+		ANALYZE nodes, node_traits`); err != nil {
+		t.Fatalf("dbtest: the fleet's traits: %v", err)
 	}
 }

@@ -9,12 +9,10 @@ import (
 	"context"
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/metalloc/metalloc/auth"
-	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/driver"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/web"
@@ -25,10 +23,6 @@ type HandlerOptions struct {
 	// PublicEndpoint is the base URL of links ("" = scheme://host of each
 	// request).
 	PublicEndpoint string
-	// HeartbeatTimeout is conductor.heartbeat_timeout: the conductors
-	// online with a heartbeat younger than this serve their drivers
-	// (default config.DefaultHeartbeatTimeout).
-	HeartbeatTimeout time.Duration
 	// Rules are the access rules (Ironic's baremetal:driver:* defaults in
 	// keystone mode; the zero value allows everything).
 	Rules auth.Rules
@@ -42,9 +36,6 @@ type Handler struct {
 
 // NewHandler returns a Handler reading the conductors table through db.
 func NewHandler(db DBTX, opts HandlerOptions) *Handler {
-	if opts.HeartbeatTimeout <= 0 {
-		opts.HeartbeatTimeout = config.DefaultHeartbeatTimeout
-	}
 	return &Handler{q: New(db), opts: opts}
 }
 
@@ -80,7 +71,7 @@ type hosted struct {
 // types first (in registry order), then others by name, each with its
 // hosts sorted (Ironic's get_active_hardware_type_dict).
 func (h *Handler) active(ctx context.Context) ([]hosted, error) {
-	rows, err := h.q.ActiveHardwareTypes(ctx, h.opts.HeartbeatTimeout.Seconds())
+	rows, err := h.q.ActiveHardwareTypes(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -20,8 +20,7 @@ import (
 func TestDrivers(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	s := ironictest.NewIronic(t, driverapi.NewHandler(pool, driverapi.HandlerOptions{PublicEndpoint: ironictest.Base,
-		HeartbeatTimeout: time.Minute}).Register)
+	s := ironictest.NewIronic(t, driverapi.NewHandler(pool, driverapi.HandlerOptions{PublicEndpoint: ironictest.Base}).Register)
 	require.JSONEq(t, `{"drivers":[]}`, string(s.Must(http.StatusOK, http.MethodGet, "/v1/drivers", "1.82", nil).Raw))
 	require.Equal(t, "No conductors registered.", s.Must(http.StatusNotFound, http.MethodGet, "/v1/drivers/fake-hardware/properties", "1.82", nil).Fault(t))
 	dbtest.Conductor(t, pool, "c2", 0, true)

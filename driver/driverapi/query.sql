@@ -3,10 +3,9 @@
 
 -- name: ActiveHardwareTypes :many
 -- Hostnames and registered hardware types of the conductors alive now
--- (metalloc_conductor_alive: online with a heartbeat younger than
--- @alive_seconds), any conductor group: Ironic's
--- get_active_hardware_type_dict.
+-- (metalloc_conductor_alive: online, its expiry not passed), any conductor
+-- group: Ironic's get_active_hardware_type_dict.
 SELECT c.hostname, c.drivers
   FROM conductors c
- WHERE metalloc_conductor_alive(c.online, c.heartbeat_at, @alive_seconds::float8)
+ WHERE metalloc_conductor_alive(c.online, c.expires_at)
  ORDER BY c.hostname;

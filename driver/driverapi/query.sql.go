@@ -13,7 +13,7 @@ const activeHardwareTypes = `-- name: ActiveHardwareTypes :many
 
 SELECT c.hostname, c.drivers
   FROM conductors c
- WHERE metalloc_conductor_alive(c.online, c.heartbeat_at, $1::float8)
+ WHERE metalloc_conductor_alive(c.online, c.expires_at)
  ORDER BY c.hostname
 `
 
@@ -25,11 +25,10 @@ type ActiveHardwareTypesRow struct {
 // The drivers API (GET /v1/drivers...): which hardware types the live
 // conductors serve, read from the conductors table.
 // Hostnames and registered hardware types of the conductors alive now
-// (metalloc_conductor_alive: online with a heartbeat younger than
-// @alive_seconds), any conductor group: Ironic's
-// get_active_hardware_type_dict.
-func (q *Queries) ActiveHardwareTypes(ctx context.Context, aliveSeconds float64) ([]ActiveHardwareTypesRow, error) {
-	rows, err := q.db.Query(ctx, activeHardwareTypes, aliveSeconds)
+// (metalloc_conductor_alive: online, its expiry not passed), any conductor
+// group: Ironic's get_active_hardware_type_dict.
+func (q *Queries) ActiveHardwareTypes(ctx context.Context) ([]ActiveHardwareTypesRow, error) {
+	rows, err := q.db.Query(ctx, activeHardwareTypes)
 	if err != nil {
 		return nil, err
 	}

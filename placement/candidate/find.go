@@ -19,10 +19,10 @@ import (
 
 // Result is an answer Find found, written as the JSON body by Write.
 type Result struct {
-	s     *cSearch
-	areqs []*cAreq
-	sums  []*cProv
-	v     web.Version
+	s    *cSearch
+	ans  answer
+	sums []*cProv
+	v    web.Version
 }
 
 // Find finds the answer to req at microversion v: a Result to Write, or a
@@ -180,12 +180,13 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 	s.hasSharing = cc.HasSharing && s.sharingID >= 0
 
 	randomize := f.randomize()
+	s.max = f.maxCandidates()
 	// The search stops at the limit, unless candidates are dropped after
 	// it (before 1.29 on nested trees).
 	noCap := !v.AtLeast(1, 29) && s.hasTrees
-	var areqs []*cAreq
+	var w *cWorld // the world searched in one piece (nil: batches)
 	if whole {
-		w := static.worldFor(s.sharingID)
+		w = static.worldFor(s.sharingID)
 		s.usage = make([]int64, w.nInv)
 		w.usageInto(s.usage, usage)
 		// With member_of, only the trees near the aggregates can anchor.
@@ -206,7 +207,6 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 				s.rotate = rand.IntN(len(w.rootOrder))
 			}
 		}
-		areqs = s.search(w, map[string]bool{})
 	} else if !limited {
 		// Unlimited with member_of on a large world: the trees near the
 		// aggregates.
@@ -231,60 +231,102 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 			}
 			break
 		}
-		w, err := f.loadWorld(ctx, scope, s.sharingID, &s.usage)
-		if err != nil {
-			return nil, err
-		}
-		areqs = s.search(w, map[string]bool{})
-	} else {
-		areqs, err = f.searchBatches(ctx, s, randomize, noCap)
-		if err != nil {
+		if w, err = f.loadWorld(ctx, scope, s.sharingID, &s.usage); err != nil {
 			return nil, err
 		}
 	}
 
-	// Before 1.29 a candidate may not use two providers of one tree.
-	var keepProvs map[int64]bool
-	if !v.AtLeast(1, 29) && s.hasTrees {
-		keepProvs = map[int64]bool{}
+	// The answer: in order, from one world, it is searched here for the
+	// trees it uses and, when large, searched again as it is written
+	// (stream.go); else collected, then sampled.
+	var ans answer
+	switch {
+	case w != nil && !randomize && f.collectMax >= 0:
+		ans = s.inOrder(w, noCap, f.collectMax)
+	case w != nil:
+		ans = s.sample(s.collect(w, map[string]bool{}), noCap, randomize)
+	default:
+		areqs, err := f.searchBatches(ctx, s, randomize, noCap)
+		if err != nil {
+			return nil, err
+		}
+		ans = s.sample(areqs, noCap, randomize)
+	}
+	sums := summaries(ans.roots, ans.keepProvs)
+	if err := f.traitNamesFor(ctx, s, sums, v); err != nil {
+		return nil, err
+	}
+	return &Result{s: s, ans: ans, sums: sums, v: v}, nil
+}
+
+// sample is the answer of the collected candidates areqs: before 1.29 on
+// nested trees (noCap) only those using one provider per tree, then a
+// random sample of limit (randomize, shuffled) or the first limit.
+func (s *cSearch) sample(areqs []*cAreq, noCap, randomize bool) answer {
+	var ans answer
+	if noCap {
+		ans.keepProvs = map[int64]bool{}
 		kept := areqs[:0]
 		for _, a := range areqs {
-			roots := map[int64]bool{}
-			ps := map[int64]bool{}
-			for _, rr := range a.rrs {
-				roots[rr.p.root] = true
-				ps[rr.p.id] = true
-			}
-			if len(roots) == len(ps) {
+			if onePerTree(a) {
 				kept = append(kept, a)
-				for id := range ps {
-					keepProvs[id] = true
-				}
+				markProviders(ans.keepProvs, a)
 			}
 		}
 		areqs = kept
 	}
-	if req.Limit > 0 && req.Limit < len(areqs) {
+	limit := s.req.Limit
+	if limit > 0 && limit < len(areqs) {
 		if randomize {
 			rand.Shuffle(len(areqs), func(i, j int) { areqs[i], areqs[j] = areqs[j], areqs[i] })
 		}
-		areqs = areqs[:req.Limit]
+		areqs = areqs[:limit]
 	} else if randomize {
 		rand.Shuffle(len(areqs), func(i, j int) { areqs[i], areqs[j] = areqs[j], areqs[i] })
 	}
-
-	// Provider summaries: every provider of the trees used, by root id
-	// (a tree loaded by two batches is summarized once).
-	var roots []*cProv
+	ans.areqs = areqs
 	marked := map[*cProv]bool{}
 	for _, a := range areqs {
-		for _, rr := range a.rrs {
-			if r := rr.p.rootP; r != nil && !marked[r] {
-				marked[r] = true
-				roots = append(roots, r)
+		ans.roots = markRoots(ans.roots, marked, a)
+	}
+	return ans
+}
+
+// onePerTree reports whether a uses at most one provider of each tree
+// (what a candidate must do before 1.29).
+func onePerTree(a *cAreq) bool {
+	for i, rr := range a.rrs {
+		for _, o := range a.rrs[:i] {
+			if o.p != rr.p && o.p.root == rr.p.root {
+				return false
 			}
 		}
 	}
+	return true
+}
+
+// markProviders adds the providers a uses to set.
+func markProviders(set map[int64]bool, a *cAreq) {
+	for _, rr := range a.rrs {
+		set[rr.p.id] = true
+	}
+}
+
+// markRoots appends to roots those of the trees a uses not yet marked.
+func markRoots(roots []*cProv, marked map[*cProv]bool, a *cAreq) []*cProv {
+	for _, rr := range a.rrs {
+		if r := rr.p.rootP; r != nil && !marked[r] {
+			marked[r] = true
+			roots = append(roots, r)
+		}
+	}
+	return roots
+}
+
+// summaries lists the providers of the provider summaries: every provider
+// of the trees of roots (keepProvs, when set, those only), by root id (a
+// tree loaded by two batches is summarized once).
+func summaries(roots []*cProv, keepProvs map[int64]bool) []*cProv {
 	byID := func(a, b *cProv) int { return cmp.Compare(a.id, b.id) }
 	if !slices.IsSortedFunc(roots, byID) {
 		slices.SortStableFunc(roots, byID)
@@ -300,10 +342,7 @@ func (f *Finder) Find(ctx context.Context, req *Request, v web.Version) (*Result
 			}
 		}
 	}
-	if err := f.traitNamesFor(ctx, s, sums, v); err != nil {
-		return nil, err
-	}
-	return &Result{s: s, areqs: areqs, sums: sums, v: v}, nil
+	return sums
 }
 
 // traitNamesFor fills s.traitNames for the traits of the summaries.
@@ -363,7 +402,7 @@ func (f *Finder) searchBatches(ctx context.Context, s *cSearch, randomize, noCap
 	seen := map[string]bool{}
 	var out []*cAreq
 	batch := max(2*limit, 64)
-	for len(out) < limit {
+	for len(out) < limit && !s.atMax() {
 		roots, err := f.candidateRoots(ctx, s, after, batch)
 		if err != nil {
 			return nil, err
@@ -393,7 +432,7 @@ func (f *Finder) searchBatches(ctx context.Context, s *cSearch, randomize, noCap
 			if !noCap {
 				s.cap = limit - len(out)
 			}
-			out = append(out, s.search(w, seen)...)
+			out = append(out, s.collect(w, seen)...)
 		}
 		if !full {
 			if start == 0 || wrapped {

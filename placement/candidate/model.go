@@ -123,14 +123,6 @@ func (w *cWorld) get(id int64) *cProv {
 	return w.provs[id]
 }
 
-// tree is the loaded tree of root.
-func (w *cWorld) tree(root int64) []*cProv {
-	if r := w.get(root); r != nil {
-		return r.tree
-	}
-	return nil
-}
-
 // cClass is a requested amount of a class.
 type cClass struct {
 	rc     int32

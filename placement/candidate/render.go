@@ -25,121 +25,158 @@ func appendQuotedUUID(b []byte, u *uuid.UUID) []byte {
 	return append(b, '"')
 }
 
-// write writes the response body to w, in chunks (an answer for 100,000
-// providers is 80 MB of JSON; it is never held whole).
-func (r *Result) Write(w io.Writer) error {
-	return r.s.render(w, r.areqs, r.sums, r.v)
+// renderer writes a response body at a microversion: the allocation
+// requests one by one (areq), then the provider summaries (finish), in
+// chunks of about 64 KB (an answer for 100,000 providers is 80 MB of JSON;
+// it is never held whole).
+type renderer struct {
+	s          *cSearch
+	out        io.Writer
+	v          web.Version
+	b          []byte
+	werr       error
+	classNames []string // by class id, for the ids below 65,536
+	n          int      // allocation requests written
+	ps, us     []*cProv // scratch
 }
 
-// render writes the response body at microversion v to out.
-func (s *cSearch) render(out io.Writer, areqs []*cAreq, sums []*cProv, v web.Version) error {
-	const chunk = 64 << 10
-	b := make([]byte, 0, chunk+4096)
-	var werr error
-	flush := func(force bool) {
-		if (force || len(b) >= chunk) && werr == nil {
-			_, werr = out.Write(b)
-			b = b[:0]
-		}
-	}
-	str := func(x string) { b = append(b, x...) }
-	quoted := func(x string) { b = append(b, '"'); b = append(b, x...); b = append(b, '"') }
-	quotedUUID := func(p *cProv) { b = append(b, p.quotedUUID()...) }
-	var classNames []string
+// renderChunk is the size of the writes.
+const renderChunk = 64 << 10
+
+// newRenderer starts writing the body at v to out.
+func (s *cSearch) newRenderer(out io.Writer, v web.Version) *renderer {
+	r := &renderer{s: s, out: out, v: v, b: make([]byte, 0, renderChunk+4096)}
 	for id, n := range s.classNames {
 		if id >= 0 && id < 1<<16 {
-			if int(id) >= len(classNames) {
-				classNames = append(classNames, make([]string, int(id)+1-len(classNames))...)
+			if int(id) >= len(r.classNames) {
+				r.classNames = append(r.classNames, make([]string, int(id)+1-len(r.classNames))...)
 			}
-			classNames[id] = n
+			r.classNames[id] = n
 		}
 	}
-	className := func(rc int32) string {
-		if rc >= 0 && int(rc) < len(classNames) {
-			return classNames[rc]
-		}
-		return s.classNames[rc]
+	r.str(`{"allocation_requests": [`)
+	return r
+}
+
+func (r *renderer) flush(force bool) {
+	if (force || len(r.b) >= renderChunk) && r.werr == nil {
+		_, r.werr = r.out.Write(r.b)
+		r.b = r.b[:0]
 	}
-	num := func(n int64) { b = strconv.AppendInt(b, n, 10) }
-	str(`{"allocation_requests": [`)
-	dict := v.AtLeast(1, 12)
-	var ps, us []*cProv
-	for i, a := range areqs {
-		if i > 0 {
-			str(", ")
+}
+
+func (r *renderer) str(x string) { r.b = append(r.b, x...) }
+
+func (r *renderer) quoted(x string) {
+	r.b = append(r.b, '"')
+	r.b = append(r.b, x...)
+	r.b = append(r.b, '"')
+}
+
+func (r *renderer) quotedUUID(p *cProv) { r.b = append(r.b, p.quotedUUID()...) }
+
+func (r *renderer) num(n int64) { r.b = strconv.AppendInt(r.b, n, 10) }
+
+func (r *renderer) className(rc int32) string {
+	if rc >= 0 && int(rc) < len(r.classNames) {
+		return r.classNames[rc]
+	}
+	return r.s.classNames[rc]
+}
+
+// areq writes one allocation request; it reports whether writing goes
+// on (no write failed). It appends to a local buffer (no calls through
+// closures, no write barrier per append): it runs once per candidate.
+func (r *renderer) areq(a *cAreq) bool {
+	b := r.b
+	if r.n > 0 {
+		b = append(b, ", "...)
+	}
+	r.n++
+	dict := r.v.AtLeast(1, 12)
+	// providers in order of first appearance
+	ps := r.ps[:0]
+	for _, rr := range a.rrs {
+		if !containsProv(ps, rr.p) {
+			ps = append(ps, rr.p)
 		}
-		// providers in order of first appearance
-		ps = ps[:0]
+	}
+	r.ps = ps
+	if dict {
+		b = append(b, `{"allocations": {`...)
+	} else {
+		b = append(b, `{"allocations": [`...)
+	}
+	for j, p := range ps {
+		if j > 0 {
+			b = append(b, ", "...)
+		}
+		if dict {
+			b = append(b, p.quotedUUID()...)
+			b = append(b, `: {"resources": {`...)
+		} else {
+			b = append(b, `{"resource_provider": {"uuid": `...)
+			b = append(b, p.quotedUUID()...)
+			b = append(b, `}, "resources": {`...)
+		}
+		k := 0
 		for _, rr := range a.rrs {
-			if !containsProv(ps, rr.p) {
-				ps = append(ps, rr.p)
+			if rr.p != p {
+				continue
 			}
-		}
-		if dict {
-			str(`{"allocations": {`)
-		} else {
-			str(`{"allocations": [`)
-		}
-		for j, p := range ps {
-			if j > 0 {
-				str(", ")
+			if k > 0 {
+				b = append(b, ", "...)
 			}
-			if dict {
-				quotedUUID(p)
-				str(`: {"resources": {`)
-			} else {
-				str(`{"resource_provider": {"uuid": `)
-				quotedUUID(p)
-				str(`}, "resources": {`)
-			}
-			k := 0
-			for _, rr := range a.rrs {
-				if rr.p != p {
-					continue
-				}
-				if k > 0 {
-					str(", ")
-				}
-				k++
-				quoted(className(rr.rc))
-				str(": ")
-				num(rr.amount)
-			}
-			str("}}")
+			k++
+			b = append(b, '"')
+			b = append(b, r.className(rr.rc)...)
+			b = append(b, `": `...)
+			b = strconv.AppendInt(b, rr.amount, 10)
 		}
-		if dict {
-			str("}")
-		} else {
-			str("]")
-		}
-		if v.AtLeast(1, 34) {
-			str(`, "mappings": {`)
-			for gi, mp := range a.mappings {
-				if gi > 0 {
-					str(", ")
-				}
-				quoted(s.groups[gi].Suffix)
-				str(": [")
-				if len(mp) == 1 {
-					quotedUUID(mp[0])
-					str("]")
-					continue
-				}
-				us = append(us[:0], mp...)
-				slices.SortFunc(us, func(x, y *cProv) int { return bytes.Compare(x.quotedUUID(), y.quotedUUID()) })
-				for k, u := range us {
-					if k > 0 {
-						str(", ")
-					}
-					quotedUUID(u)
-				}
-				str("]")
-			}
-			str("}")
-		}
-		str("}")
-		flush(false)
+		b = append(b, "}}"...)
 	}
+	if dict {
+		b = append(b, '}')
+	} else {
+		b = append(b, ']')
+	}
+	if r.v.AtLeast(1, 34) {
+		b = append(b, `, "mappings": {`...)
+		for gi, mp := range a.mappings {
+			if gi > 0 {
+				b = append(b, ", "...)
+			}
+			b = append(b, '"')
+			b = append(b, r.s.groups[gi].Suffix...)
+			b = append(b, `": [`...)
+			if len(mp) == 1 {
+				b = append(b, mp[0].quotedUUID()...)
+				b = append(b, ']')
+				continue
+			}
+			us := append(r.us[:0], mp...)
+			r.us = us
+			slices.SortFunc(us, func(x, y *cProv) int { return bytes.Compare(x.quotedUUID(), y.quotedUUID()) })
+			for k, u := range us {
+				if k > 0 {
+					b = append(b, ", "...)
+				}
+				b = append(b, u.quotedUUID()...)
+			}
+			b = append(b, ']')
+		}
+		b = append(b, '}')
+	}
+	r.b = append(b, '}')
+	r.flush(false)
+	return r.werr == nil
+}
+
+// finish writes the provider summaries of sums and the end of the body,
+// and returns the first write error.
+func (r *renderer) finish(sums []*cProv) error {
+	s, v, str, quoted, quotedUUID, num := r.s, r.v, r.str, r.quoted, r.quotedUUID, r.num
+	className, flush := r.className, r.flush
 	str(`], "provider_summaries": {`)
 	allRes := v.AtLeast(1, 27)
 	requested := map[int32]bool{}
@@ -204,7 +241,7 @@ func (s *cSearch) render(out io.Writer, areqs []*cAreq, sums []*cProv, v web.Ver
 				frag = append(frag, ']')
 				traitJSON[string(key)] = frag
 			}
-			b = append(b, frag...)
+			r.b = append(r.b, frag...)
 		}
 		if v.AtLeast(1, 29) {
 			str(`, "parent_provider_uuid": `)
@@ -227,7 +264,7 @@ func (s *cSearch) render(out io.Writer, areqs []*cAreq, sums []*cProv, v web.Ver
 	}
 	str("}}")
 	flush(true)
-	return werr
+	return r.werr
 }
 
 // AllocationRequest is one allocation request of a Result as data: the
@@ -243,8 +280,8 @@ type AllocationRequest struct {
 // for in-process callers (no JSON).
 func (r *Result) Requests() []AllocationRequest {
 	s := r.s
-	out := make([]AllocationRequest, 0, len(r.areqs))
-	for _, a := range r.areqs {
+	out := make([]AllocationRequest, 0, len(r.ans.areqs))
+	r.each(func(a *cAreq) bool {
 		ar := AllocationRequest{Allocations: make(map[uuid.UUID]map[string]int64, len(a.rrs))}
 		for _, rr := range a.rrs {
 			m := ar.Allocations[rr.p.uuid]
@@ -265,6 +302,7 @@ func (r *Result) Requests() []AllocationRequest {
 			}
 		}
 		out = append(out, ar)
-	}
+		return true
+	})
 	return out
 }

@@ -22,16 +22,23 @@ type cSearch struct {
 	// usage is the usage of the inventories of the worlds searched (by
 	// cInv.ix).
 	usage []int64
-	// cap is the most candidates search returns (0: all), so that a
-	// limited request costs its limit, not the product of its groups.
+	// cap is the most candidates one search passes on (0: all), so that
+	// a limited request costs its limit, not the product of its groups.
 	cap int
+	// max is the most candidates a pass over the request generates (0:
+	// no bound), Placement's max_allocation_candidates (Finder.SetMax);
+	// generated counts them.
+	max, generated int
 	// rotate is where the walk of roots starts (randomized limited
 	// requests: a random root, wrapping around).
 	rotate int
+	// merged is the candidate merge builds, reused: a search passes it
+	// on and builds the next one in it (sinks that keep one clone it).
+	merged cAreq
 }
 
-// full reports whether n candidates reach the cap.
-func (s *cSearch) full(n int) bool { return s.cap > 0 && n >= s.cap }
+// atMax reports whether the request generated its most candidates.
+func (s *cSearch) atMax() bool { return s.max > 0 && s.generated >= s.max }
 
 // rotated is list starting at s.rotate (modulo its length), wrapping.
 func (s *cSearch) rotated(list []*cProv) []*cProv {
@@ -66,9 +73,11 @@ func (s *cSearch) anchorOK(w *cWorld, root int64) bool {
 	return true
 }
 
-// search matches every group in w and merges them; seen dedups merged
-// candidates (also across batches).
-func (s *cSearch) search(w *cWorld, seen map[string]bool) []*cAreq {
+// search matches every group in w, merges them and passes the candidates,
+// in order, to sink, which returns false to stop the search. A candidate
+// is only valid during the call (clone what is kept). seen dedups merged
+// candidates (also across batches); the walk stops at the cap and the max.
+func (s *cSearch) search(w *cWorld, seen map[string]bool, sink func(*cAreq) bool) {
 	groupAreqs := func(gi int, emit func(*cAreq) bool) {
 		g := s.groups[gi]
 		if g.SameProvider || len(g.classes) == 0 {
@@ -77,22 +86,22 @@ func (s *cSearch) search(w *cWorld, seen map[string]bool) []*cAreq {
 		}
 		s.multiProvider(w, gi, g, emit)
 	}
+	c := emitter{s: s, seen: seen, sink: sink}
 	if len(s.groups) == 1 {
 		// One group: its requests are the candidates, up to the cap.
-		c := collector{s: s, seen: seen}
 		groupAreqs(0, func(a *cAreq) bool {
 			a.one[0] = a.provs
 			a.mappings = a.one[:]
 			return c.add(a)
 		})
-		return c.out
+		return
 	}
 	perGroup := make([]map[int64][]*cAreq, len(s.groups))
 	for gi := range s.groups {
 		var areqs []*cAreq
 		groupAreqs(gi, func(a *cAreq) bool { areqs = append(areqs, a); return true })
 		if len(areqs) == 0 {
-			return nil
+			return
 		}
 		m := map[int64][]*cAreq{}
 		for _, a := range areqs {
@@ -125,7 +134,6 @@ func (s *cSearch) search(w *cWorld, seen map[string]bool) []*cAreq {
 		}
 	}
 	isolate := s.req.GroupPolicy == "isolate" && numGranular > 0
-	c := collector{s: s, seen: seen}
 	lists := make([][]*cAreq, len(s.groups))
 	pick := make([]*cAreq, len(s.groups))
 	// The combinations of one request per group, depth first in the
@@ -137,7 +145,7 @@ func (s *cSearch) search(w *cWorld, seen map[string]bool) []*cAreq {
 	var walk func(gi int, anchor int64) bool
 	walk = func(gi int, anchor int64) bool {
 		if gi == len(lists) {
-			a := s.merge(w, anchor, pick, numGranular)
+			a := s.merge(w, anchor, pick, numGranular, &s.merged)
 			if a == nil {
 				return true
 			}
@@ -168,21 +176,44 @@ func (s *cSearch) search(w *cWorld, seen map[string]bool) []*cAreq {
 			break
 		}
 	}
-	return c.out
 }
 
-// collector gathers the candidates of a search: a request made only of
-// sharing providers is kept once (seen, also across batches), and it
-// reports when the cap is reached.
-type collector struct {
+// collect is search keeping every candidate (clones).
+func (s *cSearch) collect(w *cWorld, seen map[string]bool) []*cAreq {
+	var out []*cAreq
+	s.search(w, seen, func(a *cAreq) bool {
+		out = append(out, a.clone())
+		return true
+	})
+	return out
+}
+
+// clone is a copy of a that the search will not reuse (the providers'
+// slices are shared: nothing changes them once made).
+func (a *cAreq) clone() *cAreq {
+	c := &cAreq{anchor: a.anchor, provs: a.provs, group: a.group}
+	c.rrs = append(make([]cRR, 0, len(a.rrs)), a.rrs...)
+	c.mappings = append(make([][]*cProv, 0, len(a.mappings)), a.mappings...)
+	return c
+}
+
+// emitter passes the candidates of a search on to its sink: a request made
+// only of sharing providers once (seen, also across batches), none past
+// the search's cap or the request's max.
+type emitter struct {
 	s      *cSearch
 	seen   map[string]bool
 	keyBuf []byte
-	out    []*cAreq
+	n      int // passed on by this search
+	sink   func(*cAreq) bool
 }
 
-// add keeps a unless seen, and tells whether to go on (the cap not reached).
-func (c *collector) add(a *cAreq) bool {
+// add passes a on unless seen, and tells whether to go on (the sink wants
+// more, the cap and the max not reached).
+func (c *emitter) add(a *cAreq) bool {
+	if c.s.atMax() {
+		return false
+	}
 	if a.needsKey() {
 		c.keyBuf = a.key(c.keyBuf)
 		if c.seen[string(c.keyBuf)] {
@@ -190,13 +221,18 @@ func (c *collector) add(a *cAreq) bool {
 		}
 		c.seen[string(c.keyBuf)] = true
 	}
-	c.out = append(c.out, a)
-	return !c.s.full(len(c.out))
+	c.n++
+	c.s.generated++
+	if !c.sink(a) {
+		return false
+	}
+	return !(c.s.cap > 0 && c.n >= c.s.cap) && !c.s.atMax()
 }
 
-// merge combines one allocation request per group, applying group_policy,
-// same_subtree and the final capacity check (nil when they fail).
-func (s *cSearch) merge(w *cWorld, anchor int64, pick []*cAreq, numGranular int) *cAreq {
+// merge combines one allocation request per group into m (its slices
+// reused), applying group_policy, same_subtree and the final capacity
+// check; it returns m, or nil when they fail.
+func (s *cSearch) merge(w *cWorld, anchor int64, pick []*cAreq, numGranular int, m *cAreq) *cAreq {
 	if s.req.GroupPolicy == "isolate" && numGranular > 0 {
 		// The granular groups' providers are all different.
 		for gi, a := range pick {
@@ -225,7 +261,12 @@ func (s *cSearch) merge(w *cWorld, anchor int64, pick []*cAreq, numGranular int)
 			return nil
 		}
 	}
-	m := &cAreq{anchor: anchor, mappings: make([][]*cProv, len(pick))}
+	m.anchor, m.group, m.provs = anchor, 0, nil
+	m.rrs = m.rrs[:0]
+	if cap(m.mappings) < len(pick) {
+		m.mappings = make([][]*cProv, len(pick))
+	}
+	m.mappings = m.mappings[:len(pick)]
 	for gi, a := range pick {
 		m.mappings[gi] = a.provs
 		for _, rr := range a.rrs {

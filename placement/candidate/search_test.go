@@ -53,7 +53,7 @@ func searchCap(t *testing.T, rows *testRows, policy string, limit int, groups ..
 	w := buildWorld(&worldRows{provs: rows.provs, traits: rows.traits, aggs: rows.aggs, invs: rows.invs}, -1, 0)
 	s.usage = make([]int64, w.nInv)
 	w.usageInto(s.usage, rows.usage)
-	for _, a := range s.search(w, map[string]bool{}) {
+	for _, a := range s.collect(w, map[string]bool{}) {
 		var cand [][]int64
 		for _, ps := range a.mappings {
 			var ids []int64

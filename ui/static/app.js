@@ -1,25 +1,28 @@
 // metalloc operator page: reads the API it is served by with the browser's
-// credentials and never writes. See ui/ui.go for what it shows.
+// credentials and never writes. See ui/ui.go for what it shows; grid.js
+// lays out and paints the fleet grid.
 'use strict';
 (function () {
   const API_VERSION = '1.82';
-  const POLL_MS = 2000;        // allocations, when there is no event stream
-  const SSE_SAFETY_MS = 30000; // allocations, with an event stream
+  const POLL_MS = 2000;        // allocations and groups, when there is no event stream
+  const SSE_SAFETY_MS = 30000; // allocations and groups, with an event stream
   const CONDUCTORS_MS = 5000;
   const FLEET_MS = 15000;
   const RACK_BARS = 120;       // more racks than this: the fullest only
+  const GROUP_ROWS = 50;       // groups shown: failed and allocating first, then the newest
   const COLORS = {
     available: '#2e9e4f', allocated: '#2f6fd6', maintenance: '#e0a020',
     manageable: '#9aa3ad', error: '#d43c3c',
   };
   const DIM = '#e4e6ea';
+  const G = window.MetallocGrid;
 
   // Everything the page knows; window.metalloc for tests and curious operators.
   const S = {
-    fleet: null, byUUID: new Map(), layout: null, match: null, matched: 0,
-    filter: { cls: '', trait: '', owner: '' },
-    allocations: [], allocStates: new Map(), conductors: [], live: 'connecting',
-    skew: 0, selected: -1, ready: false, firstLoad: null, fleetTiming: null,
+    fleet: null, byUUID: new Map(), layout: null, match: null, matched: 0, mode: null,
+    zoom: { row: null, rack: null }, filter: { cls: '', trait: '', owner: '' },
+    allocations: [], allocStates: new Map(), groups: [], groupByUUID: new Map(), conductors: [],
+    live: 'connecting', skew: 0, selected: -1, highlight: null, ready: false, firstLoad: null, fleetTiming: null,
   };
   window.metalloc = S;
 
@@ -32,6 +35,20 @@
     for (const k of kids) if (k != null) e.append(k);
     return e;
   };
+
+  const num = (n) => n.toLocaleString('en-US');
+
+  // fmtTime writes a time as 2026-11-26 21:44:05 +01:00: date, 24-hour
+  // local time and the offset from UTC.
+  const pad = (n) => String(n).padStart(2, '0');
+  function fmtTime(t) {
+    const d = t instanceof Date ? t : new Date(Date.parse(t));
+    if (isNaN(d)) return '';
+    const off = -d.getTimezoneOffset(), a = Math.abs(off);
+    return d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate()) + ' ' + pad(d.getHours()) + ':' +
+      pad(d.getMinutes()) + ':' + pad(d.getSeconds()) + ' ' + (off < 0 ? '-' : '+') + pad(Math.floor(a / 60)) + ':' + pad(a % 60);
+  }
+  S.fmtTime = fmtTime;
 
   // url resolves an API path against the page's origin (never its full
   // address: one opened as http://user:password@host/ui/ carries
@@ -62,7 +79,7 @@
     $('error').textContent = err ? where + ': ' + err.message : '';
   }
 
-  // ---- fleet: filters, layout, canvas ------------------------------------
+  // ---- fleet: filters, zoom, grid ----------------------------------------
 
   function fillSelect(sel, names, label) {
     const keep = sel.value;
@@ -71,77 +88,65 @@
     sel.value = names.includes(keep) ? keep : '';
   }
 
+  // fleetPath is the summary the page wants: its zoom and filters.
+  function fleetPath() {
+    const p = new URLSearchParams();
+    if (S.zoom.row !== null) p.set('row', S.zoom.row);
+    if (S.zoom.rack !== null) p.set('rack', S.zoom.rack);
+    if (S.filter.cls) p.set('resource_class', S.filter.cls);
+    if (S.filter.trait) p.set('trait', S.filter.trait);
+    if (S.filter.owner) p.set('owner', S.filter.owner === '(none)' ? '' : S.filter.owner);
+    const q = p.toString();
+    return '/v1/ui/fleet' + (q ? '?' + q : '');
+  }
+
+  // computeMatch marks the drawn nodes the filters select (the server
+  // counts them for racks and rows).
   function computeMatch() {
-    const f = S.fleet, n = f.nodes.uuid.length;
-    const cls = f.classes.indexOf(S.filter.cls), tr = f.traits.indexOf(S.filter.trait);
+    const f = S.fleet;
+    if (!f.nodes) { S.match = null; S.matched = f.matched; return; }
+    const n = f.nodes.uuid.length;
+    const cls = S.filter.cls ? f.classes.indexOf(S.filter.cls) : -1, tr = S.filter.trait ? f.traits.indexOf(S.filter.trait) : -1;
     const ow = S.filter.owner === '' ? -1 : f.owners.indexOf(S.filter.owner === '(none)' ? '' : S.filter.owner);
     const m = S.match && S.match.length === n ? S.match : new Uint8Array(n);
     let count = 0;
     for (let i = 0; i < n; i++) {
-      let ok = (cls < 0 || f.nodes.class[i] === cls) && (ow < 0 || f.nodes.owner[i] === ow);
-      if (ok && tr >= 0) ok = f.nodes.traits[i].includes(tr);
+      let ok = (!S.filter.cls || f.nodes.class[i] === cls) && (!S.filter.owner || f.nodes.owner[i] === ow);
+      if (ok && S.filter.trait) ok = tr >= 0 && f.nodes.traits[i].includes(tr);
       m[i] = ok ? 1 : 0;
       count += m[i];
     }
     S.match = m;
-    S.matched = count;
-    $('match-count').textContent = (S.filter.cls || S.filter.trait || S.filter.owner) ? count + ' match' : '';
+    S.matched = S.zoom.row === null ? count : f.matched;
   }
 
-  // layout places every node: racks are columns of cells (at most perCol
-  // high) flowing left to right, each topology row starting a new line.
+  function showMatchCount() {
+    const any = S.filter.cls || S.filter.trait || S.filter.owner;
+    $('match-count').textContent = any ? num(S.matched) + ' match' : '';
+  }
+
+  // layout places the grid for the summary's mode in the panel's size.
   function layout() {
-    const f = S.fleet, n = f.nodes.uuid.length, R = f.racks.length;
-    const cell = n <= 2000 ? 14 : n <= 20000 ? 8 : 5;
-    const fill = cell - (cell >= 8 ? 2 : 1);
-    const perCol = n <= 2000 ? 16 : n <= 20000 ? 24 : 40;
-    const labelH = 13, rowLabelW = 44, gapX = 6, gapY = 8;
-    // nodes of each rack, in id order (CSR: start[r]..start[r+1] in order)
-    const start = new Int32Array(R + 1), order = new Int32Array(n), fillAt = new Int32Array(R);
-    for (let i = 0; i < n; i++) start[f.nodes.rack[i] + 1]++;
-    for (let r = 0; r < R; r++) start[r + 1] += start[r];
-    for (let i = 0; i < n; i++) { const r = f.nodes.rack[i]; order[start[r] + fillAt[r]++] = i; }
-    const width = Math.max(600, $('grid-wrap').clientWidth - 4);
-    const racks = [], x = new Float32Array(n), y = new Float32Array(n);
-    let cx = rowLabelW, cy = 4, lineH = 0, prevRow = null;
-    const rowLabels = [];
-    for (let r = 0; r < R; r++) {
-      const count = start[r + 1] - start[r];
-      const cols = Math.max(1, Math.ceil(count / perCol));
-      const rk = f.racks[r].rack;
-      const label = rk === '' ? '—' : cell >= 8 ? 'rack ' + rk : rk;
-      const w = Math.max(cols * cell, cell >= 8 ? 44 : 16);
-      const h = labelH + Math.min(count, perCol) * cell;
-      const row = f.racks[r].row;
-      if (row !== prevRow || cx + w > width) {
-        if (prevRow !== null) { cy += lineH + gapY; }
-        cx = rowLabelW; lineH = 0;
-        if (row !== prevRow) rowLabels.push({ y: cy, text: row === '' ? 'no row' : 'row ' + row });
-        prevRow = row;
-      }
-      racks.push({ r, x: cx, y: cy, w, h, cols, start: start[r], count, label });
-      for (let k = 0; k < count; k++) {
-        const i = order[start[r] + k];
-        x[i] = cx + Math.floor(k / perCol) * cell;
-        y[i] = cy + labelH + (k % perCol) * cell;
-      }
-      cx += w + gapX;
-      lineH = Math.max(lineH, h);
-    }
-    S.layout = { cell, fill, perCol, racks, rowLabels, order, x, y, width, height: cy + lineH + 6 };
+    const f = S.fleet, wrap = $('grid-wrap');
+    const width = Math.max(480, wrap.clientWidth - 4), height = Math.max(200, wrap.clientHeight - 4);
+    S.mode = f.nodes && f.racks ? 'nodes' : f.racks ? 'racks' : 'rows';
+    S.layout = S.mode === 'nodes' ? G.layoutNodes(f, width, height)
+      : S.mode === 'racks' ? G.layoutTiles(f, width, height) : G.layoutRows(f, width);
+    S.layout.viewHeight = height;
+    $('grid-wrap').dataset.mode = S.mode;
   }
 
-  // draw paints the racks in view only: the canvas is as tall as the
+  // draw paints the part of the grid in view: the canvas is as tall as the
   // scrolled box (#grid-wrap), a sizer gives the scrollbar the full height,
-  // so a 100,000-node fleet costs what is on screen.
+  // so a large grid costs what is on screen.
   let drawQueued = false;
   function draw() {
     drawQueued = false;
     const L = S.layout, f = S.fleet;
+    if (!L) return;
     const wrap = $('grid-wrap'), canvas = $('grid'), dpr = window.devicePixelRatio || 1;
     $('grid-sizer').style.height = L.height + 'px';
-    const maxH = Math.floor(window.innerHeight * 0.72);
-    const viewH = Math.min(L.height, maxH);
+    const viewH = Math.min(L.height, Math.max(200, wrap.clientHeight));
     const top = Math.min(wrap.scrollTop, Math.max(0, L.height - viewH));
     const cw = Math.ceil(L.width * dpr), ch = Math.ceil(viewH * dpr);
     if (canvas.width !== cw || canvas.height !== ch) { // resizing reallocates the bitmap
@@ -154,52 +159,13 @@
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, L.width, viewH);
     ctx.setTransform(dpr, 0, 0, dpr, 0, -top * dpr);
-    const bottom = top + viewH;
-    const vis = L.racks.filter((rk) => rk.y < bottom && rk.y + rk.h > top);
-    ctx.fillStyle = '#4b535c';
-    ctx.font = '600 11px system-ui, sans-serif';
-    ctx.textBaseline = 'top';
-    for (const rl of L.rowLabels) if (rl.y + 30 > top && rl.y < bottom) ctx.fillText(rl.text, 2, rl.y + 13);
-    ctx.font = (L.cell >= 8 ? 10 : 8) + 'px system-ui, sans-serif';
-    ctx.fillStyle = '#6b737c';
-    for (const rk of vis) ctx.fillText(rk.label, rk.x, rk.y + 1, rk.w);
-    // one pass per colour, so the fill style changes six times, not per cell
-    const colors = f.states.map((s) => COLORS[s] || '#000');
-    const st = f.nodes.state, m = S.match, X = L.x, Y = L.y, w = L.fill, order = L.order;
-    let drawn = 0;
-    for (let c = -1; c < colors.length; c++) {
-      ctx.fillStyle = c < 0 ? DIM : colors[c];
-      for (const rk of vis) {
-        for (let k = rk.start, end = rk.start + rk.count; k < end; k++) {
-          const i = order[k];
-          if ((m[i] ? st[i] : -1) === c) { ctx.fillRect(X[i], Y[i], w, w); drawn++; }
-        }
-      }
-    }
-    if (S.selected >= 0) {
-      ctx.strokeStyle = '#000';
-      ctx.lineWidth = 2;
-      ctx.strokeRect(X[S.selected] - 1, Y[S.selected] - 1, w + 2, w + 2);
-    }
-    L.drawn = drawn;
+    L.drawn = G.draw(ctx, L, f, {
+      top, bottom: top + viewH, colors: COLORS, dim: DIM, match: S.match, selected: S.selected, highlight: S.highlight,
+    });
     L.top = top;
   }
   function queueDraw() {
     if (!drawQueued && S.layout) { drawQueued = true; requestAnimationFrame(draw); }
-  }
-
-  // nodeAt is the node under grid point (px, py) (unscrolled), or -1.
-  function nodeAt(px, py) {
-    const L = S.layout;
-    if (!L) return -1;
-    for (const rk of L.racks) {
-      if (px < rk.x || px >= rk.x + rk.w || py < rk.y || py >= rk.y + rk.h) continue;
-      const col = Math.floor((px - rk.x) / L.cell), row = Math.floor((py - rk.y - 13) / L.cell);
-      if (row < 0 || row >= L.perCol) return -1;
-      const k = col * L.perCol + row;
-      return k < rk.count ? L.order[rk.start + k] : -1;
-    }
-    return -1;
   }
 
   // cellCenter scrolls node i into view and gives its centre in page
@@ -214,7 +180,7 @@
 
   function renderLegend() {
     const f = S.fleet, counts = new Array(f.states.length).fill(0);
-    for (const s of f.nodes.state) counts[s]++;
+    for (const r of f.rows) r.states.forEach((n, k) => { counts[k] += n; });
     $('legend').replaceChildren(...f.states.map((s, k) => {
       const i = el('i');
       i.style.background = COLORS[s];
@@ -223,78 +189,138 @@
     S.stateCounts = Object.fromEntries(f.states.map((s, k) => [s, counts[k]]));
   }
 
+  // bar is one free/total bar: the filled part is the free share.
   function bar(label, free, total, title) {
-    const used = total - free, pct = total ? (100 * used) / total : 0;
-    const u = el('div', { class: 'used' + (total && free === 0 ? ' full' : '') });
-    u.style.width = pct.toFixed(1) + '%';
-    return el('div', { class: 'bar', title: title || label },
-      el('span', { class: 'label' }, label), el('div', { class: 'track' }, u),
-      el('span', { class: 'num' }, free + ' / ' + total));
+    const share = total ? free / total : 0;
+    const fill = el('div', { class: 'free' });
+    fill.style.width = (100 * share).toFixed(1) + '%';
+    return el('div', { class: 'bar' + (total && free === 0 ? ' full' : ''), title: title || label, 'data-free': free, 'data-total': total },
+      el('span', { class: 'label' }, label), el('div', { class: 'track' }, fill),
+      el('span', { class: 'num' }, num(free) + ' / ' + num(total)));
   }
+
+  const rackName = (r) => (r.row === '' ? '' : 'row ' + r.row + ' ') + (r.rack === '' ? '(no rack)' : 'rack ' + r.rack);
 
   function renderBars() {
     const f = S.fleet;
     $('class-bars').replaceChildren(...f.class_summary.map((c) =>
       bar(c.name || '(none)', c.free, c.total, (c.name || '(none)') + ': ' + c.free + ' free of ' + c.total)));
-    let racks = f.racks.map((r, k) => ({ ...r, k }));
-    if (racks.length > RACK_BARS) {
-      racks.sort((a, b) => a.free / a.total - b.free / b.total || a.k - b.k);
-      racks = racks.slice(0, RACK_BARS);
-      $('rack-note').textContent = 'fullest ' + RACK_BARS + ' of ' + f.racks.length;
+    const byRow = !f.racks;
+    let items = (byRow ? f.rows : f.racks).map((r, k) => ({ ...r, k }));
+    $('rack-title').textContent = byRow ? 'free / total per row' : 'free / total per rack';
+    if (items.length > RACK_BARS) {
+      items.sort((a, b) => a.free / a.total - b.free / b.total || a.k - b.k);
+      items = items.slice(0, RACK_BARS);
+      $('rack-note').textContent = 'fullest ' + RACK_BARS + ' of ' + (byRow ? f.row_count : f.racks.length);
     } else {
       $('rack-note').textContent = '';
     }
-    $('rack-bars').replaceChildren(...racks.map((r) => {
-      const name = (r.row === '' ? '' : 'row ' + r.row + ' ') + (r.rack === '' ? '(no rack)' : 'rack ' + r.rack);
-      return bar(name, r.free, r.total);
-    }));
+    $('rack-bars').replaceChildren(...items.map((r) => bar(byRow ? (r.row === '' ? '(no row)' : 'row ' + r.row) : rackName(r),
+      r.free, r.total)));
   }
 
+  // renderZoom shows where the grid is (whole fleet, a row, a rack) and
+  // what it draws, with links back up.
+  function renderZoom() {
+    const f = S.fleet, parts = [];
+    const link = (text, row, rack) => el('a', { href: '#', onclick: (ev) => { ev.preventDefault(); zoomTo(row, rack); } }, text);
+    parts.push(S.zoom.row === null ? el('b', {}, 'whole fleet') : link('whole fleet', null, null));
+    if (S.zoom.row !== null) {
+      const name = S.zoom.row === '' ? 'no row' : 'row ' + S.zoom.row;
+      parts.push(' › ', S.zoom.rack === null ? el('b', {}, name) : link(name, S.zoom.row, null));
+    }
+    if (S.zoom.rack !== null) parts.push(' › ', el('b', {}, S.zoom.rack === '' ? 'no rack' : 'rack ' + S.zoom.rack));
+    const what = S.mode === 'nodes' ? num(f.selection_total) + ' nodes drawn'
+      : S.mode === 'racks' ? 'racks summarised (over ' + num(f.node_limit) + ' nodes): click a rack to draw its nodes'
+        : 'rows summarised (over ' + num(f.rack_limit) + ' racks): click a row for its racks';
+    $('zoom').replaceChildren(...parts, el('small', {}, ' — ' + what));
+  }
+
+  function zoomTo(row, rack) {
+    S.zoom = { row, rack };
+    S.selected = -1;
+    $('grid-wrap').scrollTop = 0;
+    scheduleFleet(0);
+  }
+  S.zoomTo = zoomTo;
+
   async function loadFleet() {
-    const t0 = performance.now();
-    const f = await api('/v1/ui/fleet');
+    const path = fleetPath(), t0 = performance.now();
+    const f = await api(path);
     const t1 = performance.now();
     S.skew = Date.parse(f.generated_at) - Date.now();
     S.fleet = f;
     const phases = {}, tick = (name, fn) => { const t = performance.now(); fn(); phases[name] = performance.now() - t; };
     tick('index', () => {
-      const m = new Map(), u = f.nodes.uuid;
-      for (let i = 0; i < u.length; i++) m.set(u[i], i);
+      const m = new Map();
+      if (f.nodes) { const u = f.nodes.uuid; for (let i = 0; i < u.length; i++) m.set(u[i], i); }
       S.byUUID = m;
+      if (S.selectedUUID && m.has(S.selectedUUID)) S.selected = m.get(S.selectedUUID); else S.selected = -1;
+      markGroupNodes();
     });
     tick('filters', () => {
       fillSelect($('f-class'), f.classes.filter((c) => c !== ''));
       fillSelect($('f-trait'), f.traits);
       fillSelect($('f-owner'), f.owners.map((o) => (o === '' ? '(none)' : o)));
       computeMatch();
+      showMatchCount();
     });
     tick('layout', layout);
     tick('draw', draw);
-    tick('bars', () => { renderLegend(); renderBars(); });
-    $('node-count').textContent = f.nodes.uuid.length + ' nodes in ' + f.racks.length + ' racks';
-    $('updated').textContent = 'fleet at ' + new Date(Date.parse(f.generated_at)).toLocaleTimeString();
+    tick('bars', () => { renderLegend(); renderBars(); renderZoom(); });
+    const racks = f.rows.reduce((n, r) => n + r.racks, 0);
+    $('node-count').textContent = num(f.total) + ' nodes in ' + num(racks) + ' racks';
+    $('updated').textContent = 'fleet at ' + fmtTime(f.generated_at);
     S.fleetTiming = { fetchMs: t1 - t0, renderMs: performance.now() - t1, phases };
     if (S.firstLoad === null) S.firstLoad = performance.now();
     S.ready = true;
     document.body.dataset.ready = '1';
+    if (fleetPath() !== path) scheduleFleet(0); // the zoom or a filter changed meanwhile
   }
 
   for (const [id, key] of [['f-class', 'cls'], ['f-trait', 'trait'], ['f-owner', 'owner']]) {
     $(id).addEventListener('change', (ev) => {
       S.filter[key] = ev.target.value;
-      if (S.fleet) { computeMatch(); draw(); }
+      if (S.fleet && S.fleet.nodes) { computeMatch(); showMatchCount(); draw(); }
+      scheduleFleet(0); // the counts per rack and row come from the server
     });
   }
-  window.addEventListener('resize', () => { if (S.fleet) { layout(); draw(); } });
+  // the panel's size changes with the window, a scrollbar, the aside: lay
+  // the grid out again to fill it
+  let sized = '';
+  new ResizeObserver(() => {
+    const wrap = $('grid-wrap'), size = wrap.clientWidth + 'x' + wrap.clientHeight;
+    if (S.fleet && size !== sized) { sized = size; layout(); draw(); }
+  }).observe($('grid-wrap'));
   $('grid-wrap').addEventListener('scroll', queueDraw);
-  $('grid').addEventListener('click', (ev) => {
+  const gridPoint = (ev) => {
     const b = $('grid').getBoundingClientRect();
-    const i = nodeAt(ev.clientX - b.left, ev.clientY - b.top + (S.layout ? S.layout.top : 0));
-    if (i >= 0) showNode(S.fleet.nodes.uuid[i]);
+    return [ev.clientX - b.left, ev.clientY - b.top + (S.layout ? S.layout.top : 0)];
+  };
+  $('grid').addEventListener('click', (ev) => {
+    const h = G.hit(S.layout, ...gridPoint(ev));
+    if (!h) return;
+    if (h.node !== undefined) showNode(S.fleet.nodes.uuid[h.node]);
+    else if (h.rack !== undefined) zoomTo(S.fleet.racks[h.rack].row, S.fleet.racks[h.rack].rack);
+    else zoomTo(S.fleet.rows[h.row].row, null);
+  });
+  // the canvas's tooltip names what is under the pointer
+  $('grid').addEventListener('mousemove', (ev) => {
+    const h = G.hit(S.layout, ...gridPoint(ev)), f = S.fleet;
+    let t = '';
+    const counts = (r) => r.free + ' free of ' + r.total + '; ' + f.states.map((s, k) => s + ' ' + r.states[k]).join(', ');
+    if (h && h.node !== undefined) {
+      const i = h.node;
+      t = (f.nodes.name[i] || f.nodes.uuid[i]) + ': ' + f.states[f.nodes.state[i]] + ' (' + f.nodes.provision_state[i] + '), ' +
+        (f.classes[f.nodes.class[i]] || '');
+    } else if (h && h.rack !== undefined) t = rackName(f.racks[h.rack]) + ': ' + counts(f.racks[h.rack]);
+    else if (h) t = (f.rows[h.row].row === '' ? 'no row' : 'row ' + f.rows[h.row].row) + ': ' + counts(f.rows[h.row]);
+    $('grid').title = t;
   });
   $('details-close').addEventListener('click', () => {
     $('details').hidden = true;
     S.selected = -1;
+    S.selectedUUID = null;
     draw();
   });
 
@@ -306,7 +332,13 @@
     return d;
   }
 
+  const groupLabel = (uuid) => {
+    const g = S.groupByUUID.get(uuid);
+    return g && g.name ? g.name : uuid.slice(0, 8);
+  };
+
   async function showNode(uuid) {
+    S.selectedUUID = uuid;
     S.selected = S.byUUID.has(uuid) ? S.byUUID.get(uuid) : -1;
     draw();
     $('details').hidden = false;
@@ -326,14 +358,15 @@
         ['resource class', n.resource_class], ['owner', n.owner], ['lessee', n.lessee],
         ['topology', ['row', 'rack', 'slot'].filter((k) => extra[k] !== undefined).map((k) => k + ' ' + extra[k]).join(', ')],
         ['traits', traits.join(', ')], ['last error', n.last_error],
-        ['instance', n.instance_uuid],
+        ['instance', n.instance_uuid], ['updated', fmtTime(n.updated_at)],
       ])];
       if (alloc) {
         body.push(el('h2', {}, 'allocation'), dl([
           ['uuid', el('span', { class: 'mono' }, alloc.uuid)], ['name', alloc.name],
           ['state', el('span', { class: 'state ' + alloc.state }, alloc.state)],
+          ['group', alloc.allocation_group_uuid ? el('span', { class: 'group-mark' }, 'group ' + groupLabel(alloc.allocation_group_uuid)) : ''],
           ['owner', alloc.owner], ['traits', (alloc.traits || []).join(', ')],
-          ['created', alloc.created_at], ['last error', alloc.last_error ? explain(alloc.last_error) : ''],
+          ['created', fmtTime(alloc.created_at)], ['last error', alloc.last_error ? explain(alloc.last_error) : ''],
         ]));
       } else {
         body.push(el('p', {}, 'no allocation'));
@@ -345,7 +378,7 @@
   }
   S.showNode = showNode;
 
-  // ---- allocations -------------------------------------------------------
+  // ---- allocations and groups ---------------------------------------------
 
   // explain turns a last_error into something readable: the conductor's
   // text is Ironic's sentence then our per-filter counts, e.g. "Failed to process
@@ -354,7 +387,7 @@
   // sentence is the summary, the counts a funnel, one line per filter with
   // the nodes it left (older rows: "no node fits: ..." alone).
   function explain(msg) {
-    const text = msg.replace(/^Failed to process allocation [0-9a-f-]+: /, '');
+    const text = msg.replace(/^Failed to process allocation (group )?[0-9a-f-]+: /, '');
     const m = /^(.*?)\.?\s*\(no node fits: (.*)\)$/.exec(text) || /^()no node fits: (.*?)\.?$/.exec(text);
     if (!m) return el('div', { class: 'last-error' }, el('span', { class: 'summary' }, text));
     const ul = el('ul', { class: 'funnel' });
@@ -367,30 +400,34 @@
   }
   S.explain = explain;
 
+  const nodeLink = (uuid) => {
+    const ni = S.byUUID.get(uuid), f = S.fleet;
+    return el('a', { href: '#', onclick: (ev) => { ev.preventDefault(); showNode(uuid); } },
+      ni !== undefined && f.nodes.name[ni] ? f.nodes.name[ni] : uuid.slice(0, 8));
+  };
+
   let allocBusy = false, allocAgain = false;
   async function loadAllocations() {
     if (allocBusy) { allocAgain = true; return; }
     allocBusy = true;
     try {
-      const body = await api('/v1/allocations?limit=50&sort_key=created_at&sort_dir=desc');
+      const [body] = await Promise.all([api('/v1/allocations?limit=50&sort_key=created_at&sort_dir=desc'), loadGroups()]);
       S.allocations = body.allocations || [];
       let changed = false;
       const rows = S.allocations.map((a) => {
         const prev = S.allocStates.get(a.uuid);
         if (prev !== a.state) changed = true;
         S.allocStates.set(a.uuid, a.state);
-        const ni = a.node_uuid ? S.byUUID.get(a.node_uuid) : undefined;
-        const nodeCell = a.node_uuid
-          ? el('a', { href: '#', onclick: (ev) => { ev.preventDefault(); showNode(a.node_uuid); } },
-            ni !== undefined && S.fleet.nodes.name[ni] ? S.fleet.nodes.name[ni] : a.node_uuid.slice(0, 8))
-          : '';
-        return el('tr', { 'data-uuid': a.uuid, 'data-state': a.state, class: prev === undefined && S.ready ? 'new' : '' },
+        const g = a.allocation_group_uuid;
+        return el('tr', { 'data-uuid': a.uuid, 'data-state': a.state, 'data-group': g || '', class: prev === undefined && S.ready ? 'new' : '' },
           el('td', {}, el('span', { class: 'mono' }, a.uuid.slice(0, 8)), a.name ? ' ' + a.name : ''),
-          el('td', {}, a.resource_class),
+          el('td', {}, g ? el('a', { href: '#', class: 'group-mark', title: 'member of allocation group ' + g,
+            onclick: (ev) => { ev.preventDefault(); selectGroup(g); } }, groupLabel(g)) : ''),
+          el('td', { class: 'class' }, a.resource_class),
           el('td', {}, (a.traits || []).join(', ')),
           el('td', {}, el('span', { class: 'state ' + a.state }, a.state)),
-          el('td', {}, nodeCell),
-          el('td', {}, new Date(Date.parse(a.created_at)).toLocaleTimeString()),
+          el('td', {}, a.node_uuid ? nodeLink(a.node_uuid) : ''),
+          el('td', { class: 'time' }, fmtTime(a.created_at)),
           el('td', {}, a.last_error ? explain(a.last_error) : ''));
       });
       $('allocations').tBodies[0].replaceChildren(...rows);
@@ -405,20 +442,69 @@
     }
   }
 
+  // loadGroups reads the allocation groups (the first page: they list in
+  // creation order) and shows those in error and allocating first, then the
+  // newest, GROUP_ROWS at most.
+  async function loadGroups() {
+    let body;
+    try {
+      body = await api('/v1/allocation_groups?limit=1000');
+    } catch (err) {
+      $('groups').tBodies[0].replaceChildren(el('tr', {}, el('td', { colspan: 8 }, err.message)));
+      return;
+    }
+    const all = body.allocation_groups || [];
+    S.groups = all;
+    S.groupByUUID = new Map(all.map((g) => [g.uuid, g]));
+    const rank = { error: 0, allocating: 1 };
+    const shown = [...all].sort((a, b) => (rank[a.state] ?? 2) - (rank[b.state] ?? 2) ||
+      Date.parse(b.created_at) - Date.parse(a.created_at)).slice(0, GROUP_ROWS);
+    const errors = all.filter((g) => g.state === 'error').length;
+    $('groups-note').textContent = all.length + ' groups' + (errors ? ', ' + errors + ' in error' : '') +
+      (all.length > shown.length ? '; showing ' + shown.length : '');
+    $('groups').tBodies[0].replaceChildren(...shown.map((g) => {
+      const rule = g.required ? 'required ' + g.required : g.preferred ? 'preferred ' + g.preferred : '';
+      const members = el('td', { class: 'members' }, g.members.length + ' of ' + g.count);
+      g.nodes.forEach((n, k) => { if (n) members.append(k ? ', ' : ': ', nodeLink(n)); });
+      return el('tr', { 'data-uuid': g.uuid, 'data-state': g.state, class: S.groupSelected === g.uuid ? 'selected' : '',
+        onclick: (ev) => { if (ev.target.tagName !== 'A') selectGroup(g.uuid); } },
+      el('td', {}, el('span', { class: 'mono' }, g.uuid.slice(0, 8)), g.name ? ' ' + g.name : ''),
+      el('td', {}, el('span', { class: 'state ' + g.state }, g.state)),
+      el('td', { class: 'class' }, g.resource_class), el('td', {}, rule), el('td', {}, g.domain || ''),
+      members, el('td', { class: 'time' }, fmtTime(g.created_at)),
+      el('td', {}, g.last_error ? explain(g.last_error) : ''));
+    }));
+    markGroupNodes();
+  }
+
+  // selectGroup outlines a group's nodes in the grid (again: none).
+  function selectGroup(uuid) {
+    S.groupSelected = S.groupSelected === uuid ? null : uuid;
+    for (const tr of $('groups').tBodies[0].rows) tr.classList.toggle('selected', tr.dataset.uuid === S.groupSelected);
+    markGroupNodes();
+    draw();
+  }
+  S.selectGroup = selectGroup;
+
+  function markGroupNodes() {
+    const g = S.groupSelected && S.groupByUUID.get(S.groupSelected);
+    S.highlight = g ? new Set(g.nodes.map((n) => S.byUUID.get(n)).filter((i) => i !== undefined)) : null;
+  }
+
   // ---- conductors --------------------------------------------------------
 
+  // loadConductors shows each conductor alive, dead (online, heartbeat run
+  // out: what metalloc_conductors_dead counts) or stopped (went offline
+  // cleanly), as GET /v1/ui/conductors tells them apart.
   async function loadConductors() {
     try {
-      const body = await api('/v1/conductors?detail=True');
+      const body = await api('/v1/ui/conductors');
       S.conductors = body.conductors || [];
-      const now = Date.now() + S.skew;
-      $('conductors').tBodies[0].replaceChildren(...S.conductors.map((c) => {
-        const age = c.updated_at ? Math.max(0, (now - Date.parse(c.updated_at)) / 1000) : NaN;
-        return el('tr', { 'data-hostname': c.hostname },
-          el('td', {}, c.hostname), el('td', {}, c.conductor_group || ''),
-          el('td', {}, el('span', { class: 'state ' + (c.alive ? 'alive' : 'dead') }, c.alive ? 'alive' : 'dead')),
-          el('td', {}, isNaN(age) ? '' : age.toFixed(1) + ' s'));
-      }));
+      $('conductors').tBodies[0].replaceChildren(...S.conductors.map((c) => el('tr', { 'data-hostname': c.hostname, 'data-state': c.state },
+        el('td', {}, c.hostname), el('td', {}, c.conductor_group || ''),
+        el('td', {}, el('span', { class: 'state ' + c.state, title: c.state === 'dead' ? 'online, but the expiry its last heartbeat wrote has passed: its work is taken over' : c.state === 'stopped' ? 'went offline cleanly' : 'heartbeating' }, c.state)),
+        el('td', {}, c.state === 'stopped' ? 'since ' + fmtTime(c.updated_at)
+          : c.heartbeat_age === null ? '' : c.heartbeat_age.toFixed(1) + ' s ago'))));
     } catch (err) {
       $('conductors').tBodies[0].replaceChildren(el('tr', {}, el('td', { colspan: 4 }, err.status === 403 ? 'not visible to you' : err.message)));
     }
@@ -430,7 +516,7 @@
   function scheduleFleet(ms) {
     clearTimeout(fleetTimer);
     fleetTimer = setTimeout(async () => {
-      if (fleetBusy) { scheduleFleet(1000); return; }
+      if (fleetBusy) { scheduleFleet(200); return; }
       fleetBusy = true;
       try { await loadFleet(); } catch (err) { showError('fleet', err); }
       fleetBusy = false;

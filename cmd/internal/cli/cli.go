@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"syscall"
@@ -13,8 +14,10 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
+	"github.com/metalloc/metalloc/buildinfo"
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/web"
 )
 
 // ChangedFlags returns a flag set holding only the flags the user set on cmd,
@@ -37,10 +40,11 @@ type Service struct {
 	// Ctx ends on SIGINT or SIGTERM.
 	Ctx  context.Context
 	stop context.CancelFunc
+	name string
 }
 
 // StartService loads the configuration (--config file, environment, flags),
-// builds the logger, installs SIGINT/SIGTERM handling (the first signal ends
+// builds the logger, logs the start with the build (version, commit), installs SIGINT/SIGTERM handling (the first signal ends
 // Ctx, a second one exits at once with 128+signal), opens the database pool
 // as application name (pool, when given, adjusts its options from the
 // configuration) and refuses an unmigrated or newer schema.
@@ -54,8 +58,12 @@ func StartService(cmd *cobra.Command, name string, pool ...func(config.Config, *
 	if err != nil {
 		return nil, err
 	}
+	bi := buildinfo.Get()
+	log.Info(name+" starting", zap.String("service", name), zap.String("version", bi.Version),
+		zap.String("commit", bi.Commit), zap.String("build_date", bi.Date), zap.String("go", bi.GoVersion),
+		zap.String("config", path))
 	if err := cfg.RequireDatabase(); err != nil {
-		return nil, err
+		return nil, Exit(ExitConfig, err)
 	}
 	ctx, stop := stopOnSignal(log)
 	opts := db.PoolOptions{MaxConns: cfg.Database.MaxConns, ApplicationName: name}
@@ -72,7 +80,7 @@ func StartService(cmd *cobra.Command, name string, pool ...func(config.Config, *
 		stop()
 		return nil, err
 	}
-	return &Service{Config: cfg, Log: log.With(zap.String("service", name)), Pool: p, Ctx: ctx, stop: stop}, nil
+	return &Service{Config: cfg, Log: log.With(zap.String("service", name)), Pool: p, Ctx: ctx, stop: stop, name: name}, nil
 }
 
 // stopOnSignal returns a context that ends at the first SIGINT or SIGTERM;
@@ -100,6 +108,20 @@ func stopOnSignal(log *zap.Logger) (context.Context, context.CancelFunc) {
 		os.Exit(code)
 	}()
 	return ctx, func() { signal.Stop(sigc); cancel() }
+}
+
+// DatabaseCheck is the /readyz check of a database-backed daemon: the
+// database answers and its schema is the one this binary needs (the
+// message names both versions, never the database's address).
+func (s *Service) DatabaseCheck() web.Check {
+	return web.Check{Name: "database", Func: func(ctx context.Context) error {
+		err := db.CheckSchema(ctx, s.Pool)
+		if err == nil || errors.Is(err, db.ErrSchemaOutdated) || errors.Is(err, db.ErrSchemaTooNew) {
+			return err
+		}
+		s.Log.Debug("readiness: database check failed", zap.Error(err))
+		return errors.New("database unreachable")
+	}}
 }
 
 // Close releases the pool, the signal handler and flushes the log.

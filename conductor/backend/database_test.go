@@ -1,0 +1,252 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"github.com/metalloc/metalloc/allocation"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/metalloc/metalloc/db/dbtest"
+)
+
+// fixture is a database with conductors and helpers to add nodes.
+type fixture struct {
+	t    *testing.T
+	pool *pgxpool.Pool
+	q    *Queries
+	// aq is package allocation's statements (the API's inserts).
+	aq *allocation.Queries
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	pool := dbtest.New(t)
+	return &fixture{t: t, pool: pool, q: New(pool), aq: allocation.New(pool)}
+}
+
+// conductor registers a live conductor named name.
+func (f *fixture) conductor(name string) int64 { return dbtest.Conductor(f.t, f.pool, name, 0, true) }
+
+// node adds an available, powered node.
+func (f *fixture) node(name, rc string, traits ...string) int64 {
+	id, _ := dbtest.Node(f.t, f.pool, dbtest.NodeSpec{Name: name, ResourceClass: rc, Traits: traits})
+	return id
+}
+
+func (f *fixture) allocation(name *string, rc string, traits ...string) allocation.CreateAllocationRow {
+	if traits == nil {
+		traits = []string{}
+	}
+	row, err := f.aq.CreateAllocation(context.Background(), allocation.CreateAllocationParams{
+		Uuid: uuid.New(), Name: name, ResourceClass: rc, Extra: []byte("{}"), State: allocation.StateAllocating, Traits: traits,
+	})
+	require.NoError(f.t, err)
+	return row
+}
+
+// get reads allocation id as the API shows it.
+func (f *fixture) get(id int64) allocation.View {
+	var u uuid.UUID
+	require.NoError(f.t, f.pool.QueryRow(context.Background(), `SELECT uuid FROM allocations WHERE id = $1`, id).Scan(&u))
+	v, err := allocation.NewStore(f.pool).Get(context.Background(), u.String())
+	require.NoError(f.t, err)
+	return v
+}
+
+// claim takes up to n unowned allocating rows for conductor me, as
+// conductor.Rows.Claim does, so that tests can drive Process (the slow path)
+// themselves.
+func claim(t *testing.T, a *Database, me int64, n int) []Claimed {
+	ctx := context.Background()
+	rows, err := a.pool.Query(ctx, `UPDATE allocations SET conductor_affinity = $1
+		 WHERE id IN (SELECT id FROM allocations WHERE state = 'allocating' AND conductor_affinity IS NULL
+		               ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id`, me, n)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	out, err := Read(ctx, a.pool, me, ids)
+	require.NoError(t, err)
+	return out
+}
+
+// drain claims and processes until nothing is left, as one conductor.
+func drain(t *testing.T, a *Database, me int64) {
+	ctx := context.Background()
+	for {
+		claimed := claim(t, a, me, 4)
+		if len(claimed) == 0 {
+			return
+		}
+		for _, c := range claimed {
+			_, err := settle(ctx, a, me, c)
+			require.NoError(t, err)
+		}
+	}
+}
+
+func TestReserveConcurrentConductors(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for i := range 40 {
+		traits := []string{"CUSTOM_A"}
+		if i%2 == 0 {
+			traits = append(traits, "CUSTOM_B")
+		}
+		f.node(fmt.Sprintf("gold-%d", i), "gold", traits...)
+	}
+	for i := range 10 {
+		f.node(fmt.Sprintf("silver-%d", i), "silver")
+	}
+	var ids []int64
+	for range 30 { // 20 fit CUSTOM_B, so 10 of these must fail
+		ids = append(ids, f.allocation(nil, "gold", "CUSTOM_B").ID)
+	}
+	for range 15 { // 10 silver nodes: 5 must fail
+		ids = append(ids, f.allocation(nil, "silver").ID)
+	}
+	var wg sync.WaitGroup
+	for i := range 4 {
+		me := f.conductor(fmt.Sprintf("c%d", i))
+		a := NewDatabase(f.pool, zaptest.NewLogger(t))
+		wg.Add(1)
+		go func() { defer wg.Done(); drain(t, a, me) }()
+	}
+	wg.Wait()
+
+	states := map[string]map[allocation.State]int{}
+	nodes := map[uuid.UUID]int{}
+	for _, id := range ids {
+		v := f.get(id)
+		if states[v.ResourceClass] == nil {
+			states[v.ResourceClass] = map[allocation.State]int{}
+		}
+		states[v.ResourceClass][v.State]++
+		if v.State == allocation.StateActive {
+			require.NotNil(t, v.NodeUUID)
+			nodes[*v.NodeUUID]++
+			var held uuid.UUID
+			require.NoError(t, f.pool.QueryRow(context.Background(),
+				`SELECT instance_uuid FROM nodes WHERE uuid = $1 AND allocation_id = $2`, *v.NodeUUID, id).Scan(&held))
+			require.Equal(t, v.Uuid, held)
+		} else {
+			require.Equal(t, allocation.StateError, v.State)
+			require.NotNil(t, v.LastError)
+		}
+	}
+	require.Equal(t, map[allocation.State]int{allocation.StateActive: 20, allocation.StateError: 10}, states["gold"])
+	require.Equal(t, map[allocation.State]int{allocation.StateActive: 10, allocation.StateError: 5}, states["silver"])
+	for n, count := range nodes {
+		require.Equal(t, 1, count, "node %s booked twice", n)
+	}
+}
+
+func TestReserveLastErrorCountsFilters(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for i := range 5 {
+		f.node(fmt.Sprintf("g%d", i), "gold", "CUSTOM_NVME")
+	}
+	_, err := f.pool.Exec(context.Background(), `UPDATE nodes SET maintenance = true WHERE name = 'g0'`)
+	require.NoError(t, err)
+	row := f.allocation(nil, "gold", "CUSTOM_GPU_A100")
+	drain(t, NewDatabase(f.pool, zaptest.NewLogger(t)), f.conductor("c"))
+	v := f.get(row.ID)
+	require.Equal(t, allocation.StateError, v.State)
+	require.Equal(t, fmt.Sprintf("Failed to process allocation %s: no suitable nodes have the requested traits CUSTOM_GPU_A100. "+
+		"(no node fits: 5 of resource class gold, 4 available, 0 with traits CUSTOM_GPU_A100)", v.Uuid), *v.LastError)
+}
+
+func TestReservePrefersNodeNamedLikeAllocation(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for i := range 20 {
+		f.node(fmt.Sprintf("n%d", i), "gold")
+	}
+	name := "n13"
+	row := f.allocation(&name, "gold")
+	drain(t, NewDatabase(f.pool, zaptest.NewLogger(t)), f.conductor("c"))
+	v := f.get(row.ID)
+	require.Equal(t, allocation.StateActive, v.State)
+	var nodeName string
+	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT name FROM nodes WHERE uuid = $1`, *v.NodeUUID).Scan(&nodeName))
+	require.Equal(t, "n13", nodeName)
+}
+
+func TestProcessIsGuardedByConductorAffinity(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.node("n1", "gold")
+	row := f.allocation(nil, "gold")
+	a := NewDatabase(f.pool, zaptest.NewLogger(t))
+	me, other := f.conductor("slow"), f.conductor("new-owner")
+	claimed := claim(t, a, me, 1)
+	require.Len(t, claimed, 1)
+	// Another conductor takes the row over while "slow" is paused.
+	tag, err := f.pool.Exec(context.Background(),
+		`UPDATE allocations SET conductor_affinity = $1 WHERE id = $2 AND conductor_affinity = $3`, other, row.ID, me)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+	out, err := settle(context.Background(), a, me, claimed[0])
+	require.NoError(t, err)
+	require.Equal(t, Lost, out)
+	v := f.get(row.ID)
+	require.Equal(t, allocation.StateAllocating, v.State)
+	require.Nil(t, v.NodeUUID)
+	var free bool
+	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT instance_uuid IS NULL FROM nodes WHERE name = 'n1'`).Scan(&free))
+	require.True(t, free, "a lost reservation must not touch the node")
+	// The failure path is guarded the same way.
+	out, err = a.fail(context.Background(), me, claimed[0], "late")
+	require.NoError(t, err)
+	require.Equal(t, Lost, out)
+	require.Equal(t, allocation.StateAllocating, f.get(row.ID).State)
+}
+
+func TestClaimReserveBatch(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	f.node("only-gpu", "gpu")
+	for i := range 3 {
+		f.node(fmt.Sprintf("s%d", i), "silver")
+	}
+	// Two want the single gpu node, one wants a class nobody has, three fit.
+	var ids []int64
+	for _, rc := range []string{"gpu", "gpu", "none", "silver", "silver", "silver"} {
+		ids = append(ids, f.allocation(nil, rc).ID)
+	}
+	a := NewDatabase(f.pool, zaptest.NewLogger(t))
+	me := f.conductor("c")
+	reserved, rest, err := a.ClaimReserve(ctx, me, 10)
+	require.NoError(t, err)
+	require.Len(t, reserved, 4, "one gpu and three silver")
+	require.Len(t, rest, 2, "the second gpu request and the unknown class")
+	for _, id := range ids {
+		v := f.get(id)
+		require.Equal(t, me, *v.ConductorAffinity, "every row is claimed")
+	}
+	for _, c := range reserved {
+		v := f.get(c.ID)
+		require.Equal(t, allocation.StateActive, v.State)
+		require.NotNil(t, v.NodeUUID)
+	}
+	for _, c := range rest {
+		require.Equal(t, allocation.StateAllocating, f.get(c.ID).State)
+		out, err := settle(ctx, a, me, c)
+		require.NoError(t, err)
+		require.Equal(t, Failed, out)
+		require.Contains(t, *f.get(c.ID).LastError, "no node fits")
+	}
+	// Nothing left to claim.
+	reserved, rest, err = a.ClaimReserve(ctx, me, 10)
+	require.NoError(t, err)
+	require.Empty(t, reserved)
+	require.Empty(t, rest)
+}

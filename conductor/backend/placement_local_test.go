@@ -1,0 +1,332 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"github.com/metalloc/metalloc/allocation"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/metalloc/metalloc/placement/client"
+)
+
+// TestPlacementModeAuto: mode auto claims in-process against a
+// metalloc-placement on the same database, over HTTP against a Placement
+// whose version document names no database (OpenStack Placement) or
+// another one.
+func TestPlacementModeAuto(t *testing.T) {
+	t.Parallel()
+	f := psetup(t)
+	ctx := context.Background()
+	require.True(t, f.allocatorMode("c1", PlacementModeAuto).Local(ctx))
+	require.True(t, f.allocatorMode("c1", "").Local(ctx))
+	require.True(t, f.allocatorMode("c1", PlacementModeLocal).Local(ctx))
+	require.False(t, f.allocatorMode("c1", PlacementModeHTTP).Local(ctx))
+	for _, header := range []string{"", "0123456789abcdef0123456789abcdef"} {
+		other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if header != "" {
+				w.Header().Set("X-Metalloc-Database-Identity", header)
+			}
+			_, _ = w.Write([]byte(`{"versions": []}`))
+		}))
+		a := NewPlacement(f.pool, client.New(other.URL, "admin", time.Second), PlacementConfig{}, zaptest.NewLogger(t))
+		require.False(t, a.Local(ctx))
+		other.Close()
+	}
+	// Unreachable: HTTP for now, asked again later.
+	a := NewPlacement(f.pool, client.New("http://127.0.0.1:1", "admin", time.Second), PlacementConfig{}, zaptest.NewLogger(t))
+	require.False(t, a.Local(ctx))
+	require.EqualValues(t, 0, a.mode.local.Load())
+}
+
+// TestPlacementLocalReserves: in-process claims, one by one (Process) and
+// by batch (ClaimBatch), leave the allocation active on a node of its
+// class and traits, the consumer in Placement with its project, the
+// provider's generation bumped, and exactly the claim log entries of the
+// active allocations.
+func TestPlacementLocalReserves(t *testing.T) {
+	t.Parallel()
+	f := psetup(t)
+	ctx := context.Background()
+	var fast []uuid.UUID
+	for i := range 6 {
+		if i%2 == 0 {
+			fast = append(fast, f.pnode(fmt.Sprintf("gold-%d", i), "baremetal.gold", "CUSTOM_FAST"))
+		} else {
+			f.pnode(fmt.Sprintf("gold-%d", i), "baremetal.gold")
+		}
+	}
+	me := f.conductor("c1")
+	a := f.allocatorMode("c1", PlacementModeLocal)
+	row := f.allocation(nil, "baremetal.gold", "CUSTOM_FAST")
+	out, err := settle(ctx, a, me, f.claim(row.ID, me))
+	require.NoError(t, err)
+	require.Equal(t, Reserved, out)
+	v := f.get(row.ID)
+	require.Equal(t, allocation.StateActive, v.State)
+	require.Contains(t, fast, *v.NodeUUID)
+	p, err := f.pc.GetProvider(ctx, *v.NodeUUID)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, p.Generation, "inventories, traits, then the claim")
+	cur, err := f.pc.GetAllocations(ctx, v.Uuid)
+	require.NoError(t, err)
+	require.Equal(t, "metalloc", cur.ProjectID)
+	require.EqualValues(t, 1, *cur.ConsumerGeneration)
+	ids := []int64{row.ID}
+	f.checkNoLeak(ids)
+
+	// A batch: two more fast ones (the last two fast nodes), two of any
+	// node, one that cannot fit (goes back for Process).
+	var batch []Claimed
+	for _, traits := range [][]string{{"CUSTOM_FAST"}, {"CUSTOM_FAST"}, nil, nil, {"CUSTOM_FAST"}} {
+		r := f.allocation(nil, "baremetal.gold", traits...)
+		ids = append(ids, r.ID)
+		batch = append(batch, f.claim(r.ID, me))
+	}
+	reserved, rest := a.ClaimBatch(ctx, me, batch)
+	require.Len(t, append(reserved, rest...), 5)
+	require.GreaterOrEqual(t, len(reserved), 2)
+	failed := 0
+	for _, c := range rest {
+		out, err = settle(ctx, a, me, c)
+		require.NoError(t, err)
+		if out == Failed {
+			failed++
+			require.Contains(t, *f.get(c.ID).LastError, "no node fits")
+		}
+	}
+	require.GreaterOrEqual(t, failed, 1, "3 fast allocations for 2 fast nodes")
+	f.checkNoLeak(ids)
+	for i, id := range ids[1:] {
+		if v := f.get(id); v.State == allocation.StateActive && i != 2 && i != 3 {
+			require.Contains(t, fast, *v.NodeUUID)
+		}
+	}
+}
+
+// TestPlacementLocalRace has 4 conductors claim 60 allocations for 25
+// nodes in-process, the fast path (ClaimReserveLocal), batches and Process
+// racing, while another client
+// writes allocations through the HTTP API on the same providers: no node
+// is booked twice, every allocation ends active or in error, and
+// Placement's usages are exactly the reserved nodes (plus the HTTP
+// client's own consumers).
+func TestPlacementLocalRace(t *testing.T) {
+	t.Parallel()
+	f := psetup(t)
+	nodes := f.goldNodes(25)
+	var ids []int64
+	for range 60 {
+		ids = append(ids, f.allocation(nil, "gold").ID)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var batched, fastN atomic.Int64
+	for i := range 4 {
+		name := fmt.Sprintf("c%d", i)
+		me := f.conductor(name)
+		a := f.allocatorMode(name, PlacementModeLocal)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				var claimed []Claimed
+				if i%2 == 0 {
+					// The fast path first (as the conductor does).
+					got, left, err := a.ClaimReserveLocal(ctx, me, 4)
+					require.NoError(t, err)
+					if len(got)+len(left) == 0 {
+						return
+					}
+					fastN.Add(int64(len(got)))
+					claimed = left
+				} else {
+					claimed = claim(t, NewDatabase(f.pool, zaptest.NewLogger(t)), me, 4)
+					if len(claimed) == 0 {
+						return
+					}
+				}
+				reserved, rest := a.ClaimBatch(ctx, me, claimed)
+				batched.Add(int64(len(reserved)))
+				for _, c := range rest {
+					_, err := settle(ctx, a, me, c)
+					require.NoError(t, err)
+				}
+			}
+		}()
+	}
+	// An outside Placement client claims and frees the last node meanwhile.
+	outsider := uuid.New()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 20 {
+			err := f.pc.PutAllocations(ctx, outsider, client.Claim{
+				Request: client.AllocationRequest{Allocations: map[uuid.UUID]client.ProviderResources{
+					nodes[24]: {Resources: client.Resources{"CUSTOM_GOLD": 1}}}},
+				ProjectID: "p", UserID: "u"})
+			if err == nil {
+				require.NoError(t, f.pc.DeleteAllocations(ctx, outsider))
+			} else {
+				require.True(t, client.IsConflict(err), "%v", err)
+			}
+		}
+	}()
+	wg.Wait()
+	booked := map[uuid.UUID]bool{}
+	for _, id := range ids {
+		v := f.get(id)
+		switch v.State {
+		case allocation.StateActive:
+			require.False(t, booked[*v.NodeUUID], "node %s booked twice", *v.NodeUUID)
+			booked[*v.NodeUUID] = true
+		case allocation.StateError:
+			require.Regexp(t, `no node fits|alternates consumed by concurrent claims`, *v.LastError)
+		default:
+			t.Fatalf("allocation %d is %s", id, v.State)
+		}
+	}
+	require.GreaterOrEqual(t, len(booked), 24)
+	require.Positive(t, batched.Load(), "no allocation was reserved by a batch")
+	require.Positive(t, fastN.Load(), "no allocation was reserved by the fast path")
+	f.checkNoLeak(ids)
+}
+
+// TestPlacementClassAgrees: the database's name for a node class in
+// Placement (metalloc_placement_class, used by the fast path of mode local)
+// is client.NormalizeClass's.
+func TestPlacementClassAgrees(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, rc := range []string{"gold", "baremetal.gold", "GPU-large", "a..b", "x_y", "__x__", "ünï-code", "",
+		" sp ace ", "CUSTOM_FOO", "123", "a/b\\c"} {
+		var got string
+		require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT metalloc_placement_class($1)`, rc).Scan(&got))
+		require.Equal(t, client.NormalizeClass(rc), got, "class %q", rc)
+	}
+}
+
+// TestPlacementClaimReserveLocal: the fast path of mode local reserves, in
+// one statement, the rows a free node's flat provider can take, on nodes
+// both sides agree on (never an unmirrored node, a provider whose
+// capacity is reserved or used by another consumer, or a node without
+// the traits in Placement), writes the consumer (project = owner) and the
+// claim log, and leaves the rest claimed for the general path: rows with
+// candidate_nodes, a trait or a class Placement does not know, a consumer
+// that exists.
+// The general path then reserves or fails them with Placement's reasons.
+func TestPlacementClaimReserveLocal(t *testing.T) {
+	t.Parallel()
+	f := psetup(t)
+	ctx := context.Background()
+	var fast []uuid.UUID
+	for i := range 3 {
+		fast = append(fast, f.pnode(fmt.Sprintf("fast-%d", i), "gold", "CUSTOM_FAST"))
+	}
+	plain := f.pnode("plain", "gold")
+	owned := f.pnode("owned", "gold")
+	owned2 := f.pnode("owned2", "gold")
+	_, err := f.pool.Exec(ctx, `UPDATE nodes SET owner = CASE WHEN uuid = $1 THEN 'proj-1' ELSE 'proj-2' END
+		WHERE uuid IN ($1, $2)`, owned, owned2)
+	require.NoError(t, err)
+	// Nodes the fast path must pass over: no provider; a provider whose
+	// inventory is all reserved; a provider an outside consumer uses; a
+	// node with CUSTOM_FAST whose provider lacks it.
+	f.node("unmirrored", "gold")
+	reserved := f.pnode("reserved", "gold")
+	_, err = f.pool.Exec(ctx, `UPDATE placement.inventories SET reserved = total
+		WHERE resource_provider_id = (SELECT id FROM placement.resource_providers WHERE uuid = $1)`, reserved)
+	require.NoError(t, err)
+	used := f.pnode("used", "gold")
+	outsider := uuid.New()
+	require.NoError(t, f.pc.PutAllocations(ctx, outsider, client.Claim{
+		Request: client.AllocationRequest{Allocations: map[uuid.UUID]client.ProviderResources{
+			used: {Resources: client.Resources{"CUSTOM_GOLD": 1}}}},
+		ProjectID: "p", UserID: "u"}))
+	notInPlacement := f.pnode("no-trait-in-placement", "gold")
+	_, err = f.pool.Exec(ctx, `INSERT INTO node_traits (node_id, trait) SELECT id, 'CUSTOM_FAST' FROM nodes WHERE uuid = $1`, notInPlacement)
+	require.NoError(t, err)
+
+	var want, rest []int64
+	for range 3 {
+		want = append(want, f.allocation(nil, "gold", "CUSTOM_FAST").ID)
+	}
+	owner := "proj-1"
+	r, err := f.aq.CreateAllocation(ctx, allocation.CreateAllocationParams{Uuid: uuid.New(), ResourceClass: "gold", Extra: []byte("{}"),
+		Owner: &owner, State: allocation.StateAllocating, Traits: []string{}})
+	require.NoError(t, err)
+	want = append(want, r.ID)
+	unknown := f.allocation(nil, "gold", "CUSTOM_UNKNOWN_TO_PLACEMENT").ID
+	cands, err := f.aq.CreateAllocation(ctx, allocation.CreateAllocationParams{Uuid: uuid.New(), ResourceClass: "gold", Extra: []byte("{}"),
+		CandidateNodes: []uuid.UUID{plain}, State: allocation.StateAllocating, Traits: []string{}})
+	require.NoError(t, err)
+	owner2 := "proj-2"
+	exists, err := f.aq.CreateAllocation(ctx, allocation.CreateAllocationParams{Uuid: uuid.New(), ResourceClass: "gold", Extra: []byte("{}"),
+		Owner: &owner2, State: allocation.StateAllocating, Traits: []string{}})
+	require.NoError(t, err)
+	_, err = f.pool.Exec(ctx, `INSERT INTO placement.consumers (uuid, project_id, user_id, generation) VALUES ($1, 'p', 'u', 0)`, exists.Uuid)
+	require.NoError(t, err)
+	unknownClass := f.allocation(nil, "silver").ID
+	rest = append(rest, unknown, cands.ID, exists.ID, unknownClass)
+
+	me := f.conductor("c1")
+	a := f.allocatorMode("c1", PlacementModeLocal)
+	got, left, err := a.ClaimReserveLocal(ctx, me, 20)
+	require.NoError(t, err)
+	var gotIDs, leftIDs []int64
+	for _, c := range got {
+		gotIDs = append(gotIDs, c.ID)
+	}
+	for _, c := range left {
+		leftIDs = append(leftIDs, c.ID)
+		require.Equal(t, allocation.StateAllocating, f.get(c.ID).State)
+	}
+	require.ElementsMatch(t, want, gotIDs)
+	require.ElementsMatch(t, rest, leftIDs)
+	for _, id := range want[:3] {
+		require.Contains(t, fast, *f.get(id).NodeUUID)
+	}
+	v := f.get(want[3])
+	require.Equal(t, owned, *v.NodeUUID)
+	cur, err := f.pc.GetAllocations(ctx, v.Uuid)
+	require.NoError(t, err)
+	require.Equal(t, "proj-1", cur.ProjectID)
+	require.Equal(t, PlacementUserID, cur.UserID)
+	require.EqualValues(t, 1, *cur.ConsumerGeneration)
+	p, err := f.pc.GetProvider(ctx, owned)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, p.Generation, "inventories, then the claim")
+	require.NoError(t, f.pc.DeleteAllocations(ctx, outsider))
+	f.checkNoLeak(append(slices.Clone(want), unknown, cands.ID))
+
+	// The general path: candidate_nodes are reserved; the unknown trait
+	// fails with Placement's reason; the existing consumer gets a node.
+	outs := map[int64]Outcome{}
+	reservedMore, rest2 := a.ClaimBatch(ctx, me, left)
+	for _, c := range reservedMore {
+		outs[c.ID] = Reserved
+	}
+	for _, c := range rest2 {
+		out, err := settle(ctx, a, me, c)
+		require.NoError(t, err)
+		outs[c.ID] = out
+	}
+	require.Equal(t, Reserved, outs[cands.ID])
+	require.Equal(t, plain, *f.get(cands.ID).NodeUUID)
+	require.Equal(t, Failed, outs[unknown])
+	require.Contains(t, *f.get(unknown).LastError, "CUSTOM_UNKNOWN_TO_PLACEMENT")
+	require.Equal(t, Failed, outs[unknownClass])
+	require.Contains(t, *f.get(unknownClass).LastError, "silver")
+	require.Equal(t, Reserved, outs[exists.ID])
+	require.Equal(t, owned2, *f.get(exists.ID).NodeUUID)
+	f.checkNoLeak(append(slices.Clone(want), unknown, cands.ID, exists.ID, unknownClass))
+}

@@ -1,0 +1,104 @@
+package config
+
+import (
+	"time"
+
+	"github.com/metalloc/metalloc/auth"
+	"github.com/metalloc/metalloc/web"
+)
+
+// The defaults of every configuration key that has one, the one place they
+// are written: the key registry (keys.go) gives them to viper, the sample
+// configuration and the README's table, and each component's WithDefaults
+// (Defaults, conductor.Config.WithDefaults) reads them from there.
+const (
+	DefaultDatabaseMaxConns = 20
+
+	DefaultAPIListen          = "127.0.0.1:6385"
+	DefaultAPIMaxLimit        = web.DefaultMaxLimit
+	DefaultAPIRequestTimeout  = 30 * time.Second
+	DefaultAPIMaxWait         = 60 * time.Second
+	DefaultAPIEventsHeartbeat = 15 * time.Second
+	DefaultAPIEventsRetention = time.Hour
+	DefaultAPIEventsMaxCount  = 100000
+
+	DefaultPlacementListen = "127.0.0.1:8778"
+	// DefaultPlacementMaxAllocationCandidates bounds the candidates one GET
+	// /allocation_candidates generates (placement.max_allocation_candidates).
+	DefaultPlacementMaxAllocationCandidates = 100000
+
+	// Listener limits of both APIs (web.ServerConfig).
+	DefaultReadTimeout        = 60 * time.Second
+	DefaultWriteTimeout       = 120 * time.Second
+	DefaultIdleTimeout        = 120 * time.Second
+	DefaultAuthStrategy       = auth.StrategyNoAuth
+	DefaultMaxRequestBodySize = web.DefaultMaxRequestBodySize
+
+	DefaultKeystoneProjectName    = "service"
+	DefaultKeystoneDomainName     = "Default"
+	DefaultKeystoneTokenCacheTime = auth.DefaultTokenCacheTime
+	DefaultKeystoneTimeout        = 10 * time.Second
+
+	// A conductor writes its heartbeat every DefaultHeartbeatInterval and
+	// counts as dead (its rows may be taken over) once it is older than
+	// DefaultHeartbeatTimeout (conductor/doc.go).
+	DefaultHeartbeatInterval = 10 * time.Second
+	// DefaultConductorOfflineRetention keeps a dead conductor's row a week
+	// (conductor.offline_retention).
+	DefaultConductorOfflineRetention = 7 * 24 * time.Hour
+	DefaultHeartbeatTimeout          = 60 * time.Second
+
+	DefaultConductorWorkers           = 16
+	DefaultConductorClaimBatch        = 8
+	DefaultConductorPollInterval      = time.Second
+	DefaultConductorClaimDelay        = 15 * time.Millisecond
+	DefaultConductorShutdownGrace     = 30 * time.Second
+	DefaultConductorLockedNodeWait    = 2 * time.Second
+	DefaultConductorTakeoverSchedule  = "@every 60s"
+	DefaultConductorMetricsListen     = "127.0.0.1:9464"
+	DefaultConductorAllocationBackend = AllocationBackendDatabase
+
+	DefaultPlacementBackendEndpoint     = "http://127.0.0.1:8778"
+	DefaultPlacementBackendMode         = PlacementModeAuto
+	DefaultPlacementBackendAuthStrategy = PlacementAuthToken
+	DefaultPlacementBackendToken        = "admin"
+	DefaultPlacementBackendTimeout      = 30 * time.Second
+	DefaultPlacementMaxAlternates       = 2
+	DefaultPlacementMaxAttempts         = 3
+	DefaultPlacementSyncSchedule        = "@every 60s"
+	DefaultPlacementSyncDelay           = 200 * time.Millisecond
+	DefaultInitialCPUAllocationRatio    = 16.0
+	DefaultInitialRAMAllocationRatio    = 1.5
+	DefaultInitialDiskAllocationRatio   = 1.0
+
+	DefaultLogLevel  = "info"
+	DefaultLogFormat = "json"
+
+	// DefaultLogFlushInterval 0 writes every log line at once.
+	DefaultLogFlushInterval time.Duration = 0
+)
+
+// Values of conductor.allocation_backend.
+const (
+	// AllocationBackendDatabase reserves nodes straight in PostgreSQL.
+	AllocationBackendDatabase = "database"
+	// AllocationBackendPlacement claims nodes through a Placement API.
+	AllocationBackendPlacement = "placement"
+)
+
+// Values of placement_backend.mode (allocation.PlacementModeAuto ... name
+// the same strings).
+const (
+	PlacementModeAuto  = "auto"
+	PlacementModeLocal = "local"
+	PlacementModeHTTP  = "http"
+)
+
+// PlacementAuthToken is placement_backend.auth_strategy token: send
+// placement_backend.token as X-Auth-Token. The other values are
+// auth.StrategyHTTPBasic and auth.StrategyKeystone.
+const PlacementAuthToken = "token"
+
+// ScheduleOff disables a robfig/cron schedule key
+// (conductor.takeover_schedule, placement_backend.sync_schedule).
+const ScheduleOff = "off"

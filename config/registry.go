@@ -1,0 +1,236 @@
+package config
+
+import (
+	"github.com/metalloc/metalloc/auth"
+)
+
+// Who reads which section (a key may add readers: see registry).
+var (
+	everyBinary   = []Binary{BinaryAPI, BinaryConductor, BinaryPlacement, BinaryManage}
+	apiReaders    = []Binary{BinaryAPI, BinaryManage}
+	placeReaders  = []Binary{BinaryPlacement}
+	ksReaders     = []Binary{BinaryAPI, BinaryConductor, BinaryPlacement, BinaryManage}
+	condReaders   = []Binary{BinaryConductor}
+	pbReaders     = []Binary{BinaryConductor, BinaryManage}
+	strategyDoc   = "Who may call this API (README \"Security\"): `noauth` (nobody is checked; refused on a non-loopback listen address unless `allow_insecure_noauth` or `--insecure-noauth`), `http_basic` (the users of `http_basic_auth_user_file`) or `keystone` (`X-Auth-Token` checked against the `keystone` section's Keystone)."
+	authStrategys = []string{auth.StrategyNoAuth, auth.StrategyHTTPBasic, auth.StrategyKeystone}
+)
+
+// sections introduces each section in the sample configuration, in order.
+var sections = []SectionDoc{
+	{"database", "The PostgreSQL database every process shares."},
+	{"api", "metalloc-api, the Ironic-compatible API."},
+	{"placement", "metalloc-placement, the Placement-compatible API (it also reads api.request_timeout)."},
+	{"keystone", "Where Keystone is, and metalloc's own service user there: the APIs validate tokens with it (auth_strategy keystone; the user needs the \"service\" role, or system reader, to validate tokens), and conductors use it to call Placement (placement_backend.auth_strategy keystone)."},
+	{"conductor", "metalloc-conductor."},
+	{"placement_backend", "Used by conductors with allocation_backend: placement (metalloc-placement or OpenStack Placement 8.0). Ratio options keep Nova's names and rules (spec/initial-allocation-ratios.md)."},
+	{"log", "Logging (zap), for every binary."},
+}
+
+// registry is the definition of every key, by section in the order of
+// configs/metalloc.yaml.
+func registry() []*Key {
+	ks := []*Key{
+		{Name: "database.url", DefaultText: "$DATABASE_URL", DefaultEnv: "DATABASE_URL", Secret: true, Readers: everyBinary,
+			Example: "postgres://metalloc@127.0.0.1:5432/metalloc?sslmode=disable",
+			Doc: "PostgreSQL URL (libpq URL or key=value DSN); required. Several hosts for a primary with standbys: " +
+				"`postgres://u:pw@db-a:5432,db-b:5432/metalloc?target_session_attrs=read-write` (docs/operations.md, PostgreSQL failover)."},
+		{Name: "database.max_conns", Default: DefaultDatabaseMaxConns, Unit: "connections", Readers: everyBinary,
+			Doc: "Connection pool size of each process."},
+
+		{Name: "api.listen", Default: DefaultAPIListen, Readers: apiReaders,
+			Doc: "Address and port metalloc-api listens on."},
+		{Name: "api.public_endpoint", Default: "", DefaultText: "the request's host", Readers: apiReaders,
+			Doc: "Base URL used in links and `next` URLs; empty means the request's scheme and Host header."},
+		{Name: "api.max_limit", Default: DefaultAPIMaxLimit, Unit: "items", Readers: []Binary{BinaryAPI},
+			Doc: "Largest page a list request returns (Ironic's `[api]max_limit`)."},
+		{Name: "api.request_timeout", Default: DefaultAPIRequestTimeout, Readers: []Binary{BinaryAPI, BinaryPlacement, BinaryManage},
+			Doc: "A request whose database work takes longer answers 503, so that a database that stopped answering cannot hang clients (also metalloc-placement's requests); 0 disables it."},
+		{Name: "api.max_wait", Default: DefaultAPIMaxWait, Readers: []Binary{BinaryAPI},
+			Doc: "Longest wait a client may ask for with the metalloc extension `Prefer: wait=N` on `POST /v1/allocations` and `GET /v1/allocations/{id}` (README \"Without polling\"); longer asks are cut to it and `Preference-Applied` says so. Keep it below `api.write_timeout`."},
+		{Name: "api.events_heartbeat", Default: DefaultAPIEventsHeartbeat, Readers: []Binary{BinaryAPI},
+			Doc: "Interval of the comment lines that keep an idle `GET /v1/allocations/events` stream open through proxies."},
+		{Name: "api.events_retention", Default: DefaultAPIEventsRetention, Readers: []Binary{BinaryAPI},
+			Doc: "The allocation event log that streams resume from (`Last-Event-ID`) keeps events this long (each metalloc-api prunes every minute)."},
+		{Name: "api.events_max_count", Default: DefaultAPIEventsMaxCount, Unit: "events", Readers: []Binary{BinaryAPI},
+			Doc: "The allocation event log keeps at most this many events (pruned every minute, and at once whenever a tenth of this count more events came)."},
+	}
+	// metalloc-manage's API client (allocation, allocation-group) reads
+	// the API's address, scheme and authentication strategy.
+	ks = append(ks, accessKeys("api", true, []Binary{BinaryAPI})...)
+	ks = append(ks, serverKeys("api", []Binary{BinaryAPI})...)
+	for _, k := range ks {
+		switch k.Name {
+		case "api.auth_strategy", "api.tls_cert_file", "api.tls_key_file":
+			k.Readers = apiReaders
+		}
+	}
+
+	ks = append(ks,
+		&Key{Name: "placement.listen", Default: DefaultPlacementListen, Readers: placeReaders,
+			Doc: "Address and port metalloc-placement listens on."},
+		&Key{Name: "placement.randomize_allocation_candidates", Default: false, Readers: placeReaders,
+			Doc: "A limited `GET /allocation_candidates` returns a random sample instead of the first candidates (Placement's `randomize_allocation_candidates`)."},
+		&Key{Name: "placement.max_allocation_candidates", Default: DefaultPlacementMaxAllocationCandidates, Unit: "candidates", Readers: placeReaders,
+			Doc: "The most candidates one `GET /allocation_candidates` generates, before `limit` or a random sample (Placement's option of the same name, 2023.2 and later); -1: no bound. An answer in order is written as it is found (its memory does not grow with it); a randomized one is held whole, up to this bound."},
+	)
+	ks = append(ks, accessKeys("placement", false, placeReaders)...)
+	ks = append(ks, serverKeys("placement", placeReaders)...)
+
+	ks = append(ks,
+		&Key{Name: "keystone.auth_url", Default: "", Readers: ksReaders,
+			Doc: "Keystone's identity endpoint, with or without /v3 (`auth_strategy: keystone`, `placement_backend.auth_strategy: keystone`)."},
+		&Key{Name: "keystone.username", Default: "", Readers: ksReaders,
+			Doc: "metalloc's service user (needs the `service` role, or system reader, to validate tokens)."},
+		&Key{Name: "keystone.password", Default: "", Secret: true, Readers: ksReaders,
+			Doc: "The service user's password."},
+		&Key{Name: "keystone.project_name", Default: DefaultKeystoneProjectName, Readers: ksReaders,
+			Doc: "Project the service user's token is scoped to."},
+		&Key{Name: "keystone.user_domain_name", Default: DefaultKeystoneDomainName, Readers: ksReaders,
+			Doc: "Domain of the service user."},
+		&Key{Name: "keystone.project_domain_name", Default: DefaultKeystoneDomainName, Readers: ksReaders,
+			Doc: "Domain of the service user's project."},
+		&Key{Name: "keystone.token_cache_time", Default: DefaultKeystoneTokenCacheTime, Readers: ksReaders,
+			Doc: "How long a validated token (or a refused one) is trusted before asking Keystone again; a token revoked meanwhile works that long (as keystonemiddleware). At most 10,000 tokens are kept; 0 disables the cache."},
+		&Key{Name: "keystone.ca_file", Default: "", Readers: ksReaders,
+			Doc: "PEM bundle to verify an https Keystone with; empty: the system's roots."},
+		&Key{Name: "keystone.timeout", Default: DefaultKeystoneTimeout, Readers: ksReaders,
+			Doc: "Bound on each request to Keystone."},
+
+		&Key{Name: "conductor.hostname", Default: "", DefaultText: "the host name", Readers: condReaders,
+			Doc: "Unique name of this conductor, stored in the conductors table and in `allocations.conductor_affinity`. Run several conductors on one host by giving each its own."},
+		&Key{Name: "conductor.group", Default: "", Readers: condReaders,
+			Doc: "`conductor_group` reported by `GET /v1/conductors`."},
+		&Key{Name: "conductor.workers", Default: DefaultConductorWorkers, Unit: "goroutines", Readers: condReaders,
+			Doc: "Worker goroutines, each claiming and reserving in batches."},
+		&Key{Name: "conductor.claim_batch", Default: DefaultConductorClaimBatch, Unit: "allocations", Readers: condReaders,
+			Doc: "Most allocations one transaction claims and reserves."},
+		&Key{Name: "conductor.poll_interval", Default: DefaultConductorPollInterval, Readers: condReaders,
+			Doc: "How often to look for work when no notification arrives (LISTEN/NOTIFY is the normal wake-up)."},
+		&Key{Name: "conductor.claim_delay", Default: DefaultConductorClaimDelay, Readers: condReaders,
+			Doc: "After a notification, an idle worker waits this long so that rows arriving together are claimed by one query."},
+		&Key{Name: "conductor.heartbeat_interval", Default: DefaultHeartbeatInterval, Readers: condReaders,
+			Doc: "How often the conductor refreshes its heartbeat."},
+		&Key{Name: "conductor.heartbeat_timeout", Default: DefaultHeartbeatTimeout, Readers: condReaders,
+			Doc: "Every heartbeat writes the conductor's expiry, now plus this, into its row; once it has passed the conductor counts as dead for every reader alike (takeover, `GET /v1/conductors`, metrics), and a second process with the same hostname may start."},
+		&Key{Name: "conductor.shutdown_grace", Default: DefaultConductorShutdownGrace, Readers: condReaders,
+			Doc: "On SIGTERM or SIGINT: stop claiming, wait this long for in-flight allocations, hand the rest back to the other conductors, go offline. A second signal exits at once."},
+		&Key{Name: "conductor.locked_node_wait", Default: DefaultConductorLockedNodeWait, Readers: condReaders,
+			Doc: "How long an allocation keeps retrying while every node that fits it is locked by others (other reservations, API updates of those nodes) before it goes to `error`."},
+		&Key{Name: "conductor.offline_retention", Default: DefaultConductorOfflineRetention, Readers: condReaders,
+			Doc: "A conductor row whose expiry passed this long ago is deleted (hourly, by any live conductor): never a live conductor, one that still owns allocating rows or one with a database session open; negative: keep every row (see conductor.Pruner)."},
+		&Key{Name: "conductor.takeover_schedule", Default: DefaultConductorTakeoverSchedule, Readers: condReaders,
+			Doc: "When to take over the allocating rows of dead conductors (expiry passed, or offline): a robfig/cron spec (`@every 60s`, `*/2 * * * *`) or `off` (a dead conductor's rows then wait for it to come back)."},
+		&Key{Name: "conductor.metrics_listen", Default: DefaultConductorMetricsListen, Readers: condReaders,
+			Doc: "Address and port of this conductor's Prometheus `/metrics` listener, which also answers `/healthz` and `/readyz`; give each conductor on a host its own port, or `off`."},
+		&Key{Name: "conductor.metrics_tls_cert_file", Default: "", Readers: condReaders,
+			Doc: "Serve the metrics listener over TLS with this PEM certificate (chain)."},
+		&Key{Name: "conductor.metrics_tls_key_file", Default: "", Readers: condReaders,
+			Doc: "The PEM key of `metrics_tls_cert_file`."},
+		&Key{Name: "conductor.allocation_backend", Default: DefaultConductorAllocationBackend, Readers: condReaders,
+			Values: []string{AllocationBackendDatabase, AllocationBackendPlacement},
+			Doc:    "`database`: reserve nodes straight in PostgreSQL; `placement`: mirror nodes into a Placement service and claim through it with Selection objects and alternates (`placement_backend.*`, docs/operations.md \"Placement backend\")."},
+
+		&Key{Name: "placement_backend.endpoint", Default: DefaultPlacementBackendEndpoint, Readers: pbReaders,
+			Doc: "The Placement API root the placement backend uses (metalloc-placement or OpenStack Placement 8.0)."},
+		&Key{Name: "placement_backend.mode", Default: DefaultPlacementBackendMode, Readers: pbReaders,
+			Values: []string{PlacementModeAuto, PlacementModeLocal, PlacementModeHTTP},
+			Doc:    "How claims reach Placement: `local` in-process (metalloc-placement's candidate search and allocation write run in the conductor, the claim and the node reservation in one transaction; only when metalloc-placement serves this very database), `http` through the API at `endpoint`, or `auto`: local when the endpoint's version document names this database (`X-Metalloc-Database-Identity`), http otherwise (asked again every 10 s while it cannot be reached)."},
+		&Key{Name: "placement_backend.auth_strategy", Default: DefaultPlacementBackendAuthStrategy, Readers: pbReaders,
+			Values: []string{PlacementAuthToken, auth.StrategyHTTPBasic, auth.StrategyKeystone},
+			Doc:    "How the conductor authenticates to Placement: `token` (send `token` as `X-Auth-Token`), `http_basic` (`username` and `password`) or `keystone` (a token of the `keystone` section's user, renewed before it expires and after a 401)."},
+		&Key{Name: "placement_backend.token", Default: DefaultPlacementBackendToken, Secret: true, Readers: pbReaders,
+			Doc: "Sent as `X-Auth-Token` with `auth_strategy: token` (`admin` for a noauth Placement)."},
+		&Key{Name: "placement_backend.username", Default: "", Readers: pbReaders,
+			Doc: "User for `auth_strategy: http_basic`."},
+		&Key{Name: "placement_backend.password", Default: "", Secret: true, Readers: pbReaders,
+			Doc: "Password for `auth_strategy: http_basic`."},
+		&Key{Name: "placement_backend.ca_file", Default: "", Readers: pbReaders,
+			Doc: "PEM bundle to verify an https endpoint with; empty: the system's roots."},
+		&Key{Name: "placement_backend.timeout", Default: DefaultPlacementBackendTimeout, Readers: pbReaders,
+			Doc: "Bound on each Placement request."},
+		&Key{Name: "placement_backend.max_alternates", Default: DefaultPlacementMaxAlternates, Unit: "nodes", Readers: pbReaders,
+			Doc: "Alternates each Selection list carries besides the chosen node."},
+		&Key{Name: "placement_backend.max_attempts", Default: DefaultPlacementMaxAttempts, Unit: "attempts", Readers: pbReaders,
+			Doc: "How often one allocation asks Placement for candidates again once every alternate failed, before it goes to `error`."},
+		&Key{Name: "placement_backend.sync_schedule", Default: DefaultPlacementSyncSchedule, Readers: pbReaders,
+			Doc: "robfig/cron period of the resource tracker's full sync and reconcile, or `off` (node changes still sync promptly, after `sync_delay`)."},
+		&Key{Name: "placement_backend.sync_delay", Default: DefaultPlacementSyncDelay, Readers: pbReaders,
+			Doc: "Node changes are gathered this long before a prompt sync."},
+		&Key{Name: "placement_backend.report_generic_resources", Default: false, Readers: pbReaders,
+			Doc: "Also report VCPU, MEMORY_MB and DISK_GB from the node properties `cpus`, `memory_mb`, `local_gb`."},
+	)
+	for _, r := range []struct{ name, class string }{{"cpu", "VCPU"}, {"ram", "MEMORY_MB"}, {"disk", "DISK_GB"}} {
+		ks = append(ks, &Key{Name: "placement_backend." + r.name + "_allocation_ratio", DefaultText: "unset", Readers: pbReaders,
+			Example: map[string]string{"cpu": "4.0", "ram": "1.0", "disk": "1.0"}[r.name],
+			Doc: "When set (above 0), the allocation ratio of " + r.class + " on every sync; unset keeps the ratio a provider has " +
+				"(e.g. one an operator set through the Placement API). 0.0 is refused by `status upgrade-check`."})
+	}
+	initial := map[string]float64{"cpu": DefaultInitialCPUAllocationRatio, "ram": DefaultInitialRAMAllocationRatio, "disk": DefaultInitialDiskAllocationRatio}
+	for _, r := range []struct{ name, class string }{{"cpu", "VCPU"}, {"ram", "MEMORY_MB"}, {"disk", "DISK_GB"}} {
+		ks = append(ks, &Key{Name: "placement_backend.initial_" + r.name + "_allocation_ratio", Default: initial[r.name], Readers: pbReaders,
+			Doc: "Allocation ratio of " + r.class + " used only when a provider's inventory of it is first created."})
+	}
+	ks = append(ks,
+		&Key{Name: "placement_backend.allocation_ratios", DefaultText: "{}", Readers: pbReaders, Example: "{CUSTOM_BAREMETAL_GOLD: 1.0}",
+			Doc: "`*_allocation_ratio` for any resource class, as a map from class to ratio; the named options win for VCPU, MEMORY_MB and DISK_GB. " +
+				"In the environment or a flag: `CUSTOM_A=1.0,CUSTOM_B=2.0`."},
+		&Key{Name: "placement_backend.initial_allocation_ratios", DefaultText: "{}", Readers: pbReaders, Example: "{}",
+			Doc: "`initial_*_allocation_ratio` for any resource class, as a map from class to ratio."},
+
+		&Key{Name: "log.level", Default: DefaultLogLevel, Readers: everyBinary,
+			Values: []string{"debug", "info", "warn", "error"},
+			Doc:    "Least severe level written."},
+		&Key{Name: "log.format", Default: DefaultLogFormat, Readers: everyBinary,
+			Values: []string{"json", "console"},
+			Doc:    "`json` (one object per line) or `console` (metalloc-manage uses console unless told otherwise)."},
+		&Key{Name: "log.flush_interval", Default: DefaultLogFlushInterval, Readers: everyBinary,
+			Doc: "Buffer log writes and flush at least this often (one write per buffer instead of per line, cheaper under load; a crash loses at most this much); 0 writes every line at once."},
+	)
+	return ks
+}
+
+// accessKeys are the authentication and access-rule keys of one API
+// (config.Access). secure gives Ironic's secure-RBAC defaults (api),
+// otherwise Placement 8.0's legacy ones (placement).
+func accessKeys(section string, secure bool, readers []Binary) []*Key {
+	scopeDoc := "oslo.policy's `[oslo_policy] enforce_scope`, with `auth_strategy: keystone`: check each token's scope against the rule's scope types."
+	newDoc := "oslo.policy's `[oslo_policy] enforce_new_defaults`: use only the secure-RBAC rules, no deprecated fallback."
+	if secure {
+		scopeDoc += " On by default, as Ironic from 2023.2 (false/false behaves as Ironic 21.4)."
+		newDoc += " On by default, as Ironic from 2023.2."
+	} else {
+		scopeDoc += " Off by default, as Placement 8.0 (legacy rules: the admin role may do everything)."
+		newDoc += " Off by default, as Placement 8.0."
+	}
+	return []*Key{
+		{Name: section + ".auth_strategy", Default: DefaultAuthStrategy, Values: authStrategys, Readers: readers, Doc: strategyDoc},
+		{Name: section + ".http_basic_auth_user_file", Default: "", Readers: readers,
+			Doc: "Apache htpasswd file of bcrypt hashes (`htpasswd -B`), re-read when it changes; required with `http_basic`."},
+		{Name: section + ".allow_insecure_noauth", Default: false, Readers: readers,
+			Doc: "Allow `auth_strategy: noauth` on a non-loopback address (also `--insecure-noauth`): anybody who can reach the port is an administrator."},
+		{Name: section + ".policy_file", Default: "", Readers: readers,
+			Doc: "YAML file overriding single access rules in oslo.policy syntax (`\"baremetal:node:get\": \"role:admin\"`); empty: the defaults."},
+		{Name: section + ".enforce_scope", Default: secure, Readers: readers, Doc: scopeDoc},
+		{Name: section + ".enforce_new_defaults", Default: secure, Readers: readers, Doc: newDoc},
+		{Name: section + ".max_request_body_size", Default: DefaultMaxRequestBodySize, Unit: "bytes", Readers: readers,
+			Doc: "Largest request body; larger gets 413 and nothing is stored (oslo.middleware's `max_request_body_size`)."},
+	}
+}
+
+// serverKeys are the listener keys of one API (web.ServerConfig) but listen.
+func serverKeys(section string, readers []Binary) []*Key {
+	return []*Key{
+		{Name: section + ".tls_cert_file", Default: "", Readers: readers,
+			Doc: "PEM certificate (chain); with `tls_key_file`, the API serves HTTPS only (TLS 1.3, or 1.2 with ECDHE AEAD suites only)."},
+		{Name: section + ".tls_key_file", Default: "", Readers: readers, Doc: "The PEM key of `tls_cert_file`."},
+		{Name: section + ".read_timeout", Default: DefaultReadTimeout, Readers: readers,
+			Doc: "Bound on reading a whole request (headers and body); 0: none."},
+		{Name: section + ".write_timeout", Default: DefaultWriteTimeout, Readers: readers,
+			Doc: "Bound on writing an answer, from the end of the request headers; 0: none."},
+		{Name: section + ".idle_timeout", Default: DefaultIdleTimeout, Readers: readers,
+			Doc: "How long a keep-alive connection waits for its next request; 0: none."},
+		{Name: section + ".trusted_proxies", Default: []string{}, Readers: readers,
+			Doc: "Reverse proxies (addresses or CIDRs, `10.0.0.0/8,192.0.2.7`) whose `Forwarded`, `X-Forwarded-For` and `X-Forwarded-Proto` headers are believed (links, client addresses in logs); from anyone else they are ignored. Empty: nobody's."},
+	}
+}
