@@ -30,10 +30,10 @@ import (
 var peerAllowList = map[string]string{}
 
 // sharedConformance is ../shared/conformance/<sub> (or
-// $METALLOC_SHARED_CONFORMANCE_DIR/<sub>), which must exist.
+// $METALLOC_TEST_SHARED_CONFORMANCE_DIR/<sub>), which must exist.
 func sharedConformance(t *testing.T, sub string) string {
 	t.Helper()
-	dir := os.Getenv("METALLOC_SHARED_CONFORMANCE_DIR")
+	dir := os.Getenv("METALLOC_TEST_SHARED_CONFORMANCE_DIR")
 	if dir == "" {
 		dir = filepath.Join(repoRoot(), "..", "shared", "conformance")
 	}
