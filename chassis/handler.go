@@ -236,11 +236,7 @@ func (h *Handler) patch(c echo.Context) error {
 		return httpErr(err, "")
 	}
 	ident := web.PathIdent(c)
-	body, err := node.ReadBody(c)
-	if err != nil {
-		return httpErr(err, "")
-	}
-	ops, err := node.DecodePatch(body)
+	ops, err := node.ReadPatch(c)
 	if err != nil {
 		return httpErr(err, "")
 	}

@@ -291,11 +291,7 @@ func (h *Handler) patch(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	body, err := node.ReadBody(c)
-	if err != nil {
-		return httpErr(err, "", "")
-	}
-	ops, err := node.DecodePatch(body)
+	ops, err := node.ReadPatch(c)
 	if err != nil {
 		return httpErr(err, "", "")
 	}

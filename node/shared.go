@@ -95,6 +95,17 @@ func CheckArgs(c echo.Context, body map[string]any, allowed ...string) error {
 // not JSON).
 func ReadBody(c echo.Context) (any, error) { return readBody(c) }
 
+// ReadPatch reads the request body as a JSON patch: ReadBody, then
+// DecodePatch (Ironic's messages for a body that is not one). The
+// resource's handler then checks which paths it may change.
+func ReadPatch(c echo.Context) ([]PatchOp, error) {
+	body, err := readBody(c)
+	if err != nil {
+		return nil, err
+	}
+	return DecodePatch(body)
+}
+
 // NotAcceptable is Ironic's bare 406 "Request not acceptable.".
 func NotAcceptable() *Error { return notAcceptable() }
 

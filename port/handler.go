@@ -352,15 +352,8 @@ func readPatch(c echo.Context) ([]node.PatchOp, error) {
 	if err := loadSchemas(); err != nil {
 		return nil, err
 	}
-	body, err := readBody(c)
-	if err != nil {
-		return nil, err
-	}
-	ops, err := node.DecodePatch(body)
-	if err != nil {
-		return nil, apiError(err, nil)
-	}
-	return ops, nil
+	ops, err := node.ReadPatch(c)
+	return ops, apiError(err, nil)
 }
 
 // deleteIn runs del in a transaction and answers 204, or the error
