@@ -78,9 +78,6 @@ func NewStore(pool *pgxpool.Pool) *Store {
 	return &Store{pool: pool, q: New(pool), now: time.Now, locks: db.NewRowLocks(pool, LockWait)}
 }
 
-// SetLockWait changes how long changes wait for a node's row lock (tests).
-func (s *Store) SetLockWait(d time.Duration) { s.locks.Wait = d }
-
 // lockedTx runs fn in a transaction that starts by locking node ident (fn's
 // first statement), as db.RowLocks.InTx does; a lock not granted within
 // LockWait is NodeLocked.
