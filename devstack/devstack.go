@@ -34,6 +34,9 @@ type Options struct {
 	DatabaseURL string
 	// Conductors is how many conductors to start (default 2).
 	Conductors int
+	// ConductorPrefix names them: <prefix>1, <prefix>2, ... (default
+	// "conductor-").
+	ConductorPrefix string
 	// APIListen is the API's address:port (default 127.0.0.1 on a free port).
 	APIListen string
 	// Placement also starts metalloc-placement, on PlacementListen (default
@@ -165,8 +168,11 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		}
 	}
 	var hostnames []string
+	if opts.ConductorPrefix == "" {
+		opts.ConductorPrefix = "conductor-"
+	}
 	for i := range opts.Conductors {
-		hostnames = append(hostnames, fmt.Sprintf("conductor-%d", i+1))
+		hostnames = append(hostnames, fmt.Sprintf("%s%d", opts.ConductorPrefix, i+1))
 		if _, err := s.StartConductor(hostnames[i]); err != nil {
 			s.Stop(context.WithoutCancel(ctx))
 			return nil, err
