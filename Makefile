@@ -9,17 +9,20 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 
 DATE    ?= $(shell date -u -d @$${SOURCE_DATE_EPOCH:-$$(date +%s)} +%Y-%m-%dT%H:%M:%SZ)
 BI      := github.com/metalloc/metalloc/buildinfo
 LDFLAGS := -X $(BI).version=$(VERSION) -X $(BI).commit=$(COMMIT) -X $(BI).date=$(DATE)
-NODES   ?= ../shared/data/dc1-nodes.yaml
+# make run's node file: the sample fleet next to the repository when it is
+# there, else 240 generated nodes (NODES=sample); NODES=FILE for your own.
+NODES   ?= $(or $(wildcard ../shared/data/dc1-nodes.yaml),sample)
 
-.PHONY: build run test generate lint bench bench-ironic fuzz
+.PHONY: build run test generate lint bench bench-ironic fuzz deb
 
-CMDS := $(notdir $(wildcard cmd/api cmd/conductor cmd/manage cmd/placement))
-
+# The four binaries in bin/, with a progress line while the packages compile
+# (scripts/build.sh; a fresh clone compiles about 400 packages).
 build:
-	@for c in $(CMDS); do echo "go build metalloc-$$c"; \
-		$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/metalloc-$$c ./cmd/$$c || exit 1; done
+	@GO="$(GO)" BIN="$(BIN)" LDFLAGS="$(LDFLAGS)" scripts/build.sh
 
-# Private PostgreSQL + migrations + metalloc-api + 2 conductors + sample nodes.
+# Private PostgreSQL + migrations + metalloc-api + 2 conductors +
+# metalloc-placement + the nodes of NODES; Ctrl-C stops it and deletes the
+# data. A second shell gets its environment with eval "$(bin/metalloc-manage dev env)".
 run: build
 	$(BIN)/metalloc-manage dev up --nodes $(NODES)
 
@@ -29,6 +32,11 @@ test: build
 	scripts/test-deps.sh
 	$(BIN)/metalloc-manage dev exec -- $(GO) test -race -count=1 -timeout 30m ./...
 	scripts/fuzz.sh $(FUZZTIME)
+
+# The Debian package metalloc_<version>_amd64.deb (scripts/deb.sh, nfpm;
+# README "Running a cluster").
+deb:
+	scripts/deb.sh
 
 # Every Go native fuzz target for FUZZTIME each (make test: 5s; try 10m).
 FUZZTIME ?= 5s
@@ -42,7 +50,7 @@ fuzz:
 generate:
 	scripts/sqlc-gen.sh
 	scripts/schema-dump.sh
-	$(GO) test -count=1 ./configs -run TestGeneratedDocs -update
+	$(GO) test -count=1 ./config -run TestGeneratedDocs -update
 
 # staticcheck v0.8.2 (go install honnef.co/go/tools/cmd/staticcheck@v0.8.2),
 # as .ci/run runs it.
@@ -54,7 +62,7 @@ lint:
 
 # Allocation load benchmark (see README "Benchmarks"), on a fresh private
 # PostgreSQL: make bench NODES=100000 ALLOCS=10000 ENROLL=import. NODES is
-# the node count here (make run's default node file means 10000).
+# the node count here (make run's default node file or sample means 10000).
 ALLOCS      ?= 5000
 CONCURRENCY ?= 32
 CONDUCTORS  ?= 2
@@ -75,6 +83,6 @@ bench-ironic: build
 
 bench: build
 	$(BIN)/metalloc-manage dev exec -- $(BIN)/metalloc-manage bench allocations \
-		--nodes $(if $(filter %.yaml %.yml %.json,$(NODES)),10000,$(NODES)) --allocations $(ALLOCS) \
+		--nodes $(if $(filter %.yaml %.yml %.json sample,$(NODES)),10000,$(NODES)) --allocations $(ALLOCS) \
 		--concurrency $(CONCURRENCY) --conductors $(CONDUCTORS) --enroll $(ENROLL) --poll-interval $(POLL) --mode $(MODE) \
 		$(BENCHFLAGS)

@@ -154,15 +154,6 @@ func ref(ctx context.Context, q *Queries, ident string) (View, error) {
 	return v, notFound(err)
 }
 
-// GetByID returns the allocation with internal id id.
-func (s *Store) GetByID(ctx context.Context, id int64) (View, error) {
-	r, err := s.q.GetAllocation(ctx, id)
-	if err != nil {
-		return View{}, notFound(err)
-	}
-	return View{r.Allocation, r.NodeUuid, r.Traits, r.AllocationGroupUuid}, nil
-}
-
 // allocationOf is the Allocation CreateAllocation inserted (sqlc types its
 // CTE's state column as text).
 func allocationOf(r CreateAllocationRow) Allocation {
@@ -170,4 +161,13 @@ func allocationOf(r CreateAllocationRow) Allocation {
 		LastError: r.LastError, ResourceClass: r.ResourceClass, CandidateNodes: r.CandidateNodes, Extra: r.Extra,
 		Owner: r.Owner, ConductorAffinity: r.ConductorAffinity, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 		GroupID: r.GroupID}
+}
+
+// createdRowOf is allocationOf's inverse: a row read back by uuid as the
+// CreateAllocation row it was inserted as.
+func createdRowOf(a Allocation) CreateAllocationRow {
+	return CreateAllocationRow{ID: a.ID, Uuid: a.Uuid, Name: a.Name, NodeID: a.NodeID, State: string(a.State),
+		LastError: a.LastError, ResourceClass: a.ResourceClass, CandidateNodes: a.CandidateNodes, Extra: a.Extra,
+		Owner: a.Owner, ConductorAffinity: a.ConductorAffinity, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt,
+		GroupID: a.GroupID}
 }

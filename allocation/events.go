@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -89,11 +90,15 @@ type HubOptions struct {
 	Log *zap.Logger
 	// Retention and MaxEvents bound the event table: events older than
 	// Retention (default 1h) or beyond the MaxEvents newest (default
-	// 100000) are pruned every PruneInterval (default 1m, jittered). A
-	// stream resuming from a pruned event gets a reset event.
+	// 100000) are pruned every PruneInterval (default 1m, jittered), and
+	// at once whenever PruneMargin events were notified since the last
+	// prune (default MaxEvents/10): the table never holds much more than
+	// MaxEvents + PruneMargin events, however fast they come. A stream
+	// resuming from a pruned event gets a reset event.
 	Retention     time.Duration
 	MaxEvents     int64
 	PruneInterval time.Duration
+	PruneMargin   int64
 	// ReadLimit is how many events one read fetches (default 1000).
 	ReadLimit int32
 }
@@ -119,6 +124,12 @@ type Hub struct {
 	cursorOK bool // cursor was read from the table
 
 	poke chan struct{} // wakes the reader (capacity 1)
+	// listened is set once the listener has connected (reconnected, on the
+	// listener's goroutine only).
+	listened bool
+
+	sincePrune atomic.Int64  // events notified since the last prune
+	pruneNow   chan struct{} // wakes the pruner (capacity 1)
 
 	stopping chan struct{} // closed by Shutdown
 	stopOnce sync.Once
@@ -141,8 +152,12 @@ func NewHub(pool *pgxpool.Pool, opts HubOptions) *Hub {
 	if opts.ReadLimit <= 0 {
 		opts.ReadLimit = 1000
 	}
+	if opts.PruneMargin <= 0 {
+		opts.PruneMargin = max(1, opts.MaxEvents/10)
+	}
 	return &Hub{pool: pool, q: New(pool), opts: opts, waiters: map[uuid.UUID][]*Waiter{},
-		streams: map[*subscription]struct{}{}, poke: make(chan struct{}, 1), stopping: make(chan struct{})}
+		streams: map[*subscription]struct{}{}, poke: make(chan struct{}, 1), stopping: make(chan struct{}),
+		pruneNow: make(chan struct{}, 1)}
 }
 
 // Run listens, reads and prunes until ctx ends; it returns when all its
@@ -230,6 +245,9 @@ func wake(c chan struct{}) {
 // cost it a read), and the reader reads if any stream follows.
 func (h *Hub) notified(payload string) {
 	u, state, ok := parseEventPayload(payload)
+	if ok && h.sincePrune.Add(1) >= h.opts.PruneMargin {
+		wake(h.pruneNow) // the table may be PruneMargin past MaxEvents by now
+	}
 	h.mu.Lock()
 	if ok && state != "allocating" {
 		for _, w := range h.waiters[u] {
@@ -248,8 +266,16 @@ func (h *Hub) notified(payload string) {
 
 // reconnected runs after every (re)connection of the listener:
 // notifications may have been missed, so every waiter looks again and the
-// reader reads.
+// reader reads. After a reconnection the pool's connections are dropped
+// first: the database went away, and a connection it closed meanwhile
+// looks fine to the pool until used when it was idle less than the
+// pool's ping threshold (pgxpool: 1 s), so a restart that short would
+// answer the waiters' reads with 503 (57P01) although the database is back.
 func (h *Hub) reconnected() {
+	if h.listened {
+		h.pool.Reset()
+	}
+	h.listened = true
 	h.mu.Lock()
 	n := 0
 	for _, ws := range h.waiters {
@@ -408,7 +434,8 @@ func (h *Hub) broadcast(b *batch) {
 }
 
 // prune deletes old events every PruneInterval (± 25 %, so that API
-// processes spread out).
+// processes spread out), and at once when PruneMargin events were notified
+// since the last prune (notified).
 func (h *Hub) prune(ctx context.Context) {
 	for {
 		d := h.opts.PruneInterval
@@ -417,7 +444,9 @@ func (h *Hub) prune(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(d):
+		case <-h.pruneNow:
 		}
+		h.sincePrune.Store(0)
 		// Number first: pruning removes numbered events only, and the
 		// reader numbers nothing while no stream follows.
 		if _, err := h.q.SequenceEvents(ctx); err != nil {

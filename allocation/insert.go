@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/web"
@@ -38,14 +40,67 @@ func batchable(p CreateAllocationParams) bool {
 
 // Insert inserts allocation p as insertAllocation does, with the same
 // outcomes and errors, sharing a statement and a commit with concurrent
-// calls (batcher) when p is batchable.
+// calls (batcher) when p is batchable. p.Uuid must be set.
+//
+// An insert whose outcome is unknown (the connection broke after the
+// statement was sent: a database restart or a network failure while it
+// committed) is settled by looking the uuid up once the database answers
+// again, within ctx (confirmInsert): a row that is there is this insert's
+// (p.Uuid is new, or the client's own, and a uuid already taken fails the
+// insert itself), and is returned as inserted. So an error means nothing
+// was stored, unless ctx ended before the lookup could tell.
 func (s *Store) Insert(ctx context.Context, p CreateAllocationParams) (CreateAllocationRow, error) {
+	var row CreateAllocationRow
+	var err error
 	if !batchable(p) {
-		return insertAllocation(ctx, s.q, p, nil)
+		row, err = insertAllocation(ctx, s.q, p, nil)
+	} else {
+		r := &insertReq{p: p}
+		s.inserts.do(ctx, r)
+		row, err = r.row, r.err
 	}
-	r := &insertReq{p: p}
-	s.inserts.do(ctx, r)
-	return r.row, r.err
+	if err != nil && maybeCommitted(err) {
+		if found, ok := s.confirmInsert(ctx, p.Uuid); ok {
+			return found, nil
+		}
+	}
+	return row, err
+}
+
+// maybeCommitted reports whether err leaves a statement's outcome unknown:
+// the connection failed after the statement was (or may have been) sent.
+// A connection that could not be had, or that failed before anything was
+// sent (pgconn.SafeToRetry), stored nothing.
+func maybeCommitted(err error) bool {
+	var connErr *pgconn.ConnectError
+	return db.IsUnavailable(err) && !pgconn.SafeToRetry(err) && !errors.As(err, &connErr) &&
+		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
+}
+
+// confirmInsertPause bounds the pause between two lookups of confirmInsert
+// while the database is unavailable.
+const confirmInsertPause = time.Second
+
+// confirmInsert looks allocation u up until the database answers or ctx
+// ends: ok with the row when it is there; not ok when it is not there, or
+// the answer did not come in time.
+func (s *Store) confirmInsert(ctx context.Context, u uuid.UUID) (CreateAllocationRow, bool) {
+	pause := 50 * time.Millisecond
+	for {
+		r, err := s.q.GetAllocationByUUID(ctx, u)
+		switch {
+		case err == nil:
+			return createdRowOf(r.Allocation), true
+		case !db.IsUnavailable(err) || ctx.Err() != nil:
+			return CreateAllocationRow{}, false
+		}
+		select {
+		case <-ctx.Done():
+			return CreateAllocationRow{}, false
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, confirmInsertPause)
+	}
 }
 
 // insertBatch inserts batch with one CreateAllocations statement and

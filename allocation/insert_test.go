@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sync"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/metalloc/metalloc/db"
@@ -107,4 +109,31 @@ func TestInsertBatched(t *testing.T) {
 	var stored int
 	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM allocations`).Scan(&stored))
 	require.Equal(t, n-3, stored)
+}
+
+// TestInsertOutcomeUnknown: an insert whose connection broke after the
+// statement was sent may have committed; Store.Insert then looks the uuid
+// up (confirmInsert), and a row that is there is answered as inserted.
+// Failures that stored nothing are not looked up.
+func TestInsertOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	s := NewStore(f.pool)
+	p := CreateAllocationParams{Uuid: uuid.New(), ResourceClass: "gold", Extra: []byte(`{}`), State: StateAllocating, Traits: []string{}}
+	row, err := s.Insert(ctx, p)
+	require.NoError(t, err)
+
+	found, ok := s.confirmInsert(ctx, p.Uuid)
+	require.True(t, ok)
+	require.Equal(t, row, found)
+	_, ok = s.confirmInsert(ctx, uuid.New())
+	require.False(t, ok, "nothing stored")
+
+	terminated := fmt.Errorf("creating allocation: %w", &pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"})
+	require.True(t, maybeCommitted(terminated))
+	require.True(t, maybeCommitted(fmt.Errorf("creating allocation: %w", io.ErrUnexpectedEOF)))
+	require.False(t, maybeCommitted(&pgconn.ConnectError{}), "never connected")
+	require.False(t, maybeCommitted(fmt.Errorf("acquiring: %w", context.DeadlineExceeded)), "no connection in time")
+	require.False(t, maybeCommitted(&pgconn.PgError{Code: "23505"}), "refused: nothing stored")
 }

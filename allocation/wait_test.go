@@ -98,7 +98,7 @@ func TestPreferWaitAnswersOnChange(t *testing.T) {
 	w.node("n1", "gold")
 	w.create("a1", "gold")
 	go func() {
-		dbtest.WaitFor(t, 3*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
+		dbtest.WaitFor(t, 30*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
 		w.activate("a1")
 	}()
 	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=3"}, "")
@@ -144,7 +144,7 @@ func TestPreferWaitDeletedIs404(t *testing.T) {
 	w.create("a1", "gold")
 	deleted := make(chan int, 1)
 	go func() {
-		dbtest.WaitFor(t, 3*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
+		dbtest.WaitFor(t, 30*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
 		resp, _ := w.request("DELETE", "/v1/allocations/a1", nil, "")
 		deleted <- resp.StatusCode
 	}()
@@ -161,7 +161,7 @@ func TestPreferWaitOnCreate(t *testing.T) {
 	w := setupWait(t)
 	w.node("n1", "gold")
 	go func() {
-		dbtest.WaitFor(t, 3*time.Second, "the row", func() bool {
+		dbtest.WaitFor(t, 30*time.Second, "the row", func() bool {
 			return dbtest.Count(t, w.pool, `SELECT count(*) FROM allocations WHERE name = 'a1'`) == 1
 		})
 		w.activate("a1")
@@ -274,7 +274,7 @@ func TestEventStreamManySubscribers(t *testing.T) {
 	for i := range streams {
 		streams[i] = openStream(t, w.srv.URL+"/v1/allocations/events", nil)
 	}
-	dbtest.WaitFor(t, 5*time.Second, "subscribers", func() bool { return w.hub.Streams() == subs })
+	dbtest.WaitFor(t, 30*time.Second, "subscribers", func() bool { return w.hub.Streams() == subs })
 	for i := range allocs {
 		// One transaction per event batch the hub may see: many batches.
 		_, err := w.pool.Exec(context.Background(),
@@ -326,7 +326,7 @@ func TestHubShutdownEndsWaitsAndStreams(t *testing.T) {
 	w.create("a1", "gold")
 	s := openStream(t, w.srv.URL+"/v1/allocations/events", nil)
 	go func() {
-		dbtest.WaitFor(t, 3*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
+		dbtest.WaitFor(t, 30*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
 		w.hub.Shutdown()
 	}()
 	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=3"}, "")
@@ -350,7 +350,7 @@ func TestHubIdleWithoutStreams(t *testing.T) {
 	seen := first.Next(t, 1)
 	require.Equal(t, []string{"created a0 allocating"}, summary(seen))
 	first.Close()
-	dbtest.WaitFor(t, 3*time.Second, "the stream to close", func() bool { return w.hub.Streams() == 0 })
+	dbtest.WaitFor(t, 30*time.Second, "the stream to close", func() bool { return w.hub.Streams() == 0 })
 
 	// A waiter on an allocating row: the creation of other rows and a
 	// change that keeps it allocating do not wake it.
@@ -368,7 +368,7 @@ func TestHubIdleWithoutStreams(t *testing.T) {
 	w.activate("a1")
 	select {
 	case <-h.C:
-	case <-time.After(3 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("the waiter was not woken when its allocation became active")
 	}
 	// Nobody streamed: nothing was numbered since the stream closed.
@@ -382,4 +382,28 @@ func TestHubIdleWithoutStreams(t *testing.T) {
 	resumed := openStream(t, w.srv.URL+"/v1/allocations/events", map[string]string{"Last-Event-ID": seen[0].ID})
 	require.Equal(t, []string{"created a1 allocating", "created a2 allocating", "updated a1 active", "created a3 allocating"},
 		summary(resumed.Next(t, 4)))
+}
+
+// TestEventsPrunedByCount: the event table is pruned as soon as it grows
+// PruneMargin events past MaxEvents, not only every PruneInterval (it
+// reached 146 % of its cap between once-a-minute prunes).
+func TestEventsPrunedByCount(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const maxEvents, margin = 40, 10
+	hub := NewHub(f.pool, HubOptions{Log: zaptest.NewLogger(t), MaxEvents: maxEvents, PruneMargin: margin,
+		PruneInterval: time.Hour}) // the periodic prune never comes in this test
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); hub.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	// Listening before the events start.
+	dbtest.WaitFor(t, 30*time.Second, "the hub to listen", func() bool {
+		return dbtest.Count(t, f.pool, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND datname = current_database()`) > 0
+	})
+	for range 200 {
+		dbtest.Allocation(t, f.pool, dbtest.AllocationSpec{})
+	}
+	events := func() int { return dbtest.Count(t, f.pool, `SELECT count(*) FROM allocation_events`) }
+	dbtest.WaitFor(t, 30*time.Second, "the events pruned down to the cap", func() bool { return events() <= maxEvents+margin })
 }

@@ -24,13 +24,16 @@ type Authenticator interface {
 }
 
 // Failure is a refused or unjudgeable request: its status (401, 400 or
-// 503), a message for the client (never a secret) and, for 401, the
+// 503), a message for the client (never a secret), for 401 the
 // WWW-Authenticate challenge to send (`Basic realm="..."` or
-// `Keystone uri="..."`). Each API renders it in its own error format.
+// `Keystone uri="..."`), and for 503 when to retry (seconds, sent as
+// Retry-After by Middleware; 0: no header). Each API renders it in its
+// own error format.
 type Failure struct {
-	Status    int
-	Message   string
-	Challenge string
+	Status     int
+	Message    string
+	Challenge  string
+	RetryAfter int
 }
 
 func (f *Failure) Error() string { return fmt.Sprintf("%d: %s", f.Status, f.Message) }

@@ -6,11 +6,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/metalloc/metalloc/auth"
@@ -73,10 +75,13 @@ func TestPlacementNoAuth(t *testing.T) {
 }
 
 // TestHTTPBasic: bcrypt users from an htpasswd file; wrong or missing
-// credentials are 401 with a Basic challenge, an undecodable header 400;
-// non-bcrypt entries are refused at start; a changed file is re-read (a
-// broken one keeps the last good users).
+// credentials are 401 with a Basic challenge, an undecodable header 400,
+// a password over 72 bytes 401 (bcrypt would ignore the rest); non-bcrypt
+// entries are refused at start; a changed file is re-read and takes effect
+// whole: a user it no longer has is out, even when another line is bad
+// (skipped, and logged with its line number); a removed file lets nobody in.
 func TestHTTPBasic(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "htpasswd")
 	write := func(lines ...string) {
 		var s string
@@ -94,8 +99,10 @@ func TestHTTPBasic(t *testing.T) {
 	_, err := auth.NewHTTPBasic(path, zap.NewNop())
 	require.ErrorContains(t, err, "only bcrypt")
 
-	write("", "# comment without colon", "alice:"+hash("a-pw"))
-	b, err := auth.NewHTTPBasic(path, zap.NewNop())
+	long := strings.Repeat("p", auth.MaxBasicPasswordLen)
+	write("", "# comment without colon", "alice:"+hash("a-pw"), "long:"+hash(long))
+	logs, observed := observer.New(zap.InfoLevel)
+	b, err := auth.NewHTTPBasic(path, zap.New(logs))
 	require.NoError(t, err)
 	try := func(set func(*http.Request)) (auth.Credentials, error) {
 		r := httptest.NewRequest(http.MethodGet, "/v1/nodes", nil)
@@ -104,29 +111,65 @@ func TestHTTPBasic(t *testing.T) {
 	}
 	basic := func(u, p string) func(*http.Request) { return func(r *http.Request) { r.SetBasicAuth(u, p) } }
 	header := func(v string) func(*http.Request) { return func(r *http.Request) { r.Header.Set("Authorization", v) } }
+	in := func(u, p string) bool { _, err := try(basic(u, p)); return err == nil }
 
 	c, err := try(basic("alice", "a-pw"))
 	require.NoError(t, err)
 	require.Equal(t, "alice", c.UserName)
 	require.True(t, c.System(), "http_basic users are administrators, as in Ironic")
+	require.True(t, in("alice", "a-pw"), "a second time (remembered)")
 
-	for _, set := range []func(*http.Request){basic("alice", "wrong"), basic("mallory", "a-pw"), header("")} {
+	for _, set := range []func(*http.Request){basic("alice", "wrong"), basic("mallory", "a-pw"), header(""),
+		basic("long", long+"x")} {
 		_, err = try(set)
 		require.Equal(t, http.StatusUnauthorized, status(t, err))
 		f, _ := auth.AsFailure(err)
 		require.Equal(t, `Basic realm="metalloc"`, f.Challenge)
 	}
+	require.True(t, in("long", long), "72 bytes are fine")
 	for _, v := range []string{"Basic", "Basic !!!", "Basic bm9jb2xvbg==", "Bearer abc"} {
 		_, err = try(header(v))
 		require.Equal(t, http.StatusBadRequest, status(t, err), v)
 	}
 
-	// A new user is let in once the file changes (checked at most once a
-	// second); a broken file keeps the users read before.
-	write("alice:"+hash("a-pw"), "bob:"+hash("b-pw"))
-	require.Eventually(t, func() bool { _, err := try(basic("bob", "b-pw")); return err == nil }, 5*time.Second, 100*time.Millisecond)
-	write("alice:{SHA}xyz")
-	time.Sleep(1100 * time.Millisecond)
-	_, err = try(basic("bob", "b-pw"))
-	require.NoError(t, err, "an invalid file keeps the last good users")
+	// change edits the file and waits until the edit has taken effect
+	// (the file is looked at on requests, at most once a second).
+	change := func(edit func()) {
+		t.Helper()
+		before, done := b.Reloaded()
+		edit()
+		deadline := time.After(30 * time.Second)
+		for {
+			_, _ = try(basic("poke", "poke"))
+			select {
+			case <-done:
+				n, _ := b.Reloaded()
+				require.Equal(t, before+1, n)
+				return
+			case <-deadline:
+				t.Fatal("the edited htpasswd file never took effect")
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	reload := func(lines ...string) { t.Helper(); change(func() { write(lines...) }) }
+	reload("alice:"+hash("a-pw"), "bob:"+hash("b-pw"))
+	require.True(t, in("bob", "b-pw"), "a new user is let in")
+	require.True(t, in("alice", "a-pw"))
+
+	// alice removed, carol added, one line htpasswd -m wrote: the bad
+	// line is skipped (and logged with its number), the rest applies.
+	reload("bob:"+hash("b-pw"), "dave:$apr1$abc$def", "carol:"+hash("c-pw"))
+	require.False(t, in("alice", "a-pw"), "a user removed from the file keeps no access")
+	require.True(t, in("carol", "c-pw"), "a user added next to a bad line is let in")
+	require.True(t, in("bob", "b-pw"))
+	require.False(t, in("dave", "x"))
+	skipped := observed.FilterMessage("http_basic_auth_user_file: line skipped").All()
+	require.Len(t, skipped, 1)
+	require.Equal(t, int64(2), skipped[0].ContextMap()["line"])
+	require.Equal(t, "dave", skipped[0].ContextMap()["user"])
+
+	// The file removed: nobody.
+	change(func() { require.NoError(t, os.Remove(path)) })
+	require.False(t, in("bob", "b-pw"), "no file, no user")
 }

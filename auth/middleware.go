@@ -1,6 +1,8 @@
 package auth
 
 import (
+	"strconv"
+
 	"github.com/labstack/echo/v4"
 )
 
@@ -20,6 +22,9 @@ func Middleware(a Authenticator, skip func(echo.Context) bool, fail func(echo.Co
 			creds, err := a.Authenticate(r.Context(), r)
 			if err != nil {
 				if f, ok := AsFailure(err); ok {
+					if f.RetryAfter > 0 {
+						c.Response().Header().Set("Retry-After", strconv.Itoa(f.RetryAfter))
+					}
 					return fail(c, f)
 				}
 				return err

@@ -226,3 +226,20 @@ SELECT pg_stat_get_dead_tuples('allocations'::regclass)::bigint AS dead;
 -- Clears the dead entries the claim scan walks (Service.housekeep); skips
 -- at once if another vacuum of the table is running.
 VACUUM (SKIP_LOCKED) allocations;
+
+-- name: PruneConductors :many
+-- Deletes the conductors whose last heartbeat is older than
+-- @retention_seconds (at least the heartbeat timeout, so they are dead
+-- whatever the liveness rule), that own no allocating allocation or group,
+-- and have no session open (application_name "metalloc-conductor
+-- <hostname>": a paused process keeps its sessions, and could come back);
+-- returns their hostnames.
+DELETE FROM conductors c
+ WHERE c.heartbeat_at < now() - make_interval(secs => @retention_seconds::float8)
+   AND NOT EXISTS (SELECT 1 FROM allocations a
+                    WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
+   AND NOT EXISTS (SELECT 1 FROM allocation_groups g
+                    WHERE g.state = 'allocating' AND g.conductor_affinity = c.id)
+   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity s
+                    WHERE s.application_name = 'metalloc-conductor ' || c.hostname)
+RETURNING c.hostname;

@@ -453,6 +453,44 @@ func (q *Queries) PlacementProviderUUIDs(ctx context.Context) ([]uuid.UUID, erro
 	return items, nil
 }
 
+const pruneConductors = `-- name: PruneConductors :many
+DELETE FROM conductors c
+ WHERE c.heartbeat_at < now() - make_interval(secs => $1::float8)
+   AND NOT EXISTS (SELECT 1 FROM allocations a
+                    WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
+   AND NOT EXISTS (SELECT 1 FROM allocation_groups g
+                    WHERE g.state = 'allocating' AND g.conductor_affinity = c.id)
+   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity s
+                    WHERE s.application_name = 'metalloc-conductor ' || c.hostname)
+RETURNING c.hostname
+`
+
+// Deletes the conductors whose last heartbeat is older than
+// @retention_seconds (at least the heartbeat timeout, so they are dead
+// whatever the liveness rule), that own no allocating allocation or group,
+// and have no session open (application_name "metalloc-conductor
+// <hostname>": a paused process keeps its sessions, and could come back);
+// returns their hostnames.
+func (q *Queries) PruneConductors(ctx context.Context, retentionSeconds float64) ([]string, error) {
+	rows, err := q.db.Query(ctx, pruneConductors, retentionSeconds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var hostname string
+		if err := rows.Scan(&hostname); err != nil {
+			return nil, err
+		}
+		items = append(items, hostname)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const register = `-- name: Register :one
 INSERT INTO conductors AS c (hostname, conductor_group, drivers, version, online, started_at, heartbeat_at,
                              expires_at)

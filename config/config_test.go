@@ -80,6 +80,8 @@ func value(k *Key, i int) (string, any) {
 		s, v = "2.5", 2.5
 	case t.Kind() == reflect.Map:
 		s, v = "CUSTOM_A=1.5,CUSTOM_B=2", map[string]float64{"CUSTOM_A": 1.5, "CUSTOM_B": 2}
+	case t.Kind() == reflect.Slice:
+		s, v = "10.0.0.0/8, 192.0.2.7", []string{"10.0.0.0/8", "192.0.2.7"}
 	}
 	if optional {
 		p := reflect.New(t)

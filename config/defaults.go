@@ -43,7 +43,10 @@ const (
 	// counts as dead (its rows may be taken over) once it is older than
 	// DefaultHeartbeatTimeout (conductor/doc.go).
 	DefaultHeartbeatInterval = 10 * time.Second
-	DefaultHeartbeatTimeout  = 60 * time.Second
+	// DefaultConductorOfflineRetention keeps a dead conductor's row a week
+	// (conductor.offline_retention).
+	DefaultConductorOfflineRetention = 7 * 24 * time.Hour
+	DefaultHeartbeatTimeout          = 60 * time.Second
 
 	DefaultConductorWorkers           = 16
 	DefaultConductorClaimBatch        = 8

@@ -71,7 +71,9 @@ const envPrefix = "METALLOC_"
 // Anything else starting with METALLOC_ must be a key's variable
 // (TestEveryMetallocVariableIsKnown checks the repository).
 var otherEnv = []string{"METALLOC_API_USERNAME", "METALLOC_API_PASSWORD", "METALLOC_ARTIFACTS",
-	"METALLOC_PLACEMENT_CONFORMANCE_DIR"}
+	"METALLOC_PLACEMENT_CONFORMANCE_DIR",
+	"METALLOC_DEB_VERSION", // the package version scripts/deb.sh gives nfpm
+}
 
 // otherEnvPrefixes are prefixes of further non-configuration variables
 // (tests, benchmarks, fuzzing).
@@ -353,14 +355,14 @@ func sortedKeys(m map[string]any) []string {
 // decodeInto converts raw (from viper: a YAML value, an environment or
 // flag string, a default) into field, weakly typed as viper does: "30s" and
 // "true" from the environment, durations as Go durations, maps from YAML or
-// from "K=V,K=V".
+// from "K=V,K=V", lists from YAML or from "A,B".
 func decodeInto(raw any, field reflect.Value) error {
 	target := field
 	if field.Kind() == reflect.Pointer {
 		target = reflect.New(field.Type().Elem()).Elem()
 	}
 	d, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
-		DecodeHook:       mapstructure.ComposeDecodeHookFunc(durationHook, mapHook),
+		DecodeHook:       mapstructure.ComposeDecodeHookFunc(durationHook, mapHook, listHook),
 		WeaklyTypedInput: true,
 		Result:           target.Addr().Interface(),
 	})
@@ -472,4 +474,29 @@ func (c Config) check() Problems {
 	}
 	sort.Strings(p)
 	return p
+}
+
+// listHook reads a list key given as a string (environment, flag, the
+// sample's formatted default): YAML flow syntax ("[a, b]") or "a,b"; empty
+// items are dropped, so "" is the empty list.
+func listHook(from, to reflect.Type, data any) (any, error) {
+	s, ok := data.(string)
+	if !ok || to.Kind() != reflect.Slice {
+		return data, nil
+	}
+	s = strings.TrimSpace(s)
+	if strings.HasPrefix(s, "[") {
+		var out []string
+		if err := yaml.Unmarshal([]byte(s), &out); err != nil {
+			return nil, fmt.Errorf("%q is not a YAML list: %w", s, err)
+		}
+		return out, nil
+	}
+	out := []string{}
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out, nil
 }

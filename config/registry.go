@@ -55,7 +55,7 @@ func registry() []*Key {
 		{Name: "api.events_retention", Default: DefaultAPIEventsRetention, Readers: []Binary{BinaryAPI},
 			Doc: "The allocation event log that streams resume from (`Last-Event-ID`) keeps events this long (each metalloc-api prunes every minute)."},
 		{Name: "api.events_max_count", Default: DefaultAPIEventsMaxCount, Unit: "events", Readers: []Binary{BinaryAPI},
-			Doc: "The allocation event log keeps at most this many events."},
+			Doc: "The allocation event log keeps at most this many events (pruned every minute, and at once whenever a tenth of this count more events came)."},
 	}
 	// metalloc-manage's API client (allocation, allocation-group) reads
 	// the API's address, scheme and authentication strategy.
@@ -119,6 +119,8 @@ func registry() []*Key {
 			Doc: "On SIGTERM or SIGINT: stop claiming, wait this long for in-flight allocations, hand the rest back to the other conductors, go offline. A second signal exits at once."},
 		&Key{Name: "conductor.locked_node_wait", Default: DefaultConductorLockedNodeWait, Readers: condReaders,
 			Doc: "How long an allocation keeps retrying while every node that fits it is locked by others (other reservations, API updates of those nodes) before it goes to `error`."},
+		&Key{Name: "conductor.offline_retention", Default: DefaultConductorOfflineRetention, Readers: condReaders,
+			Doc: "A conductor row whose expiry passed this long ago is deleted (hourly, by any live conductor): never a live conductor, one that still owns allocating rows or one with a database session open; negative: keep every row (see conductor.Pruner)."},
 		&Key{Name: "conductor.takeover_schedule", Default: DefaultConductorTakeoverSchedule, Readers: condReaders,
 			Doc: "When to take over the allocating rows of dead conductors (expiry passed, or offline): a robfig/cron spec (`@every 60s`, `*/2 * * * *`) or `off` (a dead conductor's rows then wait for it to come back)."},
 		&Key{Name: "conductor.metrics_listen", Default: DefaultConductorMetricsListen, Readers: condReaders,
@@ -248,7 +250,7 @@ func accessKeys(section string, secure bool, readers []Binary) []*Key {
 func serverKeys(section string, readers []Binary) []*Key {
 	return []*Key{
 		{Name: section + ".tls_cert_file", Default: "", Readers: readers,
-			Doc: "PEM certificate (chain); with `tls_key_file`, the API serves HTTPS only (TLS 1.2 or later)."},
+			Doc: "PEM certificate (chain); with `tls_key_file`, the API serves HTTPS only (TLS 1.3, or 1.2 with ECDHE AEAD suites only)."},
 		{Name: section + ".tls_key_file", Default: "", Readers: readers, Doc: "The PEM key of `tls_cert_file`."},
 		{Name: section + ".read_timeout", Default: DefaultReadTimeout, Readers: readers,
 			Doc: "Bound on reading a whole request (headers and body); 0: none."},
@@ -256,5 +258,7 @@ func serverKeys(section string, readers []Binary) []*Key {
 			Doc: "Bound on writing an answer, from the end of the request headers; 0: none."},
 		{Name: section + ".idle_timeout", Default: DefaultIdleTimeout, Readers: readers,
 			Doc: "How long a keep-alive connection waits for its next request; 0: none."},
+		{Name: section + ".trusted_proxies", Default: []string{}, Readers: readers,
+			Doc: "Reverse proxies (addresses or CIDRs, `10.0.0.0/8,192.0.2.7`) whose `Forwarded`, `X-Forwarded-For` and `X-Forwarded-Proto` headers are believed (links, client addresses in logs); from anyone else they are ignored. Empty: nobody's."},
 	}
 }

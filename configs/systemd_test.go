@@ -45,8 +45,8 @@ func TestSystemdUnitsVerify(t *testing.T) {
 			t.Fatal(err)
 		}
 		unit := string(text)
-		if !strings.Contains(unit, "ExecStart=/usr/local/bin/metalloc-"+u.binary+" ") {
-			t.Fatalf("%s: ExecStart does not start /usr/local/bin/metalloc-%s", u.file, u.binary)
+		if !strings.Contains(unit, "ExecStart=/usr/bin/metalloc-"+u.binary+" ") {
+			t.Fatalf("%s: ExecStart does not start /usr/bin/metalloc-%s", u.file, u.binary)
 		}
 		for _, line := range []string{"Type=notify", "NotifyAccess=main", "WatchdogSec=30s", "RestartPreventExitStatus=2 78"} {
 			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(line) + `$`).MatchString(unit) {
@@ -54,7 +54,7 @@ func TestSystemdUnitsVerify(t *testing.T) {
 			}
 		}
 		checkFlags(t, u.file, unit, bin)
-		unit = strings.ReplaceAll(unit, "/usr/local/bin/", bins+"/")
+		unit = strings.ReplaceAll(unit, "/usr/bin/", bins+"/")
 		if err := os.WriteFile(filepath.Join(dir, u.file), []byte(unit), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +92,7 @@ func TestSystemdVerifyIgnoresOtherUnits(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	unit := strings.ReplaceAll(string(text), "/usr/local/bin/", bins+"/")
+	unit := strings.ReplaceAll(string(text), "/usr/bin/", bins+"/")
 	path := filepath.Join(dir, "metalloc-placement.service")
 	if err := os.WriteFile(path, []byte(unit), 0o644); err != nil {
 		t.Fatal(err)

@@ -125,7 +125,10 @@ func Open(ctx context.Context, url string, opt PoolOptions) (*pgxpool.Pool, erro
 	if err != nil {
 		return nil, fmt.Errorf("connecting to database: %w", err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// The first connection is bounded by ConnectTimeout and these 10 s,
+	// not by AcquireTimeout: a slow start (a loaded host, TLS, a remote
+	// server) must not fail Open when every later acquire would succeed.
+	pctx, cancel := context.WithTimeout(context.WithValue(ctx, unboundedAcquireKey{}, true), 10*time.Second)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
@@ -307,6 +310,13 @@ func IsUniqueViolation(err error, constraint string) bool {
 	return hasCode(err, "23505", constraint)
 }
 
+// IsForeignKeyViolation reports whether err is a PostgreSQL
+// foreign_key_violation, optionally on the named constraint (empty matches
+// any).
+func IsForeignKeyViolation(err error, constraint string) bool {
+	return hasCode(err, "23503", constraint)
+}
+
 // IsIntegrityError reports whether err is any PostgreSQL integrity constraint
 // violation (class 23), e.g. a unique, foreign-key or check violation.
 func IsIntegrityError(err error) bool {
@@ -324,13 +334,24 @@ func hasCode(err error, code, constraint string) bool {
 
 // DataException reports whether err is a PostgreSQL data exception (SQLSTATE
 // class 22: invalid byte sequence, NUL in text, value out of range, invalid
-// text representation) and returns PostgreSQL's message for it.
+// text representation) and returns PostgreSQL's message for it (for logs:
+// clients get DataExceptionCode's meaning in the API's words).
 func DataException(err error) (string, bool) {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
 		return pgErr.Message, true
 	}
 	return "", false
+}
+
+// DataExceptionCode is the SQLSTATE of a data exception err carries
+// ("22021", ...), "" when it carries none.
+func DataExceptionCode(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // IsUnavailable reports whether err means the database could not be reached

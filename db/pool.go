@@ -53,8 +53,15 @@ type acquireDeadline time.Duration
 
 type acquireCancelKey struct{}
 
+// unboundedAcquireKey marks a context whose acquires acquireDeadline leaves
+// alone (Open's first ping).
+type unboundedAcquireKey struct{}
+
 // TraceAcquireStart implements pgxpool.AcquireTracer.
 func (d acquireDeadline) TraceAcquireStart(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireStartData) context.Context {
+	if ctx.Value(unboundedAcquireKey{}) != nil {
+		return ctx
+	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(d))
 	return context.WithValue(ctx, acquireCancelKey{}, cancel)
 }

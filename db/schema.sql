@@ -1546,6 +1546,32 @@ ALTER TABLE public.allocations ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY 
 );
 
 --
+-- Name: chassis; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.chassis (
+    id bigint NOT NULL,
+    uuid uuid NOT NULL,
+    description text,
+    extra jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone
+);
+
+--
+-- Name: chassis_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.chassis ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.chassis_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: conductors; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1569,6 +1595,33 @@ CREATE TABLE public.conductors (
 
 ALTER TABLE public.conductors ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME public.conductors_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: deploy_templates; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.deploy_templates (
+    id bigint NOT NULL,
+    uuid uuid NOT NULL,
+    name text NOT NULL,
+    steps jsonb DEFAULT '[]'::jsonb NOT NULL,
+    extra jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone
+);
+
+--
+-- Name: deploy_templates_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.deploy_templates ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.deploy_templates_id_seq
     START WITH 1
     INCREMENT BY 1
     NO MINVALUE
@@ -1630,7 +1683,8 @@ CREATE TABLE public.nodes (
     raid_config jsonb DEFAULT '{}'::jsonb NOT NULL,
     target_raid_config jsonb DEFAULT '{}'::jsonb NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone
+    updated_at timestamp with time zone,
+    chassis_id bigint
 )
 WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.05', autovacuum_analyze_scale_factor='0.05', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_vacuum_cost_delay='0');
 
@@ -1748,6 +1802,35 @@ CREATE TABLE public.ironic_sync_lease (
     last_sync_at timestamp with time zone,
     last_sync_nodes integer,
     last_error text
+);
+
+--
+-- Name: node_history; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.node_history (
+    id bigint NOT NULL,
+    uuid uuid NOT NULL,
+    node_id bigint NOT NULL,
+    conductor text,
+    event text NOT NULL,
+    event_type text,
+    severity text,
+    user_id text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: node_history_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.node_history ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.node_history_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
 );
 
 --
@@ -2086,6 +2169,20 @@ ALTER TABLE ONLY public.allocations
     ADD CONSTRAINT allocations_uuid_key UNIQUE (uuid);
 
 --
+-- Name: chassis chassis_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.chassis
+    ADD CONSTRAINT chassis_pkey PRIMARY KEY (id);
+
+--
+-- Name: chassis chassis_uuid_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.chassis
+    ADD CONSTRAINT chassis_uuid_key UNIQUE (uuid);
+
+--
 -- Name: conductors conductors_hostname_key; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -2098,6 +2195,27 @@ ALTER TABLE ONLY public.conductors
 
 ALTER TABLE ONLY public.conductors
     ADD CONSTRAINT conductors_pkey PRIMARY KEY (id);
+
+--
+-- Name: deploy_templates deploy_templates_name_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.deploy_templates
+    ADD CONSTRAINT deploy_templates_name_key UNIQUE (name);
+
+--
+-- Name: deploy_templates deploy_templates_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.deploy_templates
+    ADD CONSTRAINT deploy_templates_pkey PRIMARY KEY (id);
+
+--
+-- Name: deploy_templates deploy_templates_uuid_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.deploy_templates
+    ADD CONSTRAINT deploy_templates_uuid_key UNIQUE (uuid);
 
 --
 -- Name: goose_db_version goose_db_version_pkey; Type: CONSTRAINT; Schema: public; Owner: -
@@ -2126,6 +2244,20 @@ ALTER TABLE ONLY public.ironic_nodes
 
 ALTER TABLE ONLY public.ironic_sync_lease
     ADD CONSTRAINT ironic_sync_lease_pkey PRIMARY KEY (name);
+
+--
+-- Name: node_history node_history_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.node_history
+    ADD CONSTRAINT node_history_pkey PRIMARY KEY (id);
+
+--
+-- Name: node_history node_history_uuid_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.node_history
+    ADD CONSTRAINT node_history_uuid_key UNIQUE (uuid);
 
 --
 -- Name: node_traits node_traits_pkey; Type: CONSTRAINT; Schema: public; Owner: -
@@ -2339,10 +2471,22 @@ CREATE INDEX ironic_allocations_deleted_idx ON public.ironic_allocations USING b
 CREATE INDEX ironic_allocations_deleting_idx ON public.ironic_allocations USING btree (retry_at) WHERE (state = 'deleting'::text);
 
 --
+-- Name: node_history_node_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX node_history_node_idx ON public.node_history USING btree (node_id, id);
+
+--
 -- Name: node_traits_trait_idx; Type: INDEX; Schema: public; Owner: -
 --
 
 CREATE INDEX node_traits_trait_idx ON public.node_traits USING btree (trait, node_id);
+
+--
+-- Name: nodes_chassis_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX nodes_chassis_idx ON public.nodes USING btree (chassis_id, id) WHERE (chassis_id IS NOT NULL);
 
 --
 -- Name: nodes_free_idx; Type: INDEX; Schema: public; Owner: -
@@ -2642,6 +2786,13 @@ ALTER TABLE ONLY public.ironic_sync_lease
     ADD CONSTRAINT ironic_sync_lease_holder_fkey FOREIGN KEY (holder) REFERENCES public.conductors(id) ON DELETE SET NULL;
 
 --
+-- Name: node_history node_history_node_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.node_history
+    ADD CONSTRAINT node_history_node_id_fkey FOREIGN KEY (node_id) REFERENCES public.nodes(id) ON DELETE CASCADE;
+
+--
 -- Name: node_traits node_traits_node_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -2654,6 +2805,13 @@ ALTER TABLE ONLY public.node_traits
 
 ALTER TABLE ONLY public.nodes
     ADD CONSTRAINT nodes_allocation_id_fkey FOREIGN KEY (allocation_id) REFERENCES public.allocations(id) ON DELETE SET NULL;
+
+--
+-- Name: nodes nodes_chassis_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.nodes
+    ADD CONSTRAINT nodes_chassis_id_fkey FOREIGN KEY (chassis_id) REFERENCES public.chassis(id);
 
 --
 -- Name: portgroups portgroups_node_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -

@@ -100,3 +100,8 @@ func ownsSocket(dir string, inodes map[string]bool) bool {
 	}
 	return false
 }
+
+// CheckFree is Start's check of an address before anything starts, for
+// callers that do slow work first (dev up starts PostgreSQL): ErrPortBusy
+// naming addr and its holder, unless addr can be bound now.
+func CheckFree(what, addr string) error { return checkFree(what, addr) }

@@ -29,7 +29,13 @@ func TestBadInputNeverServerError(t *testing.T) {
 		`{"resource_class": "` + strings.Repeat("a", 10000) + `"}`, strings.Repeat("[", 5000),
 		`[{"op": "replace", "path": "/name"}]`, `[{"op": "bogus", "path": "/x", "value": 1}]`,
 		`[{"op": "replace", "path": "", "value": 1}]`, `[{"op": "add", "path": "/extra/a/b/c", "value": 1}]`,
-		`{"target": "bogus"}`, `{"target": null}`, `{"traits": [null]}`, `{"reason": 5}`}
+		`{"target": "bogus"}`, `{"target": null}`, `{"traits": [null]}`, `{"reason": 5}`,
+		// Values PostgreSQL or Go's JSON decoding refuse: the answer says
+		// so in Ironic's words, not theirs.
+		`{"resource_class": "x\u0000"}`, `{"resource_class": "x", "extra": {"a": 1e400}}`,
+		`{"driver": "fake-hardware", "name": "n", "extra": {"k\u0000": 1}}`, `{"driver": "fake-hardware", "description": "a\u0000"}`,
+		`{"driver": "fake-hardware", "properties": {"cpus": 1e400}}`, `[{"op": "add", "path": "/extra/a", "value": 1e400}]`,
+		`[{"op": "add", "path": "/extra/a", "value": "\u0000"}]`, `{"reason": "\u0000"}`}
 	type ep struct{ method, path string }
 	withBody := []ep{
 		{"POST", "/v1/allocations"}, {"PATCH", "/v1/allocations/x"},
@@ -70,6 +76,9 @@ func TestBadInputNeverServerError(t *testing.T) {
 			var fault struct{ Faultstring, Faultcode string }
 			require.NoError(t, json.Unmarshal([]byte(doc.ErrorMessage), &fault), resp)
 			require.Equal(t, "Client", fault.Faultcode)
+			for _, internal := range internals {
+				require.NotContains(t, fault.Faultstring, internal, "%s %s %q", method, url, trunc(body))
+			}
 		}
 	}
 	for _, e := range withBody {
@@ -93,6 +102,11 @@ func TestBadInputNeverServerError(t *testing.T) {
 	}
 	require.Equal(t, before, count(), "rejected requests must not create or delete anything")
 }
+
+// internals are texts of PostgreSQL's and Go's own errors that no client
+// should read in a 4xx answer.
+var internals = []string{"Go value", "Go struct", "of type float64", "of type int", "invalid byte sequence",
+	"unsupported Unicode escape", "SQLSTATE", "encoding \"UTF8\"", "json: ", "pgx", "pgconn"}
 
 func send(t *testing.T, method, url, body string) (int, string) {
 	t.Helper()

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,30 +11,23 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metalloc/metalloc/devstack"
+	"github.com/metalloc/metalloc/web/webtest"
 )
 
 // groupCall sends one request to the API and decodes a JSON answer into
 // out (when set); it returns the status.
 func groupCall(t *testing.T, ctx context.Context, apiURL, method, path, body string, out any, header ...string) int {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, method, apiURL+path, strings.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("X-OpenStack-Ironic-API-Version", "1.82")
+	_ = ctx // the test's own context bounds the request
+	hdr := []string{"X-OpenStack-Ironic-API-Version", "1.82"}
 	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
+		hdr = append(hdr, "Content-Type", "application/json")
 	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	if out != nil && resp.StatusCode/100 == 2 {
+	st, _, raw := webtest.Do(t, method, apiURL+path, body, append(hdr, header...)...)
+	if out != nil && st/100 == 2 {
 		require.NoError(t, json.Unmarshal(raw, out), "%s", raw)
 	}
-	return resp.StatusCode
+	return st
 }
 
 // TestEndToEndGroupsPlacementBackendHTTP: the stack with

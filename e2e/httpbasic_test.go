@@ -135,7 +135,7 @@ func TestHTTPBasicEndToEnd(t *testing.T) {
 		})
 		_, err := nodes.List(late, nil).AllPages(ctx)
 		return err == nil
-	}, 10*time.Second, 200*time.Millisecond)
+	}, 30*time.Second, 200*time.Millisecond)
 
 	requireNoSecrets(t, stack, "op-pw", "cond-pw", "late-pw",
 		base64.StdEncoding.EncodeToString([]byte("operator:op-pw")), base64.StdEncoding.EncodeToString([]byte("conductor:cond-pw")))

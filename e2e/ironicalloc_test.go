@@ -38,8 +38,9 @@ func ironicEnv(ir *devstack.Ironic, extra ...string) []string {
 // database of their own, and returns them with a pool on that database.
 func ironicStack(t *testing.T, ir *devstack.Ironic, n int, extra ...string) (*devstack.Stack, *pgxpool.Pool) {
 	t.Helper()
-	stack, _ := startStackOpts(t, n, devstack.Options{Env: ironicEnv(ir, extra...)})
-	pool, err := pgxpool.New(context.Background(), stack.DatabaseURL())
+	url := dbtest.NewURL(t)
+	stack, _ := startStackOpts(t, n, devstack.Options{DatabaseURL: url, Env: ironicEnv(ir, extra...)})
+	pool, err := pgxpool.New(context.Background(), url)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return stack, pool

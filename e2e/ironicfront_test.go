@@ -52,14 +52,15 @@ func TestIronicFrontMirror(t *testing.T) {
 	_, err := ir.EnrollAvailable(ctx, nodes, 3)
 	require.NoError(t, err)
 
-	stack, _ := startStackOpts(t, 2, devstack.Options{Env: []string{
+	url := dbtest.NewURL(t)
+	stack, _ := startStackOpts(t, 2, devstack.Options{DatabaseURL: url, Env: []string{
 		"METALLOC_IRONIC_ENDPOINT=" + ir.URL,
 		"METALLOC_IRONIC_SYNC_SCHEDULE=@every 1s",
 		"METALLOC_CONDUCTOR_HEARTBEAT_INTERVAL=300ms",
 		"METALLOC_CONDUCTOR_HEARTBEAT_TIMEOUT=5s",
 		"METALLOC_CONDUCTOR_TAKEOVER_SCHEDULE=@every 1s",
 	}})
-	pool, err := pgxpool.New(ctx, stack.DatabaseURL())
+	pool, err := pgxpool.New(ctx, url)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	mirrored := func(name string) bool {

@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/db/dbtest"
@@ -50,25 +49,15 @@ func repoRoot() string {
 	return filepath.Dir(filepath.Dir(file))
 }
 
-// privateCluster starts a PostgreSQL cluster of the test's own (one it may
-// stop, kill or fill, unlike the shared DATABASE_URL) with settings, in a
-// fresh directory under os.TempDir(), and creates and migrates database
-// "metalloc" with n available nodes of class rc. It returns the cluster and
-// the parent directory (for more data directories, e.g. a standby's).
+// privateCluster starts a PostgreSQL cluster of the test's own
+// (dbtest.PrivateCluster: one it may stop, kill or fill) with settings, with
+// database "metalloc" migrated and n available nodes of class rc. It returns
+// the cluster and the parent directory (for more data directories, e.g. a
+// standby's).
 func privateCluster(t *testing.T, settings map[string]string, n int, rc string) (*embedded.Cluster, string) {
 	t.Helper()
-	ctx := context.Background()
-	dir, err := os.MkdirTemp(os.TempDir(), "metalloc-e2e-pg-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755)) // the server user must reach the data dirs
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	cluster, err := embedded.Start(ctx, embedded.Options{DataDir: filepath.Join(dir, "pg"), Log: zaptest.NewLogger(t), Settings: settings})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cluster.Stop(context.Background()) })
-	require.NoError(t, cluster.CreateDatabase(ctx, "metalloc"))
-	_, err = db.Migrate(ctx, cluster.URL("metalloc"), nil)
-	require.NoError(t, err)
-	seed, err := db.Open(ctx, cluster.URL("metalloc"), db.PoolOptions{MaxConns: 1})
+	cluster, dir := dbtest.PrivateCluster(t, settings)
+	seed, err := db.Open(context.Background(), cluster.URL("metalloc"), db.PoolOptions{MaxConns: 1})
 	require.NoError(t, err)
 	defer seed.Close()
 	if n > 0 {

@@ -19,20 +19,20 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/devstack"
 )
 
 // Shape of the PostgreSQL restart test.
 const (
-	pgrNodes      = 500                     // available nodes enrolled
-	pgrBudget     = 450                     // most allocations created, so every one fits
-	pgrWriters    = 4                       // goroutines POSTing allocations
-	pgrPause      = 40 * time.Millisecond   // each writer's pause between POSTs
-	pgrWarmup     = 1500 * time.Millisecond // load before the stop
-	pgrOutage     = 3 * time.Second         // PostgreSQL down this long
-	pgrAfter      = 2 * time.Second         // load after the first 201 that follows the restart
-	pgrSlowLimit  = 2 * time.Second         // no request may take this long during the outage
-	pgrSettleTime = 30 * time.Second        // every created allocation leaves allocating within this
+	pgrNodes      = 500                   // available nodes enrolled
+	pgrBudget     = 450                   // most allocations created, so every one fits
+	pgrWriters    = 4                     // goroutines POSTing allocations
+	pgrPause      = 40 * time.Millisecond // each writer's pause between POSTs
+	pgrWarmup     = 30                    // allocations created before the stop
+	pgrOutage     = 20                    // requests answered while PostgreSQL is down
+	pgrAfter      = 40                    // allocations created after the first 201 that follows the restart
+	pgrSettleTime = 60 * time.Second      // every created allocation leaves allocating within this
 )
 
 // pgrResult is one request the load made.
@@ -49,9 +49,11 @@ type pgrResult struct {
 // TestPostgresRestartUnderLoad stops the database under a running system
 // (metalloc-api and two conductors on a private PostgreSQL cluster) while
 // clients keep creating allocations, then starts it again. While it is down,
-// every request that needs it must get a quick 503 with Ironic's error body;
-// afterwards the API must recover by itself, and every allocation whose POST
-// got 201 must end active on a node of its own.
+// every request that needs it must get a quick 503 with Ironic's error body
+// (refused at once, not after a timeout); afterwards the API must recover by
+// itself, every allocation whose POST got 201 must end active on a node of
+// its own, and every allocation stored must have had its 201 (one writer
+// asks Prefer: wait: a POST whose row is committed is never a 503).
 func TestPostgresRestartUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts its own PostgreSQL and stops it")
@@ -71,11 +73,14 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	t.Cleanup(func() { stack.Stop(context.Background()) })
 
 	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-	do := func(method, path string, body []byte) pgrResult {
+	do := func(method, path string, body []byte, header ...string) pgrResult {
 		r := pgrResult{method: method, start: time.Now()}
 		req, _ := http.NewRequest(method, stack.APIURL+path, bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("X-OpenStack-Ironic-API-Version", "1.82")
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
 		resp, err := client.Do(req)
 		r.took = time.Since(r.start)
 		if err != nil {
@@ -114,7 +119,11 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 		mu.Unlock()
 	}
 	postBody := []byte(`{"resource_class": "pgr"}`)
-	for range pgrWriters {
+	for w := range pgrWriters {
+		var header []string
+		if w == 0 {
+			header = []string{"Prefer", "wait=5"}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -127,7 +136,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 				if created.Load() >= pgrBudget {
 					continue
 				}
-				r := do("POST", "/v1/allocations", postBody)
+				r := do("POST", "/v1/allocations", postBody, header...)
 				if r.status == http.StatusCreated {
 					created.Add(1)
 				}
@@ -148,32 +157,49 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 		}
 	}()
 
-	time.Sleep(pgrWarmup)
+	// count is how many results started after t0 match.
+	count := func(t0 time.Time, match func(pgrResult) bool) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, r := range results {
+			if r.start.After(t0) && match(r) {
+				n++
+			}
+		}
+		return n
+	}
+	isCreated := func(r pgrResult) bool { return r.status == http.StatusCreated }
+	dbtest.WaitFor(t, 60*time.Second, "allocations created before the stop", func() bool {
+		return created.Load() >= pgrWarmup
+	})
 	stopAt := time.Now()
 	require.NoError(t, cluster.Stop(ctx))
 	stopped := time.Now()
-	time.Sleep(pgrOutage)
+	dbtest.WaitFor(t, 60*time.Second, "requests answered while PostgreSQL is down", func() bool {
+		return count(stopped, func(pgrResult) bool { return true }) >= pgrOutage
+	})
 	startAt := time.Now()
 	require.NoError(t, cluster.StartAgain(ctx))
 	started := time.Now()
 
 	// Keep the load on until POSTs succeed again, and a while longer.
 	var recovered time.Time
-	deadline := time.Now().Add(30 * time.Second)
-	for recovered.IsZero() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	firstCreated := func() bool {
 		mu.Lock()
+		defer mu.Unlock()
 		for _, r := range results {
 			if r.status == http.StatusCreated && r.start.After(started) &&
 				(recovered.IsZero() || r.start.Add(r.took).Before(recovered)) {
 				recovered = r.start.Add(r.took)
 			}
 		}
-		mu.Unlock()
+		return !recovered.IsZero()
 	}
-	if !recovered.IsZero() {
-		time.Sleep(pgrAfter)
-	}
+	dbtest.WaitFor(t, 60*time.Second, "a POST to succeed after PostgreSQL started again", firstCreated)
+	dbtest.WaitFor(t, 60*time.Second, "more allocations created after the restart", func() bool {
+		return count(recovered, isCreated) >= pgrAfter || created.Load() >= pgrBudget
+	})
 	close(stopLoad)
 	wg.Wait()
 	loadEnd := time.Now()
@@ -222,11 +248,13 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 		stopped.Sub(stopAt).Round(time.Millisecond), started.Sub(startAt).Round(time.Millisecond),
 		recovered.Sub(started).Round(time.Millisecond), recovered.Sub(startAt).Round(time.Millisecond))
 
-	require.False(t, recovered.IsZero(), "no POST succeeded within 30s of PostgreSQL starting again")
 	require.Positive(t, before.statuses[http.StatusCreated], "no allocation created before the outage")
 	require.Positive(t, down.n, "no request made while PostgreSQL was down")
 	require.Equal(t, down.n, down.s503, "while PostgreSQL was down every request must be a 503: %v", down.statuses)
-	require.Less(t, pct(down.lat, 1), pgrSlowLimit, "a request took too long while PostgreSQL was down")
+	// Quick: refused at once, never after waiting out a timeout (no bound
+	// on the latency itself, which a loaded machine stretches).
+	require.Zero(t, timedOutWhileDown(t, stack.API.LogPath, stopped, startAt),
+		"requests made while PostgreSQL was down waited for a timeout instead of being refused at once")
 
 	// Every answer is a success or a 503 in Ironic's body, never a 500 or
 	// a transport error, and no 503 shows internals.
@@ -257,12 +285,12 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 		createdAt              time.Time
 	}
 	var rows map[string]row
-	settle := time.Now().Add(pgrSettleTime)
-	for {
+	allocating := 0
+	dbtest.WaitEvery(t, pgrSettleTime, 100*time.Millisecond, "every allocation to leave allocating", func() bool {
 		rows = map[string]row{}
 		q, err := conn.Query(ctx, `SELECT uuid::text, state, coalesce(last_error, ''), node_id, conductor_affinity, created_at FROM allocations`)
 		require.NoError(t, err)
-		allocating := 0
+		allocating = 0
 		for q.Next() {
 			var r row
 			require.NoError(t, q.Scan(&r.uuid, &r.state, &r.lastError, &r.node, &r.affinity, &r.createdAt))
@@ -272,11 +300,8 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 			}
 		}
 		require.NoError(t, q.Err())
-		if allocating == 0 || time.Now().After(settle) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return allocating == 0
+	}, func() { t.Logf("%d allocations still allocating", allocating) })
 	settled := time.Now()
 
 	var lost, notActive []string
@@ -317,6 +342,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 		dumpPGRestart(t, conn, stack, lost, notActive)
 	}
 	require.Empty(t, lost, "allocations answered 201 but missing from the database")
+	require.Empty(t, extra, "allocations stored whose POST did not get a 201 (a client retrying holds two nodes)")
 	require.Empty(t, notActive, "allocations answered 201 that did not end active")
 	require.Zero(t, doubles, "nodes booked twice")
 	require.Zero(t, mismatched, "nodes and allocations that do not point at each other")
@@ -423,4 +449,30 @@ func summarizeLogs(t *testing.T, stack *devstack.Stack) {
 		}
 		t.Logf("%s log: warnings and errors %v", p.Name, counts)
 	}
+}
+
+// timedOutWhileDown counts the requests metalloc-api answered 503 for
+// because a deadline passed (the pool's acquire or connect timeout) rather
+// than because the database refused the connection, among those it logged
+// between from and to ("database unavailable" warnings with their error).
+func timedOutWhileDown(t *testing.T, logPath string, from, to time.Time) int {
+	t.Helper()
+	raw, err := os.ReadFile(logPath)
+	require.NoError(t, err)
+	n := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		var l struct{ Time, Msg, Error string }
+		if json.Unmarshal([]byte(line), &l) != nil || l.Msg != "database unavailable" {
+			continue
+		}
+		at, err := time.Parse("2006-01-02T15:04:05.000Z0700", l.Time)
+		if err != nil || at.Before(from) || !at.Before(to) {
+			continue
+		}
+		if strings.Contains(l.Error, "deadline exceeded") || strings.Contains(l.Error, "timeout") {
+			t.Logf("timed out while down: %s", line)
+			n++
+		}
+	}
+	return n
 }

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"testing"
 
 	"github.com/google/uuid"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/devstack"
+	"github.com/metalloc/metalloc/web"
+	"github.com/metalloc/metalloc/web/webtest"
 )
 
 // placementClient starts metalloc-placement (with the API, no conductors
@@ -129,4 +133,34 @@ func TestPlacementWithGophercloud(t *testing.T) {
 	require.True(t, gophercloud.ResponseCodeIs(err, 409), "%v", err)
 	require.NoError(t, resourceproviders.Delete(ctx, client, child.UUID).ExtractErr())
 	require.NoError(t, resourceproviders.Delete(ctx, client, rp.UUID).ExtractErr())
+}
+
+// TestPlacementCrossSiteWritesRefused: what a browser sends when a page of
+// another site submits a form to metalloc-placement is refused (403 in
+// Placement's error body), and a text/plain body without Origin gets
+// Placement's own 415; nothing is created.
+func TestPlacementCrossSiteWritesRefused(t *testing.T) {
+	client := placementClient(t)
+	post := func(hdr ...string) (int, string) {
+		st, _, raw := webtest.Do(t, http.MethodPost, client.Endpoint+"resource_providers", `{"name": "csrf", "x": "="}`,
+			append([]string{"X-Auth-Token", "admin"}, hdr...)...)
+		return st, string(raw)
+	}
+	st, body := post("Content-Type", "text/plain", "Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site")
+	require.Equal(t, http.StatusForbidden, st, body)
+	var doc struct{ Errors []struct{ Detail string } }
+	require.NoError(t, json.Unmarshal([]byte(body), &doc), body)
+	require.Len(t, doc.Errors, 1, body)
+	require.Equal(t, web.CrossSiteMessage, doc.Errors[0].Detail)
+	st, body = post("Content-Type", "application/json", "Origin", "null")
+	require.Equal(t, http.StatusForbidden, st, body)
+	st, body = post("Content-Type", "text/plain")
+	require.Equal(t, http.StatusUnsupportedMediaType, st, body)
+	require.Contains(t, body, "The media type text/plain is not supported, use application/json")
+
+	page, err := resourceproviders.List(client, nil).AllPages(context.Background())
+	require.NoError(t, err)
+	all, err := resourceproviders.ExtractResourceProviders(page)
+	require.NoError(t, err)
+	require.Empty(t, all)
 }

@@ -28,7 +28,7 @@
 // allocation_uuid). The allocation code reads the mirror as it reads
 // standalone nodes: the free predicate, the pick and the traits are the
 // same. Two paths write it, both through the SQL function
-// metalloc_ironic_mirror (migrations/00022_ironic_mirror.sql):
+// metalloc_ironic_mirror (migrations/00025_ironic_mirror.sql):
 //
 //   - the full sync (Mirror.FullSync): Ironic's allocations (node lists
 //     cannot carry allocation_uuid), then every node page by page

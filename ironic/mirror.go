@@ -24,7 +24,7 @@ const DefaultPageSize = 1000
 // sync (FullSync, by the conductor holding the sync lease) and the prompt
 // refresh of one node (Refresh, by metalloc-api after a change it proxied).
 // The write rules are metalloc_ironic_mirror's and metalloc_ironic_prune's
-// (migrations/00022_ironic_mirror.sql; doc.go).
+// (migrations/00025_ironic_mirror.sql; doc.go).
 type Mirror struct {
 	client   *Client
 	pool     *pgxpool.Pool

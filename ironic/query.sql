@@ -1,6 +1,6 @@
 -- The node mirror's SQL (package ironic). The mirror's writes are the SQL
 -- functions metalloc_ironic_mirror and metalloc_ironic_prune
--- (migrations/00022_ironic_mirror.sql); the lease is the one row of
+-- (migrations/00025_ironic_mirror.sql); the lease is the one row of
 -- ironic_sync_lease.
 
 -- name: DBNow :one

@@ -74,7 +74,7 @@ SELECT clock_timestamp()::timestamptz AS now
 
 // The node mirror's SQL (package ironic). The mirror's writes are the SQL
 // functions metalloc_ironic_mirror and metalloc_ironic_prune
-// (migrations/00022_ironic_mirror.sql); the lease is the one row of
+// (migrations/00025_ironic_mirror.sql); the lease is the one row of
 // ironic_sync_lease.
 // The database clock now (not the transaction's start): when a read of
 // Ironic is about to be sent.

@@ -48,7 +48,7 @@ func FuzzPatch(f *testing.F) {
 		name, rc := "node-1", "gold"
 		n := Node{UUID: uuid.New(), Name: &name, Driver: "fake-hardware", ResourceClass: &rc,
 			ProvisionState: StateAvailable, Properties: map[string]any{"cpus": 8.0}, Extra: map[string]any{"a": "b"}}
-		if err := patchNode(&n, web.IronicMaxVersion, "node-1", ops, false); err != nil {
+		if err := patchNode(t.Context(), &n, web.IronicMaxVersion, "node-1", ops, false); err != nil {
 			return
 		}
 		if _, err := json.Marshal(patchDocument(&n)); err != nil {

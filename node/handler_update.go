@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strings"
@@ -90,7 +91,7 @@ func (h *Handler) patch(c echo.Context) error {
 		} else if n.ProvisionState == StateInspecting && v.AtLeast(1, 39) {
 			return conflictf("Cannot update node \"%s\" while it is in state \"%s\".", n.UUID, StateInspecting)
 		}
-		return patchNode(n, v, ident, ops, reset)
+		return patchNode(ctx, n, v, ident, ops, reset)
 	})
 	if err != nil {
 		return apiError(err, ident)
@@ -107,7 +108,7 @@ func (h *Handler) patch(c echo.Context) error {
 func patchDocument(n *Node) map[string]any {
 	doc := map[string]any{
 		"automated_clean":  boolOrNil(n.AutomatedClean),
-		"chassis_uuid":     nil,
+		"chassis_uuid":     uuidOrNil(n.ChassisUUID),
 		"conductor_group":  n.ConductorGroup,
 		"description":      str(n.Description),
 		"driver":           n.Driver,
@@ -145,6 +146,7 @@ func applyPatched(n *Node, patched map[string]any, ops []patchOp, reset bool) er
 	if err := setCommonFields(n, patched); err != nil {
 		return err
 	}
+	n.ChassisUUID = chassisOf(patched)
 	n.Driver, _ = patched["driver"].(string)
 	n.Protected, _ = patched["protected"].(bool)
 	if s, ok := patched["protected_reason"].(string); ok {
@@ -224,14 +226,14 @@ func decodePatchOps(body any, v web.Version, reset bool) ([]patchOp, error) {
 // state): names valid at v, the patched document valid against the node
 // schema and extra's limits, then copied back (applyPatched). ident names
 // the node in messages.
-func patchNode(n *Node, v web.Version, ident string, ops []patchOp, reset bool) error {
+func patchNode(ctx context.Context, n *Node, v web.Version, ident string, ops []patchOp, reset bool) error {
 	for _, name := range patchValues(ops, "/name") {
 		if err := checkNodeName(v, name, "Node "+ident+": Cannot change name to invalid name '%s'"); err != nil {
 			return err
 		}
 	}
 	doc := patchDocument(n)
-	patched, err := applyPatch(doc, ops)
+	patched, err := applyPatch(ctx, doc, ops)
 	if err != nil {
 		return err
 	}
@@ -246,8 +248,8 @@ func patchNode(n *Node, v web.Version, ident string, ops []patchOp, reset bool) 
 	if err := validateExtra(patched); err != nil {
 		return err
 	}
-	if cu, ok := patched["chassis_uuid"].(string); ok && cu != "" {
-		return invalidf("Chassis %s could not be found.", cu)
+	if n.ChassisUUID != nil && (patched["chassis_uuid"] == nil || patched["chassis_uuid"] == "") && !v.AtLeast(1, 25) {
+		return notAcceptable()
 	}
 	return applyPatched(n, patched, ops, reset)
 }

@@ -1,22 +1,40 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
-
-	jsonpatch "github.com/evanphx/json-patch/v5"
 
 	"github.com/metalloc/metalloc/web"
 )
 
+// MaxPatchOps is the most operations one JSON patch may carry (a
+// metalloc limit; Ironic has none). Each operation costs a walk of its path
+// under the row lock of the resource patched, so the limit bounds how long a
+// single request can hold it; a patch beyond it is refused before anything
+// is read (400, Ironic's error body). A thousand operations is more than any
+// client sends: openstacksdk and `openstack baremetal node set` send one per
+// field or key changed.
+const MaxPatchOps = 1000
+
+// checkPatchCtxEvery is how many operations applyPatch applies between two
+// looks at its context.
+const checkPatchCtxEvery = 64
+
 // applyPatch applies a JSON patch (already checked against
-// schema/patch.json) to doc one operation at a time with
-// github.com/evanphx/json-patch/v5, so a failure names the operation, as
-// Ironic's apply_jsonpatch does. Adding a new attribute at the root is
-// refused.
-func applyPatch(doc map[string]any, ops []patchOp) (map[string]any, error) {
+// schema/patch.json) to a copy of doc, one operation at a time on the
+// decoded document, so a failure names the operation, as Ironic's
+// apply_jsonpatch does (RFC 6902 add, replace and remove; the reasons are
+// python-jsonpatch's, see pointerProblem). Adding a new attribute at the
+// root is refused. The cost is linear in the size of doc and ops (one
+// encoding of each, then one walk of each operation's path): doc is not
+// re-encoded per operation. applyPatch stops with ctx's error once ctx is
+// done (the caller usually holds a row lock, which its transaction's
+// rollback then releases).
+func applyPatch(ctx context.Context, doc map[string]any, ops []patchOp) (map[string]any, error) {
 	for _, op := range ops {
 		if op.Op == "add" && strings.Count(op.Path, "/") == 1 {
 			if _, ok := doc[strings.TrimPrefix(op.Path, "/")]; !ok {
@@ -24,43 +42,112 @@ func applyPatch(doc map[string]any, ops []patchOp) (map[string]any, error) {
 			}
 		}
 	}
-	cur, err := json.Marshal(doc)
+	// One JSON round trip of the document and of every value: plain JSON
+	// types (float64 numbers), and no value shared with the request or
+	// with another operation.
+	cur, err := jsonCopy[map[string]any](doc)
 	if err != nil {
-		return nil, fmt.Errorf("encoding patch document: %w", err)
+		return nil, fmt.Errorf("copying patch document: %w", err)
 	}
-	for _, op := range ops {
+	values := make([]any, len(ops))
+	for i, op := range ops {
+		values[i] = op.Value
+	}
+	if values, err = jsonCopy[[]any](values); err != nil {
+		return nil, fmt.Errorf("copying patch values: %w", err)
+	}
+	for i, op := range ops {
+		if i%checkPatchCtxEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("applying patch: %w", err)
+			}
+		}
 		fail := func(reason string) error {
 			return invalidf("Couldn't apply patch '%s'. Reason: %s", web.PyRepr(op.raw), reason)
 		}
 		if _, hasValue := op.raw["value"]; !hasValue && op.Op != "remove" {
 			return nil, fail("The operation does not contain a 'value' member")
 		}
-		var current any
-		if err := json.Unmarshal(cur, &current); err != nil {
-			return nil, fmt.Errorf("decoding patch document: %w", err)
-		}
-		if reason := pointerProblem(current, op); reason != "" {
+		if reason := pointerProblem(cur, op); reason != "" {
 			return nil, fail(reason)
 		}
-		one, err := json.Marshal([]map[string]any{op.raw})
+		next, err := applyOp(cur, pointerParts(op.Path), op.Op, values[i])
 		if err != nil {
 			return nil, fail(err.Error())
 		}
-		p, err := jsonpatch.DecodePatch(one)
-		if err != nil {
-			return nil, fail(err.Error())
-		}
-		next, err := p.Apply(cur)
-		if err != nil {
-			return nil, fail(err.Error())
-		}
-		cur = next
+		cur = next.(map[string]any)
 	}
-	var out map[string]any
-	if err := json.Unmarshal(cur, &out); err != nil {
-		return nil, fmt.Errorf("decoding patched document: %w", err)
+	return cur, nil
+}
+
+// jsonCopy returns v encoded and decoded again as a T.
+func jsonCopy[T any](v any) (T, error) {
+	var out T
+	b, err := json.Marshal(v)
+	if err != nil {
+		return out, err
 	}
-	return out, nil
+	err = json.Unmarshal(b, &out)
+	return out, err
+}
+
+// pointerParts splits a JSON pointer ("/a/b") into its unescaped parts.
+func pointerParts(path string) []string {
+	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	for i, p := range parts {
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(p, "~1", "/"), "~0", "~")
+	}
+	return parts
+}
+
+// applyOp applies one add, replace or remove at parts below node, whose
+// path pointerProblem has already checked, and returns node as it is after
+// (a list that grew or shrank is a new slice, stored by the caller).
+func applyOp(node any, parts []string, op string, value any) (any, error) {
+	part := parts[0]
+	last := len(parts) == 1
+	switch c := node.(type) {
+	case map[string]any:
+		if !last {
+			child, err := applyOp(c[part], parts[1:], op, value)
+			if err != nil {
+				return nil, err
+			}
+			c[part] = child
+			return c, nil
+		}
+		if op == "remove" {
+			delete(c, part)
+		} else {
+			c[part] = value
+		}
+		return c, nil
+	case []any:
+		idx := len(c)
+		if !(last && op == "add" && part == "-") {
+			var err error
+			if idx, err = strconv.Atoi(part); err != nil || idx < 0 || idx > len(c) {
+				return nil, fmt.Errorf("index '%s' is out of bounds", part)
+			}
+		}
+		if !last {
+			child, err := applyOp(c[idx], parts[1:], op, value)
+			if err != nil {
+				return nil, err
+			}
+			c[idx] = child
+			return c, nil
+		}
+		switch op {
+		case "add":
+			return slices.Insert(c, idx, value), nil
+		case "remove":
+			return slices.Delete(c, idx, idx+1), nil
+		}
+		c[idx] = value
+		return c, nil
+	}
+	return nil, fmt.Errorf("document '%s' does not support indexing", pyReprPlain(node))
 }
 
 // pointerProblem explains, in python-jsonpatch's words, why op's path does

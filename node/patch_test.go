@@ -1,12 +1,15 @@
 package node_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/metalloc/metalloc/node"
 )
 
 type op = map[string]any
@@ -59,6 +62,24 @@ func TestPatch(t *testing.T) {
 		require.Nil(t, b["name"])
 		require.Equal(t, map[string]any{}, b["properties"])
 		require.Equal(t, "fake", b["boot_interface"])
+	})
+
+	t.Run("operation cap", func(t *testing.T) {
+		t.Parallel()
+		e := e.sub(t)
+		id := e.createNode(map[string]any{"name": "p-cap"})["uuid"].(string)
+		ops := func(n int) []op {
+			out := make([]op, n)
+			for i := range out {
+				out[i] = op{"op": "add", "path": fmt.Sprintf("/extra/%d", i), "value": 0}
+			}
+			return out
+		}
+		b := e.must(http.StatusOK, http.MethodPatch, "/v1/nodes/"+id, "1.82", ops(node.MaxPatchOps)).body
+		require.Len(t, b["extra"], node.MaxPatchOps)
+		r := e.must(http.StatusBadRequest, http.MethodPatch, "/v1/nodes/"+id, "1.82", ops(node.MaxPatchOps+1))
+		require.Equal(t, fmt.Sprintf("Schema error for patch: %d operations is too many; a patch may have at most %d",
+			node.MaxPatchOps+1, node.MaxPatchOps), r.fault(t))
 	})
 
 	t.Run("instance_uuid", func(t *testing.T) {
@@ -167,7 +188,7 @@ func TestPatch(t *testing.T) {
 			{"reset_interfaces without driver", "1.82", []op{{"op": "replace", "path": "/name", "value": "zz"}}, 400,
 				"The reset_interfaces parameter can only be used when changing the node's driver."},
 			{"chassis", "1.82", []op{{"op": "replace", "path": "/chassis_uuid", "value": uuid.NewString()}}, 400, "could not be found."},
-			{"bad interface", "1.82", []op{{"op": "replace", "path": "/power_interface", "value": "ipmitool"}}, 400, "Valid interfaces are ['fake']."},
+			{"bad interface", "1.82", []op{{"op": "replace", "path": "/power_interface", "value": "redfish"}}, 400, "Valid interfaces are ['fake', 'ipmitool']."},
 		}
 		for _, tc := range cases {
 			path := "/v1/nodes/" + id

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -37,11 +38,15 @@ func (e *Error) HTTP() *web.Error {
 
 // DecodePatch checks body (a decoded JSON value) as Ironic's args.patch
 // does (a list of add/replace/remove operations on word paths, each but
-// remove with a value) and returns its operations. Which paths a resource
-// lets be patched is the caller's check.
+// remove with a value, at most MaxPatchOps of them: 400 beyond) and returns
+// its operations. Which paths a resource lets be patched is the caller's
+// check.
 func DecodePatch(body any) ([]PatchOp, error) {
 	if err := loadSchemas(); err != nil {
 		return nil, err
+	}
+	if l, ok := body.([]any); ok && len(l) > MaxPatchOps {
+		return nil, invalidf("Schema error for patch: %d operations is too many; a patch may have at most %d", len(l), MaxPatchOps)
 	}
 	if err := validateSchema(patchSchema, "patch", body); err != nil {
 		return nil, err
@@ -59,10 +64,12 @@ func DecodePatch(body any) ([]PatchOp, error) {
 	return ops, nil
 }
 
-// ApplyPatch applies ops to doc as Ironic's apply_jsonpatch does (adding a
-// new root attribute is refused; a failing operation is named).
-func ApplyPatch(doc map[string]any, ops []PatchOp) (map[string]any, error) {
-	return applyPatch(doc, ops)
+// ApplyPatch applies ops to a copy of doc as Ironic's apply_jsonpatch does
+// (adding a new root attribute is refused; a failing operation is named),
+// in time linear in their sizes, and stops with ctx's error once ctx is
+// done.
+func ApplyPatch(ctx context.Context, doc map[string]any, ops []PatchOp) (map[string]any, error) {
+	return applyPatch(ctx, doc, ops)
 }
 
 // PatchValues is api_utils.get_patch_values: the values of the non-remove
@@ -88,8 +95,21 @@ func CheckArgs(c echo.Context, body map[string]any, allowed ...string) error {
 // not JSON).
 func ReadBody(c echo.Context) (any, error) { return readBody(c) }
 
-// DecodeJSON decodes raw into generic JSON values, refusing trailing data.
-func DecodeJSON(raw []byte) (any, error) { return decodeJSON(raw) }
+// ReadPatch reads the request body as a JSON patch: ReadBody, then
+// DecodePatch (Ironic's messages for a body that is not one). The
+// resource's handler then checks which paths it may change.
+func ReadPatch(c echo.Context) ([]PatchOp, error) {
+	body, err := readBody(c)
+	if err != nil {
+		return nil, err
+	}
+	return DecodePatch(body)
+}
 
 // NotAcceptable is Ironic's bare 406 "Request not acceptable.".
 func NotAcceptable() *Error { return notAcceptable() }
+
+// MaskSecrets returns m with the values of keys that look secret replaced
+// by "******", recursively, as Ironic's strutils.mask_dict_password shows
+// driver_info and deploy step arguments.
+func MaskSecrets(m map[string]any) map[string]any { return maskSecrets(m) }

@@ -51,16 +51,66 @@ func removerOrDefault(r AllocationRemover) AllocationRemover {
 // runs in one transaction holding the node's row lock (SELECT ... FOR UPDATE),
 // so it never interleaves with another change of the same node, and a
 // conductor reserving nodes with FOR UPDATE SKIP LOCKED passes over it.
+//
+// A change waits at most LockWait for that lock (db.RowLocks: changes of the
+// same node in this process take turns, so only one of them holds a pool
+// connection while it waits; a node locked for long cannot take the pool
+// from requests on other nodes), then fails with Ironic's NodeLocked (409,
+// "Node <uuid> is locked by host <holder>, please retry after the current
+// operation is completed."). A node named by its uuid and by its name
+// waits on two turns.
 type Store struct {
 	pool  *pgxpool.Pool
 	q     *Queries
 	now   func() time.Time
 	fleet fleetCache // Fleet's shared counts
+	locks *db.RowLocks
 }
+
+// LockWait is how long a change waits for its node's row lock (and its turn
+// to wait for it) before NodeLocked: about what Ironic's conductor waits
+// for a node reservation ([conductor]node_locked_retry_attempts 3 ×
+// node_locked_retry_interval 1 s).
+const LockWait = 3 * time.Second
 
 // NewStore returns a Store on pool.
 func NewStore(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, q: New(pool), now: time.Now}
+	return &Store{pool: pool, q: New(pool), now: time.Now, locks: db.NewRowLocks(pool, LockWait)}
+}
+
+// lockedTx runs fn in a transaction that starts by locking node ident (fn's
+// first statement), as db.RowLocks.InTx does; a lock not granted within
+// LockWait is NodeLocked.
+func (s *Store) lockedTx(ctx context.Context, ident string, fn func(pgx.Tx) error) error {
+	key := "node/" + ident
+	if u, ok := web.UUIDLike(ident); ok {
+		key = "node/" + u.String()
+	}
+	err := s.locks.InTx(ctx, key, fn)
+	if errors.Is(err, db.ErrLockWait) {
+		return s.nodeLocked(ctx, ident)
+	}
+	return err
+}
+
+// nodeLocked is Ironic's NodeLocked for node ident, naming who holds its
+// lock: the host of a conductor, else the holding session's application
+// name or address ("unknown" when it is gone by now).
+func (s *Store) nodeLocked(ctx context.Context, ident string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	p := NodeLockHolderParams{Name: &ident}
+	if u, ok := web.UUIDLike(ident); ok {
+		p = NodeLockHolderParams{Uuid: &u}
+	}
+	node, host := ident, "unknown"
+	if r, err := s.q.NodeLockHolder(ctx, p); err == nil {
+		node = r.Uuid.String()
+		if h := strings.TrimPrefix(r.Holder, "metalloc-conductor "); h != "" {
+			host = h
+		}
+	}
+	return conflictf("Node %s is locked by host %s, please retry after the current operation is completed.", node, host)
 }
 
 // noRows maps pgx.ErrNoRows to ErrNotFound (naming ident) and wraps any other
@@ -82,36 +132,36 @@ func (s *Store) Get(ctx context.Context, ident string) (Node, error) {
 // optionally taking its row lock.
 func (s *Store) get(ctx context.Context, q *Queries, ident string, lock bool) (Node, error) {
 	var (
-		row   NodeRow
-		alloc *uuid.UUID
-		tr    []string
-		err   error
+		row            NodeRow
+		alloc, chassis *uuid.UUID
+		tr             []string
+		err            error
 	)
 	if u, isUUID := web.UUIDLike(ident); isUUID {
 		if lock {
 			var r LockNodeByUUIDRow
 			r, err = q.LockNodeByUUID(ctx, u)
-			row, alloc, tr = r.NodeRow, r.AllocationUuid, r.Traits
+			row, alloc, chassis, tr = r.NodeRow, r.AllocationUuid, r.ChassisUuid, r.Traits
 		} else {
 			var r GetNodeByUUIDRow
 			r, err = q.GetNodeByUUID(ctx, u)
-			row, alloc, tr = r.NodeRow, r.AllocationUuid, r.Traits
+			row, alloc, chassis, tr = r.NodeRow, r.AllocationUuid, r.ChassisUuid, r.Traits
 		}
 	} else {
 		if lock {
 			var r LockNodeByNameRow
 			r, err = q.LockNodeByName(ctx, &ident)
-			row, alloc, tr = r.NodeRow, r.AllocationUuid, r.Traits
+			row, alloc, chassis, tr = r.NodeRow, r.AllocationUuid, r.ChassisUuid, r.Traits
 		} else {
 			var r GetNodeByNameRow
 			r, err = q.GetNodeByName(ctx, &ident)
-			row, alloc, tr = r.NodeRow, r.AllocationUuid, r.Traits
+			row, alloc, chassis, tr = r.NodeRow, r.AllocationUuid, r.ChassisUuid, r.Traits
 		}
 	}
 	if err != nil {
 		return Node{}, noRows(err, "reading node", ident)
 	}
-	return fromRow(row, alloc, tr)
+	return fromRow(row, alloc, chassis, tr)
 }
 
 // Create inserts n (with its traits) and returns it as stored. A zero UUID is
@@ -141,13 +191,16 @@ func (s *Store) CreateWith(ctx context.Context, n Node, then func(tx pgx.Tx, n N
 	if n.ProvisionUpdatedAt == nil {
 		n.ProvisionUpdatedAt = ptr(s.now().UTC())
 	}
-	p, err := insertParams(n)
-	if err != nil {
-		return Node{}, err
-	}
 	var out Node
 	err = db.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
+		if err := resolveChassis(ctx, q, &n); err != nil {
+			return err
+		}
+		p, err := insertParams(n)
+		if err != nil {
+			return err
+		}
 		ins, err := q.InsertNode(ctx, p)
 		if err != nil {
 			return uniqueError(err, n)
@@ -172,7 +225,7 @@ func (s *Store) CreateWith(ctx context.Context, n Node, then func(tx pgx.Tx, n N
 // row lock, without writing the node itself; fn's error rolls back what it
 // did on tx.
 func (s *Store) Locked(ctx context.Context, ident string, fn func(tx pgx.Tx, n Node) error) error {
-	return db.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	return s.lockedTx(ctx, ident, func(tx pgx.Tx) error {
 		n, err := s.get(ctx, s.q.WithTx(tx), ident, true)
 		if err != nil {
 			return err
@@ -185,6 +238,9 @@ func (s *Store) Locked(ctx context.Context, ident string, fn func(tx pgx.Tx, n N
 // conflict errors; other errors are wrapped.
 func uniqueError(err error, n Node) error {
 	switch {
+	case db.IsForeignKeyViolation(err, "nodes_chassis_id_fkey") && n.ChassisUUID != nil:
+		// The chassis went between resolveChassis and the write.
+		return invalidf("Chassis %s could not be found.", *n.ChassisUUID)
 	case db.IsUniqueViolation(err, "nodes_uuid_key"):
 		return conflictf("A node with UUID %s already exists.", n.UUID)
 	case db.IsUniqueViolation(err, "nodes_name_key"):
@@ -201,7 +257,7 @@ func uniqueError(err error, n Node) error {
 // on tx (allocation removal, traits); returning an error rolls back.
 func (s *Store) change(ctx context.Context, ident string, fn func(tx pgx.Tx, q *Queries, n *Node) error) (Node, error) {
 	var out Node
-	err := db.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.lockedTx(ctx, ident, func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
 		n, err := s.get(ctx, q, ident, true)
 		if err != nil {
@@ -219,7 +275,8 @@ func (s *Store) change(ctx context.Context, ident string, fn func(tx pgx.Tx, q *
 	return out, err
 }
 
-// save writes every updatable column of n (not allocation_id).
+// save writes every updatable column of n (not allocation_id) and the
+// history events n recorded.
 func (s *Store) save(ctx context.Context, q *Queries, n Node) error {
 	p, err := updateParams(n)
 	if err != nil {
@@ -231,7 +288,7 @@ func (s *Store) save(ctx context.Context, q *Queries, n Node) error {
 		}
 		return uniqueError(err, n)
 	}
-	return nil
+	return writeHistory(ctx, q, n)
 }
 
 // Update changes the node ident under its row lock: mutate edits a copy of
@@ -243,8 +300,9 @@ func (s *Store) save(ctx context.Context, q *Queries, n Node) error {
 //   - protected only in active/rescue (409), protected_reason only when
 //     protected (400), likewise retired (not in available) and retired_reason;
 //   - hardware interfaces change only in enroll/inspecting/inspect wait/
-//     manageable/available or in maintenance (409), and driver or interface
-//     changes are validated by drv (which fills defaults);
+//     manageable/available or in maintenance (409), and driver, conductor
+//     group or interface changes are validated by drv (which fills
+//     defaults, and may check that a live conductor serves the driver);
 //   - resource_class, once set, changes only in those states (409);
 //   - instance_uuid cannot be overwritten (409, NodeAssociated); removing it
 //     from a node holding an allocation deletes the allocation through
@@ -302,7 +360,7 @@ func (s *Store) applyUpdateRules(ctx context.Context, tx pgx.Tx, q *Queries, old
 		return invalidf("The retired_reason field can only be set when retired is True")
 	}
 	inAllowed := slices.Contains(updateAllowedStates, n.ProvisionState)
-	checkIfaces := old.Driver != n.Driver
+	checkIfaces := old.Driver != n.Driver || old.ConductorGroup != n.ConductorGroup
 	for _, f := range InterfaceFields {
 		if old.Interfaces[f] == n.Interfaces[f] {
 			continue
@@ -315,6 +373,11 @@ func (s *Store) applyUpdateRules(ctx context.Context, tx pgx.Tx, q *Queries, old
 	}
 	if checkIfaces {
 		if err := drv.Validate(ctx, n); err != nil {
+			return err
+		}
+	}
+	if !eqPtr(old.ChassisUUID, n.ChassisUUID) {
+		if err := resolveChassis(ctx, q, n); err != nil {
 			return err
 		}
 	}
@@ -359,7 +422,7 @@ var deleteAllowedStates = []string{StateManageable, StateEnroll, StateAdoptFail,
 // deleted through remover in the same transaction.
 func (s *Store) Delete(ctx context.Context, ident string, remover AllocationRemover) error {
 	remover = removerOrDefault(remover)
-	return db.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	return s.lockedTx(ctx, ident, func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
 		n, err := s.get(ctx, q, ident, true)
 		if err != nil {
@@ -401,12 +464,15 @@ func (s *Store) SetMaintenance(ctx context.Context, ident string, on bool, reaso
 	})
 }
 
-// ClearTargetRAIDConfig sets the node's target_raid_config to {}, as
-// Ironic's set_target_raid_config does with an empty configuration (which
-// needs no RAID interface).
-func (s *Store) ClearTargetRAIDConfig(ctx context.Context, ident string) (Node, error) {
+// SetTargetRAIDConfig stores cfg as the node's target_raid_config (nil:
+// {}), as Ironic's set_target_raid_config does once the RAID interface
+// accepted it (an empty configuration needs no RAID interface).
+func (s *Store) SetTargetRAIDConfig(ctx context.Context, ident string, cfg map[string]any) (Node, error) {
+	if cfg == nil {
+		cfg = map[string]any{}
+	}
 	return s.change(ctx, ident, func(_ pgx.Tx, _ *Queries, n *Node) error {
-		n.TargetRaidConfig = map[string]any{}
+		n.TargetRaidConfig = cfg
 		return nil
 	})
 }
@@ -436,7 +502,7 @@ func applyPower(ctx context.Context, n *Node, ident, target string, drv Driver) 
 	}
 	n.LastError = nil
 	if err := drv.SetPower(ctx, n, target); err != nil {
-		n.LastError = ptr(fmt.Sprintf("Failed to change power state to '%s' by '%s'. Error: %v", target, target, err))
+		n.fail(eventUnknown, fmt.Sprintf("Failed to change power state to '%s' by '%s': %v", target, target, err))
 	}
 	n.TargetPowerState = nil
 	return nil
@@ -559,8 +625,9 @@ func eqPtr[T comparable](a, b *T) bool {
 	return *a == *b
 }
 
-// fromRow converts a nodes row plus its allocation uuid and traits.
-func fromRow(r NodeRow, alloc *uuid.UUID, traits []string) (Node, error) {
+// fromRow converts a nodes row plus its allocation's and chassis' uuids and
+// its traits.
+func fromRow(r NodeRow, alloc, chassis *uuid.UUID, traits []string) (Node, error) {
 	n := Node{
 		ID: r.ID, UUID: r.Uuid, Name: r.Name, Driver: r.Driver, ResourceClass: r.ResourceClass,
 		ProvisionState: r.ProvisionState, TargetProvisionState: r.TargetProvisionState,
@@ -573,6 +640,7 @@ func fromRow(r NodeRow, alloc *uuid.UUID, traits []string) (Node, error) {
 		ProtectedReason: r.ProtectedReason, Retired: r.Retired, RetiredReason: r.RetiredReason,
 		AutomatedClean: r.AutomatedClean, ConsoleEnabled: r.ConsoleEnabled, Shard: r.Shard,
 		Traits: traits, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		ChassisID: r.ChassisID, ChassisUUID: chassis,
 	}
 	if n.Traits == nil {
 		n.Traits = []string{}
@@ -655,6 +723,7 @@ func insertParams(n Node) (InsertNodeParams, error) {
 		ConsoleEnabled: n.ConsoleEnabled, Shard: n.Shard,
 		Properties: j[0], Extra: j[1], InstanceInfo: j[2], DriverInfo: j[3], DriverInternalInfo: j[4],
 		Interfaces: j[5], NetworkData: j[6], RaidConfig: j[7], TargetRaidConfig: j[8],
+		ChassisID: n.ChassisID,
 	}, nil
 }
 
@@ -675,6 +744,7 @@ func updateParams(n Node) (UpdateNodeParams, error) {
 		ConsoleEnabled: n.ConsoleEnabled, Shard: n.Shard,
 		Properties: j[0], Extra: j[1], InstanceInfo: j[2], DriverInfo: j[3], DriverInternalInfo: j[4],
 		Interfaces: j[5], NetworkData: j[6], RaidConfig: j[7], TargetRaidConfig: j[8],
+		ChassisID: n.ChassisID,
 	}, nil
 }
 

@@ -109,7 +109,7 @@ func (s *bodySchema) parse(c echo.Context, dst any) (any, error) {
 	}
 	if dst != nil {
 		if err := json.Unmarshal(body, dst); err != nil {
-			return nil, web.PlacementErr(http.StatusBadRequest, "", "JSON does not validate: %v", err)
+			return nil, web.PlacementErr(http.StatusBadRequest, "", "JSON does not validate: %s", web.JSONProblem(err))
 		}
 	}
 	return inst, nil

@@ -86,10 +86,13 @@ func ClassifyError(err error, log *zap.Logger) (int, string) {
 	if errors.As(err, &he) {
 		return he.Code, httpErrorMessage(he)
 	}
-	if msg, ok := db.DataException(err); ok {
+	if code := db.DataExceptionCode(err); code != "" {
 		// Values PostgreSQL cannot store (a NUL byte, invalid UTF-8, a
-		// number out of range) are the client's mistake, not ours.
-		return http.StatusBadRequest, "Invalid value in request: " + msg
+		// number out of range) are the client's mistake, not ours; the
+		// client is told in the API's words, never PostgreSQL's.
+		msg, _ := db.DataException(err)
+		log.Info("value refused by the database", zap.String("sqlstate", code), zap.String("reason", msg))
+		return http.StatusBadRequest, "Invalid value in request: " + dataProblem(code)
 	}
 	if db.IsTransient(err) {
 		// A lock or serialization conflict that outlasted db.InTx's
@@ -120,9 +123,32 @@ func httpErrorMessage(he *echo.HTTPError) string {
 	return http.StatusText(he.Code)
 }
 
-// IronicErrorHandler is an echo.HTTPErrorHandler writing Ironic's error body.
+// dataProblem says what is wrong with a value PostgreSQL refused with the
+// data exception code (SQLSTATE class 22), in words that hold whatever the
+// request was.
+func dataProblem(code string) string {
+	switch code {
+	case "22021": // character_not_in_repertoire
+		return "text must not contain NUL characters (\\u0000) or invalid UTF-8."
+	case "22P05": // untranslatable_character
+		return "JSON text must not contain NUL characters (\\u0000)."
+	case "22003": // numeric_value_out_of_range
+		return "a number is out of range."
+	case "22001": // string_data_right_truncation
+		return "a value is too long."
+	case "22007", "22008": // invalid_datetime_format, datetime_field_overflow
+		return "a date or time is invalid or out of range."
+	case "22P02": // invalid_text_representation
+		return "a value does not have the expected format."
+	}
+	return "a value cannot be stored."
+}
+
+// IronicErrorHandler is an echo.HTTPErrorHandler writing Ironic's error
+// body; a request whose client left gets StatusClientClosedRequest and no
+// body.
 func IronicErrorHandler(err error, c echo.Context) {
-	if c.Response().Committed {
+	if c.Response().Committed || answerClientGone(c, err) {
 		return
 	}
 	status, msg := ClassifyError(err, Logger(c))

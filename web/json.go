@@ -25,7 +25,7 @@ func (JSONSerializer) Serialize(c echo.Context, i any, indent string) error {
 func (JSONSerializer) Deserialize(c echo.Context, i any) error {
 	err := json.NewDecoder(c.Request().Body).Decode(i)
 	if err != nil {
-		return Errorf(http.StatusBadRequest, "Invalid JSON in request body: %v", err)
+		return Errorf(http.StatusBadRequest, "Invalid JSON in request body: %s", JSONProblem(err))
 	}
 	return nil
 }

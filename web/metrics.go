@@ -25,7 +25,8 @@ var RequestDurationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .2
 // the label set stays bounded whatever paths clients send; a path no route
 // matches is "unmatched". method is the HTTP method, or "other" for a method
 // outside the standard set. status is the status code the client received,
-// after the error handler ran: like AccessLog, the middleware renders a
+// after the error handler ran (StatusClientClosedRequest, 499, when the
+// client left before its answer): like AccessLog, the middleware renders a
 // handler's error itself (c.Error) and returns nil. Install it with e.Use
 // before AccessLog so that it sees the final status. It returns reg's
 // error if the metrics are already registered there.

@@ -156,9 +156,10 @@ func PlacementRequestVersion(c echo.Context) Version {
 // PlacementErrorHandler is an echo.HTTPErrorHandler writing Placement's error
 // body. *PlacementError keeps its status, code and detail; echo errors (404
 // route not found, 405) and database errors are classified as ClassifyError
-// does (503 while the database is unavailable, 500 without internals).
+// does (503 while the database is unavailable, 500 without internals); a
+// request whose client left gets StatusClientClosedRequest and no body.
 func PlacementErrorHandler(err error, c echo.Context) {
-	if c.Response().Committed {
+	if c.Response().Committed || answerClientGone(c, err) {
 		return
 	}
 	var pe *PlacementError

@@ -23,8 +23,41 @@ const (
 	requestIDKey
 )
 
+// clientContextKey is where RequestID keeps the request's own context (the
+// connection's: canceled when the client goes away), before any timeout
+// middleware replaces it.
+const clientContextKey = "web.client_context"
+
+// StatusClientClosedRequest (499, nginx's "client closed request") is the
+// status recorded, in metalloc_http_requests_total and the access log,
+// for a request whose client went away before it was answered: not a
+// server error, whatever the handler was doing.
+const StatusClientClosedRequest = 499
+
+// ClientGone reports whether the client of c's request has closed its
+// connection (or the request was otherwise canceled from outside), as
+// opposed to a deadline of the server's own passing. It needs RequestID
+// to have run.
+func ClientGone(c echo.Context) bool {
+	ctx, ok := c.Get(clientContextKey).(context.Context)
+	return ok && errors.Is(ctx.Err(), context.Canceled)
+}
+
+// answerClientGone records StatusClientClosedRequest for a request whose
+// client left (nothing reaches the client any more) and logs err at Info:
+// an impatient client is not a server error. It reports whether it did.
+func answerClientGone(c echo.Context, err error) bool {
+	if c.Response().Committed || !ClientGone(c) {
+		return false
+	}
+	Logger(c).Info("client closed the request before its answer", zap.Error(err))
+	c.Response().WriteHeader(StatusClientClosedRequest)
+	return true
+}
+
 // RequestID assigns each request an id "req-<uuid4>", sets it on the response,
-// and stores a zap logger carrying it in the request context (see Logger).
+// and stores a zap logger carrying it in the request context (see Logger),
+// and the request's own context for ClientGone.
 func RequestID(base *zap.Logger) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -34,6 +67,7 @@ func RequestID(base *zap.Logger) echo.MiddlewareFunc {
 			ctx := context.WithValue(c.Request().Context(), loggerKey, log)
 			ctx = context.WithValue(ctx, requestIDKey, id)
 			c.SetRequest(c.Request().WithContext(ctx))
+			c.Set(clientContextKey, ctx)
 			return next(c)
 		}
 	}
@@ -41,9 +75,10 @@ func RequestID(base *zap.Logger) echo.MiddlewareFunc {
 
 // AccessLog logs one line per request: method, path, status, duration. 5xx
 // at Error, 4xx at Info ("request rejected", with the reason the client
-// was given: the error's message, see ErrorReason), successful GETs (the
-// bulk of polling traffic) at Debug, other successes at Info. Each message
-// is sampled separately by the logger (see config.NewLogger).
+// was given: the error's message, see ErrorReason; 499, a client that left, as
+// "request abandoned by the client"), successful GETs (the bulk of
+// polling traffic) at Debug, other successes at Info. Each message is
+// sampled separately by the logger (see config.NewLogger).
 func AccessLog() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -61,6 +96,8 @@ func AccessLog() echo.MiddlewareFunc {
 				zap.Duration("took", time.Since(start)),
 			}
 			switch {
+			case status == StatusClientClosedRequest:
+				log.Info("request abandoned by the client", fields...)
 			case status == http.StatusServiceUnavailable:
 				// The database is down: ClassifyError has logged why.
 				log.Warn("request unavailable", fields...)

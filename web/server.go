@@ -18,8 +18,9 @@ import (
 type ServerConfig struct {
 	// Listen is address:port.
 	Listen string `mapstructure:"listen"`
-	// TLSCertFile and TLSKeyFile (PEM) turn TLS on (1.2 or later); both or
-	// neither. The files are read at start.
+	// TLSCertFile and TLSKeyFile (PEM) turn TLS on (1.3, or 1.2 with the
+	// ECDHE AEAD suites of tlsCipherSuites); both or neither. The files
+	// are read at start.
 	TLSCertFile string `mapstructure:"tls_cert_file"`
 	TLSKeyFile  string `mapstructure:"tls_key_file"`
 	// ReadTimeout bounds reading a whole request (headers and body),
@@ -29,6 +30,21 @@ type ServerConfig struct {
 	ReadTimeout  time.Duration `mapstructure:"read_timeout"`
 	WriteTimeout time.Duration `mapstructure:"write_timeout"`
 	IdleTimeout  time.Duration `mapstructure:"idle_timeout"`
+	// TrustedProxies are the reverse proxies (CIDRs or addresses) whose
+	// forwarding headers (X-Forwarded-Proto, X-Forwarded-For, Forwarded)
+	// are believed; from anyone else they are dropped (TrustForwarded).
+	// Default: none.
+	TrustedProxies []string `mapstructure:"trusted_proxies"`
+}
+
+// tlsCipherSuites are the TLS 1.2 suites the listeners offer: ECDHE key
+// exchange with an AEAD cipher only (no CBC mode, no SHA-1 MAC, no static
+// RSA key exchange), as Mozilla's "intermediate" profile. TLS 1.3's suites
+// are all AEAD and not configurable.
+var tlsCipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
 // TLS reports whether the listener serves TLS.
@@ -65,7 +81,8 @@ func NewServer(cfg ServerConfig, h http.Handler) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("loading TLS key pair: %w", err)
 		}
-		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: tlsCipherSuites,
+			Certificates: []tls.Certificate{cert}}
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

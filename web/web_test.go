@@ -2,12 +2,15 @@ package web
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -102,4 +105,55 @@ func TestValidLogicalName(t *testing.T) {
 	require.False(t, ValidLogicalName("node 1", Version{1, 82}))
 	require.False(t, ValidLogicalName("Node_1", Version{1, 9}))
 	require.True(t, ValidLogicalName("node-1", Version{1, 9}))
+}
+
+// TestBadValuesInTheAPIsWords: a value PostgreSQL refuses, or a number no
+// float64 holds, is a 400 that says what is wrong without PostgreSQL's
+// text or Go's type names.
+func TestBadValuesInTheAPIsWords(t *testing.T) {
+	t.Parallel()
+	for code, pgMsg := range map[string]string{
+		"22021": `invalid byte sequence for encoding "UTF8": 0x00`,
+		"22P05": "unsupported Unicode escape sequence",
+		"22003": "value out of range for type integer",
+		"22001": "value too long for type character varying(255)",
+		"22P02": `invalid input syntax for type uuid: "x"`,
+		"22012": "division by zero",
+	} {
+		err := fmt.Errorf("inserting: %w", &pgconn.PgError{Code: code, Message: pgMsg})
+		status, msg := ClassifyError(err, zap.NewNop())
+		require.Equal(t, http.StatusBadRequest, status, code)
+		require.NotContains(t, msg, pgMsg, code)
+		require.NotContains(t, msg, "UTF8", code)
+		require.True(t, strings.HasPrefix(msg, "Invalid value in request: "), msg)
+	}
+
+	var f float64
+	var n struct{ Count int32 }
+	var s struct{ Name string }
+	for body, want := range map[string]string{
+		`1e400`:            "number 1e400 is out of range",
+		`{"Count": 1e10}`:  "number 1e10 at Count is not an integer in range",
+		`{"Count": 1.5}`:   "number 1.5 at Count is not an integer in range",
+		`{"Name": [1]}`:    "expected a string at Name, got array",
+		`{"Name": "x"`:     "unexpected end of JSON input",
+		`{"Name": "x"} x{`: "invalid character 'x' after top-level value",
+	} {
+		var dst any = &f
+		switch {
+		case strings.Contains(body, "Count"):
+			dst = &n
+		case strings.Contains(body, "Name"):
+			dst = &s
+		}
+		err := json.Unmarshal([]byte(body), dst)
+		require.Error(t, err, body)
+		got := JSONProblem(err)
+		require.Equal(t, want, got, body)
+		require.NotContains(t, got, "Go ", body)
+	}
+
+	sch := MustSchema("thing", []byte(`{"type": "object"}`))
+	_, err := sch.Decode([]byte(`{"extra": {"a": [1, 1e400]}}`))
+	require.EqualError(t, err, "400: Invalid JSON in request body: number 1e400 at /extra/a/1 is out of range")
 }

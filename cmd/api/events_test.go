@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/allocation"
+	"github.com/metalloc/metalloc/auth"
+	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/web/webtest"
 )
@@ -27,14 +30,7 @@ func TestWaitAndEventsAccess(t *testing.T) {
 	cfg.API.MaxWait = 2 * time.Second
 	// Shorter than the waits below: they must not be cut to 503 by it.
 	cfg.API.RequestTimeout = 500 * time.Millisecond
-	hub := allocation.NewHub(pool, allocation.HubOptions{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); hub.Run(ctx) }()
-	e, err := newAPI(cfg, pool, personaAuth{}, rules, hub, zap.NewNop())
-	require.NoError(t, err)
-	srv := httptest.NewServer(e)
-	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); cancel(); <-done })
+	hub, srv := hubAPI(t, pool, cfg, personaAuth{}, rules, zap.NewNop())
 
 	url := srv.URL + "/v1/allocations/events"
 	as := func(persona string) map[string]string {
@@ -83,4 +79,20 @@ func TestWaitAndEventsAccess(t *testing.T) {
 	require.Equal(t, "wait=1", applied)
 	owner.Quiet(t, time.Second)        // outlives api.request_timeout too
 	require.Equal(t, 3, hub.Streams()) // owner, reader, other: still open
+}
+
+// hubAPI serves metalloc-api with an event hub (Prefer: wait, event
+// streams) on pool, until the test ends.
+func hubAPI(t *testing.T, pool *pgxpool.Pool, cfg config.Config, authn auth.Authenticator, rules auth.Rules,
+	log *zap.Logger) (*allocation.Hub, *httptest.Server) {
+	t.Helper()
+	hub := allocation.NewHub(pool, allocation.HubOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); hub.Run(ctx) }()
+	e, err := newAPI(cfg, pool, authn, rules, hub, log)
+	require.NoError(t, err)
+	srv := httptest.NewServer(e)
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); cancel(); <-done })
+	return hub, srv
 }

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
@@ -23,10 +22,12 @@ import (
 	"github.com/metalloc/metalloc/allocgroup"
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/auth/policy"
-	"github.com/metalloc/metalloc/buildinfo"
+	"github.com/metalloc/metalloc/chassis"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor/conductorapi"
 	"github.com/metalloc/metalloc/config"
+	"github.com/metalloc/metalloc/deploytemplate"
+	"github.com/metalloc/metalloc/driver/driverapi"
 	"github.com/metalloc/metalloc/ironic"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/port"
@@ -82,38 +83,12 @@ func run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 
-	// systemd (Type=notify): READY=1 once the socket is bound, STOPPING=1
-	// at the stop signal, WATCHDOG=1 when the unit asks for it.
-	sd := cli.StartSystemd(ctx, log)
-	defer sd.Close()
-	// /healthz and /readyz answer before routing and authentication.
-	srv, err := web.NewServer(cfg.API.ServerConfig, web.Health(e, svc.DatabaseCheck()))
-	if err != nil {
-		return err
-	}
-	srv.Malformed = web.IronicMalformed
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve() }()
-	log.Info("metalloc-api listening", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.API.TLS()),
-		zap.String("version", buildinfo.Get().Version))
-	sd.Ready()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	hub.Shutdown() // open waits answer now, streams end
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return svc.ServeHTTP(cli.HTTP{Server: cfg.API.ServerConfig, Handler: e, Malformed: web.IronicMalformed,
+		Stopping: hub.Shutdown}) // open waits answer now, streams end
 }
 
 // resources are the top-level resources of metalloc-api's /v1 document.
-var resources = []string{"nodes", "ports", "portgroups", "conductors", "allocations"}
+var resources = []string{"chassis", "nodes", "ports", "portgroups", "drivers", "conductors", "allocations", "deploy_templates", "shards"}
 
 // newFront returns metalloc-api's front for the Ironic at ironic.endpoint
 // (refreshing nodes it changes in the mirror on pool), or nil when
@@ -141,8 +116,8 @@ func accessDefaults() []policy.Default {
 // metalloc_db_up, HTTP requests, allocations created, the allocating queue,
 // conductor liveness), request ids and access log, the request
 // timeout and body limit, authentication by authn (/, /v1 and /metrics
-// are public), and the node, port, port group, allocation and conductor
-// routes checked against rules, the topology routes (package topology), and
+// are public), and the node, port, port group, chassis, deploy template,
+// driver, allocation and conductor routes checked against rules, the topology routes (package topology), and
 // the operator page at /ui/ (package ui;
 // its fleet summary is node's GET /v1/ui/fleet).
 func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rules auth.Rules, hub *allocation.Hub, log *zap.Logger) (*echo.Echo, error) {
@@ -162,6 +137,12 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 	e.HTTPErrorHandler = web.IronicErrorHandler
 	e.JSONSerializer = web.JSONSerializer{}
 	e.Pre(middleware.RemoveTrailingSlash()) // Ironic accepts /v1/nodes/ as /v1/nodes
+	// Forwarding headers only from api.trusted_proxies.
+	trusted, err := web.ParseTrustedProxies("api.trusted_proxies", cfg.API.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
+	web.TrustProxies(e, trusted)
 
 	// Prometheus metrics at GET /metrics on the API's own listener.
 	reg := cli.NewRegistry(pool)
@@ -185,6 +166,16 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 	}
 
 	e.Use(httpMetrics, web.RequestID(log), web.AccessLog(), middleware.Recover())
+	// No page of another site may change anything (before authentication:
+	// a browser's remembered http_basic credentials do not count there),
+	// through metalloc's routes or, in front of Ironic, Ironic's.
+	e.Use(web.CrossSite(web.CrossSiteOptions{
+		RequireJSON: true, PublicEndpoint: cfg.API.PublicEndpoint,
+		Forbidden: func(msg string) error { return web.Errorf(http.StatusForbidden, "%s", msg) },
+		Unsupported: func(mt string) error {
+			return web.Errorf(http.StatusUnsupportedMediaType, "The media type %s is not supported, use application/json", mt)
+		},
+	}))
 	if front != nil {
 		m, err := ironic.NewMetrics(reg)
 		if err != nil {
@@ -214,6 +205,9 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 	nodes := node.NewStore(pool)
 	node.NewHandler(nodes, node.Deallocator{}, node.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
+		// Nodes are created and changed only for drivers a live conductor
+		// of their group serves, as in Ironic.
+		Driver: node.FakeDriver{Registered: nodes.DriverServed},
 	}).Register(v1)
 	port.NewHandler(port.NewStore(pool), port.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
@@ -229,6 +223,15 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 	}).Register(v1)
 	conductorapi.NewHandler(pool, conductorapi.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
+	}).Register(v1)
+	chassis.NewHandler(chassis.NewStore(pool), chassis.HandlerOptions{
+		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
+	}).Register(v1)
+	deploytemplate.NewHandler(deploytemplate.NewStore(pool), deploytemplate.HandlerOptions{
+		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
+	}).Register(v1)
+	driverapi.NewHandler(pool, driverapi.HandlerOptions{
+		PublicEndpoint: cfg.API.PublicEndpoint, Rules: rules,
 	}).Register(v1)
 	topology.NewHandler(pool, topology.HandlerOptions{Rules: rules}).Register(v1)
 	ui.Register(e) // the operator page at /ui/, behind the same authentication

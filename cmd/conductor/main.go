@@ -72,6 +72,15 @@ func run(cmd *cobra.Command, _ []string) error {
 		}()
 		defer func() { stopTracker(); <-trackerDone }()
 	}
+	// Rows of conductors gone for longer than conductor.offline_retention
+	// are deleted (conductor.Pruner). It stops with env.Ctx.
+	pruner := conductor.NewPruner(env.Pool, conductor.PrunerConfig{
+		Retention: c.OfflineRetention, HeartbeatTimeout: c.HeartbeatTimeout,
+	}, env.Log)
+	prunerCtx, stopPruner := context.WithCancel(env.Ctx)
+	prunerDone := make(chan struct{})
+	go func() { defer close(prunerDone); pruner.Run(prunerCtx) }()
+	defer func() { stopPruner(); <-prunerDone }()
 	reg := cli.NewRegistry(env.Pool)
 	svc.Metrics = conductor.NewMetrics(reg)
 	// /readyz on the metrics listener: the database and schema, and this

@@ -41,6 +41,6 @@ func devCmd() *cobra.Command {
 			}
 			return err
 		},
-	}, upCmd())
+	}, upCmd(), devEnvCmd())
 	return c
 }

@@ -1,43 +1,87 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/db/embedded"
 	"github.com/metalloc/metalloc/devstack"
 )
 
+// sampleNodes is the --nodes value that imports devstack.SampleNodes.
+const sampleNodes = "sample"
+
 func upCmd() *cobra.Command {
-	var nodes, listen, placementListen, backend string
+	var nodes, listen, placementListen, backend, envFile string
 	var conductors int
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "start the whole system locally until Ctrl-C: PostgreSQL, migrations, API, conductors, sample nodes",
+		Long: "Starts a private PostgreSQL (or uses $DATABASE_URL), migrates it, starts metalloc-api,\n" +
+			"metalloc-placement and the conductors, imports --nodes and prints the URLs. It writes the\n" +
+			"environment a second shell needs (DATABASE_URL, PATH) to --env-file, which\n" +
+			"`metalloc-manage dev env` prints. Ctrl-C stops everything and deletes the private\n" +
+			"PostgreSQL with all its data.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, log, err := load(cmd)
 			if err != nil {
 				return err
 			}
+			// Read the node file first: a wrong path fails before anything starts.
+			var nodeFile []byte
+			switch nodes {
+			case "":
+			case sampleNodes:
+				nodeFile = devstack.SampleNodes(240)
+			default:
+				if nodeFile, err = os.ReadFile(nodes); err != nil {
+					hint := ""
+					if errors.Is(err, fs.ErrNotExist) {
+						hint = " (make run NODES=FILE chooses another node file; NODES=sample generates 240 sample nodes)"
+					}
+					return fmt.Errorf("node file: %w%s", err, hint)
+				}
+			}
+			if backend == "placement" && placementListen == "off" {
+				return errors.New("--backend placement needs metalloc-placement: drop --placement-listen off")
+			}
+			if err := devstack.CheckFree("metalloc-api", listen); err != nil {
+				return err
+			}
+			if placementListen != "off" {
+				if err := devstack.CheckFree("metalloc-placement", placementListen); err != nil {
+					return err
+				}
+			}
+			if envFile == "" {
+				if envFile, err = defaultEnvFile(); err != nil {
+					return err
+				}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			steps := newSteps()
+			steps.start("starting PostgreSQL")
 			url, stopDB, err := embedded.WithDatabase(ctx, log)
 			if err != nil {
 				return err
 			}
 			defer stopDB()
-			if _, err := db.Migrate(ctx, url, log); err != nil {
+			steps.start("applying migrations")
+			if _, err := db.Migrate(ctx, url, zap.NewNop()); err != nil {
 				return err
 			}
-			if backend == "placement" && placementListen == "off" {
-				return errors.New("--backend placement needs metalloc-placement: drop --placement-listen off")
-			}
+			steps.start(fmt.Sprintf("starting metalloc-api, %d conductors and metalloc-placement", conductors))
 			stack, err := devstack.Start(ctx, devstack.Options{
 				DatabaseURL: url, Conductors: conductors, APIListen: listen, Log: log,
 				Placement: placementListen != "off", PlacementListen: placementListen,
@@ -47,11 +91,17 @@ func upCmd() *cobra.Command {
 				return err
 			}
 			defer stack.Stop(cmd.Context())
-			if nodes != "" {
-				if err := importNodes(ctx, url, nodes, true, log); err != nil {
+			if nodeFile != nil {
+				steps.start("importing nodes from " + nodes)
+				if err := importFrom(ctx, url, bytes.NewReader(nodeFile), nodes, true, log); err != nil {
 					return err
 				}
 			}
+			if err := writeDevEnv(envFile, stack, url); err != nil {
+				return err
+			}
+			defer os.Remove(envFile)
+			steps.done()
 			fmt.Printf(`
 metalloc is up.
   API:       %[1]s   (Ironic API, microversions 1.1-1.82)
@@ -59,6 +109,9 @@ metalloc is up.
   backend:   %[5]s
   database:  %[2]s
   logs:      %[3]s
+
+In another shell, for metalloc-manage and DATABASE_URL:
+  eval "$(%[6]s dev env)"
 
 Try:
   curl -s -X POST %[1]s/v1/allocations \
@@ -72,20 +125,56 @@ Try:
   openstack --os-auth-type admin_token --os-token admin --os-endpoint %[4]s \
     --os-placement-api-version 1.39 resource provider list
 
-Ctrl-C stops everything.
+Ctrl-C stops everything%[7]s.
 `, stack.APIURL, url, stack.API.LogPath[:len(stack.API.LogPath)-len("/api.log")], placementURL(stack),
-				backendName(backend))
+				backendName(backend), manageCommand(), discardNote())
 			<-ctx.Done()
 			fmt.Println("\nstopping...")
 			return nil
 		},
 	}
-	c.Flags().StringVar(&nodes, "nodes", "", "node file to import and make available (openstack baremetal create format)")
+	c.Flags().StringVar(&nodes, "nodes", "", "node file to import and make available (openstack baremetal create format), or \"sample\": 240 generated nodes")
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:6385", "API address:port")
 	c.Flags().IntVar(&conductors, "conductors", 2, "conductors to start")
 	c.Flags().StringVar(&placementListen, "placement-listen", "127.0.0.1:8778", "metalloc-placement address:port, or off")
 	c.Flags().StringVar(&backend, "backend", "database", "conductors' allocation backend: database, or placement (through this metalloc-placement)")
+	c.Flags().StringVar(&envFile, "env-file", "", "where to write the environment of a second shell (default dev.env next to this binary; removed at exit)")
 	return c
+}
+
+// discardNote tells what Ctrl-C does to the data: a private PostgreSQL is
+// deleted, a $DATABASE_URL is left as it is.
+func discardNote() string {
+	if os.Getenv("DATABASE_URL") != "" {
+		return " ($DATABASE_URL's database is kept)"
+	}
+	return " and deletes the private PostgreSQL with all its data"
+}
+
+// steps prints one line per start-up step with the time the previous one
+// took, so that a slow first start says what it is doing.
+type steps struct {
+	t0, t time.Time
+	name  string
+}
+
+func newSteps() *steps { now := time.Now(); return &steps{t0: now, t: now} }
+
+func (s *steps) start(name string) {
+	s.finish()
+	s.name, s.t = name, time.Now()
+	fmt.Fprintf(os.Stderr, "dev up: %s...\n", name)
+}
+
+func (s *steps) finish() {
+	if s.name != "" {
+		fmt.Fprintf(os.Stderr, "dev up: %s: done in %.1fs\n", s.name, time.Since(s.t).Seconds())
+	}
+}
+
+func (s *steps) done() {
+	s.finish()
+	fmt.Fprintf(os.Stderr, "dev up: up in %.1fs\n", time.Since(s.t0).Seconds())
 }
 
 func backendName(b string) string {

@@ -172,7 +172,7 @@ func (b *Ironic) ProcessQueued() bool { return true }
 // refusal, or error. While Ironic is unreachable it waits for it up to
 // OutageWait, then returns an error wrapping ErrIronicUnavailable (the row
 // stays allocating and owned, with its node).
-func (b *Ironic) Process(ctx context.Context, me int64, c Claimed) (Outcome, error) {
+func (b *Ironic) Process(ctx context.Context, me int64, c *Claimed) (Outcome, error) {
 	defer func() {
 		if _, ok := b.claimed.LoadAndDelete(c.ID); ok {
 			b.pending.Add(-1)

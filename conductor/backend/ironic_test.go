@@ -159,7 +159,7 @@ func (x *ironicFixture) claimAndProcess(ctx context.Context) (outs map[Outcome]i
 	require.Empty(x.t, reserved, "the Ironic backend's claim reserves nothing itself")
 	outs = map[Outcome]int{}
 	for _, c := range rest {
-		out, err := x.b.Process(ctx, x.me, c)
+		out, err := x.b.Process(ctx, x.me, &c)
 		if err != nil {
 			failed = append(failed, c)
 			continue
@@ -357,7 +357,7 @@ func TestIronicResumeBetweenWrites(t *testing.T) {
 			_, err := x.pool.Exec(ctx, `UPDATE allocations SET conductor_affinity = $1 WHERE id = $2`, other, a.ID)
 			require.NoError(t, err)
 			b2 := NewIronic(x.pool, x.client, IronicConfig{}, zaptest.NewLogger(t))
-			out, err := b2.Process(ctx, other, rest[0])
+			out, err := b2.Process(ctx, other, &rest[0])
 			require.NoError(t, err)
 			require.Equal(t, Reserved, out)
 			v = x.get(a.ID)

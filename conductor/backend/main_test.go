@@ -1,9 +1,11 @@
 package backend
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -21,4 +23,22 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// settle processes c as the conductor does: Process again after each
+// Waiting, once c.Wait.Retry is up, until it ends otherwise.
+func settle(ctx context.Context, b Backend, me int64, c Claimed) (Outcome, error) {
+	for {
+		out, err := b.Process(ctx, me, &c)
+		if err != nil || out != Waiting {
+			return out, err
+		}
+		t := time.NewTimer(c.Wait.Retry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Lost, ctx.Err()
+		case <-t.C:
+		}
+	}
 }

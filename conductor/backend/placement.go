@@ -36,9 +36,10 @@ type PlacementConfig struct {
 	// candidates, each time trying the chosen node and its alternates,
 	// before it goes to error (default 3).
 	MaxAttempts int
-	// LockedWait bounds how long Process keeps trying in-process while
-	// every selection is a node concurrent claims hold or just took
-	// (default 2s; conductor.locked_node_wait), as the database backend.
+	// LockedWait bounds how long a row waits (Process returning Waiting)
+	// in mode local while every selection is a node concurrent claims hold
+	// or just took (default 2s; conductor.locked_node_wait), as the
+	// database backend.
 	LockedWait time.Duration
 	// Mode is PlacementModeAuto (the default), PlacementModeLocal or
 	// PlacementModeHTTP: whether claims run in-process, in the node
@@ -72,6 +73,9 @@ type Placement struct {
 	mode modeState
 	// lockedWait is PlacementConfig.LockedWait.
 	lockedWait time.Duration
+	// locked is the kinds of request whose every selection was locked at
+	// their last attempt in mode local.
+	locked *lockedKinds
 }
 
 // NewPlacement returns a Placement on pool and the
@@ -90,6 +94,7 @@ func NewPlacement(pool *pgxpool.Pool, pc *client.Client, cfg PlacementConfig, lo
 	cands := &cachedCandidates{inner: placement.NewLocal(pool), byKey: map[string]*candidateEntry{}}
 	p := &Placement{
 		pool: pool, q: q, pc: pc, log: log, maxAttempts: cfg.MaxAttempts, lockedWait: cfg.LockedWait,
+		locked: newLockedKinds(5*time.Millisecond, 80*time.Millisecond),
 		sched: &scheduler.Scheduler{Client: pc, Hostname: cfg.Hostname, MaxAlternates: max(cfg.MaxAlternates, 0),
 			Filter: fitFilter{q}},
 		localSched: &scheduler.Scheduler{Client: cands, Hostname: cfg.Hostname,
@@ -169,19 +174,22 @@ func (e *placementRefused) Unwrap() error { return e.err }
 // metalloc-placement's search in-process and each selection is claimed by
 // claimLocal: the claim log, the reservation and the Placement write in one
 // transaction, rolled back whole on a refusal; while every selection is a
-// node concurrent claims hold, it keeps trying for LockedWait.
-func (p *Placement) Process(ctx context.Context, me int64, c Claimed) (Outcome, error) {
-	log := p.log.With(zap.Stringer("allocation", c.UUID))
-	if c.Traits == nil {
-		c.Traits = []string{}
-	}
-	if len(c.CandidateNodes) == 0 {
-		c.CandidateNodes = nil
-	}
+// node concurrent claims hold, it returns Waiting, as the database backend
+// does, until the row has waited LockedWait (the rows of one kind of
+// request waiting for one attempt at a time: lockedKinds).
+func (p *Placement) Process(ctx context.Context, me int64, cp *Claimed) (Outcome, error) {
+	log := p.log.With(zap.Stringer("allocation", cp.UUID))
+	cp.normalize()
+	c := *cp
 	spec := scheduler.RequestSpec{InstanceUUID: c.UUID, ResourceClass: c.ResourceClass, Traits: c.Traits,
 		CandidateNodes: c.CandidateNodes, Owner: c.Owner}
 	local := p.Local(ctx)
-	began, backoff := time.Now(), 5*time.Millisecond
+	kind, now := kindOf(cp), time.Now()
+	if local && cp.Wait.Waiting() && !cp.Wait.expired(now, p.lockedWait) {
+		if left, _, ok := p.locked.wait(kind, now); ok && waitFor(cp, now, left, p.lockedWait) {
+			return Waiting, nil
+		}
+	}
 	var tried, taken, changed int
 	for attempt := 1; attempt <= p.maxAttempts; attempt++ {
 		if local && attempt > 1 {
@@ -217,6 +225,9 @@ func (p *Placement) Process(ctx context.Context, me int64, c Claimed) (Outcome, 
 			}
 			switch st {
 			case stepReserved:
+				if local {
+					p.locked.free(kind)
+				}
 				log.Debug("reserved node through Placement", zap.Stringer("node", sel.ComputeNodeUUID),
 					zap.Int("attempt", attempt), zap.Int("tried", tried))
 				return Reserved, nil
@@ -234,18 +245,13 @@ func (p *Placement) Process(ctx context.Context, me int64, c Claimed) (Outcome, 
 			log.Debug("selection not claimed; trying the next one", zap.Stringer("node", sel.ComputeNodeUUID),
 				zap.Bool("taken_in_placement", st == stepTaken))
 		}
-		if local && attempt == p.maxAttempts && taken == 0 && time.Since(began) < p.lockedWait {
+		if local && attempt == p.maxAttempts && taken == 0 &&
+			waitFor(cp, now, p.locked.locked(kind, 0, now), p.lockedWait) {
 			// In-process, every selection was a node locked or reserved
 			// by a concurrent claim a moment ago (nothing taken in
-			// Placement): as the database backend, keep trying for
-			// lockedWait, backing off, with fresh candidates.
-			select {
-			case <-ctx.Done():
-				return p.trouble(ctx, me, c, ctx.Err())
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 80*time.Millisecond)
-			attempt--
+			// Placement): as the database backend, wait (Waiting) up to
+			// lockedWait and try again with fresh candidates.
+			return Waiting, nil
 		}
 	}
 	return p.fail(ctx, me, c, fmt.Sprintf(

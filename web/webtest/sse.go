@@ -74,11 +74,11 @@ func (s *SSE) Close() {
 	s.Resp.Body.Close()
 }
 
-// Next returns the stream's next n events (failing the test after 10 s).
+// Next returns the stream's next n events (failing the test after 30 s).
 func (s *SSE) Next(t testing.TB, n int) []SSEEvent {
 	t.Helper()
 	var out []SSEEvent
-	timeout := time.After(10 * time.Second)
+	timeout := time.After(30 * time.Second)
 	for len(out) < n {
 		select {
 		case e, ok := <-s.events:
