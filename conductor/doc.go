@@ -249,7 +249,7 @@
 // across them (Ironic refuses a node it has given to another allocation,
 // including one made directly in Ironic).
 //
-// The journal ironic_allocations (migrations/00151_ironic_allocations.sql)
+// The journal ironic_allocations (migrations/00026_ironic_allocations.sql)
 // records what was sent to Ironic, one row per allocation uuid, written
 // before the request. Its states:
 //

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/devstack"
 	"github.com/metalloc/metalloc/ironic"
+	"github.com/metalloc/metalloc/web/webtest"
 )
 
 // ironicEnv is the environment of metalloc processes in front of ir in
@@ -428,6 +430,73 @@ func TestIronicFrontAllocations(t *testing.T) {
 		agree(t, ir, vpool, "kill")
 		st, raw = apiCall(t, http.MethodDelete, victim.APIURL+"/v1/allocations/"+a.UUID, nil)
 		require.Equal(t, http.StatusNoContent, st, "%s", raw)
+	})
+
+	// metalloc's extensions in this mode: an allocation group placed by
+	// topology (every member made in Ironic on one rack before the group
+	// is active), Prefer: wait, the event stream, the fleet summary.
+	t.Run("extensions", func(t *testing.T) {
+		var specs []devstack.IronicNode
+		for k := 1; k <= 4; k++ {
+			specs = append(specs, devstack.IronicNode{Name: fmt.Sprintf("ext-%d", k), ResourceClass: "ext",
+				Extra: map[string]any{"row": "r1", "rack": fmt.Sprintf("k%d", (k+1)/2)}})
+		}
+		nodes, err := ir.EnrollAvailable(ctx, specs, 4)
+		require.NoError(t, err)
+		waitFree(t, pool, "ext", 4)
+		rack := map[string]string{nodes[0]: "k1", nodes[1]: "k1", nodes[2]: "k2", nodes[3]: "k2"}
+		st, raw := apiCall(t, http.MethodPut, api+"/v1/topology",
+			map[string]any{"levels": []map[string]string{{"name": "row", "source": "extra.row"}, {"name": "rack", "source": "extra.rack"}}})
+		require.Equal(t, http.StatusOK, st, "%s", raw)
+
+		stream := webtest.OpenSSE(t, api+"/v1/allocations/events", map[string]string{"X-OpenStack-Ironic-API-Version": "1.82"})
+		defer stream.Close()
+		require.Equal(t, http.StatusOK, stream.Resp.StatusCode)
+
+		st, raw = apiCall(t, http.MethodPost, api+"/v1/allocation_groups",
+			map[string]any{"count": 2, "resource_class": "ext", "required": "rack"}, "Prefer", "wait=60")
+		require.Equal(t, http.StatusCreated, st, "%s", raw)
+		var g struct {
+			UUID      string   `json:"uuid"`
+			State     string   `json:"state"`
+			LastError *string  `json:"last_error"`
+			Members   []string `json:"members"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &g))
+		require.Equal(t, "active", g.State, "%v", g.LastError)
+		require.Len(t, g.Members, 2)
+		racks := map[string]bool{}
+		for _, m := range g.Members {
+			var ia ironic.Allocation
+			_, err := ir.Do(ctx, http.MethodGet, "/v1/allocations/"+m, nil, &ia)
+			require.NoError(t, err)
+			require.Equal(t, ironic.AllocationActive, ia.State)
+			racks[rack[ia.Node()]] = true
+		}
+		require.Len(t, racks, 1, "the members in one rack, in Ironic")
+
+		st, raw = apiCall(t, http.MethodPost, api+"/v1/allocations", map[string]any{"resource_class": "ext"}, "Prefer", "wait=60")
+		require.Equal(t, http.StatusCreated, st, "%s", raw)
+		var a allocDoc
+		require.NoError(t, json.Unmarshal(raw, &a))
+		require.Equal(t, "active", a.State, "Prefer: wait answers once Ironic has it active")
+		var seen []string
+		for !slices.Contains(seen, a.UUID+" active") {
+			for _, ev := range stream.Next(t, 1) {
+				seen = append(seen, fmt.Sprint(ev.Data["uuid"], " ", ev.Data["state"]))
+			}
+		}
+
+		st, raw = apiCall(t, http.MethodGet, api+"/v1/ui/fleet", nil)
+		require.Equal(t, http.StatusOK, st, "%s", raw)
+		require.Contains(t, string(raw), `"ext"`)
+
+		st, raw = apiCall(t, http.MethodDelete, api+"/v1/allocation_groups/"+g.UUID, nil)
+		require.Equal(t, http.StatusNoContent, st, "%s", raw)
+		st, raw = apiCall(t, http.MethodDelete, api+"/v1/allocations/"+a.UUID, nil)
+		require.Equal(t, http.StatusNoContent, st, "%s", raw)
+		waitFree(t, pool, "ext", 4)
+		agree(t, ir, pool, "ext")
 	})
 
 	// Ironic stopped mid-run and started again: proxied requests answer

@@ -64,7 +64,7 @@ SELECT uuid FROM nodes WHERE name = @name::text;
 -- name: ReconcileNodes :one
 -- After a write of the mirror: allocations active in both that Ironic, in
 -- that read, shows gone from their node are deleted in metalloc too
--- (metalloc_ironic_reconcile_nodes, migrations/00151_ironic_allocations.sql).
+-- (metalloc_ironic_reconcile_nodes, migrations/00026_ironic_allocations.sql).
 SELECT metalloc_ironic_reconcile_nodes(@uuids::uuid[])::integer AS deallocated;
 
 -- name: AllocationByUUIDKnown :one

@@ -250,7 +250,7 @@ SELECT metalloc_ironic_reconcile_nodes($1::uuid[])::integer AS deallocated
 
 // After a write of the mirror: allocations active in both that Ironic, in
 // that read, shows gone from their node are deleted in metalloc too
-// (metalloc_ironic_reconcile_nodes, migrations/00151_ironic_allocations.sql).
+// (metalloc_ironic_reconcile_nodes, migrations/00026_ironic_allocations.sql).
 func (q *Queries) ReconcileNodes(ctx context.Context, uuids []uuid.UUID) (int32, error) {
 	row := q.db.QueryRow(ctx, reconcileNodes, uuids)
 	var deallocated int32

@@ -58,7 +58,7 @@ type IronicConfig struct {
 // ironic_allocations records what was sent, so that deletions reach Ironic
 // and half-way failures are reconciled. conductor/doc.go ("In front of
 // Ironic") is the protocol; the statements are in query.sql and
-// migrations/00151_ironic_allocations.sql.
+// migrations/00026_ironic_allocations.sql.
 type Ironic struct {
 	pool   *pgxpool.Pool
 	q      *Queries

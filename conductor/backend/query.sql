@@ -252,7 +252,7 @@ UPDATE allocation_groups g
  WHERE g.id = @id AND g.conductor_affinity = @me::bigint AND g.state = 'allocating';
 
 -- The Ironic backend (ironic.go): allocations made in Ironic too, with
--- the journal ironic_allocations (migrations/00151_ironic_allocations.sql).
+-- the journal ironic_allocations (migrations/00026_ironic_allocations.sql).
 
 -- name: IronicClaimHold :many
 -- Claim up to @batch rows for @me, each holding a free node if one is

@@ -779,7 +779,7 @@ type IronicClaimHoldRow struct {
 }
 
 // The Ironic backend (ironic.go): allocations made in Ironic too, with
-// the journal ironic_allocations (migrations/00151_ironic_allocations.sql).
+// the journal ironic_allocations (migrations/00026_ironic_allocations.sql).
 // Claim up to @batch rows for @me, each holding a free node if one is
 // (metalloc_ironic_claim_hold); node_id 0: none held.
 func (q *Queries) IronicClaimHold(ctx context.Context, arg IronicClaimHoldParams) ([]IronicClaimHoldRow, error) {
