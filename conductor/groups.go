@@ -17,9 +17,10 @@ type groupKey int64
 const groupBatch = 1
 
 // claimGroups claims unowned allocating groups (Rows.ClaimGroups) and
-// processes them here, one by one. It returns how many it claimed.
-func (c *Service) claimGroups(ctx, procCtx context.Context) (int, error) {
-	gs, err := c.rows.ClaimGroups(ctx, c.id, groupBatch)
+// processes them here, one by one. It returns how many it claimed. The
+// claim runs on procCtx, as claim's (a stop lets it end; see work).
+func (c *Service) claimGroups(procCtx context.Context) (int, error) {
+	gs, err := c.rows.ClaimGroups(procCtx, c.id, groupBatch)
 	if err != nil {
 		return 0, err
 	}

@@ -39,7 +39,12 @@ func IdleInTransactionTimeout(heartbeatTimeout time.Duration) time.Duration {
 
 // heartbeat refreshes the conductor's row (its expiry) every
 // HeartbeatInterval. It tracks since when heartbeats succeed without a gap
-// (healthySince), which the takeover task consults (inGrace).
+// (healthySince), which the takeover task consults (inGrace). A stop ends
+// the loop, not a heartbeat being written: one given up on would still be
+// run by PostgreSQL (see work), possibly after GoOffline, and set the row
+// online again, the conductor alive for another HeartbeatTimeout (its
+// hostname refused meanwhile). A heartbeat that takes longer than
+// HeartbeatTimeout keeps nobody alive and is given up.
 func (c *Service) heartbeat(ctx context.Context) {
 	t := time.NewTicker(c.cfg.HeartbeatInterval)
 	defer t.Stop()
@@ -49,7 +54,10 @@ func (c *Service) heartbeat(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := c.q.Heartbeat(ctx, HeartbeatParams{ID: c.id, TimeoutSeconds: c.cfg.HeartbeatTimeout.Seconds()}); err != nil {
+			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.HeartbeatTimeout)
+			_, err := c.q.Heartbeat(hctx, HeartbeatParams{ID: c.id, TimeoutSeconds: c.cfg.HeartbeatTimeout.Seconds()})
+			cancel()
+			if err != nil {
 				if ctx.Err() == nil {
 					c.log.Warn("heartbeat failed", zap.Error(err))
 				}

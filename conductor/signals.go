@@ -8,8 +8,9 @@ import "github.com/google/uuid"
 // Run, and a send never blocks the conductor (a full channel drops the
 // event). Tests that run conductors as processes (e2e) wait for the log
 // line each event also writes: "reserving allocation" (debug), "allocation
-// waiting for a locked node" (debug), "released unfinished allocations to
-// the other conductors" (info).
+// waiting for a locked node" (debug), "stopping: finishing in-flight
+// allocations" (info), "released unfinished allocations to the other
+// conductors" (info).
 type testSignals struct {
 	// heartbeat receives one value per heartbeat written.
 	heartbeat chan struct{}
@@ -24,6 +25,9 @@ type testSignals struct {
 	// waiting receives the uuid of each row that starts waiting for a
 	// locked node (Backend.Process said Waiting for the first time; park).
 	waiting chan uuid.UUID
+	// stopping receives one value when a stop begins (Run's context ended;
+	// in-flight work gets ShutdownGrace).
+	stopping chan struct{}
 	// released receives, on a clean stop, how many unfinished rows and
 	// groups the conductor handed back (after Rows.Release).
 	released chan int64
@@ -58,6 +62,10 @@ func (s *testSignals) reservingRow(u uuid.UUID) {
 
 func (s *testSignals) waitingRow(u uuid.UUID) {
 	send(s, func(s *testSignals) chan uuid.UUID { return s.waiting }, u)
+}
+
+func (s *testSignals) stoppingNow() {
+	send(s, func(s *testSignals) chan struct{} { return s.stopping }, struct{}{})
 }
 
 func (s *testSignals) releasedRows(n int64) {

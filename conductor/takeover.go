@@ -30,7 +30,7 @@ func parseSchedule(spec string) (cron.Schedule, error) {
 
 // startTakeover starts the periodic takeover task on robfig/cron, unless the
 // schedule is off. Runs never overlap (a slow one makes the next wait). The
-// returned scheduler is stopped by Run.
+// returned scheduler is stopped by Run, which waits for a run in progress.
 func (c *Service) startTakeover(ctx context.Context) *cron.Cron {
 	sched, _ := parseSchedule(c.cfg.TakeoverSchedule) // validated by NewService
 	if sched == nil {
@@ -52,20 +52,25 @@ func (c *Service) startTakeover(ctx context.Context) *cron.Cron {
 // dead conductor held die with its database session (PostgreSQL ends it when
 // the process or host dies; a stalled transaction is ended by
 // idle_in_transaction_session_timeout, IdleInTransactionTimeout), and the takeover
-// never waits on one (SKIP LOCKED).
+// never waits on one (SKIP LOCKED). A stop ends a run between dead
+// conductors, not in a statement: its statements run on a context the stop
+// ends only ShutdownGrace later (afterStop; see work), so that none wins a
+// row after Release.
 func (c *Service) takeover(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
+	stmt, cancel := afterStop(ctx, c.cfg.ShutdownGrace)
+	defer cancel()
 	// After this conductor could not reach the database (or at start-up),
 	// its peers likely could not either (PostOutageGrace).
 	if c.inGrace() {
 		c.log.Debug("takeover skipped: heartbeats only just resumed")
 		return
 	}
-	dead, err := c.rows.DeadOwners(ctx, c.id)
+	dead, err := c.rows.DeadOwners(stmt, c.id)
 	if err != nil {
-		if ctx.Err() == nil {
+		if stmt.Err() == nil {
 			c.log.Warn("takeover: listing dead conductors", zap.Error(err))
 		}
 		return
@@ -73,7 +78,10 @@ func (c *Service) takeover(ctx context.Context) {
 	total := 0
 	defer func() { c.signals.takeoverRan(total) }()
 	for _, d := range dead {
-		won, lost, err := c.rows.TakeOver(ctx, c.id, d, queueSize)
+		if ctx.Err() != nil {
+			return // stopping: the peers take the rest
+		}
+		won, lost, err := c.rows.TakeOver(stmt, c.id, d, queueSize)
 		total += len(won)
 		for _, a := range won {
 			c.Metrics.tookOver()
@@ -82,10 +90,10 @@ func (c *Service) takeover(ctx context.Context) {
 				zap.Duration("heartbeat_age", time.Since(d.HeartbeatAt)))
 			c.enqueue(a)
 		}
-		if err != nil && ctx.Err() == nil {
+		if err != nil && stmt.Err() == nil {
 			c.log.Warn("takeover interrupted", zap.String("from", d.Hostname), zap.Error(err))
 		}
-		wonGroups, lostGroups, err := c.rows.TakeOverGroups(ctx, c.id, d, queueSize)
+		wonGroups, lostGroups, err := c.rows.TakeOverGroups(stmt, c.id, d, queueSize)
 		total += len(wonGroups)
 		for _, g := range wonGroups {
 			c.Metrics.tookOver()
@@ -93,7 +101,7 @@ func (c *Service) takeover(ctx context.Context) {
 				zap.String("from", d.Hostname))
 			c.enqueueGroup(g)
 		}
-		if err != nil && ctx.Err() == nil {
+		if err != nil && stmt.Err() == nil {
 			c.log.Warn("takeover of allocation groups interrupted", zap.String("from", d.Hostname), zap.Error(err))
 		}
 		lost += lostGroups

@@ -182,3 +182,61 @@ func TestStopReleasesUnfinishedRows(t *testing.T) {
 		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active'`) == 3
 	})
 }
+
+// A claim running in the database when the stop comes ends before the stop
+// hands the conductor's rows back: the row it claims is released with the
+// rest, not left owned by a conductor gone offline. (The stop cancelled the
+// claim's context; pgx gave the statement up, but PostgreSQL ran it to its
+// end, after Release.) The test holds the claim in the database: every node
+// row locked (no node for the row), and allocation_traits locked in a
+// savepoint (the claim reads the row's traits there) until the stop has
+// begun.
+func TestStopLetsItsClaimEnd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	dbtest.Nodes(t, pool, 2, "gold")
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = tx.Exec(ctx, `SELECT id FROM nodes FOR UPDATE`)
+	require.NoError(t, err)
+
+	cfg := Config{Hostname: "claiming", Workers: 1, PollInterval: time.Hour, ShutdownGrace: time.Minute,
+		LockedNodeWait: time.Hour}
+	svc, err := NewService(cfg, pool, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	svc.signals = newTestSignals(64)
+	stop := runService(t, svc)
+	_, err = tx.Exec(ctx, `SAVEPOINT held`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `LOCK TABLE allocation_traits IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	// Not dbtest.Allocation: it writes allocation_traits, which is locked.
+	_, err = pool.Exec(ctx, `INSERT INTO allocations (uuid, resource_class, state) VALUES (gen_random_uuid(), 'gold', 'allocating')`)
+	require.NoError(t, err)
+	claims := `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE '%metalloc_claim_reserve(%' AND state = 'active'
+		  AND pid <> pg_backend_pid()`
+	dbtest.WaitFor(t, 30*time.Second, "the claim waiting for allocation_traits", func() bool {
+		return dbtest.Count(t, pool, claims+` AND wait_event_type = 'Lock'`) == 1
+	})
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	select {
+	case <-svc.signals.stopping:
+	case <-time.After(30 * time.Second):
+		t.Fatal("after 30s: the stop has not begun")
+	}
+	_, err = tx.Exec(ctx, `ROLLBACK TO SAVEPOINT held`) // the claim goes on; the nodes stay locked
+	require.NoError(t, err)
+	require.NoError(t, <-stopped)
+	dbtest.WaitFor(t, 30*time.Second, "no claim running in the database", func() bool {
+		return dbtest.Count(t, pool, claims) == 0
+	})
+	require.Zero(t, dbtest.Count(t, pool,
+		`SELECT count(*) FROM allocations WHERE state = 'allocating' AND conductor_affinity IS NOT NULL`),
+		"a row claimed after the stop's release is owned by a conductor gone offline")
+	require.EqualValues(t, 1, <-svc.signals.released, "the stop released the row its claim took")
+}

@@ -48,9 +48,18 @@ type rowStore interface {
 }
 
 // work runs Workers workers (worker.run) until ctx ends. On stop, in-flight
-// rows get ShutdownGrace to finish; then their context (procCtx) is
-// cancelled and work waits for the workers to return. Rows waiting for a
-// locked node (park) are left owned and unfinished, for Release.
+// rows and claims get ShutdownGrace to finish; then their context
+// (procCtx) is cancelled and work waits for the workers to return. Rows
+// waiting for a locked node (park) are left owned and unfinished, for
+// Release.
+//
+// A statement that gives this conductor rows (a claim, a takeover) must
+// end before Release runs, so the stop does not cancel it (procCtx,
+// afterStop): pgx gives up on a statement whose context ends by closing
+// its connection, but PostgreSQL runs the statement to its end. A claim
+// given up that way, on a busy machine, claimed rows after Release had
+// handed them back, for a conductor gone offline; they waited for a
+// peer's next takeover.
 func (c *Service) work(ctx context.Context, wake <-chan struct{}) {
 	procCtx, cancelProc := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelProc()
@@ -67,6 +76,7 @@ func (c *Service) work(ctx context.Context, wake <-chan struct{}) {
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
 	c.log.Info("stopping: finishing in-flight allocations", zap.Duration("grace", c.cfg.ShutdownGrace))
+	c.signals.stoppingNow()
 	select {
 	case <-finished:
 	case <-time.After(c.cfg.ShutdownGrace):
@@ -75,6 +85,31 @@ func (c *Service) work(ctx context.Context, wake <-chan struct{}) {
 		<-finished
 	}
 	c.unpark()
+}
+
+// afterStop returns a context that ends grace after ctx ends, or when
+// cancel is called: the context of statements that a stop lets finish
+// (see work).
+func afterStop(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var timer *time.Timer
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if out.Err() == nil {
+			timer = time.AfterFunc(grace, cancel)
+		}
+	})
+	return out, func() {
+		stop()
+		cancel()
+		mu.Lock()
+		defer mu.Unlock()
+		if timer != nil {
+			timer.Stop()
+		}
+	}
 }
 
 // worker is one of a conductor's Workers goroutines: the claim loop. Each
@@ -156,10 +191,10 @@ func (w *worker) round(ctx, procCtx context.Context) (again bool, err error) {
 		c.requeueOwned(ctx)
 		c.requeueOwnedGroups(ctx)
 	}
-	again, err = c.claim(ctx, procCtx, c.cfg.ClaimBatch)
+	again, err = c.claim(procCtx, c.cfg.ClaimBatch)
 	if err == nil && c.groupsPending.Swap(false) {
 		var gotGroups int
-		gotGroups, err = c.claimGroups(ctx, procCtx)
+		gotGroups, err = c.claimGroups(procCtx)
 		if gotGroups > 0 || err != nil {
 			c.groupsPending.Store(true) // more may be waiting
 			again = again || err == nil
@@ -239,7 +274,8 @@ func (c *Service) requeueOwned(ctx context.Context) {
 // claim takes up to n rows through the backend and processes here, one by
 // one, the claimed rows it could not reserve at once. It returns whether the
 // caller should claim again at once: the batch was full, or other workers
-// wanted to claim while this claim ran.
+// wanted to claim while this claim ran. The claim runs on procCtx: a stop
+// that comes meanwhile lets it end (see work).
 //
 // At most maxClaimers workers of a conductor claim at a time (claimGate). A
 // worker that finds them all claiming leaves the claim to them and returns
@@ -248,11 +284,11 @@ func (c *Service) requeueOwned(ctx context.Context) {
 // already taken. A claiming worker told by the gate that a claim was
 // wanted meanwhile claims again, and takes in one batch everything that
 // arrived meanwhile.
-func (c *Service) claim(ctx, procCtx context.Context, n int) (again bool, err error) {
+func (c *Service) claim(procCtx context.Context, n int) (again bool, err error) {
 	if !c.gate.enter() {
 		return false, nil
 	}
-	reserved, rest, err := c.backend.Claim(ctx, c.id, n)
+	reserved, rest, err := c.backend.Claim(procCtx, c.id, n)
 	again = c.gate.leave()
 	if errors.Is(err, backend.ErrClaimedUnread) {
 		// Claimed but not read back: resume them once the database answers.

@@ -34,6 +34,11 @@ type Options struct {
 	DatabaseURL string
 	// Conductors is how many conductors to start (default 2).
 	Conductors int
+	// NoConductors starts no conductor (Conductors is ignored): the
+	// allocations created stay allocating, and a database where conductors
+	// of the same names are alive is no obstacle (Start would wait for
+	// its own conductors, which such a database refuses).
+	NoConductors bool
 	// ConductorPrefix names them: <prefix>1, <prefix>2, ... (default
 	// "conductor-").
 	ConductorPrefix string
@@ -103,7 +108,10 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	if opts.DatabaseURL == "" {
 		return nil, errors.New("devstack: DatabaseURL is required")
 	}
-	if opts.Conductors <= 0 {
+	switch {
+	case opts.NoConductors:
+		opts.Conductors = 0
+	case opts.Conductors <= 0:
 		opts.Conductors = 2
 	}
 	if err := opts.setDefaults(); err != nil {

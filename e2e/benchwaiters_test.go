@@ -71,7 +71,10 @@ func waitExit(t *testing.T, cmd *exec.Cmd, out *lockedBuffer) int {
 // TestBenchWaitersLiveConductor: against a database where a conductor is
 // alive, `bench waiters` stops at once saying so. It waited two minutes
 // for waiters that the conductor answered at once (failing the bench's
-// allocations), then failed with "only 0 of N wait requests open".
+// allocations), then failed with "only 0 of N wait requests open". The
+// live conductor is named conductor-1, as the ones devstack starts: the
+// bench starts none (one of that name would be refused, and the bench
+// stopped with "conductor-1 exited" instead).
 func TestBenchWaitersLiveConductor(t *testing.T) {
 	t.Parallel()
 	url := dbtest.NewURL(t)
@@ -82,8 +85,8 @@ func TestBenchWaitersLiveConductor(t *testing.T) {
 	require.NotContains(t, out.String(), "wait requests open")
 }
 
-// TestBenchWaitersStopsItsProcesses: metalloc-api and the conductor that
-// `bench waiters` starts do not outlive it, whether it gets SIGTERM (it
+// TestBenchWaitersStopsItsProcesses: the metalloc-api that `bench waiters`
+// starts does not outlive it, whether it gets SIGTERM (it
 // stops them) or SIGKILL (their parent-death signal does). The bench is
 // held at its first POST by a lock the test takes on allocations, so the
 // signal comes while its processes run. Both used to leave metalloc-api

@@ -392,7 +392,10 @@ func TestPausedConductorLosesItsRowsAndCannotOverwrite(t *testing.T) {
 
 // SIGTERM starts a clean stop; a second SIGTERM ends the conductor at once
 // (status 128+15), and its unfinished row is then taken over like a dead
-// conductor's.
+// conductor's. The stop is held by a reservation in flight: the row's
+// reservation statement waits for a lock the test holds on the allocation
+// row. (A row waiting for a locked node does not hold a stop: it is parked,
+// and a stop hands it back at once.)
 func TestSecondSignalExitsAtOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process HA test")
@@ -400,7 +403,7 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	stack, client, pool := haStack(t, 1)
 	slow, err := stack.StartConductor("slow-stop", "METALLOC_CONDUCTOR_SHUTDOWN_GRACE=60s")
 	require.NoError(t, err)
-	dbtest.Nodes(t, pool, 4, "blocked")
+	dbtest.Nodes(t, pool, 48, "blocked")
 	release := lockNodes(t, pool, "blocked")
 	ctx := context.Background()
 	dbtest.WaitFor(t, 10*time.Second, "slow-stop registered", func() bool {
@@ -423,7 +426,20 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 			mine = a.UUID
 		}
 	}
-	waitReserving(t, slow, mine) // into its reservation loop
+	waitReserving(t, slow, mine) // it waits for a locked node (parked)
+	// Hold the row itself, then free the nodes: slow-stop's next attempt
+	// locks a node and waits for the row, in its reservation statement.
+	// (More nodes than rows posted: a node is free for that attempt.)
+	rowTx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer rowTx.Rollback(ctx) //nolint:errcheck
+	_, err = rowTx.Exec(ctx, `SELECT 1 FROM allocations WHERE uuid = $1 FOR UPDATE`, mine)
+	require.NoError(t, err)
+	release()
+	dbtest.WaitFor(t, 30*time.Second, "slow-stop's reservation waiting for the row", func() bool {
+		return queryInt(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'metalloc-conductor slow-stop'
+			AND state = 'active' AND wait_event_type = 'Lock'`) == 1
+	})
 	require.NoError(t, slow.Signal(syscall.SIGTERM))
 	dbtest.WaitFor(t, 10*time.Second, "the first SIGTERM handled", func() bool {
 		return logLines(t, []*devstack.Process{slow}, "stopping: finishing in-flight allocations") > 0
@@ -436,10 +452,13 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, 128+15, slow.Cmd.ProcessState.ExitCode())
 
-	release()
-	dbtest.WaitFor(t, haHeartbeatTimeout+haTakeoverPeriod+10*time.Second, "its row taken over and finished", func() bool {
+	// Its reservation statement, already sent, may still commit once the
+	// row is free (PostgreSQL runs it to its end; the client is gone): the
+	// row is then active, reserved whole. Otherwise it is taken over.
+	require.NoError(t, rowTx.Rollback(ctx))
+	dbtest.WaitFor(t, haHeartbeatTimeout+haTakeoverPeriod+10*time.Second, "its row finished", func() bool {
 		return queryInt(t, pool, `SELECT count(*) FROM allocations WHERE state = 'allocating'`) == 0
 	})
-	require.Zero(t, queryInt(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity = $1`, slowID))
+	require.Equal(t, 1, queryInt(t, pool, `SELECT count(*) FROM allocations WHERE uuid = $1 AND state = 'active' AND node_id IS NOT NULL`, mine))
 	checkInvariants(t, pool)
 }

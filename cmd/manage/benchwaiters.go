@@ -34,8 +34,7 @@ func waitersCmd() *cobra.Command {
 			"fails every allocation (wait) or one allocation is created (stream), and it times until the\n" +
 			"last client got its answer. Needs N file descriptors here and in metalloc-api (ulimit -n).\n" +
 			"With --mode wait it refuses a database where a conductor is alive (it would process the\n" +
-			"allocations, which must stay allocating). SIGINT or SIGTERM stops metalloc-api and the\n" +
-			"conductor it started.",
+			"allocations, which must stay allocating). SIGINT or SIGTERM stops the metalloc-api it started.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, log, err := load(cmd)
 			if err != nil {
@@ -50,17 +49,16 @@ func waitersCmd() *cobra.Command {
 			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			stack, err := devstack.Start(ctx, devstack.Options{DatabaseURL: cfg.Database.URL, Conductors: 1, Log: log,
+			// No conductor: the allocations must stay allocating. (Starting
+			// one and stopping it failed on a database where a conductor
+			// of its name was alive: Start waits for its conductors, and
+			// that one was refused.)
+			stack, err := devstack.Start(ctx, devstack.Options{DatabaseURL: cfg.Database.URL, NoConductors: true, Log: log,
 				Env: []string{"METALLOC_API_MAX_WAIT=" + (o.Wait + 30*time.Second).String()}})
 			if err != nil {
 				return err
 			}
 			defer stack.Stop(context.WithoutCancel(ctx))
-			// No conductor: the allocations must stay allocating.
-			for _, p := range stack.Conductors {
-				_ = p.Signal(syscall.SIGTERM)
-				_ = p.Wait(30 * time.Second)
-			}
 			if o.Mode != "stream" {
 				// Another conductor on this database would fail the
 				// allocations at once (no node has their class): no
