@@ -54,6 +54,11 @@ const (
 	// answered with the finished allocation, one round trip (an answer
 	// still allocating falls back to polling).
 	ModeWait Mode = "wait"
+	// ModeBurst: every client POSTs its allocations one after the other
+	// without waiting for them to finish (as deploy tooling asking for a
+	// cluster at once does), and one event stream tells when each
+	// finished; see burst.
+	ModeBurst Mode = "burst"
 )
 
 // Options sizes the benchmark. Zero values take the defaults noted.
@@ -310,7 +315,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return r, err
 		}
 	}
-	uuids, err := allocate(ctx, c, o, &r)
+	allocateBy := allocate
+	if o.Mode == ModeBurst {
+		allocateBy = burst
+	}
+	uuids, err := allocateBy(ctx, c, o, &r)
 	if err != nil {
 		return r, err
 	}
@@ -525,7 +534,7 @@ func allocate(ctx context.Context, c *client, o Options, r *Result) ([]string, e
 	o.Log.Info("creating allocations", zap.Int("allocations", o.Allocations), zap.Int("concurrency", o.Concurrency),
 		zap.String("mode", string(o.Mode)), zap.Duration("poll_interval", o.PollInterval))
 	if o.Mode != ModePoll && o.Mode != ModeWait {
-		return nil, fmt.Errorf("unknown wait mode %q (poll or wait)", o.Mode)
+		return nil, fmt.Errorf("unknown wait mode %q (poll, wait or burst)", o.Mode)
 	}
 	n := o.Allocations
 	sent := make([]time.Time, n)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -22,7 +23,7 @@ func benchCmd() *cobra.Command {
 	var o loadgen.Options
 	var conductors int
 	var api, backend, enroll, placementMode string
-	var openstackPlacement bool
+	var openstackPlacement, waitMirror bool
 	alloc := &cobra.Command{
 		Use:   "allocations",
 		Short: "enroll nodes, fire allocations through the API, report allocations/s, latency and double-booking",
@@ -101,7 +102,11 @@ func benchCmd() *cobra.Command {
 					return loadgen.Work{Buffers: w.Buffers, CPU: w.CPU, DatabaseCPU: w.DatabaseCPU}, err
 				}
 				o.AfterEnroll = func(ctx context.Context) error {
-					if stack.BackendPlacementURL == "" {
+					defer logStatistics(ctx, log, pool)
+					if !cmd.Flags().Changed("wait-mirror") {
+						waitMirror = o.Mode != loadgen.ModeBurst
+					}
+					if stack.BackendPlacementURL == "" || !waitMirror {
 						return nil
 					}
 					log.Info("waiting for the resource tracker to mirror the nodes into Placement",
@@ -155,12 +160,13 @@ func benchCmd() *cobra.Command {
 	alloc.Flags().StringVar(&api, "api", "", "use this running API instead of starting one")
 	alloc.Flags().StringVar(&backend, "backend", "database", "allocation backend of the conductors started: database or placement (also starts metalloc-placement)")
 	alloc.Flags().StringVar(&enroll, "enroll", "api", "how nodes are enrolled: api (5 requests per node), import (metalloc-manage node import) or none (already there)")
-	alloc.Flags().StringVar((*string)(&o.Mode), "mode", string(loadgen.ModePoll), "how clients learn their allocation finished: poll (GET every --poll-interval) or wait (each POST with Prefer: wait is answered when its allocation is done)")
+	alloc.Flags().StringVar((*string)(&o.Mode), "mode", string(loadgen.ModePoll), "how clients learn their allocation finished: poll (GET every --poll-interval) wait (each POST with Prefer: wait is answered when its allocation is done) or burst (every client POSTs without waiting, one event stream tells when each finished)")
 	alloc.Flags().DurationVar(&o.PollInterval, "poll-interval", 5*time.Millisecond, "pause between a client's GETs of its allocation")
 	alloc.Flags().BoolVar(&o.SkipDeletes, "skip-deletes", false, "leave the allocations in place (no delete phase)")
 	alloc.Flags().DurationVar(&o.Timeout, "timeout", 10*time.Minute, "bound on each phase")
 	alloc.Flags().StringVar(&placementMode, "placement-mode", "auto", "placement_backend.mode of the conductors with --backend placement: auto (local here), local or http")
 	alloc.Flags().BoolVar(&openstackPlacement, "openstack-placement", false, "with --backend placement, claim through OpenStack Placement 8.0 (Debian's packages, started here) instead of metalloc-placement")
+	alloc.Flags().BoolVar(&waitMirror, "wait-mirror", true, "with --backend placement, wait after enrolling until every node is mirrored into Placement and the conductors idle (default: yes, but for --mode burst, which measures a just-enrolled fleet)")
 	alloc.Flags().BoolVar(&o.Timeline, "timeline", false, "print latency per tenth of the run")
 	c.AddCommand(alloc, waitersCmd())
 	return c
@@ -195,4 +201,29 @@ func settle(ctx context.Context, log *zap.Logger, work func(context.Context) (lo
 	}
 	log.Warn("conductors still busy; starting anyway", zap.Duration("waited", timeout))
 	return nil
+}
+
+// logStatistics logs, for the tables of the allocation path, how many rows
+// changed since PostgreSQL last analyzed them and when that was: whether
+// the allocations about to start run on statistics or on none (the
+// benchmark itself never analyzes).
+func logStatistics(ctx context.Context, log *zap.Logger, pool *pgxpool.Pool) {
+	rows, err := pool.Query(ctx, `SELECT relname, n_live_tup, n_mod_since_analyze,
+		coalesce(to_char(greatest(last_analyze, last_autoanalyze), 'HH24:MI:SS'), 'never')
+		FROM pg_stat_user_tables WHERE schemaname = current_schema() AND relname IN ('nodes', 'node_traits', 'allocations') ORDER BY relname`)
+	if err != nil {
+		log.Warn("reading table statistics", zap.Error(err))
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name, analyzed string
+		var live, changed int64
+		if err := rows.Scan(&name, &live, &changed, &analyzed); err != nil {
+			log.Warn("reading table statistics", zap.Error(err))
+			return
+		}
+		log.Info("table statistics before the allocations", zap.String("table", name), zap.Int64("live_rows", live),
+			zap.Int64("changed_since_analyze", changed), zap.String("analyzed_at", analyzed))
+	}
 }
