@@ -251,12 +251,16 @@
 //     between, the transaction starts over (db.ErrRestart);
 //   - releasing one member (metalloc_deallocate): the node (the caller's),
 //     the allocation row, then its group (count lowered, or the group
-//     deleted with its last member);
+//     deleted with its last member), then, when the claim log names the
+//     allocation, its consumer in this database's metalloc-placement and
+//     the providers it allocated from (metalloc_placement_release, as
+//     DELETE /allocations/{consumer} locks them: consumer, then providers);
 //   - takeover and release touch allocation rows only, with SKIP LOCKED or
 //     waiting on nothing else; maintenance changes touch the node only; the
 //     placement backend over HTTP claims in Placement first and then
 //     reserves through metalloc_reserve; the resource tracker only reads
-//     nodes;
+//     nodes, and in-process (placement.MirrorRead) locks the providers it
+//     writes with SKIP LOCKED, waiting for none;
 //   - the local Placement fast path (metalloc_claim_reserve_placement): its
 //     allocation rows with SKIP LOCKED, then each node together with its
 //     resource provider with SKIP LOCKED (it never waits for a provider a

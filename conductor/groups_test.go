@@ -281,17 +281,20 @@ func TestGroupsPlacementBackend(t *testing.T) {
 			checkGroups(t, pool)
 			checkPlacementMembers(t, pool, pc, 3)
 
-			// Releasing the members (as DELETE of the group does) leaves
-			// their Placement allocations to the tracker, as for singles.
+			// Releasing the members (as DELETE of the group does) releases
+			// their Placement allocations in the same transaction
+			// (metalloc_placement_release, as for singles): nothing is
+			// left for the tracker.
 			_, err = pool.Exec(ctx, `SELECT metalloc_deallocate(a.id) FROM allocations a
 				JOIN allocation_groups g ON g.id = a.group_id WHERE g.uuid = $1`, g1)
 			require.NoError(t, err)
 			require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE uuid = $1`, g1))
+			checkPlacementMembers(t, pool, pc, 0)
+			require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM placement_claims`))
 			tr := NewTracker(pool, pc, TrackerConfig{SyncSchedule: SyncOff, ClaimGrace: time.Nanosecond}, zaptest.NewLogger(t))
 			st, err := tr.Sync(ctx)
 			require.NoError(t, err)
-			require.Equal(t, 3, st.ClaimsReleased)
-			checkPlacementMembers(t, pool, pc, 0)
+			require.Zero(t, st.ClaimsReleased)
 			a, err := pc.GetAllocations(ctx, stranger)
 			require.NoError(t, err)
 			require.Len(t, a.Allocations, 1, "someone else's allocation left alone")

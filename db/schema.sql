@@ -353,16 +353,20 @@ CREATE FUNCTION public.metalloc_deallocate(p_allocation_id bigint) RETURNS void
     AS $$
 DECLARE
     g bigint;
+    u uuid;
 BEGIN
     UPDATE nodes SET allocation_id = NULL, instance_uuid = NULL, updated_at = now()
      WHERE allocation_id = p_allocation_id;
-    DELETE FROM allocations WHERE id = p_allocation_id RETURNING group_id INTO g;
+    DELETE FROM allocations WHERE id = p_allocation_id RETURNING group_id, uuid INTO g, u;
     IF g IS NOT NULL THEN
         UPDATE allocation_groups SET count = count - 1, updated_at = now() WHERE id = g AND count > 1;
         IF NOT FOUND THEN
             DELETE FROM allocation_groups
              WHERE id = g AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.group_id = g);
         END IF;
+    END IF;
+    IF u IS NOT NULL AND EXISTS (SELECT 1 FROM placement_claims c WHERE c.consumer_uuid = u) THEN
+        PERFORM metalloc_placement_release(u);
     END IF;
 END;
 $$;
@@ -628,6 +632,28 @@ CREATE FUNCTION public.metalloc_placement_fits(inv placement.inventories, p_used
     RETURN ((p_amount >= (inv).min_unit) AND (p_amount <= (inv).max_unit) AND ((p_amount % ((inv).step_size)::bigint) = 0) AND (((((inv).total - (inv).reserved))::double precision * (inv).allocation_ratio) >= ((p_used + p_amount))::double precision));
 
 --
+-- Name: metalloc_placement_release(uuid); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_placement_release(p_consumer uuid) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_cons bigint;
+BEGIN
+    SELECT c.id INTO v_cons FROM placement.consumers c WHERE c.uuid = p_consumer FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE placement.resource_providers p SET generation = p.generation + 1, updated_at = now()
+     WHERE p.id IN (SELECT a.resource_provider_id FROM placement.allocations a WHERE a.consumer_id = v_cons);
+    DELETE FROM placement.consumers c WHERE c.id = v_cons; -- its allocations cascade
+    DELETE FROM placement_claims pc WHERE pc.consumer_uuid = p_consumer;
+    RETURN true;
+END;
+$$;
+
+--
 -- Name: metalloc_prune_allocation_events(interval, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -735,9 +761,67 @@ BEGIN
     IF EXISTS (SELECT 1 FROM placement_trackers)
        AND NOT (NEW.instance_uuid IS NOT NULL
                 AND EXISTS (SELECT 1 FROM placement_claims c
-                             WHERE c.consumer_uuid = NEW.instance_uuid AND c.provider_uuid = NEW.uuid)) THEN
+                             WHERE c.consumer_uuid = NEW.instance_uuid AND c.provider_uuid = NEW.uuid))
+       AND NOT (NEW.instance_uuid IS NULL AND OLD.instance_uuid IS NOT NULL
+                AND EXISTS (SELECT 1 FROM placement_claims c
+                             WHERE c.consumer_uuid = OLD.instance_uuid AND c.provider_uuid = NEW.uuid)) THEN
+        INSERT INTO placement_node_changes (node_id, node_uuid) VALUES (NEW.id, NEW.uuid);
         PERFORM pg_notify('metalloc_nodes', '');
     END IF;
+    RETURN NULL;
+END;
+$$;
+
+--
+-- Name: placement_log_node(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.placement_log_node() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM placement_trackers) THEN
+        INSERT INTO placement_node_changes (node_id, node_uuid) VALUES (NEW.id, NEW.uuid);
+        PERFORM pg_notify('metalloc_nodes', '');
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+--
+-- Name: placement_log_node_rows(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.placement_log_node_rows() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM placement_trackers) THEN
+        RETURN NULL;
+    END IF;
+    IF TG_TABLE_NAME = 'nodes' AND TG_OP = 'INSERT' THEN
+        INSERT INTO placement_node_changes (node_id, node_uuid) SELECT r.id, r.uuid FROM new_rows r;
+    ELSIF TG_TABLE_NAME = 'nodes' THEN
+        INSERT INTO placement_node_changes (node_id, node_uuid) SELECT r.id, r.uuid FROM old_rows r;
+    ELSIF TG_OP = 'DELETE' THEN
+        -- A node deleted with its traits logs itself (its row is gone
+        -- here). Each node's uuid is a probe of the primary key: a join
+        -- would be planned without statistics on the transition table
+        -- (a scan of every node, 250 buffers per trait write at 10,000
+        -- nodes).
+        INSERT INTO placement_node_changes (node_id, node_uuid)
+        SELECT x.node_id, x.node_uuid
+          FROM (SELECT r.node_id, (SELECT n.uuid FROM nodes n WHERE n.id = r.node_id) AS node_uuid
+                  FROM (SELECT DISTINCT o.node_id FROM old_rows o) r) x
+         WHERE x.node_uuid IS NOT NULL;
+    ELSE
+        INSERT INTO placement_node_changes (node_id, node_uuid)
+        SELECT x.node_id, x.node_uuid
+          FROM (SELECT r.node_id, (SELECT n.uuid FROM nodes n WHERE n.id = r.node_id) AS node_uuid
+                  FROM (SELECT DISTINCT w.node_id FROM new_rows w) r) x
+         WHERE x.node_uuid IS NOT NULL;
+    END IF;
+    PERFORM pg_notify('metalloc_nodes', '');
     RETURN NULL;
 END;
 $$;
@@ -1277,6 +1361,30 @@ CREATE TABLE public.placement_claims (
 );
 
 --
+-- Name: placement_node_changes; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.placement_node_changes (
+    seq bigint NOT NULL,
+    node_id bigint NOT NULL,
+    node_uuid uuid NOT NULL
+)
+WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='200', autovacuum_vacuum_insert_scale_factor='0.02', autovacuum_vacuum_insert_threshold='200', autovacuum_vacuum_cost_delay='0');
+
+--
+-- Name: placement_node_changes_seq_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.placement_node_changes ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.placement_node_changes_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: placement_synced; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1362,6 +1470,38 @@ ALTER TABLE public.ports ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     NO MAXVALUE
     CACHE 1
 );
+
+--
+-- Name: tracker_nodes; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.tracker_nodes AS
+ SELECT n.id,
+    n.uuid,
+    COALESCE(n.name, (n.uuid)::text) AS name,
+    COALESCE(n.resource_class, ''::text) AS resource_class,
+    public.metalloc_node_free(n.provision_state, n.maintenance, n.power_state, n.instance_uuid, n.allocation_id) AS available,
+    (public.metalloc_node_free(n.provision_state, n.maintenance, n.power_state, NULL::uuid, NULL::bigint) AND (EXISTS ( SELECT 1
+           FROM public.placement_claims c
+          WHERE ((c.consumer_uuid = n.instance_uuid) AND (c.provider_uuid = n.uuid))))) AS claimed,
+        CASE
+            WHEN ((n.properties ->> 'cpus'::text) ~ '^\s*[0-9]{1,12}\s*$'::text) THEN ((n.properties ->> 'cpus'::text))::bigint
+            ELSE (0)::bigint
+        END AS cpus,
+        CASE
+            WHEN ((n.properties ->> 'memory_mb'::text) ~ '^\s*[0-9]{1,12}\s*$'::text) THEN ((n.properties ->> 'memory_mb'::text))::bigint
+            ELSE (0)::bigint
+        END AS memory_mb,
+        CASE
+            WHEN ((n.properties ->> 'local_gb'::text) ~ '^\s*[0-9]{1,12}\s*$'::text) THEN ((n.properties ->> 'local_gb'::text))::bigint
+            ELSE (0)::bigint
+        END AS local_gb,
+    COALESCE(( SELECT array_agg(t.trait ORDER BY t.trait) AS array_agg
+           FROM public.node_traits t
+          WHERE (t.node_id = n.id)), '{}'::text[]) AS traits,
+    s.fingerprint AS synced_fingerprint
+   FROM (public.nodes n
+     LEFT JOIN public.placement_synced s ON ((s.node_uuid = n.uuid)));
 
 --
 -- Name: allocations allocations_consumer_id_resource_provider_id_resource_class_key; Type: CONSTRAINT; Schema: placement; Owner: -
@@ -1614,6 +1754,13 @@ ALTER TABLE ONLY public.nodes
 
 ALTER TABLE ONLY public.placement_claims
     ADD CONSTRAINT placement_claims_pkey PRIMARY KEY (consumer_uuid);
+
+--
+-- Name: placement_node_changes placement_node_changes_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.placement_node_changes
+    ADD CONSTRAINT placement_node_changes_pkey PRIMARY KEY (seq);
 
 --
 -- Name: placement_synced placement_synced_pkey; Type: CONSTRAINT; Schema: public; Owner: -
@@ -1928,10 +2075,22 @@ CREATE TRIGGER allocations_notify_release AFTER UPDATE OF conductor_affinity ON 
 CREATE TRIGGER allocations_state_guard BEFORE UPDATE OF state ON public.allocations FOR EACH ROW WHEN (((new.state <> old.state) AND (old.state <> 'allocating'::text))) EXECUTE FUNCTION public.allocations_state_guard();
 
 --
--- Name: node_traits node_traits_notify; Type: TRIGGER; Schema: public; Owner: -
+-- Name: node_traits node_traits_log_delete; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER node_traits_notify AFTER INSERT OR DELETE OR UPDATE ON public.node_traits FOR EACH STATEMENT EXECUTE FUNCTION public.nodes_notify();
+CREATE TRIGGER node_traits_log_delete AFTER DELETE ON public.node_traits REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.placement_log_node_rows();
+
+--
+-- Name: node_traits node_traits_log_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER node_traits_log_insert AFTER INSERT ON public.node_traits REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.placement_log_node_rows();
+
+--
+-- Name: node_traits node_traits_log_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER node_traits_log_update AFTER UPDATE ON public.node_traits REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.placement_log_node_rows();
 
 --
 -- Name: nodes nodes_allocation_link; Type: TRIGGER; Schema: public; Owner: -
@@ -1940,22 +2099,28 @@ CREATE TRIGGER node_traits_notify AFTER INSERT OR DELETE OR UPDATE ON public.nod
 CREATE CONSTRAINT TRIGGER nodes_allocation_link AFTER INSERT OR UPDATE OF allocation_id, instance_uuid ON public.nodes DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((new.allocation_id IS NOT NULL)) EXECUTE FUNCTION public.allocation_node_link_check();
 
 --
--- Name: nodes nodes_notify; Type: TRIGGER; Schema: public; Owner: -
+-- Name: nodes nodes_log_delete; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER nodes_notify AFTER INSERT OR DELETE ON public.nodes FOR EACH STATEMENT EXECUTE FUNCTION public.nodes_notify();
+CREATE TRIGGER nodes_log_delete AFTER DELETE ON public.nodes REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.placement_log_node_rows();
+
+--
+-- Name: nodes nodes_log_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER nodes_log_insert AFTER INSERT ON public.nodes REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.placement_log_node_rows();
+
+--
+-- Name: nodes nodes_log_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER nodes_log_update AFTER UPDATE ON public.nodes FOR EACH ROW WHEN (((old.name IS DISTINCT FROM new.name) OR (old.resource_class IS DISTINCT FROM new.resource_class) OR (old.provision_state IS DISTINCT FROM new.provision_state) OR (old.power_state IS DISTINCT FROM new.power_state) OR (old.maintenance IS DISTINCT FROM new.maintenance) OR (old.properties IS DISTINCT FROM new.properties))) EXECUTE FUNCTION public.placement_log_node();
 
 --
 -- Name: nodes nodes_notify_instance; Type: TRIGGER; Schema: public; Owner: -
 --
 
 CREATE TRIGGER nodes_notify_instance AFTER UPDATE OF instance_uuid ON public.nodes FOR EACH ROW WHEN ((old.instance_uuid IS DISTINCT FROM new.instance_uuid)) EXECUTE FUNCTION public.nodes_notify_instance();
-
---
--- Name: nodes nodes_notify_update; Type: TRIGGER; Schema: public; Owner: -
---
-
-CREATE TRIGGER nodes_notify_update AFTER UPDATE ON public.nodes FOR EACH ROW WHEN (((old.name IS DISTINCT FROM new.name) OR (old.resource_class IS DISTINCT FROM new.resource_class) OR (old.provision_state IS DISTINCT FROM new.provision_state) OR (old.power_state IS DISTINCT FROM new.power_state) OR (old.maintenance IS DISTINCT FROM new.maintenance) OR (old.properties IS DISTINCT FROM new.properties))) EXECUTE FUNCTION public.nodes_notify();
 
 --
 -- Name: allocations allocations_consumer_id_fkey; Type: FK CONSTRAINT; Schema: placement; Owner: -

@@ -193,6 +193,23 @@ func (p *Placement) Process(ctx context.Context, me int64, c Claimed) (Outcome, 
 		case err == nil:
 		case errors.Is(err, scheduler.ErrNoValidHost):
 			if attempt == 1 {
+				// Fitting nodes the database has but Placement does not
+				// offer yet (a node made available a moment ago, before
+				// the tracker mirrored it): wait for them, as for locked
+				// nodes, for up to LockedWait.
+				if wait, err := p.unmirrored(ctx, c, began); err != nil {
+					return p.trouble(ctx, me, c, err)
+				} else if wait {
+					if err := sleepCtx(ctx, backoff); err != nil {
+						return p.trouble(ctx, me, c, err)
+					}
+					backoff = min(2*backoff, 80*time.Millisecond)
+					if local {
+						p.localCands.forget()
+					}
+					attempt--
+					continue
+				}
 				return p.failNoFit(ctx, me, c, err)
 			}
 			return p.fail(ctx, me, c, fmt.Sprintf(
@@ -414,6 +431,30 @@ func (p *Placement) trouble(ctx context.Context, me int64, c Claimed, err error)
 		return p.fail(ctx, me, c, "Placement refused the claim: "+refused.Error())
 	}
 	return Lost, fmt.Errorf("processing allocation %s: %w", c.UUID, err)
+}
+
+// unmirrored reports whether c should wait for Placement to offer a node:
+// less than LockedWait has passed since began and the database has nodes
+// that fit c, which Placement does not offer (the resource tracker
+// mirrors a node a moment after it changes).
+func (p *Placement) unmirrored(ctx context.Context, c Claimed, began time.Time) (bool, error) {
+	if time.Since(began) >= p.lockedWait {
+		return false, nil
+	}
+	stats, err := p.q.FitStats(ctx, FitStatsParams{
+		ResourceClass: c.ResourceClass, Candidates: c.CandidateNodes, Owner: c.Owner, Traits: c.Traits,
+	})
+	return stats.Fitting > 0, err
+}
+
+// sleepCtx waits d or until ctx ends (its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }
 
 // failNoFit fails c when Placement offered no node on the first attempt or
