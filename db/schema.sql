@@ -183,6 +183,21 @@ END;
 $$;
 
 --
+-- Name: metalloc_allocating_stats(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_allocating_stats(OUT allocating bigint, OUT oldest_seconds double precision) RETURNS record
+    LANGUAGE sql STABLE
+    SET enable_seqscan TO 'off'
+    SET enable_bitmapscan TO 'off'
+    AS $$
+    SELECT count(*)::bigint,
+           coalesce(extract(epoch FROM now() - min(a.created_at)), 0)::float8
+      FROM allocations a
+     WHERE a.state = 'allocating'
+$$;
+
+--
 -- Name: metalloc_claim_reserve(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -512,6 +527,11 @@ CREATE FUNCTION public.metalloc_pick(p_resource_class text, p_traits text[], p_c
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_sort TO 'off'
     SET jit TO 'off'
+    SET join_collapse_limit TO '1'
+    SET enable_seqscan TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
+    SET enable_material TO 'off'
     AS $$
 DECLARE
     v_start bigint;
