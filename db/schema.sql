@@ -148,7 +148,11 @@ BEGIN
     INSERT INTO allocation_events (kind, allocation_uuid, name, state, resource_class, owner, node_uuid, last_error)
     VALUES (k, r.uuid, r.name, r.state, r.resource_class, r.owner, node, r.last_error);
     PERFORM pg_notify('metalloc_allocation_events',
-                      r.uuid::text || ' ' || CASE WHEN k = 'deleted' THEN k ELSE r.state END);
+                      r.uuid::text || ' ' || CASE WHEN k = 'deleted' THEN k ELSE r.state END
+                      || CASE WHEN k = 'updated' AND r.state = 'active' AND node IS NOT NULL AND r.updated_at IS NOT NULL
+                              THEN ' ' || node::text || ' '
+                                   || (extract(epoch FROM r.updated_at) * 1000000)::bigint::text
+                              ELSE '' END);
     RETURN NULL;
 END;
 $$;
@@ -162,6 +166,19 @@ CREATE FUNCTION public.allocations_notify() RETURNS trigger
     AS $$
 BEGIN
     PERFORM pg_notify('metalloc_allocations', '');
+    RETURN NULL;
+END;
+$$;
+
+--
+-- Name: allocations_notify_changed(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.allocations_notify_changed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('metalloc_allocation_events', NEW.uuid::text || ' ' || NEW.state || ' *');
     RETURN NULL;
 END;
 $$;
@@ -2075,6 +2092,12 @@ CREATE CONSTRAINT TRIGGER allocations_node_link AFTER INSERT OR UPDATE OF node_i
 --
 
 CREATE TRIGGER allocations_nodes_notify AFTER DELETE ON public.allocations FOR EACH STATEMENT EXECUTE FUNCTION public.nodes_notify();
+
+--
+-- Name: allocations allocations_notify_changed; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER allocations_notify_changed AFTER UPDATE OF name, extra ON public.allocations FOR EACH ROW WHEN (((old.name IS DISTINCT FROM new.name) OR (old.extra IS DISTINCT FROM new.extra))) EXECUTE FUNCTION public.allocations_notify_changed();
 
 --
 -- Name: allocations allocations_notify_insert; Type: TRIGGER; Schema: public; Owner: -
