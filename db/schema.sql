@@ -1695,20 +1695,6 @@ ALTER TABLE ONLY public.allocation_traits
     ADD CONSTRAINT allocation_traits_pkey PRIMARY KEY (allocation_id, trait);
 
 --
--- Name: allocations allocations_name_key; Type: CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.allocations
-    ADD CONSTRAINT allocations_name_key UNIQUE (name);
-
---
--- Name: allocations allocations_node_id_key; Type: CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.allocations
-    ADD CONSTRAINT allocations_node_id_key UNIQUE (node_id);
-
---
 -- Name: allocations allocations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1749,20 +1735,6 @@ ALTER TABLE ONLY public.goose_db_version
 
 ALTER TABLE ONLY public.node_traits
     ADD CONSTRAINT node_traits_pkey PRIMARY KEY (node_id, trait);
-
---
--- Name: nodes nodes_allocation_id_key; Type: CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.nodes
-    ADD CONSTRAINT nodes_allocation_id_key UNIQUE (allocation_id);
-
---
--- Name: nodes nodes_instance_uuid_key; Type: CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.nodes
-    ADD CONSTRAINT nodes_instance_uuid_key UNIQUE (instance_uuid);
 
 --
 -- Name: nodes nodes_name_key; Type: CONSTRAINT; Schema: public; Owner: -
@@ -1950,16 +1922,40 @@ CREATE INDEX allocations_allocating_idx ON public.allocations USING btree (id) W
 CREATE INDEX allocations_group_idx ON public.allocations USING btree (group_id) WHERE (group_id IS NOT NULL);
 
 --
+-- Name: allocations_name_key; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX allocations_name_key ON public.allocations USING btree (name) WHERE (name IS NOT NULL);
+
+--
+-- Name: allocations_node_id_key; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX allocations_node_id_key ON public.allocations USING btree (node_id) WHERE (node_id IS NOT NULL);
+
+--
 -- Name: node_traits_trait_idx; Type: INDEX; Schema: public; Owner: -
 --
 
 CREATE INDEX node_traits_trait_idx ON public.node_traits USING btree (trait, node_id);
 
 --
+-- Name: nodes_allocation_id_key; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX nodes_allocation_id_key ON public.nodes USING btree (allocation_id) WHERE (allocation_id IS NOT NULL);
+
+--
 -- Name: nodes_free_idx; Type: INDEX; Schema: public; Owner: -
 --
 
 CREATE INDEX nodes_free_idx ON public.nodes USING btree (resource_class, id) WHERE public.metalloc_node_free(provision_state, maintenance, power_state, instance_uuid, allocation_id);
+
+--
+-- Name: nodes_instance_uuid_key; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX nodes_instance_uuid_key ON public.nodes USING btree (instance_uuid) WHERE (instance_uuid IS NOT NULL);
 
 --
 -- Name: nodes_owner_idx; Type: INDEX; Schema: public; Owner: -
