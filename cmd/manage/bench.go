@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -24,6 +25,7 @@ func benchCmd() *cobra.Command {
 	var conductors int
 	var api, backend, enroll, placementMode string
 	var openstackPlacement, waitMirror bool
+	var report func() string // the footprint lines, when bench started the stack
 	alloc := &cobra.Command{
 		Use:   "allocations",
 		Short: "enroll nodes, fire allocations through the API, report allocations/s, latency and double-booking",
@@ -93,14 +95,30 @@ func benchCmd() *cobra.Command {
 					return err
 				}
 				defer pool.Close()
+				// Cumulative work, summed reading to reading (db.Work.Since):
+				// a database connection that closes in between takes none
+				// of the difference with it.
+				var acc loadgen.Work
+				var last *db.Work
 				o.Work = func(ctx context.Context) (loadgen.Work, error) {
 					pids := []int{stack.API.Cmd.Process.Pid}
 					for _, c := range stack.Conductors {
 						pids = append(pids, c.Cmd.Process.Pid)
 					}
 					w, err := db.ReadWork(ctx, pool, pids...)
-					return loadgen.Work{Buffers: w.Buffers, CPU: w.CPU, DatabaseCPU: w.DatabaseCPU}, err
+					if err != nil {
+						return acc, err
+					}
+					if last != nil {
+						d := w.Since(*last)
+						acc.Buffers += d.Buffers
+						acc.CPU += d.CPU
+						acc.DatabaseCPU += d.DatabaseCPU
+					}
+					last = &w
+					return acc, nil
 				}
+				report = func() string { return footprint(context.WithoutCancel(ctx), pool, stack) }
 				o.AfterEnroll = func(ctx context.Context) error {
 					defer logStatistics(ctx, log, pool)
 					if !cmd.Flags().Changed("wait-mirror") {
@@ -147,6 +165,9 @@ func benchCmd() *cobra.Command {
 			}
 			fmt.Printf("nodes: %d, conductors: %d, concurrency: %d, backend: %s, mode: %s (poll every %s)\n%s\n",
 				o.Nodes, conductors, o.Concurrency, backend, o.Mode, o.PollInterval, r)
+			if report != nil {
+				fmt.Println(report())
+			}
 			if r.DoubleBooked > 0 {
 				return fmt.Errorf("%d nodes double-booked", r.DoubleBooked)
 			}
@@ -226,4 +247,34 @@ func logStatistics(ctx context.Context, log *zap.Logger, pool *pgxpool.Pool) {
 		log.Info("table statistics before the allocations", zap.String("table", name), zap.Int64("live_rows", live),
 			zap.Int64("changed_since_analyze", changed), zap.String("analyzed_at", analyzed))
 	}
+}
+
+// footprint reads, while the stack still runs, the peak resident memory
+// (VmHWM) of every process of the stack, of this one and of the largest
+// PostgreSQL server process (shared buffers included), and the database's
+// size: the benchmark's last lines.
+func footprint(ctx context.Context, pool *pgxpool.Pool, stack *devstack.Stack) string {
+	var size int64
+	_ = pool.QueryRow(ctx, `SELECT pg_database_size(current_database())`).Scan(&size)
+	var pg int64
+	if rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`); err == nil {
+		for rows.Next() {
+			var pid int
+			if rows.Scan(&pid) == nil {
+				pg = max(pg, db.PeakMemory(pid))
+			}
+		}
+		rows.Close()
+	}
+	mb := func(b int64) string { return fmt.Sprintf("%.0f MB", float64(b)/(1<<20)) }
+	parts := []string{"metalloc-api " + mb(db.PeakMemory(stack.API.Cmd.Process.Pid))}
+	for _, c := range stack.Conductors {
+		parts = append(parts, c.Name+" "+mb(db.PeakMemory(c.Cmd.Process.Pid)))
+	}
+	if stack.Placement != nil {
+		parts = append(parts, "metalloc-placement "+mb(db.PeakMemory(stack.Placement.Cmd.Process.Pid)))
+	}
+	parts = append(parts, "metalloc-manage bench (load generator, import) "+mb(db.PeakMemory(os.Getpid())),
+		"largest PostgreSQL process "+mb(pg))
+	return "peak memory: " + strings.Join(parts, ", ") + "\ndatabase size: " + mb(size)
 }
