@@ -26,6 +26,7 @@ func benchCmd() *cobra.Command {
 	var api, backend, enroll, placementMode string
 	var openstackPlacement, waitMirror bool
 	var report func() string // the footprint lines, when bench started the stack
+	var importWork string    // the import's CPU, with --enroll import
 	alloc := &cobra.Command{
 		Use:   "allocations",
 		Short: "enroll nodes, fire allocations through the API, report allocations/s, latency and double-booking",
@@ -59,7 +60,31 @@ func benchCmd() *cobra.Command {
 					return err
 				}
 				o.Import = func(ctx context.Context, file []byte) error {
-					return importFrom(ctx, cfg.Database.URL, bytes.NewReader(file), "bench nodes", true, log)
+					pool, err := db.Open(ctx, cfg.Database.URL, db.PoolOptions{ApplicationName: "metalloc-manage"})
+					if err != nil {
+						return err
+					}
+					defer pool.Close()
+					// The import's CPU: this process's and the database's
+					// (read before its connections close).
+					before, err := db.ReadWork(ctx, pool, os.Getpid())
+					if err != nil {
+						return err
+					}
+					if err := importWith(ctx, pool, bytes.NewReader(file), "bench nodes", true, log); err != nil {
+						return err
+					}
+					after, err := db.ReadWork(ctx, pool, os.Getpid())
+					if err != nil {
+						return err
+					}
+					d := after.Since(before)
+					per := func(t time.Duration) string {
+						return (t * 1000 / time.Duration(max(o.Nodes, 1))).Round(time.Millisecond).String()
+					}
+					importWork = fmt.Sprintf("import work: %s CPU per 1,000 nodes (this process %s, the database %s)",
+						per(d.CPU), per(d.CPU-d.DatabaseCPU), per(d.DatabaseCPU))
+					return nil
 				}
 			}
 			if api == "" {
@@ -165,6 +190,9 @@ func benchCmd() *cobra.Command {
 			}
 			fmt.Printf("nodes: %d, conductors: %d, concurrency: %d, backend: %s, mode: %s (poll every %s)\n%s\n",
 				o.Nodes, conductors, o.Concurrency, backend, o.Mode, o.PollInterval, r)
+			if importWork != "" {
+				fmt.Println(importWork)
+			}
 			if report != nil {
 				fmt.Println(report())
 			}
