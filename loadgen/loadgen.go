@@ -417,7 +417,8 @@ func benchNode(i, classes int) (name, class string, traits []string) {
 }
 
 // NodeFile is the benchmark's nodes as a node file (`openstack baremetal
-// create` format, JSON), for EnrollImport.
+// create` format, JSON), for EnrollImport. It is written entry by entry
+// (1,000,000 nodes: about 150 MB, and nothing else held).
 func NodeFile(nodes, classes int) []byte {
 	type entry struct {
 		Name          string   `json:"name"`
@@ -425,15 +426,19 @@ func NodeFile(nodes, classes int) []byte {
 		ResourceClass string   `json:"resource_class"`
 		Traits        []string `json:"traits"`
 	}
-	doc := struct {
-		Nodes []entry `json:"nodes"`
-	}{Nodes: make([]entry, nodes)}
+	var b bytes.Buffer
+	b.Grow(nodes * 130)
+	b.WriteString(`{"nodes":[`)
 	for i := range nodes {
+		if i > 0 {
+			b.WriteByte(',')
+		}
 		name, class, traits := benchNode(i, classes)
-		doc.Nodes[i] = entry{name, "fake-hardware", class, traits}
+		e, _ := json.Marshal(entry{name, "fake-hardware", class, traits})
+		b.Write(e)
 	}
-	b, _ := json.Marshal(doc)
-	return b
+	b.WriteString(`]}`)
+	return b.Bytes()
 }
 
 func enrollBy(ctx context.Context, c *client, o Options) (Rate, error) {

@@ -41,49 +41,78 @@ func openImportFile(r io.Reader) (*importFile, error) {
 			return nil, fmt.Errorf("node file holds values JSON cannot represent: %w", err)
 		}
 	}
-	var top map[string]json.RawMessage
-	if bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")) {
-		err = json.Unmarshal(raw, &top)
+	if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")) {
+		return nil, errTopLevel
 	}
-	if top == nil || err != nil {
-		return nil, fmt.Errorf("node file: the top level must be an object with a \"nodes\" list")
+	// The top level's keys, each value decoded but for the node list, of
+	// which only its place in raw is kept (no copy of a large file).
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil {
+		return nil, errTopLevel
 	}
-	for k, v := range top {
-		switch k {
+	f := &importFile{}
+	var list []byte // the node list's bytes in raw
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("node file: %w", err)
+		}
+		switch key, _ := tok.(string); key {
 		case "nodes":
+			start := dec.InputOffset()
+			var n int
+			if n, err = countList(dec); err != nil {
+				return nil, err
+			}
+			// From after the key: the colon, the list.
+			list = bytes.TrimLeft(raw[start:dec.InputOffset()], " \t\r\n:")
+			f.total = n
 		case "chassis":
 			var l []any
-			if err := json.Unmarshal(v, &l); err != nil || len(l) > 0 {
+			if err := dec.Decode(&l); err != nil || len(l) > 0 {
 				return nil, fmt.Errorf("node file: chassis are not supported by metalloc")
 			}
 		default:
-			return nil, fmt.Errorf("node file: unknown top-level key %q (expected \"nodes\")", k)
+			return nil, fmt.Errorf("node file: unknown top-level key %q (expected \"nodes\")", key)
 		}
 	}
-	list := bytes.TrimSpace(top["nodes"])
-	if len(list) == 0 || bytes.Equal(list, []byte("null")) {
+	if f.total == 0 {
 		return &importFile{}, nil
-	}
-	if list[0] != '[' {
-		return nil, fmt.Errorf("node file: \"nodes\" must be a list")
-	}
-	f := &importFile{}
-	count := json.NewDecoder(bytes.NewReader(list))
-	if _, err := count.Token(); err != nil {
-		return nil, fmt.Errorf("node file: %w", err)
-	}
-	for count.More() {
-		var skip json.RawMessage
-		if err := count.Decode(&skip); err != nil {
-			return nil, fmt.Errorf("node file: %w", err)
-		}
-		f.total++
 	}
 	f.dec = json.NewDecoder(bytes.NewReader(list))
 	if _, err := f.dec.Token(); err != nil {
 		return nil, fmt.Errorf("node file: %w", err)
 	}
 	return f, nil
+}
+
+var errTopLevel = fmt.Errorf("node file: the top level must be an object with a \"nodes\" list")
+
+// countList reads the value after a "nodes" key: null, or a list whose
+// entries it counts.
+func countList(dec *json.Decoder) (int, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return 0, fmt.Errorf("node file: %w", err)
+	}
+	if tok == nil {
+		return 0, nil
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '[' {
+		return 0, fmt.Errorf("node file: \"nodes\" must be a list")
+	}
+	n := 0
+	for dec.More() {
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return 0, fmt.Errorf("node file: %w", err)
+		}
+		n++
+	}
+	if _, err := dec.Token(); err != nil { // ]
+		return 0, fmt.Errorf("node file: %w", err)
+	}
+	return n, nil
 }
 
 // next decodes up to n more entries.
