@@ -196,7 +196,9 @@
 // allocations (Service.housekeep): autovacuum alone comes once a minute, by
 // when a busy system has left tens of thousands of entries for every claim
 // to step over. The claim's own plan is fixed (metalloc_claim_reserve sets
-// its planner options) so that it never depends on the table's statistics.
+// its planner options) so that it never depends on the table's statistics,
+// and so is the pick's (metalloc_pick: with a Placement class, its joins
+// in the order written over index scans; migration 00211).
 //
 // # Allocation groups
 //

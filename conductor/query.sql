@@ -253,3 +253,17 @@ WITH l AS (
     SELECT unnest(@ids::bigint[]), unnest(@uuids::uuid[])
 )
 SELECT pg_notify('metalloc_nodes', '');
+
+-- name: ZeroRatioInventories :many
+-- FindZeroRatios with Placement on this database: the inventories of
+-- mirrored providers (placement_synced rows and nodes) whose
+-- allocation_ratio is not a positive finite number, in provider then class
+-- order: one statement where the API takes a request per provider.
+SELECT rp.uuid AS provider, rc.name AS resource_class
+  FROM placement.inventories i
+  JOIN placement.resource_providers rp ON rp.id = i.resource_provider_id
+  JOIN placement.resource_classes rc ON rc.id = i.resource_class_id
+ WHERE NOT (i.allocation_ratio > 0 AND i.allocation_ratio < 'Infinity'::float8)
+   AND (EXISTS (SELECT 1 FROM placement_synced s WHERE s.node_uuid = rp.uuid)
+        OR EXISTS (SELECT 1 FROM nodes n WHERE n.uuid = rp.uuid))
+ ORDER BY rp.uuid, rc.name;

@@ -860,3 +860,43 @@ func (q *Queries) VacuumAllocations(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, vacuumAllocations)
 	return err
 }
+
+const zeroRatioInventories = `-- name: ZeroRatioInventories :many
+SELECT rp.uuid AS provider, rc.name AS resource_class
+  FROM placement.inventories i
+  JOIN placement.resource_providers rp ON rp.id = i.resource_provider_id
+  JOIN placement.resource_classes rc ON rc.id = i.resource_class_id
+ WHERE NOT (i.allocation_ratio > 0 AND i.allocation_ratio < 'Infinity'::float8)
+   AND (EXISTS (SELECT 1 FROM placement_synced s WHERE s.node_uuid = rp.uuid)
+        OR EXISTS (SELECT 1 FROM nodes n WHERE n.uuid = rp.uuid))
+ ORDER BY rp.uuid, rc.name
+`
+
+type ZeroRatioInventoriesRow struct {
+	Provider      uuid.UUID
+	ResourceClass string
+}
+
+// FindZeroRatios with Placement on this database: the inventories of
+// mirrored providers (placement_synced rows and nodes) whose
+// allocation_ratio is not a positive finite number, in provider then class
+// order: one statement where the API takes a request per provider.
+func (q *Queries) ZeroRatioInventories(ctx context.Context) ([]ZeroRatioInventoriesRow, error) {
+	rows, err := q.db.Query(ctx, zeroRatioInventories)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ZeroRatioInventoriesRow
+	for rows.Next() {
+		var i ZeroRatioInventoriesRow
+		if err := rows.Scan(&i.Provider, &i.ResourceClass); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
