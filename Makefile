@@ -50,7 +50,7 @@ fuzz:
 generate:
 	scripts/sqlc-gen.sh
 	scripts/schema-dump.sh
-	$(GO) test -count=1 ./configs -run TestGeneratedDocs -update
+	$(GO) test -count=1 ./config -run TestGeneratedDocs -update
 
 # staticcheck v0.8.2 (go install honnef.co/go/tools/cmd/staticcheck@v0.8.2),
 # as .ci/run runs it.

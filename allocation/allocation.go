@@ -152,15 +152,6 @@ func ref(ctx context.Context, q *Queries, ident string) (View, error) {
 	return v, notFound(err)
 }
 
-// GetByID returns the allocation with internal id id.
-func (s *Store) GetByID(ctx context.Context, id int64) (View, error) {
-	r, err := s.q.GetAllocation(ctx, id)
-	if err != nil {
-		return View{}, notFound(err)
-	}
-	return View{r.Allocation, r.NodeUuid, r.Traits, r.AllocationGroupUuid}, nil
-}
-
 // allocationOf is the Allocation CreateAllocation inserted (sqlc types its
 // CTE's state column as text).
 func allocationOf(r CreateAllocationRow) Allocation {

@@ -19,6 +19,7 @@ import (
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/node"
+	"github.com/metalloc/metalloc/trait"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -28,8 +29,11 @@ var (
 	//go:embed patch_schema.json
 	patchSchemaJSON []byte
 
-	createSchema = web.MustSchema("allocation", createSchemaJSON)
-	patchSchema  = web.MustSchema("patch", patchSchemaJSON)
+	// traits are Ironic's TRAITS_SCHEMA.
+	createSchema = web.MustSchemaWith("allocation", createSchemaJSON, func(doc map[string]any) {
+		doc["properties"].(map[string]any)["traits"].(map[string]any)["items"] = trait.Schema()
+	})
+	patchSchema = web.MustSchema("patch", patchSchemaJSON)
 )
 
 // HandlerOptions configures the allocation API.
@@ -93,7 +97,7 @@ func (h *Handler) Register(v1 *echo.Group) {
 	// own gate (patch: get_rpc_allocation's InvalidUuidOrName),
 	// /nodes/{ident}/allocation is found by the node _lookup, before the
 	// version gate.
-	gate := h.requireAllocations
+	gate := web.GateResource(52, "allocations") // 404 for GET, 405 otherwise, as Ironic
 	arg := checkIdent("Expected UUID or name for allocation_ident: %s")
 	node := checkIdent("Expected UUID or name for node: %s")
 	v1.POST("/allocations", gate(h.create))
@@ -140,21 +144,6 @@ func validIdent(c echo.Context, format string) error {
 		return web.BadRequest(format, ident)
 	}
 	return nil
-}
-
-// requireAllocations hides the endpoints below 1.52, as Ironic does: 404 for
-// GET, 405 otherwise.
-func (h *Handler) requireAllocations(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if !web.RequestVersion(c).AtLeast(1, 52) {
-			status := http.StatusMethodNotAllowed
-			if c.Request().Method == http.MethodGet {
-				status = http.StatusNotFound
-			}
-			return web.Errorf(status, "The API version does not allow allocations")
-		}
-		return next(c)
-	}
 }
 
 func (h *Handler) base(c echo.Context) string { return web.PublicURL(c, h.opts.PublicEndpoint) }
@@ -267,6 +256,16 @@ func (h *Handler) checkFields(fields []string, ver web.Version) error {
 	return web.CheckFields(fields, validFields)
 }
 
+// requestFields is the request's `fields` (nil: every field), checked
+// as checkFields does.
+func (h *Handler) requestFields(c echo.Context, ver web.Version) ([]string, error) {
+	fields, err := web.ParseFields(c)
+	if err != nil {
+		return nil, err
+	}
+	return fields, h.checkFields(fields, ver)
+}
+
 func (h *Handler) lookup(c echo.Context, ident string) (View, error) {
 	u, byUUID := web.UUIDLike(ident)
 	if byUUID {
@@ -292,11 +291,8 @@ func (h *Handler) lookup(c echo.Context, ident string) (View, error) {
 
 func (h *Handler) get(c echo.Context) error {
 	ver := web.RequestVersion(c)
-	fields, err := web.ParseFields(c)
+	fields, err := h.requestFields(c, ver)
 	if err != nil {
-		return err
-	}
-	if err := h.checkFields(fields, ver); err != nil {
 		return err
 	}
 	ident := c.Param("ident")
@@ -324,11 +320,8 @@ func (h *Handler) get(c echo.Context) error {
 func (h *Handler) getForNode(c echo.Context) error {
 	ctx := c.Request().Context()
 	ver := web.RequestVersion(c)
-	fields, err := web.ParseFields(c)
+	fields, err := h.requestFields(c, ver)
 	if err != nil {
-		return err
-	}
-	if err := h.checkFields(fields, ver); err != nil {
 		return err
 	}
 	ident := c.Param("ident")
@@ -356,7 +349,7 @@ func (h *Handler) patch(c echo.Context) error {
 	ctx := c.Request().Context()
 	ver := web.RequestVersion(c)
 	// Ironic's order: the patch document, the version, the identifier.
-	body, err := ReadBody(c, patchSchema)
+	body, err := ReadPatchBody(c)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 
 // The hub's cache of allocations (issue 29): GET /v1/allocations/{uuid}
 // and the reads of Prefer: wait answered from memory, kept current by the
-// notifications the hub receives anyway (migrations/00212_allocation_cache.sql).
+// notifications the hub receives anyway (migrations/00029_allocation_cache.sql).
 //
 // An entry is written only by a read that started after the entry was
 // opened (begin, then the database read, then fill): a change whose

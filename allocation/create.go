@@ -45,10 +45,7 @@ func (h *Handler) create(c echo.Context) error {
 		return web.BadRequest("Cannot create allocation with invalid name '%s'", *req.Name)
 	}
 	req.Name = NoName(req.Name)
-	traits, err := ValidTraits(req.Traits, "allocation")
-	if err != nil {
-		return err
-	}
+	traits := UniqueTraits(req.Traits)
 	extra, err := ExtraJSON(req.Extra)
 	if err != nil {
 		return err
@@ -112,7 +109,7 @@ func (h *Handler) create(c echo.Context) error {
 		}
 		params.ResourceClass = *req.ResourceClass
 		if len(req.CandidateNodes) > 0 {
-			uuids, err := resolveCandidates(ctx, q, req.CandidateNodes)
+			uuids, err := resolveCandidates(ctx, q, req.CandidateNodes, Policy{h.opts.Rules}.CandidateScope(c))
 			if err != nil {
 				return err
 			}
@@ -244,15 +241,16 @@ func nodeID(ctx context.Context, q *Queries, ident string) (int64, error) {
 }
 
 // ResolveCandidates maps candidate node names and uuids to node uuids, in
-// order, without duplicates; any unknown one is a 400 naming all of them
-// (Ironic's check_node_list), as for POST /v1/allocations.
-func (s *Store) ResolveCandidates(ctx context.Context, idents []string) ([]uuid.UUID, error) {
-	return resolveCandidates(ctx, s.q, idents)
+// order, without duplicates, among the nodes owned by or leased to project
+// (every node when nil; see Policy.CandidateScope); any other one is a 400
+// naming all of them (Ironic's check_node_list), as for POST
+// /v1/allocations.
+func (s *Store) ResolveCandidates(ctx context.Context, idents []string, project *string) ([]uuid.UUID, error) {
+	return resolveCandidates(ctx, s.q, idents, project)
 }
 
-// resolveNodes maps candidate node names/uuids to uuids, in order; any
-// unknown ident is a 400 naming all of them (Ironic: check_node_list).
-func resolveCandidates(ctx context.Context, q *Queries, idents []string) ([]uuid.UUID, error) {
+// resolveCandidates is ResolveCandidates on q.
+func resolveCandidates(ctx context.Context, q *Queries, idents []string, project *string) ([]uuid.UUID, error) {
 	var uuids []uuid.UUID
 	var names []string
 	for _, id := range idents {
@@ -262,7 +260,7 @@ func resolveCandidates(ctx context.Context, q *Queries, idents []string) ([]uuid
 			names = append(names, id)
 		}
 	}
-	rows, err := q.ResolveNodes(ctx, ResolveNodesParams{Uuids: uuids, Names: names})
+	rows, err := q.ResolveNodes(ctx, ResolveNodesParams{Uuids: uuids, Names: names, Project: project})
 	if err != nil {
 		return nil, err
 	}

@@ -129,6 +129,9 @@ type Hub struct {
 	cursorOK bool // cursor was read from the table
 
 	poke chan struct{} // wakes the reader (capacity 1)
+	// listened is set once the listener has connected (reconnected, on the
+	// listener's goroutine only).
+	listened bool
 
 	sincePrune atomic.Int64  // events notified since the last prune
 	pruneNow   chan struct{} // wakes the pruner (capacity 1)
@@ -280,9 +283,17 @@ func (h *Hub) notified(payload string) {
 }
 
 // reconnected runs after every (re)connection of the listener:
-// notifications may have been missed, so every waiter looks again and the
-// reader reads.
+// notifications may have been missed, so the cache starts empty, every
+// waiter looks again and the reader reads. After a reconnection the pool's connections are dropped
+// first: the database went away, and a connection it closed meanwhile
+// looks fine to the pool until used when it was idle less than the
+// pool's ping threshold (pgxpool: 1 s), so a restart that short would
+// answer the waiters' reads with 503 (57P01) although the database is back.
 func (h *Hub) reconnected() {
+	if h.listened {
+		h.pool.Reset()
+	}
+	h.listened = true
 	if h.cache != nil {
 		h.cache.setLive(true)
 	}

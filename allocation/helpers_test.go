@@ -26,13 +26,8 @@ func setup(t *testing.T) *fixture {
 	return &fixture{t: t, pool: pool, q: New(pool)}
 }
 
-func (f *fixture) conductor(name string) int64 {
-	var id int64
-	err := f.pool.QueryRow(context.Background(),
-		`INSERT INTO conductors (hostname) VALUES ($1) RETURNING id`, name).Scan(&id)
-	require.NoError(f.t, err)
-	return id
-}
+// conductor registers a live conductor named name.
+func (f *fixture) conductor(name string) int64 { return dbtest.Conductor(f.t, f.pool, name, 0, true) }
 
 // node adds an available, powered node.
 func (f *fixture) node(name, rc string, traits ...string) int64 {
@@ -51,8 +46,11 @@ func (f *fixture) allocation(name *string, rc string, traits ...string) CreateAl
 	return row
 }
 
+// get reads allocation id as the API shows it.
 func (f *fixture) get(id int64) View {
-	v, err := NewStore(f.pool).GetByID(context.Background(), id)
+	var u uuid.UUID
+	require.NoError(f.t, f.pool.QueryRow(context.Background(), `SELECT uuid FROM allocations WHERE id = $1`, id).Scan(&u))
+	v, err := NewStore(f.pool).Get(context.Background(), u.String())
 	require.NoError(f.t, err)
 	return v
 }

@@ -65,6 +65,25 @@ func (p Policy) AuthorizeCreate(c echo.Context, owner **string) error {
 	return authorizeCreate(c, p.Rules, owner)
 }
 
+// CandidateScope is the project whose nodes (owned or leased) the
+// request's caller may name in candidate_nodes, as Ironic's POST
+// /v1/allocations: nil (every node) for a caller allowed
+// baremetal:allocation:create_restricted, one without a project, and
+// without access rules; otherwise the caller's project, and another
+// project's node is "Nodes cannot be found" (400), as one that does not
+// exist (its uuid is not disclosed).
+func (p Policy) CandidateScope(c echo.Context) *string {
+	r := p.Rules
+	if r.Open() {
+		return nil
+	}
+	creds := auth.Caller(c.Request().Context())
+	if r.Allowed(ruleCreateRestricted, auth.Target(creds), creds) {
+		return nil
+	}
+	return nonEmpty(creds.ProjectID)
+}
+
 // ListScope is the owner a list must be limited to for the caller (nil:
 // all), as GET /v1/allocations; owner is the owner asked for.
 func (p Policy) ListScope(c echo.Context, owner *string) (*string, error) {

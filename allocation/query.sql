@@ -54,15 +54,6 @@ WITH i AS (
 )
 SELECT * FROM a;
 
--- name: GetAllocation :one
-SELECT sqlc.embed(a), n.uuid AS node_uuid,
-       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits,
-       g.uuid AS allocation_group_uuid
-  FROM allocations a LEFT JOIN nodes n ON n.id = a.node_id
-  LEFT JOIN allocation_groups g ON g.id = a.group_id
- WHERE a.id = @id;
-
 -- name: GetAllocationByUUID :one
 SELECT sqlc.embed(a), n.uuid AS node_uuid,
        (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
@@ -137,8 +128,11 @@ SELECT id FROM nodes WHERE uuid = @uuid;
 SELECT id FROM nodes WHERE name = @name;
 
 -- name: ResolveNodes :many
--- candidate_nodes: names and uuids to node uuids.
-SELECT uuid, name FROM nodes WHERE uuid = ANY(@uuids::uuid[]) OR name = ANY(@names::text[]);
+-- candidate_nodes: names and uuids to node uuids, among the nodes owned by
+-- or leased to @project (every node when NULL).
+SELECT uuid, name FROM nodes
+ WHERE (uuid = ANY(@uuids::uuid[]) OR name = ANY(@names::text[]))
+   AND metalloc_node_in_scope(uuid, owner, lessee, NULL, sqlc.narg(project)::text);
 
 -- name: NodeTenancy :one
 -- A node's owner and lessee, for the access rules of
@@ -173,6 +167,6 @@ SELECT metalloc_prune_allocation_events(make_interval(secs => @max_age_seconds::
 -- The queue for metrics: rows waiting in allocating and the age in seconds
 -- of the oldest (0 when none), by the database clock. Reads the partial
 -- index allocations_allocating_idx's rows only, whatever the statistics
--- (metalloc_allocating_stats, migrations/00211_fixed_plans.sql).
+-- (metalloc_allocating_stats, migrations/00028_fixed_plans.sql).
 SELECT s.allocating::bigint AS allocating, s.oldest_seconds::float8 AS oldest_seconds
   FROM metalloc_allocating_stats() s;

@@ -27,7 +27,7 @@ type AllocatingStatsRow struct {
 // The queue for metrics: rows waiting in allocating and the age in seconds
 // of the oldest (0 when none), by the database clock. Reads the partial
 // index allocations_allocating_idx's rows only, whatever the statistics
-// (metalloc_allocating_stats, migrations/00211_fixed_plans.sql).
+// (metalloc_allocating_stats, migrations/00028_fixed_plans.sql).
 func (q *Queries) AllocatingStats(ctx context.Context) (AllocatingStatsRow, error) {
 	row := q.db.QueryRow(ctx, allocatingStats)
 	var i AllocatingStatsRow
@@ -444,48 +444,6 @@ func (q *Queries) EventsHead(ctx context.Context) (EventsHeadRow, error) {
 	return i, err
 }
 
-const getAllocation = `-- name: GetAllocation :one
-SELECT a.id, a.uuid, a.name, a.node_id, a.state, a.last_error, a.resource_class, a.candidate_nodes, a.extra, a.owner, a.conductor_affinity, a.created_at, a.updated_at, a.group_id, n.uuid AS node_uuid,
-       (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
-          FROM allocation_traits t WHERE t.allocation_id = a.id)::text[] AS traits,
-       g.uuid AS allocation_group_uuid
-  FROM allocations a LEFT JOIN nodes n ON n.id = a.node_id
-  LEFT JOIN allocation_groups g ON g.id = a.group_id
- WHERE a.id = $1
-`
-
-type GetAllocationRow struct {
-	Allocation          Allocation
-	NodeUuid            *uuid.UUID
-	Traits              []string
-	AllocationGroupUuid *uuid.UUID
-}
-
-func (q *Queries) GetAllocation(ctx context.Context, id int64) (GetAllocationRow, error) {
-	row := q.db.QueryRow(ctx, getAllocation, id)
-	var i GetAllocationRow
-	err := row.Scan(
-		&i.Allocation.ID,
-		&i.Allocation.Uuid,
-		&i.Allocation.Name,
-		&i.Allocation.NodeID,
-		&i.Allocation.State,
-		&i.Allocation.LastError,
-		&i.Allocation.ResourceClass,
-		&i.Allocation.CandidateNodes,
-		&i.Allocation.Extra,
-		&i.Allocation.Owner,
-		&i.Allocation.ConductorAffinity,
-		&i.Allocation.CreatedAt,
-		&i.Allocation.UpdatedAt,
-		&i.Allocation.GroupID,
-		&i.NodeUuid,
-		&i.Traits,
-		&i.AllocationGroupUuid,
-	)
-	return i, err
-}
-
 const getAllocationByName = `-- name: GetAllocationByName :one
 SELECT a.id, a.uuid, a.name, a.node_id, a.state, a.last_error, a.resource_class, a.candidate_nodes, a.extra, a.owner, a.conductor_affinity, a.created_at, a.updated_at, a.group_id, n.uuid AS node_uuid,
        (SELECT coalesce(array_agg(t.trait ORDER BY t.trait), '{}')
@@ -727,12 +685,15 @@ func (q *Queries) PruneEvents(ctx context.Context, arg PruneEventsParams) (int64
 }
 
 const resolveNodes = `-- name: ResolveNodes :many
-SELECT uuid, name FROM nodes WHERE uuid = ANY($1::uuid[]) OR name = ANY($2::text[])
+SELECT uuid, name FROM nodes
+ WHERE (uuid = ANY($1::uuid[]) OR name = ANY($2::text[]))
+   AND metalloc_node_in_scope(uuid, owner, lessee, NULL, $3::text)
 `
 
 type ResolveNodesParams struct {
-	Uuids []uuid.UUID
-	Names []string
+	Uuids   []uuid.UUID
+	Names   []string
+	Project *string
 }
 
 type ResolveNodesRow struct {
@@ -740,9 +701,10 @@ type ResolveNodesRow struct {
 	Name *string
 }
 
-// candidate_nodes: names and uuids to node uuids.
+// candidate_nodes: names and uuids to node uuids, among the nodes owned by
+// or leased to @project (every node when NULL).
 func (q *Queries) ResolveNodes(ctx context.Context, arg ResolveNodesParams) ([]ResolveNodesRow, error) {
-	rows, err := q.db.Query(ctx, resolveNodes, arg.Uuids, arg.Names)
+	rows, err := q.db.Query(ctx, resolveNodes, arg.Uuids, arg.Names, arg.Project)
 	if err != nil {
 		return nil, err
 	}

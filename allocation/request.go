@@ -9,7 +9,6 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/labstack/echo/v4"
 
-	"github.com/metalloc/metalloc/trait"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -29,6 +28,14 @@ func ReadBody(c echo.Context, schema *web.Schema) ([]byte, error) {
 	return body, nil
 }
 
+// ReadPatchBody is ReadBody for a JSON patch (patch_schema.json: a list of
+// add, replace and remove operations), the body of PATCH
+// /v1/allocations/{ident} and /v1/allocation_groups/{ident}; ReadPatch
+// then checks what it touches.
+func ReadPatchBody(c echo.Context) ([]byte, error) {
+	return ReadBody(c, patchSchema)
+}
+
 // DecodeBody is ReadBody, then the body decoded into v (a 400 "Invalid
 // <what>: ..." when it does not decode).
 func DecodeBody(c echo.Context, schema *web.Schema, what string, v any) error {
@@ -42,16 +49,11 @@ func DecodeBody(c echo.Context, schema *web.Schema, what string, v any) error {
 	return nil
 }
 
-// ValidTraits checks requested traits (standard, or CUSTOM_ names) with
-// Ironic's message for a document named what ("allocation"), and returns
-// them without duplicates, in the order given.
-func ValidTraits(traits []string, what string) ([]string, error) {
-	for _, t := range traits {
-		if !trait.Valid(t) {
-			return nil, web.BadRequest("Schema error for %s: '%s' is not a valid trait: use a standard trait or one matching ^CUSTOM_[A-Z0-9_]+$", what, t)
-		}
-	}
-	return dedupe(traits), nil
+// UniqueTraits returns requested traits without duplicates, in the order
+// given. The request schemas have checked each (Ironic's TRAITS_SCHEMA,
+// trait.Schema, so a bad one is worded as Ironic words it).
+func UniqueTraits(traits []string) []string {
+	return dedupe(traits)
 }
 
 // PatchOp is one operation of a JSON patch body, as the handlers check it

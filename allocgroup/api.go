@@ -21,17 +21,18 @@ import (
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/topology"
+	"github.com/metalloc/metalloc/trait"
 	"github.com/metalloc/metalloc/web"
 )
 
 var (
 	//go:embed create_schema.json
 	createSchemaJSON []byte
-	//go:embed patch_schema.json
-	patchSchemaJSON []byte
 
-	createSchema = web.MustSchema("allocation_group", createSchemaJSON)
-	patchSchema  = web.MustSchema("patch", patchSchemaJSON)
+	// traits are Ironic's TRAITS_SCHEMA.
+	createSchema = web.MustSchemaWith("allocation_group", createSchemaJSON, func(doc map[string]any) {
+		doc["properties"].(map[string]any)["traits"].(map[string]any)["items"] = trait.Schema()
+	})
 )
 
 // HandlerOptions configures the allocation group API.
@@ -78,18 +79,7 @@ func NewHandler(pool *pgxpool.Pool, opts HandlerOptions) *Handler {
 // /v1/allocation_groups/{ident} under v1, from microversion 1.52 (as
 // allocations: 404 for GET, 405 otherwise below it).
 func (h *Handler) Register(v1 *echo.Group) {
-	gate := func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			if !web.RequestVersion(c).AtLeast(1, 52) {
-				status := http.StatusMethodNotAllowed
-				if c.Request().Method == http.MethodGet {
-					status = http.StatusNotFound
-				}
-				return web.Errorf(status, "The API version does not allow allocation groups")
-			}
-			return next(c)
-		}
-	}
+	gate := web.GateResource(52, "allocation groups")
 	v1.POST("/allocation_groups", gate(h.create))
 	v1.GET("/allocation_groups", gate(h.list))
 	v1.GET("/allocation_groups/:ident", gate(h.get))
@@ -145,10 +135,7 @@ func (h *Handler) create(c echo.Context) error {
 	if req.Name != nil && !web.ValidLogicalName(*req.Name, ver) {
 		return web.BadRequest("Cannot create allocation group with invalid name '%s'", *req.Name)
 	}
-	traits, err := allocation.ValidTraits(req.Traits, "allocation_group")
-	if err != nil {
-		return err
-	}
+	traits := allocation.UniqueTraits(req.Traits)
 	slices.Sort(traits)
 	extra, err := allocation.ExtraJSON(req.Extra)
 	if err != nil {
@@ -171,7 +158,7 @@ func (h *Handler) create(c echo.Context) error {
 		}
 	}
 	if len(req.CandidateNodes) > 0 {
-		if p.CandidateNodes, err = h.allocs.ResolveCandidates(ctx, req.CandidateNodes); err != nil {
+		if p.CandidateNodes, err = h.allocs.ResolveCandidates(ctx, req.CandidateNodes, h.policy.CandidateScope(c)); err != nil {
 			return err
 		}
 	}
@@ -373,7 +360,7 @@ func (h *Handler) list(c echo.Context) error {
 // which lowers the count.
 func (h *Handler) patch(c echo.Context) error {
 	ctx := c.Request().Context()
-	body, err := allocation.ReadBody(c, patchSchema)
+	body, err := allocation.ReadPatchBody(c)
 	if err != nil {
 		return err
 	}

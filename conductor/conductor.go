@@ -14,6 +14,7 @@ import (
 
 	"github.com/metalloc/metalloc/conductor/backend"
 	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/driver"
 )
 
 // NotifyChannel is the PostgreSQL channel the allocations_notify trigger
@@ -52,12 +53,19 @@ type Service struct {
 	// Metrics, when set before Run, records the conductor's metrics.
 	Metrics *Metrics
 
-	// inflight holds the ids of owned rows being processed or queued, so
-	// that a resume does not queue them twice.
+	// inflight holds the ids of owned rows being processed, queued or
+	// waiting for a locked node (parked), so that a resume does not queue
+	// them twice.
 	inflight sync.Map
-	// queue carries owned rows to the workers: resumed ones and rows taken
-	// over from dead conductors.
+	// queue carries owned rows to the workers: resumed ones, rows taken
+	// over from dead conductors and rows whose wait for a locked node is
+	// up (park).
 	queue chan backend.Claimed
+	// parked holds the timers of the rows waiting for a locked node, by
+	// id (park); unparked is set once the workers have stopped.
+	parkMu   sync.Mutex
+	parked   map[int64]*time.Timer
+	unparked bool
 	// groupQueue is queue for allocation groups.
 	groupQueue chan backend.ClaimedGroup
 	// needResume asks a worker to queue this conductor's owned unfinished
@@ -121,9 +129,6 @@ func newService(cfg Config, rows rowStore, be backend.Backend, groups backend.Gr
 	}
 }
 
-// ID is the conductor's row id (valid once Run has registered it).
-func (c *Service) ID() int64 { return c.id }
-
 // Run registers the conductor and processes allocations until ctx ends. Then
 // it stops claiming, waits up to ShutdownGrace for in-flight work, hands the
 // rows it could not finish back (unowned, so peers claim them at once), marks
@@ -133,7 +138,7 @@ func (c *Service) Run(ctx context.Context) error {
 	id, err := c.q.Register(ctx, RegisterParams{
 		Hostname:       c.cfg.Hostname,
 		ConductorGroup: c.cfg.Group,
-		Drivers:        []string{"fake-hardware"},
+		Drivers:        driver.Names(),
 		Version:        c.cfg.Version,
 		TimeoutSeconds: c.cfg.HeartbeatTimeout.Seconds(),
 	})

@@ -14,8 +14,9 @@
 //   - conductor.go: Service (Run: register, listen, heartbeat, housekeep,
 //     takeover schedule, work, release on stop), Config;
 //   - worker.go: the worker loop (worker: run, round, settle), the claim
-//     (Service.claim), processing one row, the resume; gate.go: claimGate,
-//     at most maxClaimers claim statements at a time;
+//     (Service.claim), processing one row, the rows waiting for a locked
+//     node (park), the resume; gate.go: claimGate, at most maxClaimers
+//     claim statements at a time;
 //   - liveness.go: heartbeats, PostOutageGrace, IdleInTransactionTimeout;
 //   - rows.go: Rows, who owns a row (owned, dead owners, takeover,
 //     release), takeover.go: the takeover schedule; groups.go: the claim and
@@ -77,9 +78,18 @@
 // fast path, one round trip for a batch. Rows for which no node was free at
 // that moment come back claimed but unreserved, and the worker runs the slow
 // path for each (backend.Database.Process): one short reservation
-// transaction per attempt (metalloc_reserve), backing off while every
-// fitting node is locked by others, and failing the row with a last_error
-// that counts what each filter left (FitStats) when nothing fits. If the
+// transaction per attempt (metalloc_reserve), failing the row with a
+// last_error that counts what each filter left (FitStats) when nothing
+// fits. While every fitting node is locked by others, Process answers
+// Waiting and the row waits without a worker (Service.park, worker.go): it
+// stays in flight and is queued again when its retry is due, so the rows
+// waiting for locked nodes wait together: each ends
+// conductor.locked_node_wait after its first attempt, however many there
+// are (BenchmarkLockedRowsTimeToError); the
+// rows of one kind of request (class, traits, owner, candidate_nodes) wait
+// for one attempt at a time (backend/wait.go: lockedKinds), the first
+// after 5 ms, doubling up to 80 ms; a row that has waited locked_node_wait
+// goes to error after a last attempt. If the
 // fast path fails as a whole for another reason than an outage (a
 // constraint race on one row rolls the whole batch back), the database
 // backend claims the batch only and sends every row down the slow path,
@@ -91,8 +101,11 @@
 // re-read under the provider's lock, the consumer, the allocation, the
 // generation bump, the claim log, the reservation); the rows it leaves,
 // and every row in mode http, go through selections from Placement
-// (backend.Placement.ClaimBatch, then Process). The claim loop
-// does not know which backend it drives.
+// (backend.Placement.ClaimBatch, then Process). A row for which Placement
+// offers nothing while the database has nodes that fit it (made available
+// a moment ago, not mirrored by the resource tracker yet) waits the same
+// way as for locked nodes (Waiting, up to locked_node_wait; the rows of its
+// kind together). The claim loop does not know which backend it drives.
 //
 // A node is picked with FOR UPDATE SKIP LOCKED among the free_nodes view
 // (metalloc_node_free, metalloc_node_in_scope, metalloc_node_has_traits: the
@@ -174,11 +187,12 @@
 //
 // On SIGTERM a conductor stops claiming, gives in-flight rows
 // conductor.shutdown_grace (default 30 s) to finish, hands the rest back
-// unowned (Rows.Release: trigger allocations_notify_release wakes the
-// others, who claim them at once), marks itself offline and exits. Tests
+// unowned, the rows waiting for a locked node among them (Rows.Release:
+// trigger allocations_notify_release wakes the others, who claim them at
+// once), marks itself offline and exits. Tests
 // wait for these events instead of sleeping: the test signals (signals.go:
-// heartbeat, takeover, claimed, reserving, released), or, for conductors
-// run as processes, the log lines each writes. A second
+// heartbeat, takeover, claimed, reserving, waiting, released), or, for
+// conductors run as processes, the log lines each writes. A second
 // signal exits at once; the rows are then taken over as a dead conductor's.
 //
 // # Resume
@@ -198,7 +212,7 @@
 // to step over. The claim's own plan is fixed (metalloc_claim_reserve sets
 // its planner options) so that it never depends on the table's statistics,
 // and so is the pick's (metalloc_pick: with a Placement class, its joins
-// in the order written over index scans; migration 00211).
+// in the order written over index scans; migration 00028).
 //
 // # Allocation groups
 //

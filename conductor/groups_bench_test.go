@@ -98,9 +98,9 @@ func benchGroups(b *testing.B, size, wave int, setup func(*pgxpool.Pool) func(*C
 			INSERT INTO allocation_groups (uuid, count, resource_class, rule, rule_level)
 			SELECT gen_random_uuid(), $1, 'gpu', 'required', 'rack' FROM generate_series(1, $2)`, size, wave)
 		require.NoError(b, err)
-		for dbtest.Count(b, pool, `SELECT count(*) FROM allocation_groups WHERE state = 'allocating'`) > 0 {
-			time.Sleep(2 * time.Millisecond)
-		}
+		dbtest.WaitEvery(b, 10*time.Minute, 2*time.Millisecond, "every group to leave allocating", func() bool {
+			return dbtest.Count(b, pool, `SELECT count(*) FROM allocation_groups WHERE state = 'allocating'`) == 0
+		})
 		busy += time.Since(start)
 		b.StopTimer()
 		rows, err := pool.Query(ctx, `SELECT extract(epoch FROM updated_at - created_at)::float8 * 1000, state

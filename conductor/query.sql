@@ -139,7 +139,7 @@ SELECT * FROM tracker_nodes WHERE id = ANY(@ids::bigint[]) ORDER BY id;
 
 -- name: NodeChanges :many
 -- The oldest @lim entries of the node change log
--- (migrations/00210_placement_first_second.sql).
+-- (migrations/00027_placement_first_second.sql).
 SELECT seq, node_id, node_uuid FROM placement_node_changes ORDER BY seq LIMIT @lim;
 
 -- name: DeleteNodeChanges :exec

@@ -351,7 +351,7 @@ SELECT seq, node_id, node_uuid FROM placement_node_changes ORDER BY seq LIMIT $1
 `
 
 // The oldest @lim entries of the node change log
-// (migrations/00210_placement_first_second.sql).
+// (migrations/00027_placement_first_second.sql).
 func (q *Queries) NodeChanges(ctx context.Context, lim int32) ([]PlacementNodeChange, error) {
 	rows, err := q.db.Query(ctx, nodeChanges, lim)
 	if err != nil {

@@ -7,8 +7,9 @@ import "github.com/google/uuid"
 // every send is then a no-op; a test sets it with buffered channels before
 // Run, and a send never blocks the conductor (a full channel drops the
 // event). Tests that run conductors as processes (e2e) wait for the log
-// line each event also writes: "reserving allocation" (debug), "released
-// unfinished allocations to the other conductors" (info).
+// line each event also writes: "reserving allocation" (debug), "allocation
+// waiting for a locked node" (debug), "released unfinished allocations to
+// the other conductors" (info).
 type testSignals struct {
 	// heartbeat receives one value per heartbeat written.
 	heartbeat chan struct{}
@@ -20,15 +21,12 @@ type testSignals struct {
 	// reserving receives the uuid of each claimed row a worker starts
 	// processing (the slow path: Backend.Process).
 	reserving chan uuid.UUID
+	// waiting receives the uuid of each row that starts waiting for a
+	// locked node (Backend.Process said Waiting for the first time; park).
+	waiting chan uuid.UUID
 	// released receives, on a clean stop, how many unfinished rows and
 	// groups the conductor handed back (after Rows.Release).
 	released chan int64
-}
-
-// newTestSignals returns signals with room for n events of each kind.
-func newTestSignals(n int) *testSignals {
-	return &testSignals{heartbeat: make(chan struct{}, n), takeover: make(chan int, n), claimed: make(chan int, n),
-		reserving: make(chan uuid.UUID, n), released: make(chan int64, n)}
 }
 
 // send delivers v on ch unless ch is full; nothing when s is nil.
@@ -56,6 +54,10 @@ func (s *testSignals) claimedRows(n int) {
 
 func (s *testSignals) reservingRow(u uuid.UUID) {
 	send(s, func(s *testSignals) chan uuid.UUID { return s.reserving }, u)
+}
+
+func (s *testSignals) waitingRow(u uuid.UUID) {
+	send(s, func(s *testSignals) chan uuid.UUID { return s.waiting }, u)
 }
 
 func (s *testSignals) releasedRows(n int64) {

@@ -119,13 +119,13 @@ func TestLateWritesOfASlowConductorAreRejected(t *testing.T) {
 
 	// The slow conductor wakes up and goes on with its rows: both writes
 	// are rejected.
-	out, err := alloc.Process(context.Background(), slow, claimed[0])
+	out, err := alloc.Process(context.Background(), slow, &claimed[0])
 	require.NoError(t, err)
 	require.Equal(t, backend.Lost, out)
 	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM nodes WHERE allocation_id IS NOT NULL`))
 	_, err = pool.Exec(context.Background(), `UPDATE nodes SET maintenance = true`)
 	require.NoError(t, err)
-	out, err = alloc.Process(context.Background(), slow, claimed[1]) // no node fits: tries to fail the row
+	out, err = alloc.Process(context.Background(), slow, &claimed[1]) // no node fits: tries to fail the row
 	require.NoError(t, err)
 	require.Equal(t, backend.Lost, out)
 	require.Equal(t, 2, dbtest.Count(t, pool,

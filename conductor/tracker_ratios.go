@@ -33,7 +33,7 @@ func (t *Tracker) FindZeroRatios(ctx context.Context) ([]ZeroRatio, error) {
 		}
 		out := make([]ZeroRatio, len(rows))
 		for i, r := range rows {
-			out[i] = ZeroRatio{Provider: r.Provider, ResourceClass: r.ResourceClass}
+			out[i] = ZeroRatio(r)
 		}
 		return out, nil
 	}

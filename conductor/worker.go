@@ -49,7 +49,8 @@ type rowStore interface {
 
 // work runs Workers workers (worker.run) until ctx ends. On stop, in-flight
 // rows get ShutdownGrace to finish; then their context (procCtx) is
-// cancelled and work waits for the workers to return.
+// cancelled and work waits for the workers to return. Rows waiting for a
+// locked node (park) are left owned and unfinished, for Release.
 func (c *Service) work(ctx context.Context, wake <-chan struct{}) {
 	procCtx, cancelProc := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelProc()
@@ -73,6 +74,7 @@ func (c *Service) work(ctx context.Context, wake <-chan struct{}) {
 		cancelProc()
 		<-finished
 	}
+	c.unpark()
 }
 
 // worker is one of a conductor's Workers goroutines: the claim loop. Each
@@ -199,9 +201,14 @@ func (c *Service) track(id int64) bool {
 // enqueue hands owned row a to the workers unless it is already in flight.
 // With the queue full it stays owned and a later resume queues it.
 func (c *Service) enqueue(a backend.Claimed) {
-	if !c.track(a.ID) {
-		return
+	if c.track(a.ID) {
+		c.requeue(a)
 	}
+}
+
+// requeue hands owned row a, marked in flight, to the workers. With the
+// queue full it stays owned and a later resume queues it.
+func (c *Service) requeue(a backend.Claimed) {
 	select {
 	case c.queue <- a:
 	default:
@@ -274,13 +281,24 @@ func (c *Service) claim(ctx, procCtx context.Context, n int) (again bool, err er
 }
 
 // process runs one owned row that track marked in flight, and clears the
-// mark. When a database outage leaves the row owned but unfinished, it asks
-// for a resume.
+// mark unless the row waits for a locked node (park). When a database
+// outage leaves the row owned but unfinished, it asks for a resume.
 func (c *Service) process(ctx context.Context, a backend.Claimed) {
+	waited := a.Wait.Waiting()
+	if !waited {
+		c.signals.reservingRow(a.UUID)
+		c.log.Debug("reserving allocation", zap.Stringer("allocation", a.UUID))
+	}
+	out, err := c.backend.Process(ctx, c.id, &a)
+	if err == nil && out == backend.Waiting {
+		if !waited {
+			c.signals.waitingRow(a.UUID)
+			c.log.Debug("allocation waiting for a locked node", zap.Stringer("allocation", a.UUID))
+		}
+		c.park(a)
+		return
+	}
 	defer c.inflight.Delete(a.ID)
-	c.signals.reservingRow(a.UUID)
-	c.log.Debug("reserving allocation", zap.Stringer("allocation", a.UUID))
-	out, err := c.backend.Process(ctx, c.id, a)
 	if err != nil {
 		c.log.Warn("allocation left for a retry", zap.Stringer("allocation", a.UUID), zap.Error(err))
 		c.needResume.Store(true)
@@ -302,6 +320,46 @@ func (c *Service) process(ctx context.Context, a backend.Claimed) {
 	}
 	c.log.Debug("allocation processed", zap.Stringer("allocation", a.UUID), zap.Stringer("outcome", out),
 		zap.Duration("since_created", time.Since(a.CreatedAt)))
+}
+
+// park keeps row a, which waits for a locked node (Backend.Process said
+// Waiting), in flight, and queues it again after a.Wait.Retry. No worker
+// holds a waiting row: its worker goes on with other work, and the rows
+// waiting for locked nodes wait together, however many they are. Once
+// the workers have stopped (unpark) a row is left owned and unfinished,
+// for Release.
+func (c *Service) park(a backend.Claimed) {
+	c.parkMu.Lock()
+	defer c.parkMu.Unlock()
+	if c.unparked {
+		c.inflight.Delete(a.ID)
+		return
+	}
+	if c.parked == nil {
+		c.parked = map[int64]*time.Timer{}
+	}
+	c.parked[a.ID] = time.AfterFunc(a.Wait.Retry, func() {
+		c.parkMu.Lock()
+		defer c.parkMu.Unlock()
+		if c.parked[a.ID] == nil {
+			return // unparked meanwhile
+		}
+		delete(c.parked, a.ID)
+		c.requeue(a)
+	})
+}
+
+// unpark stops the waits of the parked rows once the workers have
+// stopped: the rows stay owned and unfinished, for Release.
+func (c *Service) unpark() {
+	c.parkMu.Lock()
+	defer c.parkMu.Unlock()
+	c.unparked = true
+	for id, t := range c.parked {
+		t.Stop()
+		c.inflight.Delete(id)
+	}
+	c.parked = nil
 }
 
 // dbTrouble records a database error seen by a worker: the first one after

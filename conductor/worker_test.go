@@ -3,6 +3,7 @@ package conductor
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,7 +34,7 @@ type fakeBackend struct {
 	start   time.Time
 	rest    bool // claimed rows come back unreserved (to Process)
 	// process, when set, runs in Process (default: Reserved at once).
-	process   func(ctx context.Context, c backend.Claimed) (backend.Outcome, error)
+	process   func(ctx context.Context, c *backend.Claimed) (backend.Outcome, error)
 	processed atomic.Int32
 }
 
@@ -59,7 +60,7 @@ func (f *fakeBackend) Claim(ctx context.Context, me int64, n int) (reserved, res
 	return rows, nil, nil
 }
 
-func (f *fakeBackend) Process(ctx context.Context, me int64, c backend.Claimed) (backend.Outcome, error) {
+func (f *fakeBackend) Process(ctx context.Context, me int64, c *backend.Claimed) (backend.Outcome, error) {
 	f.processed.Add(1)
 	if f.process != nil {
 		return f.process(ctx, c)
@@ -274,7 +275,7 @@ func TestWorkerLoopStopGivesInFlightRowsTheGrace(t *testing.T) {
 		cfg := loopCfg()
 		var cancelledAt time.Duration
 		be := &fakeBackend{batches: []int{1}, rest: true}
-		be.process = func(ctx context.Context, c backend.Claimed) (backend.Outcome, error) {
+		be.process = func(ctx context.Context, c *backend.Claimed) (backend.Outcome, error) {
 			<-ctx.Done()
 			cancelledAt = time.Since(be.start)
 			return backend.Lost, ctx.Err()
@@ -284,5 +285,95 @@ func TestWorkerLoopStopGivesInFlightRowsTheGrace(t *testing.T) {
 		time.Sleep(time.Second)
 		stop()
 		require.Equal(t, time.Second+cfg.ShutdownGrace, cancelledAt)
+	})
+}
+
+// Rows that wait for a locked node (Process said Waiting) hold no worker:
+// one worker starts every row of its batches at once, they wait together,
+// each is processed again when its Retry is up, and once the nodes are
+// free every one is done at the same instant. The waiting rows stay in
+// flight meanwhile (a resume does not queue them twice).
+func TestWorkerLoopParksWaitingRows(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const retry = 100 * time.Millisecond
+		be := &fakeBackend{batches: []int{4, 4}, rest: true}
+		var mu sync.Mutex
+		calls := map[uuid.UUID][]time.Duration{}
+		var free atomic.Bool
+		be.process = func(ctx context.Context, c *backend.Claimed) (backend.Outcome, error) {
+			mu.Lock()
+			calls[c.UUID] = append(calls[c.UUID], time.Since(be.start))
+			mu.Unlock()
+			if free.Load() {
+				return backend.Reserved, nil
+			}
+			if !c.Wait.Waiting() {
+				c.Wait.Since = time.Now()
+			}
+			c.Wait.Retry = retry
+			return backend.Waiting, nil
+		}
+		svc, _, stop := startLoop(t, loopCfg(), be, &fakeRows{})
+		defer stop()
+		synctest.Wait()
+		require.Len(t, svc.signals.waiting, 8, "every row of both batches waits")
+		require.Len(t, svc.signals.reserving, 8)
+		times := func() map[uuid.UUID][]time.Duration {
+			mu.Lock()
+			defer mu.Unlock()
+			out := map[uuid.UUID][]time.Duration{}
+			for u, ts := range calls {
+				out[u] = slices.Clone(ts)
+			}
+			return out
+		}
+		for u, ts := range times() {
+			require.Equal(t, []time.Duration{0}, ts, "row %s", u)
+		}
+		inflight := func() (n int) {
+			svc.inflight.Range(func(any, any) bool { n++; return true })
+			return n
+		}
+		require.Equal(t, 8, inflight())
+
+		time.Sleep(retry)
+		synctest.Wait()
+		for u, ts := range times() {
+			require.Equal(t, []time.Duration{0, retry}, ts, "row %s", u)
+		}
+		require.Len(t, svc.signals.waiting, 8, "a row signals the start of its wait once")
+		require.Len(t, svc.signals.reserving, 8, "and the start of its processing once")
+
+		free.Store(true)
+		time.Sleep(retry)
+		synctest.Wait()
+		for u, ts := range times() {
+			require.Equal(t, []time.Duration{0, retry, 2 * retry}, ts, "row %s", u)
+		}
+		require.Zero(t, inflight())
+	})
+}
+
+// On stop, the rows waiting for a locked node are left owned and
+// unfinished for Release: their waits end, and nothing processes them.
+func TestWorkerLoopStopLeavesWaitingRows(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{batches: []int{3}, rest: true}
+		be.process = func(ctx context.Context, c *backend.Claimed) (backend.Outcome, error) {
+			c.Wait.Since, c.Wait.Retry = time.Now(), time.Second
+			return backend.Waiting, nil
+		}
+		svc, _, stop := startLoop(t, loopCfg(), be, &fakeRows{})
+		synctest.Wait()
+		require.EqualValues(t, 3, be.processed.Load())
+		stop()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		require.EqualValues(t, 3, be.processed.Load(), "a waiting row was processed after the stop")
+		n := 0
+		svc.inflight.Range(func(any, any) bool { n++; return true })
+		require.Zero(t, n)
 	})
 }

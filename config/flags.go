@@ -15,7 +15,8 @@ import (
 // environment still apply).
 func AddFlags(fs *pflag.FlagSet, keep func(*Key) bool) {
 	for _, k := range Keys() {
-		if (keep != nil && !keep(k)) || fs.Lookup(k.Name) != nil {
+		name := k.Flag()
+		if (keep != nil && !keep(k)) || fs.Lookup(name) != nil {
 			continue
 		}
 		usage := k.usage()
@@ -29,18 +30,18 @@ func AddFlags(fs *pflag.FlagSet, keep func(*Key) bool) {
 		}
 		switch {
 		case t == reflect.TypeFor[time.Duration]():
-			fs.Duration(k.Name, def.Interface().(time.Duration), usage)
-			fs.Lookup(k.Name).DefValue = formatDuration(def.Interface().(time.Duration)) // "60s", not "1m0s"
+			fs.Duration(name, def.Interface().(time.Duration), usage)
+			fs.Lookup(name).DefValue = formatDuration(def.Interface().(time.Duration)) // "60s", not "1m0s"
 		case t.Kind() == reflect.String:
-			fs.String(k.Name, def.String(), usage)
+			fs.String(name, def.String(), usage)
 		case t.Kind() == reflect.Bool:
-			fs.Bool(k.Name, def.Bool(), usage)
+			fs.Bool(name, def.Bool(), usage)
 		case t.Kind() == reflect.Int || t.Kind() == reflect.Int32 || t.Kind() == reflect.Int64:
-			fs.Int64(k.Name, def.Int(), usage)
+			fs.Int64(name, def.Int(), usage)
 		case t.Kind() == reflect.Float64:
-			fs.Float64(k.Name, def.Float(), usage)
+			fs.Float64(name, def.Float(), usage)
 		default: // maps: "K=V,K=V" or YAML flow syntax; lists: "A,B"
-			fs.String(k.Name, "", usage)
+			fs.String(name, "", usage)
 		}
 	}
 }

@@ -25,9 +25,6 @@ const (
 // Binaries lists every binary, in the order the documentation names them.
 var Binaries = []Binary{BinaryAPI, BinaryConductor, BinaryPlacement, BinaryManage}
 
-// Short is the binary's name without "metalloc-" ("api").
-func (b Binary) Short() string { return strings.TrimPrefix(string(b), "metalloc-") }
-
 // Key is the one definition of a configuration key: its name, default,
 // unit, description, the binaries that read it and, derived from the field
 // of Config it fills, its type. Viper's defaults and environment binding,
@@ -75,47 +72,12 @@ func (k *Key) Env() string {
 // Flag is the key's command-line flag without dashes: the key itself.
 func (k *Key) Flag() string { return k.Name }
 
-// Section is the part of the name before the dot.
-func (k *Key) Section() string { s, _, _ := strings.Cut(k.Name, "."); return s }
-
 // IsMap reports a key whose value is a map with free-form sub-keys
 // (placement_backend.allocation_ratios: resource class to ratio).
 func (k *Key) IsMap() bool { return k.typ.Kind() == reflect.Map }
 
 // ReadBy reports whether binary b reads the key.
 func (k *Key) ReadBy(b Binary) bool { return slices.Contains(k.Readers, b) }
-
-// Type names the key's type as the documentation does: string, bool, int,
-// float, duration, "float (optional)", "map of float" or "list of string".
-func (k *Key) Type() string {
-	t := k.typ
-	optional := ""
-	if t.Kind() == reflect.Pointer {
-		t, optional = t.Elem(), " (optional)"
-	}
-	if t == reflect.TypeFor[time.Duration]() {
-		return "duration" + optional
-	}
-	switch t.Kind() {
-	case reflect.Map:
-		return "map of " + kindName(t.Elem().Kind())
-	case reflect.Slice:
-		return "list of " + kindName(t.Elem().Kind())
-	default:
-		return kindName(t.Kind()) + optional
-	}
-}
-
-func kindName(k reflect.Kind) string {
-	switch k {
-	case reflect.Int, reflect.Int32, reflect.Int64:
-		return "int"
-	case reflect.Float64:
-		return "float"
-	default:
-		return k.String()
-	}
-}
 
 // SectionDoc is the introduction of a section in the sample configuration.
 type SectionDoc struct {
@@ -171,9 +133,6 @@ func Lookup(name string) *Key {
 	Keys()
 	return keyIndex[strings.ToLower(name)]
 }
-
-// Sections returns the sections, in the order of the sample file.
-func Sections() []SectionDoc { return sections }
 
 type fieldInfo struct {
 	index []int

@@ -314,6 +314,13 @@ func IsUniqueViolation(err error, constraint string) bool {
 	return hasCode(err, "23505", constraint)
 }
 
+// IsForeignKeyViolation reports whether err is a PostgreSQL
+// foreign_key_violation, optionally on the named constraint (empty matches
+// any).
+func IsForeignKeyViolation(err error, constraint string) bool {
+	return hasCode(err, "23503", constraint)
+}
+
 // IsIntegrityError reports whether err is any PostgreSQL integrity constraint
 // violation (class 23), e.g. a unique, foreign-key or check violation.
 func IsIntegrityError(err error) bool {

@@ -1,9 +1,15 @@
 package db
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 // Where builds the WHERE clause of a list query whose filters vary per
@@ -77,4 +83,64 @@ func OrderBy(sort, idCol string, desc bool, limit int) string {
 		order = " ORDER BY " + sort + dir + ", " + idCol + dir
 	}
 	return order + " LIMIT " + strconv.Itoa(limit)
+}
+
+// Page is one page of a keyset list of a table with id and uuid columns.
+type Page struct {
+	// Limit is the page size (> 0).
+	Limit int
+	// Marker is the uuid of the last row of the previous page (nil: the
+	// first page); one that names no row is ErrNoMarker.
+	Marker *uuid.UUID
+	// SortKey is a column of the caller's whitelist ("" = id).
+	SortKey  string
+	SortDesc bool
+}
+
+// ErrNoMarker is ListPage's error for a marker that names no row.
+var ErrNoMarker = errors.New("no row has the marker uuid")
+
+// Queryer runs queries (a pool, a connection or a transaction).
+type Queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// ListPage queries one page of table's rows (columns, a fixed list) in
+// (p.SortKey, id) order after p.Marker, as After and OrderBy page: the
+// list of a resource without filters (chassis, deploy templates). The sort
+// key must be one of keys; table, columns and keys are the caller's
+// constants, never request text. The caller scans and closes the rows.
+func ListPage(ctx context.Context, q Queryer, table, columns string, keys []string, p Page) (pgx.Rows, error) {
+	sortKey := p.SortKey
+	if sortKey == "" {
+		sortKey = "id"
+	}
+	if !slices.Contains(keys, sortKey) {
+		return nil, fmt.Errorf("sort key %q of %s", sortKey, table)
+	}
+	if p.Limit <= 0 {
+		return nil, fmt.Errorf("list of %s: limit must be positive", table)
+	}
+	sort := ""
+	if sortKey != "id" {
+		sort = "t." + sortKey
+	}
+	var w Where
+	if p.Marker != nil {
+		var markerID int64
+		err := q.QueryRow(ctx, `SELECT id FROM `+table+` WHERE uuid = $1`, *p.Marker).Scan(&markerID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, ErrNoMarker
+		}
+		if err != nil {
+			return nil, err
+		}
+		markerSort := ""
+		if sort != "" {
+			markerSort = fmt.Sprintf("(SELECT m.%s FROM %s m WHERE m.id = %d)", sortKey, table, markerID)
+		}
+		w.After(sort, markerSort, "t.id", markerID, p.SortDesc)
+	}
+	return q.Query(ctx, `SELECT `+columns+` FROM `+table+` t`+w.SQL()+OrderBy(sort, "t.id", p.SortDesc, p.Limit), w.Args...)
 }

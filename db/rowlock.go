@@ -116,14 +116,3 @@ func (l *RowLocks) turn(ctx context.Context, key string, deadline time.Time) (re
 		return nil, ctx.Err()
 	}
 }
-
-// Waiting is how many transactions hold or wait for a turn on key (for
-// tests and metrics).
-func (l *RowLocks) Waiting(key string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if t := l.turns[key]; t != nil {
-		return t.users
-	}
-	return 0
-}

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/internal/wsgi"
@@ -33,12 +34,19 @@ type Options struct {
 	DatabaseURL string
 	// Conductors is how many conductors to start (default 2).
 	Conductors int
+	// ConductorPrefix names them: <prefix>1, <prefix>2, ... (default
+	// "conductor-").
+	ConductorPrefix string
 	// APIListen is the API's address:port (default 127.0.0.1 on a free port).
 	APIListen string
 	// Placement also starts metalloc-placement, on PlacementListen (default
 	// 127.0.0.1 on a free port).
 	Placement       bool
 	PlacementListen string
+	// PlacementOnly starts metalloc-placement alone (no API, no
+	// conductors): BinDir, DatabaseURL, PlacementListen, LogDir, Env and
+	// Log apply, the rest is ignored.
+	PlacementOnly bool
 	// AllocationBackend is the conductors' conductor.allocation_backend:
 	// "" or "database" (the default), or "placement". With "placement" the
 	// conductors get METALLOC_CONDUCTOR_ALLOCATION_BACKEND=placement,
@@ -84,10 +92,13 @@ type Stack struct {
 	BackendPlacementURL string
 	opts                Options
 	conductorEnv        []string
+	// started is when Start began (conductors registered before are stale).
+	started time.Time
 }
 
-// Start launches the API and the conductors and waits until the API answers.
-// On error everything started is stopped.
+// Start launches the API and the conductors (or, with
+// Options.PlacementOnly, metalloc-placement alone) and waits until they
+// answer. On error everything started is stopped.
 func Start(ctx context.Context, opts Options) (*Stack, error) {
 	if opts.DatabaseURL == "" {
 		return nil, errors.New("devstack: DatabaseURL is required")
@@ -97,6 +108,9 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
+	}
+	if opts.PlacementOnly {
+		return startPlacement(ctx, opts)
 	}
 	if opts.APIListen == "" {
 		port, err := freePort()
@@ -124,7 +138,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 			return nil, err
 		}
 	}
-	s := &Stack{APIURL: "http://" + opts.APIListen, opts: opts}
+	s := &Stack{APIURL: "http://" + opts.APIListen, opts: opts, started: time.Now()}
 	api, err := s.spawn("metalloc-api", "api", "--api.listen", opts.APIListen)
 	if err != nil {
 		return nil, err
@@ -153,13 +167,24 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 			"METALLOC_PLACEMENT_BACKEND_SYNC_DELAY=50ms",
 		}
 	}
+	var hostnames []string
+	if opts.ConductorPrefix == "" {
+		opts.ConductorPrefix = "conductor-"
+	}
 	for i := range opts.Conductors {
-		if _, err := s.StartConductor(fmt.Sprintf("conductor-%d", i+1)); err != nil {
+		hostnames = append(hostnames, fmt.Sprintf("%s%d", opts.ConductorPrefix, i+1))
+		if _, err := s.StartConductor(hostnames[i]); err != nil {
 			s.Stop(context.WithoutCancel(ctx))
 			return nil, err
 		}
 	}
 	if err := waitHTTP(ctx, s.API, s.APIURL); err != nil {
+		s.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	// Nodes can be enrolled once a conductor serves their driver (as in
+	// Ironic): the stack is up when every conductor has registered.
+	if err := s.waitConductors(ctx, hostnames); err != nil {
 		s.Stop(context.WithoutCancel(ctx))
 		return nil, err
 	}
@@ -173,6 +198,43 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		zap.String("backend", opts.AllocationBackend), zap.String("backend_placement", s.BackendPlacementURL),
 		zap.String("logs", opts.LogDir))
 	return s, nil
+}
+
+// waitConductors waits until every conductor of hostnames has registered
+// (its conductors row online, started after the stack was asked for), or
+// one of them exited.
+func (s *Stack) waitConductors(ctx context.Context, hostnames []string) error {
+	if len(hostnames) == 0 {
+		return nil
+	}
+	conn, err := pgx.Connect(ctx, s.opts.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("devstack: waiting for the conductors: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, p := range s.Conductors {
+			if p.Exited() {
+				return fmt.Errorf("%s exited; see %s", p.Name, p.LogPath)
+			}
+		}
+		var n int
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM conductors
+			WHERE hostname = ANY($1) AND online AND started_at >= $2`, hostnames, s.started.Add(-time.Second)).Scan(&n)
+		if err != nil {
+			return fmt.Errorf("devstack: waiting for the conductors: %w", err)
+		}
+		if n == len(hostnames) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("devstack: the conductors did not register within 60s; see %s", s.opts.LogDir)
 }
 
 // setDefaults fills in Log (no-op), BinDir (the running executable's
@@ -216,16 +278,13 @@ func (s *Stack) spawnPlacement(env []string) error {
 	return nil
 }
 
-// StartPlacement starts metalloc-placement alone (no API, no conductors),
-// as Options say (BinDir, DatabaseURL, PlacementListen, LogDir, Env, Log;
-// the rest is ignored), and waits until it answers. Stop the returned
-// Stack.
-func StartPlacement(ctx context.Context, opts Options) (*Stack, error) {
-	if opts.DatabaseURL == "" {
-		return nil, errors.New("devstack: DatabaseURL is required")
-	}
-	if err := opts.setDefaults(); err != nil {
-		return nil, err
+// startPlacement is Start with Options.PlacementOnly: metalloc-placement
+// alone, answering.
+func startPlacement(ctx context.Context, opts Options) (*Stack, error) {
+	if opts.PlacementListen != "" {
+		if err := checkFree("metalloc-placement", opts.PlacementListen); err != nil {
+			return nil, err
+		}
 	}
 	s := &Stack{opts: opts}
 	if err := s.spawnPlacement(nil); err != nil {
@@ -315,9 +374,6 @@ func (p *Process) Wait(d time.Duration) error {
 		return fmt.Errorf("%s did not exit within %s", p.Name, d)
 	}
 }
-
-// DatabaseURL is the database every process of the stack uses.
-func (s *Stack) DatabaseURL() string { return s.opts.DatabaseURL }
 
 // Stop sends SIGTERM to every process, waits up to 30s each, then kills.
 func (s *Stack) Stop(ctx context.Context) {

@@ -132,46 +132,11 @@ sqlite_synchronous = false
 // SIGTERM, then SIGKILL after 10 s. Calling it again does nothing.
 func (p *OpenStackPlacement) Stop() { p.Process.Stop() }
 
-// PlacementProviders counts the resource providers of the Placement service
-// at url (metalloc-placement or OpenStack Placement), authenticating with
-// the noauth2 token "admin".
-func PlacementProviders(ctx context.Context, url string) (int, error) {
-	return placementCount(ctx, url, nil)
-}
-
 // placementCount counts the resource providers of the Placement service at
 // url that match q (GET /resource_providers?q, as noauth2 admin).
 func placementCount(ctx context.Context, url string, q neturl.Values) (int, error) {
 	ps, err := client.New(url, "admin", 30*time.Second).ListProviders(ctx, q)
 	return len(ps), err
-}
-
-// WaitPlacementProviders waits up to timeout until the Placement service at
-// url has at least n resource providers: with the placement backend the
-// conductors' resource tracker mirrors every node into Placement before
-// allocations can land on it.
-func WaitPlacementProviders(ctx context.Context, url string, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var have int
-	var lastErr error
-	for {
-		have, lastErr = PlacementProviders(ctx, url)
-		if lastErr == nil && have >= n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			if lastErr != nil {
-				return fmt.Errorf("placement at %s: %d of %d resource providers after %s: %w", url, have, n, timeout, lastErr)
-			}
-			return fmt.Errorf("placement at %s: %d of %d resource providers after %s (is the conductors' resource tracker running? see their logs)",
-				url, have, n, timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
 }
 
 // WaitPlacementCapacity waits up to timeout until, for every resource

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,18 +47,17 @@ func TestOpenStackPlacement(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("create provider: %d %s", code, body)
 	}
-	n, err := PlacementProviders(ctx, p.URL)
+	n, err := placementCount(ctx, p.URL, nil)
 	if err != nil || n != 1 {
 		t.Fatalf("providers: %d, %v", n, err)
 	}
-	if err := WaitPlacementProviders(ctx, p.URL, 1, time.Second); err != nil {
+	if err := WaitPlacementCapacity(ctx, p.URL, map[string]int{"VCPU": 0}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 
-	pid := p.Pid()
-	p.Stop()
-	if err := syscall.Kill(-pid, 0); err != syscall.ESRCH {
-		t.Fatalf("process group %d still there after Stop (%v)", pid, err)
+	p.Stop() // the process group is gone (internal/wsgi TestStopEndsTheProcessGroup)
+	if p.Exited() == nil {
+		t.Fatal("gunicorn still runs after Stop")
 	}
 	if _, err := http.Get(p.URL + "/"); err == nil {
 		t.Fatal("OpenStack Placement still answers after Stop")

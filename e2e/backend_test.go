@@ -35,11 +35,15 @@ type backendRun struct {
 	mirrorTimeout time.Duration
 }
 
-// startStackOpts is startStack with extra options. When the test fails it
-// logs the end of every process's log.
+// startStackOpts is startStack with extra options (a fresh database unless
+// o.DatabaseURL names one). When the test fails it logs the end of every
+// process's log.
 func startStackOpts(t *testing.T, conductors int, o devstack.Options) (*devstack.Stack, *gophercloud.ServiceClient) {
 	t.Helper()
-	o.BinDir, o.DatabaseURL, o.Conductors = binDir, dbtest.NewURL(t), conductors
+	if o.DatabaseURL == "" {
+		o.DatabaseURL = dbtest.NewURL(t)
+	}
+	o.BinDir, o.Conductors = binDir, conductors
 	o.LogDir, o.Log = t.TempDir(), zaptest.NewLogger(t)
 	o.Env = append([]string{"METALLOC_LOG_LEVEL=warn"}, o.Env...)
 	stack, err := devstack.Start(context.Background(), o)
@@ -132,7 +136,6 @@ func waitMirrored(t *testing.T, ctx context.Context, url string, sample []sample
 		timeout = 60 * time.Second
 	}
 	start := time.Now()
-	require.NoError(t, devstack.WaitPlacementProviders(ctx, url, len(sample), timeout))
 	want := map[string]int{}
 	for _, s := range sample {
 		want["resources="+client.NormalizeClass(s.ResourceClass)+":1"]++
@@ -164,13 +167,9 @@ func waitMirrored(t *testing.T, ctx context.Context, url string, sample []sample
 		return nil
 	}
 	var err error
-	for deadline := start.Add(timeout); ; {
-		if err = check(); err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	require.NoError(t, err, "the resource tracker did not mirror the %d nodes within %s", len(sample), timeout)
+	dbtest.WaitEvery(t, timeout, 250*time.Millisecond, fmt.Sprintf("the resource tracker to mirror the %d nodes", len(sample)),
+		func() bool { err = check(); return err == nil },
+		func() { t.Logf("last check: %v (is the conductors' resource tracker running? see their logs)", err) })
 	t.Logf("tracker mirrored %d nodes into %s in %s", len(sample), url, time.Since(start).Round(time.Millisecond))
 }
 
@@ -219,17 +218,17 @@ func placementAllocations(t *testing.T, ctx context.Context, url string, sample 
 	return out
 }
 
-// waitPlacementEmpty waits up to 30s until every provider's usages are 0
+// waitPlacementEmpty waits until every provider's usages are 0
 // (Placement refuses allocations of 0, so no allocation is left either).
 func waitPlacementEmpty(t *testing.T, ctx context.Context, url string, sample []sampleNode) {
 	t.Helper()
 	providers, err := placementProviders(ctx, url, nil)
 	require.NoError(t, err)
 	require.Len(t, providers, len(sample))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var used []string
+	dbtest.WaitEvery(t, 60*time.Second, 500*time.Millisecond, "every Placement usage to be 0 after deleting every allocation", func() bool {
 		var mu sync.Mutex
-		var used []string
+		used = nil
 		inParallel(t, len(providers), 8, func(i int) error {
 			doc, err := metallocPlacementClient(url).ProviderUsages(ctx, uuid.MustParse(providers[i].UUID))
 			if err != nil {
@@ -244,10 +243,6 @@ func waitPlacementEmpty(t *testing.T, ctx context.Context, url string, sample []
 			}
 			return nil
 		})
-		if len(used) == 0 {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "Placement usages left 30s after deleting every allocation: %v", used)
-		time.Sleep(500 * time.Millisecond)
-	}
+		return len(used) == 0
+	}, func() { t.Logf("usages left: %v", used) })
 }

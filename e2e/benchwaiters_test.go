@@ -16,6 +16,7 @@ import (
 
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/db/dbtest"
+	"github.com/metalloc/metalloc/devstack"
 )
 
 // benchWaiters starts `metalloc-manage bench waiters` on database url with
@@ -73,8 +74,9 @@ func waitExit(t *testing.T, cmd *exec.Cmd, out *lockedBuffer) int {
 // allocations), then failed with "only 0 of N wait requests open".
 func TestBenchWaitersLiveConductor(t *testing.T) {
 	t.Parallel()
-	stack, _ := startStack(t, 1)
-	cmd, out := benchWaiters(t, stack.DatabaseURL(), "--n", "20", "--wait", "10s")
+	url := dbtest.NewURL(t)
+	startStackOpts(t, 1, devstack.Options{DatabaseURL: url})
+	cmd, out := benchWaiters(t, url, "--n", "20", "--wait", "10s")
 	require.Equal(t, 1, waitExit(t, cmd, out), out.String())
 	require.Contains(t, out.String(), "conductor conductor-1 is alive on this database and would process the bench's allocations")
 	require.NotContains(t, out.String(), "wait requests open")

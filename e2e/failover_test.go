@@ -21,6 +21,7 @@ import (
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/db/embedded"
 	"github.com/metalloc/metalloc/devstack"
+	"github.com/metalloc/metalloc/internal/pgtest"
 )
 
 // PostgreSQL failover: a primary and a synchronous streaming standby, the API
@@ -41,7 +42,7 @@ func TestFailoverToSynchronousStandby(t *testing.T) {
 	syncRep := map[string]string{"synchronous_commit": "on"}
 	const nodes = 600
 	primary, dir := privateCluster(t, syncRep, nodes, "fo")
-	standby, err := primary.StartStandby(ctx, filepath.Join(dir, "standby1"), embedded.Options{Settings: syncRep})
+	standby, err := pgtest.StartStandby(ctx, primary, filepath.Join(dir, "standby1"), embedded.Options{Settings: syncRep})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = standby.Stop(context.Background()) })
 	admin, err := db.Open(ctx, primary.URL("postgres"), db.PoolOptions{MaxConns: 1})
@@ -146,11 +147,24 @@ func TestFailoverToSynchronousStandby(t *testing.T) {
 		return len(results) >= 100
 	})
 	killedAt := time.Now()
-	require.NoError(t, primary.Kill())
-	// An operator (or Patroni) notices and promotes the standby.
-	time.Sleep(time.Second)
+	require.NoError(t, pgtest.Kill(ctx, primary))
+	// An operator (or Patroni) notices and promotes the standby: once the
+	// clients have seen the outage.
+	failedSince := func(t0 time.Time) (first time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range results {
+			if r.status != http.StatusCreated && r.start.After(t0) && (first.IsZero() || r.start.Before(first)) {
+				first = r.start
+			}
+		}
+		return first
+	}
+	dbtest.WaitFor(t, 60*time.Second, "a client to see the outage", func() bool {
+		return !failedSince(killedAt).IsZero()
+	})
 	promoteAt := time.Now()
-	require.NoError(t, standby.Promote(ctx))
+	require.NoError(t, pgtest.Promote(ctx, standby))
 	promotedAt := time.Now()
 	dbtest.WaitFor(t, 60*time.Second, "a 201 from the new primary", func() bool {
 		return !firstCreatedAfter(promotedAt).IsZero()
@@ -158,17 +172,20 @@ func TestFailoverToSynchronousStandby(t *testing.T) {
 	// The failover time: from the kill to the first 201 that follows the
 	// first failure after it (a request in flight at the kill may still have
 	// committed on the old primary, and been replicated).
-	var firstFailure time.Time
-	mu.Lock()
-	for _, r := range results {
-		if r.status != http.StatusCreated && r.start.After(killedAt) && (firstFailure.IsZero() || r.start.Before(firstFailure)) {
-			firstFailure = r.start
+	recoveredAt := firstCreatedAfter(failedSince(killedAt))
+	// Keep the load on for 50 more allocations on the new primary, then
+	// stop it.
+	dbtest.WaitFor(t, 60*time.Second, "50 more allocations on the new primary", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, r := range results {
+			if r.status == http.StatusCreated && r.start.After(recoveredAt) {
+				n++
+			}
 		}
-	}
-	mu.Unlock()
-	recoveredAt := firstCreatedAfter(firstFailure)
-	// Keep the load on a little longer, then stop it.
-	time.Sleep(2 * time.Second)
+		return n >= 50
+	})
 	close(stop)
 	wg.Wait()
 

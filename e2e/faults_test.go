@@ -171,6 +171,8 @@ func TestConductorSessionsStalledPastHeartbeatTimeout(t *testing.T) {
 	})
 	pids := conductorBackends(t, pool, "conductor-1")
 	require.NotEmpty(t, pids)
+	var stalledDB time.Time // the stall by the database's clock
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&stalledDB))
 	for _, p := range pids {
 		require.NoError(t, syscall.Kill(p, syscall.SIGSTOP))
 	}
@@ -180,10 +182,19 @@ func TestConductorSessionsStalledPastHeartbeatTimeout(t *testing.T) {
 			_ = syscall.Kill(p, syscall.SIGCONT)
 		}
 	}()
-	// The stall lasts longer than the heartbeat timeout (2s). Meanwhile the
-	// conductor opens new sessions for its other work, and its peer skips
-	// whatever the stalled sessions hold locked.
-	time.Sleep(3 * time.Second)
+	// The stall lasts longer than the heartbeat timeout (2s), by the
+	// database's clock, and conductor-1 has meanwhile either written a
+	// heartbeat over a new session (it goes on with its other work; its
+	// peer skips whatever the stalled sessions hold locked) or expired (its
+	// peer takes its rows over).
+	dbtest.WaitEvery(t, 60*time.Second, 50*time.Millisecond, "the stall to outlast the heartbeat timeout", func() bool {
+		var past, seen bool
+		require.NoError(t, pool.QueryRow(context.Background(), `
+			SELECT clock_timestamp() > $1::timestamptz + interval '3 seconds',
+			       heartbeat_at > $1 OR NOT metalloc_conductor_alive(online, expires_at)
+			  FROM conductors WHERE hostname = 'conductor-1'`, stalledDB).Scan(&past, &seen))
+		return past && seen
+	})
 	for _, p := range pids {
 		require.NoError(t, syscall.Kill(p, syscall.SIGCONT))
 	}

@@ -22,7 +22,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/devstack"
+	"github.com/metalloc/metalloc/driver"
 )
 
 // fuzzRequest is one request the HTTP fuzzer sent and what came back.
@@ -228,6 +230,21 @@ func (f *fuzzer) next() (*http.Request, string, bool) {
 				`","extra":{"a":"b"},"local_link_connection":{"port_id":"p","switch_id":"aa:bb:cc:dd:ee:ff"},"physical_network":"n"}`},
 			{"POST", "/v1/portgroups", `{"node_uuid":"` + node + `","name":"fpg-` + strconv.Itoa(f.rng.IntN(1e6)) + `","mode":"802.3ad","properties":{}}`},
 			{"PATCH", "/v1/portgroups/" + f.ident(nil), `[{"op":"add","path":"/extra/x","value":"y"}]`},
+			{"GET", "/v1/nodes/" + node + "/validate", ""},
+			{"PUT", "/v1/nodes/" + node + "/states/raid", `{"logical_disks":[{"size_gb":"MAX","raid_level":"1","is_root_volume":true}]}`},
+			{"POST", "/v1/nodes/" + node + "/vifs", `{"id":"` + f.ident(nil) + `"}`},
+			{"GET", "/v1/nodes/" + node + "/vifs", ""},
+			{"GET", "/v1/nodes/" + node + "/history?" + f.query(), ""},
+			{"GET", "/v1/nodes/" + node + "/management/indicators/" + url.PathEscape(f.pick(fuzzJunk)), ""},
+			{"GET", "/v1/drivers?" + f.query(), ""},
+			{"GET", "/v1/drivers/" + f.ident(nil) + "/properties", ""},
+			{"GET", "/v1/chassis?" + f.query(), ""},
+			{"POST", "/v1/chassis", `{"description":"fz","extra":{"a":1}}`},
+			{"PATCH", "/v1/chassis/" + f.ident(nil), `[{"op":"add","path":"/extra/x","value":"y"}]`},
+			{"GET", "/v1/deploy_templates?" + f.query(), ""},
+			{"POST", "/v1/deploy_templates", `{"name":"CUSTOM_FZ_` + strconv.Itoa(f.rng.IntN(1e6)) + `","steps":[{"interface":"bios","step":"s","args":{},"priority":1}]}`},
+			{"PATCH", "/v1/deploy_templates/" + f.ident(nil), `[{"op":"replace","path":"/steps/0/priority","value":"2"}]`},
+			{"GET", "/v1/shards", ""},
 		}
 	} else {
 		ts = []tmpl{
@@ -323,20 +340,16 @@ func TestHTTPFuzz(t *testing.T) {
 
 	users := filepath.Join(t.TempDir(), "htpasswd")
 	htpasswd(t, users, "fuzzer", "fuzz-pw")
+	dbURL := dbtest.NewURL(t)
 	stack, _ := startStackOpts(t, 1, devstack.Options{
-		Placement: true,
+		DatabaseURL: dbURL, Placement: true,
 		Env: []string{
 			"METALLOC_API_AUTH_STRATEGY=http_basic", "METALLOC_API_HTTP_BASIC_AUTH_USER_FILE=" + users,
 			"METALLOC_PLACEMENT_AUTH_STRATEGY=http_basic", "METALLOC_PLACEMENT_HTTP_BASIC_AUTH_USER_FILE=" + users,
 		},
 	})
-	// No conductor: allocations stay as the API wrote them.
-	for _, c := range stack.Conductors {
-		require.NoError(t, c.Signal(syscall.SIGTERM))
-		require.NoError(t, c.Wait(30*time.Second))
-	}
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, stack.DatabaseURL())
+	pool, err := pgxpool.New(ctx, dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 
@@ -359,6 +372,16 @@ func TestHTTPFuzz(t *testing.T) {
 		return v.UUID
 	}
 	f := &fuzzer{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), api: stack.APIURL, pl: stack.PlacementURL}
+	// No conductor process: allocations stay as the API wrote them. A
+	// conductors row that stays alive for the run serves the drivers, so
+	// that nodes can be created (the API requires a live conductor).
+	for _, c := range stack.Conductors {
+		require.NoError(t, c.Signal(syscall.SIGTERM))
+		require.NoError(t, c.Wait(30*time.Second))
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO conductors (hostname, drivers, expires_at)
+		VALUES ('fuzz-drivers', $1, now() + interval '1 day')`, driver.Names())
+	require.NoError(t, err)
 	for i := range 8 {
 		st, raw := send("POST", stack.APIURL+"/v1/nodes", fmt.Sprintf(`{"driver":"fake-hardware","name":"fixture-%d","resource_class":"fuzz","extra":{"a":"b"}}`, i))
 		require.Equal(t, 201, st, "%s", raw)
@@ -454,13 +477,15 @@ type fuzzState struct {
 	// allocs leaves out allocation group members: they come and go with
 	// their group (groups).
 	nodes, allocs, rps, groups map[string]string // uuid -> md5 of the row(s)
-	names                      map[string]string // uuid -> name
+	// records are chassis and deploy templates.
+	records map[string]string
+	names   map[string]string // uuid -> name
 }
 
 func fuzzSnapshot(t *testing.T, pool *pgxpool.Pool) fuzzState {
 	t.Helper()
 	s := fuzzState{nodes: map[string]string{}, allocs: map[string]string{}, rps: map[string]string{},
-		groups: map[string]string{}, names: map[string]string{}}
+		groups: map[string]string{}, records: map[string]string{}, names: map[string]string{}}
 	for _, q := range []struct {
 		into map[string]string
 		sql  string
@@ -468,6 +493,8 @@ func fuzzSnapshot(t *testing.T, pool *pgxpool.Pool) fuzzState {
 		{s.nodes, `SELECT n.uuid::text, md5(row_to_json(n)::text || coalesce((SELECT string_agg(trait, ',' ORDER BY trait) FROM node_traits WHERE node_id = n.id), '')), coalesce(n.name, '') FROM nodes n`},
 		{s.allocs, `SELECT a.uuid::text, md5(row_to_json(a)::text), coalesce(a.name, '') FROM allocations a WHERE a.group_id IS NULL`},
 		{s.groups, `SELECT g.uuid::text, md5(row_to_json(g)::text), coalesce(g.name, '') FROM allocation_groups g`},
+		{s.records, `SELECT c.uuid::text, md5(row_to_json(c)::text), '' FROM chassis c
+		             UNION ALL SELECT d.uuid::text, md5(row_to_json(d)::text), d.name FROM deploy_templates d`},
 		{s.rps, `SELECT rp.uuid::text, md5(row_to_json(rp)::text
 		           || coalesce((SELECT string_agg(row_to_json(i)::text, ',' ORDER BY i.resource_class_id) FROM placement.inventories i WHERE i.resource_provider_id = rp.id), '')
 		           || coalesce((SELECT string_agg(trait_id::text, ',' ORDER BY trait_id) FROM placement.resource_provider_traits WHERE resource_provider_id = rp.id), '')
@@ -541,7 +568,7 @@ func fuzzCheckDatabase(t *testing.T, pool *pgxpool.Pool, before fuzzState, resul
 	var problems []string
 	for kind, pair := range map[string][2]map[string]string{
 		"node": {before.nodes, after.nodes}, "allocation": {before.allocs, after.allocs}, "resource provider": {before.rps, after.rps},
-		"allocation group": {before.groups, after.groups},
+		"allocation group": {before.groups, after.groups}, "record": {before.records, after.records},
 	} {
 		was, is := pair[0], pair[1]
 		for id := range is {
@@ -562,7 +589,8 @@ func fuzzCheckDatabase(t *testing.T, pool *pgxpool.Pool, before fuzzState, resul
 		_, a := after.allocs[id]
 		_, r := after.rps[id]
 		_, g := after.groups[id]
-		if !n && !a && !r && !g && !named(id, true) {
+		_, rec := after.records[id]
+		if !n && !a && !r && !g && !rec && !named(id, true) {
 			problems = append(problems, fmt.Sprintf("created object %s is gone but no accepted request deleted it", id))
 		}
 	}

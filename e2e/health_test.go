@@ -52,8 +52,9 @@ func TestHealthVersionAndLogs(t *testing.T) {
 	t.Parallel()
 	users := filepath.Join(t.TempDir(), "htpasswd")
 	htpasswd(t, users, "operator", "op-pw")
+	dbURL := dbtest.NewURL(t)
 	stack, _ := startStackOpts(t, 1, devstack.Options{
-		Placement: true,
+		DatabaseURL: dbURL, Placement: true,
 		Env: []string{
 			"METALLOC_LOG_LEVEL=info",
 			"METALLOC_API_AUTH_STRATEGY=http_basic",
@@ -90,7 +91,7 @@ func TestHealthVersionAndLogs(t *testing.T) {
 
 	// A schema newer than the binaries: every daemon's /readyz says so.
 	ctx := context.Background()
-	pool, err := db.Open(ctx, stack.DatabaseURL(), db.PoolOptions{MaxConns: 1})
+	pool, err := db.Open(ctx, dbURL, db.PoolOptions{MaxConns: 1})
 	require.NoError(t, err)
 	defer pool.Close()
 	want, err := db.LatestVersion()

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/xml"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,19 +41,6 @@ func oscPlacementDir(t *testing.T) string {
 	return dir
 }
 
-// junitReport is the part of pytest's --junitxml report read here.
-type junitReport struct {
-	Suites []struct {
-		Cases []struct {
-			Class   string  `xml:"classname,attr"`
-			Name    string  `xml:"name,attr"`
-			Failure *string `xml:"failure"`
-			Error   *string `xml:"error"`
-			Skipped *string `xml:"skipped"`
-		} `xml:"testcase"`
-	} `xml:"testsuite"`
-}
-
 // osc-placement 4.0.0's functional tests (the `openstack resource provider
 // ...` plugin, driven in-process as an operator runs it) against
 // metalloc-placement, run by Debian's python3 with pytest from
@@ -69,7 +55,7 @@ func TestOSCPlacementSuite(t *testing.T) {
 	pgBin, err := embedded.EnsureBinaries(context.Background(), zaptest.NewLogger(t))
 	require.NoError(t, err)
 	dbURL := dbtest.NewURL(t)
-	stack, err := devstack.StartPlacement(context.Background(), devstack.Options{
+	stack, err := devstack.Start(context.Background(), devstack.Options{PlacementOnly: true,
 		BinDir: binDir, DatabaseURL: dbURL, LogDir: t.TempDir(), Log: zaptest.NewLogger(t),
 		Env: []string{"METALLOC_LOG_LEVEL=warn"},
 	})
@@ -88,41 +74,32 @@ func TestOSCPlacementSuite(t *testing.T) {
 	)
 	out, runErr := cmd.CombinedOutput()
 	t.Logf("pytest osc_placement/tests/functional:\n%s", lastLines(string(out), 60))
-	b, err := os.ReadFile(report)
+	results, err := pytestResults(report, func(class, name string) string { return class + "::" + name })
 	require.NoError(t, err, "pytest wrote no report (%v)", runErr)
-	var rep junitReport
-	require.NoError(t, xml.Unmarshal(b, &rep))
 
 	passed, failed := 0, 0
 	var unexpected, fixed []string
-	seen := map[string]bool{}
-	for _, s := range rep.Suites {
-		for _, c := range s.Cases {
-			id := c.Class + "::" + c.Name
-			seen[id] = true
-			switch {
-			case c.Skipped != nil:
-				t.Errorf("%s skipped", id)
-			case c.Failure != nil || c.Error != nil:
-				failed++
-				if _, ok := oscPlacementAllowed[id]; !ok {
-					unexpected = append(unexpected, id)
-					detail := c.Failure
-					if detail == nil {
-						detail = c.Error
-					}
-					t.Errorf("%s:\n%s", id, lastLines(*detail, 15))
-				}
-			default:
-				passed++
-				if _, ok := oscPlacementAllowed[id]; ok {
-					fixed = append(fixed, id)
-				}
+	for id, r := range results {
+		_, allowed := oscPlacementAllowed[id]
+		switch r.status {
+		case "skip":
+			t.Errorf("%s skipped", id)
+		case "fail":
+			failed++
+			if !allowed {
+				unexpected = append(unexpected, id)
+				t.Errorf("%s:\n%s", id, lastLines(r.output, 15))
+			}
+		default:
+			passed++
+			if allowed {
+				fixed = append(fixed, id)
 			}
 		}
 	}
 	for id := range oscPlacementAllowed {
-		require.True(t, seen[id], "allow-listed %s is not in the suite", id)
+		_, ok := results[id]
+		require.True(t, ok, "allow-listed %s is not in the suite", id)
 	}
 	sort.Strings(unexpected)
 	sort.Strings(fixed)

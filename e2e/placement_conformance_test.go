@@ -80,7 +80,7 @@ func TestPlacementUpstreamSuite(t *testing.T) {
 		t.Run(p.profile, func(t *testing.T) {
 			t.Parallel()
 			dbURL := dbtest.NewURL(t)
-			stack, err := devstack.StartPlacement(context.Background(), devstack.Options{
+			stack, err := devstack.Start(context.Background(), devstack.Options{PlacementOnly: true,
 				BinDir: binDir, DatabaseURL: dbURL, LogDir: t.TempDir(), Log: zaptest.NewLogger(t),
 				Env: append([]string{"METALLOC_LOG_LEVEL=warn"}, p.env...),
 			})

@@ -140,6 +140,24 @@ func apiOps() []matrixOp {
 	}
 }
 
+// settle processes owned row a as a conductor does: Process again after
+// each Waiting (every fitting node locked), once a.Wait.Retry is up.
+func settle(ctx context.Context, b backend.Backend, me int64, a backend.Claimed) error {
+	for {
+		out, err := b.Process(ctx, me, &a)
+		if err != nil || out != backend.Waiting {
+			return err
+		}
+		t := time.NewTimer(a.Wait.Retry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 // conductorOps are the conductor's operations, called in this process.
 func (r *rig) conductorOps() []matrixOp {
 	status := func(err error) int {
@@ -151,7 +169,7 @@ func (r *rig) conductorOps() []matrixOp {
 	}
 	process := func(ctx context.Context, me int64, cs []backend.Claimed) error {
 		for _, a := range cs {
-			if _, err := r.alloc.Process(ctx, me, a); err != nil {
+			if err := settle(ctx, r.alloc, me, a); err != nil {
 				return err
 			}
 		}
@@ -190,7 +208,7 @@ func (r *rig) conductorOps() []matrixOp {
 			owned, err := r.rows.Owned(ctx, c.l3)
 			for _, a := range owned {
 				if err == nil {
-					_, err = r.placement.Process(ctx, c.l3, a)
+					err = settle(ctx, r.placement, c.l3, a)
 				}
 			}
 			return status(err)
@@ -204,7 +222,7 @@ func (r *rig) conductorOps() []matrixOp {
 			}
 			for _, a := range owned {
 				if err == nil {
-					_, err = r.local.Process(ctx, c.l3, a)
+					err = settle(ctx, r.local, c.l3, a)
 				}
 			}
 			return status(err)

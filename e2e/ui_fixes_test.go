@@ -215,8 +215,9 @@ func scrapeGauge(t *testing.T, apiURL, name string) float64 {
 func TestOperatorPageAggregates(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	stack, _ := startStackOpts(t, 1, devstack.Options{})
-	pool, err := db.Open(ctx, stack.DatabaseURL(), db.PoolOptions{MaxConns: 1})
+	url := dbtest.NewURL(t)
+	stack, _ := startStackOpts(t, 1, devstack.Options{DatabaseURL: url})
+	pool, err := db.Open(ctx, url, db.PoolOptions{MaxConns: 1})
 	require.NoError(t, err)
 	defer pool.Close()
 	dbtest.Fleet(t, pool, 25_000)

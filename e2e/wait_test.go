@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/devstack"
 	"github.com/metalloc/metalloc/web/webtest"
@@ -140,7 +141,10 @@ func TestWaitWithoutPolling(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 
 	require.NoError(t, cluster.Stop(ctx)) // the locks die with their session
-	time.Sleep(2 * time.Second)
+	// The database comes back once the API has seen it go: its event
+	// listener lost the connection while the wait was open.
+	waitLog(t, stack.API.LogPath, `"msg":"notification listener lost; reconnecting"`,
+		`"channel":"`+allocation.EventsChannel+`"`)
 	require.NoError(t, cluster.StartAgain(ctx))
 
 	select {

@@ -85,21 +85,47 @@ func TestChangeHoldsRowLock(t *testing.T) {
 func TestOtherHardwareTypes(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	// Any hardware type is accepted by default; its interfaces are kept as
-	// given and not defaulted.
-	b := e.createNode(map[string]any{"driver": "ipmi", "power_interface": "ipmitool"})
+	// ipmi is in the registry: its interfaces are checked and defaulted.
+	b := e.createNode(map[string]any{"driver": "ipmi", "boot_interface": "pxe", "raid_interface": "agent"})
 	require.Equal(t, "ipmi", b["driver"])
+	require.Equal(t, "pxe", b["boot_interface"])
+	require.Equal(t, "agent", b["raid_interface"])
+	require.Equal(t, "direct", b["deploy_interface"])
 	require.Equal(t, "ipmitool", b["power_interface"])
+	require.Equal(t, "flat", b["network_interface"])
+	// Types the registry does not know are accepted when no conductor
+	// check is configured; their interfaces are kept as given.
+	b = e.createNode(map[string]any{"driver": "idrac", "power_interface": "idrac-redfish"})
+	require.Equal(t, "idrac-redfish", b["power_interface"])
 	require.Nil(t, b["deploy_interface"])
 
-	// A restricted driver refuses other types as Ironic does.
-	drv := node.FakeDriver{HardwareTypes: []string{node.FakeHardware}}
-	n := node.Node{Driver: "nope"}
-	err := drv.Validate(t.Context(), &n)
+	// Interfaces a type does not offer, and unknown ones, are Ironic's 400s.
 	var ne *node.Error
-	require.ErrorAs(t, err, &ne)
+	n := node.Node{Driver: "ipmi", Interfaces: map[string]string{"power_interface": "fake"}}
+	require.ErrorAs(t, node.FakeDriver{}.Validate(t.Context(), &n), &ne)
+	require.Equal(t, "power interface implementation 'fake' is not supported by hardware type IPMIHardware.", ne.Message)
+	n = node.Node{Driver: "fake-hardware", Interfaces: map[string]string{"raid_interface": "nope"}}
+	require.ErrorAs(t, node.FakeDriver{}.Validate(t.Context(), &n), &ne)
+	require.Equal(t, "Could not find the following interface in the 'ironic.hardware.interfaces.raid' entrypoint: nope. Valid interfaces are ['fake', 'no-raid', 'agent'].", ne.Message)
+	// fake-hardware takes any enabled implementation, as in Ironic.
+	n = node.Node{Driver: "fake-hardware", Interfaces: map[string]string{"power_interface": "ipmitool"}}
+	require.NoError(t, node.FakeDriver{}.Validate(t.Context(), &n))
+
+	// With a conductor check, a driver no live conductor of the group
+	// serves is refused as Ironic does.
+	drv := node.FakeDriver{Registered: func(_ context.Context, name, group string) (bool, error) {
+		return name == node.FakeHardware && group == "", nil
+	}}
+	n = node.Node{Driver: "nope"}
+	require.ErrorAs(t, drv.Validate(t.Context(), &n), &ne)
 	require.Equal(t, node.KindInvalid, ne.Kind)
 	require.Equal(t, `No valid host was found. Reason: No conductor service registered which supports driver nope for conductor group "".`, ne.Message)
+	n = node.Node{Driver: node.FakeHardware, ConductorGroup: "g1"}
+	require.ErrorAs(t, drv.Validate(t.Context(), &n), &ne)
+	require.Contains(t, ne.Message, `for conductor group "g1".`)
+	n = node.Node{Driver: node.FakeHardware}
+	require.NoError(t, drv.Validate(t.Context(), &n))
+	require.Equal(t, "noop", n.Interfaces["network_interface"])
 }
 
 // TestLockedNodeDoesNotStarveThePool: fifty changes of a node whose row

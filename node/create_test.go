@@ -132,8 +132,8 @@ func TestCreate(t *testing.T) {
 		{"conductor group chars", "1.82", map[string]any{"driver": "fake-hardware", "conductor_group": "a b"}, 400,
 			"Expected a conductor group but received a b."},
 		{"chassis", "1.82", map[string]any{"driver": "fake-hardware", "chassis_uuid": uuid.NewString()}, 400, "could not be found."},
-		{"bad interface", "1.82", map[string]any{"driver": "fake-hardware", "deploy_interface": "direct"}, 400,
-			"Could not find the following interface in the 'ironic.hardware.interfaces.deploy' entrypoint: direct. Valid interfaces are ['fake']."},
+		{"bad interface", "1.82", map[string]any{"driver": "fake-hardware", "deploy_interface": "iscsi"}, 400,
+			"Could not find the following interface in the 'ironic.hardware.interfaces.deploy' entrypoint: iscsi. Valid interfaces are ['fake', 'direct']."},
 		{"query argument", "1.82", map[string]any{"driver": "fake-hardware"}, 400, "Unexpected arguments: x"},
 	}
 	for _, tc := range bad {

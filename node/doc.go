@@ -68,14 +68,23 @@
 //     400 "Expected UUID or name for node: <ident>" (Ironic's node _lookup),
 //     "... for node_ident: ..." under /states, /maintenance, /management
 //     and /vendor_passthru (identArg);
-//   - the routes of hardware interfaces metalloc does not drive (RAID,
-//     console, boot mode, management, vendor passthru, VIFs, BIOS, history,
-//     inventory: driverRoutes) answer as Ironic answers for a hardware type
-//     without the interface: "Driver <driver> does not support <interface
-//     or method> (disabled or not implemented)." (UnsupportedDriverExtension),
-//     or an empty read where Ironic reads data only such an interface
-//     produces; GET /nodes/{ident}/{segment} is the show with
-//     fields=<segment>, as Ironic routes it.
+//   - the routes of a node's hardware interfaces (package driver's
+//     registry: fake-hardware, ipmi) answer as those interfaces do in
+//     Ironic: validate (hardware.go), target RAID configurations (fake and
+//     agent RAID, checked against Ironic's RAID schema), boot devices and
+//     indicators (fake management), vendor methods (fake vendor), VIFs
+//     (noop records nothing, flat records them on ports and port groups:
+//     vif.go) and the node's history (history.go); interfaces without the
+//     feature (no-raid, no-console, a BMC-bound ipmitool management, BIOS,
+//     inventory: driverRoutes) answer "Driver <driver> does not support
+//     <interface or method> (disabled or not implemented)."
+//     (UnsupportedDriverExtension), or an empty read where Ironic reads
+//     data only such an interface produces; GET /nodes/{ident}/{segment} is
+//     the show with fields=<segment>, as Ironic routes it;
+//   - POST and driver, interface or conductor group changes are checked by
+//     the Driver (FakeDriver): interfaces against the registry, and, in
+//     metalloc-api, that a live conductor of the node's group serves the
+//     driver (Ironic's 400 "No valid host was found. ...").
 //
 // Errors of this package are ErrNotFound (wrapped) for a missing node and
 // *Error, whose Kind the handler maps to a status in one place (apiError).
@@ -83,8 +92,9 @@
 // # Not stored
 //
 // Ironic node fields metalloc has no column for are shown as Ironic shows
-// them unset: chassis_uuid, clean_step, deploy_step, inspection_started_at,
-// inspection_finished_at, boot_mode and secure_boot. Creating a node with a
-// chassis_uuid is 400 "Chassis ... could not be found." (there are no
-// chassis), with boot_mode or secure_boot 400.
+// them unset: clean_step, deploy_step, inspection_started_at,
+// inspection_finished_at, boot_mode and secure_boot. Creating a node with
+// boot_mode or secure_boot is 400. A node's chassis (chassis_uuid) is a
+// chassis of package chassis (nodes.chassis_id); one that does not exist is
+// 400 "Chassis ... could not be found.".
 package node

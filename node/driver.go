@@ -4,9 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
-	"github.com/metalloc/metalloc/web"
+	"github.com/metalloc/metalloc/driver"
 )
 
 // Driver performs a node's hardware operations. metalloc drives no hardware:
@@ -34,46 +33,39 @@ type Driver interface {
 	Clean(ctx context.Context, n *Node) error
 }
 
-// FakeDriver is the default Driver: Ironic's fake-hardware with the
-// interface configuration of the reference deployment (fake interfaces,
-// noop network and storage). Operations always succeed and only SetPower
-// changes the node (its power state).
+// FakeDriver is the default Driver: the hardware types of package
+// driver's registry (fake-hardware, ipmi), whose operations all complete at
+// once. Operations always succeed and only SetPower changes the node (its
+// power state).
 //
-// Nodes of other hardware types (ipmi, redfish, ... as found in inventories
-// exported from Ironic) are accepted unless HardwareTypes excludes them:
-// their interface names are stored as given and not defaulted, since
-// metalloc never calls them.
+// Validate checks a node's interfaces against its hardware type in the
+// registry and fills in the defaults. With Registered set, the hardware
+// type must also be served by a live conductor of the node's conductor
+// group, as Ironic's API requires (the hash ring lookup of POST and PATCH
+// /v1/nodes); without it any name is accepted, and the interfaces of types
+// the registry does not know (ipmi's cousins from inventories exported from
+// Ironic, say) are stored as given and not defaulted, since metalloc never
+// calls them.
 type FakeDriver struct {
-	// HardwareTypes lists the accepted driver names; empty accepts any
-	// name (metalloc drives no hardware, so the name is only a label).
-	HardwareTypes []string
+	// Registered reports whether a live conductor of group serves the
+	// hardware type name (nil: any name is accepted).
+	Registered func(ctx context.Context, name, group string) (bool, error)
 }
 
 // FakeHardware is the name of Ironic's fake hardware type.
-const FakeHardware = "fake-hardware"
-
-// fakeInterfaces are, per interface field, the implementations the fake
-// hardware type accepts; the first is the default.
-var fakeInterfaces = map[string][]string{
-	"bios_interface":       {"fake", "no-bios"},
-	"boot_interface":       {"fake"},
-	"console_interface":    {"fake", "no-console"},
-	"deploy_interface":     {"fake"},
-	"inspect_interface":    {"fake", "no-inspect"},
-	"management_interface": {"fake"},
-	"network_interface":    {"noop"},
-	"power_interface":      {"fake"},
-	"raid_interface":       {"fake", "no-raid"},
-	"rescue_interface":     {"fake", "no-rescue"},
-	"storage_interface":    {"noop", "fake"},
-	"vendor_interface":     {"fake", "no-vendor"},
-}
+const FakeHardware = driver.FakeHardware
 
 // Validate implements Driver.
-func (d FakeDriver) Validate(_ context.Context, n *Node) error {
-	if len(d.HardwareTypes) > 0 && !slices.Contains(d.HardwareTypes, n.Driver) {
-		return invalidf("No valid host was found. Reason: No conductor service registered which supports driver %s for conductor group \"%s\".",
-			n.Driver, n.ConductorGroup)
+func (d FakeDriver) Validate(ctx context.Context, n *Node) error {
+	if d.Registered != nil {
+		ok, err := d.Registered(ctx, n.Driver, n.ConductorGroup)
+		if err != nil {
+			return fmt.Errorf("looking up the conductors of driver %s: %w", n.Driver, err)
+		}
+		if !ok {
+			return invalidf("No valid host was found. Reason: No conductor service registered which supports driver %s for conductor group \"%s\".",
+				n.Driver, n.ConductorGroup)
+		}
 	}
 	if n.Interfaces == nil {
 		n.Interfaces = map[string]string{}
@@ -83,24 +75,12 @@ func (d FakeDriver) Validate(_ context.Context, n *Node) error {
 			delete(n.Interfaces, k)
 		}
 	}
-	if n.Driver != FakeHardware {
+	ht, ok := driver.Lookup(n.Driver)
+	if !ok {
 		return nil
 	}
-	for _, f := range InterfaceFields {
-		valid := fakeInterfaces[f]
-		v, ok := n.Interfaces[f]
-		if !ok || v == "" {
-			n.Interfaces[f] = valid[0]
-			continue
-		}
-		if !slices.Contains(valid, v) {
-			quoted := make([]string, len(valid))
-			for i, s := range valid {
-				quoted[i] = web.PyRepr(s)
-			}
-			return invalidf("Could not find the following interface in the 'ironic.hardware.interfaces.%s' entrypoint: %s. Valid interfaces are [%s].",
-				strings.TrimSuffix(f, "_interface"), v, strings.Join(quoted, ", "))
-		}
+	if err := ht.Check(n.Interfaces); err != nil {
+		return invalidf("%s", err.Error())
 	}
 	return nil
 }

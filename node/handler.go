@@ -2,6 +2,7 @@ package node
 
 import (
 	"io"
+	"net/http"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -67,11 +68,15 @@ func NewHandler(store *Store, remover AllocationRemover, opts HandlerOptions) *H
 //	DELETE /nodes/{ident}/traits/{trait}   remove a trait (204)
 //	GET    /ui/fleet                       the operator page's fleet summary (Fleet; metalloc's own, gzip)
 //
-// and the routes of interfaces metalloc does not drive (driverRoutes:
-// states/raid, states/console, states/boot_mode, states/secure_boot,
-// management/..., vendor_passthru, vifs, bios, history, inventory), answered
-// as Ironic answers for a hardware type without them, and GET
-// /nodes/{ident}/{segment} for any other segment (getField).
+//	GET    /nodes/{ident}/validate         each interface's validation (also /nodes/validate?node=)
+//	GET    /chassis/{uuid}/nodes[/detail]  the nodes of a chassis
+//	GET    /shards                         shards and their node counts (1.82)
+//
+// and the routes of hardware interfaces (driverRoutes: states/raid,
+// states/console, states/boot_mode, states/secure_boot, management/...,
+// vendor_passthru, vifs, bios, history, inventory), answered as the node's
+// interfaces answer them in Ironic, and GET /nodes/{ident}/{segment} for
+// any other segment (getField).
 func (h *Handler) Register(v1 *echo.Group) {
 	v1.POST("/nodes", h.create)
 	v1.GET("/nodes", h.list)
@@ -89,6 +94,13 @@ func (h *Handler) Register(v1 *echo.Group) {
 	v1.DELETE("/nodes/:ident/traits", h.guard(h.deleteTraits, "baremetal:node:traits:delete"))
 	v1.PUT("/nodes/:ident/traits/:trait", h.guard(h.addTrait, "baremetal:node:traits:set"))
 	v1.DELETE("/nodes/:ident/traits/:trait", h.guard(h.deleteTrait, "baremetal:node:traits:delete"))
+	v1.GET("/nodes/validate", h.validateNode)
+	v1.GET("/nodes/:ident/validate", h.validateNode)
+	v1.GET("/shards", shardsGate(h.shards))
+	v1.GET("/shards/:name", shardsGate(h.shard))
+	v1.Match([]string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}, "/shards", shardsGate(web.ReadOnly))
+	v1.GET("/chassis/:ident/nodes", h.chassisList(false))
+	v1.GET("/chassis/:ident/nodes/detail", h.chassisList(true))
 	h.registerDriverRoutes(v1)
 	v1.GET("/ui/fleet", h.fleet, middleware.Gzip())
 }

@@ -102,9 +102,6 @@ func nodeFromCreate(v web.Version, doc map[string]any) (Node, error) {
 			return Node{}, err
 		}
 	}
-	if cu, ok := doc["chassis_uuid"].(string); ok && cu != "" {
-		return Node{}, invalidf("Chassis %s could not be found.", cu)
-	}
 	for _, f := range []string{"boot_mode", "secure_boot"} {
 		if val, ok := doc[f]; ok && val != nil {
 			return Node{}, invalidf("metalloc does not store %s: it is reported by hardware, which metalloc does not manage", f)
@@ -125,7 +122,23 @@ func nodeFromCreate(v web.Version, doc map[string]any) (Node, error) {
 	if b, ok := doc["console_enabled"].(bool); ok {
 		n.ConsoleEnabled = b
 	}
+	n.ChassisUUID = chassisOf(doc)
 	return n, nil
+}
+
+// chassisOf is the chassis uuid of a validated document (nil when absent,
+// null or empty); the store resolves it to the chassis (400 when there is
+// no such chassis, as Ironic's _replace_chassis_uuid_with_id).
+func chassisOf(doc map[string]any) *uuid.UUID {
+	s, _ := doc["chassis_uuid"].(string)
+	if s == "" {
+		return nil
+	}
+	u, err := uuid.Parse(s)
+	if err != nil {
+		return nil
+	}
+	return &u
 }
 
 // setCommonFields copies the fields POST and PATCH share from a validated

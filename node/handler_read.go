@@ -1,12 +1,14 @@
 package node
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/metalloc/metalloc/web"
@@ -74,6 +76,20 @@ func (h *Handler) get(c echo.Context) error {
 func (h *Handler) list(c echo.Context) error   { return h.listNodes(c, false) }
 func (h *Handler) detail(c echo.Context) error { return h.listNodes(c, true) }
 
+// chassisList is GET /chassis/{uuid}/nodes[/detail]: the node list of the
+// chassis the path names (Ironic's NodesController with from_chassis).
+func (h *Handler) chassisList(detailPath bool) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := web.PathIdent(c)
+		if _, err := parseUUIDArg("chassis_uuid", id); err != nil {
+			return apiError(err, "")
+		}
+		q := c.QueryParams()
+		q.Set("chassis_uuid", id)
+		return h.listNodes(c, detailPath)
+	}
+}
+
 // listArgs are the query parameters of GET /v1/nodes; /detail takes the
 // same without fields and detail.
 var listArgs = []string{"chassis_uuid", "instance_uuid", "associated", "maintenance", "retired",
@@ -139,7 +155,15 @@ func (h *Handler) listNodes(c echo.Context, detailPath bool) error {
 		opts.Marker = &u
 	}
 	if q.Has("chassis_uuid") {
-		return web.NotFound("Chassis %s could not be found.", q.Get("chassis_uuid"))
+		u, _ := parseUUIDArg("chassis_uuid", q.Get("chassis_uuid"))
+		id, err := h.store.q.ChassisIDByUUID(ctx, u)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return web.NotFound("Chassis %s could not be found.", q.Get("chassis_uuid"))
+		}
+		if err != nil {
+			return err
+		}
+		opts.ChassisID = &id
 	}
 	project, err := ListScope(c, h.opts.Rules, "node", opts.Owner)
 	if err != nil {

@@ -108,7 +108,7 @@ func (h *Handler) patch(c echo.Context) error {
 func patchDocument(n *Node) map[string]any {
 	doc := map[string]any{
 		"automated_clean":  boolOrNil(n.AutomatedClean),
-		"chassis_uuid":     nil,
+		"chassis_uuid":     uuidOrNil(n.ChassisUUID),
 		"conductor_group":  n.ConductorGroup,
 		"description":      str(n.Description),
 		"driver":           n.Driver,
@@ -146,6 +146,7 @@ func applyPatched(n *Node, patched map[string]any, ops []patchOp, reset bool) er
 	if err := setCommonFields(n, patched); err != nil {
 		return err
 	}
+	n.ChassisUUID = chassisOf(patched)
 	n.Driver, _ = patched["driver"].(string)
 	n.Protected, _ = patched["protected"].(bool)
 	if s, ok := patched["protected_reason"].(string); ok {
@@ -247,8 +248,8 @@ func patchNode(ctx context.Context, n *Node, v web.Version, ident string, ops []
 	if err := validateExtra(patched); err != nil {
 		return err
 	}
-	if cu, ok := patched["chassis_uuid"].(string); ok && cu != "" {
-		return invalidf("Chassis %s could not be found.", cu)
+	if n.ChassisUUID != nil && (patched["chassis_uuid"] == nil || patched["chassis_uuid"] == "") && !v.AtLeast(1, 25) {
+		return notAcceptable()
 	}
 	return applyPatched(n, patched, ops, reset)
 }

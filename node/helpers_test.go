@@ -1,26 +1,19 @@
 package node_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/node"
-	"github.com/metalloc/metalloc/web"
+	"github.com/metalloc/metalloc/web/ironictest"
 	"github.com/metalloc/metalloc/web/webtest"
 )
 
@@ -39,7 +32,7 @@ type env struct {
 	t       *testing.T
 	pool    *pgxpool.Pool
 	store   *node.Store
-	srv     *httptest.Server
+	srv     *ironictest.Ironic
 	remover *fakeRemover
 }
 
@@ -48,14 +41,7 @@ func setup(t *testing.T) *env {
 	pool := dbtest.New(t)
 	store := node.NewStore(pool)
 	rem := &fakeRemover{}
-	e := echo.New()
-	e.HideBanner = true
-	e.HTTPErrorHandler = web.IronicErrorHandler
-	e.Use(web.RequestID(zap.NewNop()))
-	v1 := e.Group("/v1", web.IronicVersion())
-	node.NewHandler(store, rem, node.HandlerOptions{PublicEndpoint: "http://metalloc.test:6385", MaxLimit: 100}).Register(v1)
-	srv := httptest.NewServer(e)
-	t.Cleanup(srv.Close)
+	srv := ironictest.NewIronic(t, node.NewHandler(store, rem, node.HandlerOptions{PublicEndpoint: ironictest.Base, MaxLimit: 100}).Register)
 	return &env{t: t, pool: pool, store: store, srv: srv, remover: rem}
 }
 
@@ -84,34 +70,8 @@ func (r response) fault(t *testing.T) string {
 // (nil, a string sent as is, or a value encoded as JSON).
 func (e *env) do(method, path, version string, body any) response {
 	e.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		raw, err := json.Marshal(b)
-		require.NoError(e.t, err)
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequestWithContext(e.t.Context(), method, e.srv.URL+path, rd)
-	require.NoError(e.t, err)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if version != "" {
-		req.Header.Set(web.IronicVersionHeader, version)
-	}
-	resp, err := e.srv.Client().Do(req)
-	require.NoError(e.t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(e.t, err)
-	r := response{status: resp.StatusCode, header: resp.Header, raw: raw}
-	if len(raw) > 0 && raw[0] == '{' {
-		require.NoError(e.t, json.Unmarshal(raw, &r.body), "body: %s", raw)
-	}
-	return r
+	r := e.srv.With(e.t).Do(method, path, version, body)
+	return response{status: r.Status, header: r.Header, raw: r.Raw, body: r.Body}
 }
 
 // must sends a request and requires the status.

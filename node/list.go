@@ -50,6 +50,8 @@ type ListOptions struct {
 	DescriptionContains *string
 	InstanceUUID        *uuid.UUID
 	Shards              []string
+	// ChassisID keeps the nodes of this chassis.
+	ChassisID *int64
 }
 
 // SortKeys maps the sort_key values a node list accepts to SQL expressions
@@ -71,7 +73,7 @@ var SortKeys = withInterfaceSortKeys(map[string]string{
 	"retired_reason": "%[1]s.retired_reason", "automated_clean": "%[1]s.automated_clean",
 	"console_enabled": "%[1]s.console_enabled", "shard": "%[1]s.shard",
 	"created_at": "%[1]s.created_at", "updated_at": "%[1]s.updated_at",
-	"chassis_id": "", "conductor_affinity": "", "inspection_started_at": "",
+	"chassis_id": "%[1]s.chassis_id", "conductor_affinity": "", "inspection_started_at": "",
 	"inspection_finished_at": "", "boot_mode": "", "secure_boot": "", "version": "",
 })
 
@@ -91,7 +93,7 @@ const nodeColumns = `n.id, n.uuid, n.name, n.driver, n.resource_class, n.provisi
 	n.owner, n.lessee, n.description, n.conductor_group, n.reservation, n.protected,
 	n.protected_reason, n.retired, n.retired_reason, n.automated_clean, n.console_enabled, n.shard,
 	n.properties, n.extra, n.instance_info, n.driver_info, n.driver_internal_info, n.interfaces,
-	n.network_data, n.raid_config, n.target_raid_config, n.created_at, n.updated_at`
+	n.network_data, n.raid_config, n.target_raid_config, n.created_at, n.updated_at, n.chassis_id`
 
 // List returns one page of nodes matching opts, in (sort key, id) order.
 func (s *Store) List(ctx context.Context, opts ListOptions) ([]Node, error) {
@@ -117,6 +119,7 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Node, error) {
 	db.Eq(&w, "n.maintenance", opts.Maintenance)
 	db.Eq(&w, "n.retired", opts.Retired)
 	db.Eq(&w, "n.instance_uuid", opts.InstanceUUID)
+	db.Eq(&w, "n.chassis_id", opts.ChassisID)
 	if opts.Associated != nil {
 		w.Add(nullCheck("n.instance_uuid", *opts.Associated))
 	}
@@ -149,7 +152,7 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Node, error) {
 		}
 		w.After(sort, markerSort, "n.id", markerID, opts.SortDesc)
 	}
-	query := "SELECT " + nodeColumns + `, a.uuid,
+	query := "SELECT " + nodeColumns + `, a.uuid, (SELECT ch.uuid FROM chassis ch WHERE ch.id = n.chassis_id),
 	coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t WHERE t.node_id = n.id), '{}')::text[]
 	FROM nodes n LEFT JOIN allocations a ON a.id = n.allocation_id` + w.SQL() + db.OrderBy(sort, "n.id", opts.SortDesc, opts.Limit)
 
@@ -161,7 +164,7 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Node, error) {
 	var out []Node
 	for rows.Next() {
 		var r NodeRow
-		var alloc *uuid.UUID
+		var alloc, chassis *uuid.UUID
 		var traits []string
 		if err := rows.Scan(&r.ID, &r.Uuid, &r.Name, &r.Driver, &r.ResourceClass, &r.ProvisionState,
 			&r.TargetProvisionState, &r.ProvisionUpdatedAt, &r.PowerState, &r.TargetPowerState,
@@ -169,11 +172,11 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Node, error) {
 			&r.Owner, &r.Lessee, &r.Description, &r.ConductorGroup, &r.Reservation, &r.Protected,
 			&r.ProtectedReason, &r.Retired, &r.RetiredReason, &r.AutomatedClean, &r.ConsoleEnabled, &r.Shard,
 			&r.Properties, &r.Extra, &r.InstanceInfo, &r.DriverInfo, &r.DriverInternalInfo, &r.Interfaces,
-			&r.NetworkData, &r.RaidConfig, &r.TargetRaidConfig, &r.CreatedAt, &r.UpdatedAt,
-			&alloc, &traits); err != nil {
+			&r.NetworkData, &r.RaidConfig, &r.TargetRaidConfig, &r.CreatedAt, &r.UpdatedAt, &r.ChassisID,
+			&alloc, &chassis, &traits); err != nil {
 			return nil, fmt.Errorf("reading node list: %w", err)
 		}
-		n, err := fromRow(r, alloc, traits)
+		n, err := fromRow(r, alloc, chassis, traits)
 		if err != nil {
 			return nil, err
 		}

@@ -155,6 +155,14 @@ type Node struct {
 	Interfaces map[string]string
 	// Traits are the node's traits, sorted.
 	Traits []string
+	// ChassisID is the chassis (package chassis) the node is in, if any;
+	// ChassisUUID its uuid (read-only, from a subquery). Changes set
+	// ChassisID.
+	ChassisID   *int64
+	ChassisUUID *uuid.UUID
+	// history are the events (history.go) to record with the node's next
+	// write; never read back.
+	history []historyEvent
 	// CreatedAt and UpdatedAt are row timestamps.
 	CreatedAt time.Time
 	UpdatedAt *time.Time
@@ -195,6 +203,8 @@ func (n Node) Clone() Node {
 	c.Interfaces = maps.Clone(n.Interfaces)
 	c.Traits = slices.Clone(n.Traits)
 	c.UpdatedAt = clonePtr(n.UpdatedAt)
+	c.ChassisID = clonePtr(n.ChassisID)
+	c.ChassisUUID = clonePtr(n.ChassisUUID)
 	return c
 }
 

@@ -62,32 +62,13 @@ func pyReprPlain(v any) string {
 	return web.PyRepr(v)
 }
 
-var (
-	trueStrings  = []string{"1", "t", "true", "on", "y", "yes"}
-	falseStrings = []string{"0", "f", "false", "off", "n", "no"}
-)
-
-// parseBool is args.boolean (strutils.bool_from_string, strict).
+// parseBool is args.boolean (web.ParseBool) as a node error.
 func parseBool(name string, v any) (bool, error) {
-	switch x := v.(type) {
-	case bool:
-		return x, nil
-	case string:
-		s := strings.ToLower(strings.TrimSpace(x))
-		if slices.Contains(trueStrings, s) {
-			return true, nil
-		}
-		if slices.Contains(falseStrings, s) {
-			return false, nil
-		}
+	b, err := web.ParseBool(name, v)
+	if err != nil {
+		return false, invalidf("%s", err.(*web.Error).Message)
 	}
-	acc := slices.Concat(trueStrings, falseStrings)
-	slices.Sort(acc)
-	for i, a := range acc {
-		acc[i] = "'" + a + "'"
-	}
-	return false, invalidf("Invalid %s: Unrecognized value '%s', acceptable values are: %s",
-		name, pyReprPlain(v), strings.Join(acc, ", "))
+	return b, nil
 }
 
 // parseUUIDArg is args.uuid.
@@ -102,22 +83,11 @@ func parseUUIDArg(name string, v any) (uuid.UUID, error) {
 }
 
 // checkArgs rejects query parameters (and body keys, given as extra)
-// outside allowed, as args.validate does for unexpected keyword arguments.
+// outside allowed, as args.validate does for unexpected keyword arguments
+// (web.CheckArgs, as a node error).
 func checkArgs(c echo.Context, body map[string]any, allowed ...string) error {
-	var extra []string
-	for k := range c.QueryParams() {
-		if !slices.Contains(allowed, k) {
-			extra = append(extra, k)
-		}
-	}
-	for k := range body {
-		if !slices.Contains(allowed, k) && !slices.Contains(extra, k) {
-			extra = append(extra, k)
-		}
-	}
-	if len(extra) > 0 {
-		slices.Sort(extra)
-		return invalidf("Unexpected arguments: %s", strings.Join(extra, ", "))
+	if err := web.CheckArgs(c, body, allowed...); err != nil {
+		return invalidf("%s", err.(*web.Error).Message)
 	}
 	return nil
 }

@@ -188,7 +188,7 @@ func TestPatch(t *testing.T) {
 			{"reset_interfaces without driver", "1.82", []op{{"op": "replace", "path": "/name", "value": "zz"}}, 400,
 				"The reset_interfaces parameter can only be used when changing the node's driver."},
 			{"chassis", "1.82", []op{{"op": "replace", "path": "/chassis_uuid", "value": uuid.NewString()}}, 400, "could not be found."},
-			{"bad interface", "1.82", []op{{"op": "replace", "path": "/power_interface", "value": "ipmitool"}}, 400, "Valid interfaces are ['fake']."},
+			{"bad interface", "1.82", []op{{"op": "replace", "path": "/power_interface", "value": "redfish"}}, 400, "Valid interfaces are ['fake', 'ipmitool']."},
 		}
 		for _, tc := range cases {
 			path := "/v1/nodes/" + id

@@ -14,6 +14,17 @@ func Forbidden(rule string) error {
 	return web.Errorf(403, "Access was denied to the following resource: %s", rule)
 }
 
+// CheckRule is api_utils.check_policy for a rule on no particular object
+// (the system's resources: chassis, drivers, deploy templates,
+// conductors): 403 when the caller may not.
+func CheckRule(c echo.Context, r auth.Rules, rule string) error {
+	creds := auth.Caller(c.Request().Context())
+	if !r.Allowed(rule, auth.Target(creds), creds) {
+		return Forbidden(rule)
+	}
+	return nil
+}
+
 // NodeTarget is the access-rule target of a node owned by owner and
 // leased to lessee, for creds (Ironic's check_owner_policy).
 func NodeTarget(creds auth.Credentials, owner, lessee *string) map[string]string {

@@ -232,10 +232,13 @@ func (s *Store) provision(ctx context.Context, tx pgx.Tx, n *Node, req Provision
 		switch n.ProvisionState {
 		case StateCleanWait:
 			n.ProvisionState = StateCleanFail
+			n.LastError = ptr("By request, the clean operation was aborted")
 		case StateInspectWait:
 			n.ProvisionState = StateInspectFail
+			n.fail(eventIntrospection, "Inspection was aborted by request.")
 		case StateRescueWait:
 			n.ProvisionState = StateRescueFail
+			n.notice(eventRescue, "By request, the rescue operation was aborted.")
 		}
 		return nil
 	}
@@ -263,7 +266,7 @@ func (s *Store) deploy(ctx context.Context, n *Node, rebuild bool, configDrive a
 	n.LastError = nil
 	if err := drv.Deploy(ctx, n); err != nil {
 		n.ProvisionState = StateDeployFail
-		n.LastError = ptr(fmt.Sprintf("Deploy failed: %v", err))
+		n.fail(eventDeploying, fmt.Sprintf("Deploy failed: %v", err))
 		return nil
 	}
 	n.ProvisionState = StateActive
@@ -319,7 +322,7 @@ func (s *Store) tearDown(ctx context.Context, tx pgx.Tx, n *Node, drv Driver, re
 	n.InstanceUUID = nil
 	if failed != nil {
 		n.ProvisionState = StateError
-		n.LastError = ptr(fmt.Sprintf("Failed to tear down: %v", failed))
+		n.fail(eventUnprovision, fmt.Sprintf("Failed to tear down: %v", failed))
 		return nil
 	}
 	final := StateAvailable
@@ -336,7 +339,7 @@ func (s *Store) clean(ctx context.Context, n *Node, drv Driver, final string) {
 	n.ProvisionState = StateCleaning
 	if err := drv.Clean(ctx, n); err != nil {
 		n.ProvisionState = StateCleanFail
-		n.LastError = ptr(fmt.Sprintf("Failed to clean node: %v", err))
+		n.fail(eventCleaning, fmt.Sprintf("Failed to clean node: %v", err))
 		n.Maintenance = true
 		n.Fault = ptr("clean failure")
 		return

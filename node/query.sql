@@ -1,19 +1,23 @@
 -- name: GetNodeByUUID :one
 SELECT sqlc.embed(nodes),
        a.uuid AS allocation_uuid,
+       ch.uuid AS chassis_uuid,
        coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t
                   WHERE t.node_id = nodes.id), '{}')::text[] AS traits
   FROM nodes
   LEFT JOIN allocations a ON a.id = nodes.allocation_id
+  LEFT JOIN chassis ch ON ch.id = nodes.chassis_id
  WHERE nodes.uuid = $1;
 
 -- name: GetNodeByName :one
 SELECT sqlc.embed(nodes),
        a.uuid AS allocation_uuid,
+       ch.uuid AS chassis_uuid,
        coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t
                   WHERE t.node_id = nodes.id), '{}')::text[] AS traits
   FROM nodes
   LEFT JOIN allocations a ON a.id = nodes.allocation_id
+  LEFT JOIN chassis ch ON ch.id = nodes.chassis_id
  WHERE nodes.name = $1;
 
 -- name: LockNodeByUUID :one
@@ -21,20 +25,24 @@ SELECT sqlc.embed(nodes),
 -- FOR UPDATE SKIP LOCKED, so they pass over a node being changed here.
 SELECT sqlc.embed(nodes),
        a.uuid AS allocation_uuid,
+       ch.uuid AS chassis_uuid,
        coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t
                   WHERE t.node_id = nodes.id), '{}')::text[] AS traits
   FROM nodes
   LEFT JOIN allocations a ON a.id = nodes.allocation_id
+  LEFT JOIN chassis ch ON ch.id = nodes.chassis_id
  WHERE nodes.uuid = $1
    FOR UPDATE OF nodes;
 
 -- name: LockNodeByName :one
 SELECT sqlc.embed(nodes),
        a.uuid AS allocation_uuid,
+       ch.uuid AS chassis_uuid,
        coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t
                   WHERE t.node_id = nodes.id), '{}')::text[] AS traits
   FROM nodes
   LEFT JOIN allocations a ON a.id = nodes.allocation_id
+  LEFT JOIN chassis ch ON ch.id = nodes.chassis_id
  WHERE nodes.name = $1
    FOR UPDATE OF nodes;
 
@@ -46,11 +54,11 @@ INSERT INTO nodes (
     description, conductor_group, protected, protected_reason, retired,
     retired_reason, automated_clean, console_enabled, shard, properties, extra,
     instance_info, driver_info, driver_internal_info, interfaces, network_data,
-    raid_config, target_raid_config
+    raid_config, target_raid_config, chassis_id
 ) VALUES (
     $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
     $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32,
-    $33, $34
+    $33, $34, $35
 )
 RETURNING id, created_at;
 
@@ -91,6 +99,7 @@ UPDATE nodes SET
     network_data = $32,
     raid_config = $33,
     target_raid_config = $34,
+    chassis_id = $35,
     updated_at = now()
  WHERE id = $1
 RETURNING updated_at;
@@ -268,3 +277,90 @@ SELECT n.uuid,
   JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
  WHERE n.uuid = sqlc.narg(uuid) OR n.name = sqlc.narg(name)
  LIMIT 1;
+
+-- name: DriverServed :one
+-- Whether a conductor alive now (metalloc_conductor_alive: online, its
+-- expiry not passed) of conductor group @conductor_group
+-- (case-insensitive) registered hardware type @driver: Ironic's hash ring
+-- lookup for a node being created or changed.
+SELECT EXISTS (
+    SELECT 1 FROM conductors c
+     WHERE metalloc_conductor_alive(c.online, c.expires_at)
+       AND lower(c.conductor_group) = lower(@conductor_group::text)
+       AND @driver::text = ANY(c.drivers)
+)::bool AS served;
+
+-- name: CountNodePorts :one
+-- How many ports the node has (the boot and deploy interfaces need one).
+SELECT count(*) FROM ports WHERE node_id = @node_id;
+
+-- name: NodeVIFPorts :many
+-- The node's ports with the VIF each has attached ('' when none), in id
+-- order; the caller holds the node's row lock, which every port change
+-- takes too.
+SELECT id, uuid, portgroup_id, pxe_enabled,
+       coalesce(internal_info->>'tenant_vif_port_id', '')::text AS vif
+  FROM ports WHERE node_id = @node_id ORDER BY id;
+
+-- name: NodeVIFPortgroups :many
+-- The node's port groups with the VIF each has attached, as NodeVIFPorts.
+SELECT id, uuid, coalesce(internal_info->>'tenant_vif_port_id', '')::text AS vif
+  FROM portgroups WHERE node_id = @node_id ORDER BY id;
+
+-- name: SetPortVIF :exec
+-- Attaches VIF @vif to the port (internal_info tenant_vif_port_id, where
+-- Ironic's network interfaces record it).
+UPDATE ports SET internal_info = internal_info || jsonb_build_object('tenant_vif_port_id', @vif::text),
+       updated_at = now()
+ WHERE id = @id;
+
+-- name: ClearPortVIF :exec
+-- Detaches the port's VIF (and the legacy extra vif_port_id, as Ironic).
+UPDATE ports SET internal_info = internal_info - 'tenant_vif_port_id', extra = extra - 'vif_port_id',
+       updated_at = now()
+ WHERE id = @id;
+
+-- name: SetPortgroupVIF :exec
+UPDATE portgroups SET internal_info = internal_info || jsonb_build_object('tenant_vif_port_id', @vif::text),
+       updated_at = now()
+ WHERE id = @id;
+
+-- name: ClearPortgroupVIF :exec
+UPDATE portgroups SET internal_info = internal_info - 'tenant_vif_port_id', extra = extra - 'vif_port_id',
+       updated_at = now()
+ WHERE id = @id;
+
+-- name: ChassisIDByUUID :one
+-- The chassis a node is put in (a key share lock comes with the node's
+-- foreign key when it is written).
+SELECT id FROM chassis WHERE uuid = @uuid;
+
+-- name: InsertNodeHistory :exec
+-- Records one event of the node's history (in the transaction that
+-- changed the node). The conductor column is read and written as
+-- conductor_host: sqlc's global rename makes any "conductor" a Record.
+INSERT INTO node_history (uuid, node_id, conductor, event, event_type, severity, user_id)
+VALUES (@uuid, @node_id, sqlc.narg(conductor_host)::text, @event, @event_type, @severity, @user_id);
+
+-- name: ListNodeHistory :many
+-- One page (@max_rows) of the node's history, oldest first, after the
+-- event with id @after_id (0: from the start).
+SELECT id, uuid, conductor AS conductor_host, event, event_type, severity, user_id, created_at
+  FROM node_history
+ WHERE node_id = @node_id AND id > @after_id::bigint
+ ORDER BY id
+ LIMIT @max_rows::int;
+
+-- name: GetNodeHistory :one
+-- The node's history event @uuid.
+SELECT id, uuid, conductor AS conductor_host, event, event_type, severity, user_id, created_at
+  FROM node_history
+ WHERE node_id = @node_id AND uuid = @uuid;
+
+-- name: ShardCounts :many
+-- Each shard (NULL: nodes in none) with its node count, largest first:
+-- Ironic's get_shard_list.
+SELECT shard, count(*)::bigint AS nodes
+  FROM nodes
+ GROUP BY shard
+ ORDER BY count(*) DESC, shard NULLS FIRST;

@@ -24,6 +24,42 @@ func (q *Queries) AnalyzeNodes(ctx context.Context) error {
 	return err
 }
 
+const chassisIDByUUID = `-- name: ChassisIDByUUID :one
+SELECT id FROM chassis WHERE uuid = $1
+`
+
+// The chassis a node is put in (a key share lock comes with the node's
+// foreign key when it is written).
+func (q *Queries) ChassisIDByUUID(ctx context.Context, argUuid uuid.UUID) (int64, error) {
+	row := q.db.QueryRow(ctx, chassisIDByUUID, argUuid)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
+const clearPortVIF = `-- name: ClearPortVIF :exec
+UPDATE ports SET internal_info = internal_info - 'tenant_vif_port_id', extra = extra - 'vif_port_id',
+       updated_at = now()
+ WHERE id = $1
+`
+
+// Detaches the port's VIF (and the legacy extra vif_port_id, as Ironic).
+func (q *Queries) ClearPortVIF(ctx context.Context, id int64) error {
+	_, err := q.db.Exec(ctx, clearPortVIF, id)
+	return err
+}
+
+const clearPortgroupVIF = `-- name: ClearPortgroupVIF :exec
+UPDATE portgroups SET internal_info = internal_info - 'tenant_vif_port_id', extra = extra - 'vif_port_id',
+       updated_at = now()
+ WHERE id = $1
+`
+
+func (q *Queries) ClearPortgroupVIF(ctx context.Context, id int64) error {
+	_, err := q.db.Exec(ctx, clearPortgroupVIF, id)
+	return err
+}
+
 type CopyNodeTraitsParams struct {
 	NodeID int64
 	Trait  string
@@ -65,6 +101,18 @@ type CopyNodesParams struct {
 	RaidConfig           json.RawMessage
 	TargetRaidConfig     json.RawMessage
 	UpdatedAt            *time.Time
+}
+
+const countNodePorts = `-- name: CountNodePorts :one
+SELECT count(*) FROM ports WHERE node_id = $1
+`
+
+// How many ports the node has (the boot and deploy interfaces need one).
+func (q *Queries) CountNodePorts(ctx context.Context, nodeID int64) (int64, error) {
+	row := q.db.QueryRow(ctx, countNodePorts, nodeID)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
 }
 
 const deallocate = `-- name: Deallocate :exec
@@ -113,6 +161,31 @@ DELETE FROM node_traits WHERE node_id = $1
 func (q *Queries) DeleteNodeTraits(ctx context.Context, nodeID int64) error {
 	_, err := q.db.Exec(ctx, deleteNodeTraits, nodeID)
 	return err
+}
+
+const driverServed = `-- name: DriverServed :one
+SELECT EXISTS (
+    SELECT 1 FROM conductors c
+     WHERE metalloc_conductor_alive(c.online, c.expires_at)
+       AND lower(c.conductor_group) = lower($1::text)
+       AND $2::text = ANY(c.drivers)
+)::bool AS served
+`
+
+type DriverServedParams struct {
+	ConductorGroup string
+	Driver         string
+}
+
+// Whether a conductor alive now (metalloc_conductor_alive: online, its
+// expiry not passed) of conductor group @conductor_group
+// (case-insensitive) registered hardware type @driver: Ironic's hash ring
+// lookup for a node being created or changed.
+func (q *Queries) DriverServed(ctx context.Context, arg DriverServedParams) (bool, error) {
+	row := q.db.QueryRow(ctx, driverServed, arg.ConductorGroup, arg.Driver)
+	var served bool
+	err := row.Scan(&served)
+	return served, err
 }
 
 const existingNodeIdents = `-- name: ExistingNodeIdents :many
@@ -505,18 +578,21 @@ func (q *Queries) GetAllocationOwner(ctx context.Context, id int64) (*string, er
 }
 
 const getNodeByName = `-- name: GetNodeByName :one
-SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nodes.provision_state, nodes.target_provision_state, nodes.provision_updated_at, nodes.power_state, nodes.target_power_state, nodes.maintenance, nodes.maintenance_reason, nodes.fault, nodes.last_error, nodes.instance_uuid, nodes.allocation_id, nodes.owner, nodes.lessee, nodes.description, nodes.conductor_group, nodes.reservation, nodes.protected, nodes.protected_reason, nodes.retired, nodes.retired_reason, nodes.automated_clean, nodes.console_enabled, nodes.shard, nodes.properties, nodes.extra, nodes.instance_info, nodes.driver_info, nodes.driver_internal_info, nodes.interfaces, nodes.network_data, nodes.raid_config, nodes.target_raid_config, nodes.created_at, nodes.updated_at,
+SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nodes.provision_state, nodes.target_provision_state, nodes.provision_updated_at, nodes.power_state, nodes.target_power_state, nodes.maintenance, nodes.maintenance_reason, nodes.fault, nodes.last_error, nodes.instance_uuid, nodes.allocation_id, nodes.owner, nodes.lessee, nodes.description, nodes.conductor_group, nodes.reservation, nodes.protected, nodes.protected_reason, nodes.retired, nodes.retired_reason, nodes.automated_clean, nodes.console_enabled, nodes.shard, nodes.properties, nodes.extra, nodes.instance_info, nodes.driver_info, nodes.driver_internal_info, nodes.interfaces, nodes.network_data, nodes.raid_config, nodes.target_raid_config, nodes.created_at, nodes.updated_at, nodes.chassis_id,
        a.uuid AS allocation_uuid,
+       ch.uuid AS chassis_uuid,
        coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t
                   WHERE t.node_id = nodes.id), '{}')::text[] AS traits
   FROM nodes
   LEFT JOIN allocations a ON a.id = nodes.allocation_id
+  LEFT JOIN chassis ch ON ch.id = nodes.chassis_id
  WHERE nodes.name = $1
 `
 
 type GetNodeByNameRow struct {
 	NodeRow        NodeRow
 	AllocationUuid *uuid.UUID
+	ChassisUuid    *uuid.UUID
 	Traits         []string
 }
 
@@ -563,25 +639,30 @@ func (q *Queries) GetNodeByName(ctx context.Context, name *string) (GetNodeByNam
 		&i.NodeRow.TargetRaidConfig,
 		&i.NodeRow.CreatedAt,
 		&i.NodeRow.UpdatedAt,
+		&i.NodeRow.ChassisID,
 		&i.AllocationUuid,
+		&i.ChassisUuid,
 		&i.Traits,
 	)
 	return i, err
 }
 
 const getNodeByUUID = `-- name: GetNodeByUUID :one
-SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nodes.provision_state, nodes.target_provision_state, nodes.provision_updated_at, nodes.power_state, nodes.target_power_state, nodes.maintenance, nodes.maintenance_reason, nodes.fault, nodes.last_error, nodes.instance_uuid, nodes.allocation_id, nodes.owner, nodes.lessee, nodes.description, nodes.conductor_group, nodes.reservation, nodes.protected, nodes.protected_reason, nodes.retired, nodes.retired_reason, nodes.automated_clean, nodes.console_enabled, nodes.shard, nodes.properties, nodes.extra, nodes.instance_info, nodes.driver_info, nodes.driver_internal_info, nodes.interfaces, nodes.network_data, nodes.raid_config, nodes.target_raid_config, nodes.created_at, nodes.updated_at,
+SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nodes.provision_state, nodes.target_provision_state, nodes.provision_updated_at, nodes.power_state, nodes.target_power_state, nodes.maintenance, nodes.maintenance_reason, nodes.fault, nodes.last_error, nodes.instance_uuid, nodes.allocation_id, nodes.owner, nodes.lessee, nodes.description, nodes.conductor_group, nodes.reservation, nodes.protected, nodes.protected_reason, nodes.retired, nodes.retired_reason, nodes.automated_clean, nodes.console_enabled, nodes.shard, nodes.properties, nodes.extra, nodes.instance_info, nodes.driver_info, nodes.driver_internal_info, nodes.interfaces, nodes.network_data, nodes.raid_config, nodes.target_raid_config, nodes.created_at, nodes.updated_at, nodes.chassis_id,
        a.uuid AS allocation_uuid,
+       ch.uuid AS chassis_uuid,
        coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t
                   WHERE t.node_id = nodes.id), '{}')::text[] AS traits
   FROM nodes
   LEFT JOIN allocations a ON a.id = nodes.allocation_id
+  LEFT JOIN chassis ch ON ch.id = nodes.chassis_id
  WHERE nodes.uuid = $1
 `
 
 type GetNodeByUUIDRow struct {
 	NodeRow        NodeRow
 	AllocationUuid *uuid.UUID
+	ChassisUuid    *uuid.UUID
 	Traits         []string
 }
 
@@ -628,8 +709,49 @@ func (q *Queries) GetNodeByUUID(ctx context.Context, argUuid uuid.UUID) (GetNode
 		&i.NodeRow.TargetRaidConfig,
 		&i.NodeRow.CreatedAt,
 		&i.NodeRow.UpdatedAt,
+		&i.NodeRow.ChassisID,
 		&i.AllocationUuid,
+		&i.ChassisUuid,
 		&i.Traits,
+	)
+	return i, err
+}
+
+const getNodeHistory = `-- name: GetNodeHistory :one
+SELECT id, uuid, conductor AS conductor_host, event, event_type, severity, user_id, created_at
+  FROM node_history
+ WHERE node_id = $1 AND uuid = $2
+`
+
+type GetNodeHistoryParams struct {
+	NodeID int64
+	Uuid   uuid.UUID
+}
+
+type GetNodeHistoryRow struct {
+	ID            int64
+	Uuid          uuid.UUID
+	ConductorHost *string
+	Event         string
+	EventType     *string
+	Severity      *string
+	UserID        *string
+	CreatedAt     time.Time
+}
+
+// The node's history event @uuid.
+func (q *Queries) GetNodeHistory(ctx context.Context, arg GetNodeHistoryParams) (GetNodeHistoryRow, error) {
+	row := q.db.QueryRow(ctx, getNodeHistory, arg.NodeID, arg.Uuid)
+	var i GetNodeHistoryRow
+	err := row.Scan(
+		&i.ID,
+		&i.Uuid,
+		&i.ConductorHost,
+		&i.Event,
+		&i.EventType,
+		&i.Severity,
+		&i.UserID,
+		&i.CreatedAt,
 	)
 	return i, err
 }
@@ -642,11 +764,11 @@ INSERT INTO nodes (
     description, conductor_group, protected, protected_reason, retired,
     retired_reason, automated_clean, console_enabled, shard, properties, extra,
     instance_info, driver_info, driver_internal_info, interfaces, network_data,
-    raid_config, target_raid_config
+    raid_config, target_raid_config, chassis_id
 ) VALUES (
     $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
     $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32,
-    $33, $34
+    $33, $34, $35
 )
 RETURNING id, created_at
 `
@@ -686,6 +808,7 @@ type InsertNodeParams struct {
 	NetworkData          json.RawMessage
 	RaidConfig           json.RawMessage
 	TargetRaidConfig     json.RawMessage
+	ChassisID            *int64
 }
 
 type InsertNodeRow struct {
@@ -729,10 +852,42 @@ func (q *Queries) InsertNode(ctx context.Context, arg InsertNodeParams) (InsertN
 		arg.NetworkData,
 		arg.RaidConfig,
 		arg.TargetRaidConfig,
+		arg.ChassisID,
 	)
 	var i InsertNodeRow
 	err := row.Scan(&i.ID, &i.CreatedAt)
 	return i, err
+}
+
+const insertNodeHistory = `-- name: InsertNodeHistory :exec
+INSERT INTO node_history (uuid, node_id, conductor, event, event_type, severity, user_id)
+VALUES ($1, $2, $3::text, $4, $5, $6, $7)
+`
+
+type InsertNodeHistoryParams struct {
+	Uuid          uuid.UUID
+	NodeID        int64
+	ConductorHost *string
+	Event         string
+	EventType     *string
+	Severity      *string
+	UserID        *string
+}
+
+// Records one event of the node's history (in the transaction that
+// changed the node). The conductor column is read and written as
+// conductor_host: sqlc's global rename makes any "conductor" a Record.
+func (q *Queries) InsertNodeHistory(ctx context.Context, arg InsertNodeHistoryParams) error {
+	_, err := q.db.Exec(ctx, insertNodeHistory,
+		arg.Uuid,
+		arg.NodeID,
+		arg.ConductorHost,
+		arg.Event,
+		arg.EventType,
+		arg.Severity,
+		arg.UserID,
+	)
+	return err
 }
 
 const insertNodeTraits = `-- name: InsertNodeTraits :exec
@@ -749,6 +904,62 @@ type InsertNodeTraitsParams struct {
 func (q *Queries) InsertNodeTraits(ctx context.Context, arg InsertNodeTraitsParams) error {
 	_, err := q.db.Exec(ctx, insertNodeTraits, arg.NodeID, arg.Traits)
 	return err
+}
+
+const listNodeHistory = `-- name: ListNodeHistory :many
+SELECT id, uuid, conductor AS conductor_host, event, event_type, severity, user_id, created_at
+  FROM node_history
+ WHERE node_id = $1 AND id > $2::bigint
+ ORDER BY id
+ LIMIT $3::int
+`
+
+type ListNodeHistoryParams struct {
+	NodeID  int64
+	AfterID int64
+	MaxRows int32
+}
+
+type ListNodeHistoryRow struct {
+	ID            int64
+	Uuid          uuid.UUID
+	ConductorHost *string
+	Event         string
+	EventType     *string
+	Severity      *string
+	UserID        *string
+	CreatedAt     time.Time
+}
+
+// One page (@max_rows) of the node's history, oldest first, after the
+// event with id @after_id (0: from the start).
+func (q *Queries) ListNodeHistory(ctx context.Context, arg ListNodeHistoryParams) ([]ListNodeHistoryRow, error) {
+	rows, err := q.db.Query(ctx, listNodeHistory, arg.NodeID, arg.AfterID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListNodeHistoryRow
+	for rows.Next() {
+		var i ListNodeHistoryRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.ConductorHost,
+			&i.Event,
+			&i.EventType,
+			&i.Severity,
+			&i.UserID,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const listOnlineConductors = `-- name: ListOnlineConductors :many
@@ -787,12 +998,14 @@ func (q *Queries) ListOnlineConductors(ctx context.Context) ([]ListOnlineConduct
 }
 
 const lockNodeByName = `-- name: LockNodeByName :one
-SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nodes.provision_state, nodes.target_provision_state, nodes.provision_updated_at, nodes.power_state, nodes.target_power_state, nodes.maintenance, nodes.maintenance_reason, nodes.fault, nodes.last_error, nodes.instance_uuid, nodes.allocation_id, nodes.owner, nodes.lessee, nodes.description, nodes.conductor_group, nodes.reservation, nodes.protected, nodes.protected_reason, nodes.retired, nodes.retired_reason, nodes.automated_clean, nodes.console_enabled, nodes.shard, nodes.properties, nodes.extra, nodes.instance_info, nodes.driver_info, nodes.driver_internal_info, nodes.interfaces, nodes.network_data, nodes.raid_config, nodes.target_raid_config, nodes.created_at, nodes.updated_at,
+SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nodes.provision_state, nodes.target_provision_state, nodes.provision_updated_at, nodes.power_state, nodes.target_power_state, nodes.maintenance, nodes.maintenance_reason, nodes.fault, nodes.last_error, nodes.instance_uuid, nodes.allocation_id, nodes.owner, nodes.lessee, nodes.description, nodes.conductor_group, nodes.reservation, nodes.protected, nodes.protected_reason, nodes.retired, nodes.retired_reason, nodes.automated_clean, nodes.console_enabled, nodes.shard, nodes.properties, nodes.extra, nodes.instance_info, nodes.driver_info, nodes.driver_internal_info, nodes.interfaces, nodes.network_data, nodes.raid_config, nodes.target_raid_config, nodes.created_at, nodes.updated_at, nodes.chassis_id,
        a.uuid AS allocation_uuid,
+       ch.uuid AS chassis_uuid,
        coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t
                   WHERE t.node_id = nodes.id), '{}')::text[] AS traits
   FROM nodes
   LEFT JOIN allocations a ON a.id = nodes.allocation_id
+  LEFT JOIN chassis ch ON ch.id = nodes.chassis_id
  WHERE nodes.name = $1
    FOR UPDATE OF nodes
 `
@@ -800,6 +1013,7 @@ SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nod
 type LockNodeByNameRow struct {
 	NodeRow        NodeRow
 	AllocationUuid *uuid.UUID
+	ChassisUuid    *uuid.UUID
 	Traits         []string
 }
 
@@ -846,19 +1060,23 @@ func (q *Queries) LockNodeByName(ctx context.Context, name *string) (LockNodeByN
 		&i.NodeRow.TargetRaidConfig,
 		&i.NodeRow.CreatedAt,
 		&i.NodeRow.UpdatedAt,
+		&i.NodeRow.ChassisID,
 		&i.AllocationUuid,
+		&i.ChassisUuid,
 		&i.Traits,
 	)
 	return i, err
 }
 
 const lockNodeByUUID = `-- name: LockNodeByUUID :one
-SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nodes.provision_state, nodes.target_provision_state, nodes.provision_updated_at, nodes.power_state, nodes.target_power_state, nodes.maintenance, nodes.maintenance_reason, nodes.fault, nodes.last_error, nodes.instance_uuid, nodes.allocation_id, nodes.owner, nodes.lessee, nodes.description, nodes.conductor_group, nodes.reservation, nodes.protected, nodes.protected_reason, nodes.retired, nodes.retired_reason, nodes.automated_clean, nodes.console_enabled, nodes.shard, nodes.properties, nodes.extra, nodes.instance_info, nodes.driver_info, nodes.driver_internal_info, nodes.interfaces, nodes.network_data, nodes.raid_config, nodes.target_raid_config, nodes.created_at, nodes.updated_at,
+SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nodes.provision_state, nodes.target_provision_state, nodes.provision_updated_at, nodes.power_state, nodes.target_power_state, nodes.maintenance, nodes.maintenance_reason, nodes.fault, nodes.last_error, nodes.instance_uuid, nodes.allocation_id, nodes.owner, nodes.lessee, nodes.description, nodes.conductor_group, nodes.reservation, nodes.protected, nodes.protected_reason, nodes.retired, nodes.retired_reason, nodes.automated_clean, nodes.console_enabled, nodes.shard, nodes.properties, nodes.extra, nodes.instance_info, nodes.driver_info, nodes.driver_internal_info, nodes.interfaces, nodes.network_data, nodes.raid_config, nodes.target_raid_config, nodes.created_at, nodes.updated_at, nodes.chassis_id,
        a.uuid AS allocation_uuid,
+       ch.uuid AS chassis_uuid,
        coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t
                   WHERE t.node_id = nodes.id), '{}')::text[] AS traits
   FROM nodes
   LEFT JOIN allocations a ON a.id = nodes.allocation_id
+  LEFT JOIN chassis ch ON ch.id = nodes.chassis_id
  WHERE nodes.uuid = $1
    FOR UPDATE OF nodes
 `
@@ -866,6 +1084,7 @@ SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nod
 type LockNodeByUUIDRow struct {
 	NodeRow        NodeRow
 	AllocationUuid *uuid.UUID
+	ChassisUuid    *uuid.UUID
 	Traits         []string
 }
 
@@ -914,7 +1133,9 @@ func (q *Queries) LockNodeByUUID(ctx context.Context, argUuid uuid.UUID) (LockNo
 		&i.NodeRow.TargetRaidConfig,
 		&i.NodeRow.CreatedAt,
 		&i.NodeRow.UpdatedAt,
+		&i.NodeRow.ChassisID,
 		&i.AllocationUuid,
+		&i.ChassisUuid,
 		&i.Traits,
 	)
 	return i, err
@@ -980,6 +1201,149 @@ func (q *Queries) NodeLockHolder(ctx context.Context, arg NodeLockHolderParams) 
 	return i, err
 }
 
+const nodeVIFPortgroups = `-- name: NodeVIFPortgroups :many
+SELECT id, uuid, coalesce(internal_info->>'tenant_vif_port_id', '')::text AS vif
+  FROM portgroups WHERE node_id = $1 ORDER BY id
+`
+
+type NodeVIFPortgroupsRow struct {
+	ID   int64
+	Uuid uuid.UUID
+	Vif  string
+}
+
+// The node's port groups with the VIF each has attached, as NodeVIFPorts.
+func (q *Queries) NodeVIFPortgroups(ctx context.Context, nodeID int64) ([]NodeVIFPortgroupsRow, error) {
+	rows, err := q.db.Query(ctx, nodeVIFPortgroups, nodeID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []NodeVIFPortgroupsRow
+	for rows.Next() {
+		var i NodeVIFPortgroupsRow
+		if err := rows.Scan(&i.ID, &i.Uuid, &i.Vif); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const nodeVIFPorts = `-- name: NodeVIFPorts :many
+SELECT id, uuid, portgroup_id, pxe_enabled,
+       coalesce(internal_info->>'tenant_vif_port_id', '')::text AS vif
+  FROM ports WHERE node_id = $1 ORDER BY id
+`
+
+type NodeVIFPortsRow struct {
+	ID          int64
+	Uuid        uuid.UUID
+	PortgroupID *int64
+	PxeEnabled  bool
+	Vif         string
+}
+
+// The node's ports with the VIF each has attached (” when none), in id
+// order; the caller holds the node's row lock, which every port change
+// takes too.
+func (q *Queries) NodeVIFPorts(ctx context.Context, nodeID int64) ([]NodeVIFPortsRow, error) {
+	rows, err := q.db.Query(ctx, nodeVIFPorts, nodeID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []NodeVIFPortsRow
+	for rows.Next() {
+		var i NodeVIFPortsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.PortgroupID,
+			&i.PxeEnabled,
+			&i.Vif,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const setPortVIF = `-- name: SetPortVIF :exec
+UPDATE ports SET internal_info = internal_info || jsonb_build_object('tenant_vif_port_id', $1::text),
+       updated_at = now()
+ WHERE id = $2
+`
+
+type SetPortVIFParams struct {
+	Vif string
+	ID  int64
+}
+
+// Attaches VIF @vif to the port (internal_info tenant_vif_port_id, where
+// Ironic's network interfaces record it).
+func (q *Queries) SetPortVIF(ctx context.Context, arg SetPortVIFParams) error {
+	_, err := q.db.Exec(ctx, setPortVIF, arg.Vif, arg.ID)
+	return err
+}
+
+const setPortgroupVIF = `-- name: SetPortgroupVIF :exec
+UPDATE portgroups SET internal_info = internal_info || jsonb_build_object('tenant_vif_port_id', $1::text),
+       updated_at = now()
+ WHERE id = $2
+`
+
+type SetPortgroupVIFParams struct {
+	Vif string
+	ID  int64
+}
+
+func (q *Queries) SetPortgroupVIF(ctx context.Context, arg SetPortgroupVIFParams) error {
+	_, err := q.db.Exec(ctx, setPortgroupVIF, arg.Vif, arg.ID)
+	return err
+}
+
+const shardCounts = `-- name: ShardCounts :many
+SELECT shard, count(*)::bigint AS nodes
+  FROM nodes
+ GROUP BY shard
+ ORDER BY count(*) DESC, shard NULLS FIRST
+`
+
+type ShardCountsRow struct {
+	Shard *string
+	Nodes int64
+}
+
+// Each shard (NULL: nodes in none) with its node count, largest first:
+// Ironic's get_shard_list.
+func (q *Queries) ShardCounts(ctx context.Context) ([]ShardCountsRow, error) {
+	rows, err := q.db.Query(ctx, shardCounts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ShardCountsRow
+	for rows.Next() {
+		var i ShardCountsRow
+		if err := rows.Scan(&i.Shard, &i.Nodes); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const touchNode = `-- name: TouchNode :exec
 UPDATE nodes SET updated_at = now() WHERE id = $1
 `
@@ -1025,6 +1389,7 @@ UPDATE nodes SET
     network_data = $32,
     raid_config = $33,
     target_raid_config = $34,
+    chassis_id = $35,
     updated_at = now()
  WHERE id = $1
 RETURNING updated_at
@@ -1065,6 +1430,7 @@ type UpdateNodeParams struct {
 	NetworkData          json.RawMessage
 	RaidConfig           json.RawMessage
 	TargetRaidConfig     json.RawMessage
+	ChassisID            *int64
 }
 
 // Writes every column a node change may touch. allocation_id is left alone:
@@ -1105,6 +1471,7 @@ func (q *Queries) UpdateNode(ctx context.Context, arg UpdateNodeParams) (*time.T
 		arg.NetworkData,
 		arg.RaidConfig,
 		arg.TargetRaidConfig,
+		arg.ChassisID,
 	)
 	var updated_at *time.Time
 	err := row.Scan(&updated_at)

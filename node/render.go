@@ -27,14 +27,14 @@ func str(p *string) any {
 }
 
 // apiFields are all the node fields Ironic 21.4 shows, with the microversion
-// that added each (api/controllers/v1/utils.py VERSIONED_FIELDS). chassis,
-// clean/deploy steps, inspection times and boot mode are not stored by
+// that added each (api/controllers/v1/utils.py VERSIONED_FIELDS). Clean
+// and deploy steps, inspection times and boot mode are not stored by
 // metalloc and show as Ironic shows them unset.
 var apiFields = map[string]apiField{
 	"uuid":                 {1, func(_ *renderer, n *Node) any { return n.UUID.String() }},
 	"created_at":           {1, func(_ *renderer, n *Node) any { return isoTime(&n.CreatedAt) }},
 	"updated_at":           {1, func(_ *renderer, n *Node) any { return isoTime(n.UpdatedAt) }},
-	"chassis_uuid":         {1, func(*renderer, *Node) any { return nil }},
+	"chassis_uuid":         {1, func(_ *renderer, n *Node) any { return uuidOrNil(n.ChassisUUID) }},
 	"console_enabled":      {1, func(_ *renderer, n *Node) any { return n.ConsoleEnabled }},
 	"driver":               {1, func(_ *renderer, n *Node) any { return n.Driver }},
 	"driver_info":          {1, func(_ *renderer, n *Node) any { return maskSecrets(n.DriverInfo) }},

@@ -95,8 +95,21 @@ func CheckArgs(c echo.Context, body map[string]any, allowed ...string) error {
 // not JSON).
 func ReadBody(c echo.Context) (any, error) { return readBody(c) }
 
-// DecodeJSON decodes raw into generic JSON values, refusing trailing data.
-func DecodeJSON(raw []byte) (any, error) { return decodeJSON(raw) }
+// ReadPatch reads the request body as a JSON patch: ReadBody, then
+// DecodePatch (Ironic's messages for a body that is not one). The
+// resource's handler then checks which paths it may change.
+func ReadPatch(c echo.Context) ([]PatchOp, error) {
+	body, err := readBody(c)
+	if err != nil {
+		return nil, err
+	}
+	return DecodePatch(body)
+}
 
 // NotAcceptable is Ironic's bare 406 "Request not acceptable.".
 func NotAcceptable() *Error { return notAcceptable() }
+
+// MaskSecrets returns m with the values of keys that look secret replaced
+// by "******", recursively, as Ironic's strutils.mask_dict_password shows
+// driver_info and deploy step arguments.
+func MaskSecrets(m map[string]any) map[string]any { return maskSecrets(m) }

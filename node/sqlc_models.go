@@ -51,4 +51,5 @@ type NodeRow struct {
 	TargetRaidConfig     json.RawMessage
 	CreatedAt            time.Time
 	UpdatedAt            *time.Time
+	ChassisID            *int64
 }

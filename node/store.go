@@ -80,9 +80,6 @@ func NewStore(pool *pgxpool.Pool) *Store {
 	return &Store{pool: pool, q: New(pool), now: time.Now, locks: db.NewRowLocks(pool, LockWait)}
 }
 
-// SetLockWait changes how long changes wait for a node's row lock (tests).
-func (s *Store) SetLockWait(d time.Duration) { s.locks.Wait = d }
-
 // lockedTx runs fn in a transaction that starts by locking node ident (fn's
 // first statement), as db.RowLocks.InTx does; a lock not granted within
 // LockWait is NodeLocked.
@@ -137,36 +134,36 @@ func (s *Store) Get(ctx context.Context, ident string) (Node, error) {
 // optionally taking its row lock.
 func (s *Store) get(ctx context.Context, q *Queries, ident string, lock bool) (Node, error) {
 	var (
-		row   NodeRow
-		alloc *uuid.UUID
-		tr    []string
-		err   error
+		row            NodeRow
+		alloc, chassis *uuid.UUID
+		tr             []string
+		err            error
 	)
 	if u, isUUID := web.UUIDLike(ident); isUUID {
 		if lock {
 			var r LockNodeByUUIDRow
 			r, err = q.LockNodeByUUID(ctx, u)
-			row, alloc, tr = r.NodeRow, r.AllocationUuid, r.Traits
+			row, alloc, chassis, tr = r.NodeRow, r.AllocationUuid, r.ChassisUuid, r.Traits
 		} else {
 			var r GetNodeByUUIDRow
 			r, err = q.GetNodeByUUID(ctx, u)
-			row, alloc, tr = r.NodeRow, r.AllocationUuid, r.Traits
+			row, alloc, chassis, tr = r.NodeRow, r.AllocationUuid, r.ChassisUuid, r.Traits
 		}
 	} else {
 		if lock {
 			var r LockNodeByNameRow
 			r, err = q.LockNodeByName(ctx, &ident)
-			row, alloc, tr = r.NodeRow, r.AllocationUuid, r.Traits
+			row, alloc, chassis, tr = r.NodeRow, r.AllocationUuid, r.ChassisUuid, r.Traits
 		} else {
 			var r GetNodeByNameRow
 			r, err = q.GetNodeByName(ctx, &ident)
-			row, alloc, tr = r.NodeRow, r.AllocationUuid, r.Traits
+			row, alloc, chassis, tr = r.NodeRow, r.AllocationUuid, r.ChassisUuid, r.Traits
 		}
 	}
 	if err != nil {
 		return Node{}, noRows(err, "reading node", ident)
 	}
-	return fromRow(row, alloc, tr)
+	return fromRow(row, alloc, chassis, tr)
 }
 
 // Create inserts n (with its traits) and returns it as stored. A zero UUID is
@@ -196,13 +193,16 @@ func (s *Store) CreateWith(ctx context.Context, n Node, then func(tx pgx.Tx, n N
 	if n.ProvisionUpdatedAt == nil {
 		n.ProvisionUpdatedAt = ptr(s.now().UTC())
 	}
-	p, err := insertParams(n)
-	if err != nil {
-		return Node{}, err
-	}
 	var out Node
 	err = db.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
+		if err := resolveChassis(ctx, q, &n); err != nil {
+			return err
+		}
+		p, err := insertParams(n)
+		if err != nil {
+			return err
+		}
 		ins, err := q.InsertNode(ctx, p)
 		if err != nil {
 			return uniqueError(err, n)
@@ -240,6 +240,9 @@ func (s *Store) Locked(ctx context.Context, ident string, fn func(tx pgx.Tx, n N
 // conflict errors; other errors are wrapped.
 func uniqueError(err error, n Node) error {
 	switch {
+	case db.IsForeignKeyViolation(err, "nodes_chassis_id_fkey") && n.ChassisUUID != nil:
+		// The chassis went between resolveChassis and the write.
+		return invalidf("Chassis %s could not be found.", *n.ChassisUUID)
 	case db.IsUniqueViolation(err, "nodes_uuid_key"):
 		return conflictf("A node with UUID %s already exists.", n.UUID)
 	case db.IsUniqueViolation(err, "nodes_name_key"):
@@ -274,7 +277,8 @@ func (s *Store) change(ctx context.Context, ident string, fn func(tx pgx.Tx, q *
 	return out, err
 }
 
-// save writes every updatable column of n (not allocation_id).
+// save writes every updatable column of n (not allocation_id) and the
+// history events n recorded.
 func (s *Store) save(ctx context.Context, q *Queries, n Node) error {
 	p, err := updateParams(n)
 	if err != nil {
@@ -286,7 +290,7 @@ func (s *Store) save(ctx context.Context, q *Queries, n Node) error {
 		}
 		return uniqueError(err, n)
 	}
-	return nil
+	return writeHistory(ctx, q, n)
 }
 
 // Update changes the node ident under its row lock: mutate edits a copy of
@@ -298,8 +302,9 @@ func (s *Store) save(ctx context.Context, q *Queries, n Node) error {
 //   - protected only in active/rescue (409), protected_reason only when
 //     protected (400), likewise retired (not in available) and retired_reason;
 //   - hardware interfaces change only in enroll/inspecting/inspect wait/
-//     manageable/available or in maintenance (409), and driver or interface
-//     changes are validated by drv (which fills defaults);
+//     manageable/available or in maintenance (409), and driver, conductor
+//     group or interface changes are validated by drv (which fills
+//     defaults, and may check that a live conductor serves the driver);
 //   - resource_class, once set, changes only in those states (409);
 //   - instance_uuid cannot be overwritten (409, NodeAssociated); removing it
 //     from a node holding an allocation deletes the allocation through
@@ -357,7 +362,7 @@ func (s *Store) applyUpdateRules(ctx context.Context, tx pgx.Tx, q *Queries, old
 		return invalidf("The retired_reason field can only be set when retired is True")
 	}
 	inAllowed := slices.Contains(updateAllowedStates, n.ProvisionState)
-	checkIfaces := old.Driver != n.Driver
+	checkIfaces := old.Driver != n.Driver || old.ConductorGroup != n.ConductorGroup
 	for _, f := range InterfaceFields {
 		if old.Interfaces[f] == n.Interfaces[f] {
 			continue
@@ -370,6 +375,11 @@ func (s *Store) applyUpdateRules(ctx context.Context, tx pgx.Tx, q *Queries, old
 	}
 	if checkIfaces {
 		if err := drv.Validate(ctx, n); err != nil {
+			return err
+		}
+	}
+	if !eqPtr(old.ChassisUUID, n.ChassisUUID) {
+		if err := resolveChassis(ctx, q, n); err != nil {
 			return err
 		}
 	}
@@ -456,12 +466,15 @@ func (s *Store) SetMaintenance(ctx context.Context, ident string, on bool, reaso
 	})
 }
 
-// ClearTargetRAIDConfig sets the node's target_raid_config to {}, as
-// Ironic's set_target_raid_config does with an empty configuration (which
-// needs no RAID interface).
-func (s *Store) ClearTargetRAIDConfig(ctx context.Context, ident string) (Node, error) {
+// SetTargetRAIDConfig stores cfg as the node's target_raid_config (nil:
+// {}), as Ironic's set_target_raid_config does once the RAID interface
+// accepted it (an empty configuration needs no RAID interface).
+func (s *Store) SetTargetRAIDConfig(ctx context.Context, ident string, cfg map[string]any) (Node, error) {
+	if cfg == nil {
+		cfg = map[string]any{}
+	}
 	return s.change(ctx, ident, func(_ pgx.Tx, _ *Queries, n *Node) error {
-		n.TargetRaidConfig = map[string]any{}
+		n.TargetRaidConfig = cfg
 		return nil
 	})
 }
@@ -491,7 +504,7 @@ func applyPower(ctx context.Context, n *Node, ident, target string, drv Driver) 
 	}
 	n.LastError = nil
 	if err := drv.SetPower(ctx, n, target); err != nil {
-		n.LastError = ptr(fmt.Sprintf("Failed to change power state to '%s' by '%s'. Error: %v", target, target, err))
+		n.fail(eventUnknown, fmt.Sprintf("Failed to change power state to '%s' by '%s': %v", target, target, err))
 	}
 	n.TargetPowerState = nil
 	return nil
@@ -614,8 +627,9 @@ func eqPtr[T comparable](a, b *T) bool {
 	return *a == *b
 }
 
-// fromRow converts a nodes row plus its allocation uuid and traits.
-func fromRow(r NodeRow, alloc *uuid.UUID, traits []string) (Node, error) {
+// fromRow converts a nodes row plus its allocation's and chassis' uuids and
+// its traits.
+func fromRow(r NodeRow, alloc, chassis *uuid.UUID, traits []string) (Node, error) {
 	n := Node{
 		ID: r.ID, UUID: r.Uuid, Name: r.Name, Driver: r.Driver, ResourceClass: r.ResourceClass,
 		ProvisionState: r.ProvisionState, TargetProvisionState: r.TargetProvisionState,
@@ -628,6 +642,7 @@ func fromRow(r NodeRow, alloc *uuid.UUID, traits []string) (Node, error) {
 		ProtectedReason: r.ProtectedReason, Retired: r.Retired, RetiredReason: r.RetiredReason,
 		AutomatedClean: r.AutomatedClean, ConsoleEnabled: r.ConsoleEnabled, Shard: r.Shard,
 		Traits: traits, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		ChassisID: r.ChassisID, ChassisUUID: chassis,
 	}
 	if n.Traits == nil {
 		n.Traits = []string{}
@@ -730,6 +745,7 @@ func insertParams(n Node) (InsertNodeParams, error) {
 		ConsoleEnabled: n.ConsoleEnabled, Shard: n.Shard,
 		Properties: j[0], Extra: j[1], InstanceInfo: j[2], DriverInfo: j[3], DriverInternalInfo: j[4],
 		Interfaces: j[5], NetworkData: j[6], RaidConfig: j[7], TargetRaidConfig: j[8],
+		ChassisID: n.ChassisID,
 	}, nil
 }
 
@@ -750,6 +766,7 @@ func updateParams(n Node) (UpdateNodeParams, error) {
 		ConsoleEnabled: n.ConsoleEnabled, Shard: n.Shard,
 		Properties: j[0], Extra: j[1], InstanceInfo: j[2], DriverInfo: j[3], DriverInternalInfo: j[4],
 		Interfaces: j[5], NetworkData: j[6], RaidConfig: j[7], TargetRaidConfig: j[8],
+		ChassisID: n.ChassisID,
 	}, nil
 }
 

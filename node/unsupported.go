@@ -11,16 +11,18 @@ import (
 	"github.com/metalloc/metalloc/web"
 )
 
-// driverRoute is a /v1/nodes/{ident}/... route of Ironic 21.4 that needs a
-// hardware interface metalloc does not drive (RAID, console, boot mode,
-// management, vendor passthru, BIOS, history, inventory). It answers as
-// Ironic 21.4 answers for a node whose hardware type lacks the feature (the
-// no-* interfaces, or a management interface without the optional method):
-// reads of data only such an interface produces are empty, anything else is
-// Ironic's UnsupportedDriverExtension naming the interface or method. The
-// checks run in Ironic's order: identifier, arguments, node and access
-// rule, microversion (or the microversion first, where Ironic's routing
-// checks it first), then the answer.
+// driverRoute is a /v1/nodes/{ident}/... route of Ironic 21.4 answered by
+// one of the node's hardware interfaces (RAID, console, boot mode,
+// management, vendor passthru, VIFs, BIOS, history, inventory). The
+// answers of interfaces with the feature are in hardware.go, vif.go and
+// history.go; an interface without it answers as Ironic 21.4 answers for a
+// node whose hardware type lacks the feature (the no-* interfaces, or a
+// management interface without the optional method): reads of data only
+// such an interface produces are empty, anything else is Ironic's
+// UnsupportedDriverExtension naming the interface or method. The checks
+// run in Ironic's order: identifier, arguments, node and access rule,
+// microversion (or the microversion first, where Ironic's routing checks
+// it first), then the answer.
 type driverRoute struct {
 	method, path string
 	// since is the microversion the route appeared in (zero: always there);
@@ -109,27 +111,30 @@ var driverRoutes = []driverRoute{
 		rule: "baremetal:node:set_secure_boot", answer: lacks("set_secure_boot_state")},
 	// NodeManagementController: boot devices are every management
 	// interface's (so the interface is named), the rest optional methods.
-	{method: http.MethodGet, path: "/nodes/:ident/management/boot_device", rule: "baremetal:node:get_boot_device", answer: lacks("management")},
+	{method: http.MethodGet, path: "/nodes/:ident/management/boot_device", rule: "baremetal:node:get_boot_device", answer: (*Handler).getBootDevice},
 	{method: http.MethodPut, path: "/nodes/:ident/management/boot_device", args: []string{"boot_device", "persistent"},
-		required: []string{"boot_device"}, bools: []string{"persistent"}, rule: "baremetal:node:set_boot_device", answer: lacks("management")},
-	{method: http.MethodGet, path: "/nodes/:ident/management/boot_device/supported", rule: "baremetal:node:get_boot_device", answer: lacks("management")},
+		required: []string{"boot_device"}, bools: []string{"persistent"}, rule: "baremetal:node:set_boot_device", answer: (*Handler).setBootDevice},
+	{method: http.MethodGet, path: "/nodes/:ident/management/boot_device/supported", rule: "baremetal:node:get_boot_device",
+		answer: (*Handler).supportedBootDevices},
 	{method: http.MethodPut, path: "/nodes/:ident/management/inject_nmi", since: web.Version{Major: 1, Minor: 29},
 		gone: func() error { return web.NotFound("Resource could not be found.") }, goneFirst: true,
 		rule: "baremetal:node:inject_nmi", answer: lacks("inject_nmi")},
 	{method: http.MethodGet, path: "/nodes/:ident/management/indicators", anyArgs: true, rule: "baremetal:node:get_indicator_state",
-		answer: lacks("get_supported_indicators")},
+		answer: (*Handler).listIndicators},
 	{method: http.MethodGet, path: "/nodes/:ident/management/indicators/:indicator", rule: "baremetal:node:get_indicator_state",
-		answer: lacks("get_indicator_state")},
+		answer: (*Handler).getIndicator},
 	{method: http.MethodPut, path: "/nodes/:ident/management/indicators/:indicator", args: []string{"state"}, required: []string{"state"},
-		rule: "baremetal:node:set_indicator_state", answer: lacks("set_indicator_state")},
-	// NodeVendorPassthruController with the no-vendor interface: no
-	// methods, and no handler for any.
+		rule: "baremetal:node:set_indicator_state", answer: (*Handler).setIndicator},
+	// NodeVendorPassthruController: the vendor interface's methods.
 	{method: http.MethodGet, path: "/nodes/:ident/vendor_passthru/methods", rule: "baremetal:node:vendor_passthru",
-		answer: empty(map[string]any{})},
-	// NodeVIFController: the VIFs attached to the node's ports (none:
-	// metalloc attaches none).
+		answer: (*Handler).vendorMethods},
+	// NodeVIFController: the VIFs the network interface records (vif.go).
 	{method: http.MethodGet, path: "/nodes/:ident/vifs", since: web.Version{Major: 1, Minor: 28}, gone: notFound, goneFirst: true,
-		rule: "baremetal:node:vif:list", answer: empty(map[string]any{"vifs": []any{}})},
+		rule: "baremetal:node:vif:list", answer: (*Handler).listVIFs},
+	{method: http.MethodPost, path: "/nodes/:ident/vifs", since: web.Version{Major: 1, Minor: 28}, gone: notFound, goneFirst: true,
+		rule: "baremetal:node:vif:attach", answer: (*Handler).attachVIF},
+	{method: http.MethodDelete, path: "/nodes/:ident/vifs/:vif", since: web.Version{Major: 1, Minor: 28}, gone: notFound, goneFirst: true,
+		rule: "baremetal:node:vif:detach", answer: (*Handler).detachVIF},
 	// NodeBiosController: the settings a BIOS interface cached (none).
 	{method: http.MethodGet, path: "/nodes/:ident/bios", since: web.Version{Major: 1, Minor: 40}, gone: notFound, goneFirst: true,
 		args: []string{"detail", "fields"}, rule: "baremetal:node:bios:get", answer: empty(map[string]any{"bios": []any{}})},
@@ -138,15 +143,12 @@ var driverRoutes = []driverRoute{
 		answer: func(_ *Handler, c echo.Context, n *Node, _ map[string]any) error {
 			return web.NotFound("Node %s doesn't have a BIOS setting '%s'", n.UUID, c.Param("setting"))
 		}},
-	// NodeHistoryController and NodeInventoryController: metalloc records
-	// no history events and no inspection inventory.
+	// NodeHistoryController (history.go) and NodeInventoryController:
+	// metalloc records no inspection inventory.
 	{method: http.MethodGet, path: "/nodes/:ident/history", since: web.Version{Major: 1, Minor: 78}, gone: notFound, goneFirst: true,
-		args: []string{"detail", "marker", "limit"}, rule: "baremetal:node:history:get", answer: empty(map[string]any{"history": []any{}})},
+		args: []string{"detail", "marker", "limit"}, rule: "baremetal:node:history:get", answer: (*Handler).listHistory},
 	{method: http.MethodGet, path: "/nodes/:ident/history/:event", since: web.Version{Major: 1, Minor: 78}, gone: notFound, goneFirst: true,
-		rule: "baremetal:node:history:get",
-		answer: func(_ *Handler, c echo.Context, _ *Node, _ map[string]any) error {
-			return web.NotFound("Node history record %s could not be found.", c.Param("event"))
-		}},
+		rule: "baremetal:node:history:get", answer: (*Handler).getHistory},
 	{method: http.MethodGet, path: "/nodes/:ident/inventory", since: web.Version{Major: 1, Minor: 81}, gone: notFound, goneFirst: true,
 		rule: "baremetal:node:inventory:get",
 		answer: func(_ *Handler, _ echo.Context, n *Node, _ map[string]any) error {
@@ -160,16 +162,7 @@ var driverRoutes = []driverRoute{
 // routes for every HTTP method to the vendor interface (the body is the
 // method's data).
 var vendorPassthru = driverRoute{path: "/nodes/:ident/vendor_passthru", args: []string{"method"}, rule: "baremetal:node:vendor_passthru",
-	answer: func(_ *Handler, c echo.Context, _ *Node, _ map[string]any) error {
-		m := c.Param("method")
-		if m == "" {
-			m = c.QueryParam("method")
-		}
-		if m == "" {
-			return web.BadRequest("Missing mandatory parameter: method")
-		}
-		return web.BadRequest("No handler for method %s", m)
-	}}
+	answer: (*Handler).vendorCall}
 
 // registerDriverRoutes mounts driverRoutes, vendorPassthru and getField.
 func (h *Handler) registerDriverRoutes(v1 *echo.Group) {
@@ -302,17 +295,4 @@ func raidConfig(c echo.Context) (map[string]any, error) {
 		return nil, web.BadRequest("Expected types <class 'dict'> for target_raid_config: %s", pyReprPlain(v))
 	}
 	return cfg, nil
-}
-
-// raid answers PUT /nodes/{ident}/states/raid for a node without a RAID
-// interface: an empty configuration clears target_raid_config (204), any
-// other is Ironic's UnsupportedDriverExtension, 404.
-func (h *Handler) raid(c echo.Context, n *Node, cfg map[string]any) error {
-	if len(cfg) > 0 {
-		return unsupported(http.StatusNotFound, n, "raid")
-	}
-	if _, err := h.store.ClearTargetRAIDConfig(c.Request().Context(), n.UUID.String()); err != nil {
-		return apiError(err, n.UUID.String())
-	}
-	return c.NoContent(http.StatusNoContent)
 }

@@ -8,15 +8,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestDriverRoutes sends every /v1/nodes/{ident}/... route of an interface
-// metalloc does not drive, at and below its microversion, and checks the
-// answer Ironic 21.4 gives for a hardware type without that interface:
-// UnsupportedDriverExtension naming it (404 for RAID), empty reads, and the
-// not-found of routes that did not exist yet or do not exist in 21.4.
+// TestDriverRoutes sends every /v1/nodes/{ident}/... route of a hardware
+// interface, at and below its microversion, to an ipmi node (whose no-raid,
+// no-console, no-bios interfaces and BMC-bound ipmitool management lack the
+// features) and checks the answer Ironic 21.4 gives for a hardware type
+// without the interface: UnsupportedDriverExtension naming it (404 for
+// RAID), empty reads, and the not-found of routes that did not exist yet or
+// do not exist in 21.4. The fake interfaces' answers are TestFakeInterfaces'.
 func TestDriverRoutes(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	id := e.createNode(map[string]any{"name": "dr"})["uuid"].(string)
+	id := e.createNode(map[string]any{"name": "dr", "driver": "ipmi"})["uuid"].(string)
 	var dbID int64
 	require.NoError(t, e.pool.QueryRow(t.Context(), `SELECT id FROM nodes WHERE uuid = $1`, id).Scan(&dbID))
 	const (
@@ -24,11 +26,8 @@ func TestDriverRoutes(t *testing.T) {
 		boolErr = "acceptable values are: '0', '1', 'f', 'false', 'n', 'no', 'off', 'on', 't', 'true', 'y', 'yes'"
 	)
 	lacks := func(what string) string {
-		return "Driver fake-hardware does not support " + what + " (disabled or not implemented)."
+		return "Driver ipmi does not support " + what + " (disabled or not implemented)."
 	}
-	// Every row as Ironic 21.4 answers it for a fake-hardware node with the
-	// no-raid, no-console, no-vendor and no-bios interfaces (and, for the
-	// management rows, a management interface without those methods).
 	for _, tc := range []struct {
 		method, path, ver, body string
 		status                  int

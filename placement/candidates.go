@@ -25,13 +25,6 @@ func (h *Handler) registerCandidates(g *echo.Group) {
 	g.GET("/allocation_candidates", h.can(ruleCandidatesList, h.listAllocationCandidates))
 }
 
-// SetRandomizeAllocationCandidates sets Placement's
-// randomize_allocation_candidates option for h (Options has the start-up
-// value): when true, a limited GET /allocation_candidates returns a random
-// sample of the candidates and an unlimited one returns them shuffled; when
-// false (the default) the first candidates are returned, in provider order.
-func (h *Handler) SetRandomizeAllocationCandidates(on bool) { h.randomize.Store(on) }
-
 func (h *Handler) randomizeCandidates() bool { return h.randomize.Load() }
 
 var (

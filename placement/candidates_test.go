@@ -702,3 +702,10 @@ func TestCandidatesCacheConcurrent(t *testing.T) {
 	}
 	require.Len(t, f.cands("resources=VCPU:1", "1.39"), 6)
 }
+
+// SetRandomizeAllocationCandidates sets Placement's
+// randomize_allocation_candidates option for h (Options has the start-up
+// value): when true, a limited GET /allocation_candidates returns a random
+// sample of the candidates and an unlimited one returns them shuffled; when
+// false (the default) the first candidates are returned, in provider order.
+func (h *Handler) SetRandomizeAllocationCandidates(on bool) { h.randomize.Store(on) }

@@ -17,8 +17,10 @@ import (
 // Options configures the Placement API handlers.
 type Options struct {
 	// RandomizeAllocationCandidates is Placement's [placement]
-	// randomize_allocation_candidates (default false): see
-	// Handler.SetRandomizeAllocationCandidates.
+	// randomize_allocation_candidates (default false): when true, a
+	// limited GET /allocation_candidates returns a random sample of the
+	// candidates and an unlimited one returns them shuffled; when false the
+	// first candidates are returned, in provider order.
 	RandomizeAllocationCandidates bool
 	// MaxAllocationCandidates is Placement's [placement]
 	// max_allocation_candidates: the most candidates one GET

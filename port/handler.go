@@ -268,21 +268,6 @@ func (h *Handler) parseList(c echo.Context) (listParams, error) {
 	return lp, nil
 }
 
-// returnFields is Ironic's get_request_return_fields: detail needs 1.43,
-// not with fields; without either, the defaults.
-func returnFields(v web.Version, fields []string, detail *bool, c echo.Context, defaults []string) ([]string, error) {
-	if detail != nil && !v.AtLeast(1, 43) {
-		return nil, web.BadRequest("Invalid query parameter ?detail=%s received.", c.QueryParam("detail"))
-	}
-	if fields != nil && detail != nil && *detail {
-		return nil, web.BadRequest("Can not specify ?detail=True and fields in the same request.")
-	}
-	if fields == nil && (detail == nil || !*detail) {
-		return defaults, nil
-	}
-	return fields, nil
-}
-
 // pageParams finishes parsing the page parameters after the access and
 // version checks (limit positive and capped, sort_dir, the marker uuid).
 func (h *Handler) pageParams(c echo.Context, invalidSort []string, keys map[string]bool) (ListOptions, error) {
@@ -305,34 +290,6 @@ func (h *Handler) pageParams(c echo.Context, invalidSort []string, keys map[stri
 	return opts, nil
 }
 
-// nextLink is the collection's next link when the page came back full,
-// keeping the request's other arguments, as Ironic's collection links do.
-// listPage answers a list request with Ironic's collection document
-// {"<key>": [rendered items], "next": link to the page after the last item
-// (key or key/detail, as requested)} for a page of items read with limit.
-func listPage[T any](h *Handler, c echo.Context, key string, detailPath bool, limit int, items []T,
-	render func(*T) (map[string]any, error), uuidOf func(*T) uuid.UUID) error {
-	docs := make([]map[string]any, 0, len(items))
-	for i := range items {
-		doc, err := render(&items[i])
-		if err != nil {
-			return err
-		}
-		docs = append(docs, doc)
-	}
-	resp := map[string]any{key: docs}
-	if len(items) > 0 {
-		resource := key
-		if detailPath {
-			resource += "/detail"
-		}
-		if next := h.nextLink(c, resource, len(items), limit, uuidOf(&items[len(items)-1])); next != "" {
-			resp["next"] = next
-		}
-	}
-	return c.JSON(http.StatusOK, resp)
-}
-
 // addressFilter is the list filter "address" (a MAC address, 400 when not
 // one, normalised to lower case), nil when absent.
 func addressFilter(q url.Values) (*string, error) {
@@ -346,35 +303,20 @@ func addressFilter(q url.Values) (*string, error) {
 	return &mac, nil
 }
 
-func (h *Handler) nextLink(c echo.Context, resource string, n, limit int, last uuid.UUID) string {
-	keep := url.Values{}
-	for k, vs := range c.QueryParams() {
-		if k != "limit" && k != "marker" {
-			keep[k] = vs
-		}
-	}
-	return web.NextLink(h.base(c), resource, n, limit, last.String(), keep)
-}
-
-// checkFields is Ironic's check_for_invalid_fields over a rendered object.
-func checkFields(fields []string, doc map[string]any) error {
-	var bad []string
-	for _, f := range fields {
-		if _, ok := doc[f]; !ok {
-			bad = append(bad, f)
-		}
-	}
-	if len(bad) > 0 {
-		return web.BadRequest("Field(s) \"%s\" are not valid", strings.Join(bad, ", "))
-	}
-	return nil
-}
-
 // readBody decodes the JSON request body (nil when empty) for a schema
 // check.
 func readBody(c echo.Context) (any, error) {
 	v, err := node.ReadBody(c)
 	return v, apiError(err, nil)
+}
+
+// listResource is the path of a list for its next link: key, or
+// key/detail.
+func listResource(key string, detailPath bool) string {
+	if detailPath {
+		return key + "/detail"
+	}
+	return key
 }
 
 // tenancy is what the access rules read of a port or port group: its
@@ -410,15 +352,8 @@ func readPatch(c echo.Context) ([]node.PatchOp, error) {
 	if err := loadSchemas(); err != nil {
 		return nil, err
 	}
-	body, err := readBody(c)
-	if err != nil {
-		return nil, err
-	}
-	ops, err := node.DecodePatch(body)
-	if err != nil {
-		return nil, apiError(err, nil)
-	}
-	return ops, nil
+	ops, err := node.ReadPatch(c)
+	return ops, apiError(err, nil)
 }
 
 // deleteIn runs del in a transaction and answers 204, or the error

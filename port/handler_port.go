@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/metalloc/metalloc/node"
@@ -69,10 +68,8 @@ func renderPort(p *Port, v web.Version, base string, fields []string) (map[strin
 		"created_at": web.Timestamp(&p.CreatedAt), "updated_at": web.Timestamp(p.UpdatedAt),
 		"links": web.ResourceLinks(base, "ports", p.UUID.String()),
 	}
-	if fields != nil {
-		if err := checkFields(fields, doc); err != nil {
-			return nil, err
-		}
+	if _, err := web.ProjectFields(doc, fields); err != nil {
+		return nil, err
 	}
 	for f, m := range portFieldMinor {
 		if !v.AtLeast(1, m) {
@@ -551,7 +548,7 @@ func (h *Handler) listPorts(detailPath bool, parent string) echo.HandlerFunc {
 			}
 		}
 		if !detailPath {
-			if fields, err = returnFields(v, fields, lp.detail, c, portDefaultFields); err != nil {
+			if fields, err = web.ReturnFields(c, fields, lp.detail, portDefaultFields); err != nil {
 				return err
 			}
 		}
@@ -610,8 +607,8 @@ func (h *Handler) listPorts(detailPath bool, parent string) echo.HandlerFunc {
 		if err != nil {
 			return apiError(err, portNotFound(q.Get("marker")))
 		}
-		return listPage(h, c, "ports", detailPath, opts.Limit, ports,
+		return web.ListAnswer(c, h.base(c), "ports", listResource("ports", detailPath), opts.Limit, ports,
 			func(p *Port) (map[string]any, error) { return renderPort(p, v, h.base(c), fields) },
-			func(p *Port) uuid.UUID { return p.UUID })
+			func(p *Port) string { return p.UUID.String() })
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/metalloc/metalloc/node"
@@ -47,12 +46,7 @@ func renderPortgroup(g *Portgroup, base string, fields []string) (map[string]any
 		"updated_at": web.Timestamp(g.UpdatedAt), "links": web.ResourceLinks(base, "portgroups", id),
 		"ports": web.ResourceLinks(base, "portgroups", id+"/ports"),
 	}
-	if fields != nil {
-		if err := checkFields(fields, doc); err != nil {
-			return nil, err
-		}
-	}
-	return web.Project(doc, fields), nil
+	return web.ProjectFields(doc, fields)
 }
 
 // validatePortgroupDoc applies Ironic's port group field validators to doc
@@ -370,7 +364,7 @@ func (h *Handler) listPortgroups(detailPath, underNode bool) echo.HandlerFunc {
 			return err
 		}
 		if !detailPath {
-			if fields, err = returnFields(v, fields, lp.detail, c, portgroupDefaultFields); err != nil {
+			if fields, err = web.ReturnFields(c, fields, lp.detail, portgroupDefaultFields); err != nil {
 				return err
 			}
 		}
@@ -397,8 +391,8 @@ func (h *Handler) listPortgroups(detailPath, underNode bool) echo.HandlerFunc {
 		if err != nil {
 			return apiError(err, portgroupNotFound(q.Get("marker")))
 		}
-		return listPage(h, c, "portgroups", detailPath, opts.Limit, groups,
+		return web.ListAnswer(c, h.base(c), "portgroups", listResource("portgroups", detailPath), opts.Limit, groups,
 			func(g *Portgroup) (map[string]any, error) { return renderPortgroup(g, h.base(c), fields) },
-			func(g *Portgroup) uuid.UUID { return g.UUID })
+			func(g *Portgroup) string { return g.UUID.String() })
 	}
 }

@@ -1,24 +1,18 @@
 package port_test
 
 import (
-	"bytes"
-	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/auth/policy"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/port"
-	"github.com/metalloc/metalloc/web"
+	"github.com/metalloc/metalloc/web/ironictest"
 	"github.com/metalloc/metalloc/web/webtest"
 )
 
@@ -46,7 +40,7 @@ var callers = map[string]auth.Credentials{
 type env struct {
 	t    *testing.T
 	pool *pgxpool.Pool
-	srv  *httptest.Server
+	srv  *ironictest.Ironic
 }
 
 // setup starts the handlers, with Ironic's default access rules (scope and
@@ -59,26 +53,17 @@ func setup(t *testing.T, pool *pgxpool.Pool, secure bool) *env {
 		require.NoError(t, err)
 		rules = auth.Rules{Authorizer: enf, EnforceNewDefaults: true}
 	}
-	e := echo.New()
-	e.HideBanner = true
-	e.HTTPErrorHandler = web.IronicErrorHandler
-	e.Use(web.RequestID(zap.NewNop()))
-	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+	caller := func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if creds, ok := callers[c.Request().Header.Get("X-Test-Caller")]; ok {
 				c.SetRequest(c.Request().WithContext(auth.WithCredentials(c.Request().Context(), creds)))
 			}
 			return next(c)
 		}
-	})
-	v1 := e.Group("/v1", web.IronicVersion())
-	opts := node.HandlerOptions{PublicEndpoint: "http://metalloc.test:6385", MaxLimit: 100, Rules: rules}
-	node.NewHandler(node.NewStore(pool), nil, opts).Register(v1)
-	port.NewHandler(port.NewStore(pool), port.HandlerOptions{
-		PublicEndpoint: "http://metalloc.test:6385", MaxLimit: 100, Rules: rules,
-	}).Register(v1)
-	srv := httptest.NewServer(e)
-	t.Cleanup(srv.Close)
+	}
+	srv := ironictest.NewIronicWith(t, []echo.MiddlewareFunc{caller},
+		node.NewHandler(node.NewStore(pool), nil, node.HandlerOptions{PublicEndpoint: ironictest.Base, MaxLimit: 100, Rules: rules}).Register,
+		port.NewHandler(port.NewStore(pool), port.HandlerOptions{PublicEndpoint: ironictest.Base, MaxLimit: 100, Rules: rules}).Register)
 	return &env{t: t, pool: pool, srv: srv}
 }
 
@@ -105,37 +90,12 @@ type req struct {
 
 func (e *env) do(r req) response {
 	e.t.Helper()
-	var rd io.Reader
-	switch b := r.body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		raw, err := json.Marshal(b)
-		require.NoError(e.t, err)
-		rd = bytes.NewReader(raw)
-	}
-	hr, err := http.NewRequestWithContext(e.t.Context(), r.method, e.srv.URL+r.path, rd)
-	require.NoError(e.t, err)
-	if r.body != nil {
-		hr.Header.Set("Content-Type", "application/json")
-	}
-	if r.version != "" {
-		hr.Header.Set(web.IronicVersionHeader, r.version)
-	}
+	var h http.Header
 	if r.caller != "" {
-		hr.Header.Set("X-Test-Caller", r.caller)
+		h = http.Header{"X-Test-Caller": {r.caller}}
 	}
-	resp, err := e.srv.Client().Do(hr)
-	require.NoError(e.t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(e.t, err)
-	out := response{status: resp.StatusCode, header: resp.Header, raw: raw}
-	if len(raw) > 0 && raw[0] == '{' {
-		require.NoError(e.t, json.Unmarshal(raw, &out.body), "body: %s", raw)
-	}
-	return out
+	out := e.srv.With(e.t).DoWith(r.method, r.path, r.version, h, r.body)
+	return response{status: out.Status, header: out.Header, raw: out.Raw, body: out.Body}
 }
 
 // must sends r and requires status.

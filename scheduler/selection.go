@@ -8,12 +8,8 @@
 package scheduler
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/google/uuid"
 
@@ -22,8 +18,8 @@ import (
 
 // SelectionVersion is the version of the Selection object this package
 // writes ("1.1", as Nova's Selection with availability_zone). Minor versions
-// only add optional fields; a decoder accepts any 1.x and refuses other
-// major versions.
+// only add optional fields; a reader accepts any 1.x and refuses other
+// major versions (as the tests' DecodeSelection does).
 const SelectionVersion = "1.1"
 
 // selectionMajor is SelectionVersion's major version.
@@ -117,66 +113,4 @@ func (s Selection) Encode() ([]byte, error) {
 		s.Version = SelectionVersion
 	}
 	return json.Marshal(s)
-}
-
-// ErrUnsupportedVersion is wrapped by DecodeSelection's error for a
-// Selection of a major version this package does not know.
-var ErrUnsupportedVersion = errors.New("unsupported Selection version")
-
-// DecodeSelection decodes a Selection encoded by Encode (or by a newer
-// writer of the same major version). It refuses a missing or malformed
-// version, another major version, unknown fields at a version this package
-// knows, a nil compute_node_uuid and an allocation_request that is not a
-// JSON object. Fields added by a newer minor version are ignored.
-func DecodeSelection(b []byte) (Selection, error) {
-	var head struct {
-		Version *string `json:"version"`
-	}
-	if err := json.Unmarshal(b, &head); err != nil {
-		return Selection{}, fmt.Errorf("decoding Selection: %w", err)
-	}
-	if head.Version == nil {
-		return Selection{}, errors.New("decoding Selection: no version")
-	}
-	major, minor, err := parseVersion(*head.Version)
-	if err != nil {
-		return Selection{}, fmt.Errorf("decoding Selection: %w", err)
-	}
-	if major != selectionMajor {
-		return Selection{}, fmt.Errorf("decoding Selection: %w %q (this build reads %d.x)",
-			ErrUnsupportedVersion, *head.Version, selectionMajor)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if minor <= selectionMinor {
-		dec.DisallowUnknownFields()
-	}
-	var s Selection
-	if err := dec.Decode(&s); err != nil {
-		return Selection{}, fmt.Errorf("decoding Selection %s: %w", *head.Version, err)
-	}
-	if s.ComputeNodeUUID == uuid.Nil {
-		return Selection{}, errors.New("decoding Selection: compute_node_uuid is missing")
-	}
-	if s.AllocationRequest != "" {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal([]byte(s.AllocationRequest), &obj); err != nil {
-			return Selection{}, fmt.Errorf("decoding Selection: allocation_request is not a JSON object: %w", err)
-		}
-	}
-	return s, nil
-}
-
-// parseVersion splits "MAJOR.MINOR".
-func parseVersion(v string) (major, minor int, err error) {
-	a, b, ok := strings.Cut(v, ".")
-	if ok {
-		major, err = strconv.Atoi(a)
-		if err == nil {
-			minor, err = strconv.Atoi(b)
-		}
-	}
-	if !ok || err != nil || major < 0 || minor < 0 {
-		return 0, 0, fmt.Errorf("malformed version %q (want MAJOR.MINOR)", v)
-	}
-	return major, minor, nil
 }

@@ -1,7 +1,11 @@
 package scheduler
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -90,4 +94,69 @@ func TestDecodeSelectionVersions(t *testing.T) {
 	}
 	_, err := DecodeSelection([]byte(`{"version":"3.1","compute_node_uuid":"5d1c9d54-8d4e-4a4e-9f51-0a9a7f0c1e01"}`))
 	require.True(t, errors.Is(err, ErrUnsupportedVersion))
+}
+
+// The reading side of the Selection format, which only the tests need:
+// what Encode writes must read back under these rules.
+
+// ErrUnsupportedVersion is wrapped by DecodeSelection's error for a
+// Selection of a major version this package does not know.
+var ErrUnsupportedVersion = errors.New("unsupported Selection version")
+
+// DecodeSelection decodes a Selection encoded by Encode (or by a newer
+// writer of the same major version). It refuses a missing or malformed
+// version, another major version, unknown fields at a version this package
+// knows, a nil compute_node_uuid and an allocation_request that is not a
+// JSON object. Fields added by a newer minor version are ignored.
+func DecodeSelection(b []byte) (Selection, error) {
+	var head struct {
+		Version *string `json:"version"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return Selection{}, fmt.Errorf("decoding Selection: %w", err)
+	}
+	if head.Version == nil {
+		return Selection{}, errors.New("decoding Selection: no version")
+	}
+	major, minor, err := parseVersion(*head.Version)
+	if err != nil {
+		return Selection{}, fmt.Errorf("decoding Selection: %w", err)
+	}
+	if major != selectionMajor {
+		return Selection{}, fmt.Errorf("decoding Selection: %w %q (this build reads %d.x)",
+			ErrUnsupportedVersion, *head.Version, selectionMajor)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if minor <= selectionMinor {
+		dec.DisallowUnknownFields()
+	}
+	var s Selection
+	if err := dec.Decode(&s); err != nil {
+		return Selection{}, fmt.Errorf("decoding Selection %s: %w", *head.Version, err)
+	}
+	if s.ComputeNodeUUID == uuid.Nil {
+		return Selection{}, errors.New("decoding Selection: compute_node_uuid is missing")
+	}
+	if s.AllocationRequest != "" {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(s.AllocationRequest), &obj); err != nil {
+			return Selection{}, fmt.Errorf("decoding Selection: allocation_request is not a JSON object: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// parseVersion splits "MAJOR.MINOR".
+func parseVersion(v string) (major, minor int, err error) {
+	a, b, ok := strings.Cut(v, ".")
+	if ok {
+		major, err = strconv.Atoi(a)
+		if err == nil {
+			minor, err = strconv.Atoi(b)
+		}
+	}
+	if !ok || err != nil || major < 0 || minor < 0 {
+		return 0, 0, fmt.Errorf("malformed version %q (want MAJOR.MINOR)", v)
+	}
+	return major, minor, nil
 }

@@ -11,8 +11,9 @@
 # systemd-analyze (configs/systemd_test.go), headless Chromium (the operator
 # page's browser test, e2e TestOperatorPage) and promtool from the
 # prometheus package (the alert rules and dashboard queries, e2e
-# TestDashboardMetrics), and lintian (scripts/deb-check.sh checks the
-# Debian package with it).
+# TestDashboardMetrics), lintian (scripts/deb-check.sh checks the Debian
+# package with it), and tempest with oslotest and pytest (the runner of
+# python-ironicclient's functional tests, e2e TestIronicclientFunctional).
 # Does nothing when they are present; needs root (or sudo) otherwise.
 set -euo pipefail
 pkgs=()
@@ -25,6 +26,7 @@ command -v openstack >/dev/null || pkgs+=(python3-openstackclient)
 /usr/bin/python3 -c 'import gabbi' 2>/dev/null || pkgs+=(python3-gabbi)
 /usr/bin/python3 -c 'import pytest' 2>/dev/null || pkgs+=(python3-pytest)
 /usr/bin/python3 -c 'import oslotest' 2>/dev/null || pkgs+=(python3-oslotest)
+/usr/bin/python3 -c 'import tempest' 2>/dev/null || pkgs+=(python3-tempest)
 command -v systemd-analyze >/dev/null || pkgs+=(systemd)
 command -v chromium >/dev/null || pkgs+=(chromium)
 command -v promtool >/dev/null || pkgs+=(prometheus)

@@ -62,8 +62,8 @@ func TestAPI(t *testing.T) {
 	for _, tc := range []struct{ body, fault string }{
 		{``, `Missing argument: "topology"`},
 		{`{`, `Invalid JSON in request body`},
-		{`{"levels":[{"name":"rack"}]}`, `Schema error for topology: /levels/0: missing property 'source'`},
-		{`{"levels":[],"x":1}`, `Schema error for topology: additional properties 'x' not allowed`},
+		{`{"levels":[{"name":"rack"}]}`, `Schema error for topology: 'source' is a required property`},
+		{`{"levels":[],"x":1}`, `Schema error for topology: Additional properties are not allowed ('x' was unexpected)`},
 		{`{"levels":[{"name":"rack","source":"rack"}]}`, `invalid source "rack" of topology level rack: want extra.KEY, properties.KEY, trait:PREFIX or aggregate`},
 		{`{"levels":[{"name":"rack","source":"extra.a"},{"name":"rack","source":"extra.b"}]}`, `topology level rack is given twice`},
 	} {

@@ -25,17 +25,6 @@ const (
 	Preferred Rule = "preferred"
 )
 
-// ParseRule reads a rule ("" is None).
-func ParseRule(s string) (Rule, error) {
-	switch r := Rule(s); r {
-	case "":
-		return None, nil
-	case None, Required, Preferred:
-		return r, nil
-	}
-	return "", fmt.Errorf("invalid placement rule %q: want none, required or preferred", s)
-}
-
 // Request is what Choose places.
 type Request struct {
 	// Count is the number of nodes wanted (> 0).

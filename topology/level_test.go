@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -51,4 +52,15 @@ func TestLevelIndex(t *testing.T) {
 	if _, err := ParseRule("strict"); err == nil {
 		t.Fatal("ParseRule(strict) succeeded")
 	}
+}
+
+// ParseRule reads a rule ("" is None).
+func ParseRule(s string) (Rule, error) {
+	switch r := Rule(s); r {
+	case "":
+		return None, nil
+	case None, Required, Preferred:
+		return r, nil
+	}
+	return "", fmt.Errorf("invalid placement rule %q: want none, required or preferred", s)
 }

@@ -61,3 +61,22 @@ func Standard() []string {
 	load()
 	return slices.Clone(sorted)
 }
+
+// Schema returns Ironic's TRAITS_SCHEMA (api/controllers/v1/utils.py), a
+// fresh JSON Schema document for one trait name: a string of 1 to
+// MaxLength characters, a custom trait or a standard one. Request schemas
+// embed it where a trait is expected (allocation traits, deploy template
+// names), so that a bad trait is worded as Ironic words it.
+func Schema() map[string]any {
+	std := make([]any, 0, len(Standard()))
+	for _, t := range Standard() {
+		std = append(std, t)
+	}
+	return map[string]any{
+		"type": "string", "minLength": 1, "maxLength": MaxLength,
+		"anyOf": []any{
+			map[string]any{"pattern": "^" + CustomPrefix + "[A-Z0-9_]+$"},
+			map[string]any{"enum": std},
+		},
+	}
+}

@@ -2,15 +2,14 @@ package web
 
 import (
 	"bytes"
-	"errors"
+	"encoding/json"
 	"fmt"
+	neturl "net/url"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 )
 
 // Schema is a compiled JSON Schema for a request body.
@@ -19,10 +18,7 @@ type Schema struct {
 	sch  *jsonschema.Schema
 }
 
-var (
-	schemaMu sync.Mutex
-	printer  = message.NewPrinter(language.English)
-)
+var schemaMu sync.Mutex
 
 // MustSchema compiles src (a JSON Schema document) under name; it panics on a
 // bad schema, which is a programming error caught by any test.
@@ -37,6 +33,21 @@ func MustSchema(name string, src []byte) *Schema {
 		panic(fmt.Sprintf("schema %s: %v", name, err))
 	}
 	return &Schema{name: name, sch: schs[url]}
+}
+
+// MustSchemaWith is MustSchema with edit applied to the decoded document
+// first (to put in parts built in Go, such as trait.Schema()).
+func MustSchemaWith(name string, src []byte, edit func(doc map[string]any)) *Schema {
+	var doc map[string]any
+	if err := json.Unmarshal(src, &doc); err != nil {
+		panic(fmt.Sprintf("schema %s: %v", name, err))
+	}
+	edit(doc)
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		panic(fmt.Sprintf("schema %s: %v", name, err))
+	}
+	return MustSchema(name, raw)
 }
 
 // CompileSchemas compiles JSON Schema documents (decoded, keyed by the
@@ -60,19 +71,49 @@ func CompileSchemas(docs map[string]any, formats ...*jsonschema.Format) (map[str
 		}
 	}
 	out := make(map[string]*jsonschema.Schema, len(docs))
-	for name := range docs {
+	for name, doc := range docs {
 		sch, err := c.Compile(name)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		out[name] = sch
+		url, _, _ := strings.Cut(sch.Location, "#")
+		schemaDocs.Store(url, doc)
 	}
 	return out, nil
 }
 
+// schemaDocs are the documents CompileSchemas compiled, by absolute URL:
+// the subschemas a validation error points to (SchemaURL) are looked up in
+// them when its message is worded (SchemaError).
+var schemaDocs sync.Map
+
+// subschema returns the (decoded) subschema at url, an absolute schema URL
+// with a JSON pointer fragment; nil when unknown.
+func subschema(url string) any {
+	base, frag, _ := strings.Cut(url, "#")
+	doc, ok := schemaDocs.Load(base)
+	if !ok {
+		return nil
+	}
+	var path []string
+	for _, tok := range strings.Split(strings.TrimPrefix(frag, "/"), "/") {
+		if tok == "" {
+			continue
+		}
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		if u, err := neturl.PathUnescape(tok); err == nil {
+			tok = u
+		}
+		path = append(path, tok)
+	}
+	return ValueAt(doc, path)
+}
+
 // Decode parses body as JSON and validates it against s. Malformed JSON, a
 // number no float64 holds (1e400) and schema violations are a 400 *Error
-// worded like Ironic's ("Schema error for <name>: <reason>"). It returns the decoded document
+// worded like Ironic's ("Schema error for <name>: <reason>", the reason as
+// python-jsonschema words it: SchemaError). It returns the decoded document
 // (map[string]any for objects; numbers as json.Number).
 func (s *Schema) Decode(body []byte) (any, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
@@ -86,26 +127,19 @@ func (s *Schema) Decode(body []byte) (any, error) {
 		return nil, BadRequest("Invalid JSON in request body: number %s at %s is out of range", n, at)
 	}
 	if err := s.sch.Validate(inst); err != nil {
-		var ve *jsonschema.ValidationError
-		if errors.As(err, &ve) {
-			return nil, BadRequest("Schema error for %s: %s", s.name, leafMessage(ve))
-		}
-		return nil, BadRequest("Schema error for %s: %v", s.name, err)
+		return nil, BadRequest("Schema error for %s: %s", s.name, SchemaError(err, inst))
 	}
 	return inst, nil
 }
 
-// leafMessage picks the most specific cause of a validation error and says
-// where it is: "/traits/0: value must be ...".
-func leafMessage(ve *jsonschema.ValidationError) string {
-	for len(ve.Causes) > 0 {
-		ve = ve.Causes[0]
+// Check validates doc (a decoded document, e.g. a patched one) against s:
+// a 400 *Error "Schema error for <name>: <reason>" (SchemaError) when it
+// fails.
+func (s *Schema) Check(name string, doc any) error {
+	if err := s.sch.Validate(doc); err != nil {
+		return BadRequest("Schema error for %s: %s", name, SchemaError(err, doc))
 	}
-	msg := ve.ErrorKind.LocalizedString(printer)
-	if len(ve.InstanceLocation) > 0 {
-		return "/" + strings.Join(ve.InstanceLocation, "/") + ": " + msg
-	}
-	return msg
+	return nil
 }
 
 // ValueAt returns the value at a JSON instance location (a validation

@@ -43,17 +43,3 @@ var GroupTransitions = map[State][]State{
 	Allocating: {Active, Error},
 	Active:     {Allocating, Error},
 }
-
-// CanMove reports whether table allows from -> to (staying is always
-// allowed: it is no move).
-func CanMove(table map[State][]State, from, to State) bool {
-	if from == to {
-		return true
-	}
-	for _, t := range table[from] {
-		if t == to {
-			return true
-		}
-	}
-	return false
-}

@@ -31,6 +31,8 @@ import (
 func TestCrossSiteWritesRefused(t *testing.T) {
 	t.Parallel()
 	pool, srv := noauthAPI(t, nil)
+	// A live conductor serving fake-hardware: nodes can be created.
+	dbtest.Conductor(t, pool, "conductor-1", 0, true)
 	self := srv.URL // the API's own origin, http://127.0.0.1:port
 
 	formBody := `{"driver": "fake-hardware", "extra": {"k": "="}}`

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
@@ -23,10 +22,12 @@ import (
 	"github.com/metalloc/metalloc/allocgroup"
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/auth/policy"
-	"github.com/metalloc/metalloc/buildinfo"
+	"github.com/metalloc/metalloc/chassis"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor/conductorapi"
 	"github.com/metalloc/metalloc/config"
+	"github.com/metalloc/metalloc/deploytemplate"
+	"github.com/metalloc/metalloc/driver/driverapi"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/port"
 	"github.com/metalloc/metalloc/topology"
@@ -72,34 +73,8 @@ func run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 
-	// systemd (Type=notify): READY=1 once the socket is bound, STOPPING=1
-	// at the stop signal, WATCHDOG=1 when the unit asks for it.
-	sd := cli.StartSystemd(ctx, log)
-	defer sd.Close()
-	// /healthz and /readyz answer before routing and authentication.
-	srv, err := web.NewServer(cfg.API.ServerConfig, web.Health(e, svc.DatabaseCheck()))
-	if err != nil {
-		return err
-	}
-	srv.Malformed = web.IronicMalformed
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve() }()
-	log.Info("metalloc-api listening", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.API.TLS()),
-		zap.String("version", buildinfo.Get().Version))
-	sd.Ready()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	hub.Shutdown() // open waits answer now, streams end
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return svc.ServeHTTP(cli.HTTP{Server: cfg.API.ServerConfig, Handler: e, Malformed: web.IronicMalformed,
+		Stopping: hub.Shutdown}) // open waits answer now, streams end
 }
 
 // accessDefaults are metalloc-api's default access rules: Ironic's, and
@@ -113,8 +88,8 @@ func accessDefaults() []policy.Default {
 // metalloc_db_up, HTTP requests, allocations created, the allocating queue,
 // conductor liveness), request ids and access log, the request
 // timeout and body limit, authentication by authn (/, /v1 and /metrics
-// are public), and the node, port, port group, allocation and conductor
-// routes checked against rules, the topology routes (package topology), and
+// are public), and the node, port, port group, chassis, deploy template,
+// driver, allocation and conductor routes checked against rules, the topology routes (package topology), and
 // the operator page at /ui/ (package ui;
 // its fleet summary is node's GET /v1/ui/fleet).
 func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rules auth.Rules, hub *allocation.Hub, log *zap.Logger) (*echo.Echo, error) {
@@ -177,12 +152,15 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 		},
 	}))
 	e.Use(auth.Middleware(authn, web.IronicPublicRoute, web.IronicAuthFailure))
-	resources := []string{"nodes", "ports", "portgroups", "conductors", "allocations"}
+	resources := []string{"chassis", "nodes", "ports", "portgroups", "drivers", "conductors", "allocations", "deploy_templates", "shards"}
 	web.RegisterIronicRoot(e, cfg.API.PublicEndpoint, resources)
 	v1 := e.Group("/v1", web.IronicVersion())
 	nodes := node.NewStore(pool)
 	node.NewHandler(nodes, node.Deallocator{}, node.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
+		// Nodes are created and changed only for drivers a live conductor
+		// of their group serves, as in Ironic.
+		Driver: node.FakeDriver{Registered: nodes.DriverServed},
 	}).Register(v1)
 	port.NewHandler(port.NewStore(pool), port.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
@@ -198,6 +176,15 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	}).Register(v1)
 	conductorapi.NewHandler(pool, conductorapi.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
+	}).Register(v1)
+	chassis.NewHandler(chassis.NewStore(pool), chassis.HandlerOptions{
+		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
+	}).Register(v1)
+	deploytemplate.NewHandler(deploytemplate.NewStore(pool), deploytemplate.HandlerOptions{
+		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
+	}).Register(v1)
+	driverapi.NewHandler(pool, driverapi.HandlerOptions{
+		PublicEndpoint: cfg.API.PublicEndpoint, Rules: rules,
 	}).Register(v1)
 	topology.NewHandler(pool, topology.HandlerOptions{Rules: rules}).Register(v1)
 	ui.Register(e) // the operator page at /ui/, behind the same authentication

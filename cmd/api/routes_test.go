@@ -141,6 +141,35 @@ func TestRouteRoleTable(t *testing.T) {
 		{"GET", "/v1/nodes/{node}/history/e1", "", [6]int{notFound, notFound, notFound, forbidden, notFound, unauth}},
 		{"GET", "/v1/nodes/{node}/inventory", "", [6]int{notFound, notFound, notFound, forbidden, notFound, unauth}},
 		{"GET", "/v1/nodes/{node}/name", "", [6]int{ok, ok, ok, ok, notFound, unauth}}, // show with fields=name, as Ironic routes it
+		{"GET", "/v1/nodes/{node}/validate", "", [6]int{ok, forbidden, ok, forbidden, notFound, unauth}},
+		{"GET", "/v1/nodes/validate?node={node}", "", [6]int{ok, forbidden, ok, forbidden, notFound, unauth}},
+		{"POST", "/v1/nodes/{node}/vifs", `{"id":"vif-1"}`, [6]int{none, forbidden, none, forbidden, notFound, unauth}},
+		{"DELETE", "/v1/nodes/{node}/vifs/vif-1", "", [6]int{none, forbidden, none, forbidden, notFound, unauth}},
+
+		// Chassis, deploy templates and drivers are the system's: read by
+		// system readers, changed by system admins (chassis by system
+		// members too). The nodes of a chassis are listed as nodes are.
+		{"GET", "/v1/chassis", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+		{"GET", "/v1/chassis/detail", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+		{"POST", "/v1/chassis", `{"description":"x"}`, [6]int{created, forbidden, forbidden, forbidden, forbidden, unauth}},
+		{"GET", "/v1/chassis/{chassis}", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+		{"PATCH", "/v1/chassis/{chassis}", `[{"op":"add","path":"/extra/x","value":"y"}]`, [6]int{ok, forbidden, forbidden, forbidden, forbidden, unauth}},
+		{"DELETE", "/v1/chassis/{chassis}", "", [6]int{none, forbidden, forbidden, forbidden, forbidden, unauth}},
+		{"GET", "/v1/chassis/{chassis}/nodes", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/v1/chassis/{chassis}/nodes/detail", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/v1/deploy_templates", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+		{"POST", "/v1/deploy_templates", `{"name":"CUSTOM_{RAND}","steps":[{"interface":"bios","step":"s","args":{},"priority":1}]}`,
+			[6]int{created, forbidden, forbidden, forbidden, forbidden, unauth}},
+		{"GET", "/v1/deploy_templates/{template}", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+		{"PATCH", "/v1/deploy_templates/{template}", `[{"op":"add","path":"/extra/x","value":"y"}]`, [6]int{ok, forbidden, forbidden, forbidden, forbidden, unauth}},
+		{"DELETE", "/v1/deploy_templates/{template}", "", [6]int{none, forbidden, forbidden, forbidden, forbidden, unauth}},
+		{"GET", "/v1/drivers", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+		{"GET", "/v1/shards", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+		{"GET", "/v1/shards/s1", "", [6]int{notFound, notFound, notFound, notFound, notFound, unauth}},
+		{"GET", "/v1/drivers/fake-hardware", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+		{"GET", "/v1/drivers/fake-hardware/properties", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+		{"GET", "/v1/drivers/fake-hardware/raid/logical_disk_properties", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+		{"GET", "/v1/drivers/fake-hardware/vendor_passthru/methods", "", [6]int{ok, forbidden, forbidden, forbidden, forbidden, unauth}},
 
 		{"POST", "/v1/ports", `{"node_uuid":"{node}","address":"{mac}"}`, [6]int{created, forbidden, forbidden, forbidden, forbidden, unauth}},
 		{"GET", "/v1/ports", "", [6]int{ok, ok, ok, ok, ok, unauth}},
@@ -196,6 +225,8 @@ func TestRouteRoleTable(t *testing.T) {
 	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
 		table = append(table, route{m, "/v1/nodes/{node}/vendor_passthru", "", [6]int{bad, forbidden, forbidden, forbidden, notFound, unauth}})
 		table = append(table, route{m, "/v1/nodes/{node}/vendor_passthru/reset", "", [6]int{bad, forbidden, forbidden, forbidden, notFound, unauth}})
+		table = append(table, route{m, "/v1/drivers/fake-hardware/vendor_passthru", "", [6]int{bad, forbidden, forbidden, forbidden, forbidden, unauth}})
+		table = append(table, route{m, "/v1/drivers/fake-hardware/vendor_passthru/reset", "", [6]int{bad, forbidden, forbidden, forbidden, forbidden, unauth}})
 	}
 	// Conductors are read-only: other methods are 405 to whoever is
 	// authenticated.
@@ -207,6 +238,9 @@ func TestRouteRoleTable(t *testing.T) {
 
 	for _, m := range []string{"POST", "PATCH", "DELETE"} {
 		table = append(table, route{m, "/v1/topology", "", [6]int{405, 405, 405, 405, 405, unauth}})
+	}
+	for _, m := range []string{"POST", "PUT", "PATCH", "DELETE"} {
+		table = append(table, route{m, "/v1/shards", "", [6]int{405, 405, 405, 405, 405, unauth}})
 	}
 
 	// Every registered route has a row.
@@ -238,12 +272,19 @@ func TestRouteRoleTable(t *testing.T) {
 			_, err := pool.Exec(t.Context(), `INSERT INTO ports (uuid, address, node_id) VALUES ($1, $2, $3)`,
 				portUUID, mac(), nodeID)
 			require.NoError(t, err)
+			chassisUUID, templateUUID := uuid.New(), uuid.New()
+			_, err = pool.Exec(t.Context(), `INSERT INTO chassis (uuid) VALUES ($1)`, chassisUUID)
+			require.NoError(t, err)
+			_, err = pool.Exec(t.Context(), `INSERT INTO deploy_templates (uuid, name, steps) VALUES ($1, $2, '[{"interface":"bios","step":"s","args":{},"priority":1}]')`,
+				templateUUID, "CUSTOM_"+strings.ToUpper(strings.ReplaceAll(templateUUID.String(), "-", "_")))
+			require.NoError(t, err)
 			groupUUID := uuid.New()
 			_, err = pool.Exec(t.Context(), `INSERT INTO allocation_groups (uuid, count, resource_class, owner, state, last_error)
 				VALUES ($1, 1, 'gold', $2, 'error', 'no room')`, groupUUID, ownerProject)
 			require.NoError(t, err)
 			repl := strings.NewReplacer("{node}", nodeUUID.String(), "{alloc}", allocUUID.String(), "{rand}", rnd, "{group}", groupUUID.String(),
-				"{port}", portUUID.String(), "{pg}", pgUUID.String(), "{mac}", mac())
+				"{port}", portUUID.String(), "{pg}", pgUUID.String(), "{mac}", mac(), "{chassis}", chassisUUID.String(),
+				"{template}", templateUUID.String(), "{RAND}", strings.ToUpper(strings.ReplaceAll(rnd, "-", "_")))
 			req, err := http.NewRequest(r.method, srv.URL+repl.Replace(r.path), strings.NewReader(repl.Replace(r.body)))
 			require.NoError(t, err)
 			req.Header.Set("X-OpenStack-Ironic-API-Version", "1.82")
@@ -283,8 +324,20 @@ func keystoneDefaults(t *testing.T) (config.Config, auth.Rules) {
 
 // routePattern turns a table path into echo's route pattern.
 func routePattern(path string) string {
-	path = strings.NewReplacer("{node}", ":ident", "{alloc}", ":ident", "{port}", ":ident", "{pg}", ":ident", "{group}", ":ident").Replace(path)
+	path = strings.NewReplacer("{node}", ":ident", "{alloc}", ":ident", "{port}", ":ident", "{pg}", ":ident", "{group}", ":ident",
+		"{chassis}", ":ident", "{template}", ":ident").Replace(path)
+	path, _, _ = strings.Cut(path, "?")
 	switch {
+	case strings.HasPrefix(path, "/v1/drivers/fake-hardware"):
+		path = strings.Replace(path, "fake-hardware", ":name", 1)
+		if path == "/v1/drivers/:name/vendor_passthru/reset" {
+			return "/v1/drivers/:name/vendor_passthru/:method"
+		}
+		return path
+	case path == "/v1/shards/s1":
+		return "/v1/shards/:name"
+	case strings.HasPrefix(path, "/v1/nodes/:ident/vifs/"):
+		return "/v1/nodes/:ident/vifs/:vif"
 	case strings.HasPrefix(path, "/v1/conductors/"):
 		return "/v1/conductors/:hostname"
 	case strings.HasPrefix(path, "/ui/"):

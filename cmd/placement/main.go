@@ -4,20 +4,15 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/spf13/cobra"
-	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/auth/policy"
-	"github.com/metalloc/metalloc/buildinfo"
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/config"
 	"github.com/metalloc/metalloc/placement"
@@ -92,31 +87,5 @@ func run(cmd *cobra.Command, _ []string) error {
 		Metrics:                       reg,
 	}).Register(e)
 
-	// systemd (Type=notify): READY=1 once the socket is bound, STOPPING=1
-	// at the stop signal, WATCHDOG=1 when the unit asks for it.
-	sd := cli.StartSystemd(ctx, log)
-	defer sd.Close()
-	// /healthz and /readyz answer before routing and authentication.
-	srv, err := web.NewServer(cfg.Placement.ServerConfig, web.Health(e, svc.DatabaseCheck()))
-	if err != nil {
-		return err
-	}
-	srv.Malformed = web.PlacementMalformed
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve() }()
-	log.Info("metalloc-placement listening", zap.String("listen", srv.Addr()), zap.Bool("tls", cfg.Placement.TLS()),
-		zap.String("version", buildinfo.Get().Version))
-	sd.Ready()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return svc.ServeHTTP(cli.HTTP{Server: cfg.Placement.ServerConfig, Handler: e, Malformed: web.PlacementMalformed})
 }

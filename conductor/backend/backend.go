@@ -26,10 +26,12 @@ type Backend interface {
 	// Rows.Owned).
 	Claim(ctx context.Context, me int64, n int) (reserved, rest []Claimed, err error)
 	// Process reserves a node for owned row c or moves it to error: Reserved,
-	// Failed, or Lost (no longer me's, nothing written); an error only when
-	// the database or Placement is unreachable or ctx ends, the row staying
-	// owned.
-	Process(ctx context.Context, me int64, c Claimed) (Outcome, error)
+	// Failed, Lost (no longer me's, nothing written), or Waiting: every
+	// node that fits c is locked by others right now, nothing was written,
+	// and c.Wait says when to call Process again with c (Wait). An error
+	// only when the database or Placement is unreachable or ctx ends, the
+	// row staying owned.
+	Process(ctx context.Context, me int64, c *Claimed) (Outcome, error)
 }
 
 // GroupBackend places the allocation groups a conductor owns:
@@ -51,6 +53,20 @@ type Claimed struct {
 	Owner          *string
 	Traits         []string
 	CreatedAt      time.Time
+	// Wait is the row's wait for a locked node, kept by Process between
+	// the calls that return Waiting.
+	Wait Wait
+}
+
+// normalize gives c the shapes the statements take: no traits is an empty
+// list, no candidate_nodes is NULL.
+func (c *Claimed) normalize() {
+	if c.Traits == nil {
+		c.Traits = []string{}
+	}
+	if len(c.CandidateNodes) == 0 {
+		c.CandidateNodes = nil
+	}
 }
 
 // ClaimedGroup is an allocation group a conductor owns and must process.
@@ -80,10 +96,14 @@ const (
 	// Lost: the allocation is no longer this conductor's (taken over or
 	// deleted); nothing was written.
 	Lost
+	// Waiting: every node that fits the allocation is locked by others
+	// right now; nothing was written. Process it again after its
+	// Claimed.Wait.Retry (Backend.Process only).
+	Waiting
 )
 
 func (o Outcome) String() string {
-	return [...]string{"reserved", "failed", "lost"}[o]
+	return [...]string{"reserved", "failed", "lost", "waiting"}[o]
 }
 
 // ErrClaimedUnread is wrapped by a claim's error when rows were claimed but
@@ -115,7 +135,8 @@ func readClaimed(ctx context.Context, q *Queries, me int64, ids []int64) ([]Clai
 
 // claimedOf is a Claimed from its row of allocation_requests.
 func claimedOf(r AllocationRequest) Claimed {
-	return Claimed{r.ID, r.Uuid, r.Name, r.ResourceClass, r.CandidateNodes, r.Owner, r.Traits, r.CreatedAt}
+	return Claimed{ID: r.ID, UUID: r.Uuid, Name: r.Name, ResourceClass: r.ResourceClass,
+		CandidateNodes: r.CandidateNodes, Owner: r.Owner, Traits: r.Traits, CreatedAt: r.CreatedAt}
 }
 
 // ReadGroups returns those of the allocation groups ids that are still

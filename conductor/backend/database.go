@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -20,16 +21,21 @@ type Database struct {
 	pool *pgxpool.Pool
 	q    *Queries
 	log  *zap.Logger
-	// LockedWait bounds how long Process keeps retrying while every fitting
-	// node is locked by concurrent reservations or updates, before it moves
-	// the allocation to error (default 2s; conductor.locked_node_wait).
+	// LockedWait bounds how long a row waits (Process returning Waiting)
+	// while every fitting node is locked by concurrent reservations or
+	// updates, before it moves the allocation to error (default 2s;
+	// conductor.locked_node_wait).
 	LockedWait time.Duration
-	// LockedBackoff is the first wait between such retries, doubled each time
-	// up to 16x (default 5 ms).
+	// LockedBackoff is the first wait between such attempts, doubled each
+	// time up to 16x (default 5 ms); set it before the first Process.
 	LockedBackoff time.Duration
+	// locked is the kinds of request whose fitting nodes were all locked
+	// at their last attempt (made from LockedBackoff at the first Process).
+	locked     *lockedKinds
+	lockedOnce sync.Once
 }
 
-// NewDatabase returns an Database on pool.
+// NewDatabase returns a Database on pool.
 func NewDatabase(pool *pgxpool.Pool, log *zap.Logger) *Database {
 	return &Database{pool: pool, q: New(pool), log: log, LockedWait: 2 * time.Second, LockedBackoff: 5 * time.Millisecond}
 }
@@ -74,65 +80,72 @@ func splitClaimed(ctx context.Context, q *Queries, me int64, rows []ClaimReserve
 }
 
 // Process reserves a node for c on behalf of conductor me, or moves c to error
-// with a last_error a person can act on. Each attempt is one short
+// with a last_error a person can act on. It makes one attempt, one short
 // transaction (reserveOnce): pick and lock a free matching node without
 // waiting for nodes others hold, then activate the allocation, guarded by
-// conductor_affinity = me, together with the node. When every fitting node is
-// momentarily locked by others it backs off and tries again. It returns an
-// error only when the database is unreachable or ctx ends; the row then stays
-// allocating and owned, to be resumed.
-func (a *Database) Process(ctx context.Context, me int64, c Claimed) (Outcome, error) {
+// conductor_affinity = me, together with the node. When every fitting node
+// is locked by others right now it returns Waiting, c.Wait saying when to
+// try again (Wait): the rows of one kind of request wait for one attempt
+// at a time (lockedKinds: the first waits LockedBackoff, doubled while the
+// nodes stay locked, up to 16x), and a row that has waited LockedWait goes
+// to error after a last attempt. It returns an error only when the
+// database is unreachable or ctx ends; the row then stays allocating and
+// owned, to be resumed.
+func (a *Database) Process(ctx context.Context, me int64, c *Claimed) (Outcome, error) {
 	log := a.log.With(zap.Stringer("allocation", c.UUID))
-	if c.Traits == nil {
-		c.Traits = []string{}
-	}
-	if len(c.CandidateNodes) == 0 {
-		c.CandidateNodes = nil
-	}
-	backoff := a.LockedBackoff
-	began := time.Now()
-	var lastFit int64
-	for attempt := 0; ; attempt++ {
-		node, err := a.reserveOnce(ctx, me, c, attempt == 0)
-		switch {
-		case err == nil:
-			log.Debug("reserved node", zap.Stringer("node", node), zap.Int("attempt", attempt))
-			return Reserved, nil
-		case errors.Is(err, errLost):
-			log.Info("allocation no longer owned by this conductor; dropping it")
-			return Lost, nil
-		case errors.Is(err, errNoNode):
-			stats, serr := a.q.FitStats(ctx, FitStatsParams{
-				ResourceClass: c.ResourceClass, Candidates: c.CandidateNodes, Owner: c.Owner, Traits: c.Traits,
-			})
-			if serr != nil {
-				return a.transient(ctx, c, serr)
-			}
-			if stats.Fitting == 0 {
-				return a.failNoFit(ctx, me, c, stats)
-			}
-			lastFit = stats.Fitting
-		case db.IsUniqueViolation(err, "nodes_instance_uuid_key"):
-			return a.fail(ctx, me, c, fmt.Sprintf(
-				"instance %s is already associated with another node (its uuid is some node's instance_uuid)", c.UUID))
-		case db.IsUnavailable(err) || ctx.Err() != nil:
-			return a.transient(ctx, c, err)
-		default:
-			// A race with a concurrent writer on the chosen node: the next
-			// attempt picks again.
-			log.Warn("reservation attempt failed; retrying", zap.Error(err))
+	c.normalize()
+	a.lockedOnce.Do(func() { a.locked = newLockedKinds(a.LockedBackoff, 16*a.LockedBackoff) })
+	kind, now := kindOf(c), time.Now()
+	if c.Wait.Waiting() && !c.Wait.expired(now, a.LockedWait) {
+		if left, fit, ok := a.locked.wait(kind, now); ok {
+			return a.wait(ctx, me, c, now, fit, left)
 		}
-		if time.Since(began) >= a.LockedWait {
-			return a.fail(ctx, me, c, fmt.Sprintf(
-				"could not reserve any of %d suitable nodes: they stayed locked by concurrent reservations or updates", lastFit))
-		}
-		select {
-		case <-ctx.Done():
-			return a.transient(ctx, c, ctx.Err())
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, a.LockedBackoff*16)
 	}
+	node, err := a.reserveOnce(ctx, me, *c, !c.Wait.tried)
+	c.Wait.tried = true
+	switch {
+	case err == nil:
+		a.locked.free(kind)
+		log.Debug("reserved node", zap.Stringer("node", node), zap.Bool("waited", c.Wait.Waiting()))
+		return Reserved, nil
+	case errors.Is(err, errLost):
+		log.Info("allocation no longer owned by this conductor; dropping it")
+		return Lost, nil
+	case errors.Is(err, errNoNode):
+		stats, serr := a.q.FitStats(ctx, FitStatsParams{
+			ResourceClass: c.ResourceClass, Candidates: c.CandidateNodes, Owner: c.Owner, Traits: c.Traits,
+		})
+		if serr != nil {
+			return a.transient(ctx, *c, serr)
+		}
+		if stats.Fitting == 0 {
+			return a.failNoFit(ctx, me, *c, stats)
+		}
+		return a.wait(ctx, me, c, now, stats.Fitting, a.locked.locked(kind, stats.Fitting, now))
+	case db.IsUniqueViolation(err, "nodes_instance_uuid_key"):
+		return a.fail(ctx, me, *c, fmt.Sprintf(
+			"instance %s is already associated with another node (its uuid is some node's instance_uuid)", c.UUID))
+	case db.IsUnavailable(err) || ctx.Err() != nil:
+		return a.transient(ctx, *c, err)
+	default:
+		// A race with a concurrent writer on the chosen node: the next
+		// attempt picks again.
+		log.Warn("reservation attempt failed; retrying", zap.Error(err))
+		return a.wait(ctx, me, c, now, c.Wait.fit, a.LockedBackoff)
+	}
+}
+
+// wait makes c wait (Waiting) for retry, fit nodes fitting it; once it has
+// waited LockedWait it fails c instead.
+func (a *Database) wait(ctx context.Context, me int64, c *Claimed, now time.Time, fit int64, retry time.Duration) (Outcome, error) {
+	if fit > 0 {
+		c.Wait.fit = fit
+	}
+	if waitFor(c, now, retry, a.LockedWait) {
+		return Waiting, nil
+	}
+	return a.fail(ctx, me, *c, fmt.Sprintf(
+		"could not reserve any of %d suitable nodes: they stayed locked by concurrent reservations or updates", c.Wait.fit))
 }
 
 var (
@@ -226,21 +239,18 @@ func noFit(c Claimed, s FitStatsRow) (reason, detail string) {
 	return reason, "no node fits: " + describe(c, s)
 }
 
-// describe says how many nodes each filter left, in order.
+// describe says how many nodes each filter left, in order. With an owner
+// only its nodes (owned by or leased to it) are counted, from the first
+// count on: the owner's members read last_error, and other projects'
+// nodes are none of their business.
 func describe(c Claimed, s FitStatsRow) string {
-	parts := []string{
-		fmt.Sprintf("%d of resource class %s", s.WithClass, c.ResourceClass),
-		fmt.Sprintf("%d available", s.Available),
+	class := fmt.Sprintf("%d of resource class %s", s.WithClass, c.ResourceClass)
+	if c.Owner != nil {
+		class += " owned by or leased to " + *c.Owner
 	}
-	if len(c.CandidateNodes) > 0 || c.Owner != nil {
-		var what []string
-		if len(c.CandidateNodes) > 0 {
-			what = append(what, fmt.Sprintf("among the %d candidate_nodes", len(c.CandidateNodes)))
-		}
-		if c.Owner != nil {
-			what = append(what, fmt.Sprintf("owned by or leased to %s", *c.Owner))
-		}
-		parts = append(parts, fmt.Sprintf("%d %s", s.Candidates, strings.Join(what, " and ")))
+	parts := []string{class, fmt.Sprintf("%d available", s.Available)}
+	if len(c.CandidateNodes) > 0 {
+		parts = append(parts, fmt.Sprintf("%d among the %d candidate_nodes", s.Candidates, len(c.CandidateNodes)))
 	}
 	if len(c.Traits) > 0 {
 		parts = append(parts, fmt.Sprintf("%d with traits %s", s.Fitting, strings.Join(c.Traits, ", ")))

@@ -31,13 +31,8 @@ func setup(t *testing.T) *fixture {
 	return &fixture{t: t, pool: pool, q: New(pool), aq: allocation.New(pool)}
 }
 
-func (f *fixture) conductor(name string) int64 {
-	var id int64
-	err := f.pool.QueryRow(context.Background(),
-		`INSERT INTO conductors (hostname) VALUES ($1) RETURNING id`, name).Scan(&id)
-	require.NoError(f.t, err)
-	return id
-}
+// conductor registers a live conductor named name.
+func (f *fixture) conductor(name string) int64 { return dbtest.Conductor(f.t, f.pool, name, 0, true) }
 
 // node adds an available, powered node.
 func (f *fixture) node(name, rc string, traits ...string) int64 {
@@ -56,8 +51,11 @@ func (f *fixture) allocation(name *string, rc string, traits ...string) allocati
 	return row
 }
 
+// get reads allocation id as the API shows it.
 func (f *fixture) get(id int64) allocation.View {
-	v, err := allocation.NewStore(f.pool).GetByID(context.Background(), id)
+	var u uuid.UUID
+	require.NoError(f.t, f.pool.QueryRow(context.Background(), `SELECT uuid FROM allocations WHERE id = $1`, id).Scan(&u))
+	v, err := allocation.NewStore(f.pool).Get(context.Background(), u.String())
 	require.NoError(f.t, err)
 	return v
 }
@@ -87,7 +85,7 @@ func drain(t *testing.T, a *Database, me int64) {
 			return
 		}
 		for _, c := range claimed {
-			_, err := a.Process(ctx, me, c)
+			_, err := settle(ctx, a, me, c)
 			require.NoError(t, err)
 		}
 	}
@@ -195,7 +193,7 @@ func TestProcessIsGuardedByConductorAffinity(t *testing.T) {
 		`UPDATE allocations SET conductor_affinity = $1 WHERE id = $2 AND conductor_affinity = $3`, other, row.ID, me)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
-	out, err := a.Process(context.Background(), me, claimed[0])
+	out, err := settle(context.Background(), a, me, claimed[0])
 	require.NoError(t, err)
 	require.Equal(t, Lost, out)
 	v := f.get(row.ID)
@@ -241,7 +239,7 @@ func TestClaimReserveBatch(t *testing.T) {
 	}
 	for _, c := range rest {
 		require.Equal(t, allocation.StateAllocating, f.get(c.ID).State)
-		out, err := a.Process(ctx, me, c)
+		out, err := settle(ctx, a, me, c)
 		require.NoError(t, err)
 		require.Equal(t, Failed, out)
 		require.Contains(t, *f.get(c.ID).LastError, "no node fits")

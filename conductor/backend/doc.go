@@ -15,6 +15,10 @@
 //     transaction per attempt), the failure with a last_error a person can
 //     act on (markFailed, noFit: Ironic's sentences and the count each
 //     filter left);
+//   - wait.go: a row's wait while every node that fits it is locked (Wait:
+//     Process answers Waiting, the conductor calls again when it is due),
+//     one attempt at a time for the rows of one kind (lockedKinds), shared
+//     by both backends;
 //   - placement.go, placement_local.go, placement_group.go: the placement
 //     backend (Placement) in both modes: over HTTP (selections from the
 //     scheduler, PUT /allocations, then metalloc_reserve) and local

@@ -23,14 +23,21 @@ type noFitCase struct {
 }
 
 func noFitCases() []noFitCase {
-	p1 := "p1"
+	p1, p2 := "p1", "p2"
 	return []noFitCase{
 		{name: "class all in maintenance", rc: "silver",
 			want: "no available nodes match the resource class silver. (no node fits: 1 of resource class silver, 0 available)"},
 		{name: "class without nodes", rc: "bronze",
 			want: "no available nodes match the resource class bronze. (no node fits: 0 of resource class bronze, 0 available)"},
+		// Only the owner's nodes are counted: its members read last_error,
+		// the fleet's other nodes are none of their business.
 		{name: "owner owns none", rc: "gold", owner: &p1,
-			want: "no available nodes match the resource class gold. (no node fits: 3 of resource class gold, 2 available, 0 owned by or leased to p1)"},
+			want: "no available nodes match the resource class gold. (no node fits: 0 of resource class gold owned by or leased to p1, 0 available)"},
+		{name: "owner's nodes unavailable", rc: "gold", owner: &p2,
+			want: "no available nodes match the resource class gold. (no node fits: 1 of resource class gold owned by or leased to p2, 0 available)"},
+		{name: "owner's candidates", rc: "gold", owner: &p2, candidates: []string{"gold-0", "gold-2"},
+			want: "none of the requested nodes are available and match the resource class gold. " +
+				"(no node fits: 1 of resource class gold owned by or leased to p2, 0 available, 0 among the 2 candidate_nodes)"},
 		{name: "candidates unavailable", rc: "gold", candidates: []string{"gold-2"},
 			want: "none of the requested nodes are available and match the resource class gold. " +
 				"(no node fits: 3 of resource class gold, 2 available, 0 among the 1 candidate_nodes)"},
@@ -47,8 +54,8 @@ func noFitCases() []noFitCase {
 }
 
 // noFitNodes enrols the nodes noFitCases expect: gold-0 (CUSTOM_A), gold-1
-// (CUSTOM_A, CUSTOM_B), gold-2 (CUSTOM_A, in maintenance), silver-0 (in
-// maintenance), each with add (a node alone, or with its provider). It
+// (CUSTOM_A, CUSTOM_B), gold-2 (CUSTOM_A, in maintenance, leased to p2),
+// silver-0 (in maintenance), each with add (a node alone, or with its provider). It
 // returns the nodes' uuids by name.
 func noFitNodes(t *testing.T, f *fixture, add func(name, rc string, traits ...string)) map[string]uuid.UUID {
 	add("gold-0", "gold", "CUSTOM_A")
@@ -57,6 +64,8 @@ func noFitNodes(t *testing.T, f *fixture, add func(name, rc string, traits ...st
 	add("silver-0", "silver")
 	ctx := context.Background()
 	_, err := f.pool.Exec(ctx, `UPDATE nodes SET maintenance = true WHERE name IN ('gold-2', 'silver-0')`)
+	require.NoError(t, err)
+	_, err = f.pool.Exec(ctx, `UPDATE nodes SET lessee = 'p2' WHERE name = 'gold-2'`)
 	require.NoError(t, err)
 	rows, err := f.pool.Query(ctx, `SELECT name, uuid FROM nodes`)
 	require.NoError(t, err)
@@ -100,7 +109,7 @@ func TestReserveNoFitIronicSentences(t *testing.T) {
 		row := noFitAllocation(t, f, tc, nodes)
 		claimed := claim(t, a, me, 1)
 		require.Len(t, claimed, 1, tc.name)
-		out, err := a.Process(context.Background(), me, claimed[0])
+		out, err := settle(context.Background(), a, me, claimed[0])
 		require.NoError(t, err, tc.name)
 		require.Equal(t, Failed, out, tc.name)
 		v := f.get(row.ID)
@@ -119,7 +128,7 @@ func TestPlacementNoFitIronicSentences(t *testing.T) {
 	for _, tc := range noFitCases() {
 		row := noFitAllocation(t, f.fixture, tc, nodes)
 		ids = append(ids, row.ID)
-		out, err := a.Process(context.Background(), me, f.claim(row.ID, me))
+		out, err := settle(context.Background(), a, me, f.claim(row.ID, me))
 		require.NoError(t, err, tc.name)
 		require.Equal(t, Failed, out, tc.name)
 		v := f.get(row.ID)

@@ -36,9 +36,10 @@ type PlacementConfig struct {
 	// candidates, each time trying the chosen node and its alternates,
 	// before it goes to error (default 3).
 	MaxAttempts int
-	// LockedWait bounds how long Process keeps trying in-process while
-	// every selection is a node concurrent claims hold or just took
-	// (default 2s; conductor.locked_node_wait), as the database backend.
+	// LockedWait bounds how long a row waits (Process returning Waiting)
+	// in mode local while every selection is a node concurrent claims hold
+	// or just took (default 2s; conductor.locked_node_wait), as the
+	// database backend.
 	LockedWait time.Duration
 	// Mode is PlacementModeAuto (the default), PlacementModeLocal or
 	// PlacementModeHTTP: whether claims run in-process, in the node
@@ -72,6 +73,10 @@ type Placement struct {
 	mode modeState
 	// lockedWait is PlacementConfig.LockedWait.
 	lockedWait time.Duration
+	// locked is the kinds of request whose every selection was locked at
+	// their last attempt in mode local, or whose fitting nodes Placement
+	// did not offer yet (unmirrored, either mode).
+	locked *lockedKinds
 }
 
 // NewPlacement returns a Placement on pool and the
@@ -90,6 +95,7 @@ func NewPlacement(pool *pgxpool.Pool, pc *client.Client, cfg PlacementConfig, lo
 	cands := &cachedCandidates{inner: placement.NewLocal(pool), byKey: map[string]*candidateEntry{}}
 	p := &Placement{
 		pool: pool, q: q, pc: pc, log: log, maxAttempts: cfg.MaxAttempts, lockedWait: cfg.LockedWait,
+		locked: newLockedKinds(5*time.Millisecond, 80*time.Millisecond),
 		sched: &scheduler.Scheduler{Client: pc, Hostname: cfg.Hostname, MaxAlternates: max(cfg.MaxAlternates, 0),
 			Filter: fitFilter{q}},
 		localSched: &scheduler.Scheduler{Client: cands, Hostname: cfg.Hostname,
@@ -169,19 +175,24 @@ func (e *placementRefused) Unwrap() error { return e.err }
 // metalloc-placement's search in-process and each selection is claimed by
 // claimLocal: the claim log, the reservation and the Placement write in one
 // transaction, rolled back whole on a refusal; while every selection is a
-// node concurrent claims hold, it keeps trying for LockedWait.
-func (p *Placement) Process(ctx context.Context, me int64, c Claimed) (Outcome, error) {
-	log := p.log.With(zap.Stringer("allocation", c.UUID))
-	if c.Traits == nil {
-		c.Traits = []string{}
-	}
-	if len(c.CandidateNodes) == 0 {
-		c.CandidateNodes = nil
-	}
+// node concurrent claims hold, it returns Waiting, as the database backend
+// does, until the row has waited LockedWait (the rows of one kind of
+// request waiting for one attempt at a time: lockedKinds). In either mode,
+// a row for which Placement offers nothing while the database has nodes
+// that fit it (not mirrored yet) waits the same way (unmirrored).
+func (p *Placement) Process(ctx context.Context, me int64, cp *Claimed) (Outcome, error) {
+	log := p.log.With(zap.Stringer("allocation", cp.UUID))
+	cp.normalize()
+	c := *cp
 	spec := scheduler.RequestSpec{InstanceUUID: c.UUID, ResourceClass: c.ResourceClass, Traits: c.Traits,
 		CandidateNodes: c.CandidateNodes, Owner: c.Owner}
 	local := p.Local(ctx)
-	began, backoff := time.Now(), 5*time.Millisecond
+	kind, now := kindOf(cp), time.Now()
+	if cp.Wait.Waiting() && !cp.Wait.expired(now, p.lockedWait) {
+		if left, _, ok := p.locked.wait(kind, now); ok && waitFor(cp, now, left, p.lockedWait) {
+			return Waiting, nil
+		}
+	}
 	var tried, taken, changed int
 	for attempt := 1; attempt <= p.maxAttempts; attempt++ {
 		if local && attempt > 1 {
@@ -195,20 +206,17 @@ func (p *Placement) Process(ctx context.Context, me int64, c Claimed) (Outcome, 
 			if attempt == 1 {
 				// Fitting nodes the database has but Placement does not
 				// offer yet (a node made available a moment ago, before
-				// the tracker mirrored it): wait for them, as for locked
-				// nodes, for up to LockedWait.
-				if wait, err := p.unmirrored(ctx, c, began); err != nil {
-					return p.trouble(ctx, me, c, err)
-				} else if wait {
-					if err := sleepCtx(ctx, backoff); err != nil {
-						return p.trouble(ctx, me, c, err)
-					}
-					backoff = min(2*backoff, 80*time.Millisecond)
+				// the tracker mirrored it): the row waits for them
+				// (Waiting), as for locked nodes, up to LockedWait.
+				wait, werr := p.unmirrored(ctx, cp, now)
+				if werr != nil {
+					return p.trouble(ctx, me, c, werr)
+				}
+				if wait {
 					if local {
 						p.localCands.forget()
 					}
-					attempt--
-					continue
+					return Waiting, nil
 				}
 				return p.failNoFit(ctx, me, c, err)
 			}
@@ -234,6 +242,7 @@ func (p *Placement) Process(ctx context.Context, me int64, c Claimed) (Outcome, 
 			}
 			switch st {
 			case stepReserved:
+				p.locked.free(kind)
 				log.Debug("reserved node through Placement", zap.Stringer("node", sel.ComputeNodeUUID),
 					zap.Int("attempt", attempt), zap.Int("tried", tried))
 				return Reserved, nil
@@ -251,18 +260,13 @@ func (p *Placement) Process(ctx context.Context, me int64, c Claimed) (Outcome, 
 			log.Debug("selection not claimed; trying the next one", zap.Stringer("node", sel.ComputeNodeUUID),
 				zap.Bool("taken_in_placement", st == stepTaken))
 		}
-		if local && attempt == p.maxAttempts && taken == 0 && time.Since(began) < p.lockedWait {
+		if local && attempt == p.maxAttempts && taken == 0 &&
+			waitFor(cp, now, p.locked.locked(kind, 0, now), p.lockedWait) {
 			// In-process, every selection was a node locked or reserved
 			// by a concurrent claim a moment ago (nothing taken in
-			// Placement): as the database backend, keep trying for
-			// lockedWait, backing off, with fresh candidates.
-			select {
-			case <-ctx.Done():
-				return p.trouble(ctx, me, c, ctx.Err())
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 80*time.Millisecond)
-			attempt--
+			// Placement): as the database backend, wait (Waiting) up to
+			// lockedWait and try again with fresh candidates.
+			return Waiting, nil
 		}
 	}
 	return p.fail(ctx, me, c, fmt.Sprintf(
@@ -433,28 +437,23 @@ func (p *Placement) trouble(ctx context.Context, me int64, c Claimed, err error)
 	return Lost, fmt.Errorf("processing allocation %s: %w", c.UUID, err)
 }
 
-// unmirrored reports whether c should wait for Placement to offer a node:
-// less than LockedWait has passed since began and the database has nodes
-// that fit c, which Placement does not offer (the resource tracker
-// mirrors a node a moment after it changes).
-func (p *Placement) unmirrored(ctx context.Context, c Claimed, began time.Time) (bool, error) {
-	if time.Since(began) >= p.lockedWait {
+// unmirrored reports whether c should wait (Waiting, c.Wait saying when
+// to try again) for Placement to offer a node: the database has nodes that
+// fit c, which Placement does not offer (the resource tracker mirrors a
+// node a moment after it changes), and c has waited less than LockedWait
+// since its first wait. The rows of c's kind then wait for one probe at a
+// time (lockedKinds), as rows waiting for locked nodes do.
+func (p *Placement) unmirrored(ctx context.Context, c *Claimed, now time.Time) (bool, error) {
+	if c.Wait.expired(now, p.lockedWait) {
 		return false, nil
 	}
 	stats, err := p.q.FitStats(ctx, FitStatsParams{
 		ResourceClass: c.ResourceClass, Candidates: c.CandidateNodes, Owner: c.Owner, Traits: c.Traits,
 	})
-	return stats.Fitting > 0, err
-}
-
-// sleepCtx waits d or until ctx ends (its error).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
+	if err != nil || stats.Fitting == 0 {
+		return false, err
 	}
+	return waitFor(c, now, p.locked.locked(kindOf(c), stats.Fitting, now), p.lockedWait), nil
 }
 
 // failNoFit fails c when Placement offered no node on the first attempt or

@@ -116,7 +116,7 @@ func BenchmarkPlacementProcess(b *testing.B) {
 					wg.Go(func() {
 						for i := range next {
 							start := time.Now()
-							out, err := pa.Process(ctx, w.me, w.claims[i])
+							out, err := settle(ctx, pa, w.me, w.claims[i])
 							lat[i] = time.Since(start)
 							if err != nil || out != Reserved {
 								mu.Lock()
@@ -175,7 +175,7 @@ func BenchmarkPlacementClaimBatch(b *testing.B) {
 						batched += len(reserved)
 						mu.Unlock()
 						for _, c := range rest {
-							out, err := pa.Process(ctx, w.me, c)
+							out, err := settle(ctx, pa, w.me, c)
 							if err != nil || out != Reserved {
 								mu.Lock()
 								failed = append(failed, fmt.Sprintf("%s: %v", out, err))

@@ -68,7 +68,7 @@ func TestPlacementLocalReserves(t *testing.T) {
 	me := f.conductor("c1")
 	a := f.allocatorMode("c1", PlacementModeLocal)
 	row := f.allocation(nil, "baremetal.gold", "CUSTOM_FAST")
-	out, err := a.Process(ctx, me, f.claim(row.ID, me))
+	out, err := settle(ctx, a, me, f.claim(row.ID, me))
 	require.NoError(t, err)
 	require.Equal(t, Reserved, out)
 	v := f.get(row.ID)
@@ -97,7 +97,7 @@ func TestPlacementLocalReserves(t *testing.T) {
 	require.GreaterOrEqual(t, len(reserved), 2)
 	failed := 0
 	for _, c := range rest {
-		out, err = a.Process(ctx, me, c)
+		out, err = settle(ctx, a, me, c)
 		require.NoError(t, err)
 		if out == Failed {
 			failed++
@@ -158,7 +158,7 @@ func TestPlacementLocalRace(t *testing.T) {
 				reserved, rest := a.ClaimBatch(ctx, me, claimed)
 				batched.Add(int64(len(reserved)))
 				for _, c := range rest {
-					_, err := a.Process(ctx, me, c)
+					_, err := settle(ctx, a, me, c)
 					require.NoError(t, err)
 				}
 			}
@@ -316,7 +316,7 @@ func TestPlacementClaimReserveLocal(t *testing.T) {
 		outs[c.ID] = Reserved
 	}
 	for _, c := range rest2 {
-		out, err := a.Process(ctx, me, c)
+		out, err := settle(ctx, a, me, c)
 		require.NoError(t, err)
 		outs[c.ID] = out
 	}

@@ -162,7 +162,7 @@ func TestPlacementProcessReserves(t *testing.T) {
 	me := f.conductor("c1")
 	a := f.allocator("c1")
 	row := f.allocation(nil, "baremetal.gold", "CUSTOM_FAST")
-	out, err := a.Process(context.Background(), me, f.claim(row.ID, me))
+	out, err := settle(context.Background(), a, me, f.claim(row.ID, me))
 	require.NoError(t, err)
 	require.Equal(t, Reserved, out)
 	v := f.get(row.ID)
@@ -187,7 +187,7 @@ func TestPlacementProcessReserves(t *testing.T) {
 	r2, err := f.aq.CreateAllocation(context.Background(), allocation.CreateAllocationParams{Uuid: uuid.New(), ResourceClass: "baremetal.gold",
 		Extra: []byte("{}"), State: allocation.StateAllocating, Traits: []string{}, Owner: &owner})
 	require.NoError(t, err)
-	out, err = a.Process(context.Background(), me, f.claim(r2.ID, me))
+	out, err = settle(context.Background(), a, me, f.claim(r2.ID, me))
 	require.NoError(t, err)
 	require.Equal(t, Reserved, out)
 	v2 := f.get(r2.ID)
@@ -219,7 +219,7 @@ func TestPlacementProcessNoFit(t *testing.T) {
 	} {
 		row := f.allocation(nil, tc.rc, tc.traits...)
 		ids = append(ids, row.ID)
-		out, err := a.Process(ctx, me, f.claim(row.ID, me))
+		out, err := settle(ctx, a, me, f.claim(row.ID, me))
 		require.NoError(t, err)
 		v := f.get(row.ID)
 		if tc.msg == "" {
@@ -239,7 +239,7 @@ func TestPlacementProcessNoFit(t *testing.T) {
 	require.NoError(t, err)
 	row := f.allocation(nil, "silver")
 	ids = append(ids, row.ID)
-	out, err := a.Process(ctx, me, f.claim(row.ID, me))
+	out, err := settle(ctx, a, me, f.claim(row.ID, me))
 	require.NoError(t, err)
 	require.Equal(t, Failed, out)
 	require.Contains(t, *f.get(row.ID).LastError, "all nodes were filtered out during reservation. (no node fits in Placement: ")
@@ -268,7 +268,7 @@ func TestPlacementProcessRace(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, err := a.Process(context.Background(), me, c)
+				_, err := settle(context.Background(), a, me, c)
 				require.NoError(t, err)
 			}()
 		}
@@ -337,7 +337,7 @@ func TestPlacementProcessAlternates(t *testing.T) {
 		}
 	}}
 	row := f.allocation(nil, "gold")
-	out, err := a.Process(ctx, me, f.claim(row.ID, me))
+	out, err := settle(ctx, a, me, f.claim(row.ID, me))
 	require.NoError(t, err)
 	require.Equal(t, Reserved, out)
 	require.Equal(t, free, *f.get(row.ID).NodeUUID)
@@ -360,7 +360,7 @@ func TestPlacementProcessAlternates(t *testing.T) {
 	}}
 	stolen = nil
 	row2 := f.allocation(nil, "gold")
-	out, err = a.Process(ctx, me, f.claim(row2.ID, me))
+	out, err = settle(ctx, a, me, f.claim(row2.ID, me))
 	require.NoError(t, err)
 	require.Equal(t, Failed, out)
 	require.Contains(t, *f.get(row2.ID).LastError,
@@ -389,7 +389,7 @@ func TestPlacementProcessNodeChanged(t *testing.T) {
 		require.NoError(t, err)
 	}}}
 	row := f.allocation(nil, "gold")
-	out, err := a.Process(ctx, me, f.claim(row.ID, me))
+	out, err := settle(ctx, a, me, f.claim(row.ID, me))
 	require.NoError(t, err)
 	require.Equal(t, Failed, out)
 	require.Equal(t, 3, rounds)
@@ -429,7 +429,7 @@ func TestPlacementProcessResume(t *testing.T) {
 			all[0]: {Resources: client.Resources{"CUSTOM_GOLD": 1}}}}}))
 	_, err := f.pool.Exec(ctx, `UPDATE nodes SET maintenance = true WHERE uuid = $1`, all[0])
 	require.NoError(t, err)
-	out, err := f.allocator("c1").Process(ctx, me, f.claim(row.ID, me))
+	out, err := settle(ctx, f.allocator("c1"), me, f.claim(row.ID, me))
 	require.NoError(t, err)
 	require.Equal(t, Reserved, out)
 	require.NotEqual(t, all[0], *f.get(row.ID).NodeUUID)
@@ -452,7 +452,7 @@ func TestPlacementProcessLost(t *testing.T) {
 	row := f.allocation(nil, "gold")
 	c := f.claim(row.ID, me)
 	f.claim(row.ID, other)
-	out, err := a.Process(ctx, me, c)
+	out, err := settle(ctx, a, me, c)
 	require.NoError(t, err)
 	require.Equal(t, Lost, out)
 	require.Equal(t, allocation.StateAllocating, f.get(row.ID).State)
@@ -460,7 +460,7 @@ func TestPlacementProcessLost(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cur.Allocations, 1, "the new owner's consumer is left alone")
 	// c2 resumes it: the consumer is replaced, nothing leaks.
-	out, err = f.allocator("c2").Process(ctx, other, f.claim(row.ID, other))
+	out, err = settle(ctx, f.allocator("c2"), other, f.claim(row.ID, other))
 	require.NoError(t, err)
 	require.Equal(t, Reserved, out)
 	f.checkNoLeak([]int64{row.ID})
@@ -470,7 +470,7 @@ func TestPlacementProcessLost(t *testing.T) {
 	c = f.claim(row2.ID, me)
 	_, err = f.pool.Exec(ctx, `UPDATE allocations SET state = 'error', last_error = 'x' WHERE id = $1`, row2.ID)
 	require.NoError(t, err)
-	out, err = a.Process(ctx, me, c)
+	out, err = settle(ctx, a, me, c)
 	require.NoError(t, err)
 	require.Equal(t, Lost, out)
 	f.checkNoLeak([]int64{row.ID, row2.ID})
@@ -488,7 +488,7 @@ func TestPlacementProcessUnreachable(t *testing.T) {
 		PlacementConfig{Hostname: "c1"}, zaptest.NewLogger(t))
 	row := f.allocation(nil, "gold")
 	c := f.claim(row.ID, me)
-	_, err := down.Process(ctx, me, c)
+	_, err := settle(ctx, down, me, c)
 	require.Error(t, err)
 	require.True(t, client.IsUnreachable(err), "%v", err)
 	require.Equal(t, allocation.StateAllocating, f.get(row.ID).State)
@@ -496,7 +496,7 @@ func TestPlacementProcessUnreachable(t *testing.T) {
 	require.NoError(t, f.pool.QueryRow(ctx, `SELECT conductor_affinity FROM allocations WHERE id = $1`, row.ID).Scan(&owner))
 	require.Equal(t, me, owner)
 	// Resumed once Placement answers.
-	out, err := f.allocator("c1").Process(ctx, me, c)
+	out, err := settle(ctx, f.allocator("c1"), me, c)
 	require.NoError(t, err)
 	require.Equal(t, Reserved, out)
 	f.checkNoLeak([]int64{row.ID})

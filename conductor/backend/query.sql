@@ -48,11 +48,16 @@ UPDATE allocations
 -- name: FitStats :one
 -- Why nothing fits: how many nodes survive each filter in turn, for
 -- last_error (the same predicates as metalloc_pick, in the same order).
+-- Only the nodes the allocation's owner may see are counted (owned by or
+-- leased to it; every node when it has none): last_error says nothing of
+-- other projects' nodes.
 WITH rc AS (
     SELECT n.id, n.uuid, n.owner, n.lessee,
            metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
                               n.instance_uuid, n.allocation_id) AS free
-      FROM nodes n WHERE n.resource_class = @resource_class::text
+      FROM nodes n
+     WHERE n.resource_class = @resource_class::text
+       AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, sqlc.narg(owner)::text)
 ), cand AS (
     SELECT rc.id FROM rc
      WHERE rc.free AND metalloc_node_in_scope(rc.uuid, rc.owner, rc.lessee,

@@ -417,11 +417,13 @@ WITH rc AS (
     SELECT n.id, n.uuid, n.owner, n.lessee,
            metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
                               n.instance_uuid, n.allocation_id) AS free
-      FROM nodes n WHERE n.resource_class = $2::text
+      FROM nodes n
+     WHERE n.resource_class = $2::text
+       AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, $3::text)
 ), cand AS (
     SELECT rc.id FROM rc
      WHERE rc.free AND metalloc_node_in_scope(rc.uuid, rc.owner, rc.lessee,
-                                              $3::uuid[], $4::text)
+                                              $4::uuid[], $3::text)
 )
 SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
        (SELECT count(*) FROM rc WHERE rc.free)::bigint AS available,
@@ -434,8 +436,8 @@ SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
 type FitStatsParams struct {
 	Traits        []string
 	ResourceClass string
-	Candidates    []uuid.UUID
 	Owner         *string
+	Candidates    []uuid.UUID
 }
 
 type FitStatsRow struct {
@@ -447,12 +449,15 @@ type FitStatsRow struct {
 
 // Why nothing fits: how many nodes survive each filter in turn, for
 // last_error (the same predicates as metalloc_pick, in the same order).
+// Only the nodes the allocation's owner may see are counted (owned by or
+// leased to it; every node when it has none): last_error says nothing of
+// other projects' nodes.
 func (q *Queries) FitStats(ctx context.Context, arg FitStatsParams) (FitStatsRow, error) {
 	row := q.db.QueryRow(ctx, fitStats,
 		arg.Traits,
 		arg.ResourceClass,
-		arg.Candidates,
 		arg.Owner,
+		arg.Candidates,
 	)
 	var i FitStatsRow
 	err := row.Scan(

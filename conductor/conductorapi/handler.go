@@ -58,14 +58,8 @@ func (h *Handler) Register(v1 *echo.Group) {
 	v1.GET("/conductors/:hostname", h.get, requireConductors, h.canGet)
 	v1.GET("/ui/conductors", h.uiList, h.canGet)
 	readOnly := []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
-	v1.Match(readOnly, "/conductors", methodNotAllowed)
-	v1.Match(readOnly, "/conductors/:hostname", methodNotAllowed)
-}
-
-// methodNotAllowed answers 405 in Ironic's error body.
-func methodNotAllowed(c echo.Context) error {
-	c.Response().Header().Set("Allow", http.MethodGet)
-	return web.Errorf(http.StatusMethodNotAllowed, "The method is not allowed for the requested URL.")
+	v1.Match(readOnly, "/conductors", web.ReadOnly)
+	v1.Match(readOnly, "/conductors/:hostname", web.ReadOnly)
 }
 
 // requireConductors hides the endpoints below microversion 1.49.

@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/metalloc/metalloc/driver"
 )
 
 // NodeSpec describes a node for Node. Zero values take the defaults noted.
@@ -152,16 +154,17 @@ func Allocation(t testing.TB, pool *pgxpool.Pool, s AllocationSpec) (int64, uuid
 
 // Conductor inserts a conductor row named hostname whose last heartbeat is
 // heartbeatAge old, online or not, with a heartbeat timeout of a minute (its
-// expiry, a minute after that heartbeat), and returns its id. A conductor is
-// dead when offline or heartbeatAge exceeds a minute.
+// expiry, a minute after that heartbeat), serving the registry's hardware
+// types (driver.Names, as metalloc-conductor registers), and returns its id.
+// A conductor is dead when offline or heartbeatAge exceeds a minute.
 func Conductor(t testing.TB, pool *pgxpool.Pool, hostname string, heartbeatAge time.Duration, online bool) int64 {
 	t.Helper()
 	var id int64
 	if err := pool.QueryRow(context.Background(), `
-		INSERT INTO conductors (hostname, online, heartbeat_at, expires_at)
-		VALUES ($1, $2, now() - make_interval(secs => $3), now() - make_interval(secs => $3) + interval '1 minute')
+		INSERT INTO conductors (hostname, online, heartbeat_at, expires_at, drivers)
+		VALUES ($1, $2, now() - make_interval(secs => $3), now() - make_interval(secs => $3) + interval '1 minute', $4)
 		RETURNING id`,
-		hostname, online, heartbeatAge.Seconds()).Scan(&id); err != nil {
+		hostname, online, heartbeatAge.Seconds(), driver.Names()).Scan(&id); err != nil {
 		t.Fatalf("dbtest: inserting conductor %s: %v", hostname, err)
 	}
 	return id
@@ -170,11 +173,20 @@ func Conductor(t testing.TB, pool *pgxpool.Pool, hostname string, heartbeatAge t
 // WaitFor calls cond every 10 ms until it returns true, and fails the test
 // with what if that takes longer than timeout, after calling onFail (to log
 // what the test saw). It is the tests' one way to wait for something to
-// happen; a test that must show something does not happen waits for an event
-// that comes after it instead.
+// happen (WaitEvery for a costly cond); a test that must show something
+// does not happen waits for an event that comes after it instead.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool, onFail ...func()) {
 	t.Helper()
+	WaitEvery(t, timeout, 10*time.Millisecond, what, cond, onFail...)
+}
+
+// WaitEvery is WaitFor calling cond every interval: for a cond that costs
+// more than a query (many HTTP requests, a log file read).
+func WaitEvery(t testing.TB, timeout, interval time.Duration, what string, cond func() bool, onFail ...func()) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
 			for _, f := range onFail {
@@ -182,7 +194,7 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool,
 			}
 			t.Fatalf("after %s: waiting for %s", timeout, what)
 		}
-		time.Sleep(10 * time.Millisecond)
+		<-tick.C
 	}
 }
 

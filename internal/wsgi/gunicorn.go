@@ -54,9 +54,6 @@ func Start(name, dir, listen, app, logPath string, env []string, log *zap.Logger
 	return g, nil
 }
 
-// Pid is the gunicorn master's process id (its process group's id).
-func (g *Process) Pid() int { return g.cmd.Process.Pid }
-
 // Exited returns an error when the master has exited.
 func (g *Process) Exited() error {
 	select {

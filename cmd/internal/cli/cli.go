@@ -40,6 +40,7 @@ type Service struct {
 	// Ctx ends on SIGINT or SIGTERM.
 	Ctx  context.Context
 	stop context.CancelFunc
+	name string
 }
 
 // StartService loads the configuration (--config file, environment, flags),
@@ -79,7 +80,7 @@ func StartService(cmd *cobra.Command, name string, pool ...func(config.Config, *
 		stop()
 		return nil, err
 	}
-	return &Service{Config: cfg, Log: log.With(zap.String("service", name)), Pool: p, Ctx: ctx, stop: stop}, nil
+	return &Service{Config: cfg, Log: log.With(zap.String("service", name)), Pool: p, Ctx: ctx, stop: stop, name: name}, nil
 }
 
 // stopOnSignal returns a context that ends at the first SIGINT or SIGTERM;
