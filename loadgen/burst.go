@@ -144,34 +144,10 @@ wait:
 	if err != nil {
 		return nil, err
 	}
-	var client, server []time.Duration
-	var first, last time.Time
-	for i := range n {
-		if uuids[i] == "" {
-			continue
-		}
-		switch states[i] {
-		case "active":
-			r.Active++
-		case "error":
-			r.Error++
-		}
-		client = append(client, seen[i].Sub(sent[i]))
-		if d, ok := created[uuids[i]]; ok {
-			server = append(server, d)
-		}
-		if first.IsZero() || sent[i].Before(first) {
-			first = sent[i]
-		}
-		if seen[i].After(last) {
-			last = seen[i]
-		}
-	}
-	r.Client, r.Server, r.Post = latencyOf(client), latencyOf(server), latencyOf(post)
-	r.Allocate = Rate{n, last.Sub(first)}
-	if o.Timeline {
-		printTimeline(sent, seen, post, uuids)
-	}
+	r.tally(o, uuids, sent, seen, post, func(i int) string { return states[i] }, func(i int) (time.Duration, bool) {
+		d, ok := created[uuids[i]]
+		return d, ok
+	})
 	return uuids, nil
 }
 

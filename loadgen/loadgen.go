@@ -585,21 +585,35 @@ func allocate(ctx context.Context, c *client, o Options, r *Result) ([]string, e
 		return nil, err
 	}
 	r.Allocations, r.PostErrors, r.Polls = n, int(postErrors.Load()), int(polls.Load())
-	var client, server []time.Duration
+	r.tally(o, uuids, sent, seen, post, func(i int) string { return docs[i].State }, func(i int) (time.Duration, bool) {
+		return docs[i].serverLatency()
+	})
+	return uuids, nil
+}
+
+// tally fills r's counts of active and error allocations, its rate (first
+// POST sent to the last allocation seen finished) and its latencies from a
+// run's allocations: uuids[i] is "" where the POST failed; sent, seen and
+// post are when allocation i's POST was sent, when it was seen finished
+// and how long the POST took; state is how it ended, server its server
+// latency where known. With o.Timeline it prints the run's timeline.
+func (r *Result) tally(o Options, uuids []string, sent, seen []time.Time, post []time.Duration,
+	state func(i int) string, server func(i int) (time.Duration, bool)) {
+	var cl, srv []time.Duration
 	var first, last time.Time
-	for i := range n {
+	for i := range uuids {
 		if uuids[i] == "" {
 			continue
 		}
-		switch docs[i].State {
+		switch state(i) {
 		case "active":
 			r.Active++
 		case "error":
 			r.Error++
 		}
-		client = append(client, seen[i].Sub(sent[i]))
-		if d, ok := docs[i].serverLatency(); ok {
-			server = append(server, d)
+		cl = append(cl, seen[i].Sub(sent[i]))
+		if d, ok := server(i); ok {
+			srv = append(srv, d)
 		}
 		if first.IsZero() || sent[i].Before(first) {
 			first = sent[i]
@@ -608,12 +622,11 @@ func allocate(ctx context.Context, c *client, o Options, r *Result) ([]string, e
 			last = seen[i]
 		}
 	}
-	r.Client, r.Server, r.Post = latencyOf(client), latencyOf(server), latencyOf(post)
-	r.Allocate = Rate{n, last.Sub(first)}
+	r.Client, r.Server, r.Post = latencyOf(cl), latencyOf(srv), latencyOf(post)
+	r.Allocate = Rate{len(uuids), last.Sub(first)}
 	if o.Timeline {
 		printTimeline(sent, seen, post, uuids)
 	}
-	return uuids, nil
 }
 
 // printTimeline prints client latency by send order, in tenths of the run:
