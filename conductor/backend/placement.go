@@ -202,30 +202,29 @@ func (p *Placement) Process(ctx context.Context, me int64, cp *Claimed) (Outcome
 		sels, err := p.selectDestinations(ctx, local, spec, 1)
 		switch {
 		case err == nil:
-		case errors.Is(err, scheduler.ErrNoValidHost):
-			if attempt == 1 {
-				// Fitting nodes the database has but Placement does not
-				// offer yet (a node made available a moment ago, before
-				// the tracker mirrored it): the row waits for them
-				// (Waiting), as for locked nodes, up to LockedWait.
-				wait, werr := p.unmirrored(ctx, cp, now)
-				if werr != nil {
-					return p.trouble(ctx, me, c, werr)
-				}
-				if wait {
-					if local {
-						p.localCands.forget()
-					}
-					return Waiting, nil
-				}
-				return p.failNoFit(ctx, me, c, err)
-			}
+		case errors.Is(err, scheduler.ErrNoValidHost) && attempt > 1:
 			return p.fail(ctx, me, c, fmt.Sprintf(
 				"no node could be claimed in %s: alternates consumed by concurrent claims, and Placement "+
 					"has no candidates left (%d selections tried: %d taken in Placement, %d changed in the database)",
 				attempts(attempt-1), tried, taken, changed))
-		case errors.Is(err, scheduler.ErrInvalidRequest):
-			// An unknown trait or class: say what the database knows.
+		case errors.Is(err, scheduler.ErrNoValidHost), errors.Is(err, scheduler.ErrInvalidRequest):
+			// Placement offers no node, or does not know the class or a
+			// trait (400). When the database has fitting nodes Placement
+			// does not offer yet (made available a moment ago, before the
+			// tracker mirrored them, and their class and traits with the
+			// first of them), the row waits for them (Waiting), as for
+			// locked nodes, up to LockedWait; otherwise it fails saying
+			// what the database knows.
+			wait, werr := p.unmirrored(ctx, cp, now)
+			if werr != nil {
+				return p.trouble(ctx, me, c, werr)
+			}
+			if wait {
+				if local {
+					p.localCands.forget()
+				}
+				return Waiting, nil
+			}
 			return p.failNoFit(ctx, me, c, err)
 		default:
 			return p.trouble(ctx, me, c, p.placementErr(err))
