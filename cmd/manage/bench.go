@@ -188,8 +188,13 @@ func benchCmd() *cobra.Command {
 			} else if backend == "placement" {
 				backend += " (mode " + placementMode + ")"
 			}
-			fmt.Printf("nodes: %d, conductors: %d, concurrency: %d, backend: %s, mode: %s (poll every %s)\n%s\n",
-				o.Nodes, conductors, o.Concurrency, backend, o.Mode, o.PollInterval, r)
+			mode := string(o.Mode)
+			if o.Mode != loadgen.ModeBurst {
+				// A burst follows the event stream; it does not poll.
+				mode += fmt.Sprintf(" (poll every %s)", o.PollInterval)
+			}
+			fmt.Printf("nodes: %d, conductors: %d, concurrency: %d, backend: %s, mode: %s\n%s\n",
+				o.Nodes, conductors, o.Concurrency, backend, mode, r)
 			if importWork != "" {
 				fmt.Println(importWork)
 			}
