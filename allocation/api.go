@@ -267,11 +267,24 @@ func (h *Handler) requestFields(c echo.Context, ver web.Version) ([]string, erro
 }
 
 func (h *Handler) lookup(c echo.Context, ident string) (View, error) {
+	u, byUUID := web.UUIDLike(ident)
+	if byUUID {
+		if v, ok := h.opts.Hub.cached(u); ok {
+			return v, nil
+		}
+	}
+	var gen uint64
+	if byUUID {
+		gen = h.opts.Hub.cacheBegin(u) // before the read: see cache.go
+	}
 	ctx, cancel := h.readContext(c)
 	defer cancel()
 	v, err := h.store.Get(ctx, ident)
 	if errors.Is(err, ErrNotFound) {
 		return v, web.NotFound("Allocation %s could not be found.", ident)
+	}
+	if err == nil {
+		h.opts.Hub.cacheFill(gen, v)
 	}
 	return v, err
 }
@@ -406,6 +419,7 @@ func (h *Handler) patch(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	h.opts.Hub.cacheForget(result.Uuid)
 	return c.JSON(http.StatusOK, result.Doc(h.base(c), ver))
 }
 
@@ -463,6 +477,7 @@ func (h *Handler) destroy(c echo.Context, find func(*Queries) (View, error)) err
 		if err != nil {
 			return err
 		}
+		defer h.opts.Hub.cacheForget(v.Uuid)
 		d, err := h.store.Destroy(ctx, v.ID, v.NodeID)
 		switch {
 		case err != nil:

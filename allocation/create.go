@@ -64,12 +64,19 @@ func (h *Handler) create(c echo.Context) error {
 	backfill := req.Node != nil && *req.Node != ""
 	wait, waiting := h.preferWait(c)
 	var w *Waiter
-	if waiting && !backfill {
-		// Watch before the row exists: its activation cannot be missed,
-		// and the wait needs no read of its own.
+	var gen uint64
+	if !backfill {
 		if params.Uuid == uuid.Nil {
 			params.Uuid = uuid.New()
 		}
+		// The cache entry opens before the row exists: the row as
+		// inserted is kept unless a change was notified meanwhile
+		// (cache.go).
+		gen = h.opts.Hub.cacheBegin(params.Uuid)
+	}
+	if waiting && !backfill {
+		// Watch before the row exists: its activation cannot be missed,
+		// and the wait needs no read of its own.
 		w = h.opts.Hub.Watch(params.Uuid)
 		defer w.Close()
 		ctx = h.boundRequest(c)
@@ -137,6 +144,7 @@ func (h *Handler) create(c echo.Context) error {
 		v.NodeUUID = &node.Uuid
 	}
 	slices.Sort(v.Traits)
+	h.opts.Hub.cacheFill(gen, v)
 	if h.opts.Created != nil {
 		h.opts.Created.Inc()
 	}

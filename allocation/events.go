@@ -29,7 +29,8 @@ const EventsChannel = "metalloc_allocation_events"
 // after the change ("" when the payload has none, as before migration
 // 00014); ok is false for a payload without a uuid.
 func parseEventPayload(p string) (u uuid.UUID, state string, ok bool) {
-	id, state, _ := strings.Cut(p, " ")
+	id, rest, _ := strings.Cut(p, " ")
+	state, _, _ = strings.Cut(rest, " ") // what follows is the cache's (cache.go)
 	u, err := uuid.Parse(id)
 	return u, state, err == nil
 }
@@ -101,6 +102,10 @@ type HubOptions struct {
 	PruneMargin   int64
 	// ReadLimit is how many events one read fetches (default 1000).
 	ReadLimit int32
+	// CacheSize bounds the cache of allocations GET and Prefer: wait are
+	// answered from (cache.go; default DefaultCacheSize, negative: no
+	// cache).
+	CacheSize int
 }
 
 // Hub is one API process's view of allocation changes: ONE LISTEN
@@ -131,6 +136,8 @@ type Hub struct {
 	sincePrune atomic.Int64  // events notified since the last prune
 	pruneNow   chan struct{} // wakes the pruner (capacity 1)
 
+	cache *viewCache // nil: no cache (HubOptions.CacheSize < 0)
+
 	stopping chan struct{} // closed by Shutdown
 	stopOnce sync.Once
 }
@@ -155,16 +162,22 @@ func NewHub(pool *pgxpool.Pool, opts HubOptions) *Hub {
 	if opts.PruneMargin <= 0 {
 		opts.PruneMargin = max(1, opts.MaxEvents/10)
 	}
-	return &Hub{pool: pool, q: New(pool), opts: opts, waiters: map[uuid.UUID][]*Waiter{},
+	h := &Hub{pool: pool, q: New(pool), opts: opts, waiters: map[uuid.UUID][]*Waiter{},
 		streams: map[*subscription]struct{}{}, poke: make(chan struct{}, 1), stopping: make(chan struct{}),
 		pruneNow: make(chan struct{}, 1)}
+	if opts.CacheSize >= 0 {
+		h.cache = newViewCache(opts.CacheSize)
+	}
+	return h
 }
 
 // Run listens, reads and prunes until ctx ends; it returns when all its
 // goroutines have.
 func (h *Hub) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Go(func() { db.ListenPayloads(ctx, h.pool, EventsChannel, h.opts.Log, h.notified, h.reconnected) })
+	wg.Go(func() {
+		db.ListenPayloadsLost(ctx, h.pool, EventsChannel, h.opts.Log, h.notified, h.reconnected, h.lost)
+	})
 	wg.Go(func() { h.prune(ctx) })
 	h.read(ctx)
 	wg.Wait()
@@ -244,6 +257,11 @@ func wake(c chan struct{}) {
 // creation's notification, or a group's return to allocating, would only
 // cost it a read), and the reader reads if any stream follows.
 func (h *Hub) notified(payload string) {
+	if h.cache != nil {
+		// Before the waiters wake: their next read finds the entry
+		// updated or gone.
+		h.cache.notified(payload)
+	}
 	u, state, ok := parseEventPayload(payload)
 	if ok && h.sincePrune.Add(1) >= h.opts.PruneMargin {
 		wake(h.pruneNow) // the table may be PruneMargin past MaxEvents by now
@@ -265,8 +283,8 @@ func (h *Hub) notified(payload string) {
 }
 
 // reconnected runs after every (re)connection of the listener:
-// notifications may have been missed, so every waiter looks again and the
-// reader reads. After a reconnection the pool's connections are dropped
+// notifications may have been missed, so the cache starts empty, every
+// waiter looks again and the reader reads. After a reconnection the pool's connections are dropped
 // first: the database went away, and a connection it closed meanwhile
 // looks fine to the pool until used when it was idle less than the
 // pool's ping threshold (pgxpool: 1 s), so a restart that short would
@@ -276,6 +294,9 @@ func (h *Hub) reconnected() {
 		h.pool.Reset()
 	}
 	h.listened = true
+	if h.cache != nil {
+		h.cache.setLive(true)
+	}
 	h.mu.Lock()
 	n := 0
 	for _, ws := range h.waiters {
@@ -287,6 +308,14 @@ func (h *Hub) reconnected() {
 	h.mu.Unlock()
 	h.opts.Log.Info("allocation events: listening", zap.Int("waiters_woken", n))
 	wake(h.poke)
+}
+
+// lost runs when the listener's connection is gone: notifications may be
+// missed until reconnected, so the cache serves nothing meanwhile.
+func (h *Hub) lost() {
+	if h.cache != nil {
+		h.cache.setLive(false)
+	}
 }
 
 // subscription is one stream's link to the hub: batches arrive on ch;

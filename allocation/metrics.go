@@ -37,6 +37,14 @@ func RegisterHubMetrics(reg prometheus.Registerer, hub *Hub) error {
 			Name: "metalloc_allocation_event_streams",
 			Help: "Open allocation event streams (GET /v1/allocations/events).",
 		}, func() float64 { return float64(hub.Streams()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "metalloc_allocation_cache_hits_total",
+			Help: "Reads of an allocation by uuid (GET, Prefer: wait) answered from the API's cache.",
+		}, func() float64 { h, _ := hub.CacheStats(); return float64(h) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "metalloc_allocation_cache_misses_total",
+			Help: "Reads of an allocation by uuid (GET, Prefer: wait) that went to the database.",
+		}, func() float64 { _, m := hub.CacheStats(); return float64(m) }),
 	} {
 		if err := reg.Register(g); err != nil {
 			return err

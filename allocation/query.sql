@@ -166,9 +166,7 @@ SELECT metalloc_prune_allocation_events(make_interval(secs => @max_age_seconds::
 -- name: AllocatingStats :one
 -- The queue for metrics: rows waiting in allocating and the age in seconds
 -- of the oldest (0 when none), by the database clock. Reads the partial
--- index allocations_allocating_idx's rows only.
-SELECT count(*)::bigint AS allocating,
-       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_seconds
-  FROM allocations
- WHERE state = 'allocating';
-
+-- index allocations_allocating_idx's rows only, whatever the statistics
+-- (metalloc_allocating_stats, migrations/00028_fixed_plans.sql).
+SELECT s.allocating::bigint AS allocating, s.oldest_seconds::float8 AS oldest_seconds
+  FROM metalloc_allocating_stats() s;

@@ -15,10 +15,8 @@ import (
 )
 
 const allocatingStats = `-- name: AllocatingStats :one
-SELECT count(*)::bigint AS allocating,
-       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_seconds
-  FROM allocations
- WHERE state = 'allocating'
+SELECT s.allocating::bigint AS allocating, s.oldest_seconds::float8 AS oldest_seconds
+  FROM metalloc_allocating_stats() s
 `
 
 type AllocatingStatsRow struct {
@@ -28,7 +26,8 @@ type AllocatingStatsRow struct {
 
 // The queue for metrics: rows waiting in allocating and the age in seconds
 // of the oldest (0 when none), by the database clock. Reads the partial
-// index allocations_allocating_idx's rows only.
+// index allocations_allocating_idx's rows only, whatever the statistics
+// (metalloc_allocating_stats, migrations/00028_fixed_plans.sql).
 func (q *Queries) AllocatingStats(ctx context.Context) (AllocatingStatsRow, error) {
 	row := q.db.QueryRow(ctx, allocatingStats)
 	var i AllocatingStatsRow

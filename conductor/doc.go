@@ -102,8 +102,11 @@
 // re-read under the provider's lock, the consumer, the allocation, the
 // generation bump, the claim log, the reservation); the rows it leaves,
 // and every row in mode http, go through selections from Placement
-// (backend.Placement.ClaimBatch, then Process). The claim loop
-// does not know which backend it drives.
+// (backend.Placement.ClaimBatch, then Process). A row for which Placement
+// offers nothing while the database has nodes that fit it (made available
+// a moment ago, not mirrored by the resource tracker yet) waits the same
+// way as for locked nodes (Waiting, up to locked_node_wait; the rows of its
+// kind together). The claim loop does not know which backend it drives.
 //
 // A node is picked with FOR UPDATE SKIP LOCKED among the free_nodes view
 // (metalloc_node_free, metalloc_node_in_scope, metalloc_node_has_traits: the
@@ -208,7 +211,9 @@
 // allocations (Service.housekeep): autovacuum alone comes once a minute, by
 // when a busy system has left tens of thousands of entries for every claim
 // to step over. The claim's own plan is fixed (metalloc_claim_reserve sets
-// its planner options) so that it never depends on the table's statistics.
+// its planner options) so that it never depends on the table's statistics,
+// and so is the pick's (metalloc_pick: with a Placement class, its joins
+// in the order written over index scans; migration 00028).
 //
 // # Allocation groups
 //
@@ -374,12 +379,16 @@
 //     between, the transaction starts over (db.ErrRestart);
 //   - releasing one member (metalloc_deallocate): the node (the caller's),
 //     the allocation row, then its group (count lowered, or the group
-//     deleted with its last member);
+//     deleted with its last member), then, when the claim log names the
+//     allocation, its consumer in this database's metalloc-placement and
+//     the providers it allocated from (metalloc_placement_release, as
+//     DELETE /allocations/{consumer} locks them: consumer, then providers);
 //   - takeover and release touch allocation rows only, with SKIP LOCKED or
 //     waiting on nothing else; maintenance changes touch the node only; the
 //     placement backend over HTTP claims in Placement first and then
 //     reserves through metalloc_reserve; the resource tracker only reads
-//     nodes;
+//     nodes, and in-process (placement.MirrorRead) locks the providers it
+//     writes with SKIP LOCKED, waiting for none;
 //   - the local Placement fast path (metalloc_claim_reserve_placement): its
 //     allocation rows with SKIP LOCKED, then each node together with its
 //     resource provider with SKIP LOCKED (it never waits for a provider a

@@ -281,17 +281,20 @@ func TestGroupsPlacementBackend(t *testing.T) {
 			checkGroups(t, pool)
 			checkPlacementMembers(t, pool, pc, 3)
 
-			// Releasing the members (as DELETE of the group does) leaves
-			// their Placement allocations to the tracker, as for singles.
+			// Releasing the members (as DELETE of the group does) releases
+			// their Placement allocations in the same transaction
+			// (metalloc_placement_release, as for singles): nothing is
+			// left for the tracker.
 			_, err = pool.Exec(ctx, `SELECT metalloc_deallocate(a.id) FROM allocations a
 				JOIN allocation_groups g ON g.id = a.group_id WHERE g.uuid = $1`, g1)
 			require.NoError(t, err)
 			require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocation_groups WHERE uuid = $1`, g1))
+			checkPlacementMembers(t, pool, pc, 0)
+			require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM placement_claims`))
 			tr := NewTracker(pool, pc, TrackerConfig{SyncSchedule: SyncOff, ClaimGrace: time.Nanosecond}, zaptest.NewLogger(t))
 			st, err := tr.Sync(ctx)
 			require.NoError(t, err)
-			require.Equal(t, 3, st.ClaimsReleased)
-			checkPlacementMembers(t, pool, pc, 0)
+			require.Zero(t, st.ClaimsReleased)
 			a, err := pc.GetAllocations(ctx, stranger)
 			require.NoError(t, err)
 			require.Len(t, a.Allocations, 1, "someone else's allocation left alone")
@@ -328,8 +331,8 @@ func TestGroupsPlacementUnknownTrait(t *testing.T) {
 
 // TestGroupsPlacementGrowRelease: on the placement backend, growing a
 // group claims the new members in Placement in the group's rack, and
-// releasing one member leaves its Placement allocation to the tracker
-// while the others keep theirs.
+// releasing one member releases its Placement allocation in the same
+// transaction while the others keep theirs.
 func TestGroupsPlacementGrowRelease(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{backend.PlacementModeLocal, backend.PlacementModeHTTP} {
@@ -355,11 +358,12 @@ func TestGroupsPlacementGrowRelease(t *testing.T) {
 
 			_, err = pool.Exec(ctx, `SELECT metalloc_deallocate(min(id)) FROM allocations WHERE group_id = $1`, id)
 			require.NoError(t, err)
+			checkGroups(t, pool)
+			checkPlacementMembers(t, pool, pc, 3)
 			tr := NewTracker(pool, pc, TrackerConfig{SyncSchedule: SyncOff, ClaimGrace: time.Nanosecond}, zaptest.NewLogger(t))
 			st, err := tr.Sync(ctx)
 			require.NoError(t, err)
-			require.Equal(t, 1, st.ClaimsReleased)
-			checkGroups(t, pool)
+			require.Zero(t, st.ClaimsReleased, "released with the member")
 			checkPlacementMembers(t, pool, pc, 3)
 		})
 	}

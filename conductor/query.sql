@@ -127,37 +127,35 @@ UPDATE allocation_groups
 -- name: ConductorByHostname :one
 SELECT * FROM conductors WHERE hostname = @hostname;
 
--- name: TrackerNodes :many
--- The resource tracker's desired state of every node's resource provider
--- (conductor/tracker.go), with what placement_synced last recorded for it
--- (NULL: never synced). available: the node can be allocated (the
--- conductor's candidate conditions); unavailable nodes are fully reserved.
--- claimed: see below.
--- cpus, memory_mb, local_gb: the node's properties as integers (0 when
--- missing or not a whole number, as Nova's ironic driver ignores them).
-SELECT n.uuid,
-       coalesce(n.name, n.uuid::text)::text AS name,
-       coalesce(n.resource_class, '')::text AS resource_class,
-       metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
-                          n.instance_uuid, n.allocation_id)::bool AS available,
-       -- Free but for holding the allocation the placement backend
-       -- claimed in Placement for it: that claim already uses the node's
-       -- whole inventory, so there is nothing to reserve.
-       (metalloc_node_free(n.provision_state, n.maintenance, n.power_state, NULL, NULL)
-            AND EXISTS (SELECT 1 FROM placement_claims c
-                         WHERE c.consumer_uuid = n.instance_uuid AND c.provider_uuid = n.uuid))::bool AS claimed,
-       (CASE WHEN n.properties->>'cpus' ~ '^\s*[0-9]{1,12}\s*$'
-             THEN (n.properties->>'cpus')::bigint ELSE 0 END)::bigint AS cpus,
-       (CASE WHEN n.properties->>'memory_mb' ~ '^\s*[0-9]{1,12}\s*$'
-             THEN (n.properties->>'memory_mb')::bigint ELSE 0 END)::bigint AS memory_mb,
-       (CASE WHEN n.properties->>'local_gb' ~ '^\s*[0-9]{1,12}\s*$'
-             THEN (n.properties->>'local_gb')::bigint ELSE 0 END)::bigint AS local_gb,
-       coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t WHERE t.node_id = n.id),
-                '{}')::text[] AS traits,
-       s.fingerprint AS synced_fingerprint
-  FROM nodes n
-  LEFT JOIN placement_synced s ON s.node_uuid = n.uuid
- ORDER BY n.id;
+-- name: TrackerNodesPage :many
+-- The resource tracker's full pass reads the nodes in pages of @lim,
+-- after node id @after (view tracker_nodes).
+SELECT * FROM tracker_nodes WHERE id > @after::bigint ORDER BY id LIMIT @lim;
+
+-- name: TrackerNodesByID :many
+-- The nodes of the change log the tracker is mirroring; a deleted one
+-- has no row.
+SELECT * FROM tracker_nodes WHERE id = ANY(@ids::bigint[]) ORDER BY id;
+
+-- name: NodeChanges :many
+-- The oldest @lim entries of the node change log
+-- (migrations/00027_placement_first_second.sql).
+SELECT seq, node_id, node_uuid FROM placement_node_changes ORDER BY seq LIMIT @lim;
+
+-- name: DeleteNodeChanges :exec
+-- Deletes the log entries a pass has read (by seq: an entry whose
+-- transaction committed after the read keeps its row, whatever its seq).
+DELETE FROM placement_node_changes WHERE seq = ANY(@seqs::bigint[]);
+
+-- name: UpsertPlacementSyncedMany :exec
+-- UpsertPlacementSynced for many nodes at once.
+INSERT INTO placement_synced (node_uuid, fingerprint, synced_at)
+SELECT unnest(@node_uuids::uuid[]), unnest(@fingerprints::text[]), now()
+ON CONFLICT (node_uuid) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, synced_at = now();
+
+-- name: SyncedOf :many
+-- Which of these providers the tracker mirrors (placement_synced).
+SELECT node_uuid FROM placement_synced WHERE node_uuid = ANY(@uuids::uuid[]) ORDER BY node_uuid;
 
 -- name: UpsertPlacementSynced :exec
 -- Records that node @node_uuid's provider now matches @fingerprint.
@@ -243,3 +241,29 @@ DELETE FROM conductors c
    AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity s
                     WHERE s.application_name = 'metalloc-conductor ' || c.hostname)
 RETURNING c.hostname;
+
+-- name: NodeIDOf :one
+SELECT id FROM nodes WHERE uuid = @uuid;
+
+-- name: RelogNodes :exec
+-- Puts nodes back into the change log and wakes the trackers: the
+-- in-process mirror found their providers held by another transaction.
+WITH l AS (
+    INSERT INTO placement_node_changes (node_id, node_uuid)
+    SELECT unnest(@ids::bigint[]), unnest(@uuids::uuid[])
+)
+SELECT pg_notify('metalloc_nodes', '');
+
+-- name: ZeroRatioInventories :many
+-- FindZeroRatios with Placement on this database: the inventories of
+-- mirrored providers (placement_synced rows and nodes) whose
+-- allocation_ratio is not a positive finite number, in provider then class
+-- order: one statement where the API takes a request per provider.
+SELECT rp.uuid AS provider, rc.name AS resource_class
+  FROM placement.inventories i
+  JOIN placement.resource_providers rp ON rp.id = i.resource_provider_id
+  JOIN placement.resource_classes rc ON rc.id = i.resource_class_id
+ WHERE NOT (i.allocation_ratio > 0 AND i.allocation_ratio < 'Infinity'::float8)
+   AND (EXISTS (SELECT 1 FROM placement_synced s WHERE s.node_uuid = rp.uuid)
+        OR EXISTS (SELECT 1 FROM nodes n WHERE n.uuid = rp.uuid))
+ ORDER BY rp.uuid, rc.name;

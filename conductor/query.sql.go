@@ -192,6 +192,17 @@ func (q *Queries) DeadOwners(ctx context.Context, me int64) ([]DeadOwnersRow, er
 	return items, nil
 }
 
+const deleteNodeChanges = `-- name: DeleteNodeChanges :exec
+DELETE FROM placement_node_changes WHERE seq = ANY($1::bigint[])
+`
+
+// Deletes the log entries a pass has read (by seq: an entry whose
+// transaction committed after the read keeps its row, whatever its seq).
+func (q *Queries) DeleteNodeChanges(ctx context.Context, seqs []int64) error {
+	_, err := q.db.Exec(ctx, deleteNodeChanges, seqs)
+	return err
+}
+
 const deletePlacementClaim = `-- name: DeletePlacementClaim :exec
 DELETE FROM placement_claims WHERE consumer_uuid = $1 AND provider_uuid = $2
 `
@@ -333,6 +344,43 @@ UPDATE placement_synced SET fingerprint = '' WHERE node_uuid = $1
 func (q *Queries) MarkPlacementStale(ctx context.Context, nodeUuid uuid.UUID) error {
 	_, err := q.db.Exec(ctx, markPlacementStale, nodeUuid)
 	return err
+}
+
+const nodeChanges = `-- name: NodeChanges :many
+SELECT seq, node_id, node_uuid FROM placement_node_changes ORDER BY seq LIMIT $1
+`
+
+// The oldest @lim entries of the node change log
+// (migrations/00027_placement_first_second.sql).
+func (q *Queries) NodeChanges(ctx context.Context, lim int32) ([]PlacementNodeChange, error) {
+	rows, err := q.db.Query(ctx, nodeChanges, lim)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PlacementNodeChange
+	for rows.Next() {
+		var i PlacementNodeChange
+		if err := rows.Scan(&i.Seq, &i.NodeID, &i.NodeUuid); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const nodeIDOf = `-- name: NodeIDOf :one
+SELECT id FROM nodes WHERE uuid = $1
+`
+
+func (q *Queries) NodeIDOf(ctx context.Context, argUuid uuid.UUID) (int64, error) {
+	row := q.db.QueryRow(ctx, nodeIDOf, argUuid)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
 }
 
 const orphanPlacementSynced = `-- name: OrphanPlacementSynced :many
@@ -578,6 +626,51 @@ func (q *Queries) ReleaseOwnedGroups(ctx context.Context, me int64) (int64, erro
 	return result.RowsAffected(), nil
 }
 
+const relogNodes = `-- name: RelogNodes :exec
+WITH l AS (
+    INSERT INTO placement_node_changes (node_id, node_uuid)
+    SELECT unnest($1::bigint[]), unnest($2::uuid[])
+)
+SELECT pg_notify('metalloc_nodes', '')
+`
+
+type RelogNodesParams struct {
+	Ids   []int64
+	Uuids []uuid.UUID
+}
+
+// Puts nodes back into the change log and wakes the trackers: the
+// in-process mirror found their providers held by another transaction.
+func (q *Queries) RelogNodes(ctx context.Context, arg RelogNodesParams) error {
+	_, err := q.db.Exec(ctx, relogNodes, arg.Ids, arg.Uuids)
+	return err
+}
+
+const syncedOf = `-- name: SyncedOf :many
+SELECT node_uuid FROM placement_synced WHERE node_uuid = ANY($1::uuid[]) ORDER BY node_uuid
+`
+
+// Which of these providers the tracker mirrors (placement_synced).
+func (q *Queries) SyncedOf(ctx context.Context, uuids []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, syncedOf, uuids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var node_uuid uuid.UUID
+		if err := rows.Scan(&node_uuid); err != nil {
+			return nil, err
+		}
+		items = append(items, node_uuid)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const takeOver = `-- name: TakeOver :execrows
 UPDATE allocations a
    SET conductor_affinity = $1::bigint, updated_at = now()
@@ -633,62 +726,66 @@ func (q *Queries) TakeOverGroup(ctx context.Context, arg TakeOverGroupParams) (i
 	return result.RowsAffected(), nil
 }
 
-const trackerNodes = `-- name: TrackerNodes :many
-SELECT n.uuid,
-       coalesce(n.name, n.uuid::text)::text AS name,
-       coalesce(n.resource_class, '')::text AS resource_class,
-       metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
-                          n.instance_uuid, n.allocation_id)::bool AS available,
-       -- Free but for holding the allocation the placement backend
-       -- claimed in Placement for it: that claim already uses the node's
-       -- whole inventory, so there is nothing to reserve.
-       (metalloc_node_free(n.provision_state, n.maintenance, n.power_state, NULL, NULL)
-            AND EXISTS (SELECT 1 FROM placement_claims c
-                         WHERE c.consumer_uuid = n.instance_uuid AND c.provider_uuid = n.uuid))::bool AS claimed,
-       (CASE WHEN n.properties->>'cpus' ~ '^\s*[0-9]{1,12}\s*$'
-             THEN (n.properties->>'cpus')::bigint ELSE 0 END)::bigint AS cpus,
-       (CASE WHEN n.properties->>'memory_mb' ~ '^\s*[0-9]{1,12}\s*$'
-             THEN (n.properties->>'memory_mb')::bigint ELSE 0 END)::bigint AS memory_mb,
-       (CASE WHEN n.properties->>'local_gb' ~ '^\s*[0-9]{1,12}\s*$'
-             THEN (n.properties->>'local_gb')::bigint ELSE 0 END)::bigint AS local_gb,
-       coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t WHERE t.node_id = n.id),
-                '{}')::text[] AS traits,
-       s.fingerprint AS synced_fingerprint
-  FROM nodes n
-  LEFT JOIN placement_synced s ON s.node_uuid = n.uuid
- ORDER BY n.id
+const trackerNodesByID = `-- name: TrackerNodesByID :many
+SELECT id, uuid, name, resource_class, available, claimed, cpus, memory_mb, local_gb, traits, synced_fingerprint FROM tracker_nodes WHERE id = ANY($1::bigint[]) ORDER BY id
 `
 
-type TrackerNodesRow struct {
-	Uuid              uuid.UUID
-	Name              string
-	ResourceClass     string
-	Available         bool
-	Claimed           bool
-	Cpus              int64
-	MemoryMb          int64
-	LocalGb           int64
-	Traits            []string
-	SyncedFingerprint *string
-}
-
-// The resource tracker's desired state of every node's resource provider
-// (conductor/tracker.go), with what placement_synced last recorded for it
-// (NULL: never synced). available: the node can be allocated (the
-// conductor's candidate conditions); unavailable nodes are fully reserved.
-// claimed: see below.
-// cpus, memory_mb, local_gb: the node's properties as integers (0 when
-// missing or not a whole number, as Nova's ironic driver ignores them).
-func (q *Queries) TrackerNodes(ctx context.Context) ([]TrackerNodesRow, error) {
-	rows, err := q.db.Query(ctx, trackerNodes)
+// The nodes of the change log the tracker is mirroring; a deleted one
+// has no row.
+func (q *Queries) TrackerNodesByID(ctx context.Context, ids []int64) ([]TrackerNode, error) {
+	rows, err := q.db.Query(ctx, trackerNodesByID, ids)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []TrackerNodesRow
+	var items []TrackerNode
 	for rows.Next() {
-		var i TrackerNodesRow
+		var i TrackerNode
 		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.Name,
+			&i.ResourceClass,
+			&i.Available,
+			&i.Claimed,
+			&i.Cpus,
+			&i.MemoryMb,
+			&i.LocalGb,
+			&i.Traits,
+			&i.SyncedFingerprint,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const trackerNodesPage = `-- name: TrackerNodesPage :many
+SELECT id, uuid, name, resource_class, available, claimed, cpus, memory_mb, local_gb, traits, synced_fingerprint FROM tracker_nodes WHERE id > $1::bigint ORDER BY id LIMIT $2
+`
+
+type TrackerNodesPageParams struct {
+	After int64
+	Lim   int32
+}
+
+// The resource tracker's full pass reads the nodes in pages of @lim,
+// after node id @after (view tracker_nodes).
+func (q *Queries) TrackerNodesPage(ctx context.Context, arg TrackerNodesPageParams) ([]TrackerNode, error) {
+	rows, err := q.db.Query(ctx, trackerNodesPage, arg.After, arg.Lim)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TrackerNode
+	for rows.Next() {
+		var i TrackerNode
+		if err := rows.Scan(
+			&i.ID,
 			&i.Uuid,
 			&i.Name,
 			&i.ResourceClass,
@@ -736,6 +833,23 @@ func (q *Queries) UpsertPlacementSynced(ctx context.Context, arg UpsertPlacement
 	return err
 }
 
+const upsertPlacementSyncedMany = `-- name: UpsertPlacementSyncedMany :exec
+INSERT INTO placement_synced (node_uuid, fingerprint, synced_at)
+SELECT unnest($1::uuid[]), unnest($2::text[]), now()
+ON CONFLICT (node_uuid) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, synced_at = now()
+`
+
+type UpsertPlacementSyncedManyParams struct {
+	NodeUuids    []uuid.UUID
+	Fingerprints []string
+}
+
+// UpsertPlacementSynced for many nodes at once.
+func (q *Queries) UpsertPlacementSyncedMany(ctx context.Context, arg UpsertPlacementSyncedManyParams) error {
+	_, err := q.db.Exec(ctx, upsertPlacementSyncedMany, arg.NodeUuids, arg.Fingerprints)
+	return err
+}
+
 const vacuumAllocations = `-- name: VacuumAllocations :exec
 VACUUM (SKIP_LOCKED) allocations
 `
@@ -745,4 +859,44 @@ VACUUM (SKIP_LOCKED) allocations
 func (q *Queries) VacuumAllocations(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, vacuumAllocations)
 	return err
+}
+
+const zeroRatioInventories = `-- name: ZeroRatioInventories :many
+SELECT rp.uuid AS provider, rc.name AS resource_class
+  FROM placement.inventories i
+  JOIN placement.resource_providers rp ON rp.id = i.resource_provider_id
+  JOIN placement.resource_classes rc ON rc.id = i.resource_class_id
+ WHERE NOT (i.allocation_ratio > 0 AND i.allocation_ratio < 'Infinity'::float8)
+   AND (EXISTS (SELECT 1 FROM placement_synced s WHERE s.node_uuid = rp.uuid)
+        OR EXISTS (SELECT 1 FROM nodes n WHERE n.uuid = rp.uuid))
+ ORDER BY rp.uuid, rc.name
+`
+
+type ZeroRatioInventoriesRow struct {
+	Provider      uuid.UUID
+	ResourceClass string
+}
+
+// FindZeroRatios with Placement on this database: the inventories of
+// mirrored providers (placement_synced rows and nodes) whose
+// allocation_ratio is not a positive finite number, in provider then class
+// order: one statement where the API takes a request per provider.
+func (q *Queries) ZeroRatioInventories(ctx context.Context) ([]ZeroRatioInventoriesRow, error) {
+	rows, err := q.db.Query(ctx, zeroRatioInventories)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ZeroRatioInventoriesRow
+	for rows.Next() {
+		var i ZeroRatioInventoriesRow
+		if err := rows.Scan(&i.Provider, &i.ResourceClass); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

@@ -6,7 +6,15 @@ package conductor
 
 import (
 	"time"
+
+	"github.com/google/uuid"
 )
+
+type PlacementNodeChange struct {
+	Seq      int64
+	NodeID   int64
+	NodeUuid uuid.UUID
+}
 
 type Record struct {
 	ID             int64
@@ -20,4 +28,18 @@ type Record struct {
 	CreatedAt      time.Time
 	UpdatedAt      *time.Time
 	ExpiresAt      time.Time
+}
+
+type TrackerNode struct {
+	ID                int64
+	Uuid              uuid.UUID
+	Name              string
+	ResourceClass     string
+	Available         bool
+	Claimed           bool
+	Cpus              int64
+	MemoryMb          int64
+	LocalGb           int64
+	Traits            []string
+	SyncedFingerprint *string
 }

@@ -57,6 +57,11 @@ type TrackerConfig struct {
 	// alone even when no allocation backs it: the claim may be in flight
 	// (default 10s).
 	ClaimGrace time.Duration
+	// Mode is placement_backend.mode: "local" writes the providers
+	// in-process (Placement is metalloc-placement on this database),
+	// "http" through the Placement API, "auto" (the default) in-process
+	// when Placement's version document names this database.
+	Mode string
 }
 
 // TrackerConfigFrom converts the placement_backend section of the
@@ -88,6 +93,7 @@ func TrackerConfigFrom(pb config.PlacementBackend) TrackerConfig {
 		}
 	}
 	return TrackerConfig{
+		Mode:                   pb.Mode,
 		SyncSchedule:           pb.SyncSchedule,
 		SyncDelay:              pb.SyncDelay,
 		ReportGenericResources: pb.ReportGenericResources,
@@ -169,12 +175,18 @@ type Tracker struct {
 	classes     sync.Map  // custom resource classes known to exist
 	traits      sync.Map  // trait name → bool: exists (or was created) in Placement
 	unreachable atomic.Bool
+
+	mu      sync.Mutex
+	failed  map[int64]bool     // nodes a pass could not mirror: the next periodic pass retries them
+	orphans map[uuid.UUID]bool // providers of deleted nodes not deleted yet, likewise
+	isLocal *bool              // mode auto's answer, once known
 }
 
 // NewTracker returns a Tracker mirroring the nodes of pool's database into
 // the Placement service pc talks to. cfg's zero fields take their defaults.
 func NewTracker(pool *pgxpool.Pool, pc *client.Client, cfg TrackerConfig, log *zap.Logger) *Tracker {
-	return &Tracker{pool: pool, q: New(pool), pc: pc, cfg: cfg.WithDefaults(), log: log.Named("tracker"), id: uuid.New()}
+	return &Tracker{pool: pool, q: New(pool), pc: pc, cfg: cfg.WithDefaults(), log: log.Named("tracker"), id: uuid.New(),
+		failed: map[int64]bool{}, orphans: map[uuid.UUID]bool{}}
 }
 
 // registerInterval is how often passes refresh the tracker's row (rows
@@ -182,9 +194,9 @@ func NewTracker(pool *pgxpool.Pool, pc *client.Client, cfg TrackerConfig, log *z
 const registerInterval = time.Minute
 
 // register records (or refreshes, at most every registerInterval) this
-// tracker in placement_trackers, which turns node-change notifications on,
-// and expires the rows of trackers that died without unregistering. Failures are logged: the next pass
-// retries, and the periodic sync covers missed notifications.
+// tracker in placement_trackers, which turns the node change log and its
+// notifications on, and expires the rows of trackers that died without
+// unregistering. Failures are logged: the next pass retries.
 func (t *Tracker) register(ctx context.Context) {
 	if time.Since(t.registered) < registerInterval {
 		return
@@ -212,75 +224,110 @@ func (t *Tracker) unregister() {
 	}
 }
 
-// Run syncs on SyncSchedule and whenever nodes change (LISTEN
-// metalloc_nodes on a dedicated connection, reconnecting with back-off;
-// notifications are gathered for SyncDelay), plus once at start, until ctx
-// ends; then it returns nil. Passes never overlap. A failed pass (Placement
-// or the database unreachable) is logged and retried on the next one. It
-// returns an error only for an invalid SyncSchedule.
+// Run makes a full pass at start and once more at the first periodic pass
+// after it, a changes pass a SyncDelay after every node change
+// notification (LISTEN metalloc_nodes on a dedicated connection,
+// reconnecting with back-off; the notifications of the delay are folded
+// into one pass), and a periodic pass on SyncSchedule (see
+// tracker_sync.go), until ctx ends; then it returns nil. Passes never
+// overlap. A failed pass (Placement or the database unreachable) is
+// logged; its nodes stay in the change log or are retried by the next
+// periodic pass. It returns an error only for an invalid SyncSchedule.
 func (t *Tracker) Run(ctx context.Context) error {
 	sched, err := parseSyncSchedule(t.cfg.SyncSchedule)
 	if err != nil {
 		return err
 	}
-	// Registered before listening: node changes from here on notify.
+	// Registered before listening: node changes from here on are logged.
 	t.register(ctx)
 	defer t.unregister()
 	kick := make(chan struct{}, 1)
-	signal := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
+	tick := make(chan struct{}, 1)
+	signal := func(ch chan struct{}) func() {
+		return func() {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
 		}
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { db.Listen(ctx, t.pool, NodesNotifyChannel, t.log, signal, func() {}) })
+	wg.Go(func() { db.Listen(ctx, t.pool, NodesNotifyChannel, t.log, signal(kick), signal(kick)) })
 	defer wg.Wait()
 	if sched != nil {
 		logger := cronLogger{t.log.Sugar()}
 		cr := cron.New(cron.WithLogger(logger), cron.WithChain(cron.Recover(logger)))
-		cr.Schedule(sched, cron.FuncJob(signal))
+		cr.Schedule(sched, cron.FuncJob(signal(tick)))
 		cr.Start()
 		defer cr.Stop()
 	} else {
 		t.log.Info("periodic Placement sync is off; syncing on node changes only")
 	}
-	signal()
+	fulls := 2 // at start, and at the first periodic pass
+	t.pass(ctx, passFull)
+	fulls--
 	var last time.Duration // how long the previous pass took
 	for {
+		kind := passChanges
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-kick:
+		case <-tick:
+			kind = passPeriodic
+		}
+		spacing := t.cfg.SyncDelay
+		if kind != passChanges {
+			spacing = passSpacing(t.cfg.SyncDelay, last)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(passSpacing(t.cfg.SyncDelay, last)):
+		case <-time.After(spacing):
 		}
-		select { // fold the notifications that came during the delay
+		select { // fold what came during the delay
 		case <-kick:
 		default:
 		}
+		select {
+		case <-tick:
+			kind = passPeriodic
+		default:
+		}
+		if kind == passPeriodic && fulls > 0 {
+			kind, fulls = passFull, fulls-1
+		}
 		began := time.Now()
-		t.pass(ctx)
+		t.pass(ctx, kind)
 		last = time.Since(began)
 	}
 }
 
-// passSpacing is how long Run gathers node changes before the next pass:
-// SyncDelay, or four times the last pass's duration when that is longer
-// (capped at 10 s), so that a stream of changes (every reservation changes
-// a node) keeps the tracker busy at most a fifth of the time instead of
-// re-reading every node back to back.
+// passSpacing is how long Run waits before a periodic pass: SyncDelay,
+// or four times the last pass's duration when that is longer (capped at
+// 10 s). A changes pass waits SyncDelay: it reads only what changed.
 func passSpacing(delay, last time.Duration) time.Duration {
 	return max(delay, min(4*last, 10*time.Second))
 }
 
-// pass runs one Sync for Run and logs its outcome.
-func (t *Tracker) pass(ctx context.Context) {
+// pass runs one pass of the kind for Run and logs its outcome.
+func (t *Tracker) pass(ctx context.Context, kind passKind) {
 	t.register(ctx)
-	st, err := t.Sync(ctx)
+	var st SyncStats
+	var err error
+	switch kind {
+	case passFull:
+		st, err = t.Sync(ctx)
+	case passPeriodic:
+		st, err = t.locked(ctx, func(ctx context.Context, st *SyncStats) error {
+			if err := t.releaseLeakedClaims(ctx, st); err != nil {
+				return err
+			}
+			return t.syncChanges(ctx, st, true)
+		})
+	default:
+		st, err = t.SyncChanges(ctx)
+	}
 	if ctx.Err() != nil {
 		return
 	}
@@ -310,14 +357,21 @@ func (t *Tracker) pass(ctx context.Context) {
 	}
 }
 
-// Sync makes one pass: it releases leaked claims, deletes the providers of
-// deleted nodes, and creates or updates the providers of nodes whose desired
-// state changed since it was last written (placement_synced). It holds a
-// session-level advisory lock for the pass; when another conductor holds it,
-// Sync returns at once with Skipped set. The error reports what could not be
-// done (Placement unreachable: client.IsUnreachable; a database error; some
-// providers failed); what could be done is done and recorded.
-func (t *Tracker) Sync(ctx context.Context) (st SyncStats, err error) {
+// Sync makes a full pass: it releases leaked claims, deletes the
+// providers of deleted nodes, creates or updates the providers of every
+// node whose desired state changed since it was last written
+// (placement_synced), then mirrors what the change log names. It holds a
+// session-level advisory lock for the pass; when another conductor holds
+// it, Sync returns at once with Skipped set. The error reports what could
+// not be done (Placement unreachable: client.IsUnreachable; a database
+// error; some providers failed); what could be done is done and recorded.
+func (t *Tracker) Sync(ctx context.Context) (SyncStats, error) {
+	return t.locked(ctx, t.syncAll)
+}
+
+// locked runs one pass, fn, under the sync lock (Skipped when another
+// conductor holds it).
+func (t *Tracker) locked(ctx context.Context, fn func(context.Context, *SyncStats) error) (st SyncStats, err error) {
 	start := time.Now()
 	defer func() { st.Duration = time.Since(start) }()
 	conn, aerr := t.pool.Acquire(ctx)
@@ -342,181 +396,6 @@ func (t *Tracker) Sync(ctx context.Context) (st SyncStats, err error) {
 			_ = conn.Conn().Close(uctx)
 		}
 	}()
-	err = t.sync(ctx, &st)
+	err = fn(ctx, &st)
 	return st, err
-}
-
-func (t *Tracker) sync(ctx context.Context, st *SyncStats) error {
-	if err := t.releaseLeakedClaims(ctx, st); err != nil {
-		return err
-	}
-	if err := t.deleteOrphans(ctx, st); err != nil {
-		return err
-	}
-	nodes, err := t.q.TrackerNodes(ctx)
-	if err != nil {
-		return fmt.Errorf("placement sync: reading nodes: %w", err)
-	}
-	type job struct {
-		n  TrackerNodesRow
-		fp string
-	}
-	var jobs []job
-	for _, n := range nodes {
-		if n.Claimed && !t.cfg.ReportGenericResources {
-			// In use through its own Placement claim: the claim's usage
-			// takes the whole CUSTOM_ class already, so the provider stays
-			// as it was while available, and a placement-backend
-			// reservation costs the tracker no Placement request. (Generic
-			// resources, when reported, must be reserved while in use.)
-			n.Available = true
-		}
-		fp := t.fingerprint(n)
-		if n.SyncedFingerprint != nil && *n.SyncedFingerprint == fp {
-			st.Unchanged++
-			continue
-		}
-		jobs = append(jobs, job{n, fp})
-	}
-	// The first unreachable answer stops the pass: the rest would only
-	// wait for their timeouts.
-	wctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var mu sync.Mutex
-	var firstErr error
-	forEach(wctx, t.cfg.Concurrency, jobs, func(ctx context.Context, j job) {
-		created, err := t.syncNode(ctx, j.n)
-		if err == nil {
-			err = t.q.UpsertPlacementSynced(ctx, UpsertPlacementSyncedParams{NodeUuid: j.n.Uuid, Fingerprint: j.fp})
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case err != nil:
-			st.Failed++
-			if firstErr == nil {
-				firstErr = err
-			}
-			if client.IsUnreachable(err) {
-				cancel(err)
-			} else if ctx.Err() == nil {
-				t.log.Warn("cannot mirror node in Placement; retrying on the next sync",
-					zap.Stringer("node", j.n.Uuid), zap.String("name", j.n.Name), zap.Error(err))
-			}
-		case created:
-			st.Created++
-		default:
-			st.Updated++
-		}
-	})
-	if err := context.Cause(wctx); err != nil && ctx.Err() == nil {
-		return err
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if firstErr != nil {
-		return fmt.Errorf("placement sync: %d of %d changed nodes not mirrored; first: %w", st.Failed, len(jobs), firstErr)
-	}
-	return nil
-}
-
-// forEach calls fn for every item with at most n calls running at once,
-// and returns when all have returned; items not yet started when ctx ends
-// are skipped.
-func forEach[T any](ctx context.Context, n int, items []T, fn func(context.Context, T)) {
-	sem := make(chan struct{}, max(n, 1))
-	var wg sync.WaitGroup
-	for _, it := range items {
-		select {
-		case <-ctx.Done():
-		case sem <- struct{}{}:
-			wg.Go(func() {
-				defer func() { <-sem }()
-				fn(ctx, it)
-			})
-			continue
-		}
-		break
-	}
-	wg.Wait()
-}
-
-// releaseLeakedClaims deletes the Placement allocations of claims no
-// allocation backs any more (LeakedPlacementClaims), then their rows, and
-// marks their providers stale so that reserved is recomputed.
-func (t *Tracker) releaseLeakedClaims(ctx context.Context, st *SyncStats) error {
-	rows, err := t.q.LeakedPlacementClaims(ctx, t.cfg.ClaimGrace.Seconds())
-	if err != nil {
-		return fmt.Errorf("placement sync: reading claims: %w", err)
-	}
-	for _, r := range rows {
-		if err := t.releaseClaim(ctx, r.ConsumerUuid, r.ProviderUuid); err != nil {
-			if client.IsUnreachable(err) || ctx.Err() != nil {
-				return err
-			}
-			t.log.Warn("cannot release leaked Placement claim; retrying on the next sync",
-				zap.Stringer("consumer", r.ConsumerUuid), zap.Stringer("provider", r.ProviderUuid), zap.Error(err))
-			continue
-		}
-		st.ClaimsReleased++
-		t.log.Info("released leaked Placement claim", zap.Stringer("consumer", r.ConsumerUuid),
-			zap.Stringer("provider", r.ProviderUuid))
-	}
-	return nil
-}
-
-// releaseClaim deletes consumer's allocations in Placement (none is fine)
-// and its placement_claims row, and marks provider stale.
-func (t *Tracker) releaseClaim(ctx context.Context, consumer, provider uuid.UUID) error {
-	if err := t.pc.DeleteAllocations(ctx, consumer); err != nil && !client.IsNotFound(err) {
-		return err
-	}
-	if err := t.q.DeletePlacementClaim(ctx, DeletePlacementClaimParams{ConsumerUuid: consumer, ProviderUuid: provider}); err != nil {
-		return err
-	}
-	return t.q.MarkPlacementStale(ctx, provider)
-}
-
-// deleteOrphans deletes the providers of deleted nodes. One that still has
-// allocations (409) first loses those of the consumers placement_claims
-// lists for it; if it still cannot go, it stays until a later pass.
-func (t *Tracker) deleteOrphans(ctx context.Context, st *SyncStats) error {
-	ids, err := t.q.OrphanPlacementSynced(ctx)
-	if err != nil {
-		return fmt.Errorf("placement sync: reading deleted nodes: %w", err)
-	}
-	for _, id := range ids {
-		err := t.pc.DeleteProvider(ctx, id)
-		if client.IsConflict(err) {
-			consumers, qerr := t.q.ClaimsOfProvider(ctx, id)
-			if qerr != nil {
-				return qerr
-			}
-			for _, c := range consumers {
-				if rerr := t.releaseClaim(ctx, c, id); rerr != nil {
-					err = rerr
-					break
-				}
-				st.ClaimsReleased++
-			}
-			if len(consumers) > 0 && !client.IsUnreachable(err) {
-				err = t.pc.DeleteProvider(ctx, id)
-			}
-		}
-		if err != nil && !client.IsNotFound(err) {
-			if client.IsUnreachable(err) || ctx.Err() != nil {
-				return err
-			}
-			t.log.Warn("cannot delete the provider of a deleted node; retrying on the next sync",
-				zap.Stringer("provider", id), zap.Error(err))
-			continue
-		}
-		if err := t.q.DeletePlacementSynced(ctx, id); err != nil {
-			return err
-		}
-		st.Deleted++
-		t.log.Info("deleted the provider of a deleted node", zap.Stringer("provider", id))
-	}
-	return nil
 }

@@ -22,7 +22,7 @@ import (
 // the endpoint, the node's name, class, traits, availability, generic
 // resources and the configured ratios. Usage is not in it: whoever changes
 // a provider's usage marks it stale (MarkPlacementStale).
-func (t *Tracker) fingerprint(n TrackerNodesRow) string {
+func (t *Tracker) fingerprint(n TrackerNode) string {
 	d := struct {
 		V         int                `json:"v"`
 		Endpoint  string             `json:"endpoint"`
@@ -43,7 +43,7 @@ func (t *Tracker) fingerprint(n TrackerNodesRow) string {
 }
 
 // syncNode creates or updates n's provider: name, inventories, traits.
-func (t *Tracker) syncNode(ctx context.Context, n TrackerNodesRow) (created bool, err error) {
+func (t *Tracker) syncNode(ctx context.Context, n TrackerNode) (created bool, err error) {
 	p, err := t.pc.GetProvider(ctx, n.Uuid)
 	switch {
 	case client.IsNotFound(err):
@@ -79,7 +79,7 @@ func (t *Tracker) syncNode(ctx context.Context, n TrackerNodesRow) (created bool
 
 // putInventories writes n's inventories if they differ from the provider's,
 // with the generation just read, re-reading on a concurrent update.
-func (t *Tracker) putInventories(ctx context.Context, n TrackerNodesRow, rc string) error {
+func (t *Tracker) putInventories(ctx context.Context, n TrackerNode, rc string) error {
 	for attempt := 1; ; attempt++ {
 		cur, err := t.pc.GetInventories(ctx, n.Uuid)
 		if err != nil {
@@ -107,7 +107,7 @@ func (t *Tracker) putInventories(ctx context.Context, n TrackerNodesRow, rc stri
 // desiredInventories is the inventory of n's provider given its current
 // one (for the ratios to keep) and, for an unavailable node, its usage by
 // class (to reserve all that is not used).
-func (t *Tracker) desiredInventories(n TrackerNodesRow, rc string, cur map[string]client.Inventory, usage map[string]int64) map[string]client.Inventory {
+func (t *Tracker) desiredInventories(n TrackerNode, rc string, cur map[string]client.Inventory, usage map[string]int64) map[string]client.Inventory {
 	want := map[string]client.Inventory{}
 	add := func(class string, total, maxUnit int64) {
 		var existing *float64
@@ -168,7 +168,7 @@ func FullyReserved(total, used int64, ratio float64) int64 {
 
 // putTraits writes n's traits if they differ from the provider's, with the
 // generation just read, re-reading on a concurrent update.
-func (t *Tracker) putTraits(ctx context.Context, n TrackerNodesRow) error {
+func (t *Tracker) putTraits(ctx context.Context, n TrackerNode) error {
 	want, err := t.usableTraits(ctx, n)
 	if err != nil {
 		return err
@@ -196,7 +196,7 @@ func (t *Tracker) putTraits(ctx context.Context, n TrackerNodesRow) error {
 // usableTraits is n's traits (sorted) that Placement has: CUSTOM_ ones are
 // created with EnsureTrait; others must exist (standard traits). Others are
 // skipped with a warning, once per name.
-func (t *Tracker) usableTraits(ctx context.Context, n TrackerNodesRow) ([]string, error) {
+func (t *Tracker) usableTraits(ctx context.Context, n TrackerNode) ([]string, error) {
 	out := make([]string, 0, len(n.Traits))
 	for _, name := range n.Traits {
 		if v, ok := t.traits.Load(name); ok {

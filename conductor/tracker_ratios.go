@@ -22,8 +22,21 @@ type ZeroRatio struct {
 // FindZeroRatios lists the inventories with a 0.0 or missing
 // allocation_ratio of every provider the tracker mirrors (placement_synced
 // rows and nodes; providers missing in Placement are skipped), in provider
-// then class order.
+// then class order: with Placement on this database in one statement,
+// otherwise one GET per provider.
 func (t *Tracker) FindZeroRatios(ctx context.Context) ([]ZeroRatio, error) {
+	if t.local(ctx) {
+		// One statement, not a request per provider (1,000,000 of them).
+		rows, err := t.q.ZeroRatioInventories(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]ZeroRatio, len(rows))
+		for i, r := range rows {
+			out[i] = ZeroRatio(r)
+		}
+		return out, nil
+	}
 	ids, err := t.q.PlacementProviderUUIDs(ctx)
 	if err != nil {
 		return nil, err
@@ -63,8 +76,19 @@ func zeroClasses(inv *client.Inventories) []string {
 // many it repaired; err reports the first failure (the rest is still
 // attempted unless Placement is unreachable).
 func (t *Tracker) RepairZeroRatios(ctx context.Context) (found, repaired int, err error) {
-	ids, err := t.q.PlacementProviderUUIDs(ctx)
-	if err != nil {
+	var ids []uuid.UUID
+	if t.local(ctx) {
+		// Only the providers FindZeroRatios finds go through the API.
+		zs, err := t.FindZeroRatios(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, z := range zs {
+			if !slices.Contains(ids, z.Provider) {
+				ids = append(ids, z.Provider)
+			}
+		}
+	} else if ids, err = t.q.PlacementProviderUUIDs(ctx); err != nil {
 		return 0, 0, err
 	}
 	var firstErr error

@@ -21,20 +21,32 @@ import (
 
 // trackerEnv is a fresh database with metalloc-placement serving it
 // in-process (its own schema in the same database, as in production).
+// Its trackers write in mode (TrackerConfig.Mode): in-process or through
+// the API.
 type trackerEnv struct {
 	pool *pgxpool.Pool
 	pc   *client.Client
+	mode string
 }
 
-func newTrackerEnv(t *testing.T) *trackerEnv {
+func newTrackerEnv(t *testing.T, mode string) *trackerEnv {
 	t.Helper()
 	pool := dbtest.New(t)
 	srv := placementtest.NewServerOn(t, pool, placement.Options{})
-	return &trackerEnv{pool: pool, pc: client.New(srv.URL, "admin", 10*time.Second)}
+	return &trackerEnv{pool: pool, pc: client.New(srv.URL, "admin", 10*time.Second), mode: mode}
 }
 
 func (e *trackerEnv) tracker(t *testing.T, cfg TrackerConfig) *Tracker {
+	cfg.Mode = e.mode
 	return NewTracker(e.pool, e.pc, cfg, zaptest.NewLogger(t))
+}
+
+// bothModes runs test with the tracker writing in-process and through the
+// Placement API: the outcome must be the same.
+func bothModes(t *testing.T, test func(t *testing.T, mode string)) {
+	for _, mode := range []string{"local", "http"} {
+		t.Run(mode, func(t *testing.T) { test(t, mode) })
+	}
 }
 
 // addNode inserts an available node and returns its uuid.
@@ -100,8 +112,10 @@ func counts(st SyncStats) [6]int {
 	return [6]int{st.Created, st.Updated, st.Unchanged, st.Deleted, st.ClaimsReleased, st.Failed}
 }
 
-func TestTrackerFirstSyncMirrorsNodes(t *testing.T) {
-	e := newTrackerEnv(t)
+func TestTrackerFirstSyncMirrorsNodes(t *testing.T) { bothModes(t, testTrackerFirstSyncMirrorsNodes) }
+
+func testTrackerFirstSyncMirrorsNodes(t *testing.T, mode string) {
+	e := newTrackerEnv(t, mode)
 	ctx := context.Background()
 	n1 := e.addNode(t, "n1", "baremetal.gold", `{"cpus": "8", "memory_mb": 1024, "local_gb": "100"}`,
 		"CUSTOM_NVME", "HW_CPU_X86_AVX2", "NOT_A_TRAIT")
@@ -151,8 +165,10 @@ func TestTrackerFirstSyncMirrorsNodes(t *testing.T) {
 	require.Equal(t, []string{"HW_CPU_X86_AVX2"}, traits.Traits)
 }
 
-func TestTrackerOperatorRatioSurvives(t *testing.T) {
-	e := newTrackerEnv(t)
+func TestTrackerOperatorRatioSurvives(t *testing.T) { bothModes(t, testTrackerOperatorRatioSurvives) }
+
+func testTrackerOperatorRatioSurvives(t *testing.T, mode string) {
+	e := newTrackerEnv(t, mode)
 	n := e.addNode(t, "n", "gold", `{"cpus": 8, "memory_mb": 1024, "local_gb": 10}`)
 	tr := e.tracker(t, TrackerConfig{ReportGenericResources: true})
 	sync1(t, tr)
@@ -176,8 +192,10 @@ func TestTrackerOperatorRatioSurvives(t *testing.T) {
 	require.Equal(t, 4.0, e.inv(t, n)["VCPU"].AllocationRatio)
 }
 
-func TestTrackerOverrideWins(t *testing.T) {
-	e := newTrackerEnv(t)
+func TestTrackerOverrideWins(t *testing.T) { bothModes(t, testTrackerOverrideWins) }
+
+func testTrackerOverrideWins(t *testing.T, mode string) {
+	e := newTrackerEnv(t, mode)
 	n := e.addNode(t, "n", "gold", `{"cpus": 8, "memory_mb": 1024, "local_gb": 10}`)
 	cfg := TrackerConfigFrom(config.PlacementBackend{
 		ReportGenericResources: true, CPUAllocationRatio: f64(2), RAMAllocationRatio: f64(0),
@@ -203,8 +221,10 @@ func TestTrackerOverrideWins(t *testing.T) {
 	require.Equal(t, 5.0, e.inv(t, n)["VCPU"].AllocationRatio)
 }
 
-func TestTrackerZeroRatioInPlacement(t *testing.T) {
-	e := newTrackerEnv(t)
+func TestTrackerZeroRatioInPlacement(t *testing.T) { bothModes(t, testTrackerZeroRatioInPlacement) }
+
+func testTrackerZeroRatioInPlacement(t *testing.T, mode string) {
+	e := newTrackerEnv(t, mode)
 	n := e.addNode(t, "n", "gold", `{"cpus": 8, "memory_mb": 1024, "local_gb": 10}`)
 	tr := e.tracker(t, TrackerConfig{ReportGenericResources: true})
 	sync1(t, tr)
@@ -225,7 +245,11 @@ func TestTrackerZeroRatioInPlacement(t *testing.T) {
 }
 
 func TestTrackerUnavailableNodesFullyReserved(t *testing.T) {
-	e := newTrackerEnv(t)
+	bothModes(t, testTrackerUnavailableNodesFullyReserved)
+}
+
+func testTrackerUnavailableNodesFullyReserved(t *testing.T, mode string) {
+	e := newTrackerEnv(t, mode)
 	ctx := context.Background()
 	var ids []uuid.UUID
 	for _, name := range []string{"a", "b", "c", "d"} {
@@ -268,7 +292,11 @@ func TestTrackerUnavailableNodesFullyReserved(t *testing.T) {
 }
 
 func TestTrackerDeletedNodeAndLeakedClaims(t *testing.T) {
-	e := newTrackerEnv(t)
+	bothModes(t, testTrackerDeletedNodeAndLeakedClaims)
+}
+
+func testTrackerDeletedNodeAndLeakedClaims(t *testing.T, mode string) {
+	e := newTrackerEnv(t, mode)
 	ctx := context.Background()
 	gone := e.addNode(t, "gone", "gold", `{}`)
 	busy := e.addNode(t, "busy", "gold", `{}`)
@@ -316,8 +344,10 @@ func TestTrackerDeletedNodeAndLeakedClaims(t *testing.T) {
 	require.Equal(t, [6]int{0, 0, 2, 0, 0, 0}, counts(st))
 }
 
-func TestTrackerConcurrentSyncs(t *testing.T) {
-	e := newTrackerEnv(t)
+func TestTrackerConcurrentSyncs(t *testing.T) { bothModes(t, testTrackerConcurrentSyncs) }
+
+func testTrackerConcurrentSyncs(t *testing.T, mode string) {
+	e := newTrackerEnv(t, mode)
 	for i := range 20 {
 		e.addNode(t, "n"+string(rune('a'+i)), "gold", `{}`, "CUSTOM_X")
 	}
@@ -358,8 +388,10 @@ func TestTrackerConcurrentSyncs(t *testing.T) {
 	require.NoError(t, err)
 }
 
-func TestTrackerRunFollowsNodeChanges(t *testing.T) {
-	e := newTrackerEnv(t)
+func TestTrackerRunFollowsNodeChanges(t *testing.T) { bothModes(t, testTrackerRunFollowsNodeChanges) }
+
+func testTrackerRunFollowsNodeChanges(t *testing.T, mode string) {
+	e := newTrackerEnv(t, mode)
 	tr := e.tracker(t, TrackerConfig{SyncSchedule: SyncOff, SyncDelay: 20 * time.Millisecond})
 	passes := make(chan SyncStats, 100)
 	tr.OnSync = func(st SyncStats, err error) {
@@ -444,8 +476,13 @@ func TestNodeNotifications(t *testing.T) {
 	exec(`INSERT INTO placement_claims (consumer_uuid, provider_uuid) VALUES ($1, $2)`, instance, node)
 	require.False(t, notified(func() { exec(`UPDATE nodes SET instance_uuid = $2 WHERE uuid = $1`, node, instance) }),
 		"the placement backend's reservation of its claimed node")
-	require.True(t, notified(func() { exec(`UPDATE nodes SET instance_uuid = NULL WHERE uuid = $1`, node) }),
-		"a node released")
+	require.False(t, notified(func() { exec(`UPDATE nodes SET instance_uuid = NULL WHERE uuid = $1`, node) }),
+		"a node giving up its claimed instance (the claim's release frees the provider)")
 	require.True(t, notified(func() { exec(`UPDATE nodes SET instance_uuid = $2 WHERE uuid = $1`, node, other) }),
 		"an instance without a Placement claim")
+	require.True(t, notified(func() { exec(`UPDATE nodes SET instance_uuid = NULL WHERE uuid = $1`, node) }),
+		"a node released")
+	// What was notified is in the change log, in order: the maintenance
+	// change, the instance without a claim, the release.
+	require.Equal(t, 3, dbtest.Count(t, pool, `SELECT count(*) FROM placement_node_changes WHERE node_uuid = $1`, node))
 }

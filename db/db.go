@@ -118,6 +118,10 @@ func Open(ctx context.Context, url string, opt PoolOptions) (*pgxpool.Pool, erro
 	// drop it instead of handing it out again, so that the next connection
 	// follows target_session_attrs to the new primary. PostgreSQL 14+
 	// reports in_hot_standby to clients whenever it changes.
+	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		RegisterUUID(c.TypeMap())
+		return nil
+	}
 	cfg.AfterRelease = func(c *pgx.Conn) bool {
 		return c.PgConn().ParameterStatus("in_hot_standby") != "on"
 	}

@@ -30,12 +30,21 @@ func Listen(ctx context.Context, pool *pgxpool.Pool, channel string, log *zap.Lo
 // connection was away (no synthetic notify follows). Used by metalloc-api's
 // allocation event hub (one connection per process).
 func ListenPayloads(ctx context.Context, pool *pgxpool.Pool, channel string, log *zap.Logger, notify func(payload string), listening func()) {
+	ListenPayloadsLost(ctx, pool, channel, log, notify, listening, func() {})
+}
+
+// ListenPayloadsLost is ListenPayloads that also calls lost whenever the
+// connection is lost (or could not be made), before it reconnects: from
+// then until listening, notifications may be missed. The allocation event
+// hub stops serving its cache meanwhile.
+func ListenPayloadsLost(ctx context.Context, pool *pgxpool.Pool, channel string, log *zap.Logger, notify func(payload string), listening, lost func()) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		err := listenOnce(ctx, pool, channel, notify, func() {
 			backoff = 100 * time.Millisecond
 			listening()
 		})
+		lost()
 		if ctx.Err() != nil {
 			return
 		}

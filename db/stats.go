@@ -23,6 +23,24 @@ type Work struct {
 	// that exited since the previous reading takes its time with it);
 	// DatabaseCPU is the server processes' part of it.
 	CPU, DatabaseCPU time.Duration
+	// Backends is each server process's part of DatabaseCPU, by pid.
+	Backends map[int]time.Duration
+}
+
+// Since is what happened between prev and w, two readings of the same
+// processes: buffers and the processes' CPU time subtracted, the server
+// processes' CPU by pid (one that was not there at prev started since and
+// counts whole; one that exited since counts for nothing, never less),
+// so that a connection closing between the readings (a pool shrinking, a
+// bulk import's pool closed) does not make the difference negative.
+func (w Work) Since(prev Work) Work {
+	d := Work{Buffers: w.Buffers - prev.Buffers, Backends: map[int]time.Duration{}}
+	for pid, cpu := range w.Backends {
+		d.Backends[pid] = max(cpu-prev.Backends[pid], 0)
+		d.DatabaseCPU += d.Backends[pid]
+	}
+	d.CPU = max(w.CPU-w.DatabaseCPU-(prev.CPU-prev.DatabaseCPU), 0) + d.DatabaseCPU
+	return d
 }
 
 // ReadWork reads Work for pool's database and the processes pids (Linux:
@@ -41,12 +59,15 @@ func ReadWork(ctx context.Context, pool *pgxpool.Pool, pids ...int) (Work, error
 	if err != nil {
 		return w, fmt.Errorf("reading pg_stat_activity: %w", err)
 	}
+	w.Backends = map[int]time.Duration{}
 	for rows.Next() {
 		var pid int
 		if err := rows.Scan(&pid); err != nil {
 			return w, err
 		}
-		w.DatabaseCPU += processCPU(pid)
+		cpu := processCPU(pid)
+		w.Backends[pid] = cpu
+		w.DatabaseCPU += cpu
 	}
 	if err := rows.Err(); err != nil {
 		return w, err
@@ -76,3 +97,19 @@ func processCPU(pid int) time.Duration {
 // clockTicks is the kernel's USER_HZ, 100 on every Linux architecture Go
 // supports.
 const clockTicks = 100
+
+// PeakMemory is the highest resident set size pid has had (VmHWM in
+// /proc/PID/status), 0 if it cannot be read.
+func PeakMemory(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/web"
@@ -96,17 +94,46 @@ func Import(ctx context.Context, store *Store, r io.Reader, opts ImportOptions, 
 	if err := loadSchemas(); err != nil {
 		return res, err
 	}
-	nodes, err := readImportFile(r)
+	file, err := openImportFile(r)
 	if err != nil {
 		return res, err
 	}
-	res.Total = len(nodes)
+	res.Total = file.total
+	// Two stages: one goroutine reads and prepares the next chunk while
+	// this one writes the current (prepareChunk needs no database).
+	pctx, cancel := context.WithCancel(ctx)
+	prepared := make(chan *preparedChunk, 1)
+	go func() {
+		defer close(prepared)
+		for lo := 0; lo < file.total; lo += importChunk {
+			nodes, err := file.next(importChunk)
+			p := &preparedChunk{first: lo, err: err}
+			if err == nil {
+				p = prepareChunk(pctx, store, nodes, lo, opts)
+			}
+			select {
+			case prepared <- p:
+			case <-pctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		for range prepared { // let the reader go
+		}
+	}()
 	var errs []error
-	for lo := 0; lo < len(nodes); lo += importChunk {
-		hi := min(lo+importChunk, len(nodes))
-		errs = append(errs, importNodes(ctx, store, nodes[lo:hi], lo, opts, &res)...)
-		for done := lo + 1; progress != nil && done <= hi; done++ {
-			progress(done, len(nodes))
+	for p := range prepared {
+		if p.err != nil {
+			return res, errors.Join(append(errs, p.err)...)
+		}
+		errs = append(errs, writeChunk(ctx, store, p, opts, &res)...)
+		for done := p.first + 1; progress != nil && done <= p.first+len(p.nodes); done++ {
+			progress(done, file.total)
 		}
 		if ctx.Err() != nil {
 			errs = append(errs, ctx.Err())
@@ -144,26 +171,77 @@ func importLabel(i int, raw any) string {
 	return label
 }
 
-// importNodes imports the file entries nodes (the first is entry first of
-// the file). Entries that name no existing node and no other entry of the
-// chunk are new: they are validated and driven to their final state in
-// memory (the same state machine the API runs), then written together in
-// one transaction. The rest, and every new entry again if that transaction
-// fails (a node created meanwhile), go through importOne, one transaction
-// per step, in file order.
-func importNodes(ctx context.Context, store *Store, nodes []any, first int, opts ImportOptions, res *ImportResult) []error {
-	var errs []error
-	fail := func(i int, err error) { errs = append(errs, fmt.Errorf("%s: %w", importLabel(first+i, nodes[i]), err)) }
-	entries := make([]*importEntry, len(nodes))
-	var uuids []uuid.UUID
-	var names []string
+// preparedChunk is a chunk of file entries as prepareChunk leaves it for
+// writeChunk: what needs no database.
+type preparedChunk struct {
+	nodes []any // the entries; the first is entry first of the file
+	first int
+	// entries[i] is nil when entry i is invalid (prepErrs[i] says why).
+	entries  []*importEntry
+	prepErrs []error
+	// fresh[i] is entry i as a new node would be written, computed for
+	// every valid entry without ports (writeChunk uses it only when the
+	// entry names no existing node).
+	fresh    []*freshNode
+	warnings []string
+	err      error // reading the file
+}
+
+// freshNode is an entry driven to its final state in memory, with its
+// COPY row, or the error newImported gave.
+type freshNode struct {
+	node Node
+	made bool
+	row  CopyNodesParams
+	err  error
+}
+
+// prepareChunk validates the file entries nodes and computes each one as
+// a new node (the same state machine the API runs), without the database:
+// Import runs it for the next chunk while writeChunk writes this one.
+func prepareChunk(ctx context.Context, store *Store, nodes []any, first int, opts ImportOptions) *preparedChunk {
+	p := &preparedChunk{nodes: nodes, first: first, entries: make([]*importEntry, len(nodes)),
+		prepErrs: make([]error, len(nodes)), fresh: make([]*freshNode, len(nodes))}
+	var res ImportResult // prepareImport's warnings
 	for i, raw := range nodes {
-		e, err := prepareImport(raw, opts, res)
+		e, err := prepareImport(raw, opts, &res)
 		if err != nil {
-			fail(i, err)
+			p.prepErrs[i] = err
 			continue
 		}
-		entries[i] = e
+		p.entries[i] = e
+		if e.hasPorts() {
+			continue
+		}
+		f := &freshNode{}
+		if f.node, f.made, f.err = store.newImported(ctx, e, opts); f.err == nil {
+			f.row, f.err = copyRow(f.node)
+		}
+		p.fresh[i] = f
+	}
+	p.warnings = res.Warnings
+	return p
+}
+
+// writeChunk imports a prepared chunk. Entries that name no existing node
+// and no other entry of the chunk are new: they are written together in
+// one transaction. The rest, and every new entry again if that
+// transaction fails (a node created meanwhile), go through applyImport,
+// one transaction per step, in file order.
+func writeChunk(ctx context.Context, store *Store, p *preparedChunk, opts ImportOptions, res *ImportResult) []error {
+	var errs []error
+	fail := func(i int, err error) {
+		errs = append(errs, fmt.Errorf("%s: %w", importLabel(p.first+i, p.nodes[i]), err))
+	}
+	res.Warnings = append(res.Warnings, p.warnings...)
+	entries := p.entries
+	var uuids []uuid.UUID
+	var names []string
+	for i, e := range entries {
+		if e == nil {
+			fail(i, p.prepErrs[i])
+			continue
+		}
 		uuids = append(uuids, e.node.UUID)
 		if e.node.Name != nil {
 			names = append(names, *e.node.Name)
@@ -180,9 +258,10 @@ func importNodes(ctx context.Context, store *Store, nodes []any, first int, opts
 			taken["n"+*r.Name] = true
 		}
 	}
-	done := make([]*uuid.UUID, len(nodes))
+	done := make([]*uuid.UUID, len(entries))
 	var fresh []int
-	var rows []Node
+	var nodes []Node
+	var rows []CopyNodesParams
 	for i, e := range entries {
 		if e == nil {
 			continue
@@ -202,19 +281,19 @@ func importNodes(ctx context.Context, store *Store, nodes []any, first int, opts
 		if clash || e.hasPorts() {
 			continue
 		}
-		n, made, err := store.newImported(ctx, e, opts)
-		if err != nil {
-			fail(i, err)
+		f := p.fresh[i]
+		if f.err != nil {
+			fail(i, f.err)
 			entries[i] = nil
 			continue
 		}
-		e.made = made
+		e.made = f.made
 		fresh = append(fresh, i)
-		rows = append(rows, n)
+		nodes, rows = append(nodes, f.node), append(rows, f.row)
 	}
-	if err := store.insertImported(ctx, rows); err == nil {
+	if err := store.insertImported(ctx, nodes, rows); err == nil {
 		for k, i := range fresh {
-			done[i] = &rows[k].UUID
+			done[i] = &nodes[k].UUID
 			res.Created++
 			if entries[i].made {
 				res.MadeAvailable++
@@ -295,24 +374,28 @@ func (s *Store) newImported(ctx context.Context, e *importEntry, opts ImportOpti
 	return n, made, nil
 }
 
-// insertImported writes new nodes and their traits in one transaction.
-func (s *Store) insertImported(ctx context.Context, nodes []Node) error {
+// copyRow is n's row for CopyNodes.
+func copyRow(n Node) (CopyNodesParams, error) {
+	p, err := insertParams(n)
+	if err != nil {
+		return CopyNodesParams{}, err
+	}
+	return CopyNodesParams{p.Uuid, p.Name, p.Driver, p.ResourceClass, p.ProvisionState, p.TargetProvisionState,
+		p.ProvisionUpdatedAt, p.PowerState, p.TargetPowerState, p.Maintenance, p.MaintenanceReason,
+		p.Fault, p.LastError, p.InstanceUuid, p.Owner, p.Lessee, p.Description, p.ConductorGroup,
+		p.Protected, p.ProtectedReason, p.Retired, p.RetiredReason, p.AutomatedClean, p.ConsoleEnabled,
+		p.Shard, p.Properties, p.Extra, p.InstanceInfo, p.DriverInfo, p.DriverInternalInfo, p.Interfaces,
+		p.NetworkData, p.RaidConfig, p.TargetRaidConfig, n.UpdatedAt}, nil
+}
+
+// insertImported writes new nodes (rows[i] is nodes[i]'s, copyRow) and
+// their traits in one transaction.
+func (s *Store) insertImported(ctx context.Context, nodes []Node, rows []CopyNodesParams) error {
 	if len(nodes) == 0 {
 		return nil
 	}
-	rows := make([]CopyNodesParams, len(nodes))
 	uuids := make([]uuid.UUID, len(nodes))
 	for i, n := range nodes {
-		p, err := insertParams(n)
-		if err != nil {
-			return err
-		}
-		rows[i] = CopyNodesParams{p.Uuid, p.Name, p.Driver, p.ResourceClass, p.ProvisionState, p.TargetProvisionState,
-			p.ProvisionUpdatedAt, p.PowerState, p.TargetPowerState, p.Maintenance, p.MaintenanceReason,
-			p.Fault, p.LastError, p.InstanceUuid, p.Owner, p.Lessee, p.Description, p.ConductorGroup,
-			p.Protected, p.ProtectedReason, p.Retired, p.RetiredReason, p.AutomatedClean, p.ConsoleEnabled,
-			p.Shard, p.Properties, p.Extra, p.InstanceInfo, p.DriverInfo, p.DriverInternalInfo, p.Interfaces,
-			p.NetworkData, p.RaidConfig, p.TargetRaidConfig, n.UpdatedAt}
 		uuids[i] = n.UUID
 	}
 	return db.InTx(ctx, s.pool, func(tx pgx.Tx) error {
@@ -339,51 +422,6 @@ func (s *Store) insertImported(ctx context.Context, nodes []Node) error {
 		}
 		return nil
 	})
-}
-
-// readImportFile decodes the file (YAML, of which JSON is a subset) into
-// generic JSON values and returns its node list.
-func readImportFile(r io.Reader) ([]any, error) {
-	raw, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("reading node file: %w", err)
-	}
-	// A JSON file is read as JSON (five times faster than the YAML parser
-	// on a large file); anything else as YAML, of which JSON is a subset.
-	doc, err := decodeJSON(raw)
-	if err != nil {
-		if err := yaml.Unmarshal(raw, &doc); err != nil {
-			return nil, fmt.Errorf("node file is neither valid JSON nor valid YAML: %w", err)
-		}
-		// Round-trip through JSON so values have the types request bodies have.
-		b, err := json.Marshal(doc)
-		if err != nil {
-			return nil, fmt.Errorf("node file holds values JSON cannot represent: %w", err)
-		}
-		if doc, err = decodeJSON(b); err != nil {
-			return nil, fmt.Errorf("node file: %w", err)
-		}
-	}
-	top, ok := doc.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("node file: the top level must be an object with a \"nodes\" list")
-	}
-	for k, v := range top {
-		switch k {
-		case "nodes":
-		case "chassis":
-			if l, ok := v.([]any); !ok || len(l) > 0 {
-				return nil, fmt.Errorf("node file: chassis are not supported by metalloc")
-			}
-		default:
-			return nil, fmt.Errorf("node file: unknown top-level key %q (expected \"nodes\")", k)
-		}
-	}
-	nodes, ok := top["nodes"].([]any)
-	if !ok && top["nodes"] != nil {
-		return nil, fmt.Errorf("node file: \"nodes\" must be a list")
-	}
-	return nodes, nil
 }
 
 // prepareImport validates one file entry and parses it as a node.

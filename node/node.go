@@ -220,6 +220,9 @@ func cloneObject(m map[string]any) map[string]any {
 	if m == nil {
 		return nil
 	}
+	if c, ok := copyJSONValue(m); ok {
+		return c.(map[string]any)
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return maps.Clone(m)
@@ -229,6 +232,39 @@ func cloneObject(m map[string]any) map[string]any {
 		return maps.Clone(m)
 	}
 	return out
+}
+
+// copyJSONValue deep-copies v when it holds only what a JSON round trip
+// gives back unchanged (objects, arrays, strings, float64, booleans,
+// null): what cloneObject's round trip would return, without encoding
+// (a node import clones every node's objects). ok is false for anything
+// else (json.Number, Go types), which cloneObject round-trips.
+func copyJSONValue(v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			c, ok := copyJSONValue(e)
+			if !ok {
+				return nil, false
+			}
+			m[k] = c
+		}
+		return m, true
+	case []any:
+		s := make([]any, len(x))
+		for i, e := range x {
+			c, ok := copyJSONValue(e)
+			if !ok {
+				return nil, false
+			}
+			s[i] = c
+		}
+		return s, true
+	case string, float64, bool, nil:
+		return x, true
+	}
+	return nil, false
 }
 
 // ErrNotFound is returned (wrapped) when no node matches an identifier.

@@ -373,3 +373,111 @@ WITH ins AS (
 UPDATE placement.resource_providers SET generation = generation + 1, updated_at = now()
  WHERE id = ANY(@bump_ids::bigint[]);
 
+
+-- name: MirrorExisting :many
+-- The resource tracker's in-process mirror (mirror.go: MirrorTx), for a
+-- conductor on this database, reads and writes the flat providers of many
+-- nodes in a few statements instead of five API requests each. This one:
+-- which of these providers exist (no lock).
+SELECT id, uuid FROM placement.resource_providers WHERE uuid = ANY(@uuids::uuid[]);
+
+-- name: MirrorLock :many
+-- The existing providers of MirrorExisting, locked in id order; one
+-- another writer holds is skipped (the tracker retries it on its next
+-- pass): the mirror never waits for a provider, so it closes no lock cycle.
+SELECT id, uuid, name FROM placement.resource_providers
+ WHERE id = ANY(@ids::bigint[])
+ ORDER BY id
+   FOR UPDATE SKIP LOCKED;
+
+-- name: MirrorInventories :many
+-- The inventories of locked providers with their usage.
+SELECT i.resource_provider_id, rc.name AS resource_class,
+       i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio,
+       COALESCE((SELECT sum(a.used) FROM placement.allocations a
+                  WHERE a.resource_provider_id = i.resource_provider_id
+                    AND a.resource_class_id = i.resource_class_id), 0)::bigint AS used
+  FROM placement.inventories i
+  JOIN placement.resource_classes rc ON rc.id = i.resource_class_id
+ WHERE i.resource_provider_id = ANY(@ids::bigint[]);
+
+-- name: MirrorTraits :many
+SELECT pt.resource_provider_id, t.name
+  FROM placement.resource_provider_traits pt
+  JOIN placement.traits t ON t.id = pt.trait_id
+ WHERE pt.resource_provider_id = ANY(@ids::bigint[]);
+
+-- name: MirrorNamesTaken :many
+-- Which of these names another provider than the given one has.
+SELECT x.id::bigint AS id, x.name::text AS name
+  FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@names::text[]) AS name) x
+ WHERE EXISTS (SELECT 1 FROM placement.resource_providers p WHERE p.name = x.name AND p.id <> x.id);
+
+-- name: MirrorCreate :many
+-- New root providers (each its own root) at generation @generations[i]
+-- (0 as created, 1 when their inventories and traits are written with
+-- them: the API's create then PUTs bump it once per mirror); one whose
+-- uuid or name is taken is left out (no row comes back for it).
+INSERT INTO placement.resource_providers (id, uuid, name, root_provider_id, generation)
+OVERRIDING SYSTEM VALUE
+SELECT x.id, x.uuid, x.name, x.id, x.generation
+  FROM (SELECT nextval('placement.resource_providers_id_seq') AS id, u.uuid, u.name, u.generation
+          FROM (SELECT unnest(@uuids::uuid[]) AS uuid, unnest(@names::text[]) AS name,
+                       unnest(@generations::int[]) AS generation) u) x
+ON CONFLICT DO NOTHING
+RETURNING id, uuid;
+
+-- name: MirrorRename :exec
+UPDATE placement.resource_providers p SET name = x.name, updated_at = now()
+  FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@names::text[]) AS name) x
+ WHERE p.id = x.id;
+
+-- name: MirrorEnsureClasses :exec
+-- Custom resource classes, created when missing (PUT /resource_classes/{name}).
+INSERT INTO placement.resource_classes (id, name)
+SELECT nextval('placement.custom_resource_class_id'), n
+  FROM unnest(@names::text[]) n
+ WHERE NOT EXISTS (SELECT 1 FROM placement.resource_classes rc WHERE rc.name = n)
+ON CONFLICT (name) DO NOTHING;
+
+-- name: MirrorEnsureTraits :exec
+-- Custom traits, created when missing (PUT /traits/{name}).
+INSERT INTO placement.traits (name) SELECT unnest(@names::text[]) ON CONFLICT (name) DO NOTHING;
+
+-- name: MirrorKnownTraits :many
+SELECT name FROM placement.traits WHERE name = ANY(@names::text[]);
+
+-- name: MirrorDeleteInventories :exec
+DELETE FROM placement.inventories i
+ USING (SELECT unnest(@ids::bigint[]) AS id, unnest(@classes::text[]) AS class) x, placement.resource_classes rc
+ WHERE rc.name = x.class AND i.resource_provider_id = x.id AND i.resource_class_id = rc.id;
+
+-- name: MirrorSetInventories :exec
+INSERT INTO placement.inventories
+       (resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, step_size, allocation_ratio)
+SELECT x.id, rc.id, x.total, x.reserved, x.min_unit, x.max_unit, x.step_size, x.ratio
+  FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@classes::text[]) AS class,
+               unnest(@totals::int[]) AS total, unnest(@reserveds::int[]) AS reserved,
+               unnest(@min_units::int[]) AS min_unit, unnest(@max_units::int[]) AS max_unit,
+               unnest(@step_sizes::int[]) AS step_size, unnest(@ratios::float8[]) AS ratio) x
+  JOIN placement.resource_classes rc ON rc.name = x.class
+ON CONFLICT (resource_provider_id, resource_class_id) DO UPDATE
+   SET total = EXCLUDED.total, reserved = EXCLUDED.reserved, min_unit = EXCLUDED.min_unit,
+       max_unit = EXCLUDED.max_unit, step_size = EXCLUDED.step_size,
+       allocation_ratio = EXCLUDED.allocation_ratio, updated_at = now();
+
+-- name: MirrorDeleteTraits :exec
+DELETE FROM placement.resource_provider_traits pt
+ USING (SELECT unnest(@ids::bigint[]) AS id, unnest(@names::text[]) AS name) x, placement.traits t
+ WHERE t.name = x.name AND pt.resource_provider_id = x.id AND pt.trait_id = t.id;
+
+-- name: MirrorAddTraits :exec
+INSERT INTO placement.resource_provider_traits (resource_provider_id, trait_id)
+SELECT x.id, t.id
+  FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@names::text[]) AS name) x
+  JOIN placement.traits t ON t.name = x.name
+ON CONFLICT DO NOTHING;
+
+-- name: MirrorBump :exec
+UPDATE placement.resource_providers SET generation = generation + 1, updated_at = now()
+ WHERE id = ANY(@ids::bigint[]);

@@ -635,6 +635,408 @@ func (q *Queries) LockProvidersByUUID(ctx context.Context, uuids []uuid.UUID) ([
 	return items, nil
 }
 
+const mirrorAddTraits = `-- name: MirrorAddTraits :exec
+INSERT INTO placement.resource_provider_traits (resource_provider_id, trait_id)
+SELECT x.id, t.id
+  FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::text[]) AS name) x
+  JOIN placement.traits t ON t.name = x.name
+ON CONFLICT DO NOTHING
+`
+
+type MirrorAddTraitsParams struct {
+	Ids   []int64
+	Names []string
+}
+
+func (q *Queries) MirrorAddTraits(ctx context.Context, arg MirrorAddTraitsParams) error {
+	_, err := q.db.Exec(ctx, mirrorAddTraits, arg.Ids, arg.Names)
+	return err
+}
+
+const mirrorBump = `-- name: MirrorBump :exec
+UPDATE placement.resource_providers SET generation = generation + 1, updated_at = now()
+ WHERE id = ANY($1::bigint[])
+`
+
+func (q *Queries) MirrorBump(ctx context.Context, ids []int64) error {
+	_, err := q.db.Exec(ctx, mirrorBump, ids)
+	return err
+}
+
+const mirrorCreate = `-- name: MirrorCreate :many
+INSERT INTO placement.resource_providers (id, uuid, name, root_provider_id, generation)
+OVERRIDING SYSTEM VALUE
+SELECT x.id, x.uuid, x.name, x.id, x.generation
+  FROM (SELECT nextval('placement.resource_providers_id_seq') AS id, u.uuid, u.name, u.generation
+          FROM (SELECT unnest($1::uuid[]) AS uuid, unnest($2::text[]) AS name,
+                       unnest($3::int[]) AS generation) u) x
+ON CONFLICT DO NOTHING
+RETURNING id, uuid
+`
+
+type MirrorCreateParams struct {
+	Uuids       []uuid.UUID
+	Names       []string
+	Generations []int32
+}
+
+type MirrorCreateRow struct {
+	ID   int64
+	Uuid uuid.UUID
+}
+
+// New root providers (each its own root) at generation @generations[i]
+// (0 as created, 1 when their inventories and traits are written with
+// them: the API's create then PUTs bump it once per mirror); one whose
+// uuid or name is taken is left out (no row comes back for it).
+func (q *Queries) MirrorCreate(ctx context.Context, arg MirrorCreateParams) ([]MirrorCreateRow, error) {
+	rows, err := q.db.Query(ctx, mirrorCreate, arg.Uuids, arg.Names, arg.Generations)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []MirrorCreateRow
+	for rows.Next() {
+		var i MirrorCreateRow
+		if err := rows.Scan(&i.ID, &i.Uuid); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const mirrorDeleteInventories = `-- name: MirrorDeleteInventories :exec
+DELETE FROM placement.inventories i
+ USING (SELECT unnest($1::bigint[]) AS id, unnest($2::text[]) AS class) x, placement.resource_classes rc
+ WHERE rc.name = x.class AND i.resource_provider_id = x.id AND i.resource_class_id = rc.id
+`
+
+type MirrorDeleteInventoriesParams struct {
+	Ids     []int64
+	Classes []string
+}
+
+func (q *Queries) MirrorDeleteInventories(ctx context.Context, arg MirrorDeleteInventoriesParams) error {
+	_, err := q.db.Exec(ctx, mirrorDeleteInventories, arg.Ids, arg.Classes)
+	return err
+}
+
+const mirrorDeleteTraits = `-- name: MirrorDeleteTraits :exec
+DELETE FROM placement.resource_provider_traits pt
+ USING (SELECT unnest($1::bigint[]) AS id, unnest($2::text[]) AS name) x, placement.traits t
+ WHERE t.name = x.name AND pt.resource_provider_id = x.id AND pt.trait_id = t.id
+`
+
+type MirrorDeleteTraitsParams struct {
+	Ids   []int64
+	Names []string
+}
+
+func (q *Queries) MirrorDeleteTraits(ctx context.Context, arg MirrorDeleteTraitsParams) error {
+	_, err := q.db.Exec(ctx, mirrorDeleteTraits, arg.Ids, arg.Names)
+	return err
+}
+
+const mirrorEnsureClasses = `-- name: MirrorEnsureClasses :exec
+INSERT INTO placement.resource_classes (id, name)
+SELECT nextval('placement.custom_resource_class_id'), n
+  FROM unnest($1::text[]) n
+ WHERE NOT EXISTS (SELECT 1 FROM placement.resource_classes rc WHERE rc.name = n)
+ON CONFLICT (name) DO NOTHING
+`
+
+// Custom resource classes, created when missing (PUT /resource_classes/{name}).
+func (q *Queries) MirrorEnsureClasses(ctx context.Context, names []string) error {
+	_, err := q.db.Exec(ctx, mirrorEnsureClasses, names)
+	return err
+}
+
+const mirrorEnsureTraits = `-- name: MirrorEnsureTraits :exec
+INSERT INTO placement.traits (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING
+`
+
+// Custom traits, created when missing (PUT /traits/{name}).
+func (q *Queries) MirrorEnsureTraits(ctx context.Context, names []string) error {
+	_, err := q.db.Exec(ctx, mirrorEnsureTraits, names)
+	return err
+}
+
+const mirrorExisting = `-- name: MirrorExisting :many
+SELECT id, uuid FROM placement.resource_providers WHERE uuid = ANY($1::uuid[])
+`
+
+type MirrorExistingRow struct {
+	ID   int64
+	Uuid uuid.UUID
+}
+
+// The resource tracker's in-process mirror (mirror.go: MirrorTx), for a
+// conductor on this database, reads and writes the flat providers of many
+// nodes in a few statements instead of five API requests each. This one:
+// which of these providers exist (no lock).
+func (q *Queries) MirrorExisting(ctx context.Context, uuids []uuid.UUID) ([]MirrorExistingRow, error) {
+	rows, err := q.db.Query(ctx, mirrorExisting, uuids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []MirrorExistingRow
+	for rows.Next() {
+		var i MirrorExistingRow
+		if err := rows.Scan(&i.ID, &i.Uuid); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const mirrorInventories = `-- name: MirrorInventories :many
+SELECT i.resource_provider_id, rc.name AS resource_class,
+       i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio,
+       COALESCE((SELECT sum(a.used) FROM placement.allocations a
+                  WHERE a.resource_provider_id = i.resource_provider_id
+                    AND a.resource_class_id = i.resource_class_id), 0)::bigint AS used
+  FROM placement.inventories i
+  JOIN placement.resource_classes rc ON rc.id = i.resource_class_id
+ WHERE i.resource_provider_id = ANY($1::bigint[])
+`
+
+type MirrorInventoriesRow struct {
+	ResourceProviderID int64
+	ResourceClass      string
+	Total              int32
+	Reserved           int32
+	MinUnit            int32
+	MaxUnit            int32
+	StepSize           int32
+	AllocationRatio    float64
+	Used               int64
+}
+
+// The inventories of locked providers with their usage.
+func (q *Queries) MirrorInventories(ctx context.Context, ids []int64) ([]MirrorInventoriesRow, error) {
+	rows, err := q.db.Query(ctx, mirrorInventories, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []MirrorInventoriesRow
+	for rows.Next() {
+		var i MirrorInventoriesRow
+		if err := rows.Scan(
+			&i.ResourceProviderID,
+			&i.ResourceClass,
+			&i.Total,
+			&i.Reserved,
+			&i.MinUnit,
+			&i.MaxUnit,
+			&i.StepSize,
+			&i.AllocationRatio,
+			&i.Used,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const mirrorKnownTraits = `-- name: MirrorKnownTraits :many
+SELECT name FROM placement.traits WHERE name = ANY($1::text[])
+`
+
+func (q *Queries) MirrorKnownTraits(ctx context.Context, names []string) ([]string, error) {
+	rows, err := q.db.Query(ctx, mirrorKnownTraits, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		items = append(items, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const mirrorLock = `-- name: MirrorLock :many
+SELECT id, uuid, name FROM placement.resource_providers
+ WHERE id = ANY($1::bigint[])
+ ORDER BY id
+   FOR UPDATE SKIP LOCKED
+`
+
+type MirrorLockRow struct {
+	ID   int64
+	Uuid uuid.UUID
+	Name string
+}
+
+// The existing providers of MirrorExisting, locked in id order; one
+// another writer holds is skipped (the tracker retries it on its next
+// pass): the mirror never waits for a provider, so it closes no lock cycle.
+func (q *Queries) MirrorLock(ctx context.Context, ids []int64) ([]MirrorLockRow, error) {
+	rows, err := q.db.Query(ctx, mirrorLock, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []MirrorLockRow
+	for rows.Next() {
+		var i MirrorLockRow
+		if err := rows.Scan(&i.ID, &i.Uuid, &i.Name); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const mirrorNamesTaken = `-- name: MirrorNamesTaken :many
+SELECT x.id::bigint AS id, x.name::text AS name
+  FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::text[]) AS name) x
+ WHERE EXISTS (SELECT 1 FROM placement.resource_providers p WHERE p.name = x.name AND p.id <> x.id)
+`
+
+type MirrorNamesTakenParams struct {
+	Ids   []int64
+	Names []string
+}
+
+type MirrorNamesTakenRow struct {
+	ID   int64
+	Name string
+}
+
+// Which of these names another provider than the given one has.
+func (q *Queries) MirrorNamesTaken(ctx context.Context, arg MirrorNamesTakenParams) ([]MirrorNamesTakenRow, error) {
+	rows, err := q.db.Query(ctx, mirrorNamesTaken, arg.Ids, arg.Names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []MirrorNamesTakenRow
+	for rows.Next() {
+		var i MirrorNamesTakenRow
+		if err := rows.Scan(&i.ID, &i.Name); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const mirrorRename = `-- name: MirrorRename :exec
+UPDATE placement.resource_providers p SET name = x.name, updated_at = now()
+  FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::text[]) AS name) x
+ WHERE p.id = x.id
+`
+
+type MirrorRenameParams struct {
+	Ids   []int64
+	Names []string
+}
+
+func (q *Queries) MirrorRename(ctx context.Context, arg MirrorRenameParams) error {
+	_, err := q.db.Exec(ctx, mirrorRename, arg.Ids, arg.Names)
+	return err
+}
+
+const mirrorSetInventories = `-- name: MirrorSetInventories :exec
+INSERT INTO placement.inventories
+       (resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, step_size, allocation_ratio)
+SELECT x.id, rc.id, x.total, x.reserved, x.min_unit, x.max_unit, x.step_size, x.ratio
+  FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::text[]) AS class,
+               unnest($3::int[]) AS total, unnest($4::int[]) AS reserved,
+               unnest($5::int[]) AS min_unit, unnest($6::int[]) AS max_unit,
+               unnest($7::int[]) AS step_size, unnest($8::float8[]) AS ratio) x
+  JOIN placement.resource_classes rc ON rc.name = x.class
+ON CONFLICT (resource_provider_id, resource_class_id) DO UPDATE
+   SET total = EXCLUDED.total, reserved = EXCLUDED.reserved, min_unit = EXCLUDED.min_unit,
+       max_unit = EXCLUDED.max_unit, step_size = EXCLUDED.step_size,
+       allocation_ratio = EXCLUDED.allocation_ratio, updated_at = now()
+`
+
+type MirrorSetInventoriesParams struct {
+	Ids       []int64
+	Classes   []string
+	Totals    []int32
+	Reserveds []int32
+	MinUnits  []int32
+	MaxUnits  []int32
+	StepSizes []int32
+	Ratios    []float64
+}
+
+func (q *Queries) MirrorSetInventories(ctx context.Context, arg MirrorSetInventoriesParams) error {
+	_, err := q.db.Exec(ctx, mirrorSetInventories,
+		arg.Ids,
+		arg.Classes,
+		arg.Totals,
+		arg.Reserveds,
+		arg.MinUnits,
+		arg.MaxUnits,
+		arg.StepSizes,
+		arg.Ratios,
+	)
+	return err
+}
+
+const mirrorTraits = `-- name: MirrorTraits :many
+SELECT pt.resource_provider_id, t.name
+  FROM placement.resource_provider_traits pt
+  JOIN placement.traits t ON t.id = pt.trait_id
+ WHERE pt.resource_provider_id = ANY($1::bigint[])
+`
+
+type MirrorTraitsRow struct {
+	ResourceProviderID int64
+	Name               string
+}
+
+func (q *Queries) MirrorTraits(ctx context.Context, ids []int64) ([]MirrorTraitsRow, error) {
+	rows, err := q.db.Query(ctx, mirrorTraits, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []MirrorTraitsRow
+	for rows.Next() {
+		var i MirrorTraitsRow
+		if err := rows.Scan(&i.ResourceProviderID, &i.Name); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const overCapacity = `-- name: OverCapacity :many
 SELECT rp.uuid AS provider_uuid, rp.name AS provider_name, rc.name AS resource_class,
        u.used::bigint AS used, floor((i.total - i.reserved) * i.allocation_ratio)::bigint AS capacity

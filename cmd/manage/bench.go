@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -22,7 +24,9 @@ func benchCmd() *cobra.Command {
 	var o loadgen.Options
 	var conductors int
 	var api, backend, enroll, placementMode string
-	var openstackPlacement bool
+	var openstackPlacement, waitMirror bool
+	var report func() string // the footprint lines, when bench started the stack
+	var importWork string    // the import's CPU, with --enroll import
 	alloc := &cobra.Command{
 		Use:   "allocations",
 		Short: "enroll nodes, fire allocations through the API, report allocations/s, latency and double-booking",
@@ -56,7 +60,31 @@ func benchCmd() *cobra.Command {
 					return err
 				}
 				o.Import = func(ctx context.Context, file []byte) error {
-					return importFrom(ctx, cfg.Database.URL, bytes.NewReader(file), "bench nodes", true, log)
+					pool, err := db.Open(ctx, cfg.Database.URL, db.PoolOptions{ApplicationName: "metalloc-manage"})
+					if err != nil {
+						return err
+					}
+					defer pool.Close()
+					// The import's CPU: this process's and the database's
+					// (read before its connections close).
+					before, err := db.ReadWork(ctx, pool, os.Getpid())
+					if err != nil {
+						return err
+					}
+					if err := importWith(ctx, pool, bytes.NewReader(file), "bench nodes", true, log); err != nil {
+						return err
+					}
+					after, err := db.ReadWork(ctx, pool, os.Getpid())
+					if err != nil {
+						return err
+					}
+					d := after.Since(before)
+					per := func(t time.Duration) string {
+						return (t * 1000 / time.Duration(max(o.Nodes, 1))).Round(time.Millisecond).String()
+					}
+					importWork = fmt.Sprintf("import work: %s CPU per 1,000 nodes (this process %s, the database %s)",
+						per(d.CPU), per(d.CPU-d.DatabaseCPU), per(d.DatabaseCPU))
+					return nil
 				}
 			}
 			if api == "" {
@@ -92,16 +120,36 @@ func benchCmd() *cobra.Command {
 					return err
 				}
 				defer pool.Close()
+				// Cumulative work, summed reading to reading (db.Work.Since):
+				// a database connection that closes in between takes none
+				// of the difference with it.
+				var acc loadgen.Work
+				var last *db.Work
 				o.Work = func(ctx context.Context) (loadgen.Work, error) {
 					pids := []int{stack.API.Cmd.Process.Pid}
 					for _, c := range stack.Conductors {
 						pids = append(pids, c.Cmd.Process.Pid)
 					}
 					w, err := db.ReadWork(ctx, pool, pids...)
-					return loadgen.Work{Buffers: w.Buffers, CPU: w.CPU, DatabaseCPU: w.DatabaseCPU}, err
+					if err != nil {
+						return acc, err
+					}
+					if last != nil {
+						d := w.Since(*last)
+						acc.Buffers += d.Buffers
+						acc.CPU += d.CPU
+						acc.DatabaseCPU += d.DatabaseCPU
+					}
+					last = &w
+					return acc, nil
 				}
+				report = func() string { return footprint(context.WithoutCancel(ctx), pool, stack) }
 				o.AfterEnroll = func(ctx context.Context) error {
-					if stack.BackendPlacementURL == "" {
+					defer logStatistics(ctx, log, pool)
+					if !cmd.Flags().Changed("wait-mirror") {
+						waitMirror = o.Mode != loadgen.ModeBurst
+					}
+					if stack.BackendPlacementURL == "" || !waitMirror {
 						return nil
 					}
 					log.Info("waiting for the resource tracker to mirror the nodes into Placement",
@@ -140,8 +188,19 @@ func benchCmd() *cobra.Command {
 			} else if backend == "placement" {
 				backend += " (mode " + placementMode + ")"
 			}
-			fmt.Printf("nodes: %d, conductors: %d, concurrency: %d, backend: %s, mode: %s (poll every %s)\n%s\n",
-				o.Nodes, conductors, o.Concurrency, backend, o.Mode, o.PollInterval, r)
+			mode := string(o.Mode)
+			if o.Mode != loadgen.ModeBurst {
+				// A burst follows the event stream; it does not poll.
+				mode += fmt.Sprintf(" (poll every %s)", o.PollInterval)
+			}
+			fmt.Printf("nodes: %d, conductors: %d, concurrency: %d, backend: %s, mode: %s\n%s\n",
+				o.Nodes, conductors, o.Concurrency, backend, mode, r)
+			if importWork != "" {
+				fmt.Println(importWork)
+			}
+			if report != nil {
+				fmt.Println(report())
+			}
 			if r.DoubleBooked > 0 {
 				return fmt.Errorf("%d nodes double-booked", r.DoubleBooked)
 			}
@@ -155,12 +214,13 @@ func benchCmd() *cobra.Command {
 	alloc.Flags().StringVar(&api, "api", "", "use this running API instead of starting one")
 	alloc.Flags().StringVar(&backend, "backend", "database", "allocation backend of the conductors started: database or placement (also starts metalloc-placement)")
 	alloc.Flags().StringVar(&enroll, "enroll", "api", "how nodes are enrolled: api (5 requests per node), import (metalloc-manage node import) or none (already there)")
-	alloc.Flags().StringVar((*string)(&o.Mode), "mode", string(loadgen.ModePoll), "how clients learn their allocation finished: poll (GET every --poll-interval) or wait (each POST with Prefer: wait is answered when its allocation is done)")
+	alloc.Flags().StringVar((*string)(&o.Mode), "mode", string(loadgen.ModePoll), "how clients learn their allocation finished: poll (GET every --poll-interval) wait (each POST with Prefer: wait is answered when its allocation is done) or burst (every client POSTs without waiting, one event stream tells when each finished)")
 	alloc.Flags().DurationVar(&o.PollInterval, "poll-interval", 5*time.Millisecond, "pause between a client's GETs of its allocation")
 	alloc.Flags().BoolVar(&o.SkipDeletes, "skip-deletes", false, "leave the allocations in place (no delete phase)")
 	alloc.Flags().DurationVar(&o.Timeout, "timeout", 10*time.Minute, "bound on each phase")
 	alloc.Flags().StringVar(&placementMode, "placement-mode", "auto", "placement_backend.mode of the conductors with --backend placement: auto (local here), local or http")
 	alloc.Flags().BoolVar(&openstackPlacement, "openstack-placement", false, "with --backend placement, claim through OpenStack Placement 8.0 (Debian's packages, started here) instead of metalloc-placement")
+	alloc.Flags().BoolVar(&waitMirror, "wait-mirror", true, "with --backend placement, wait after enrolling until every node is mirrored into Placement and the conductors idle (default: yes, but for --mode burst, which measures a just-enrolled fleet)")
 	alloc.Flags().BoolVar(&o.Timeline, "timeline", false, "print latency per tenth of the run")
 	c.AddCommand(alloc, waitersCmd(), benchIronicCmd())
 	return c
@@ -195,4 +255,59 @@ func settle(ctx context.Context, log *zap.Logger, work func(context.Context) (lo
 	}
 	log.Warn("conductors still busy; starting anyway", zap.Duration("waited", timeout))
 	return nil
+}
+
+// logStatistics logs, for the tables of the allocation path, how many rows
+// changed since PostgreSQL last analyzed them and when that was: whether
+// the allocations about to start run on statistics or on none (the
+// benchmark itself never analyzes).
+func logStatistics(ctx context.Context, log *zap.Logger, pool *pgxpool.Pool) {
+	rows, err := pool.Query(ctx, `SELECT relname, n_live_tup, n_mod_since_analyze,
+		coalesce(to_char(greatest(last_analyze, last_autoanalyze), 'HH24:MI:SS'), 'never')
+		FROM pg_stat_user_tables WHERE schemaname = current_schema() AND relname IN ('nodes', 'node_traits', 'allocations') ORDER BY relname`)
+	if err != nil {
+		log.Warn("reading table statistics", zap.Error(err))
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name, analyzed string
+		var live, changed int64
+		if err := rows.Scan(&name, &live, &changed, &analyzed); err != nil {
+			log.Warn("reading table statistics", zap.Error(err))
+			return
+		}
+		log.Info("table statistics before the allocations", zap.String("table", name), zap.Int64("live_rows", live),
+			zap.Int64("changed_since_analyze", changed), zap.String("analyzed_at", analyzed))
+	}
+}
+
+// footprint reads, while the stack still runs, the peak resident memory
+// (VmHWM) of every process of the stack, of this one and of the largest
+// PostgreSQL server process (shared buffers included), and the database's
+// size: the benchmark's last lines.
+func footprint(ctx context.Context, pool *pgxpool.Pool, stack *devstack.Stack) string {
+	var size int64
+	_ = pool.QueryRow(ctx, `SELECT pg_database_size(current_database())`).Scan(&size)
+	var pg int64
+	if rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`); err == nil {
+		for rows.Next() {
+			var pid int
+			if rows.Scan(&pid) == nil {
+				pg = max(pg, db.PeakMemory(pid))
+			}
+		}
+		rows.Close()
+	}
+	mb := func(b int64) string { return fmt.Sprintf("%.0f MB", float64(b)/(1<<20)) }
+	parts := []string{"metalloc-api " + mb(db.PeakMemory(stack.API.Cmd.Process.Pid))}
+	for _, c := range stack.Conductors {
+		parts = append(parts, c.Name+" "+mb(db.PeakMemory(c.Cmd.Process.Pid)))
+	}
+	if stack.Placement != nil {
+		parts = append(parts, "metalloc-placement "+mb(db.PeakMemory(stack.Placement.Cmd.Process.Pid)))
+	}
+	parts = append(parts, "metalloc-manage bench (load generator, import) "+mb(db.PeakMemory(os.Getpid())),
+		"largest PostgreSQL process "+mb(pg))
+	return "peak memory: " + strings.Join(parts, ", ") + "\ndatabase size: " + mb(size)
 }

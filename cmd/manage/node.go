@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -65,6 +66,11 @@ func importFrom(ctx context.Context, url string, r io.Reader, path string, avail
 		return err
 	}
 	defer pool.Close()
+	return importWith(ctx, pool, r, path, available, log)
+}
+
+// importWith is importFrom on an open pool.
+func importWith(ctx context.Context, pool *pgxpool.Pool, r io.Reader, path string, available bool, log *zap.Logger) error {
 	if err := db.CheckSchema(ctx, pool); err != nil {
 		return err
 	}

@@ -72,7 +72,7 @@ func upCmd() *cobra.Command {
 			defer stop()
 			steps := newSteps()
 			steps.start("starting PostgreSQL")
-			url, stopDB, err := embedded.WithDatabase(ctx, log)
+			url, stopDB, err := embedded.WithDatabase(ctx, log, nil)
 			if err != nil {
 				return err
 			}

@@ -74,7 +74,8 @@ type Placement struct {
 	// lockedWait is PlacementConfig.LockedWait.
 	lockedWait time.Duration
 	// locked is the kinds of request whose every selection was locked at
-	// their last attempt in mode local.
+	// their last attempt in mode local, or whose fitting nodes Placement
+	// did not offer yet (unmirrored, either mode).
 	locked *lockedKinds
 }
 
@@ -176,7 +177,9 @@ func (e *placementRefused) Unwrap() error { return e.err }
 // transaction, rolled back whole on a refusal; while every selection is a
 // node concurrent claims hold, it returns Waiting, as the database backend
 // does, until the row has waited LockedWait (the rows of one kind of
-// request waiting for one attempt at a time: lockedKinds).
+// request waiting for one attempt at a time: lockedKinds). In either mode,
+// a row for which Placement offers nothing while the database has nodes
+// that fit it (not mirrored yet) waits the same way (unmirrored).
 func (p *Placement) Process(ctx context.Context, me int64, cp *Claimed) (Outcome, error) {
 	log := p.log.With(zap.Stringer("allocation", cp.UUID))
 	cp.normalize()
@@ -185,7 +188,7 @@ func (p *Placement) Process(ctx context.Context, me int64, cp *Claimed) (Outcome
 		CandidateNodes: c.CandidateNodes, Owner: c.Owner}
 	local := p.Local(ctx)
 	kind, now := kindOf(cp), time.Now()
-	if local && cp.Wait.Waiting() && !cp.Wait.expired(now, p.lockedWait) {
+	if cp.Wait.Waiting() && !cp.Wait.expired(now, p.lockedWait) {
 		if left, _, ok := p.locked.wait(kind, now); ok && waitFor(cp, now, left, p.lockedWait) {
 			return Waiting, nil
 		}
@@ -199,16 +202,29 @@ func (p *Placement) Process(ctx context.Context, me int64, cp *Claimed) (Outcome
 		sels, err := p.selectDestinations(ctx, local, spec, 1)
 		switch {
 		case err == nil:
-		case errors.Is(err, scheduler.ErrNoValidHost):
-			if attempt == 1 {
-				return p.failNoFit(ctx, me, c, err)
-			}
+		case errors.Is(err, scheduler.ErrNoValidHost) && attempt > 1:
 			return p.fail(ctx, me, c, fmt.Sprintf(
 				"no node could be claimed in %s: alternates consumed by concurrent claims, and Placement "+
 					"has no candidates left (%d selections tried: %d taken in Placement, %d changed in the database)",
 				attempts(attempt-1), tried, taken, changed))
-		case errors.Is(err, scheduler.ErrInvalidRequest):
-			// An unknown trait or class: say what the database knows.
+		case errors.Is(err, scheduler.ErrNoValidHost), errors.Is(err, scheduler.ErrInvalidRequest):
+			// Placement offers no node, or does not know the class or a
+			// trait (400). When the database has fitting nodes Placement
+			// does not offer yet (made available a moment ago, before the
+			// tracker mirrored them, and their class and traits with the
+			// first of them), the row waits for them (Waiting), as for
+			// locked nodes, up to LockedWait; otherwise it fails saying
+			// what the database knows.
+			wait, werr := p.unmirrored(ctx, cp, now)
+			if werr != nil {
+				return p.trouble(ctx, me, c, werr)
+			}
+			if wait {
+				if local {
+					p.localCands.forget()
+				}
+				return Waiting, nil
+			}
 			return p.failNoFit(ctx, me, c, err)
 		default:
 			return p.trouble(ctx, me, c, p.placementErr(err))
@@ -225,9 +241,7 @@ func (p *Placement) Process(ctx context.Context, me int64, cp *Claimed) (Outcome
 			}
 			switch st {
 			case stepReserved:
-				if local {
-					p.locked.free(kind)
-				}
+				p.locked.free(kind)
 				log.Debug("reserved node through Placement", zap.Stringer("node", sel.ComputeNodeUUID),
 					zap.Int("attempt", attempt), zap.Int("tried", tried))
 				return Reserved, nil
@@ -420,6 +434,25 @@ func (p *Placement) trouble(ctx context.Context, me int64, c Claimed, err error)
 		return p.fail(ctx, me, c, "Placement refused the claim: "+refused.Error())
 	}
 	return Lost, fmt.Errorf("processing allocation %s: %w", c.UUID, err)
+}
+
+// unmirrored reports whether c should wait (Waiting, c.Wait saying when
+// to try again) for Placement to offer a node: the database has nodes that
+// fit c, which Placement does not offer (the resource tracker mirrors a
+// node a moment after it changes), and c has waited less than LockedWait
+// since its first wait. The rows of c's kind then wait for one probe at a
+// time (lockedKinds), as rows waiting for locked nodes do.
+func (p *Placement) unmirrored(ctx context.Context, c *Claimed, now time.Time) (bool, error) {
+	if c.Wait.expired(now, p.lockedWait) {
+		return false, nil
+	}
+	stats, err := p.q.FitStats(ctx, FitStatsParams{
+		ResourceClass: c.ResourceClass, Candidates: c.CandidateNodes, Owner: c.Owner, Traits: c.Traits,
+	})
+	if err != nil || stats.Fitting == 0 {
+		return false, err
+	}
+	return waitFor(c, now, p.locked.locked(kindOf(c), stats.Fitting, now), p.lockedWait), nil
 }
 
 // failNoFit fails c when Placement offered no node on the first attempt or

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/db"
@@ -93,16 +94,25 @@ func (p *Placement) Local(ctx context.Context) bool {
 // probeLocal compares the database identity in Placement's version
 // document with this database's.
 func (p *Placement) probeLocal(ctx context.Context) (bool, error) {
+	return PlacementIsLocal(ctx, p.pool, p.pc)
+}
+
+// PlacementIsLocal reports whether the Placement service pc talks to is
+// metalloc-placement on pool's database: the database identity its
+// version document names (placement.IdentityHeader) is this database's.
+// Mode auto claims in-process then, and the resource tracker mirrors
+// in-process.
+func PlacementIsLocal(ctx context.Context, pool *pgxpool.Pool, pc *client.Client) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	theirs, err := p.pc.RootHeader(ctx, placement.IdentityHeader)
+	theirs, err := pc.RootHeader(ctx, placement.IdentityHeader)
 	if err != nil {
 		return false, err
 	}
 	if theirs == "" {
 		return false, nil
 	}
-	ours, err := placement.DatabaseIdentity(ctx, p.pool)
+	ours, err := placement.DatabaseIdentity(ctx, pool)
 	if err != nil {
 		return false, fmt.Errorf("reading this database's identity: %w", err)
 	}

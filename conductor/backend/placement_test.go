@@ -36,8 +36,14 @@ func psetup(t *testing.T) *pfixture {
 // uuid = node uuid, CUSTOM_<RC> total 1, the node's traits).
 func (f *pfixture) pnode(name, rc string, traits ...string) uuid.UUID {
 	f.t.Helper()
+	return f.mirror(f.node(name, rc, traits...), name, rc, traits...)
+}
+
+// mirror creates the provider of node id (named name, of class rc, with
+// traits) as the tracker would, and returns the node's uuid.
+func (f *pfixture) mirror(id int64, name, rc string, traits ...string) uuid.UUID {
+	f.t.Helper()
 	ctx := context.Background()
-	id := f.node(name, rc, traits...)
 	var u uuid.UUID
 	require.NoError(f.t, f.pool.QueryRow(ctx, `SELECT uuid FROM nodes WHERE id = $1`, id).Scan(&u))
 	p, err := f.pc.CreateProvider(ctx, u, name)
@@ -245,6 +251,54 @@ func TestPlacementProcessNoFit(t *testing.T) {
 	require.Contains(t, *f.get(row.ID).LastError, "all nodes were filtered out during reservation. (no node fits in Placement: ")
 	require.Contains(t, *f.get(row.ID).LastError, "the database has 1 fitting node(s) that Placement does not offer")
 	f.checkNoLeak(ids)
+}
+
+// TestPlacementProcessWaitsForMirror: an allocation whose only fitting node
+// Placement does not offer yet (enrolled a moment ago, not mirrored by the
+// tracker) waits for it without a worker (Waiting, as for locked nodes,
+// the rows of its kind together), then reserves it once it is mirrored,
+// in both modes.
+func TestPlacementProcessWaitsForMirror(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{PlacementModeHTTP, PlacementModeLocal} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			f := psetup(t)
+			ctx := context.Background()
+			me := f.conductor("c1")
+			a := f.allocatorMode("c1", mode)
+			id := f.node("bronze-0", "bronze")
+			row := f.allocation(nil, "bronze")
+			other := f.allocation(nil, "bronze")
+			c, o := f.claim(row.ID, me), f.claim(other.ID, me)
+
+			out, err := a.Process(ctx, me, &c)
+			require.NoError(t, err)
+			require.Equal(t, Waiting, out)
+			require.True(t, c.Wait.Waiting())
+			require.Positive(t, c.Wait.Retry)
+			require.LessOrEqual(t, c.Wait.Retry, a.lockedWait)
+			out, err = a.Process(ctx, me, &o)
+			require.NoError(t, err)
+			require.Equal(t, Waiting, out, "a row of the same kind waits too")
+			require.Equal(t, allocation.StateAllocating, f.get(row.ID).State)
+
+			node := f.mirror(id, "bronze-0", "bronze")
+			out, err = settle(ctx, a, me, c)
+			require.NoError(t, err)
+			require.Equal(t, Reserved, out)
+			v := f.get(row.ID)
+			require.Equal(t, allocation.StateActive, v.State)
+			require.Equal(t, node, *v.NodeUUID)
+			// The other row has nothing left: it ends in error once it
+			// has waited locked_node_wait, saying why.
+			out, err = settle(ctx, a, me, o)
+			require.NoError(t, err)
+			require.Equal(t, Failed, out)
+			require.Equal(t, allocation.StateError, f.get(other.ID).State)
+			f.checkNoLeak([]int64{row.ID, other.ID})
+		})
+	}
 }
 
 // TestPlacementProcessRace has 20 allocations race for 5 nodes through 4

@@ -15,8 +15,9 @@ import (
 // directory under os.TempDir() on a free port, creates database "metalloc" and
 // returns its URL; stop then stops the cluster and removes the directory (it
 // logs failures to log, which may be nil, and never panics). On error nothing
-// is left behind and stop is nil.
-func WithDatabase(ctx context.Context, log *zap.Logger) (url string, stop func(), err error) {
+// is left behind and stop is nil. settings are the private cluster's extra
+// server settings (Options.Settings; ignored with DATABASE_URL).
+func WithDatabase(ctx context.Context, log *zap.Logger, settings map[string]string) (url string, stop func(), err error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -27,7 +28,7 @@ func WithDatabase(ctx context.Context, log *zap.Logger) (url string, stop func()
 	if err != nil {
 		return "", nil, fmt.Errorf("creating temporary PostgreSQL dir: %w", err)
 	}
-	c, err := Start(ctx, Options{DataDir: dir, Log: log})
+	c, err := Start(ctx, Options{DataDir: dir, Log: log, Settings: settings})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return "", nil, err
