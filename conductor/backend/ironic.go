@@ -73,9 +73,9 @@ type Ironic struct {
 	down      atomic.Bool
 	probeMu   sync.Mutex
 	lastProbe time.Time
-	// settleNS is a moving average of how long Ironic takes to settle an
-	// allocation after answering its POST (nanoseconds): the first poll
-	// waits about that long.
+	// settleNS estimates how long Ironic takes to settle an allocation
+	// after answering its POST (nanoseconds; a quantile tracked by
+	// settleStep): the first poll waits that long.
 	settleNS atomic.Int64
 	// claimed holds the ids of the rows Claim took and Process has not
 	// finished; pending counts them (Claim takes no more than Capacity).
