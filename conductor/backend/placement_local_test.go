@@ -131,6 +131,12 @@ func TestPlacementLocalRace(t *testing.T) {
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	var batched, fastN atomic.Int64
+	// The two paths take turns for their first round (a batch, then the
+	// fast path), then race: started together, one path could take every
+	// node before the other's first claim, and the race would exercise
+	// one path only.
+	firstBatch, firstFast := make(chan struct{}), make(chan struct{})
+	var batchOnce, fastOnce sync.Once
 	for i := range 4 {
 		name := fmt.Sprintf("c%d", i)
 		me := f.conductor(name)
@@ -138,7 +144,22 @@ func TestPlacementLocalRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
+			turn := func() {
+				if i%2 == 0 {
+					fastOnce.Do(func() { close(firstFast) })
+				} else {
+					batchOnce.Do(func() { close(firstBatch) })
+					<-firstFast
+				}
+			}
+			defer turn()
+			if i%2 == 0 {
+				<-firstBatch
+			}
+			for round := 0; ; round++ {
+				if round == 1 {
+					turn()
+				}
 				var claimed []Claimed
 				if i%2 == 0 {
 					// The fast path first (as the conductor does).
