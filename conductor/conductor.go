@@ -189,12 +189,16 @@ func (c *Service) Run(ctx context.Context) error {
 		c.log.Warn("LISTEN not established yet; relying on polling until it is")
 	case <-ctx.Done():
 	}
-	sched := c.startTakeover(ctx)
+	// What a stop lets finish (in-flight rows, claims, takeovers) runs on
+	// procCtx, which ends ShutdownGrace after the stop (see work).
+	procCtx, cancelProc := afterStop(ctx, c.cfg.ShutdownGrace)
+	defer cancelProc()
+	sched := c.startTakeover(ctx, procCtx)
 	if c.OnReady != nil {
 		c.OnReady()
 	}
 
-	c.work(ctx, wake)
+	c.work(ctx, procCtx, wake)
 
 	if sched != nil {
 		<-sched.Stop().Done()

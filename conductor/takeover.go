@@ -31,7 +31,7 @@ func parseSchedule(spec string) (cron.Schedule, error) {
 // startTakeover starts the periodic takeover task on robfig/cron, unless the
 // schedule is off. Runs never overlap (a slow one makes the next wait). The
 // returned scheduler is stopped by Run, which waits for a run in progress.
-func (c *Service) startTakeover(ctx context.Context) *cron.Cron {
+func (c *Service) startTakeover(ctx, procCtx context.Context) *cron.Cron {
 	sched, _ := parseSchedule(c.cfg.TakeoverSchedule) // validated by NewService
 	if sched == nil {
 		c.log.Info("takeover of dead conductors is off")
@@ -39,7 +39,7 @@ func (c *Service) startTakeover(ctx context.Context) *cron.Cron {
 	}
 	logger := cronLogger{c.log.Sugar()}
 	cr := cron.New(cron.WithLogger(logger), cron.WithChain(cron.Recover(logger), cron.SkipIfStillRunning(logger)))
-	cr.Schedule(sched, cron.FuncJob(func() { c.takeover(ctx) }))
+	cr.Schedule(sched, cron.FuncJob(func() { c.takeover(ctx, procCtx) }))
 	cr.Start()
 	return cr
 }
@@ -53,15 +53,13 @@ func (c *Service) startTakeover(ctx context.Context) *cron.Cron {
 // the process or host dies; a stalled transaction is ended by
 // idle_in_transaction_session_timeout, IdleInTransactionTimeout), and the takeover
 // never waits on one (SKIP LOCKED). A stop ends a run between dead
-// conductors, not in a statement: its statements run on a context the stop
-// ends only ShutdownGrace later (afterStop; see work), so that none wins a
-// row after Release.
-func (c *Service) takeover(ctx context.Context) {
+// conductors, not in a statement: its statements run on stmt (Run's
+// procCtx, which the stop ends only ShutdownGrace later; see work), so that
+// none wins a row after Release.
+func (c *Service) takeover(ctx, stmt context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	stmt, cancel := afterStop(ctx, c.cfg.ShutdownGrace)
-	defer cancel()
 	// After this conductor could not reach the database (or at start-up),
 	// its peers likely could not either (PostOutageGrace).
 	if c.inGrace() {

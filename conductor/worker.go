@@ -48,21 +48,19 @@ type rowStore interface {
 }
 
 // work runs Workers workers (worker.run) until ctx ends. On stop, in-flight
-// rows and claims get ShutdownGrace to finish; then their context
-// (procCtx) is cancelled and work waits for the workers to return. Rows
+// rows and claims get ShutdownGrace to finish: procCtx (Run's afterStop)
+// ends that long after ctx, and work waits for the workers to return. Rows
 // waiting for a locked node (park) are left owned and unfinished, for
 // Release.
 //
 // A statement that gives this conductor rows (a claim, a takeover) must
-// end before Release runs, so the stop does not cancel it (procCtx,
-// afterStop): pgx gives up on a statement whose context ends by closing
+// end before Release runs, so the stop does not cancel it (it runs on
+// procCtx): pgx gives up on a statement whose context ends by closing
 // its connection, but PostgreSQL runs the statement to its end. A claim
 // given up that way, on a busy machine, claimed rows after Release had
 // handed them back, for a conductor gone offline; they waited for a
 // peer's next takeover.
-func (c *Service) work(ctx context.Context, wake <-chan struct{}) {
-	procCtx, cancelProc := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelProc()
+func (c *Service) work(ctx, procCtx context.Context, wake <-chan struct{}) {
 	var wg sync.WaitGroup
 	for n := range c.cfg.Workers {
 		wg.Add(1)
@@ -79,17 +77,16 @@ func (c *Service) work(ctx context.Context, wake <-chan struct{}) {
 	c.signals.stoppingNow()
 	select {
 	case <-finished:
-	case <-time.After(c.cfg.ShutdownGrace):
+	case <-procCtx.Done():
 		c.log.Warn("shutdown grace period over; releasing the rest")
-		cancelProc()
 		<-finished
 	}
 	c.unpark()
 }
 
 // afterStop returns a context that ends grace after ctx ends, or when
-// cancel is called: the context of statements that a stop lets finish
-// (see work).
+// cancel is called: Run's procCtx, the context of the work a stop lets
+// finish (see work).
 func afterStop(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
 	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var mu sync.Mutex

@@ -118,7 +118,8 @@ func startLoop(t *testing.T, cfg Config, be *fakeBackend, rows *fakeRows) (svc *
 	wake = make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); svc.work(ctx, wake) }()
+	procCtx, cancelProc := afterStop(ctx, cfg.ShutdownGrace)
+	go func() { defer close(done); defer cancelProc(); svc.work(ctx, procCtx, wake) }()
 	return svc, wake, func() { cancel(); <-done }
 }
 
