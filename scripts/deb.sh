@@ -7,7 +7,7 @@
 # user metalloc.
 #
 # The version must be a Debian version: a tag vX.Y.Z gives X.Y.Z, otherwise
-# 0.0.0~git<commit date>.<commit> (+dirty with uncommitted changes), which
+# 0.0.0~git<commit time, UTC, YYYYMMDDhhmmss>.<commit> (+dirty with uncommitted changes), which
 # sorts below any release. VERSION=... overrides it. The binaries report
 # the same version (--version, metalloc_build_info).
 set -euo pipefail
@@ -21,7 +21,7 @@ if [ -z "${VERSION:-}" ]; then
 	if tag=$(git describe --tags --exact-match --match 'v[0-9]*' 2>/dev/null); then
 		VERSION=${tag#v}$dirty
 	else
-		VERSION="0.0.0~git$(git log -1 --format=%cd --date=format:%Y%m%d 2>/dev/null || date -u +%Y%m%d).${commit:0:7}$dirty"
+		VERSION="0.0.0~git$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y%m%d%H%M%S 2>/dev/null || date -u +%Y%m%d%H%M%S).${commit:0:7}$dirty"
 	fi
 fi
 if ! [[ $VERSION =~ ^[0-9][A-Za-z0-9.+~]*$ ]]; then
