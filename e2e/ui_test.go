@@ -245,11 +245,19 @@ func TestOperatorPageEventStream(t *testing.T) {
 
 	// The page's own clock tells when a 2 s poll would have run: a probe
 	// timer due after it (timers fire in the order they are due), and a
-	// count of the allocation lists the page fetches from now on.
+	// count of the allocation lists the page fetches from now on. The count
+	// starts once no list the page began before (its first, or the one the
+	// stream's opening asks for) is still in flight: one answered after the
+	// POST below would show the allocation without an event.
 	require.True(t, evalJS[bool](t, bctx, `(() => {
-		window.__lists = 0; window.__probe = false;
+		window.__lists = 0;
 		const f = window.fetch;
 		window.fetch = (u, o) => { if (String(u).includes('/v1/allocations?')) window.__lists++; return f(u, o); };
+		return true;
+	})()`))
+	waitJS(t, bctx, 30*time.Second, "no allocation list in flight", `metalloc.allocIdle()`)
+	require.True(t, evalJS[bool](t, bctx, `(() => {
+		window.__lists = 0; window.__probe = false;
 		setTimeout(() => { window.__probe = true; }, 2500);
 		return true;
 	})()`))

@@ -406,8 +406,12 @@
       ni !== undefined && f.nodes.name[ni] ? f.nodes.name[ni] : uuid.slice(0, 8));
   };
 
-  let allocBusy = false, allocAgain = false;
+  let allocBusy = false, allocAgain = false, allocRetry = false;
+  // allocIdle: no read of the allocations in flight or due again (tests
+  // wait for it before counting the reads that follow).
+  S.allocIdle = () => !allocBusy && !allocAgain && !allocRetry;
   async function loadAllocations() {
+    allocRetry = false;
     if (allocBusy) { allocAgain = true; return; }
     allocBusy = true;
     try {
@@ -438,7 +442,7 @@
       showError('allocations', err);
     } finally {
       allocBusy = false;
-      if (allocAgain) { allocAgain = false; setTimeout(loadAllocations, 100); }
+      if (allocAgain) { allocAgain = false; allocRetry = true; setTimeout(loadAllocations, 100); }
     }
   }
 
