@@ -65,8 +65,18 @@ type IronicOptions struct {
 	// as Ironic's bcrypt htpasswd file. Default: {"admin": "admin"}.
 	BasicUsers map[string]string
 	// APIWorkers is ironic-api's [api]api_workers (default 1: tests; the
-	// side-by-side benchmark uses Ironic's own default, the CPU count).
+	// side-by-side benchmark uses Ironic's own default, the CPU count),
+	// or with UWSGI the uWSGI processes (default: the processes of
+	// Debian's /etc/ironic/ironic-api-uwsgi.ini, 8).
 	APIWorkers int
+	// UWSGI serves Ironic's API the way Debian's ironic-api package does
+	// (its systemd unit runs /etc/init.d/ironic-api, which starts
+	// uwsgi_python3 with /etc/ironic/ironic-api-uwsgi.ini: APIWorkers
+	// processes of one thread each, no eventlet) instead of the
+	// ironic-api command's eventlet server. The ini's settings are kept
+	// but its user, group, directory, log and socket, which are this
+	// Ironic's.
+	UWSGI bool
 	// Debug sets Ironic's [DEFAULT]debug.
 	Debug bool
 	// Log reports progress.
@@ -136,7 +146,7 @@ func StartIronic(ctx context.Context, opts IronicOptions) (*Ironic, error) {
 	if opts.Conductors <= 0 {
 		opts.Conductors = 2
 	}
-	if opts.APIWorkers <= 0 {
+	if opts.APIWorkers <= 0 && !opts.UWSGI {
 		opts.APIWorkers = 1
 	}
 	if opts.AuthStrategy == "" {
@@ -382,9 +392,16 @@ func (i *Ironic) startAll() error {
 }
 
 func (i *Ironic) startAPI() error {
-	g, err := child.StartGroup("ironic-api", []string{"/usr/bin/python3", "/usr/bin/ironic-api",
-		"--config-file", i.confPath("api"), "--log-file", filepath.Join(i.LogDir, "api.log")},
-		nil, filepath.Join(i.LogDir, "api.out"), i.opts.Log)
+	argv := []string{"/usr/bin/python3", "/usr/bin/ironic-api",
+		"--config-file", i.confPath("api"), "--log-file", filepath.Join(i.LogDir, "api.log")}
+	if i.opts.UWSGI {
+		ini, err := i.uwsgiINI()
+		if err != nil {
+			return err
+		}
+		argv = []string{uwsgiBinary, "--ini", ini}
+	}
+	g, err := child.StartGroup("ironic-api", argv, nil, filepath.Join(i.LogDir, "api.out"), i.opts.Log)
 	if err != nil {
 		return err
 	}
@@ -392,6 +409,46 @@ func (i *Ironic) startAPI() error {
 	i.api = g
 	i.mu.Unlock()
 	return nil
+}
+
+// debianUWSGIINI is the uWSGI configuration of Debian's ironic-api
+// package, and uwsgiBinary the server its init script runs.
+const (
+	debianUWSGIINI = "/etc/ironic/ironic-api-uwsgi.ini"
+	uwsgiBinary    = "/usr/bin/uwsgi_python3"
+)
+
+// uwsgiINI writes the API's uWSGI configuration (UWSGI): Debian's ini
+// without the settings that belong to the installed service (user, group,
+// working directory, log file, process count), followed by this Ironic's
+// socket, configuration file and log, and the processes of APIWorkers
+// when set. It returns the file's path.
+func (i *Ironic) uwsgiINI() (string, error) {
+	raw, err := os.ReadFile(debianUWSGIINI)
+	if err != nil {
+		return "", fmt.Errorf("ironic-api under uWSGI needs Debian's %s (package ironic-api): %w", debianUWSGIINI, err)
+	}
+	var b strings.Builder
+	for _, line := range strings.Split(string(raw), "\n") {
+		key, _, _ := strings.Cut(line, "=")
+		switch strings.TrimSpace(key) {
+		case "uid", "gid", "chdir", "logto", "http-socket", "socket", "pyargv":
+			continue
+		case "processes":
+			if i.opts.APIWorkers > 0 {
+				continue
+			}
+		}
+		b.WriteString(line + "\n")
+	}
+	fmt.Fprintf(&b, "http-socket = %s\nchdir = %s\nlogto = %s\npyargv = --config-file %s --log-file %s\n",
+		i.listen, filepath.Join(i.Dir, "state"), filepath.Join(i.LogDir, "api-uwsgi.log"),
+		i.confPath("api"), filepath.Join(i.LogDir, "api.log"))
+	if i.opts.APIWorkers > 0 {
+		fmt.Fprintf(&b, "processes = %d\n", i.opts.APIWorkers)
+	}
+	path := filepath.Join(i.Dir, "etc", "api-uwsgi.ini")
+	return path, os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 func (i *Ironic) startConductor(n int) error {

@@ -25,15 +25,16 @@ import (
 // metalloc in front of a real Ironic and that Ironic alone (README "In
 // front of Ironic").
 func benchIronicCmd() *cobra.Command {
-	var sizes string
+	var sizes, systems string
 	var allocations, concurrency, rounds, conductors, ironicConductors, apiWorkers int
-	var mode string
+	var mode, apiServer string
 	var poll time.Duration
 	c := &cobra.Command{
 		Use:   "ironic",
 		Short: "allocations through metalloc in front of a real Ironic, side by side with the same Ironic alone",
 		Long: "Starts a real Ironic 21.4 from Debian's packages (--ironic-conductors conductors on json-rpc,\n" +
-			"fake-hardware, ironic-api with --ironic-api-workers workers, its own database on DATABASE_URL's\n" +
+			"fake-hardware, its API served as Debian's ironic-api package serves it: uwsgi_python3 with the\n" +
+			"package's ini, 8 processes; see --ironic-api-server, --ironic-api-workers), its own database on DATABASE_URL's\n" +
 			"server) and metalloc in front of it (metalloc-api and --conductors conductors on DATABASE_URL, with\n" +
 			"ironic.endpoint set), enrols four template nodes through Ironic's API (one resource class, one trait\n" +
 			"each) and clones them in Ironic's database up to each size of --nodes. At each size, --rounds\n" +
@@ -63,16 +64,36 @@ func benchIronicCmd() *cobra.Command {
 			ctx, stop := signalContext(cmd)
 			defer stop()
 			b := &ironicBench{log: log, allocations: allocations, concurrency: concurrency, mode: loadgen.Mode(mode), poll: poll}
+			for _, s := range strings.Split(systems, ",") {
+				switch s = strings.TrimSpace(s); s {
+				case "ironic", "metalloc":
+					b.systems = append(b.systems, s)
+				default:
+					return fmt.Errorf("--systems %q: want ironic, metalloc or both, comma-separated", systems)
+				}
+			}
+			switch apiServer {
+			case "uwsgi":
+				b.uwsgi = true
+			case "eventlet":
+				if apiWorkers == 0 {
+					apiWorkers = runtime.NumCPU()
+				}
+			default:
+				return fmt.Errorf("--ironic-api-server %q: want uwsgi or eventlet", apiServer)
+			}
 			return b.run(ctx, cfg.Database.URL, ns, rounds, conductors, ironicConductors, apiWorkers)
 		},
 	}
 	c.Flags().StringVar(&sizes, "nodes", "500,2000", "fleet sizes, comma-separated, run in increasing order")
+	c.Flags().StringVar(&systems, "systems", "ironic,metalloc", "which systems to run (ironic: Ironic alone; metalloc: in front of it)")
 	c.Flags().IntVar(&allocations, "allocations", 300, "allocations per run")
 	c.Flags().IntVar(&concurrency, "concurrency", 16, "concurrent API clients")
 	c.Flags().IntVar(&rounds, "rounds", 2, "runs of each system per size (interleaved)")
 	c.Flags().IntVar(&conductors, "conductors", 2, "metalloc conductors")
 	c.Flags().IntVar(&ironicConductors, "ironic-conductors", 2, "Ironic conductors")
-	c.Flags().IntVar(&apiWorkers, "ironic-api-workers", runtime.NumCPU(), "ironic-api workers (Ironic's default: the CPU count)")
+	c.Flags().StringVar(&apiServer, "ironic-api-server", "uwsgi", "how Ironic's API is served: uwsgi (as Debian's ironic-api package runs it: uwsgi_python3 with /etc/ironic/ironic-api-uwsgi.ini) or eventlet (the ironic-api command)")
+	c.Flags().IntVar(&apiWorkers, "ironic-api-workers", 0, "Ironic API processes (0: the server's default: uwsgi, Debian's ini, 8; eventlet, [api]api_workers' default, the CPU count)")
 	c.Flags().StringVar(&mode, "mode", string(loadgen.ModePoll), "how clients wait for their allocation: poll or wait")
 	c.Flags().DurationVar(&poll, "poll-interval", 100*time.Millisecond, "pause between a client's GETs of its allocation")
 	return c
@@ -85,6 +106,8 @@ type ironicBench struct {
 	concurrency int
 	mode        loadgen.Mode
 	poll        time.Duration
+	systems     []string
+	uwsgi       bool
 	ir          *devstack.Ironic
 	stack       *devstack.Stack
 	free        func(context.Context) (int, error)
@@ -106,9 +129,9 @@ func (b *ironicBench) run(ctx context.Context, dbURL string, sizes []int, rounds
 		return err
 	}
 	defer os.RemoveAll(dir)
-	b.log.Info("starting Ironic", zap.Int("conductors", ironicConductors), zap.Int("api_workers", apiWorkers))
+	b.log.Info("starting Ironic", zap.Int("conductors", ironicConductors), zap.Bool("uwsgi", b.uwsgi), zap.Int("api_workers", apiWorkers))
 	b.ir, err = devstack.StartIronic(ctx, devstack.IronicOptions{DatabaseURL: dbURL, Dir: dir, Conductors: ironicConductors,
-		APIWorkers: apiWorkers, Log: b.log})
+		APIWorkers: apiWorkers, UWSGI: b.uwsgi, Log: b.log})
 	if err != nil {
 		return err
 	}
@@ -164,9 +187,9 @@ func (b *ironicBench) run(ctx context.Context, dbURL string, sizes []int, rounds
 			have = size
 		}
 		for round := 1; round <= rounds; round++ {
-			order := []string{"ironic", "metalloc"}
+			order := slices.Clone(b.systems)
 			if round%2 == 0 {
-				order = []string{"metalloc", "ironic"}
+				slices.Reverse(order)
 			}
 			for _, system := range order {
 				if err := b.settle(ctx, size); err != nil {
@@ -216,12 +239,24 @@ func (b *ironicBench) once(ctx context.Context, system string, size int) (loadge
 			parts = append(parts, fmt.Sprintf("%s %.2f", k, (after[k]-before[k])/float64(r.Allocations)))
 		}
 		fmt.Printf("  metalloc's requests to Ironic per allocation: %s\n", strings.Join(parts, ", "))
+		mean := func(k string) string {
+			n := after[k+"_count"] - before[k+"_count"]
+			if n == 0 {
+				return "-"
+			}
+			return (time.Duration((after[k+"_seconds"] - before[k+"_seconds"]) / n * float64(time.Second))).Round(time.Millisecond / 10).String()
+		}
+		fmt.Printf("  mean round trip to Ironic: create %s, get %s; mean settle in Ironic after its answer to the create: %s\n",
+			mean("create"), mean("get"), mean("settle"))
 	}
 	return r, nil
 }
 
-// ironicRequests sums the conductors' metalloc_ironic_allocation_requests_total
-// by request (empty when they cannot be read).
+// ironicRequests sums the conductors' Ironic backend metrics: the
+// requests by kind (metalloc_ironic_allocation_requests_total{request}),
+// and the sums and counts of their round trips (key "<kind>_seconds",
+// "<kind>_count" from metalloc_ironic_request_seconds) and of the settle
+// times ("settle_seconds", "settle_count").
 func (b *ironicBench) ironicRequests(ctx context.Context) map[string]float64 {
 	out := map[string]float64{}
 	for _, p := range b.stack.Conductors {
@@ -236,14 +271,27 @@ func (b *ironicBench) ironicRequests(ctx context.Context) map[string]float64 {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		for _, line := range strings.Split(string(body), "\n") {
-			rest, ok := strings.CutPrefix(line, `metalloc_ironic_allocation_requests_total{request="`)
-			if !ok {
+			name, value, ok := strings.Cut(line, " ")
+			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			if !ok || err != nil {
 				continue
 			}
-			kind, value, ok := strings.Cut(rest, `"} `)
-			if v, err := strconv.ParseFloat(strings.TrimSpace(value), 64); ok && err == nil {
-				out[kind] += v
+			var key string
+			switch {
+			case strings.HasPrefix(name, `metalloc_ironic_allocation_requests_total{request="`):
+				key = strings.TrimSuffix(strings.TrimPrefix(name, `metalloc_ironic_allocation_requests_total{request="`), `"}`)
+			case strings.HasPrefix(name, `metalloc_ironic_request_seconds_sum{request="`):
+				key = strings.TrimSuffix(strings.TrimPrefix(name, `metalloc_ironic_request_seconds_sum{request="`), `"}`) + "_seconds"
+			case strings.HasPrefix(name, `metalloc_ironic_request_seconds_count{request="`):
+				key = strings.TrimSuffix(strings.TrimPrefix(name, `metalloc_ironic_request_seconds_count{request="`), `"}`) + "_count"
+			case name == "metalloc_ironic_allocation_settle_seconds_sum":
+				key = "settle_seconds"
+			case name == "metalloc_ironic_allocation_settle_seconds_count":
+				key = "settle_count"
+			default:
+				continue
 			}
+			out[key] += v
 		}
 	}
 	return out

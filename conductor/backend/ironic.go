@@ -253,7 +253,10 @@ func (b *Ironic) request(ctx context.Context, kind string, fn func() error) erro
 		return ctx.Err()
 	}
 	defer func() { <-b.sem }()
-	return fn()
+	sent := time.Now()
+	err := fn()
+	b.Metrics.answered(kind, time.Since(sent))
+	return err
 }
 
 // transient is the error of Process when the database or Ironic could not

@@ -10,6 +10,7 @@ import (
 // (Ironic.Metrics); a nil *IronicMetrics records nothing.
 type IronicMetrics struct {
 	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
 	settle   prometheus.Histogram
 	refused  prometheus.Counter
 	down     prometheus.Gauge
@@ -20,6 +21,9 @@ type IronicMetrics struct {
 //   - metalloc_ironic_allocation_requests_total{request="create"|"get"|"delete"}
 //     (requests this conductor sent to Ironic for allocations; per
 //     allocation made, about one create and one get when all goes well)
+//   - metalloc_ironic_request_seconds{request="create"|"get"|"delete"}
+//     (histogram: each of those requests from sending it to Ironic's
+//     answer, a wait for the in-flight cap not included)
 //   - metalloc_ironic_allocation_settle_seconds (histogram: Ironic's
 //     answer to the creation to the allocation seen settled there)
 //   - metalloc_ironic_nodes_refused_total (nodes Ironic refused for an
@@ -31,6 +35,11 @@ func NewIronicMetrics(reg prometheus.Registerer) (*IronicMetrics, error) {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "metalloc_ironic_allocation_requests_total",
 			Help: "Requests this conductor sent to Ironic for allocations, by request (create, get, delete).",
+		}, []string{"request"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "metalloc_ironic_request_seconds",
+			Help:    "Time from sending a request for an allocation (create, get, delete) to Ironic to its answer.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"request"}),
 		settle: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "metalloc_ironic_allocation_settle_seconds",
@@ -48,8 +57,9 @@ func NewIronicMetrics(reg prometheus.Registerer) (*IronicMetrics, error) {
 	}
 	for _, r := range []string{"create", "get", "delete"} {
 		m.requests.WithLabelValues(r)
+		m.latency.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.settle, m.refused, m.down} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.settle, m.refused, m.down} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -60,6 +70,12 @@ func NewIronicMetrics(reg prometheus.Registerer) (*IronicMetrics, error) {
 func (m *IronicMetrics) request(kind string) {
 	if m != nil {
 		m.requests.WithLabelValues(kind).Inc()
+	}
+}
+
+func (m *IronicMetrics) answered(kind string, d time.Duration) {
+	if m != nil {
+		m.latency.WithLabelValues(kind).Observe(d.Seconds())
 	}
 }
 
