@@ -142,6 +142,18 @@ SELECT * FROM tracker_nodes WHERE id = ANY(@ids::bigint[]) ORDER BY id;
 -- (migrations/00027_placement_first_second.sql).
 SELECT seq, node_id, node_uuid FROM placement_node_changes ORDER BY seq LIMIT @lim;
 
+-- name: NodeChangesHead :one
+-- The node change log's newest entry (0: the log is empty) and whether a
+-- resource tracker is registered (only then do the nodes' triggers log
+-- changes). WaitMirrored.
+SELECT coalesce((SELECT max(seq) FROM placement_node_changes), 0)::bigint AS last_seq,
+       EXISTS (SELECT 1 FROM placement_trackers) AS tracked;
+
+-- name: NodeChangesOldest :one
+-- The oldest entry of the node change log up to @upto (0: none is left):
+-- the trackers read and delete the log in seq order. WaitMirrored.
+SELECT coalesce(min(seq), 0)::bigint FROM placement_node_changes WHERE seq <= @upto::bigint;
+
 -- name: DeleteNodeChanges :exec
 -- Deletes the log entries a pass has read (by seq: an entry whose
 -- transaction committed after the read keeps its row, whatever its seq).

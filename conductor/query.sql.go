@@ -372,6 +372,39 @@ func (q *Queries) NodeChanges(ctx context.Context, lim int32) ([]PlacementNodeCh
 	return items, nil
 }
 
+const nodeChangesHead = `-- name: NodeChangesHead :one
+SELECT coalesce((SELECT max(seq) FROM placement_node_changes), 0)::bigint AS last_seq,
+       EXISTS (SELECT 1 FROM placement_trackers) AS tracked
+`
+
+type NodeChangesHeadRow struct {
+	LastSeq int64
+	Tracked bool
+}
+
+// The node change log's newest entry (0: the log is empty) and whether a
+// resource tracker is registered (only then do the nodes' triggers log
+// changes). WaitMirrored.
+func (q *Queries) NodeChangesHead(ctx context.Context) (NodeChangesHeadRow, error) {
+	row := q.db.QueryRow(ctx, nodeChangesHead)
+	var i NodeChangesHeadRow
+	err := row.Scan(&i.LastSeq, &i.Tracked)
+	return i, err
+}
+
+const nodeChangesOldest = `-- name: NodeChangesOldest :one
+SELECT coalesce(min(seq), 0)::bigint FROM placement_node_changes WHERE seq <= $1::bigint
+`
+
+// The oldest entry of the node change log up to @upto (0: none is left):
+// the trackers read and delete the log in seq order. WaitMirrored.
+func (q *Queries) NodeChangesOldest(ctx context.Context, upto int64) (int64, error) {
+	row := q.db.QueryRow(ctx, nodeChangesOldest, upto)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const nodeIDOf = `-- name: NodeIDOf :one
 SELECT id FROM nodes WHERE uuid = $1
 `

@@ -71,7 +71,7 @@ func benchCmd() *cobra.Command {
 					if err != nil {
 						return err
 					}
-					if err := importWith(ctx, pool, bytes.NewReader(file), "bench nodes", true, log); err != nil {
+					if err := importWith(ctx, pool, bytes.NewReader(file), "bench nodes", importOptions{available: true, waitPlacement: true}, log); err != nil {
 						return err
 					}
 					after, err := db.ReadWork(ctx, pool, os.Getpid())

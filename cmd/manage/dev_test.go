@@ -35,7 +35,7 @@ func TestDevUpMissingNodeFile(t *testing.T) {
 func TestSampleNodes(t *testing.T) {
 	t.Parallel()
 	url := dbtest.NewURL(t)
-	require.NoError(t, importFrom(t.Context(), url, bytes.NewReader(devstack.SampleNodes(240)), "sample", true, zap.NewNop()))
+	require.NoError(t, importFrom(t.Context(), url, bytes.NewReader(devstack.SampleNodes(240)), "sample", importOptions{available: true}, zap.NewNop()))
 	p, err := db.Open(t.Context(), url, db.PoolOptions{MaxConns: 2})
 	require.NoError(t, err)
 	defer p.Close()

@@ -93,7 +93,7 @@ func upCmd() *cobra.Command {
 			defer stack.Stop(cmd.Context())
 			if nodeFile != nil {
 				steps.start("importing nodes from " + nodes)
-				if err := importFrom(ctx, url, bytes.NewReader(nodeFile), nodes, true, log); err != nil {
+				if err := importFrom(ctx, url, bytes.NewReader(nodeFile), nodes, importOptions{available: true, waitPlacement: true}, log); err != nil {
 					return err
 				}
 			}
