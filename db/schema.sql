@@ -2876,7 +2876,7 @@ CREATE TRIGGER nodes_log_insert AFTER INSERT ON public.nodes REFERENCING NEW TAB
 -- Name: nodes nodes_log_update; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER nodes_log_update AFTER UPDATE ON public.nodes FOR EACH ROW WHEN (((old.name IS DISTINCT FROM new.name) OR (old.resource_class IS DISTINCT FROM new.resource_class) OR (old.provision_state IS DISTINCT FROM new.provision_state) OR (old.power_state IS DISTINCT FROM new.power_state) OR (old.maintenance IS DISTINCT FROM new.maintenance) OR (old.properties IS DISTINCT FROM new.properties))) EXECUTE FUNCTION public.placement_log_node();
+CREATE TRIGGER nodes_log_update AFTER UPDATE OF name, resource_class, provision_state, power_state, maintenance, properties ON public.nodes FOR EACH ROW WHEN (((old.name IS DISTINCT FROM new.name) OR (old.resource_class IS DISTINCT FROM new.resource_class) OR (old.provision_state IS DISTINCT FROM new.provision_state) OR (old.power_state IS DISTINCT FROM new.power_state) OR (old.maintenance IS DISTINCT FROM new.maintenance) OR (old.properties IS DISTINCT FROM new.properties))) EXECUTE FUNCTION public.placement_log_node();
 
 --
 -- Name: nodes nodes_notify_instance; Type: TRIGGER; Schema: public; Owner: -
