@@ -42,8 +42,10 @@ func benchIronicCmd() *cobra.Command {
 			"clients each POST an allocation (half of them asking for a trait), wait for it (--mode: poll every\n" +
 			"--poll-interval; wait: metalloc's Prefer: wait, which Ironic answers by polling), and send the next,\n" +
 			"--allocations in all, then delete them all. Between runs it waits until both systems agree that\n" +
-			"every node is free. Prints allocations/s and client p50/p99 per run, the medians per size and\n" +
-			"system, and the load average.",
+			"every node is free (--systems runs one side only). Prints allocations/s and client p50/p99 per\n" +
+			"run (for metalloc's, also its requests to Ironic per allocation, their mean round trips and the\n" +
+			"mean time Ironic takes to settle an allocation after answering its creation), the medians per\n" +
+			"size and system, and the load average.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, log, err := load(cmd)
 			if err != nil {
