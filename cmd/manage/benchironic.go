@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"runtime"
@@ -13,6 +12,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -270,30 +272,30 @@ func (b *ironicBench) ironicRequests(ctx context.Context) map[string]float64 {
 		if err != nil {
 			continue
 		}
-		body, _ := io.ReadAll(resp.Body)
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		families, err := parser.TextToMetricFamilies(resp.Body)
 		resp.Body.Close()
-		for _, line := range strings.Split(string(body), "\n") {
-			name, value, ok := strings.Cut(line, " ")
-			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-			if !ok || err != nil {
-				continue
+		if err != nil {
+			continue
+		}
+		byRequest := func(m *dto.Metric) string {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "request" {
+					return l.GetValue()
+				}
 			}
-			var key string
-			switch {
-			case strings.HasPrefix(name, `metalloc_ironic_allocation_requests_total{request="`):
-				key = strings.TrimSuffix(strings.TrimPrefix(name, `metalloc_ironic_allocation_requests_total{request="`), `"}`)
-			case strings.HasPrefix(name, `metalloc_ironic_request_seconds_sum{request="`):
-				key = strings.TrimSuffix(strings.TrimPrefix(name, `metalloc_ironic_request_seconds_sum{request="`), `"}`) + "_seconds"
-			case strings.HasPrefix(name, `metalloc_ironic_request_seconds_count{request="`):
-				key = strings.TrimSuffix(strings.TrimPrefix(name, `metalloc_ironic_request_seconds_count{request="`), `"}`) + "_count"
-			case name == "metalloc_ironic_allocation_settle_seconds_sum":
-				key = "settle_seconds"
-			case name == "metalloc_ironic_allocation_settle_seconds_count":
-				key = "settle_count"
-			default:
-				continue
-			}
-			out[key] += v
+			return ""
+		}
+		for _, m := range families["metalloc_ironic_allocation_requests_total"].GetMetric() {
+			out[byRequest(m)] += m.GetCounter().GetValue()
+		}
+		for _, m := range families["metalloc_ironic_request_seconds"].GetMetric() {
+			out[byRequest(m)+"_seconds"] += m.GetHistogram().GetSampleSum()
+			out[byRequest(m)+"_count"] += float64(m.GetHistogram().GetSampleCount())
+		}
+		for _, m := range families["metalloc_ironic_allocation_settle_seconds"].GetMetric() {
+			out["settle_seconds"] += m.GetHistogram().GetSampleSum()
+			out["settle_count"] += float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return out
