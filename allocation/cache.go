@@ -16,7 +16,13 @@ import (
 // An entry is written only by a read that started after the entry was
 // opened (begin, then the database read, then fill): a change whose
 // notification arrives in between removes the open entry, so fill finds
-// nothing to fill and a stale read is never kept. Every notification of a
+// nothing to fill and a stale read is never kept. The one exception is a
+// reservation notified before the read that opened the entry fills it (a
+// conductor reserved the allocation while the POST that created it was
+// still on its way back): the open entry keeps the reservation, and fill
+// applies it to a read that found the allocation still allocating, so the
+// waiters it wakes are answered from memory instead of all reading the
+// database at once. Every notification of a
 // cached allocation updates it (a reservation: state active, its node and
 // updated_at, all in the payload) or removes it (anything else: a
 // failure, a deletion, a change of name or extra); the notification of an
@@ -37,6 +43,23 @@ const DefaultCacheSize = 20000
 type cacheEntry struct {
 	gen  uint64
 	view *View // nil while a read is filling it
+	// reserved is a reservation notified while view was nil, for fill.
+	reserved *reservation
+}
+
+// reservation is what the notification of an allocation's reservation
+// says (migrations/00029_allocation_cache.sql): its node and updated_at.
+type reservation struct {
+	node uuid.UUID
+	at   time.Time
+}
+
+// apply returns v reserved as r says: active on r.node since r.at.
+func (r reservation) apply(v View) View {
+	node, at := r.node, r.at
+	v.State, v.NodeUUID, v.UpdatedAt, v.LastError = StateActive, &node, &at, nil
+	v.NodeID = nil // not in the payload; the document shows the uuid
+	return v
 }
 
 // viewCache is the hub's cache. Its zero value is unusable: newViewCache.
@@ -100,7 +123,10 @@ func (c *viewCache) fill(gen uint64, v View) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.entries[v.Uuid]; ok && e.gen == gen && e.view == nil {
-		e.view = &v
+		if e.reserved != nil && v.State == StateAllocating {
+			v = e.reserved.apply(v)
+		}
+		e.view, e.reserved = &v, nil
 	}
 }
 
@@ -162,15 +188,18 @@ func (c *viewCache) notified(payload string) {
 		// Its creation: an allocation is allocating only until its state
 		// changes, which notifies again; a read being filled read it so.
 		return
-	case len(f) == 4 && state == StateActive && e.view != nil && e.view.State == StateAllocating:
+	case len(f) == 4 && state == StateActive && e.reserved == nil &&
+		(e.view == nil || e.view.State == StateAllocating):
 		node, err1 := uuid.Parse(f[2])
 		us, err2 := strconv.ParseInt(f[3], 10, 64)
 		if err1 == nil && err2 == nil {
-			v := *e.view
-			at := time.UnixMicro(us).UTC()
-			v.State, v.NodeUUID, v.UpdatedAt, v.LastError = StateActive, &node, &at, nil
-			v.NodeID = nil // not in the payload; the document shows the uuid
-			e.view = &v
+			r := reservation{node: node, at: time.UnixMicro(us).UTC()}
+			if e.view == nil {
+				e.reserved = &r // for fill
+			} else {
+				v := r.apply(*e.view)
+				e.view = &v
+			}
 			return
 		}
 	}

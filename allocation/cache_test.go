@@ -61,6 +61,33 @@ func TestViewCacheRules(t *testing.T) {
 	_, ok = c.get(u)
 	require.False(t, ok)
 
+	// A reservation notified while the read (or the insert) that opened
+	// the entry is under way: kept, and applied to what the read found
+	// still allocating; to a read that found it reserved already, it
+	// changes nothing.
+	for _, read := range []View{allocating, v} {
+		gen = c.begin(u)
+		c.notified(u.String() + " allocating")
+		c.notified(fmt.Sprintf("%s active %s %d", u, node, int64(1764201600123456)))
+		c.fill(gen, read)
+		got, ok := c.get(u)
+		require.True(t, ok)
+		require.Equal(t, v, got)
+	}
+	// ... but not when anything else was notified after it.
+	gen = c.begin(u)
+	c.notified(fmt.Sprintf("%s active %s %d", u, node, int64(1764201600123456)))
+	c.notified(u.String() + " deleted")
+	c.fill(gen, allocating)
+	_, ok = c.get(u)
+	require.False(t, ok)
+	gen = c.begin(u)
+	c.notified(fmt.Sprintf("%s active %s %d", u, node, int64(1764201600123456)))
+	c.notified(fmt.Sprintf("%s active %s %d", u, node, int64(1764201600123457)))
+	c.fill(gen, allocating)
+	_, ok = c.get(u)
+	require.False(t, ok, "two reservations: not the one allocation's single change")
+
 	// The listener lost: nothing is served; reconnected: empty.
 	gen = c.begin(u)
 	c.fill(gen, v)

@@ -184,7 +184,8 @@ func (c Config) Validate() error {
 // heartbeat timeout (a stalled or paused process), so that the row locks it
 // holds are gone by the time peers take its allocations over; the sessions
 // are named "<application name> <hostname>" in pg_stat_activity (when that
-// fits application_name's 63 bytes).
+// fits application_name's 63 bytes); new connections are warmed up
+// (db.PoolOptions.WarmUp).
 func (c Config) PoolOptions(opts *db.PoolOptions) {
 	c = c.WithDefaults()
 	opts.RuntimeParams = map[string]string{
@@ -193,4 +194,5 @@ func (c Config) PoolOptions(opts *db.PoolOptions) {
 	if name := opts.ApplicationName + " " + c.Hostname; len(name) <= 63 {
 		opts.ApplicationName = name
 	}
+	opts.WarmUp = true // its first claims run on warm backends
 }

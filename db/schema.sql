@@ -1271,6 +1271,41 @@ END;
 $$;
 
 --
+-- Name: metalloc_warm_up(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_warm_up() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_rc text := 'metalloc-warm-up-' || gen_random_uuid();
+    v_uuid uuid := gen_random_uuid();
+    v_node bigint;
+    v_alloc bigint;
+BEGIN
+    PERFORM count(*) FROM metalloc_claim_reserve(0, 0);
+    PERFORM count(*) FROM metalloc_claim_reserve_placement(0, 0, '', '');
+    BEGIN
+        INSERT INTO nodes (uuid, driver, resource_class, provision_state, power_state)
+        VALUES (gen_random_uuid(), 'fake-hardware', v_rc, 'available', 'power off')
+        RETURNING id INTO v_node;
+        INSERT INTO allocations (uuid, resource_class, state)
+        VALUES (v_uuid, v_rc, 'allocating')
+        RETURNING id INTO v_alloc;
+        PERFORM metalloc_pick(v_rc, '{}'::text[], NULL, NULL, NULL, p_start => v_node);
+        UPDATE allocations SET node_id = v_node, state = 'active', updated_at = now()
+         WHERE id = v_alloc;
+        PERFORM metalloc_hold(v_node, v_alloc, v_uuid, '{}'::text[]);
+        SET CONSTRAINTS ALL IMMEDIATE; -- the link checks run here, compiled too
+        PERFORM metalloc_deallocate(v_alloc);
+        RAISE EXCEPTION USING ERRCODE = 'MLWUP';
+    EXCEPTION WHEN SQLSTATE 'MLWUP' THEN
+        NULL; -- rolled back, as intended
+    END;
+END;
+$$;
+
+--
 -- Name: nodes_notify(); Type: FUNCTION; Schema: public; Owner: -
 --
 

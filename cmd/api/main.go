@@ -26,6 +26,7 @@ import (
 	"github.com/metalloc/metalloc/cmd/internal/cli"
 	"github.com/metalloc/metalloc/conductor/conductorapi"
 	"github.com/metalloc/metalloc/config"
+	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/deploytemplate"
 	"github.com/metalloc/metalloc/driver/driverapi"
 	"github.com/metalloc/metalloc/ironic"
@@ -43,7 +44,8 @@ func main() {
 }
 
 func run(cmd *cobra.Command, _ []string) error {
-	svc, err := cli.StartService(cmd, "metalloc-api")
+	// Its first allocations are inserted on warm backends.
+	svc, err := cli.StartService(cmd, "metalloc-api", func(_ config.Config, opts *db.PoolOptions) { opts.WarmUp = true })
 	if err != nil {
 		return err
 	}
