@@ -322,6 +322,7 @@ CREATE FUNCTION public.metalloc_claim_reserve_placement(p_me bigint, p_batch int
     SET enable_bitmapscan TO 'off'
     SET enable_sort TO 'off'
     SET jit TO 'off'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     r record;
