@@ -274,6 +274,7 @@ CREATE FUNCTION public.metalloc_claim_reserve(p_me bigint, p_batch integer) RETU
     SET enable_bitmapscan TO 'off'
     SET enable_sort TO 'off'
     SET jit TO 'off'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     r record;
@@ -1224,6 +1225,7 @@ $$;
 
 CREATE FUNCTION public.metalloc_reserve(p_allocation_id bigint, p_me bigint, p_resource_class text, p_traits text[], p_candidates uuid[], p_owner text, p_name text) RETURNS TABLE(node_id bigint, node_uuid uuid, reserved boolean)
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     v_alloc uuid;

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -368,22 +367,12 @@ func TestPlacementClaimPlanIgnoresStatistics(t *testing.T) {
 	_, err := f.pool.Exec(ctx, `ANALYZE placement.allocations`)
 	require.NoError(t, err)
 	me := f.conductor("c1")
-	c, err := pgx.Connect(ctx, f.pool.Config().ConnConfig.ConnString())
-	require.NoError(t, err)
-	defer c.Close(ctx)
+	c := ownSession(t, f.pool)
 	claimBuffers := func() int {
 		t.Helper()
 		f.allocation(nil, "gold")
-		var plan []struct {
-			Plan struct {
-				SharedHit  int `json:"Shared Hit Blocks"`
-				SharedRead int `json:"Shared Read Blocks"`
-			} `json:"Plan"`
-		}
-		require.NoError(t, c.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
-			SELECT * FROM metalloc_claim_reserve_placement($1, 1, 'u', 'INSTANCE') WHERE out_reserved`, me).Scan(&plan))
-		require.Len(t, plan, 1)
-		return plan[0].Plan.SharedHit + plan[0].Plan.SharedRead
+		return explainBuffers(t, c,
+			`SELECT * FROM metalloc_claim_reserve_placement($1, 1, 'u', 'INSTANCE') WHERE out_reserved`, me)
 	}
 	claimBuffers() // planned with the table empty
 	before := claimBuffers()
