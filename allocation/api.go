@@ -314,7 +314,7 @@ func (h *Handler) get(c echo.Context) error {
 			return err
 		}
 	}
-	return c.JSON(http.StatusOK, web.Project(v.Doc(h.base(c), ver), fields))
+	return writeDoc(c, http.StatusOK, v, h.base(c), ver, fields)
 }
 
 func (h *Handler) getForNode(c echo.Context) error {
@@ -342,7 +342,7 @@ func (h *Handler) getForNode(c echo.Context) error {
 	if err := h.checkAllocation(c, views[0], ident, ""); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, web.Project(views[0].Doc(h.base(c), ver), fields))
+	return writeDoc(c, http.StatusOK, views[0], h.base(c), ver, fields)
 }
 
 func (h *Handler) patch(c echo.Context) error {
@@ -420,7 +420,7 @@ func (h *Handler) patch(c echo.Context) error {
 		return err
 	}
 	h.opts.Hub.cacheForget(result.Uuid)
-	return c.JSON(http.StatusOK, result.Doc(h.base(c), ver))
+	return writeDoc(c, http.StatusOK, result, h.base(c), ver, nil)
 }
 
 func (h *Handler) delete(c echo.Context) error {

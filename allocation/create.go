@@ -160,10 +160,10 @@ func (h *Handler) create(c echo.Context) error {
 			// database went away): the row is committed, so the 201 stands,
 			// with the allocation as it was created (a 503 would make the
 			// client retry and hold two nodes).
-			return c.JSON(http.StatusCreated, View{Allocation: allocationOf(row), Traits: params.Traits}.Doc(h.base(c), ver))
+			return writeDoc(c, http.StatusCreated, View{Allocation: allocationOf(row), Traits: params.Traits}, h.base(c), ver, nil)
 		}
 	}
-	return c.JSON(http.StatusCreated, v.Doc(h.base(c), ver))
+	return writeDoc(c, http.StatusCreated, v, h.base(c), ver, nil)
 }
 
 // backfill records the locked, already-deployed node as holding a new active
