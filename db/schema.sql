@@ -1279,6 +1279,8 @@ $$;
 
 CREATE FUNCTION public.metalloc_warm_up() RETURNS void
     LANGUAGE plpgsql
+    SET lock_timeout TO '100ms'
+    SET statement_timeout TO '10s'
     AS $$
 DECLARE
     v_rc text := 'metalloc-warm-up-' || gen_random_uuid();

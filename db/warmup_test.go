@@ -76,3 +76,32 @@ func TestWarmUp(t *testing.T) {
 		me, allocID).Scan(&reserved))
 	require.True(t, reserved)
 }
+
+// TestWarmUpDoesNotWaitForLocks: a warm-up whose inserts would wait for
+// a table lock (DDL, LOCK TABLE) gives up after 100 ms, and the new
+// connection is handed out all the same.
+func TestWarmUpDoesNotWaitForLocks(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	u := dbtest.NewURL(t)
+	plain, err := db.Open(ctx, u, db.PoolOptions{MaxConns: 1})
+	require.NoError(t, err)
+	defer plain.Close()
+	tx, err := plain.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // ends the lock
+	_, err = tx.Exec(ctx, `LOCK TABLE allocations IN SHARE MODE`)
+	require.NoError(t, err)
+
+	// Bounded only so that a warm-up that waits fails the test instead of
+	// hanging it: the lock is held until the test ends.
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	warm, err := db.Open(qctx, u, db.PoolOptions{MaxConns: 1, MinConns: 1, WarmUp: true})
+	require.NoError(t, err)
+	defer warm.Close()
+	var one int
+	require.NoError(t, warm.QueryRow(qctx, "SELECT 1").Scan(&one))
+	_, err = warm.Exec(ctx, "SELECT metalloc_warm_up()")
+	require.ErrorContains(t, err, "lock timeout")
+}

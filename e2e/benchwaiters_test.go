@@ -114,8 +114,15 @@ func TestBenchWaitersStopsItsProcesses(t *testing.T) {
 					api = childNamed(cmd.Process.Pid, "metalloc-api")
 				}
 				var waiting bool
+				// The POST's insert (CreateAllocation or CreateAllocations),
+				// not a new connection's warm-up (metalloc_warm_up), which
+				// gives up after 100 ms; in this test's database: the other
+				// subtest's database, cloned from the same template, has
+				// its allocations under the same oid.
 				_ = pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-					WHERE c.relname = 'allocations' AND NOT l.granted)`).Scan(&waiting)
+					JOIN pg_stat_activity a ON a.pid = l.pid
+					WHERE c.relname = 'allocations' AND NOT l.granted AND a.query LIKE '%name: CreateAllocation%'
+					  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))`).Scan(&waiting)
 				return api != 0 && waiting
 			})
 			require.NoError(t, cmd.Process.Signal(sig))

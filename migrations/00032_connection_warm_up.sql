@@ -15,10 +15,16 @@
 -- notified (PostgreSQL drops the notifications of an aborted
 -- subtransaction), and the only trace is the sequence values the inserts
 -- used. The claim functions are called with a batch of 0: they compile
--- and plan their queue query without claiming anything.
+-- and plan their queue query without claiming anything. It never waits
+-- for long: its rows conflict with no one's, but its inserts wait for a
+-- table lock held by DDL (CREATE INDEX) or LOCK TABLE, and a warm-up is
+-- not worth holding up a new connection for, so a lock wait of more than
+-- 100 ms fails it (the connection is used all the same, cold).
 -- +goose StatementBegin
 CREATE FUNCTION metalloc_warm_up() RETURNS void
     LANGUAGE plpgsql
+    SET lock_timeout = '100ms'
+    SET statement_timeout = '10s'
     AS $$
 DECLARE
     v_rc text := 'metalloc-warm-up-' || gen_random_uuid();
