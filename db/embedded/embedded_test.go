@@ -96,3 +96,13 @@ func TestStopStartAgain(t *testing.T) {
 	require.Error(t, reused.Restart(ctx), "Restart of a cluster Start did not start")
 	require.NoError(t, c.Stop(ctx))
 }
+
+// TestSharedBuffers: a quarter of the memory, between 256 MB and 2 GB; this
+// machine's memory is read.
+func TestSharedBuffers(t *testing.T) {
+	const gb = 1 << 30
+	for mem, want := range map[uint64]string{0: "256MB", gb / 2: "256MB", 2 * gb: "512MB", 4 * gb: "1024MB", 6 * gb: "1536MB", 64 * gb: "2048MB"} {
+		require.Equal(t, want, SharedBuffers(mem), "%d bytes", mem)
+	}
+	require.NotZero(t, memTotal())
+}
