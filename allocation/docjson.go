@@ -46,11 +46,22 @@ func (v View) AppendDoc(b []byte, base string, ver web.Version) ([]byte, error) 
 	}
 	b = append(b, `,"last_error":`...)
 	b = appendOptString(b, v.LastError)
-	b = append(b, `,"links":[{"href":`...)
-	b = appendJSONString(b, base+"/v1/allocations/"+u)
-	b = append(b, `,"rel":"self"},{"href":`...)
-	b = appendJSONString(b, base+"/allocations/"+u)
-	b = append(b, `,"rel":"bookmark"}],"name":`...)
+	b = append(b, `,"links":[`...)
+	for i, l := range web.ResourceLinks(base, "allocations", u) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"href":`...)
+		b = appendJSONString(b, l.Href)
+		b = append(b, `,"rel":`...)
+		b = appendJSONString(b, l.Rel)
+		if l.Type != "" {
+			b = append(b, `,"type":`...)
+			b = appendJSONString(b, l.Type)
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `],"name":`...)
 	b = appendOptString(b, v.Name)
 	b = append(b, `,"node_uuid":`...)
 	if v.NodeUUID != nil && v.State != StateAllocating { // as Doc

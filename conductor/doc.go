@@ -395,7 +395,11 @@
 //     Placement API writer holds, those lock providers in id order), then
 //     Placement's rows and the node's hold; the local batch (localRound):
 //     nodes with SKIP LOCKED, the rows with SKIP LOCKED, then the picked
-//     nodes' providers in id order.
+//     nodes' providers in id order;
+//   - a new connection's warm-up (metalloc_warm_up, db.PoolOptions.WarmUp)
+//     locks only the node and allocation it inserted itself, node first,
+//     nobody else can see them, and it rolls them back; it waits at most
+//     100 ms for a table lock.
 //
 // metalloc_deallocate is the one deallocation. db.InTx retries a
 // transaction that still fails with a serialization failure, a deadlock or

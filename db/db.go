@@ -133,8 +133,13 @@ func Open(ctx context.Context, url string, opt PoolOptions) (*pgxpool.Pool, erro
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		RegisterUUID(c.TypeMap())
 		if opt.WarmUp {
-			// Autocommit: a failure leaves no transaction open.
-			_, _ = c.Exec(ctx, warmUpSQL)
+			// Autocommit: a failure leaves no transaction open, and the
+			// connection serves cold. One that the failure closed (ctx
+			// ended mid-statement, the server went away) is not handed
+			// out: the pool drops it.
+			if _, err := c.Exec(ctx, warmUpSQL); err != nil && c.IsClosed() {
+				return fmt.Errorf("warming up a new connection: %w", err)
+			}
 		}
 		return nil
 	}

@@ -264,24 +264,36 @@ func TestClaimPlanIgnoresStatistics(t *testing.T) {
 	for i := range 3 {
 		f.node(fmt.Sprintf("gold-%d", i), "gold")
 	}
-	_, err := f.pool.Exec(ctx, `ANALYZE allocations`)
+	before, after := claimBuffersGrowth(t, f, "allocations",
+		`SELECT * FROM metalloc_claim_reserve($1, 1) WHERE out_reserved`, func() {
+			_, err := f.pool.Exec(ctx, `INSERT INTO allocations (uuid, resource_class, state, last_error)
+				SELECT gen_random_uuid(), 'gold', 'error', 'x' FROM generate_series(1, 9000)`)
+			require.NoError(t, err)
+		})
+	// The indexes one level deeper cost a few more; the whole table read
+	// would cost hundreds.
+	require.Less(t, after, before+60, "buffers of a claim: %d with no other allocation, %d with 9,000", before, after)
+}
+
+// claimBuffersGrowth is the plan check of both backends' claims: with
+// table analyzed empty, one session of its own (ownSession) claims a new
+// "gold" allocation with claim ($1: a conductor's id) twice, the first
+// making its plans; fill then adds 9,000 rows of others, and the session
+// claims once more. It returns the buffers of the second and third claims.
+func claimBuffersGrowth(t *testing.T, f *fixture, table, claim string, fill func()) (before, after int) {
+	t.Helper()
+	_, err := f.pool.Exec(context.Background(), "ANALYZE "+table)
 	require.NoError(t, err)
 	me := f.conductor("c1")
 	c := ownSession(t, f.pool)
 	claimBuffers := func() int {
-		t.Helper()
 		f.allocation(nil, "gold")
-		return explainBuffers(t, c, `SELECT * FROM metalloc_claim_reserve($1, 1) WHERE out_reserved`, me)
+		return explainBuffers(t, c, claim, me)
 	}
 	claimBuffers() // planned with the table empty
-	before := claimBuffers()
-	_, err = f.pool.Exec(ctx, `INSERT INTO allocations (uuid, resource_class, state, last_error)
-		SELECT gen_random_uuid(), 'gold', 'error', 'x' FROM generate_series(1, 9000)`)
-	require.NoError(t, err)
-	after := claimBuffers()
-	// The indexes one level deeper cost a few more; the whole table read
-	// would cost hundreds.
-	require.Less(t, after, before+60, "buffers of a claim: %d with no other allocation, %d with 9,000", before, after)
+	before = claimBuffers()
+	fill()
+	return before, claimBuffers()
 }
 
 // explainBuffers runs sql on c under EXPLAIN (ANALYZE, BUFFERS) and

@@ -364,28 +364,18 @@ func TestPlacementClaimPlanIgnoresStatistics(t *testing.T) {
 	ctx := context.Background()
 	f.goldNodes(3)
 	big := f.pnode("big", "silver")
-	_, err := f.pool.Exec(ctx, `ANALYZE placement.allocations`)
-	require.NoError(t, err)
-	me := f.conductor("c1")
-	c := ownSession(t, f.pool)
-	claimBuffers := func() int {
-		t.Helper()
-		f.allocation(nil, "gold")
-		return explainBuffers(t, c,
-			`SELECT * FROM metalloc_claim_reserve_placement($1, 1, 'u', 'INSTANCE') WHERE out_reserved`, me)
-	}
-	claimBuffers() // planned with the table empty
-	before := claimBuffers()
-	_, err = f.pool.Exec(ctx, `
-		WITH c AS (
-			INSERT INTO placement.consumers (uuid, project_id, user_id, generation)
-			SELECT gen_random_uuid(), 'p', 'u', 1 FROM generate_series(1, 9000) RETURNING id)
-		INSERT INTO placement.allocations (resource_provider_id, consumer_id, resource_class_id, used)
-		SELECT rp.id, c.id, inv.resource_class_id, 1
-		  FROM c, placement.resource_providers rp JOIN placement.inventories inv ON inv.resource_provider_id = rp.id
-		 WHERE rp.uuid = $1`, big)
-	require.NoError(t, err)
-	after := claimBuffers()
+	before, after := claimBuffersGrowth(t, f.fixture, "placement.allocations",
+		`SELECT * FROM metalloc_claim_reserve_placement($1, 1, 'u', 'INSTANCE') WHERE out_reserved`, func() {
+			_, err := f.pool.Exec(ctx, `
+				WITH c AS (
+					INSERT INTO placement.consumers (uuid, project_id, user_id, generation)
+					SELECT gen_random_uuid(), 'p', 'u', 1 FROM generate_series(1, 9000) RETURNING id)
+				INSERT INTO placement.allocations (resource_provider_id, consumer_id, resource_class_id, used)
+				SELECT rp.id, c.id, inv.resource_class_id, 1
+				  FROM c, placement.resource_providers rp JOIN placement.inventories inv ON inv.resource_provider_id = rp.id
+				 WHERE rp.uuid = $1`, big)
+			require.NoError(t, err)
+		})
 	// The indexes one level deeper cost a few more (about 25); the whole
 	// table read would cost about 150.
 	require.Less(t, after, before+60, "buffers of a claim: %d with no other allocation, %d with 9,000", before, after)
