@@ -346,7 +346,8 @@
 // and the group adopts them (AdoptGroupMembers).
 //
 // Lock order: the mirror's rows (ironic_nodes), nodes, allocations, the
-// journal. The mirror writes ironic_nodes then nodes; the unhold and the
+// journal; a mirror write that creates nodes first takes an advisory lock,
+// so that creators take turns (migration 00035). The mirror writes ironic_nodes then nodes; the unhold and the
 // group drop lock the node's mirror row and the node before the
 // allocation; the reconciliation of nodes takes mirror row and node with
 // SKIP LOCKED, then the allocation; the journal is written after its

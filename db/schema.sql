@@ -748,6 +748,13 @@ BEGIN
                   FROM unnest(v_all) i) r;
     END IF;
 
+    -- A node not mirrored yet has no row to lock: writers that create
+    -- nodes take turns, so that a refresh and a sync inserting the same
+    -- new node at once do not collide on its name (a unique key that
+    -- ON CONFLICT (uuid) does not cover); the second sees the first's row.
+    IF EXISTS (SELECT 1 FROM unnest(v_all) i WHERE NOT EXISTS (SELECT 1 FROM nodes n WHERE n.uuid = i.uuid)) THEN
+        PERFORM pg_advisory_xact_lock(hashtext('metalloc_ironic_mirror: new nodes'));
+    END IF;
     PERFORM 1 FROM ironic_nodes m
      WHERE m.node_id IN (SELECT n.id FROM nodes n JOIN unnest(v_all) i ON i.uuid = n.uuid)
      ORDER BY m.node_id FOR UPDATE;

@@ -590,3 +590,48 @@ func BenchmarkFullSync(b *testing.B) {
 		})
 	}
 }
+
+// TestMirrorCreatorsTakeTurns: two writers that mirror the same new node at
+// once (a refresh and a full sync) take turns: the second waits for the
+// first's advisory lock before it reads or writes anything, then finds
+// its row (migration 00035). Without the lock the two could interleave
+// so that the second failed on the node's name, a unique key the
+// insert's ON CONFLICT (uuid) does not cover (TestMirrorRaces, once in
+// CI); that interleaving is too narrow to produce on purpose, so this
+// checks where the second waits.
+func TestMirrorCreatorsTakeTurns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	u := uuid.New()
+	nodes, err := json.Marshal([]map[string]any{{"uuid": u, "name": "turns-" + u.String()[:8],
+		"resource_class": "gold", "provision_state": "available", "power_state": "power off"}})
+	require.NoError(t, err)
+	first, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer first.Rollback(ctx) //nolint:errcheck // committed below
+	r, err := New(first).MirrorNodes(ctx, MirrorNodesParams{Nodes: nodes, ReadAt: time.Now()})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, r.Created)
+
+	second := make(chan error, 1)
+	go func() {
+		r, err := New(pool).MirrorNodes(ctx, MirrorNodesParams{Nodes: nodes, ReadAt: time.Now()})
+		if err == nil && r.Created != 0 {
+			err = fmt.Errorf("created it again: %+v", r)
+		}
+		second <- err
+	}()
+	dbtest.WaitFor(t, 30*time.Second, "the second writer waiting for the first's advisory lock", func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'
+			  AND query LIKE '%metalloc_ironic_mirror%'`).Scan(&n))
+		return n == 1
+	})
+	require.NoError(t, first.Commit(ctx))
+	require.NoError(t, <-second)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM nodes WHERE uuid = $1`, u).Scan(&n))
+	require.Equal(t, 1, n)
+}
