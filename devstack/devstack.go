@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/metalloc/metalloc/internal/child"
 	"net"
 	"net/http"
 	"os"
@@ -22,7 +21,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
-	"github.com/metalloc/metalloc/internal/wsgi"
+	"github.com/metalloc/metalloc/internal/child"
+	"github.com/metalloc/metalloc/internal/freeport"
 )
 
 // Options describes the stack to start.
@@ -81,6 +81,18 @@ type Process struct {
 	// MetricsURL is a conductor's Prometheus endpoint ("" for the API).
 	MetricsURL string
 	done       chan error
+}
+
+// exitedError says that p exited during the start, with the last lines of
+// its log (where a failed start says why) and the log's path.
+func (p *Process) exitedError() error {
+	const keep = 10
+	raw, _ := os.ReadFile(p.LogPath)
+	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+	if len(lines) > keep {
+		lines = lines[len(lines)-keep:]
+	}
+	return fmt.Errorf("%s exited; the end of %s:\n%s", p.Name, p.LogPath, strings.Join(lines, "\n"))
 }
 
 // Stack is a running set of metalloc processes.
@@ -224,7 +236,7 @@ func (s *Stack) waitConductors(ctx context.Context, hostnames []string) error {
 	for time.Now().Before(deadline) {
 		for _, p := range s.Conductors {
 			if p.Exited() {
-				return fmt.Errorf("%s exited; see %s", p.Name, p.LogPath)
+				return p.exitedError()
 			}
 		}
 		var n int
@@ -409,7 +421,7 @@ func waitHTTP(ctx context.Context, p *Process, url string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if p.Exited() {
-			return fmt.Errorf("%s exited; see %s", p.Name, p.LogPath)
+			return p.exitedError()
 		}
 		resp, err := http.Get(url + "/")
 		if err == nil {
@@ -432,4 +444,4 @@ func waitHTTP(ctx context.Context, p *Process, url string) error {
 	return fmt.Errorf("%s did not answer on %s; see %s", p.Name, url, p.LogPath)
 }
 
-func freePort() (int, error) { return wsgi.FreePort() }
+func freePort() (int, error) { return freeport.Pick() }

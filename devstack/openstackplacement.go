@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/metalloc/metalloc/internal/freeport"
 	"github.com/metalloc/metalloc/internal/wsgi"
 
 	"github.com/metalloc/metalloc/placement/client"
@@ -90,7 +91,7 @@ sqlite_synchronous = false
 		return nil, fmt.Errorf("placement-manage db sync: %w\n%s", err, out)
 	}
 
-	port, err := wsgi.FreePort()
+	port, err := freeport.Pick()
 	if err != nil {
 		return nil, err
 	}

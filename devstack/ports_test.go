@@ -5,7 +5,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -34,4 +36,21 @@ func TestListensOn(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	require.True(t, listensOn(os.Getpid(), port))
 	require.False(t, listensOn(os.Getpid(), port+1)) // a port nobody here holds
+}
+
+// A process that exits during the start is reported with the end of its
+// log, where it says why (CI keeps the test's output, not its log files).
+func TestExitedErrorQuotesTheLog(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "conductor-1.log")
+	var lines []string
+	for i := range 30 {
+		lines = append(lines, "line "+strconv.Itoa(i))
+	}
+	require.NoError(t, os.WriteFile(log, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	err := (&Process{Name: "conductor-1", LogPath: log}).exitedError()
+	require.ErrorContains(t, err, "conductor-1 exited")
+	require.ErrorContains(t, err, log)
+	require.ErrorContains(t, err, "line 20\n")
+	require.ErrorContains(t, err, "line 29")
+	require.NotContains(t, err.Error(), "line 19")
 }

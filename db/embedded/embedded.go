@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -27,6 +26,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/internal/freeport"
 )
 
 // Options configures Start.
@@ -120,7 +121,7 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 
 	c.port = opt.Port
 	if c.port == 0 {
-		if c.port, err = freePort(); err != nil {
+		if c.port, err = freeport.Pick(); err != nil {
 			return nil, fmt.Errorf("embedded postgres: picking a port: %w", err)
 		}
 	}
@@ -428,16 +429,6 @@ func (c *Cluster) run(ctx context.Context, prog string, args ...string) ([]byte,
 		return out, fmt.Errorf("%s %s: %w: %s", prog, strings.Join(args, " "), err, tail(out, 2000))
 	}
 	return out, nil
-}
-
-// freePort asks the kernel for a free TCP port on 127.0.0.1.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // shellQuote quotes s for the shell pg_ctl passes its -o options through.

@@ -20,6 +20,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/metalloc/metalloc/internal/freeport"
 	"github.com/metalloc/metalloc/internal/wsgi"
 )
 
@@ -77,7 +78,7 @@ func StartKeystone(ctx context.Context, dir string, log *zap.Logger) (*Keystone,
 	if err := os.MkdirAll(etc, 0o755); err != nil {
 		return nil, err
 	}
-	port, err := wsgi.FreePort()
+	port, err := freeport.Pick()
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ package wsgi
 
 import (
 	"fmt"
-	"net"
 	"os/exec"
 
 	"go.uber.org/zap"
@@ -36,14 +35,4 @@ func Start(name, dir, listen, app, logPath string, env []string, log *zap.Logger
 		return nil, err
 	}
 	return &Process{g}, nil
-}
-
-// FreePort is a TCP port free on 127.0.0.1 at the moment of the call.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/metalloc/metalloc/db/dbtest"
+	"github.com/metalloc/metalloc/internal/freeport"
 )
 
 // Stop ends gunicorn's whole process group, its worker included, not just
@@ -22,7 +23,7 @@ func TestStopEndsTheProcessGroup(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "hello.py"), []byte(
 		"def app(environ, start_response):\n    start_response('200 OK', [])\n    return [b'hello']\n"), 0o644))
-	port, err := FreePort()
+	port, err := freeport.Pick()
 	require.NoError(t, err)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	g, err := Start("hello", dir, addr, "hello:app", filepath.Join(dir, "log"), os.Environ(), zaptest.NewLogger(t))
