@@ -2939,13 +2939,6 @@ ALTER TABLE ONLY placement.allocations
     ADD CONSTRAINT allocations_consumer_id_fkey FOREIGN KEY (consumer_id) REFERENCES placement.consumers(id) ON DELETE CASCADE;
 
 --
--- Name: allocations allocations_resource_class_id_fkey; Type: FK CONSTRAINT; Schema: placement; Owner: -
---
-
-ALTER TABLE ONLY placement.allocations
-    ADD CONSTRAINT allocations_resource_class_id_fkey FOREIGN KEY (resource_class_id) REFERENCES placement.resource_classes(id);
-
---
 -- Name: allocations allocations_resource_provider_id_fkey; Type: FK CONSTRAINT; Schema: placement; Owner: -
 --
 

@@ -176,3 +176,46 @@ func TestResourceClassNotFoundNoVary(t *testing.T) {
 	require.Equal(t, "placement 1.2", h.Get("OpenStack-API-Version"))
 	require.Empty(t, h.Values("Vary"))
 }
+
+// TestAllocationsLeaveTheClassUnlocked: writing an allocation locks no row
+// of placement.resource_classes (migration 00036: concurrent claims of one
+// class used to share that row's key lock, a MultiXact per claim), and a
+// class in use by allocations still cannot be deleted, since its inventory
+// cannot be.
+func TestAllocationsLeaveTheClassUnlocked(t *testing.T) {
+	t.Parallel()
+	srv, pool := rpTestServer(t)
+	ctx := t.Context()
+	status, _, body := call(t, srv, "POST", "/resource_classes", "1.2", `{"name": "CUSTOM_GOLD"}`)
+	require.Equal(t, 201, status, "%v", body)
+	rpCreate(t, srv, "p", rpU1, "")
+	status, _, body = call(t, srv, "PUT", "/resource_providers/"+rpU1+"/inventories", "1.2",
+		`{"resource_provider_generation": 0, "inventories": {"CUSTOM_GOLD": {"total": 2}}}`)
+	require.Equal(t, 200, status, "%v", body)
+
+	// An allocation written and not yet committed, as a claim or PUT
+	// /allocations/{consumer} writes it.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `WITH c AS (
+			INSERT INTO placement.consumers (uuid, project_id, user_id, generation)
+			VALUES (gen_random_uuid(), 'p', 'u', 1) RETURNING id)
+		INSERT INTO placement.allocations (resource_provider_id, consumer_id, resource_class_id, used)
+		SELECT rp.id, c.id, rc.id, 1 FROM c, placement.resource_providers rp, placement.resource_classes rc
+		 WHERE rp.uuid = $1 AND rc.name = 'CUSTOM_GOLD'`, rpU1)
+	require.NoError(t, err)
+	other, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer other.Rollback(ctx)
+	_, err = other.Exec(ctx, `SELECT 1 FROM placement.resource_classes WHERE name = 'CUSTOM_GOLD' FOR UPDATE NOWAIT`)
+	require.NoError(t, err, "the class's row is not locked by the allocation")
+	require.NoError(t, other.Rollback(ctx))
+	require.NoError(t, tx.Commit(ctx))
+
+	status, _, body = call(t, srv, "DELETE", "/resource_classes/CUSTOM_GOLD", "1.2", "")
+	require.Equal(t, 409, status, "%v", body)
+	require.Contains(t, rpErrDetail(t, body), "in use in inventory")
+	status, _, _ = call(t, srv, "DELETE", "/resource_providers/"+rpU1+"/inventories/CUSTOM_GOLD", "1.2", "")
+	require.Equal(t, 409, status, "an inventory with allocations stays")
+}
