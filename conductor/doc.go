@@ -97,10 +97,12 @@
 // which fails the offending row with a reason instead of letting it block
 // the batch at every attempt. The placement backend (backend.Placement), in
 // mode local (metalloc-placement on this database), has the same fast path
-// with Placement's writes in it (metalloc_claim_reserve_placement: the node
-// and its flat provider locked together with SKIP LOCKED, capacity
-// re-read under the provider's lock, the consumer, the allocation, the
-// generation bump, the claim log, the reservation); the rows it leaves,
+// with Placement's writes in it (metalloc_claim_reserve_placement: for
+// each row the node and its flat provider locked together with SKIP
+// LOCKED; then, in one statement for the batch (migration 00037), the
+// capacity re-read under the providers' locks, the consumers, the
+// allocations, the generation bumps, the claim log; then the
+// reservations); the rows it leaves,
 // and every row in mode http, go through selections from Placement
 // (backend.Placement.ClaimBatch, then Process). A row for which Placement
 // offers nothing while the database has nodes that fit it (made available
@@ -393,8 +395,11 @@
 //   - the local Placement fast path (metalloc_claim_reserve_placement): its
 //     allocation rows with SKIP LOCKED, then each node together with its
 //     resource provider with SKIP LOCKED (it never waits for a provider a
-//     Placement API writer holds, those lock providers in id order), then
-//     Placement's rows and the node's hold; the local batch (localRound):
+//     Placement API writer holds, those lock providers in id order; the
+//     batch's own picks are passed as metalloc_pick's p_exclude, since
+//     its locks do not hide them), then Placement's rows of the whole
+//     batch in one statement, then each row's update and node's hold;
+//     the local batch (localRound):
 //     nodes with SKIP LOCKED, the rows with SKIP LOCKED, then the picked
 //     nodes' providers in id order;
 //   - a new connection's warm-up (metalloc_warm_up, db.PoolOptions.WarmUp)

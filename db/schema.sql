@@ -326,7 +326,19 @@ CREATE FUNCTION public.metalloc_claim_reserve_placement(p_me bigint, p_batch int
     SET enable_seqscan TO 'off'
     AS $$
 DECLARE
-    r record;
+    r allocation_requests;
+    v_rows allocation_requests[] := '{}';
+    -- Parallel to v_rows: the node picked for each (NULL: none).
+    v_nodes bigint[] := '{}';
+    -- The picks, for Placement's writes: the allocation (the consumer),
+    -- its project, the node's uuid, the provider and the class.
+    v_uuids uuid[] := '{}';
+    v_projects text[] := '{}';
+    v_node_uuids uuid[] := '{}';
+    v_rps bigint[] := '{}';
+    v_rcs integer[] := '{}';
+    v_picked bigint[] := '{}';
+    v_written uuid[] := '{}';
     v_node bigint;
     v_node_uuid uuid;
     v_rp bigint;
@@ -334,7 +346,6 @@ DECLARE
     v_classes text[] := '{}';
     v_class_ids integer[] := '{}';
     v_k integer;
-    v_consumer bigint;
     v_lo bigint;
     v_hi bigint;
 BEGIN
@@ -350,7 +361,6 @@ BEGIN
     LOOP
         v_node := NULL;
         v_rc := NULL;
-        v_consumer := NULL;
         IF r.candidate_nodes IS NULL THEN
             -- Each class of the batch is looked up once.
             v_k := array_position(v_classes, r.resource_class);
@@ -364,57 +374,68 @@ BEGIN
             END IF;
         END IF;
         IF v_rc IS NOT NULL THEN
+            -- The batch's own picks are locked by this transaction, which
+            -- SKIP LOCKED does not skip: they are excluded.
             SELECT p.node_id, p.node_uuid, p.provider_id INTO v_node, v_node_uuid, v_rp
               FROM metalloc_pick(r.resource_class, r.traits, NULL, r.owner, NULL, v_rc,
-                                 metalloc_pick_start(v_lo, v_hi)) p;
+                                 metalloc_pick_start(v_lo, v_hi), v_picked) p;
         END IF;
+        v_rows := v_rows || r;
+        v_nodes := v_nodes || v_node;
         IF v_node IS NOT NULL THEN
-            -- One statement, under the provider's lock and in a snapshot
-            -- taken after it (a claim that committed between the pick's
-            -- snapshot and the lock is counted): if the provider can
-            -- still give the unit, the consumer (none if it exists), its
-            -- allocation, the generation bump and the claim log.
-            WITH c AS (
-                INSERT INTO placement.consumers (uuid, project_id, user_id, consumer_type, generation)
-                SELECT r.uuid, coalesce(nullif(r.owner, ''), p_user_id), p_user_id, p_consumer_type, 1
-                  FROM placement.inventories inv
-                 WHERE inv.resource_provider_id = v_rp AND inv.resource_class_id = v_rc
-                   AND metalloc_placement_fits(inv,
-                         (SELECT coalesce(sum(a.used), 0) FROM placement.allocations a
-                           WHERE a.resource_provider_id = v_rp AND a.resource_class_id = v_rc)::bigint, 1)
-                ON CONFLICT (uuid) DO NOTHING
-                RETURNING id
-            ), a AS (
-                INSERT INTO placement.allocations (resource_provider_id, consumer_id, resource_class_id, used)
-                SELECT v_rp, c.id, v_rc, 1 FROM c
-                RETURNING consumer_id
-            ), g AS (
-                UPDATE placement.resource_providers SET generation = generation + 1, updated_at = now()
-                 WHERE id = v_rp AND EXISTS (SELECT FROM a)
-            ), l AS (
-                INSERT INTO placement_claims (consumer_uuid, provider_uuid)
-                SELECT r.uuid, v_node_uuid FROM a
-                ON CONFLICT (consumer_uuid) DO UPDATE
-                   SET provider_uuid = EXCLUDED.provider_uuid, created_at = now()
-            )
-            SELECT a.consumer_id INTO v_consumer FROM a;
-            IF v_consumer IS NULL THEN
-                v_node := NULL;
-            END IF;
+            v_picked := v_picked || v_node;
+            v_uuids := v_uuids || r.uuid;
+            v_projects := v_projects || coalesce(nullif(r.owner, ''), p_user_id);
+            v_node_uuids := v_node_uuids || v_node_uuid;
+            v_rps := v_rps || v_rp;
+            v_rcs := v_rcs || v_rc;
         END IF;
-        IF v_node IS NOT NULL THEN
+    END LOOP;
+    IF cardinality(v_picked) > 0 THEN
+        WITH x AS (
+            SELECT * FROM unnest(v_uuids, v_projects, v_node_uuids, v_rps, v_rcs)
+                       AS x (uuid, project_id, node_uuid, rp, rc)
+        ), fit AS (
+            SELECT x.* FROM x
+              JOIN placement.inventories inv ON inv.resource_provider_id = x.rp AND inv.resource_class_id = x.rc
+             WHERE metalloc_placement_fits(inv,
+                     (SELECT coalesce(sum(a.used), 0) FROM placement.allocations a
+                       WHERE a.resource_provider_id = x.rp AND a.resource_class_id = x.rc)::bigint, 1)
+        ), c AS (
+            INSERT INTO placement.consumers (uuid, project_id, user_id, consumer_type, generation)
+            SELECT fit.uuid, fit.project_id, p_user_id, p_consumer_type, 1 FROM fit
+            ON CONFLICT (uuid) DO NOTHING
+            RETURNING id, uuid
+        ), a AS (
+            INSERT INTO placement.allocations (resource_provider_id, consumer_id, resource_class_id, used)
+            SELECT fit.rp, c.id, fit.rc, 1 FROM c JOIN fit ON fit.uuid = c.uuid
+            RETURNING resource_provider_id
+        ), g AS (
+            UPDATE placement.resource_providers p SET generation = p.generation + 1, updated_at = now()
+             WHERE p.id IN (SELECT a.resource_provider_id FROM a)
+        ), l AS (
+            INSERT INTO placement_claims (consumer_uuid, provider_uuid)
+            SELECT c.uuid, fit.node_uuid FROM c JOIN fit ON fit.uuid = c.uuid
+            ON CONFLICT (consumer_uuid) DO UPDATE
+               SET provider_uuid = EXCLUDED.provider_uuid, created_at = now()
+        )
+        SELECT coalesce(array_agg(c.uuid), '{}') INTO v_written FROM c;
+    END IF;
+    FOR v_k IN 1..cardinality(v_rows) LOOP
+        r := v_rows[v_k];
+        out_reserved := v_nodes[v_k] IS NOT NULL AND r.uuid = ANY (v_written);
+        IF out_reserved THEN
             UPDATE allocations a
-               SET conductor_affinity = p_me, node_id = v_node, state = 'active',
+               SET conductor_affinity = p_me, node_id = v_nodes[v_k], state = 'active',
                    last_error = NULL, updated_at = now()
              WHERE a.id = r.id;
-            PERFORM metalloc_hold(v_node, r.id, r.uuid, r.traits);
+            PERFORM metalloc_hold(v_nodes[v_k], r.id, r.uuid, r.traits);
         ELSE
             UPDATE allocations a SET conductor_affinity = p_me WHERE a.id = r.id;
         END IF;
         out_id := r.id;
         out_uuid := r.uuid;
         out_created_at := r.created_at;
-        out_reserved := v_node IS NOT NULL;
         RETURN NEXT;
     END LOOP;
 END;
@@ -1043,10 +1064,10 @@ CREATE FUNCTION public.metalloc_node_in_scope(node_uuid uuid, node_owner text, n
     RETURN (((p_candidates IS NULL) OR (node_uuid = ANY (p_candidates))) AND ((p_owner IS NULL) OR (node_owner = p_owner) OR (node_lessee = p_owner)));
 
 --
--- Name: metalloc_pick(text, text[], uuid[], text, text, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+-- Name: metalloc_pick(text, text[], uuid[], text, text, integer, bigint, bigint[]); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.metalloc_pick(p_resource_class text, p_traits text[], p_candidates uuid[], p_owner text, p_name text, p_placement_class integer DEFAULT NULL::integer, p_start bigint DEFAULT NULL::bigint, OUT node_id bigint, OUT node_uuid uuid, OUT provider_id bigint) RETURNS record
+CREATE FUNCTION public.metalloc_pick(p_resource_class text, p_traits text[], p_candidates uuid[], p_owner text, p_name text, p_placement_class integer DEFAULT NULL::integer, p_start bigint DEFAULT NULL::bigint, p_exclude bigint[] DEFAULT NULL::bigint[], OUT node_id bigint, OUT node_uuid uuid, OUT provider_id bigint) RETURNS record
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_sort TO 'off'
@@ -1115,6 +1136,7 @@ BEGIN
                AND n.id >= v_lo AND n.id < v_hi
                AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, p_owner)
                AND metalloc_node_has_traits(n.traits, p_traits)
+               AND (p_exclude IS NULL OR n.id <> ALL (p_exclude))
                AND rp.parent_provider_id IS NULL
                AND NOT EXISTS (SELECT 1 FROM placement.resource_providers ch
                                 WHERE ch.parent_provider_id = rp.id)
