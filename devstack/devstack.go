@@ -133,7 +133,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		return startPlacement(ctx, opts)
 	}
 	if opts.APIListen == "" {
-		port, err := freePort()
+		port, err := freeport.Pick()
 		if err != nil {
 			return nil, err
 		}
@@ -284,7 +284,7 @@ func (o *Options) setDefaults() error {
 // loopback port when empty) with env before the stack's Env.
 func (s *Stack) spawnPlacement(env []string) error {
 	if s.opts.PlacementListen == "" {
-		port, err := freePort()
+		port, err := freeport.Pick()
 		if err != nil {
 			return err
 		}
@@ -322,7 +322,7 @@ func startPlacement(ctx context.Context, opts Options) (*Stack, error) {
 // extraEnv (KEY=VALUE) after the stack's Env. With the placement backend
 // its backend settings come before the stack's Env, which overrides them.
 func (s *Stack) StartConductor(hostname string, extraEnv ...string) (*Process, error) {
-	port, err := freePort()
+	port, err := freeport.Pick()
 	if err != nil {
 		return nil, err
 	}
@@ -443,5 +443,3 @@ func waitHTTP(ctx context.Context, p *Process, url string) error {
 	}
 	return fmt.Errorf("%s did not answer on %s; see %s", p.Name, url, p.LogPath)
 }
-
-func freePort() (int, error) { return freeport.Pick() }

@@ -28,6 +28,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/metalloc/metalloc/internal/child"
+	"github.com/metalloc/metalloc/internal/freeport"
 )
 
 // IronicPackages are the Debian packages StartIronic needs (Ironic 21.4,
@@ -212,7 +213,7 @@ func (i *Ironic) setUp(ctx context.Context) error {
 		" TEMPLATE "+pgx.Identifier{tmpl}.Sanitize()); err != nil {
 		return fmt.Errorf("creating Ironic's database: %w", err)
 	}
-	port, err := freePort()
+	port, err := freeport.Pick()
 	if err != nil {
 		return err
 	}
