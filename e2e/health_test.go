@@ -121,6 +121,13 @@ func TestHealthVersionAndLogs(t *testing.T) {
 	for _, p := range []*devstack.Process{stack.API, stack.Placement, stack.Conductors[0]} {
 		waitLog(t, p.LogPath, `starting"`, `"version":"`, `"commit":"`)
 	}
+	// The HTTP daemons' garbage collector target, unless GOGC says otherwise
+	// (docs/operations.md, Sizing).
+	if _, set := os.LookupEnv("GOGC"); !set {
+		waitLog(t, stack.API.LogPath, `starting"`, `"gogc":400`)
+		waitLog(t, stack.Placement.LogPath, `starting"`, `"gogc":400`)
+		waitLog(t, stack.Conductors[0].LogPath, `starting"`, `"gogc":100`)
+	}
 }
 
 // waitLog waits until one line of the log at path contains every one of

@@ -44,6 +44,7 @@ func main() {
 }
 
 func run(cmd *cobra.Command, _ []string) error {
+	cli.SetGCPercent(cli.ServerGCPercent)
 	// Its first allocations are inserted on warm backends.
 	svc, err := cli.StartService(cmd, "metalloc-api", func(_ config.Config, opts *db.PoolOptions) { opts.WarmUp = true })
 	if err != nil {

@@ -26,6 +26,7 @@ func main() {
 }
 
 func run(cmd *cobra.Command, _ []string) error {
+	cli.SetGCPercent(cli.ServerGCPercent)
 	svc, err := cli.StartService(cmd, "metalloc-placement")
 	if err != nil {
 		return err
