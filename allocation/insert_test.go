@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -55,6 +56,14 @@ func TestInsertBatched(t *testing.T) {
 	params[7].Name, params[9].Name = &dup, &dup
 	params[11].Uuid = held
 	params[13].Extra = []byte(`{"nul": "\u0000"}`) // jsonb refuses it: only this one fails
+
+	// The notifications of the 'created' events (migration 00038: one
+	// statement-level trigger per batch statement).
+	lc, err := f.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer lc.Release()
+	_, err = lc.Exec(ctx, `LISTEN metalloc_allocation_events`)
+	require.NoError(t, err)
 
 	rows := make([]CreateAllocationRow, n)
 	errs := make([]error, n)
@@ -109,6 +118,37 @@ func TestInsertBatched(t *testing.T) {
 	var stored int
 	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM allocations`).Scan(&stored))
 	require.Equal(t, n-3, stored)
+
+	// Every stored allocation has one 'created' event, with its fields, and
+	// the events are in the order of the allocations' ids, batch or not.
+	var mismatched, unordered, events int
+	require.NoError(t, f.pool.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE a.id IS NULL OR e.kind <> 'created' OR e.state <> a.state
+		                          OR e.name IS DISTINCT FROM a.name OR e.owner IS DISTINCT FROM a.owner
+		                          OR e.resource_class <> a.resource_class OR e.node_uuid IS NOT NULL),
+		       count(*) FILTER (WHERE e.id < lag_event), count(*)
+		  FROM (SELECT e.*, lag(e.id) OVER (ORDER BY a.id) AS lag_event
+		          FROM allocation_events e LEFT JOIN allocations a ON a.uuid = e.allocation_uuid) e
+		  LEFT JOIN allocations a ON a.uuid = e.allocation_uuid`).Scan(&mismatched, &unordered, &events))
+	require.Equal(t, n-3, events)
+	require.Zero(t, mismatched)
+	require.Zero(t, unordered)
+
+	// One notification '<uuid> allocating' per stored allocation, none for
+	// the refused ones.
+	seen := map[string]int{}
+	for len(seen) < n-3 {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		note, err := lc.Conn().WaitForNotification(wctx)
+		cancel()
+		require.NoError(t, err, "notifications so far: %d", len(seen))
+		seen[note.Payload]++
+	}
+	for i, row := range rows {
+		if errs[i] == nil {
+			require.Equal(t, 1, seen[row.Uuid.String()+" allocating"], "insert %d", i)
+		}
+	}
 }
 
 // TestInsertOutcomeUnknown: an insert whose connection broke after the

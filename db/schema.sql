@@ -189,6 +189,25 @@ END;
 $$;
 
 --
+-- Name: allocations_events_created(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.allocations_events_created() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO allocation_events (kind, allocation_uuid, name, state, resource_class, owner, node_uuid, last_error)
+    SELECT 'created', r.uuid, r.name, r.state, r.resource_class, r.owner, n.uuid, r.last_error
+      FROM new_rows r LEFT JOIN nodes n ON n.id = r.node_id
+     ORDER BY r.id;
+    PERFORM pg_notify('metalloc_allocation_events', r.uuid::text || ' ' || r.state)
+       FROM new_rows r
+      ORDER BY r.id;
+    RETURN NULL;
+END;
+$$;
+
+--
 -- Name: allocations_notify(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2855,13 +2874,19 @@ CREATE TRIGGER allocation_groups_state_guard BEFORE UPDATE OF state ON public.al
 -- Name: allocations allocations_event; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER allocations_event AFTER INSERT OR DELETE ON public.allocations FOR EACH ROW EXECUTE FUNCTION public.allocations_event();
+CREATE TRIGGER allocations_event AFTER DELETE ON public.allocations FOR EACH ROW EXECUTE FUNCTION public.allocations_event();
 
 --
 -- Name: allocations allocations_event_state; Type: TRIGGER; Schema: public; Owner: -
 --
 
 CREATE TRIGGER allocations_event_state AFTER UPDATE OF state ON public.allocations FOR EACH ROW WHEN ((old.state IS DISTINCT FROM new.state)) EXECUTE FUNCTION public.allocations_event();
+
+--
+-- Name: allocations allocations_events_created; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER allocations_events_created AFTER INSERT ON public.allocations REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.allocations_events_created();
 
 --
 -- Name: allocations allocations_ironic_forget; Type: TRIGGER; Schema: public; Owner: -
