@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/metalloc/metalloc/db"
 )
@@ -63,7 +64,9 @@ func RequestID(base *zap.Logger) echo.MiddlewareFunc {
 		return func(c echo.Context) error {
 			id := "req-" + uuid.NewString()
 			c.Response().Header().Set(RequestIDHeader, id)
-			log := base.With(zap.String("request_id", id))
+			// Lazy: the field is encoded only if the request logs (a
+			// successful GET, most of the traffic, logs at Debug).
+			log := base.WithLazy(zap.String("request_id", id))
 			ctx := context.WithValue(c.Request().Context(), loggerKey, log)
 			ctx = context.WithValue(ctx, requestIDKey, id)
 			c.SetRequest(c.Request().WithContext(ctx))
@@ -88,31 +91,37 @@ func AccessLog() echo.MiddlewareFunc {
 				c.Error(err)
 			}
 			status := c.Response().Status
-			log := Logger(c)
+			level, msg := zapcore.InfoLevel, "request"
+			switch {
+			case status == StatusClientClosedRequest:
+				msg = "request abandoned by the client"
+			case status == http.StatusServiceUnavailable:
+				// The database is down: ClassifyError has logged why.
+				level, msg = zapcore.WarnLevel, "request unavailable"
+			case status >= 500:
+				level, msg = zapcore.ErrorLevel, "request failed"
+			case status >= 400:
+				msg = "request rejected"
+			case c.Request().Method == "GET":
+				level = zapcore.DebugLevel
+			}
+			// The fields are built only for a line the logger writes.
+			ce := Logger(c).Check(level, msg)
+			if ce == nil {
+				return nil
+			}
 			fields := []zap.Field{
 				zap.String("method", c.Request().Method),
 				zap.String("path", c.Request().URL.RequestURI()),
 				zap.Int("status", status),
 				zap.Duration("took", time.Since(start)),
 			}
-			switch {
-			case status == StatusClientClosedRequest:
-				log.Info("request abandoned by the client", fields...)
-			case status == http.StatusServiceUnavailable:
-				// The database is down: ClassifyError has logged why.
-				log.Warn("request unavailable", fields...)
-			case status >= 500:
-				log.Error("request failed", fields...)
-			case status >= 400:
+			if status >= 400 && status < 500 && status != StatusClientClosedRequest {
 				if reason := ErrorReason(err); reason != "" {
 					fields = append(fields, zap.String("reason", reason))
 				}
-				log.Info("request rejected", fields...)
-			case c.Request().Method == "GET":
-				log.Debug("request", fields...)
-			default:
-				log.Info("request", fields...)
 			}
+			ce.Write(fields...)
 			return nil
 		}
 	}
