@@ -362,8 +362,12 @@
 //
 //   - reservation (metalloc_reserve, metalloc_claim_reserve): the node with
 //     FOR UPDATE SKIP LOCKED, then the allocation it activates; the fast
-//     path locks its allocation rows first, but with SKIP LOCKED, and never
-//     waits on a node either, so it cannot close a cycle;
+//     path locks its allocation rows first, but with SKIP LOCKED, picks a
+//     node for every row (SKIP LOCKED; the batch's own picks passed as
+//     metalloc_pick's p_exclude, since its locks do not hide them), then
+//     updates the rows and the nodes it already holds in one statement each
+//     (metalloc_reserve_batch, migration 00039); it never waits on a node
+//     either, so it cannot close a cycle;
 //   - DELETE /v1/allocations and DELETE /v1/nodes/{node}/allocation
 //     (allocation.Handler.destroy): the allocation is read without a lock,
 //     then one statement (metalloc_destroy_allocations, shared by the
@@ -398,7 +402,8 @@
 //     Placement API writer holds, those lock providers in id order; the
 //     batch's own picks are passed as metalloc_pick's p_exclude, since
 //     its locks do not hide them), then Placement's rows of the whole
-//     batch in one statement, then each row's update and node's hold;
+//     batch in one statement, then the rows' and nodes' updates
+//     (metalloc_reserve_batch);
 //     the local batch (localRound):
 //     nodes with SKIP LOCKED, the rows with SKIP LOCKED, then the picked
 //     nodes' providers in id order;

@@ -300,6 +300,14 @@ DECLARE
     v_node bigint;
     v_lo bigint;
     v_hi bigint;
+    -- The batch's rows, and parallel to them the node picked (NULL: none).
+    v_ids bigint[] := '{}';
+    v_uuids uuid[] := '{}';
+    v_created timestamptz[] := '{}';
+    v_traits jsonb[] := '{}';
+    v_nodes bigint[] := '{}';
+    v_picked bigint[] := '{}';
+    v_k integer;
 BEGIN
     SELECT coalesce(min(n.id), 0), coalesce(max(n.id), 0) INTO v_lo, v_hi FROM nodes n;
     FOR r IN
@@ -311,22 +319,26 @@ BEGIN
                    FOR UPDATE OF a SKIP LOCKED) c
           CROSS JOIN LATERAL (SELECT q.* FROM allocation_requests q WHERE q.id = c.id OFFSET 0) v
     LOOP
+        -- The batch's own picks are locked by this transaction, which
+        -- SKIP LOCKED does not skip, and not held until the end: excluded.
         SELECT p.node_id INTO v_node
           FROM metalloc_pick(r.resource_class, r.traits, r.candidate_nodes, r.owner, r.name,
-                             p_start => metalloc_pick_start(v_lo, v_hi)) p;
+                             p_start => metalloc_pick_start(v_lo, v_hi), p_exclude => v_picked) p;
+        v_ids := v_ids || r.id;
+        v_uuids := v_uuids || r.uuid;
+        v_created := v_created || r.created_at;
+        v_traits := v_traits || to_jsonb(r.traits);
+        v_nodes := v_nodes || v_node;
         IF v_node IS NOT NULL THEN
-            UPDATE allocations a
-               SET conductor_affinity = p_me, node_id = v_node, state = 'active',
-                   last_error = NULL, updated_at = now()
-             WHERE a.id = r.id;
-            PERFORM metalloc_hold(v_node, r.id, r.uuid, r.traits);
-        ELSE
-            UPDATE allocations a SET conductor_affinity = p_me WHERE a.id = r.id;
+            v_picked := v_picked || v_node;
         END IF;
-        out_id := r.id;
-        out_uuid := r.uuid;
-        out_created_at := r.created_at;
-        out_reserved := v_node IS NOT NULL;
+    END LOOP;
+    PERFORM metalloc_reserve_batch(p_me, v_ids, v_uuids, v_traits, v_nodes);
+    FOR v_k IN 1..cardinality(v_ids) LOOP
+        out_id := v_ids[v_k];
+        out_uuid := v_uuids[v_k];
+        out_created_at := v_created[v_k];
+        out_reserved := v_nodes[v_k] IS NOT NULL;
         RETURN NEXT;
     END LOOP;
 END;
@@ -358,6 +370,12 @@ DECLARE
     v_rcs integer[] := '{}';
     v_picked bigint[] := '{}';
     v_written uuid[] := '{}';
+    -- Parallel to v_rows, for metalloc_reserve_batch: ids, uuids, traits
+    -- and the node each is reserved on (NULL: not reserved).
+    v_ids bigint[] := '{}';
+    v_row_uuids uuid[] := '{}';
+    v_traits jsonb[] := '{}';
+    v_reserved bigint[] := '{}';
     v_node bigint;
     v_node_uuid uuid;
     v_rp bigint;
@@ -440,21 +458,23 @@ BEGIN
         )
         SELECT coalesce(array_agg(c.uuid), '{}') INTO v_written FROM c;
     END IF;
+    -- Reserved: the rows picked whose allocation was written; the rest
+    -- are claimed for the general path.
     FOR v_k IN 1..cardinality(v_rows) LOOP
         r := v_rows[v_k];
-        out_reserved := v_nodes[v_k] IS NOT NULL AND r.uuid = ANY (v_written);
-        IF out_reserved THEN
-            UPDATE allocations a
-               SET conductor_affinity = p_me, node_id = v_nodes[v_k], state = 'active',
-                   last_error = NULL, updated_at = now()
-             WHERE a.id = r.id;
-            PERFORM metalloc_hold(v_nodes[v_k], r.id, r.uuid, r.traits);
-        ELSE
-            UPDATE allocations a SET conductor_affinity = p_me WHERE a.id = r.id;
-        END IF;
+        v_ids := v_ids || r.id;
+        v_row_uuids := v_row_uuids || r.uuid;
+        v_traits := v_traits || to_jsonb(r.traits);
+        v_reserved := v_reserved
+            || CASE WHEN v_nodes[v_k] IS NOT NULL AND r.uuid = ANY (v_written) THEN v_nodes[v_k] END;
+    END LOOP;
+    PERFORM metalloc_reserve_batch(p_me, v_ids, v_row_uuids, v_traits, v_reserved);
+    FOR v_k IN 1..cardinality(v_rows) LOOP
+        r := v_rows[v_k];
         out_id := r.id;
         out_uuid := r.uuid;
         out_created_at := r.created_at;
+        out_reserved := v_reserved[v_k] IS NOT NULL;
         RETURN NEXT;
     END LOOP;
 END;
@@ -1108,6 +1128,7 @@ BEGIN
          WHERE n.name = p_name AND n.resource_class = p_resource_class
            AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, p_candidates, p_owner)
            AND metalloc_node_has_traits(n.traits, p_traits)
+           AND (p_exclude IS NULL OR n.id <> ALL (p_exclude))
            FOR UPDATE OF n SKIP LOCKED;
         IF node_id IS NOT NULL THEN
             RETURN;
@@ -1119,6 +1140,7 @@ BEGIN
          WHERE n.resource_class = p_resource_class
            AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, p_owner)
            AND metalloc_node_has_traits(n.traits, p_traits)
+           AND (p_exclude IS NULL OR n.id <> ALL (p_exclude))
          ORDER BY random()
          LIMIT 1
            FOR UPDATE OF n SKIP LOCKED;
@@ -1142,6 +1164,7 @@ BEGIN
                AND n.id >= v_lo AND n.id < v_hi
                AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, p_owner)
                AND metalloc_node_has_traits(n.traits, p_traits)
+               AND (p_exclude IS NULL OR n.id <> ALL (p_exclude))
              ORDER BY n.id
              LIMIT 1
                FOR UPDATE OF n SKIP LOCKED;
@@ -1292,6 +1315,41 @@ BEGIN
         PERFORM metalloc_hold(node_id, p_allocation_id, v_alloc, p_traits);
     END IF;
     RETURN NEXT;
+END;
+$$;
+
+--
+-- Name: metalloc_reserve_batch(bigint, bigint[], uuid[], jsonb[], bigint[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_reserve_batch(p_me bigint, p_ids bigint[], p_uuids uuid[], p_traits jsonb[], p_nodes bigint[]) RETURNS void
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    v_res bigint[];
+    v_rest bigint[];
+BEGIN
+    SELECT coalesce(array_agg(x.id) FILTER (WHERE x.node IS NOT NULL), '{}'),
+           coalesce(array_agg(x.id) FILTER (WHERE x.node IS NULL), '{}')
+      INTO v_res, v_rest
+      FROM unnest(p_ids, p_nodes) x (id, node);
+    IF cardinality(v_res) > 0 THEN
+        UPDATE allocations a
+           SET conductor_affinity = p_me, node_id = p_nodes[array_position(p_ids, a.id)], state = 'active',
+               last_error = NULL, updated_at = now()
+         WHERE a.id = ANY (v_res);
+        UPDATE nodes n
+           SET instance_uuid = p_uuids[array_position(p_nodes, n.id)],
+               allocation_id = p_ids[array_position(p_nodes, n.id)],
+               instance_info = n.instance_info
+                               || jsonb_build_object('traits', p_traits[array_position(p_nodes, n.id)]),
+               updated_at = now()
+         WHERE n.id = ANY (p_nodes);
+    END IF;
+    IF cardinality(v_rest) > 0 THEN
+        UPDATE allocations a SET conductor_affinity = p_me WHERE a.id = ANY (v_rest);
+    END IF;
 END;
 $$;
 

@@ -251,6 +251,48 @@ func TestClaimReserveBatch(t *testing.T) {
 	require.Empty(t, rest)
 }
 
+// TestClaimReserveBatchOneNodeEach: the claim reserves its whole batch at
+// the end (migration 00039), so a row's pick must not return a node an
+// earlier row of the same batch picked, whichever way it picks: by name
+// (Ironic's name-first rule), among candidate_nodes, or by walk. Each
+// reserved node holds its allocation as metalloc_hold writes it.
+func TestClaimReserveBatchOneNodeEach(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	f.node("solo", "gold", "CUSTOM_A")
+	var solo uuid.UUID
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT uuid FROM nodes WHERE name = 'solo'`).Scan(&solo))
+	named := "solo"
+	rows := []allocation.CreateAllocationRow{f.allocation(&named, "gold", "CUSTOM_A")}
+	for range 2 { // both may only have solo
+		row := f.allocation(nil, "gold")
+		_, err := f.pool.Exec(ctx, `UPDATE allocations SET candidate_nodes = $2 WHERE id = $1`, row.ID, []uuid.UUID{solo})
+		require.NoError(t, err)
+		rows = append(rows, row)
+	}
+	rows = append(rows, f.allocation(nil, "gold")) // the walk finds solo taken too
+
+	a := NewDatabase(f.pool, zaptest.NewLogger(t))
+	me := f.conductor("c")
+	reserved, rest, err := a.ClaimReserve(ctx, me, 10)
+	require.NoError(t, err)
+	require.Len(t, reserved, 1)
+	require.Len(t, rest, 3)
+	require.Equal(t, rows[0].ID, reserved[0].ID, "the named row, first in the batch, gets solo")
+	var held int
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM nodes
+		WHERE uuid = $1 AND instance_uuid = $2 AND allocation_id = $3 AND instance_info->'traits' = '["CUSTOM_A"]'`,
+		solo, rows[0].Uuid, rows[0].ID).Scan(&held))
+	require.Equal(t, 1, held, "solo holds the named row with its traits")
+	for _, row := range rows[1:] {
+		v := f.get(row.ID)
+		require.Equal(t, allocation.StateAllocating, v.State, "row %d", row.ID)
+		require.Equal(t, me, *v.ConductorAffinity, "claimed for the general path")
+		require.Nil(t, v.NodeUUID)
+	}
+}
+
 // TestClaimPlanIgnoresStatistics: the database backend's claim reads
 // allocations by key even in a session that planned it while the table
 // was analyzed empty (every allocation deleted, then a conductor started):
