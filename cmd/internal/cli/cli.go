@@ -91,8 +91,9 @@ func StartService(cmd *cobra.Command, name string, pool ...func(config.Config, *
 // collections, instead of Go's default 2 times. Their live heap is a few
 // MB while they allocate about 12 KB per request, so at Go's default
 // metalloc-api collected about 8 times a second under load; at 400, a
-// quarter as often, for some 25 MB more memory (docs/operations.md,
-// Sizing). The conductors, which allocate little, keep Go's default.
+// quarter as often, for 20-40 MB more resident memory at peak
+// (docs/operations.md, Sizing). The conductors, which allocate little,
+// keep Go's default.
 const ServerGCPercent = 400
 
 // SetGCPercent applies percent as the garbage collector's target unless
