@@ -109,6 +109,10 @@ func (m *Mirror) FullSync(ctx context.Context, holder int64) (SyncResult, error)
 		return res, err
 	}
 	marker := ""
+	// The uuids of the last two pages read, up to marker: when Ironic no
+	// longer knows the marker (the node was deleted since its page was
+	// read: 404), the list goes on after the one before it.
+	var behind []string
 	for {
 		readAt, err := m.q.DBNow(ctx)
 		if err != nil {
@@ -116,6 +120,11 @@ func (m *Mirror) FullSync(ctx context.Context, holder int64) (SyncResult, error)
 		}
 		page, err := m.client.ListNodes(ctx, marker, m.pageSize)
 		if err != nil {
+			if marker != "" && IsNotFound(err) && len(behind) > 1 {
+				behind = behind[:len(behind)-1]
+				marker = behind[len(behind)-1]
+				continue
+			}
 			return res, err
 		}
 		res.Pages++
@@ -137,6 +146,7 @@ func (m *Mirror) FullSync(ctx context.Context, holder int64) (SyncResult, error)
 		if !page.More {
 			break
 		}
+		behind = append(behind[max(0, len(behind)-len(page.UUIDs)):], page.UUIDs...)
 		marker = page.UUIDs[len(page.UUIDs)-1]
 	}
 	if res.Nodes == 0 {

@@ -6,8 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -634,4 +638,58 @@ func TestMirrorCreatorsTakeTurns(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM nodes WHERE uuid = $1`, u).Scan(&n))
 	require.Equal(t, 1, n)
+}
+
+// TestFullSyncMarkerDeleted: a node deleted in Ironic while a full sync
+// pages through the nodes, the very node the next page starts after (the
+// marker, which Ironic then answers 404 for), does not fail the sync: the
+// list goes on after the node before it on the page.
+func TestFullSyncMarkerDeleted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ir := shared(t)
+	p := "marker-" + uuid.NewString()[:8] + "-"
+	var spec []devstack.IronicNode
+	for i := range 4 {
+		spec = append(spec, devstack.IronicNode{Name: p + string(rune('a'+i)), ResourceClass: "marker"})
+	}
+	uuids, err := ir.EnrollAvailable(ctx, spec, 4)
+	require.NoError(t, err)
+
+	// In front of Ironic: the first page asked after one of these nodes
+	// finds it deleted.
+	target, err := url.Parse(ir.URL)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var deleted atomic.Value
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if marker := r.URL.Query().Get("marker"); r.URL.Path == "/v1/nodes" && slices.Contains(uuids, marker) &&
+			deleted.CompareAndSwap(nil, marker) {
+			if _, err := ir.Do(r.Context(), http.MethodDelete, "/v1/nodes/"+marker, nil, nil); err != nil {
+				t.Errorf("deleting the marker %s: %v", marker, err)
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+
+	pool := dbtest.New(t)
+	c, err := NewClient(Options{Endpoint: front.URL, Timeout: time.Minute})
+	require.NoError(t, err)
+	// One node per page: every node is a marker once.
+	m := NewMirror(c, pool, 1, zaptest.NewLogger(t))
+	me := dbtest.Conductor(t, pool, "conductor-"+uuid.NewString()[:8], 0, true)
+	_, err = m.q.AcquireLease(ctx, AcquireLeaseParams{Me: me, TtlSeconds: 3600})
+	require.NoError(t, err)
+
+	_, err = m.FullSync(ctx, me)
+	require.NoError(t, err)
+	gone, _ := deleted.Load().(string)
+	require.NotEmpty(t, gone, "a page was asked after one of the nodes")
+	for _, u := range uuids {
+		if u != gone {
+			_, ok := node(t, pool, u)
+			require.True(t, ok, "node %s mirrored", u)
+		}
+	}
 }
