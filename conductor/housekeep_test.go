@@ -37,7 +37,7 @@ func TestHousekeepVacuumsAllocations(t *testing.T) {
 // TestPruneOfflineConductors: the rows of conductors gone for longer than
 // the retention go; a live one, one dead for less than the retention, one
 // that still owns an allocating row or group, and one whose process still
-// has a session open (paused) stay.
+// has a session open on this database (paused) stay.
 func TestPruneOfflineConductors(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
@@ -59,11 +59,21 @@ func TestPruneOfflineConductors(t *testing.T) {
 	session, err := pgx.ConnectConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer session.Close(context.Background())
+	// A session of that name on another database of the server is another
+	// cluster's conductor (tests share a server, so do deployments): it
+	// does not keep this database's row.
+	dbtest.Conductor(t, pool, "elsewhere", 8*24*time.Hour, true)
+	other, err := pgx.ParseConfig(dbtest.NewURL(t))
+	require.NoError(t, err)
+	other.RuntimeParams["application_name"] = "metalloc-conductor elsewhere"
+	otherSession, err := pgx.ConnectConfig(ctx, other)
+	require.NoError(t, err)
+	defer otherSession.Close(context.Background())
 
 	p := NewPruner(pool, PrunerConfig{Retention: week, HeartbeatTimeout: time.Minute}, nil)
 	gone, err := p.Prune(ctx)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"gone-long-ago", "crashed-long-ago"}, gone)
+	require.ElementsMatch(t, []string{"gone-long-ago", "crashed-long-ago", "elsewhere"}, gone)
 	var left []string
 	rows, err := pool.Query(ctx, `SELECT hostname FROM conductors ORDER BY hostname`)
 	require.NoError(t, err)

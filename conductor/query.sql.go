@@ -542,16 +542,18 @@ DELETE FROM conductors c
    AND NOT EXISTS (SELECT 1 FROM allocation_groups g
                     WHERE g.state = 'allocating' AND g.conductor_affinity = c.id)
    AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity s
-                    WHERE s.application_name = 'metalloc-conductor ' || c.hostname)
+                    WHERE s.datname = current_database()
+                      AND s.application_name = 'metalloc-conductor ' || c.hostname)
 RETURNING c.hostname
 `
 
 // Deletes the conductors whose last heartbeat is older than
 // @retention_seconds (at least the heartbeat timeout, so they are dead
 // whatever the liveness rule), that own no allocating allocation or group,
-// and have no session open (application_name "metalloc-conductor
-// <hostname>": a paused process keeps its sessions, and could come back);
-// returns their hostnames.
+// and have no session open on this database (application_name
+// "metalloc-conductor <hostname>": a paused process keeps its sessions, and
+// could come back; a conductor of that name on another database of the
+// server is another cluster's); returns their hostnames.
 func (q *Queries) PruneConductors(ctx context.Context, retentionSeconds float64) ([]string, error) {
 	rows, err := q.db.Query(ctx, pruneConductors, retentionSeconds)
 	if err != nil {

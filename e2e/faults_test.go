@@ -86,7 +86,7 @@ func requireAllActive(t *testing.T, pool *pgxpool.Pool, acked []string) {
 // conductorBackends lists the PostgreSQL backends of conductor hostname.
 func conductorBackends(t *testing.T, pool *pgxpool.Pool, hostname string) []int {
 	rows, err := pool.Query(context.Background(),
-		`SELECT pid FROM pg_stat_activity WHERE application_name = $1`, "metalloc-conductor "+hostname)
+		`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`, "metalloc-conductor "+hostname)
 	require.NoError(t, err)
 	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
 	require.NoError(t, err)
@@ -164,7 +164,7 @@ func TestConductorSessionsTerminatedMidClaim(t *testing.T) {
 			}
 			var n int
 			_ = pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-				WHERE application_name = 'metalloc-conductor conductor-1' AND state <> 'idle'`).Scan(&n)
+				WHERE datname = current_database() AND application_name = 'metalloc-conductor conductor-1' AND state <> 'idle'`).Scan(&n)
 			killed += n
 		}
 	}()

@@ -437,7 +437,7 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	release()
 	dbtest.WaitFor(t, 30*time.Second, "slow-stop's reservation waiting for the row", func() bool {
-		return queryInt(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'metalloc-conductor slow-stop'
+		return queryInt(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'metalloc-conductor slow-stop'
 			AND state = 'active' AND wait_event_type = 'Lock'`) == 1
 	})
 	require.NoError(t, slow.Signal(syscall.SIGTERM))
