@@ -109,7 +109,10 @@ func (c *Client) DeleteAllocation(ctx context.Context, ident string) error {
 }
 
 // ListAllocations reads every allocation of Ironic, limit per request,
-// in Ironic's order.
+// in Ironic's order. An allocation deleted while it pages, the one the
+// next page starts after (Ironic answers 404 for an unknown marker), is
+// dropped from the list, which goes on after the allocation before it
+// (from the first again when there is none).
 func (c *Client) ListAllocations(ctx context.Context, limit int) ([]Allocation, error) {
 	var out []Allocation
 	marker := ""
@@ -123,7 +126,15 @@ func (c *Client) ListAllocations(ctx context.Context, limit int) ([]Allocation, 
 			Next        string       `json:"next"`
 		}
 		if err := c.get(ctx, "allocations?"+q.Encode(), &page); err != nil {
-			return nil, err
+			if marker == "" || !IsNotFound(err) {
+				return nil, err
+			}
+			out = out[:len(out)-1] // the marker, deleted
+			marker = ""
+			if len(out) > 0 {
+				marker = out[len(out)-1].UUID
+			}
+			continue
 		}
 		out = append(out, page.Allocations...)
 		if page.Next == "" || len(page.Allocations) == 0 {

@@ -109,9 +109,13 @@ func (m *Mirror) FullSync(ctx context.Context, holder int64) (SyncResult, error)
 		return res, err
 	}
 	marker := ""
-	// The uuids of the last two pages read, up to marker: when Ironic no
-	// longer knows the marker (the node was deleted since its page was
-	// read: 404), the list goes on after the one before it.
+	// The uuids last read, up to marker (at most keepBehind of them): when
+	// Ironic no longer knows the marker (the node was deleted since its
+	// page was read: 404), the list goes on after the one before it, and
+	// from the first node again when none is left. Nodes are deleted in
+	// Ironic while a sync pages (by operators, by other writers of this
+	// Ironic): a deleted marker is a state of the listing, not a failure.
+	keepBehind := max(2*m.pageSize, 64)
 	var behind []string
 	for {
 		readAt, err := m.q.DBNow(ctx)
@@ -120,9 +124,17 @@ func (m *Mirror) FullSync(ctx context.Context, holder int64) (SyncResult, error)
 		}
 		page, err := m.client.ListNodes(ctx, marker, m.pageSize)
 		if err != nil {
-			if marker != "" && IsNotFound(err) && len(behind) > 1 {
+			if marker != "" && IsNotFound(err) {
+				// The marker was counted when its page was read; it is gone.
+				res.Nodes--
 				behind = behind[:len(behind)-1]
-				marker = behind[len(behind)-1]
+				if len(behind) == 0 {
+					marker, res.Nodes = "", 0 // everything is read again
+				} else {
+					marker = behind[len(behind)-1]
+				}
+				m.log.Debug("ironic sync: the marker node was deleted meanwhile; listing after the one before it",
+					zap.String("marker", marker))
 				continue
 			}
 			return res, err
@@ -146,7 +158,10 @@ func (m *Mirror) FullSync(ctx context.Context, holder int64) (SyncResult, error)
 		if !page.More {
 			break
 		}
-		behind = append(behind[max(0, len(behind)-len(page.UUIDs)):], page.UUIDs...)
+		behind = append(behind, page.UUIDs...)
+		if len(behind) > keepBehind {
+			behind = append(behind[:0], behind[len(behind)-keepBehind:]...)
+		}
 		marker = page.UUIDs[len(page.UUIDs)-1]
 	}
 	if res.Nodes == 0 {
