@@ -15,8 +15,10 @@ import (
 // cumulative counters (for benchmarks: take two and subtract).
 type Work struct {
 	// Buffers is the database's shared-buffer hits plus reads
-	// (pg_stat_database; the statistics collector is up to a second or so
-	// behind).
+	// (pg_stat_database). Each backend adds its counts at most once a
+	// second, and an idle one up to 10 s later (PostgreSQL 15's
+	// PGSTAT_MIN_INTERVAL and PGSTAT_IDLE_INTERVAL): a difference of two
+	// readings can miss the last second's work and include earlier work.
 	Buffers int64
 	// CPU is the user plus system CPU time of the given processes and of
 	// the server processes connected to the database right now (a backend
