@@ -215,7 +215,10 @@
 // to step over. The claim's own plan is fixed (metalloc_claim_reserve sets
 // its planner options) so that it never depends on the table's statistics,
 // and so is the pick's (metalloc_pick: with a Placement class, its joins
-// in the order written over index scans; migration 00028).
+// in the order written over index scans; migration 00028), and the
+// placement claim's writes read each inventory and provider by its key
+// (migration 00040): a session keeps the plans it made at its first claim,
+// perhaps on a fleet of a few nodes.
 //
 // # Allocation groups
 //

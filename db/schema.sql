@@ -433,9 +433,14 @@ BEGIN
             SELECT * FROM unnest(v_uuids, v_projects, v_node_uuids, v_rps, v_rcs)
                        AS x (uuid, project_id, node_uuid, rp, rc)
         ), fit AS (
+            -- Each pick's inventory by its key, a lookup per pick (the
+            -- subquery's OFFSET 0 keeps it from being joined otherwise),
+            -- whatever the table's size when the session planned this.
             SELECT x.* FROM x
-              JOIN placement.inventories inv ON inv.resource_provider_id = x.rp AND inv.resource_class_id = x.rc
-             WHERE metalloc_placement_fits(inv,
+             CROSS JOIN LATERAL (SELECT i FROM placement.inventories i
+                                  WHERE i.resource_provider_id = x.rp AND i.resource_class_id = x.rc
+                                 OFFSET 0) s (inv)
+             WHERE metalloc_placement_fits(s.inv,
                      (SELECT coalesce(sum(a.used), 0) FROM placement.allocations a
                        WHERE a.resource_provider_id = x.rp AND a.resource_class_id = x.rc)::bigint, 1)
         ), c AS (
@@ -448,8 +453,9 @@ BEGIN
             SELECT fit.rp, c.id, fit.rc, 1 FROM c JOIN fit ON fit.uuid = c.uuid
             RETURNING resource_provider_id
         ), g AS (
+            -- By the providers' ids, likewise never a join with the table.
             UPDATE placement.resource_providers p SET generation = p.generation + 1, updated_at = now()
-             WHERE p.id IN (SELECT a.resource_provider_id FROM a)
+             WHERE p.id = ANY (ARRAY(SELECT a.resource_provider_id FROM a))
         ), l AS (
             INSERT INTO placement_claims (consumer_uuid, provider_uuid)
             SELECT c.uuid, fit.node_uuid FROM c JOIN fit ON fit.uuid = c.uuid

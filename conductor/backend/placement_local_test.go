@@ -380,3 +380,32 @@ func TestPlacementClaimPlanIgnoresStatistics(t *testing.T) {
 	// table read would cost about 150.
 	require.Less(t, after, before+60, "buffers of a claim: %d with no other allocation, %d with 9,000", before, after)
 }
+
+// TestPlacementClaimWritesPlanIgnoresStatistics: the claim's writes of
+// Placement's rows (the capacity re-read under the providers' locks, the
+// generation bumps) do not read the whole inventories table when the
+// session planned them while Placement had a few providers (a new fleet's
+// first claims; the session keeps the plan): migration 00040. The same
+// connection's claim with 10,000 more providers and inventories reads
+// about as many buffers as its first with 4; before, 106 then 257 (a hash
+// join over every inventory). A conductor whose connections planned the
+// claim on empty tables read 3,469 buffers per batch of 8 in a burst on
+// 10,000 nodes, against 362.
+func TestPlacementClaimWritesPlanIgnoresStatistics(t *testing.T) {
+	t.Parallel()
+	f := psetup(t)
+	ctx := context.Background()
+	f.goldNodes(3)
+	f.pnode("silver-0", "silver")
+	before, after := claimBuffersGrowth(t, f.fixture, "placement.inventories",
+		`SELECT * FROM metalloc_claim_reserve_placement($1, 1, 'u', 'INSTANCE') WHERE out_reserved`, func() {
+			_, err := f.pool.Exec(ctx, `
+				WITH rp AS (
+					INSERT INTO placement.resource_providers (uuid, name)
+					SELECT gen_random_uuid(), 'many-' || i FROM generate_series(1, 10000) i RETURNING id)
+				INSERT INTO placement.inventories (resource_provider_id, resource_class_id, total, max_unit)
+				SELECT rp.id, (SELECT id FROM placement.resource_classes WHERE name = 'CUSTOM_SILVER'), 1, 1 FROM rp`)
+			require.NoError(t, err)
+		})
+	require.Less(t, after, before+60, "buffers of a claim: %d with 4 providers, %d with 10,004", before, after)
+}
