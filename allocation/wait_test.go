@@ -31,6 +31,12 @@ type waitFixture struct {
 // the event stream), MaxWait 3 s.
 func setupWait(t *testing.T) *waitFixture {
 	t.Helper()
+	return setupWaitMax(t, 3*time.Second)
+}
+
+// setupWaitMax is setupWait with Prefer: wait capped at maxWait.
+func setupWaitMax(t *testing.T, maxWait time.Duration) *waitFixture {
+	t.Helper()
 	f := setup(t)
 	hub := NewHub(f.pool, HubOptions{Log: zaptest.NewLogger(t)})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -38,7 +44,7 @@ func setupWait(t *testing.T) *waitFixture {
 	go func() { defer close(done); hub.Run(ctx) }()
 	e := echo.New()
 	e.HTTPErrorHandler = web.IronicErrorHandler
-	NewHandler(NewStore(f.pool), HandlerOptions{Hub: hub, MaxWait: 3 * time.Second, RequestTimeout: 5 * time.Second,
+	NewHandler(NewStore(f.pool), HandlerOptions{Hub: hub, MaxWait: maxWait, RequestTimeout: maxWait + 2*time.Second,
 		EventsHeartbeat: 200 * time.Millisecond}).Register(e.Group("/v1", web.IronicVersion()))
 	srv := httptest.NewServer(e)
 	t.Cleanup(func() {
@@ -289,32 +295,38 @@ func TestEventStreamManySubscribers(t *testing.T) {
 
 // A change whose notification the hub's listener never got (its
 // connection was killed before the commit) still ends the wait: after the
-// listener reconnects every waiter looks again.
+// listener reconnects every waiter looks again. The hub is listening
+// before the wait starts, and the wait (60 s) outlasts a loaded machine's
+// delays: the waiter must be woken by the new look, long before its wait
+// would end (CI failed it when a 3 s wait ended first, the listener having
+// started late, and an expired wait reads the row too).
 func TestPreferWaitAfterListenerLoss(t *testing.T) {
 	t.Parallel()
-	w := setupWait(t)
+	w := setupWaitMax(t, time.Minute)
 	w.node("n1", "gold")
 	w.create("a1", "gold")
+	listeners := `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN %' AND position($1 in query) > 0`
+	dbtest.WaitFor(t, 30*time.Second, "the hub listening", func() bool { return dbtest.Count(t, w.pool, listeners, EventsChannel) == 1 })
 	go func() {
-		// Generous bounds: on a loaded machine the listener and the waiter
-		// may take seconds to start.
-		dbtest.WaitFor(t, 20*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
+		// Generous bounds: on a loaded machine the waiter may take seconds
+		// to start.
+		dbtest.WaitFor(t, 30*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
 		ctx := context.Background()
 		tx, err := w.pool.Begin(ctx)
 		require.NoError(t, err)
 		defer tx.Rollback(ctx)
-		dbtest.WaitFor(t, 20*time.Second, "the listener's connection killed", func() bool {
-			var killed int
-			require.NoError(t, tx.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-				WHERE datname = current_database() AND query LIKE 'LISTEN %' AND position($1 in query) > 0`, EventsChannel).Scan(&killed))
-			return killed == 1
-		})
+		var killed int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE 'LISTEN %' AND position($1 in query) > 0`, EventsChannel).Scan(&killed))
+		require.Equal(t, 1, killed, "the listener's connection killed")
 		var id int64
 		require.NoError(t, tx.QueryRow(ctx, `UPDATE allocations SET state = 'error', last_error = 'x', updated_at = now()
 			WHERE name = 'a1' RETURNING id`).Scan(&id))
 		require.NoError(t, tx.Commit(ctx))
+		dbtest.WaitFor(t, 30*time.Second, "the waiter woken by the listener's new look", func() bool { return w.hub.Waiters() == 0 })
 	}()
-	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=3"}, "")
+	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=60"}, "")
 	require.Equal(t, 200, resp.StatusCode, body)
 	require.Equal(t, "error", body["state"])
 }
