@@ -100,18 +100,18 @@ func (w *waitFixture) create(name, rc string) {
 
 func TestPreferWaitAnswersOnChange(t *testing.T) {
 	t.Parallel()
-	w := setupWait(t)
+	w := setupWaitMax(t, time.Minute) // a wait that outlasts a loaded machine's delays
 	w.node("n1", "gold")
 	w.create("a1", "gold")
 	go func() {
 		dbtest.WaitFor(t, 30*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
 		w.activate("a1")
 	}()
-	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=3"}, "")
+	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=60"}, "")
 	require.Equal(t, 200, resp.StatusCode, body)
 	require.Equal(t, "active", body["state"])
 	require.NotNil(t, body["node_uuid"])
-	require.Equal(t, "wait=3", resp.Header.Get("Preference-Applied"))
+	require.Equal(t, "wait=60", resp.Header.Get("Preference-Applied"))
 	require.Zero(t, w.hub.Waiters())
 
 	// Already finished: at once, still saying the wait applied.
@@ -146,7 +146,7 @@ func TestPreferWaitTimesOutWithCurrentState(t *testing.T) {
 
 func TestPreferWaitDeletedIs404(t *testing.T) {
 	t.Parallel()
-	w := setupWait(t)
+	w := setupWaitMax(t, time.Minute) // a wait that outlasts a loaded machine's delays
 	w.create("a1", "gold")
 	deleted := make(chan int, 1)
 	go func() {
@@ -154,9 +154,9 @@ func TestPreferWaitDeletedIs404(t *testing.T) {
 		resp, _ := w.request("DELETE", "/v1/allocations/a1", nil, "")
 		deleted <- resp.StatusCode
 	}()
-	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=3"}, "")
+	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=60"}, "")
 	require.Equal(t, 404, resp.StatusCode, body)
-	require.Equal(t, "wait=3", resp.Header.Get("Preference-Applied"))
+	require.Equal(t, "wait=60", resp.Header.Get("Preference-Applied"))
 	// The wait may answer before the DELETE's own answer arrives: wait
 	// for it before the server closes.
 	require.Equal(t, 204, <-deleted)
@@ -164,7 +164,7 @@ func TestPreferWaitDeletedIs404(t *testing.T) {
 
 func TestPreferWaitOnCreate(t *testing.T) {
 	t.Parallel()
-	w := setupWait(t)
+	w := setupWaitMax(t, time.Minute) // a wait that outlasts a loaded machine's delays
 	w.node("n1", "gold")
 	go func() {
 		dbtest.WaitFor(t, 30*time.Second, "the row", func() bool {
@@ -172,10 +172,10 @@ func TestPreferWaitOnCreate(t *testing.T) {
 		})
 		w.activate("a1")
 	}()
-	resp, body := w.request("POST", "/v1/allocations", map[string]string{"Prefer": "wait=3"}, `{"resource_class":"gold","name":"a1"}`)
+	resp, body := w.request("POST", "/v1/allocations", map[string]string{"Prefer": "wait=60"}, `{"resource_class":"gold","name":"a1"}`)
 	require.Equal(t, 201, resp.StatusCode, body)
 	require.Equal(t, "active", body["state"])
-	require.Equal(t, "wait=3", resp.Header.Get("Preference-Applied"))
+	require.Equal(t, "wait=60", resp.Header.Get("Preference-Applied"))
 	require.Contains(t, resp.Header.Get("Location"), body["uuid"])
 	// Nothing fits and nobody works: the wait ends with the allocating row.
 	resp, body = w.request("POST", "/v1/allocations", map[string]string{"Prefer": "wait=1"}, `{"resource_class":"gold","name":"a2"}`)
