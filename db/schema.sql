@@ -355,6 +355,7 @@ CREATE FUNCTION public.metalloc_claim_reserve_placement(p_me bigint, p_batch int
     SET enable_sort TO 'off'
     SET jit TO 'off'
     SET enable_seqscan TO 'off'
+    SET "metalloc.placement_claimed" TO 'on'
     AS $$
 DECLARE
     r allocation_requests;
@@ -3040,7 +3041,7 @@ CREATE TRIGGER nodes_log_update AFTER UPDATE OF name, resource_class, provision_
 -- Name: nodes nodes_notify_instance; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER nodes_notify_instance AFTER UPDATE OF instance_uuid ON public.nodes FOR EACH ROW WHEN ((old.instance_uuid IS DISTINCT FROM new.instance_uuid)) EXECUTE FUNCTION public.nodes_notify_instance();
+CREATE TRIGGER nodes_notify_instance AFTER UPDATE OF instance_uuid ON public.nodes FOR EACH ROW WHEN (((old.instance_uuid IS DISTINCT FROM new.instance_uuid) AND (current_setting('metalloc.placement_claimed'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION public.nodes_notify_instance();
 
 --
 -- Name: allocations allocations_consumer_id_fkey; Type: FK CONSTRAINT; Schema: placement; Owner: -

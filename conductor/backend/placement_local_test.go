@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/placement/client"
 )
 
@@ -408,4 +409,40 @@ func TestPlacementClaimWritesPlanIgnoresStatistics(t *testing.T) {
 			require.NoError(t, err)
 		})
 	require.Less(t, after, before+60, "buffers of a claim: %d with 4 providers, %d with 10,004", before, after)
+}
+
+// TestPlacementClaimSkipsInstanceLog checks migration 00041: the nodes the
+// placement claim reserves are not logged for the resource tracker (their
+// claims explain them), and an instance change later in the same
+// transaction is: metalloc.placement_claimed is the claim function's own
+// setting, restored when it returns.
+func TestPlacementClaimSkipsInstanceLog(t *testing.T) {
+	t.Parallel()
+	f := psetup(t)
+	ctx := context.Background()
+	gold := f.goldNodes(1)[0]
+	silver := f.pnode("silver-0", "silver")
+	_, err := f.pool.Exec(ctx, `INSERT INTO placement_trackers (id, hostname) VALUES (gen_random_uuid(), 'h')`)
+	require.NoError(t, err)
+	me := f.conductor("c1")
+	f.allocation(nil, "gold")
+	tx, err := f.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var reserved int
+	require.NoError(t, tx.QueryRow(ctx,
+		`SELECT count(*) FROM metalloc_claim_reserve_placement($1, 8, 'u', 'INSTANCE') WHERE out_reserved`, me).Scan(&reserved))
+	require.Equal(t, 1, reserved)
+	var setting string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(current_setting('metalloc.placement_claimed', true), '')`).Scan(&setting))
+	require.Empty(t, setting, "restored when the claim returned")
+	_, err = tx.Exec(ctx, `UPDATE nodes SET instance_uuid = gen_random_uuid() WHERE uuid = $1`, silver)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	logged := func(node uuid.UUID) int {
+		return dbtest.Count(t, f.pool, `SELECT count(*) FROM placement_node_changes WHERE node_uuid = $1`, node)
+	}
+	require.Equal(t, 0, logged(gold), "the claimed node")
+	require.Equal(t, 1, logged(silver), "an instance without a claim, in the claim's transaction")
+	require.Equal(t, 1, dbtest.Count(t, f.pool, `SELECT count(*) FROM nodes WHERE uuid = $1 AND instance_uuid IS NOT NULL`, gold))
 }
