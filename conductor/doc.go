@@ -105,9 +105,8 @@
 // reservations; the claim runs with metalloc.placement_claimed on, so
 // that nodes_notify_instance, which would find each node's claim logged
 // and log nothing for the resource tracker, is not called: migration
-// 00041);
-// the rows it leaves,
-// and every row in mode http, go through selections from Placement
+// 00041); the rows it leaves, and every row in mode http, go through
+// selections from Placement
 // (backend.Placement.ClaimBatch, then Process). A row for which Placement
 // offers nothing while the database has nodes that fit it (made available
 // a moment ago, not mirrored by the resource tracker yet) waits the same
