@@ -149,9 +149,11 @@ func requests() []request {
 	add(24, "baremetal-gold", nil, true)
 	add(24, "baremetal-gold", []string{"HW_CPU_X86_AVX512F"}, true)
 	add(10, "baremetal-gold", []string{"CUSTOM_25GBE"}, true) // 58 gold nodes have it; 58 gold asked
-	add(18, "baremetal-gpu", []string{"HW_CPU_X86_AVX512F"}, true)
+	// 18 gpu nodes have both CUSTOM_GPU_A100 and CUSTOM_NVME, so 18 gpu in
+	// all: the 13 AVX512F ones may take any 13 of those 18 and leave 5.
+	add(13, "baremetal-gpu", []string{"HW_CPU_X86_AVX512F"}, true)
 	add(5, "baremetal-gpu", []string{"CUSTOM_GPU_A100", "CUSTOM_NVME"}, true)
-	add(50, "baremetal-silver", nil, true)
+	add(55, "baremetal-silver", nil, true)
 	add(50, "baremetal-silver", []string{"HW_CPU_X86_AVX2"}, true)
 	add(14, "baremetal-storage", nil, true)
 	add(5, "baremetal-storage", []string{"CUSTOM_HDD_JBOD"}, true)
