@@ -98,9 +98,11 @@
 // the batch at every attempt. The placement backend (backend.Placement), in
 // mode local (metalloc-placement on this database), has the same fast path
 // with Placement's writes in it (metalloc_claim_reserve_placement: for
-// each row the node and its flat provider locked together with SKIP
-// LOCKED; then, in one statement for the batch (migration 00037), the
-// capacity re-read under the providers' locks, the consumers, the
+// each row a free node that has a provider, locked with SKIP LOCKED; the
+// picks' providers locked in id order and each pick verified against
+// Placement in one statement (flat provider, capacity, traits; a failed
+// pick picks again, up to 4 rounds: migration 00042); then, in one
+// statement for the batch (migration 00037), the consumers, the
 // allocations, the generation bumps, the claim log; then the
 // reservations; the claim runs with metalloc.placement_claimed on, so
 // that nodes_notify_instance, which would find each node's claim logged
@@ -403,13 +405,16 @@
 //     nodes, and in-process (placement.MirrorRead) locks the providers it
 //     writes with SKIP LOCKED, waiting for none;
 //   - the local Placement fast path (metalloc_claim_reserve_placement): its
-//     allocation rows with SKIP LOCKED, then each node together with its
-//     resource provider with SKIP LOCKED (it never waits for a provider a
-//     Placement API writer holds, those lock providers in id order; the
-//     batch's own picks are passed as metalloc_pick's p_exclude, since
-//     its locks do not hide them), then Placement's rows of the whole
-//     batch in one statement, then the rows' and nodes' updates
-//     (metalloc_reserve_batch);
+//     allocation rows with SKIP LOCKED, then a node for each with SKIP
+//     LOCKED (the batch's own picks are passed as metalloc_pick's
+//     p_exclude, since its locks do not hide them), then the picks'
+//     providers in id order, waiting, as Placement's API writers lock
+//     them (none of those waits for a node: metalloc_deallocate locks its
+//     node before its providers, the tracker skips locked providers); a
+//     failed pick's next rounds lock their providers with SKIP LOCKED,
+//     never waiting out of id order (migration 00042); then Placement's
+//     rows of the whole batch in one statement, then the rows' and nodes'
+//     updates (metalloc_reserve_batch);
 //     the local batch (localRound):
 //     nodes with SKIP LOCKED, the rows with SKIP LOCKED, then the picked
 //     nodes' providers in id order;

@@ -360,19 +360,23 @@ CREATE FUNCTION public.metalloc_claim_reserve_placement(p_me bigint, p_batch int
 DECLARE
     r allocation_requests;
     v_rows allocation_requests[] := '{}';
-    -- Parallel to v_rows: the node picked for each (NULL: none).
+    -- Parallel to v_rows: the node picked for each (NULL: none), its uuid,
+    -- its provider, the row's Placement class and its traits
+    -- (comma-separated: trait names have no commas).
     v_nodes bigint[] := '{}';
-    -- The picks, for Placement's writes: the allocation (the consumer),
-    -- its project, the node's uuid, the provider and the class.
-    v_uuids uuid[] := '{}';
-    v_projects text[] := '{}';
     v_node_uuids uuid[] := '{}';
     v_rps bigint[] := '{}';
     v_rcs integer[] := '{}';
+    v_treqs text[] := '{}';
+    -- Every node this transaction locked, for metalloc_pick's p_exclude.
     v_picked bigint[] := '{}';
+    -- The picks of this round to verify: their indexes into v_rows.
+    v_check integer[];
+    v_locked bigint[];
+    v_bad integer[];
     v_written uuid[] := '{}';
-    -- Parallel to v_rows, for metalloc_reserve_batch: ids, uuids, traits
-    -- and the node each is reserved on (NULL: not reserved).
+    -- For metalloc_reserve_batch: ids, uuids, traits and the node each is
+    -- reserved on (NULL: not reserved).
     v_ids bigint[] := '{}';
     v_row_uuids uuid[] := '{}';
     v_traits jsonb[] := '{}';
@@ -384,6 +388,7 @@ DECLARE
     v_classes text[] := '{}';
     v_class_ids integer[] := '{}';
     v_k integer;
+    v_round integer := 0;
     v_lo bigint;
     v_hi bigint;
 BEGIN
@@ -397,7 +402,6 @@ BEGIN
                    FOR UPDATE OF a SKIP LOCKED) c
           CROSS JOIN LATERAL (SELECT q.* FROM allocation_requests q WHERE q.id = c.id OFFSET 0) v
     LOOP
-        v_node := NULL;
         v_rc := NULL;
         IF r.candidate_nodes IS NULL THEN
             -- Each class of the batch is looked up once.
@@ -411,55 +415,110 @@ BEGIN
                 v_rc := v_class_ids[v_k];
             END IF;
         END IF;
-        IF v_rc IS NOT NULL THEN
-            -- The batch's own picks are locked by this transaction, which
-            -- SKIP LOCKED does not skip: they are excluded.
-            SELECT p.node_id, p.node_uuid, p.provider_id INTO v_node, v_node_uuid, v_rp
-              FROM metalloc_pick(r.resource_class, r.traits, NULL, r.owner, NULL, v_rc,
-                                 metalloc_pick_start(v_lo, v_hi), v_picked) p;
-        END IF;
         v_rows := v_rows || r;
-        v_nodes := v_nodes || v_node;
-        IF v_node IS NOT NULL THEN
-            v_picked := v_picked || v_node;
-            v_uuids := v_uuids || r.uuid;
-            v_projects := v_projects || coalesce(nullif(r.owner, ''), p_user_id);
-            v_node_uuids := v_node_uuids || v_node_uuid;
-            v_rps := v_rps || v_rp;
-            v_rcs := v_rcs || v_rc;
-        END IF;
+        v_nodes := v_nodes || NULL::bigint;
+        v_node_uuids := v_node_uuids || NULL::uuid;
+        v_rps := v_rps || NULL::bigint;
+        v_rcs := v_rcs || v_rc;
+        v_treqs := v_treqs || array_to_string(r.traits, ',');
     END LOOP;
-    IF cardinality(v_picked) > 0 THEN
+    -- Rounds: pick a node for every row still without one (metalloc_pick:
+    -- free in metalloc, with the traits there, and mirrored), lock the
+    -- picks' providers, then verify each pick against Placement under
+    -- that lock. A pick Placement disagrees with stays locked and excluded,
+    -- and its row picks again in the next round, up to 4 rounds; what is
+    -- left unreserved goes to the general path.
+    v_check := ARRAY(SELECT k FROM generate_series(1, cardinality(v_rows)) k);
+    WHILE cardinality(v_check) > 0 AND v_round < 4 LOOP
+        v_round := v_round + 1;
+        FOREACH v_k IN ARRAY v_check LOOP
+            v_node := NULL;
+            IF v_rcs[v_k] IS NOT NULL THEN
+                r := v_rows[v_k];
+                -- The batch's own picks are locked by this transaction,
+                -- which SKIP LOCKED does not skip: they are excluded.
+                SELECT p.node_id, p.node_uuid, p.provider_id INTO v_node, v_node_uuid, v_rp
+                  FROM metalloc_pick(r.resource_class, r.traits, NULL, r.owner, NULL, v_rcs[v_k],
+                                     metalloc_pick_start(v_lo, v_hi), v_picked) p;
+            END IF;
+            v_nodes[v_k] := v_node;
+            IF v_node IS NOT NULL THEN
+                v_picked := v_picked || v_node;
+                v_node_uuids[v_k] := v_node_uuid;
+                v_rps[v_k] := v_rp;
+            END IF;
+        END LOOP;
+        v_check := ARRAY(SELECT k FROM unnest(v_check) k WHERE v_nodes[k] IS NOT NULL);
+        EXIT WHEN cardinality(v_check) = 0;
+        -- The first round waits for its providers, in id order as
+        -- Placement's API writers take them; later rounds skip a provider
+        -- another transaction holds (that pick fails), so that they never
+        -- wait out of that order.
+        IF v_round = 1 THEN
+            v_locked := ARRAY(SELECT p.id FROM placement.resource_providers p
+                               WHERE p.id = ANY (ARRAY(SELECT v_rps[k] FROM unnest(v_check) k))
+                               ORDER BY p.id
+                                 FOR UPDATE OF p);
+        ELSE
+            v_locked := ARRAY(SELECT p.id FROM placement.resource_providers p
+                               WHERE p.id = ANY (ARRAY(SELECT v_rps[k] FROM unnest(v_check) k))
+                               ORDER BY p.id
+                                 FOR UPDATE OF p SKIP LOCKED);
+        END IF;
+        -- Under the lock, a statement that reads what committed before it:
+        -- a root provider without children, with the class's inventory
+        -- and room for one more, and the traits in Placement. By keys, a
+        -- lookup per pick whatever the tables' sizes (OFFSET 0 keeps each
+        -- subquery from becoming a join, which a session that planned it
+        -- on small tables could run as a scan of the whole table).
+        v_bad := ARRAY(
+            SELECT x.k FROM unnest(v_check) x (k)
+             WHERE NOT (v_rps[x.k] = ANY (v_locked)
+                 AND EXISTS (SELECT 1 FROM placement.resource_providers p
+                              WHERE p.id = v_rps[x.k] AND p.parent_provider_id IS NULL OFFSET 0)
+                 AND NOT EXISTS (SELECT 1 FROM placement.resource_providers ch
+                                  WHERE ch.parent_provider_id = v_rps[x.k] OFFSET 0)
+                 AND EXISTS (SELECT 1 FROM placement.inventories i
+                              WHERE i.resource_provider_id = v_rps[x.k] AND i.resource_class_id = v_rcs[x.k]
+                                AND metalloc_placement_fits(i,
+                                      (SELECT coalesce(sum(a.used), 0) FROM placement.allocations a
+                                        WHERE a.resource_provider_id = v_rps[x.k]
+                                          AND a.resource_class_id = v_rcs[x.k])::bigint, 1)
+                             OFFSET 0)
+                 AND (v_treqs[x.k] = ''
+                      OR string_to_array(v_treqs[x.k], ',')
+                         <@ ARRAY(SELECT t.name FROM placement.resource_provider_traits pt
+                                    JOIN placement.traits t ON t.id = pt.trait_id
+                                   WHERE pt.resource_provider_id = v_rps[x.k]))));
+        FOREACH v_k IN ARRAY v_bad LOOP
+            v_nodes[v_k] := NULL;
+        END LOOP;
+        v_check := v_bad;
+    END LOOP;
+    -- Placement's rows for the verified picks, in one statement.
+    IF EXISTS (SELECT 1 FROM unnest(v_nodes) n WHERE n IS NOT NULL) THEN
         WITH x AS (
-            SELECT * FROM unnest(v_uuids, v_projects, v_node_uuids, v_rps, v_rcs)
-                       AS x (uuid, project_id, node_uuid, rp, rc)
-        ), fit AS (
-            -- Each pick's inventory by its key, a lookup per pick (the
-            -- subquery's OFFSET 0 keeps it from being joined otherwise),
-            -- whatever the table's size when the session planned this.
-            SELECT x.* FROM x
-             CROSS JOIN LATERAL (SELECT i FROM placement.inventories i
-                                  WHERE i.resource_provider_id = x.rp AND i.resource_class_id = x.rc
-                                 OFFSET 0) s (inv)
-             WHERE metalloc_placement_fits(s.inv,
-                     (SELECT coalesce(sum(a.used), 0) FROM placement.allocations a
-                       WHERE a.resource_provider_id = x.rp AND a.resource_class_id = x.rc)::bigint, 1)
+            SELECT q.uuid, coalesce(nullif(q.owner, ''), p_user_id) AS project_id,
+                   v_node_uuids[k] AS node_uuid, v_rps[k] AS rp, v_rcs[k] AS rc
+              FROM generate_series(1, cardinality(v_rows)) k
+              CROSS JOIN LATERAL (SELECT (v_rows[k]).uuid, (v_rows[k]).owner) q (uuid, owner)
+             WHERE v_nodes[k] IS NOT NULL
         ), c AS (
             INSERT INTO placement.consumers (uuid, project_id, user_id, consumer_type, generation)
-            SELECT fit.uuid, fit.project_id, p_user_id, p_consumer_type, 1 FROM fit
+            SELECT x.uuid, x.project_id, p_user_id, p_consumer_type, 1 FROM x
             ON CONFLICT (uuid) DO NOTHING
             RETURNING id, uuid
         ), a AS (
             INSERT INTO placement.allocations (resource_provider_id, consumer_id, resource_class_id, used)
-            SELECT fit.rp, c.id, fit.rc, 1 FROM c JOIN fit ON fit.uuid = c.uuid
+            SELECT x.rp, c.id, x.rc, 1 FROM c JOIN x ON x.uuid = c.uuid
             RETURNING resource_provider_id
         ), g AS (
-            -- By the providers' ids, likewise never a join with the table.
+            -- By the providers' ids, never a join with the table.
             UPDATE placement.resource_providers p SET generation = p.generation + 1, updated_at = now()
              WHERE p.id = ANY (ARRAY(SELECT a.resource_provider_id FROM a))
         ), l AS (
             INSERT INTO placement_claims (consumer_uuid, provider_uuid)
-            SELECT c.uuid, fit.node_uuid FROM c JOIN fit ON fit.uuid = c.uuid
+            SELECT c.uuid, x.node_uuid FROM c JOIN x ON x.uuid = c.uuid
             ON CONFLICT (consumer_uuid) DO UPDATE
                SET provider_uuid = EXCLUDED.provider_uuid, created_at = now()
         )
@@ -1176,29 +1235,19 @@ BEGIN
              LIMIT 1
                FOR UPDATE OF n SKIP LOCKED;
         ELSE
+            -- A mirrored node only; the claim verifies the rest against
+            -- Placement under its providers' lock.
             SELECT n.id, n.uuid, rp.id INTO node_id, node_uuid, provider_id
               FROM free_nodes n
               JOIN placement.resource_providers rp ON rp.uuid = n.uuid
-              JOIN placement.inventories inv ON inv.resource_provider_id = rp.id
-                                            AND inv.resource_class_id = p_placement_class
              WHERE n.resource_class = p_resource_class
                AND n.id >= v_lo AND n.id < v_hi
                AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, p_owner)
                AND metalloc_node_has_traits(n.traits, p_traits)
                AND (p_exclude IS NULL OR n.id <> ALL (p_exclude))
-               AND rp.parent_provider_id IS NULL
-               AND NOT EXISTS (SELECT 1 FROM placement.resource_providers ch
-                                WHERE ch.parent_provider_id = rp.id)
-               AND metalloc_placement_fits(inv,
-                     (SELECT coalesce(sum(a.used), 0) FROM placement.allocations a
-                       WHERE a.resource_provider_id = rp.id AND a.resource_class_id = p_placement_class)::bigint, 1)
-               AND (cardinality(p_traits) = 0
-                    OR p_traits <@ ARRAY(SELECT t.name FROM placement.resource_provider_traits pt
-                                           JOIN placement.traits t ON t.id = pt.trait_id
-                                          WHERE pt.resource_provider_id = rp.id))
              ORDER BY n.id
              LIMIT 1
-               FOR UPDATE OF n, rp SKIP LOCKED;
+               FOR UPDATE OF n SKIP LOCKED;
         END IF;
         EXIT WHEN node_id IS NOT NULL;
     END LOOP;

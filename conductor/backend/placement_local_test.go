@@ -446,3 +446,114 @@ func TestPlacementClaimSkipsInstanceLog(t *testing.T) {
 	require.Equal(t, 1, logged(silver), "an instance without a claim, in the claim's transaction")
 	require.Equal(t, 1, dbtest.Count(t, f.pool, `SELECT count(*) FROM nodes WHERE uuid = $1 AND instance_uuid IS NOT NULL`, gold))
 }
+
+// TestPlacementClaimVerifiesPicks checks migration 00042: the placement
+// claim picks by metalloc's filters, verifies each pick against Placement
+// under its provider's lock, and picks again for a row whose node
+// Placement refuses. The free gold nodes with CUSTOM_FAST in metalloc are,
+// in id order, one whose capacity is all reserved, one whose provider has
+// a child, one whose provider lacks the trait, then the one Placement
+// agrees with. Whatever node the pick starts from, every claim reserves
+// the last one on the fast path, and the refused providers are left as
+// they were (no allocation, same generation).
+func TestPlacementClaimVerifiesPicks(t *testing.T) {
+	t.Parallel()
+	f := psetup(t)
+	ctx := context.Background()
+	reserved := f.pnode("reserved", "gold", "CUSTOM_FAST")
+	_, err := f.pool.Exec(ctx, `UPDATE placement.inventories SET reserved = total
+		WHERE resource_provider_id = (SELECT id FROM placement.resource_providers WHERE uuid = $1)`, reserved)
+	require.NoError(t, err)
+	parent := f.pnode("parent", "gold", "CUSTOM_FAST")
+	_, err = f.pool.Exec(ctx, `INSERT INTO placement.resource_providers (uuid, name, parent_provider_id, root_provider_id)
+		SELECT gen_random_uuid(), 'child', id, id FROM placement.resource_providers WHERE uuid = $1`, parent)
+	require.NoError(t, err)
+	noTrait := f.pnode("no-trait-in-placement", "gold")
+	_, err = f.pool.Exec(ctx, `INSERT INTO node_traits (node_id, trait) SELECT id, 'CUSTOM_FAST' FROM nodes WHERE uuid = $1`, noTrait)
+	require.NoError(t, err)
+	good := f.pnode("good", "gold", "CUSTOM_FAST")
+	refused := []uuid.UUID{reserved, parent, noTrait}
+	generations := func() []int64 {
+		var g []int64
+		for _, u := range refused {
+			g = append(g, int64(dbtest.Count(t, f.pool, `SELECT generation FROM placement.resource_providers WHERE uuid = $1`, u)))
+		}
+		return g
+	}
+	before := generations()
+	me := f.conductor("c1")
+	a := f.allocatorMode("c1", PlacementModeLocal)
+	for range 8 {
+		id := f.allocation(nil, "gold", "CUSTOM_FAST").ID
+		got, left, err := a.ClaimReserveLocal(ctx, me, 8)
+		require.NoError(t, err)
+		require.Empty(t, left)
+		require.Len(t, got, 1)
+		v := f.get(id)
+		require.Equal(t, allocation.StateActive, v.State)
+		require.Equal(t, good, *v.NodeUUID)
+		for _, u := range refused {
+			require.Equal(t, 0, dbtest.Count(t, f.pool, `SELECT count(*) FROM nodes WHERE uuid = $1 AND instance_uuid IS NOT NULL`, u))
+			require.Equal(t, 0, dbtest.Count(t, f.pool, `SELECT count(*) FROM placement.allocations a
+				JOIN placement.resource_providers p ON p.id = a.resource_provider_id WHERE p.uuid = $1`, u))
+		}
+		require.Equal(t, before, generations())
+		f.checkNoLeak([]int64{id})
+		_, err = f.pool.Exec(ctx, `SELECT metalloc_deallocate($1)`, id)
+		require.NoError(t, err)
+	}
+}
+
+// TestPlacementClaimWaitsForPlacementWriter checks migration 00042's
+// verification against a Placement API writer that holds the only free
+// node's provider: the claim waits for it (its first round locks the
+// picks' providers, waiting), sees the allocation it committed, and
+// leaves the row to the general path instead of allocating the provider
+// twice.
+func TestPlacementClaimWaitsForPlacementWriter(t *testing.T) {
+	t.Parallel()
+	f := psetup(t)
+	ctx := context.Background()
+	node := f.goldNodes(1)[0]
+	id := f.allocation(nil, "gold").ID
+	me := f.conductor("c1")
+	a := f.allocatorMode("c1", PlacementModeLocal)
+
+	writer, err := f.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = writer.Rollback(ctx) }()
+	var rp int64
+	require.NoError(t, writer.QueryRow(ctx, `SELECT id FROM placement.resource_providers WHERE uuid = $1 FOR UPDATE`, node).Scan(&rp))
+	outsider := uuid.New()
+	_, err = writer.Exec(ctx, `
+		WITH c AS (INSERT INTO placement.consumers (uuid, project_id, user_id, generation) VALUES ($1, 'p', 'u', 1) RETURNING id)
+		INSERT INTO placement.allocations (resource_provider_id, consumer_id, resource_class_id, used)
+		SELECT $2, c.id, (SELECT id FROM placement.resource_classes WHERE name = 'CUSTOM_GOLD'), 1 FROM c`, outsider, rp)
+	require.NoError(t, err)
+	_, err = writer.Exec(ctx, `UPDATE placement.resource_providers SET generation = generation + 1 WHERE id = $1`, rp)
+	require.NoError(t, err)
+
+	type result struct {
+		got, left []Claimed
+		err       error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, left, err := a.ClaimReserveLocal(ctx, me, 8)
+		done <- result{got, left, err}
+	}()
+	require.Eventually(t, func() bool {
+		return dbtest.Count(t, f.pool, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
+	}, 10*time.Second, 5*time.Millisecond, "the claim waits for the writer's provider")
+	require.NoError(t, writer.Commit(ctx))
+	r := <-done
+	require.NoError(t, r.err)
+	require.Empty(t, r.got)
+	require.Len(t, r.left, 1)
+	require.Equal(t, id, r.left[0].ID)
+	require.Equal(t, allocation.StateAllocating, f.get(id).State)
+	require.Equal(t, 1, dbtest.Count(t, f.pool, `SELECT count(*) FROM placement.allocations WHERE resource_provider_id = $1`, rp),
+		"the writer's allocation only")
+	require.Equal(t, 0, dbtest.Count(t, f.pool, `SELECT count(*) FROM placement.consumers c JOIN allocations a ON a.uuid = c.uuid WHERE a.id = $1`, id))
+}
