@@ -1311,7 +1311,8 @@ BEGIN
     END IF;
     UPDATE placement.resource_providers p SET generation = p.generation + 1, updated_at = now()
      WHERE p.id IN (SELECT a.resource_provider_id FROM placement.allocations a WHERE a.consumer_id = v_cons);
-    DELETE FROM placement.consumers c WHERE c.id = v_cons; -- its allocations cascade
+    DELETE FROM placement.allocations a WHERE a.consumer_id = v_cons;
+    DELETE FROM placement.consumers c WHERE c.id = v_cons;
     DELETE FROM placement_claims pc WHERE pc.consumer_uuid = p_consumer;
     RETURN true;
 END;
@@ -3091,20 +3092,6 @@ CREATE TRIGGER nodes_log_update AFTER UPDATE OF name, resource_class, provision_
 --
 
 CREATE TRIGGER nodes_notify_instance AFTER UPDATE OF instance_uuid ON public.nodes FOR EACH ROW WHEN (((old.instance_uuid IS DISTINCT FROM new.instance_uuid) AND (current_setting('metalloc.placement_claimed'::text, true) IS DISTINCT FROM 'on'::text))) EXECUTE FUNCTION public.nodes_notify_instance();
-
---
--- Name: allocations allocations_consumer_id_fkey; Type: FK CONSTRAINT; Schema: placement; Owner: -
---
-
-ALTER TABLE ONLY placement.allocations
-    ADD CONSTRAINT allocations_consumer_id_fkey FOREIGN KEY (consumer_id) REFERENCES placement.consumers(id) ON DELETE CASCADE;
-
---
--- Name: allocations allocations_resource_provider_id_fkey; Type: FK CONSTRAINT; Schema: placement; Owner: -
---
-
-ALTER TABLE ONLY placement.allocations
-    ADD CONSTRAINT allocations_resource_provider_id_fkey FOREIGN KEY (resource_provider_id) REFERENCES placement.resource_providers(id);
 
 --
 -- Name: inventories inventories_resource_class_id_fkey; Type: FK CONSTRAINT; Schema: placement; Owner: -

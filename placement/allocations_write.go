@@ -216,7 +216,11 @@ func writeAllocationsTx(ctx context.Context, q *Queries, v web.Version, claims [
 // generation; a missing one is created (at generation 1, the generation
 // the write leaves it at), which from 1.28 requires a null
 // consumer_generation. Both conflicts are 409 placement.concurrent_update.
-// It reports whether the consumer was created.
+// A consumer that a racing DELETE /allocations/{consumer} removes between
+// the insert (which saw it) and the lock is created after all, up to 3
+// tries, then 409 placement.concurrent_update (it answered 500 before:
+// TestProviderDeleteRacesAllocationWrites). It reports whether the
+// consumer was created.
 func lockOrCreateConsumer(ctx context.Context, q *Queries, v web.Version, cl claim) (PlacementConsumer, bool, error) {
 	check := func(cons PlacementConsumer) error {
 		if v.AtLeast(1, 28) && (cl.generation == nil || *cl.generation != int64(cons.Generation)) {
@@ -245,16 +249,27 @@ func lockOrCreateConsumer(ctx context.Context, q *Queries, v web.Version, cl cla
 		}
 		return cons, created, err
 	}
-	cons, err := q.InsertConsumer(ctx, InsertConsumerParams{Uuid: cl.consumer, ProjectID: cl.projectID,
-		UserID: cl.userID, ConsumerType: cl.consumerType})
-	if err == nil {
-		return cons, true, nil
+	for attempt := 1; ; attempt++ {
+		cons, err := q.InsertConsumer(ctx, InsertConsumerParams{Uuid: cl.consumer, ProjectID: cl.projectID,
+			UserID: cl.userID, ConsumerType: cl.consumerType})
+		if err == nil {
+			return cons, true, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return cons, false, err
+		}
+		// It exists (perhaps created by a racing request, now committed).
+		cons, created, err := lock()
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return cons, created, err
+		}
+		// A racing DELETE /allocations/{consumer} removed it after the
+		// insert saw it: create it, as the request asks, a few times.
+		if attempt == 3 {
+			return cons, false, web.PlacementErr(http.StatusConflict, web.PlacementCodeConcurrentUpdate,
+				"consumer %s changed while it was being written; retry the request", cl.consumer)
+		}
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return cons, false, err
-	}
-	// It exists (perhaps created by a racing request, now committed).
-	return lock()
 }
 
 // invKey identifies one inventory.

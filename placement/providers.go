@@ -446,7 +446,9 @@ func (h *Handler) deleteProvider(c echo.Context) error {
 		return err
 	})
 	if isFKViolation(err) {
-		// An allocation (or a child) arrived after the checks.
+		// A child arrived after the checks. (An allocation cannot: its
+		// writer locks the provider first, and placement.allocations has
+		// no foreign keys since migration 00043.)
 		return inUse
 	}
 	if err != nil {

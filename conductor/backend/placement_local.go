@@ -210,7 +210,9 @@ func (p *Placement) unclaimLocal(ctx context.Context, c Claimed) error {
 // backend's counterpart of Database.ClaimReserve: one statement
 // (metalloc_claim_reserve_placement) claims up to batch unowned allocating
 // rows for conductor me and, for each that a free node's flat resource
-// provider can take now, writes the Placement consumer and allocation
+// provider can take now (picked by metalloc's filters, then verified
+// against Placement under the providers' lock, up to 4 picks per row:
+// migration 00042), writes the Placement consumer and allocation
 // (user PlacementUserID, project the owner or PlacementUserID, as claimLocal
 // does) and reserves the node, in one transaction. It returns the rows
 // reserved (ID, UUID and CreatedAt) and the claimed rows left for
