@@ -361,13 +361,11 @@ DECLARE
     r allocation_requests;
     v_rows allocation_requests[] := '{}';
     -- Parallel to v_rows: the node picked for each (NULL: none), its uuid,
-    -- its provider, the row's Placement class and its traits
-    -- (comma-separated: trait names have no commas).
+    -- its provider and the row's Placement class.
     v_nodes bigint[] := '{}';
     v_node_uuids uuid[] := '{}';
     v_rps bigint[] := '{}';
     v_rcs integer[] := '{}';
-    v_treqs text[] := '{}';
     -- Every node this transaction locked, for metalloc_pick's p_exclude.
     v_picked bigint[] := '{}';
     -- The picks of this round to verify: their indexes into v_rows.
@@ -420,7 +418,6 @@ BEGIN
         v_node_uuids := v_node_uuids || NULL::uuid;
         v_rps := v_rps || NULL::bigint;
         v_rcs := v_rcs || v_rc;
-        v_treqs := v_treqs || array_to_string(r.traits, ',');
     END LOOP;
     -- Rounds: pick a node for every row still without one (metalloc_pick:
     -- free in metalloc, with the traits there, and mirrored), lock the
@@ -450,32 +447,34 @@ BEGIN
         END LOOP;
         v_check := ARRAY(SELECT k FROM unnest(v_check) k WHERE v_nodes[k] IS NOT NULL);
         EXIT WHEN cardinality(v_check) = 0;
-        -- The first round waits for its providers, in id order as
-        -- Placement's API writers take them; later rounds skip a provider
-        -- another transaction holds (that pick fails), so that they never
-        -- wait out of that order.
+        -- The picks' root providers (PostgreSQL re-checks the root on the
+        -- newest row version). The first round waits for them, in id order
+        -- as Placement's API writers take them; later rounds skip a
+        -- provider another transaction holds (that pick fails), so that
+        -- they never wait out of that order.
         IF v_round = 1 THEN
             v_locked := ARRAY(SELECT p.id FROM placement.resource_providers p
                                WHERE p.id = ANY (ARRAY(SELECT v_rps[k] FROM unnest(v_check) k))
+                                 AND p.parent_provider_id IS NULL
                                ORDER BY p.id
                                  FOR UPDATE OF p);
         ELSE
             v_locked := ARRAY(SELECT p.id FROM placement.resource_providers p
                                WHERE p.id = ANY (ARRAY(SELECT v_rps[k] FROM unnest(v_check) k))
+                                 AND p.parent_provider_id IS NULL
                                ORDER BY p.id
                                  FOR UPDATE OF p SKIP LOCKED);
         END IF;
         -- Under the lock, a statement that reads what committed before it:
-        -- a root provider without children, with the class's inventory
-        -- and room for one more, and the traits in Placement. By keys, a
-        -- lookup per pick whatever the tables' sizes (OFFSET 0 keeps each
-        -- subquery from becoming a join, which a session that planned it
-        -- on small tables could run as a scan of the whole table).
+        -- a locked root provider without children, with the class's
+        -- inventory and room for one more, and the row's traits in
+        -- Placement. By keys, a lookup per pick whatever the tables' sizes
+        -- (OFFSET 0 keeps each subquery from becoming a join, which a
+        -- session that planned it on small tables could run as a scan of
+        -- the whole table).
         v_bad := ARRAY(
             SELECT x.k FROM unnest(v_check) x (k)
              WHERE NOT (v_rps[x.k] = ANY (v_locked)
-                 AND EXISTS (SELECT 1 FROM placement.resource_providers p
-                              WHERE p.id = v_rps[x.k] AND p.parent_provider_id IS NULL OFFSET 0)
                  AND NOT EXISTS (SELECT 1 FROM placement.resource_providers ch
                                   WHERE ch.parent_provider_id = v_rps[x.k] OFFSET 0)
                  AND EXISTS (SELECT 1 FROM placement.inventories i
@@ -485,8 +484,8 @@ BEGIN
                                         WHERE a.resource_provider_id = v_rps[x.k]
                                           AND a.resource_class_id = v_rcs[x.k])::bigint, 1)
                              OFFSET 0)
-                 AND (v_treqs[x.k] = ''
-                      OR string_to_array(v_treqs[x.k], ',')
+                 AND (cardinality((v_rows[x.k]).traits) = 0
+                      OR (v_rows[x.k]).traits
                          <@ ARRAY(SELECT t.name FROM placement.resource_provider_traits pt
                                     JOIN placement.traits t ON t.id = pt.trait_id
                                    WHERE pt.resource_provider_id = v_rps[x.k]))));
