@@ -29,7 +29,7 @@ type Config struct {
 	// (conductor.workers, 16).
 	Workers int
 	// ClaimBatch is the most rows one claim-and-reserve transaction takes
-	// (conductor.claim_batch, 8).
+	// (conductor.claim_batch, 16).
 	ClaimBatch int
 	// PollInterval is how often to look for work without a notification
 	// (conductor.poll_interval, 1s).

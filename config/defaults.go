@@ -49,7 +49,7 @@ const (
 	DefaultHeartbeatTimeout          = 60 * time.Second
 
 	DefaultConductorWorkers           = 16
-	DefaultConductorClaimBatch        = 8
+	DefaultConductorClaimBatch        = 16
 	DefaultConductorPollInterval      = time.Second
 	DefaultConductorClaimDelay        = 15 * time.Millisecond
 	DefaultConductorShutdownGrace     = 30 * time.Second

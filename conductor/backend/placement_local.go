@@ -339,16 +339,24 @@ func (p *Placement) ClaimBatch(ctx context.Context, me int64, rows []Claimed) (r
 	return reserved, append(rest, more...)
 }
 
-// claimBatchHTTP claims every job concurrently over HTTP (claimOne on its
-// selections in order).
+// httpBatchConcurrency is the most rows of one batch that claimBatchHTTP
+// claims at a time: each is a request to Placement, and a batch is up to
+// conductor.claim_batch rows (16 by default) on each of the workers.
+const httpBatchConcurrency = 8
+
+// claimBatchHTTP claims the jobs over HTTP, httpBatchConcurrency at a time
+// (claimOne on each job's selections in order).
 func (p *Placement) claimBatchHTTP(ctx context.Context, me int64, jobs []*batchJob) (reserved, rest []Claimed) {
 	outs := make([]step, len(jobs))
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, httpBatchConcurrency)
 	for i, j := range jobs {
 		wg.Add(1)
+		slots <- struct{}{}
 		go func() {
 			defer wg.Done()
+			defer func() { <-slots }()
 			outs[i] = stepTaken
 			for _, sel := range j.sels {
 				st, err := p.claimOne(ctx, me, j.c, sel)

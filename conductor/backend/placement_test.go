@@ -3,10 +3,17 @@ package backend
 import (
 	"context"
 	"fmt"
-	"github.com/metalloc/metalloc/allocation"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/metalloc/metalloc/allocation"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -554,4 +561,46 @@ func TestPlacementProcessUnreachable(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Reserved, out)
 	f.checkNoLeak([]int64{row.ID})
+}
+
+// TestPlacementBatchHTTPBoundsRequests: over HTTP, a batch of 20 rows (more
+// than httpBatchConcurrency) is claimed with at most httpBatchConcurrency
+// allocation writes in flight to Placement at a time, and every row is
+// reserved. A proxy in front of metalloc-placement counts the writes in
+// flight and holds each one 20 ms, so that the batch's claims overlap.
+func TestPlacementBatchHTTPBoundsRequests(t *testing.T) {
+	t.Parallel()
+	f := psetup(t)
+	f.goldNodes(20)
+	target, err := url.Parse(f.pc.Endpoint())
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var inFlight, most atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/allocations/") {
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	me := f.conductor("c1")
+	a := NewPlacement(f.pool, client.New(srv.URL, "admin", 10*time.Second),
+		PlacementConfig{Hostname: "c1", Mode: PlacementModeHTTP}, zaptest.NewLogger(t))
+	var batch []Claimed
+	var ids []int64
+	for range 20 {
+		r := f.allocation(nil, "gold")
+		ids = append(ids, r.ID)
+		batch = append(batch, f.claim(r.ID, me))
+	}
+	reserved, rest := a.ClaimBatch(context.Background(), me, batch)
+	require.Empty(t, rest)
+	require.Len(t, reserved, 20)
+	require.Positive(t, most.Load())
+	require.LessOrEqual(t, most.Load(), int64(httpBatchConcurrency), "allocation writes in flight at once")
+	f.checkNoLeak(ids)
 }
