@@ -419,6 +419,8 @@ func (h *Handler) deleteProvider(c echo.Context) error {
 	}
 	inUse := web.PlacementErr(http.StatusConflict, web.PlacementCodeProviderInUse,
 		"Unable to delete resource provider %s: Resource provider has allocations.", id)
+	hasChildren := web.PlacementErr(http.StatusConflict, web.PlacementCodeCannotDeleteParent,
+		"Unable to delete parent resource provider %s: It has child resource providers.", id)
 	err = h.runTx(ctx, func(q *Queries) error {
 		rp, err := q.ProviderGet(ctx, id)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -434,8 +436,7 @@ func (h *Handler) deleteProvider(c echo.Context) error {
 		if has, err := q.ProviderHasChildren(ctx, rp.ID); err != nil {
 			return err
 		} else if has {
-			return web.PlacementErr(http.StatusConflict, web.PlacementCodeCannotDeleteParent,
-				"Unable to delete parent resource provider %s: It has child resource providers.", id)
+			return hasChildren
 		}
 		if has, err := q.ProviderHasAllocations(ctx, rp.ID); err != nil {
 			return err
@@ -446,10 +447,11 @@ func (h *Handler) deleteProvider(c echo.Context) error {
 		return err
 	})
 	if isFKViolation(err) {
-		// A child arrived after the checks. (An allocation cannot: its
+		// A child arrived after the checks: the only foreign keys left
+		// that point at a provider are its children's (an allocation's
 		// writer locks the provider first, and placement.allocations has
-		// no foreign keys since migration 00043.)
-		return inUse
+		// none since migration 00043).
+		return hasChildren
 	}
 	if err != nil {
 		return err
