@@ -13,12 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metalloc/metalloc/allocation"
-
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/metalloc/metalloc/allocation"
 	"github.com/metalloc/metalloc/placement"
 	"github.com/metalloc/metalloc/placement/client"
 	"github.com/metalloc/metalloc/placement/placementtest"
