@@ -80,7 +80,8 @@ type ImportResult struct {
 // not the bulk COPY of new nodes.
 //
 // New nodes are written importChunk at a time (COPY); an import that
-// created or changed analyzeAfter nodes or more analyzes the node tables.
+// created or changed analyzeAfter nodes or more vacuums and analyzes the
+// node tables (VacuumAnalyzeNodes).
 //
 // progress, if not nil, is called with (done, total) for each node, once
 // the chunk of up to importChunk entries it was imported with is done. A
@@ -141,17 +142,17 @@ func Import(ctx context.Context, store *Store, r io.Reader, opts ImportOptions, 
 		}
 	}
 	if res.Created+res.Updated+res.MadeAvailable >= analyzeAfter && ctx.Err() == nil {
-		if err := store.q.AnalyzeNodes(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("analyzing the imported nodes: %w", err))
+		if err := store.q.VacuumAnalyzeNodes(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("vacuuming and analyzing the imported nodes: %w", err))
 		}
 	}
 	return res, errors.Join(errs...)
 }
 
 // analyzeAfter is how many nodes an import must create or change before it
-// analyzes nodes and node_traits itself: autovacuum would, but only after
-// its naptime, and plans made meanwhile by conductors and the API would see
-// a table that is still empty, or still in enroll.
+// vacuums and analyzes nodes and node_traits itself: autovacuum would, but
+// only after its naptime, and plans made meanwhile by conductors and the
+// API would see a table that is still empty, or still in enroll.
 const analyzeAfter = 1000
 
 // importChunk is how many file entries Import handles together: new nodes

@@ -138,7 +138,7 @@ func TestImportUpdates(t *testing.T) {
 // TestImportBulk: new nodes of a large file go in by COPY, in file order,
 // driven to available; an entry naming a node met earlier in the same file
 // updates it; a new entry whose name an existing node holds fails alone;
-// the node tables are analyzed afterwards.
+// the node tables are vacuumed and analyzed afterwards.
 func TestImportBulk(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -178,4 +178,8 @@ func TestImportBulk(t *testing.T) {
 	var reltuples float64
 	require.NoError(t, e.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE relname = 'nodes'`).Scan(&reltuples))
 	require.InDelta(t, n+1, reltuples, 1)
+	var vacuumed int
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_user_tables
+		WHERE relname IN ('nodes', 'node_traits') AND last_vacuum IS NOT NULL`).Scan(&vacuumed))
+	require.Equal(t, 2, vacuumed, "VACUUM (ANALYZE) after the import")
 }
