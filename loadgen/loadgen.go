@@ -14,7 +14,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -472,8 +471,7 @@ func enrollBy(ctx context.Context, c *client, o Options) (Rate, error) {
 		// test (bursts 3,467-3,648/s without this, 3,651-3,979/s with it, in
 		// alternate runs).
 		file = nil
-		runtime.GC()
-		debug.FreeOSMemory()
+		debug.FreeOSMemory() // a collection, then the heap back to the OS
 		return Rate{o.Nodes, took}, nil
 	case EnrollAPI:
 		took, err := enroll(ctx, c, o)
