@@ -101,14 +101,30 @@ func processCPU(pid int) time.Duration {
 const clockTicks = 100
 
 // PeakMemory is the highest resident set size pid has had (VmHWM in
-// /proc/PID/status), 0 if it cannot be read.
+// /proc/PID/status), 0 if it cannot be read. Memory mapped from huge pages
+// is not part of it (HugePagesMemory).
 func PeakMemory(pid int) int64 {
+	return statusBytes(pid, "VmHWM:")
+}
+
+// HugePagesMemory is how much huge-page memory pid has mapped now
+// (HugetlbPages in /proc/PID/status): for a PostgreSQL backend, the part of
+// the server's shared memory it has touched when the server runs on huge
+// pages (its huge_pages setting, and pages the kernel reserved with
+// vm.nr_hugepages); 0 when it does not, or when the file cannot be read.
+func HugePagesMemory(pid int) int64 {
+	return statusBytes(pid, "HugetlbPages:")
+}
+
+// statusBytes is the "<field> N kB" line of /proc/PID/status in bytes, 0
+// if it cannot be read.
+func statusBytes(pid int, field string) int64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return 0
 	}
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return kb * 1024
 		}

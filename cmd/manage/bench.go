@@ -289,12 +289,13 @@ func logStatistics(ctx context.Context, log *zap.Logger, pool *pgxpool.Pool) {
 func footprint(ctx context.Context, pool *pgxpool.Pool, stack *devstack.Stack) string {
 	var size int64
 	_ = pool.QueryRow(ctx, `SELECT pg_database_size(current_database())`).Scan(&size)
-	var pg int64
+	var pg, huge int64
 	if rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`); err == nil {
 		for rows.Next() {
 			var pid int
 			if rows.Scan(&pid) == nil {
 				pg = max(pg, db.PeakMemory(pid))
+				huge = max(huge, db.HugePagesMemory(pid))
 			}
 		}
 		rows.Close()
@@ -309,5 +310,13 @@ func footprint(ctx context.Context, pool *pgxpool.Pool, stack *devstack.Stack) s
 	}
 	parts = append(parts, "metalloc-manage bench (load generator, import) "+mb(db.PeakMemory(os.Getpid())),
 		"largest PostgreSQL process "+mb(pg))
-	return "peak memory: " + strings.Join(parts, ", ") + "\ndatabase size: " + mb(size)
+	// Shared memory on huge pages is not in a process's peak resident
+	// size; it changes what a large fleet costs (docs/operations.md,
+	// Sizing, "PostgreSQL").
+	pages := "4 kB pages (no huge pages, or PostgreSQL on another host)"
+	if huge > 0 {
+		pages = "huge pages (up to " + mb(huge) + " of them mapped by one backend)"
+	}
+	return "peak memory: " + strings.Join(parts, ", ") + "\ndatabase size: " + mb(size) +
+		"\nPostgreSQL shared memory: " + pages
 }
