@@ -312,7 +312,7 @@ func footprint(ctx context.Context, pool *pgxpool.Pool, stack *devstack.Stack) s
 		"largest PostgreSQL process "+mb(pg))
 	// Shared memory on huge pages is not in a process's peak resident
 	// size; it changes what a large fleet costs (docs/operations.md,
-	// Sizing, "PostgreSQL").
+	// Sizing, "Huge pages for a large fleet").
 	pages := "4 kB pages (no huge pages, or PostgreSQL on another host)"
 	if huge > 0 {
 		pages = "huge pages (up to " + mb(huge) + " of them mapped by one backend)"
