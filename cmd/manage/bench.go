@@ -282,6 +282,13 @@ func logStatistics(ctx context.Context, log *zap.Logger, pool *pgxpool.Pool) {
 	}
 }
 
+// hugePagesHint is the database size (bytes) from which the benchmark's
+// last line points a server on 4 kB pages to huge pages: at 1,000,000
+// nodes (about 1 GB) they made allocations 20-34 % faster on the 2-core
+// machine (docs/benchmarks.md, 2026-11-28); at 100,000 (about 120 MB) the
+// pages allocations touch are few and soon mapped.
+const hugePagesHint = 512 << 20
+
 // footprint reads, while the stack still runs, the peak resident memory
 // (VmHWM) of every process of the stack, of this one and of the largest
 // PostgreSQL server process (shared buffers included), and the database's
@@ -314,8 +321,12 @@ func footprint(ctx context.Context, pool *pgxpool.Pool, stack *devstack.Stack) s
 	// size; it changes what a large fleet costs (docs/operations.md,
 	// Sizing, "Huge pages for a large fleet").
 	pages := "4 kB pages (no huge pages, or PostgreSQL on another host)"
-	if huge > 0 {
+	switch {
+	case huge > 0:
 		pages = "huge pages (up to " + mb(huge) + " of them mapped by one backend)"
+	case size >= hugePagesHint:
+		pages += "; a database this size allocates faster on huge pages (docs/operations.md, Sizing, " +
+			"\"Huge pages for a large fleet\")"
 	}
 	return "peak memory: " + strings.Join(parts, ", ") + "\ndatabase size: " + mb(size) +
 		"\nPostgreSQL shared memory: " + pages
