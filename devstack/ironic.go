@@ -80,6 +80,11 @@ type IronicOptions struct {
 	UWSGI bool
 	// Debug sets Ironic's [DEFAULT]debug.
 	Debug bool
+	// NoProxyHeaders leaves [oslo_middleware]enable_proxy_headers_parsing
+	// at Ironic's default (false): Ironic's links then name its own
+	// address, whatever X-Forwarded-* say. Default: true, links name the
+	// proxy in front.
+	NoProxyHeaders bool
 	// Log reports progress.
 	Log *zap.Logger
 }
@@ -325,7 +330,7 @@ api_workers = %[6]d
 [oslo_middleware]
 # Links in answers name the proxy in front (X-Forwarded-Host/-Proto), as
 # metalloc in front of Ironic forwards them.
-enable_proxy_headers_parsing = true
+enable_proxy_headers_parsing = %[7]t
 
 [json_rpc]
 auth_strategy = noauth
@@ -353,7 +358,7 @@ instance_master_path = %[5]s/master_images
 [deploy]
 http_root = %[5]s/httpboot
 http_url = http://127.0.0.1:1/
-`, strings.TrimPrefix(i.listen, "127.0.0.1:"), host, rpcPort, dbURL, i.Dir, i.opts.APIWorkers)
+`, strings.TrimPrefix(i.listen, "127.0.0.1:"), host, rpcPort, dbURL, i.Dir, i.opts.APIWorkers, !i.opts.NoProxyHeaders)
 	if i.opts.AuthStrategy == IronicKeystone {
 		user, project, _ := strings.Cut(i.svcUser, "@")
 		base := strings.TrimSuffix(i.opts.Keystone.Endpoint(), "/v3")

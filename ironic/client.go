@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -411,4 +412,25 @@ func (c *Client) GetNode(ctx context.Context, ident string) (json.RawMessage, er
 	var out json.RawMessage
 	err = c.get(ctx, "nodes/"+url.PathEscape(ident)+"?fields="+url.QueryEscape(fields(mv, false)), &out)
 	return out, err
+}
+
+// Authorize sets metalloc's own credentials for Ironic in h
+// (ironic.auth_strategy): nothing for noauth, Authorization: Basic with
+// ironic.username and ironic.password for http_basic, the service user's
+// X-Auth-Token for keystone (the token gophercloud keeps and renews; the
+// first call authenticates, and fails as ServiceClient does while Ironic
+// or Keystone cannot be reached). The front uses it for requests it
+// proxies with ForwardService.
+func (c *Client) Authorize(ctx context.Context, h http.Header) error {
+	switch c.opts.AuthStrategy {
+	case AuthHTTPBasic:
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(c.opts.Username+":"+c.opts.Password)))
+	case AuthKeystone:
+		sc, err := c.ServiceClient(ctx)
+		if err != nil {
+			return err
+		}
+		h.Set("X-Auth-Token", sc.ProviderClient.Token())
+	}
+	return nil
 }

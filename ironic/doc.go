@@ -90,23 +90,41 @@
 // # The proxy
 //
 // Front.Middleware is metalloc-api's route-level switch, placed after
-// request ids and the access log and before the request timeout, the
-// body limit and authentication. A request metalloc owns (Owned: its
+// request ids, the access log, CanonicalPaths, the body limit and
+// authentication, and before metalloc's handlers. Every request passes
+// metalloc's own authentication (api.auth_strategy) before anything is
+// forwarded, but the version documents and Ironic's agent routes
+// (/v1/lookup, /v1/heartbeat/{node}: PublicRoute), which Ironic serves
+// without credentials too. A request metalloc owns (Owned: its
 // allocations, a node's allocation, allocation groups, topology, the
-// operator page and its summary, metrics) goes on to metalloc's handlers;
-// / and /v1 are Ironic's documents with the pair's microversion range
-// (metalloc's own documents while Ironic cannot be reached); everything
-// else goes to Ironic whatever metalloc registers for it standalone, so
-// routes added to metalloc later do not shadow Ironic's. Every /v1
-// request's microversion is checked against the pair's range (406 in
-// Ironic's words outside it; "latest" is sent as the pair's highest), and
-// answers carry the pair's minimum and maximum. Proxied requests keep
-// method, path, query, body and headers (the client's X-Auth-Token or
-// Authorization: Ironic authenticates them, metalloc does not), gain
-// X-Forwarded-For, -Host, -Proto (-Prefix) so that Ironic's links name
-// metalloc, and carry metalloc's request id as Ironic's global request id;
-// the answer carries metalloc's request id only. An Ironic that refuses
-// the connection or does not answer within ironic.timeout gives 503 in
+// operator page and its summary, metrics) goes on to metalloc's
+// handlers, and only at its canonical spelling: a path Ironic would
+// resolve to an owned route (IronicPath: repeated slashes, a .json
+// suffix, dot segments, percent-encoding, letter case) but spelt
+// otherwise is 404 (CanonicalPaths), so metalloc's router and Ironic's
+// never disagree about who answers. / and /v1 are Ironic's documents
+// with the pair's microversion range (metalloc's own documents while
+// Ironic cannot be reached); everything else goes to Ironic whatever
+// metalloc registers for it standalone, so routes added to metalloc
+// later do not shadow Ironic's. Every /v1 request's microversion is
+// checked against the pair's range (406 in Ironic's words outside it;
+// "latest" is sent as the pair's highest), and answers carry the pair's
+// minimum and maximum.
+//
+// Proxied requests keep method, path, query, body (already read whole,
+// within api.max_request_body_size: a larger one is 413, a shorter one
+// than its Content-Length the client's 400) and headers but Expect, and
+// carry the credentials Forwarding gives for api.auth_strategy: keystone
+// the client's token (Ironic's own rules apply to the caller), http_basic
+// metalloc's own ironic.* credentials (the client's password stays in
+// metalloc), noauth the request as sent. They gain X-Forwarded-For,
+// -Host, -Proto (-Prefix), and metalloc's request id as Ironic's global
+// request id; the answer carries metalloc's request id only, an
+// informational status (100 Continue) never replaces the final one, and
+// links in a JSON answer (and Location) that name Ironic (its endpoint as
+// metalloc reaches it, or the base its root document names) are rewritten
+// to name metalloc as the client reached it. An Ironic that refuses the
+// connection or does not answer within ironic.timeout gives 503 in
 // Ironic's error format; nothing is retried or restarted. After a
 // successful change to a node (any method but GET, HEAD, OPTIONS under
 // /v1/nodes; the node resolved to its uuid through the mirror before the

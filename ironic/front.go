@@ -6,17 +6,22 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
 
+	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -74,11 +79,79 @@ type FrontOptions struct {
 	Resources []string
 	// Metrics, when set, counts the refreshes.
 	Metrics *Metrics
+	// Forwarding is what proxied requests carry to Ironic as credentials
+	// (ForwardingFor metalloc-api's api.auth_strategy).
+	Forwarding Forwarding
 	// FollowFor is how long a node Ironic is still moving (a target
 	// provision or power state) after a proxied change is read again,
 	// with back-off, until it arrives (default 2 min).
 	FollowFor time.Duration
 	Log       *zap.Logger
+}
+
+// Forwarding is what a request metalloc-api proxies to Ironic carries as
+// credentials, decided by metalloc's own authentication (api.auth_strategy,
+// ForwardingFor). Every proxied request has passed metalloc's
+// authentication first (but Ironic's own public routes, see
+// PublicRoute); this decides only what Ironic then sees.
+type Forwarding int
+
+const (
+	// ForwardAsSent (noauth): the client's headers as sent. metalloc
+	// checks nothing and grants nothing: Ironic authenticates the
+	// request itself, with whatever credentials the client gave.
+	ForwardAsSent Forwarding = iota
+	// ForwardToken (keystone): the client's X-Auth-Token, which metalloc
+	// has validated; Ironic validates it again and applies its own access
+	// rules and project scoping to the caller. An Authorization header is
+	// removed.
+	ForwardToken
+	// ForwardService (http_basic): metalloc's own Ironic credentials
+	// (ironic.auth_strategy: nothing, ironic.username and .password, or
+	// the keystone service user's token) instead of the client's: the
+	// client's password is metalloc's and never leaves it
+	// (Authorization and X-Auth-Token are removed). Ironic sees the
+	// request as metalloc's service user's; the caller is named in
+	// metalloc's log line for the request, whose request id Ironic logs
+	// as the global request id. Requests to Ironic's public routes carry
+	// no credentials.
+	ForwardService
+)
+
+// ForwardingFor is the Forwarding of metalloc-api's api.auth_strategy:
+// keystone forwards the client's token, http_basic metalloc's own
+// credentials, noauth (and anything else) the request as sent.
+func ForwardingFor(strategy string) Forwarding {
+	switch strategy {
+	case auth.StrategyKeystone:
+		return ForwardToken
+	case auth.StrategyHTTPBasic:
+		return ForwardService
+	}
+	return ForwardAsSent
+}
+
+// PublicRoute reports whether path (decoded, trailing slash removed) is
+// one of Ironic's public routes that metalloc forwards without
+// authentication in front of Ironic: the ramdisk agent's /v1/lookup and
+// /v1/heartbeat/{node}, which Ironic serves to agents without
+// credentials (its [api] public routes; the agent proves itself with
+// its agent token, checked by Ironic). metalloc's own public routes (/,
+// /v1, /metrics) are web.IronicPublicRoute's.
+func PublicRoute(path string) bool {
+	if path == "/v1/lookup" {
+		return true
+	}
+	node, ok := strings.CutPrefix(path, "/v1/heartbeat/")
+	if !ok || node == "" {
+		return false
+	}
+	for _, r := range node {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // Front is metalloc-api's face in front of Ironic: a route-level switch
@@ -109,6 +182,8 @@ type Front struct {
 
 	dmu  sync.Mutex
 	docs map[string]cachedDoc // Ironic's version documents, by path, base URL and microversion
+
+	self atomic.Pointer[string] // the base URL Ironic's root document names, when not metalloc's
 }
 
 // cachedDoc is a version document of Ironic's as last read.
@@ -125,6 +200,7 @@ const docTTL = time.Minute
 type proxyState struct {
 	node   string // the node changed (uuid when the mirror knew it)
 	create bool   // POST /v1/nodes: the node's uuid is in the answer
+	public string // metalloc's base URL as the client reached it (links)
 	log    *zap.Logger
 }
 
@@ -205,9 +281,10 @@ func (f *Front) Versions(ctx context.Context) (lo, hi web.Version) {
 // Middleware is the route-level switch: requests metalloc owns go on to
 // its handlers (with the pair's microversion checks), / and /v1 are
 // answered for the pair, everything else is proxied to Ironic. Put it
-// after request ids and the access log and before authentication:
-// proxied requests are authenticated by Ironic, with the client's own
-// credentials.
+// after CanonicalPaths, the body limit and authentication: every request
+// it proxies has passed metalloc's authentication (but Ironic's public
+// routes, PublicRoute), and carries the credentials FrontOptions.Forwarding
+// says.
 func (f *Front) Middleware() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -255,7 +332,28 @@ func (f *Front) serve(c echo.Context) error {
 	req := c.Request()
 	ctx, cancel := context.WithTimeout(req.Context(), f.opts.Client.Timeout())
 	defer cancel()
-	st := &proxyState{log: web.Logger(c)}
+	st := &proxyState{log: web.Logger(c), public: f.publicBase(req)}
+	// Credentials, as metalloc's authentication decided (Forwarding).
+	// Expect: 100-continue is not forwarded: the body is already read
+	// (the body limit), and Ironic's 100 must not become the answer.
+	req.Header.Del("Expect")
+	switch f.opts.Forwarding {
+	case ForwardToken:
+		req.Header.Del("Authorization")
+	case ForwardService:
+		req.Header.Del("Authorization")
+		req.Header.Del("X-Auth-Token")
+		if creds, authed := auth.FromContext(req.Context()); authed {
+			if err := f.opts.Client.Authorize(ctx, req.Header); err != nil {
+				f.unavailable(c.Response(), req.WithContext(context.WithValue(ctx, proxyStateKey{}, st)), err)
+				return nil
+			}
+			if req.Method != http.MethodGet && req.Method != http.MethodHead {
+				st.log.Info("proxied to Ironic with metalloc's credentials", zap.String("user", creds.UserName),
+					zap.String("method", req.Method), zap.String("path", req.URL.Path))
+			}
+		}
+	}
 	switch req.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 	default:
@@ -278,8 +376,24 @@ func (f *Front) serve(c echo.Context) error {
 		req.Header.Set(web.RequestIDHeader, id)
 	}
 	c.SetPath("ironic:proxy")
-	f.proxy.ServeHTTP(c.Response(), req.WithContext(context.WithValue(ctx, proxyStateKey{}, st)))
+	f.proxy.ServeHTTP(informational{c.Response()}, req.WithContext(context.WithValue(ctx, proxyStateKey{}, st)))
 	return nil
+}
+
+// informational is the response writer of proxied requests: an
+// informational status (1xx but 101) goes to the client without
+// committing echo's response, whose final status would otherwise be lost
+// (echo writes a committed response's later status nowhere: the client
+// got 200 for Ironic's 400 after a 100 Continue).
+type informational struct{ *echo.Response }
+
+// WriteHeader implements http.ResponseWriter.
+func (w informational) WriteHeader(code int) {
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		w.Response.Writer.WriteHeader(code)
+		return
+	}
+	w.Response.WriteHeader(code)
 }
 
 // rewrite sends the request to Ironic's root, keeping its path and query,
@@ -290,13 +404,18 @@ func (f *Front) rewrite(pr *httputil.ProxyRequest) {
 	f.forwarded(pr.In, pr.Out.Header)
 }
 
-// forwarded sets X-Forwarded-For, -Host, -Proto (and -Prefix) in out for
-// request in, naming metalloc as the client reached it
-// (api.public_endpoint when set; else what a proxy in front of metalloc
-// said; else the request's own host and scheme), so that Ironic's links
-// name metalloc.
-func (f *Front) forwarded(in *http.Request, out http.Header) {
-	host, proto, prefix := in.Host, "http", ""
+// publicBase is metalloc's base URL as the client reached it
+// (scheme://host[/prefix], no trailing slash; see publicParts).
+func (f *Front) publicBase(in *http.Request) string {
+	host, proto, prefix := f.publicParts(in)
+	return proto + "://" + host + prefix
+}
+
+// publicParts names metalloc as the client reached it: api.public_endpoint
+// when set; else what a proxy in front of metalloc said; else the
+// request's own host and scheme.
+func (f *Front) publicParts(in *http.Request) (host, proto, prefix string) {
+	host, proto = in.Host, "http"
 	if in.TLS != nil {
 		proto = "https"
 	}
@@ -311,6 +430,15 @@ func (f *Front) forwarded(in *http.Request, out http.Header) {
 			host, proto, prefix = u.Host, u.Scheme, strings.TrimRight(u.Path, "/")
 		}
 	}
+	return host, proto, prefix
+}
+
+// forwarded sets X-Forwarded-For, -Host, -Proto (and -Prefix) in out for
+// request in, naming metalloc as the client reached it (publicParts), so
+// that an Ironic that reads them (enable_proxy_headers_parsing) names
+// metalloc in its links.
+func (f *Front) forwarded(in *http.Request, out http.Header) {
+	host, proto, prefix := f.publicParts(in)
 	if ip, _, err := net.SplitHostPort(in.RemoteAddr); err == nil {
 		if prior := in.Header.Values("X-Forwarded-For"); len(prior) > 0 {
 			ip = strings.Join(prior, ", ") + ", " + ip
@@ -334,6 +462,11 @@ func (f *Front) modifyResponse(resp *http.Response) error {
 		st.log.Debug("proxied to Ironic", zap.String("ironic_request_id", id), zap.Int("status", resp.StatusCode))
 	}
 	resp.Header.Del(web.RequestIDHeader) // one id in the answer: metalloc's
+	if st != nil {
+		if err := f.rewriteLinks(resp, st.public); err != nil {
+			return err
+		}
+	}
 	if st == nil || resp.StatusCode/100 != 2 || (st.node == "" && !st.create) {
 		return nil
 	}
@@ -442,6 +575,9 @@ func (f *Front) versionDoc(c echo.Context, which string) error {
 		cancel()
 		switch {
 		case err == nil:
+			if which == "/" {
+				f.learnSelfBase(doc, f.publicBase(req))
+			}
 			cached, ok = cachedDoc{doc: doc, at: time.Now()}, true
 			f.dmu.Lock()
 			if f.docs == nil {
@@ -517,4 +653,87 @@ func (f *Front) ironicDoc(ctx context.Context, c echo.Context, which string) (ma
 		return nil, err
 	}
 	return doc, nil
+}
+
+// rewriteLinks makes the links of a JSON answer of Ironic's name metalloc
+// (public, its base URL as the client reached it) where they name Ironic:
+// an Ironic that does not read X-Forwarded-* (enable_proxy_headers_parsing
+// off, its default) builds its links from its own address, or from its
+// [api]public_endpoint, and a client paginating with the "next" link would
+// leave metalloc. The bases replaced are Ironic's root as metalloc
+// reaches it (ironic.endpoint) and the base Ironic's root document names
+// (selfBase), wherever a JSON string starts with one of them, and in
+// Location. Nothing is read when no base differs from public.
+func (f *Front) rewriteLinks(resp *http.Response, public string) error {
+	var bases []string
+	for _, b := range []string{strings.TrimRight(f.target.String(), "/"), f.selfBase()} {
+		if b != "" && b != public && !slices.Contains(bases, b) {
+			bases = append(bases, b)
+		}
+	}
+	if len(bases) == 0 {
+		return nil
+	}
+	if loc := resp.Header.Get("Location"); loc != "" {
+		for _, b := range bases {
+			if rest, ok := strings.CutPrefix(loc, b); ok && (rest == "" || rest[0] == '/' || rest[0] == '?') {
+				resp.Header.Set("Location", public+rest)
+				break
+			}
+		}
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.Body == nil || resp.Header.Get("Content-Encoding") != "" || mt != "application/json" {
+		return nil
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	changed := false
+	for _, b := range bases {
+		for _, end := range []string{`/`, `?`, `"`} {
+			old := []byte(`"` + b + end)
+			if bytes.Contains(body, old) {
+				body, changed = bytes.ReplaceAll(body, old, []byte(`"`+public+end)), true
+			}
+		}
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	if changed {
+		resp.ContentLength = int64(len(body))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	}
+	return nil
+}
+
+// selfBase is the base URL Ironic's root document names (its
+// [api]public_endpoint, or its own address), as last read; "" before.
+func (f *Front) selfBase() string {
+	if p := f.self.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// learnSelfBase remembers the base URL of Ironic's root document doc
+// (its default version's self link, less /v1/) unless it is public
+// (metalloc's, as the client that asked for it reached it: Ironic reads
+// X-Forwarded-*).
+func (f *Front) learnSelfBase(doc map[string]any, public string) {
+	dv, _ := doc["default_version"].(map[string]any)
+	links, _ := dv["links"].([]any)
+	for _, l := range links {
+		m, _ := l.(map[string]any)
+		href, _ := m["href"].(string)
+		if rel, _ := m["rel"].(string); rel != "self" || href == "" {
+			continue
+		}
+		base := strings.TrimSuffix(strings.TrimRight(href, "/"), "/v1")
+		if u, err := url.Parse(base); err == nil && u.Host != "" && base != public {
+			f.self.Store(&base)
+		}
+		return
+	}
 }

@@ -28,7 +28,7 @@ const maxPeekBody = 1 << 20
 //     (/v1/nodes/{node}/allocation) metalloc does not have (made directly
 //     in Ironic, or backfilled) is proxied;
 //   - DELETE and PATCH of one metalloc has go to Ironic first, with the
-//     client's credentials (Ironic's own checks: its policy, a node active
+//     credentials FrontOptions.Forwarding gives (Ironic's own checks: its policy, a node active
 //     or moving), then, when Ironic answered 2xx or 404 (its copy not made
 //     yet), to metalloc's handler; any other answer of Ironic's is the
 //     client's, and Ironic unreachable is 503. So a deletion through

@@ -42,3 +42,70 @@ func TestNodeOf(t *testing.T) {
 		require.Equal(t, want.ok, ok, path)
 	}
 }
+
+// TestOwnedSpelling: a request Ironic would resolve to one of metalloc's
+// routes is metalloc's, and is canonical only when spelt exactly as
+// Ironic resolves it; every other request is Ironic's.
+func TestOwnedSpelling(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		path, raw        string
+		owned, canonical bool
+	}{
+		{"/", "", true, true},
+		{"/v1", "", true, true},
+		{"/v1/allocations", "", true, true},
+		{"/v1/allocations/a1", "", true, true},
+		{"/v1/nodes/N1/allocation", "", true, true},
+		{"/v1/allocations/", "", true, true}, // trailing slashes: RemoveTrailingSlash's
+		{"//v1/allocations", "", true, false},
+		{"/v1//allocations", "", true, false},
+		{"/v1/allocations.json", "", true, false},
+		{"/v1/allocations/a1.json", "", true, false},
+		{"/v1/./allocations", "", true, false},
+		{"/v1/x/../allocations", "", true, false},
+		{"/v1/allocations", "/v1%2Fallocations", true, false},
+		{"/v1/allocations", "/v1/%61llocations", true, false},
+		{"/v1/allocations.json", "/v1/allocations%2ejson", true, false},
+		{"/V1/allocations", "", true, false},
+		{"/v1/Allocations", "", true, false},
+		{"/v1/nodes/n1/allocation.json", "", true, false},
+		{"//", "", true, true},
+		{"/metrics.json", "", true, false},
+		{"/UI/", "", true, false},
+
+		{"/v1/nodes", "", false, true},
+		{"/v1/nodes/n1.json", "", false, true},
+		{"//v1/nodes", "", false, true},
+		{"/v1/nodes/a.b.c", "", false, true},
+		{"/v1/lookup", "", false, true},
+	} {
+		owned, canonical := OwnedSpelling(tc.path, tc.raw)
+		require.Equal(t, tc.owned, owned, "%s %s", tc.path, tc.raw)
+		require.Equal(t, tc.canonical, canonical, "%s %s", tc.path, tc.raw)
+	}
+}
+
+// TestIronicPath: paths as Ironic 21.4 resolves them.
+func TestIronicPath(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"": "/", "/": "/", "//": "/", "/v1/": "/v1", "//v1//nodes//": "/v1/nodes", "/v1/nodes.json": "/v1/nodes",
+		"/v1/nodes.json/": "/v1/nodes", "/v1/./a/../b": "/v1/b", "/../v1": "/v1", "/v1/n.1": "/v1/n.1",
+	} {
+		require.Equal(t, want, IronicPath(in), in)
+	}
+}
+
+// TestPublicRoute: Ironic's agent routes, and nothing that merely starts
+// like them.
+func TestPublicRoute(t *testing.T) {
+	t.Parallel()
+	for path, want := range map[string]bool{
+		"/v1/lookup": true, "/v1/heartbeat/1be26c0b-03f2-4d2e-ae87-c02d7f33c123": true,
+		"/v1/heartbeat/": false, "/v1/heartbeat": false, "/v1/heartbeat/a/b": false, "/v1/heartbeat/..": false,
+		"/v1/lookup/x": false, "/v1/nodes": false, "/v1/heartbeat/A": false,
+	} {
+		require.Equal(t, want, PublicRoute(path), path)
+	}
+}

@@ -48,7 +48,7 @@ func ClientGone(c echo.Context) bool {
 // client left (nothing reaches the client any more) and logs err at Info:
 // an impatient client is not a server error. It reports whether it did.
 func answerClientGone(c echo.Context, err error) bool {
-	if c.Response().Committed || !ClientGone(c) {
+	if _, waiting := errors.AsType[bodyTimeout](err); waiting || c.Response().Committed || !ClientGone(c) {
 		return false
 	}
 	Logger(c).Info("client closed the request before its answer", zap.Error(err))

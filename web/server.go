@@ -127,6 +127,13 @@ func BodyLimit(max int64, tooLarge func() error) echo.MiddlewareFunc {
 			}
 			body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 			if err != nil {
+				if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+					// The client sent less than its Content-Length and
+					// waits: its fault, answered although the server
+					// canceled the request's context (ClientGone).
+					return bodyTimeout{BadRequest("The request body did not arrive within the server's read timeout " +
+						"(fewer bytes than its Content-Length).")}
+				}
 				return BadRequest("Could not read the request body: %v", err)
 			}
 			if int64(len(body)) > max {
@@ -138,3 +145,11 @@ func BodyLimit(max int64, tooLarge func() error) echo.MiddlewareFunc {
 		}
 	}
 }
+
+// bodyTimeout is the 400 of a request body that stopped arriving before
+// the server's read timeout: the server cancels the request's context
+// then, but the client is still waiting for its answer.
+type bodyTimeout struct{ err *Error }
+
+func (b bodyTimeout) Error() string { return b.err.Error() }
+func (b bodyTimeout) Unwrap() error { return b.err }

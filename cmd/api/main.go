@@ -105,6 +105,7 @@ func newFront(cfg config.Config, pool *pgxpool.Pool, log *zap.Logger) (*ironic.F
 	return ironic.NewFront(ironic.FrontOptions{
 		Client: ic, Mirror: ironic.NewMirror(ic, pool, cfg.Ironic.SyncPageSize, log),
 		PublicEndpoint: cfg.API.PublicEndpoint, Resources: resources, Log: log,
+		Forwarding: ironic.ForwardingFor(cfg.API.AuthStrategy),
 	})
 }
 
@@ -127,12 +128,14 @@ func newAPI(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rul
 	return newAPIWith(cfg, pool, authn, rules, hub, nil, log)
 }
 
-// newAPIWith is newAPI in front of Ironic when front is not nil: its
-// route-level switch (ironic.Front.Middleware) comes right after request
-// ids and the access log, before the request timeout, the body limit and
+// newAPIWith is newAPI in front of Ironic when front is not nil: owned
+// routes are answered at their canonical spelling only
+// (ironic.CanonicalPaths), and the route-level switch
+// (ironic.Front.Middleware) comes right after the body limit and
 // authentication, so that every route metalloc does not own (ironic.Owned)
-// goes to Ironic whatever metalloc registers for it, with the client's own
-// credentials.
+// goes to Ironic whatever metalloc registers for it, authenticated by
+// metalloc first and with the credentials ironic.ForwardingFor
+// api.auth_strategy gives.
 func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rules auth.Rules, hub *allocation.Hub,
 	front *ironic.Front, log *zap.Logger) (*echo.Echo, error) {
 	e := echo.New()
@@ -180,6 +183,38 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 		},
 	}))
 	if front != nil {
+		// Owned routes only at their canonical spelling: Ironic must never
+		// get one of metalloc's requests under another (ironic.CanonicalPaths).
+		e.Use(ironic.CanonicalPaths())
+	}
+	if cfg.API.RequestTimeout > 0 {
+		// The request's context ends after RequestTimeout: a database that
+		// stopped answering gives 503, not a hung client. Waits and event
+		// streams bound each of their reads instead; requests proxied to
+		// Ironic are bounded by ironic.timeout.
+		e.Use(middleware.ContextTimeoutWithConfig(middleware.ContextTimeoutConfig{
+			Timeout: cfg.API.RequestTimeout,
+			Skipper: func(c echo.Context) bool {
+				return allocation.LongRequest(c.Request()) || allocgroup.LongRequest(c.Request()) ||
+					(front != nil && !ironic.Owned(c.Request().URL.Path))
+			},
+		}))
+	}
+	e.GET("/metrics", web.MetricsHandler(reg))
+	// The body limit and authentication apply to every request, proxied
+	// to Ironic or not (ironic.Forwarding says what Ironic then gets).
+	e.Use(web.BodyLimit(cfg.API.MaxRequestBodySize, func() error {
+		return web.Errorf(http.StatusRequestEntityTooLarge, "Request is too large.")
+	}))
+	public := web.IronicPublicRoute
+	if front != nil {
+		// Ironic's own public routes (the ramdisk agent's) stay public.
+		public = func(c echo.Context) bool {
+			return web.IronicPublicRoute(c) || ironic.PublicRoute(c.Request().URL.Path)
+		}
+	}
+	e.Use(auth.Middleware(authn, public, web.IronicAuthFailure))
+	if front != nil {
 		m, err := ironic.NewMetrics(reg)
 		if err != nil {
 			return nil, err
@@ -187,22 +222,6 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 		front.SetMetrics(m)
 		e.Use(front.Middleware())
 	}
-	if cfg.API.RequestTimeout > 0 {
-		// The request's context ends after RequestTimeout: a database that
-		// stopped answering gives 503, not a hung client. Waits and event
-		// streams bound each of their reads instead.
-		e.Use(middleware.ContextTimeoutWithConfig(middleware.ContextTimeoutConfig{
-			Timeout: cfg.API.RequestTimeout,
-			Skipper: func(c echo.Context) bool {
-				return allocation.LongRequest(c.Request()) || allocgroup.LongRequest(c.Request())
-			},
-		}))
-	}
-	e.GET("/metrics", web.MetricsHandler(reg))
-	e.Use(web.BodyLimit(cfg.API.MaxRequestBodySize, func() error {
-		return web.Errorf(http.StatusRequestEntityTooLarge, "Request is too large.")
-	}))
-	e.Use(auth.Middleware(authn, web.IronicPublicRoute, web.IronicAuthFailure))
 	web.RegisterIronicRoot(e, cfg.API.PublicEndpoint, resources)
 	v1 := e.Group("/v1", web.IronicVersion())
 	nodes := node.NewStore(pool)
