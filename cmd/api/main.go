@@ -203,6 +203,11 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 		return web.Errorf(http.StatusRequestEntityTooLarge, "Request is too large.")
 	}))
 	e.Use(auth.Middleware(authn, web.IronicPublicRoute, web.IronicAuthFailure))
+	// A body that is not text (invalid UTF-8, a lone surrogate escape) is
+	// invalid JSON, before any handler could store U+FFFD in its place.
+	e.Use(web.JSONText(func(problem string) error {
+		return web.BadRequest("Invalid JSON in request body: %s", problem)
+	}))
 	web.RegisterIronicRoot(e, cfg.API.PublicEndpoint, resources)
 	v1 := e.Group("/v1", web.IronicVersion())
 	nodes := node.NewStore(pool)
