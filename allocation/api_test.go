@@ -132,6 +132,27 @@ func TestAPICreateValidation(t *testing.T) {
 	require.Zero(t, count, "rejected requests must leave nothing behind")
 }
 
+// TestAPIUnknownCandidatesEchoCapped: unknown candidate_nodes are named in
+// the 400 up to web.MaxEchoed of them, then counted: 10,000 unknown names
+// get a short answer, not one echoing them all.
+func TestAPIUnknownCandidatesEchoCapped(t *testing.T) {
+	t.Parallel()
+	a := setupAPI(t)
+	a.node("n1", "gold")
+	names := []string{"n1"}
+	for i := range 10000 {
+		names = append(names, fmt.Sprintf("nope-%05d", i))
+	}
+	st, body, _ := a.call("POST", "/v1/allocations", "1.60", map[string]any{"resource_class": "gold", "candidate_nodes": names})
+	require.Equal(t, 400, st)
+	require.Equal(t, "Nodes cannot be found: "+strings.Join(names[1:11], ", ")+" and 9990 more", fault(t, body))
+	raw, _ := json.Marshal(body)
+	require.Less(t, len(raw), 500)
+	st, body, _ = a.call("POST", "/v1/allocations", "1.60", map[string]any{"resource_class": "gold", "candidate_nodes": names[:11]})
+	require.Equal(t, 400, st)
+	require.Equal(t, "Nodes cannot be found: "+strings.Join(names[1:11], ", "), fault(t, body), "ten are all named")
+}
+
 func TestAPICreateGetListPatchDelete(t *testing.T) {
 	t.Parallel()
 	a := setupAPI(t)

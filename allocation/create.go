@@ -137,7 +137,7 @@ func (h *Handler) create(c echo.Context) error {
 		err = create(h.store.q)
 	}
 	if err != nil {
-		return err
+		return h.concealHolder(c, err)
 	}
 	v := View{Allocation: allocationOf(row), Traits: params.Traits}
 	if node != nil {
@@ -243,8 +243,8 @@ func nodeID(ctx context.Context, q *Queries, ident string) (int64, error) {
 // ResolveCandidates maps candidate node names and uuids to node uuids, in
 // order, without duplicates, among the nodes owned by or leased to project
 // (every node when nil; see Policy.CandidateScope); any other one is a 400
-// naming all of them (Ironic's check_node_list), as for POST
-// /v1/allocations.
+// naming them (Ironic's check_node_list; the first web.MaxEchoed only,
+// then how many more), as for POST /v1/allocations.
 func (s *Store) ResolveCandidates(ctx context.Context, idents []string, project *string) ([]uuid.UUID, error) {
 	return resolveCandidates(ctx, s.q, idents, project)
 }
@@ -288,7 +288,7 @@ func resolveCandidates(ctx context.Context, q *Queries, idents []string, project
 		}
 	}
 	if len(missing) > 0 {
-		return nil, web.BadRequest("Nodes cannot be found: %s", strings.Join(missing, ", "))
+		return nil, web.BadRequest("Nodes cannot be found: %s", web.JoinSome(missing))
 	}
 	return out, nil
 }

@@ -154,24 +154,30 @@ func (s *Store) insertBatch(ctx context.Context, batch []*insertReq) {
 }
 
 // insertAllocation inserts the allocation p (CreateAllocation) and says
-// why it could not: a name or uuid already taken, or p.Uuid already the
-// instance_uuid of a node other than p.NodeID (409s with Ironic's
-// messages; the "other node" named is backfill, the node being backfilled,
-// or else the node holding the uuid).
+// why it could not: a name or uuid already taken (409s with Ironic's
+// messages, AllocationDuplicateName and AllocationAlreadyExists, whatever
+// the state of the allocation holding the uuid), or p.Uuid already the
+// instance_uuid of a node other than p.NodeID without being an
+// allocation's (an *InstanceHeldError; the "other node" named is backfill,
+// the node being backfilled, or else the node holding the uuid).
 func insertAllocation(ctx context.Context, q *Queries, p CreateAllocationParams, backfill *uuid.UUID) (CreateAllocationRow, error) {
 	for attempt := 0; ; attempt++ {
 		row, err := q.CreateAllocation(ctx, p)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return row, createError(err, p)
 		}
-		// A node holds the uuid as its instance: name it.
-		holder, err := q.NodeHoldingInstance(ctx, &p.Uuid)
-		if err == nil && backfill != nil {
-			holder = *backfill
-		}
+		// A node holds the uuid as its instance: an active allocation's
+		// (the uuid is taken, as Ironic's insert would find; the node is
+		// not named: it may be another project's), or the node's alone.
+		h, err := q.NodeHoldingInstance(ctx, p.Uuid)
 		switch {
+		case err == nil && h.Allocated:
+			return row, web.Conflict("An allocation with UUID %s already exists.", p.Uuid)
 		case err == nil:
-			return row, web.Conflict("Instance %s is already associated with a node, it cannot be associated with this other node %s", p.Uuid, holder)
+			if backfill != nil {
+				return row, &InstanceHeldError{Instance: p.Uuid, Holder: *backfill, Seen: true}
+			}
+			return row, &InstanceHeldError{Instance: p.Uuid, Holder: h.Uuid, Owner: h.Owner, Lessee: h.Lessee}
 		case !errors.Is(err, pgx.ErrNoRows):
 			return row, err
 		case attempt > 0:
@@ -179,4 +185,31 @@ func insertAllocation(ctx context.Context, q *Queries, p CreateAllocationParams,
 		}
 		// Released in between: insert again.
 	}
+}
+
+// InstanceHeldError is the 409 of an insert whose uuid node Holder already
+// holds as its instance_uuid, no allocation having that uuid (set by a
+// node PATCH): Ironic's InstanceAssociated, naming Holder. Seen says Holder
+// is the node being backfilled, which the caller has already been allowed
+// to see; otherwise Holder is the node holding the uuid and Owner and
+// Lessee are its tenancy, for the handler to name it only to a caller who
+// may see it (Hidden otherwise).
+type InstanceHeldError struct {
+	Instance, Holder uuid.UUID
+	Seen             bool
+	Owner, Lessee    *string
+}
+
+// Error is Ironic's message naming Holder.
+func (e *InstanceHeldError) Error() string { return e.Unwrap().Error() }
+
+// Unwrap is the 409 naming Holder, as a *web.Error.
+func (e *InstanceHeldError) Unwrap() error {
+	return web.Conflict("Instance %s is already associated with a node, it cannot be associated with this other node %s", e.Instance, e.Holder)
+}
+
+// Hidden is the 409 for a caller who may not see Holder: the same
+// conflict, no node named.
+func (e *InstanceHeldError) Hidden() *web.Error {
+	return web.Conflict("Instance %s is already associated with a node.", e.Instance)
 }

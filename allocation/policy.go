@@ -1,6 +1,8 @@
 package allocation
 
 import (
+	"errors"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/metalloc/metalloc/auth"
@@ -118,6 +120,20 @@ func (h *Handler) checkNodeVisible(c echo.Context, q *Queries, nodeID int64, ide
 		return web.NotFound("Node %s could not be found.", ident)
 	}
 	return node.CheckNode(c, h.opts.Rules, t.Owner, t.Lessee, ident)
+}
+
+// concealHolder hides from err, when it is an *InstanceHeldError, the node
+// holding the instance uuid if the caller may not see that node (Ironic
+// names the node being associated, which its caller sees; metalloc's POST
+// refuses before any node is, and names the holder only to a caller who
+// may baremetal:node:get it). Other errors are returned as they are.
+func (h *Handler) concealHolder(c echo.Context, err error) error {
+	var held *InstanceHeldError
+	if !errors.As(err, &held) || held.Seen ||
+		node.CheckNode(c, h.opts.Rules, held.Owner, held.Lessee, held.Holder.String()) == nil {
+		return err
+	}
+	return held.Hidden()
 }
 
 // authorizeCreate decides who may create req and whose it is, as Ironic's

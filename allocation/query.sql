@@ -3,8 +3,8 @@
 -- and unclaimed (the allocations_notify trigger wakes the conductors at
 -- commit), or, for a backfill, active on @node_id at once. No row (nothing
 -- inserted) when a node other than @node_id already holds @uuid as its
--- instance_uuid (Ironic's "already associated" 409: NodeHoldingInstance
--- names it).
+-- instance_uuid (NodeHoldingInstance then says why: that uuid is an
+-- allocation's, or only the node's instance).
 WITH a AS (
     INSERT INTO allocations (uuid, name, resource_class, candidate_nodes, extra, owner, state, node_id)
     SELECT @uuid, @name, @resource_class, @candidate_nodes, @extra, @owner, @state, sqlc.narg(node_id)
@@ -114,7 +114,13 @@ SELECT id, uuid, provision_state, target_provision_state, maintenance, instance_
 SELECT trait FROM node_traits WHERE node_id = @node_id ORDER BY trait;
 
 -- name: NodeHoldingInstance :one
-SELECT uuid FROM nodes WHERE instance_uuid = @instance_uuid;
+-- The node holding @instance_uuid as its instance (a CreateAllocation that
+-- inserted nothing), with its tenancy (the 409 names it only to a caller
+-- who may see it), and whether an allocation has that uuid (then the 409
+-- is Ironic's AllocationAlreadyExists, as the insert itself would say).
+SELECT n.uuid, n.owner, n.lessee,
+       EXISTS (SELECT 1 FROM allocations a WHERE a.uuid = @instance_uuid::uuid) AS allocated
+  FROM nodes n WHERE n.instance_uuid = @instance_uuid::uuid;
 
 -- name: BackfillNode :exec
 -- Backfill: an already-deployed node, locked by the caller, is recorded as

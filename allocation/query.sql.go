@@ -154,8 +154,8 @@ type CreateAllocationRow struct {
 // and unclaimed (the allocations_notify trigger wakes the conductors at
 // commit), or, for a backfill, active on @node_id at once. No row (nothing
 // inserted) when a node other than @node_id already holds @uuid as its
-// instance_uuid (Ironic's "already associated" 409: NodeHoldingInstance
-// names it).
+// instance_uuid (NodeHoldingInstance then says why: that uuid is an
+// allocation's, or only the node's instance).
 func (q *Queries) CreateAllocation(ctx context.Context, arg CreateAllocationParams) (CreateAllocationRow, error) {
 	row := q.db.QueryRow(ctx, createAllocation,
 		arg.Uuid,
@@ -592,14 +592,32 @@ func (q *Queries) LockNode(ctx context.Context, id int64) (LockNodeRow, error) {
 }
 
 const nodeHoldingInstance = `-- name: NodeHoldingInstance :one
-SELECT uuid FROM nodes WHERE instance_uuid = $1
+SELECT n.uuid, n.owner, n.lessee,
+       EXISTS (SELECT 1 FROM allocations a WHERE a.uuid = $1::uuid) AS allocated
+  FROM nodes n WHERE n.instance_uuid = $1::uuid
 `
 
-func (q *Queries) NodeHoldingInstance(ctx context.Context, instanceUuid *uuid.UUID) (uuid.UUID, error) {
+type NodeHoldingInstanceRow struct {
+	Uuid      uuid.UUID
+	Owner     *string
+	Lessee    *string
+	Allocated bool
+}
+
+// The node holding @instance_uuid as its instance (a CreateAllocation that
+// inserted nothing), with its tenancy (the 409 names it only to a caller
+// who may see it), and whether an allocation has that uuid (then the 409
+// is Ironic's AllocationAlreadyExists, as the insert itself would say).
+func (q *Queries) NodeHoldingInstance(ctx context.Context, instanceUuid uuid.UUID) (NodeHoldingInstanceRow, error) {
 	row := q.db.QueryRow(ctx, nodeHoldingInstance, instanceUuid)
-	var uuid uuid.UUID
-	err := row.Scan(&uuid)
-	return uuid, err
+	var i NodeHoldingInstanceRow
+	err := row.Scan(
+		&i.Uuid,
+		&i.Owner,
+		&i.Lessee,
+		&i.Allocated,
+	)
+	return i, err
 }
 
 const nodeIDByName = `-- name: NodeIDByName :one

@@ -1,11 +1,13 @@
 package allocation
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -86,4 +88,71 @@ func TestCandidateNodesLimitedToTheCallersProject(t *testing.T) {
 		`{"resource_class": "gold", "candidate_nodes": ["theirs"], "owner": "`+projectA+`"}`)
 	require.Equal(t, http.StatusCreated, st, body)
 	require.Equal(t, []any{theirs.String()}, body["candidate_nodes"])
+}
+
+// A uuid another project's allocation has is Ironic's AllocationAlreadyExists
+// (409 "An allocation with UUID <uuid> already exists.") in every state of
+// that allocation, whether the POST is batched, has candidate nodes or
+// backfills: never "already associated" naming the node it holds, which the
+// caller may not see. A uuid that only another project's node holds as its
+// instance is a 409 naming no node; a caller who may see that node gets it
+// named.
+func TestAllocationUUIDOfAnotherProject(t *testing.T) {
+	t.Parallel()
+	f, call := setupScoped(t)
+	a, b := projectA, projectB
+	dbtest.Node(t, f.pool, dbtest.NodeSpec{Name: "mine", Owner: &a})
+	dbtest.Node(t, f.pool, dbtest.NodeSpec{Name: "mine-deployed", Owner: &a, ProvisionState: "active"})
+	_, theirs := dbtest.Node(t, f.pool, dbtest.NodeSpec{Name: "theirs", Owner: &b})
+
+	theirAlloc := func() string {
+		t.Helper()
+		st, body := call("system-admin", "POST", "/v1/allocations", `{"resource_class": "gold", "owner": "`+b+`"}`)
+		require.Equal(t, http.StatusCreated, st, body)
+		return body["uuid"].(string)
+	}
+	refused := func(state, taken string) {
+		t.Helper()
+		stored := dbtest.Count(t, f.pool, `SELECT count(*) FROM allocations`)
+		for kind, req := range map[string]string{
+			"batched":    `{"resource_class": "gold", "uuid": "` + taken + `"}`,
+			"candidates": `{"resource_class": "gold", "uuid": "` + taken + `", "candidate_nodes": ["mine"]}`,
+			"backfill":   `{"resource_class": "gold", "uuid": "` + taken + `", "node": "mine-deployed"}`,
+		} {
+			st, body := call("a-member", "POST", "/v1/allocations", req)
+			require.Equal(t, http.StatusConflict, st, "%s %s: %v", state, kind, body)
+			require.Equal(t, "An allocation with UUID "+taken+" already exists.", webtest.IronicFault(t, body), state+" "+kind)
+			raw, _ := json.Marshal(body)
+			require.NotContains(t, string(raw), theirs.String(), state+" "+kind)
+			require.NotContains(t, string(raw), "theirs", state+" "+kind)
+		}
+		require.Equal(t, stored, dbtest.Count(t, f.pool, `SELECT count(*) FROM allocations`), state+": nothing stored")
+	}
+	active := theirAlloc()
+	refused("allocating", active)
+	f.reserveAll(f.conductor("c1"))
+	v, err := NewStore(f.pool).Get(context.Background(), active)
+	require.NoError(t, err)
+	require.Equal(t, StateActive, v.State)
+	require.Equal(t, theirs, *v.NodeUUID, "active on their node")
+	refused("active", active)
+	failed := theirAlloc() // no free node left: it stays allocating
+	_, err = f.pool.Exec(context.Background(), `UPDATE allocations SET state = 'error', last_error = 'x' WHERE uuid = $1`, failed)
+	require.NoError(t, err)
+	refused("error", failed)
+
+	// Their node holds an instance uuid of its own (a node PATCH).
+	inst := uuid.New().String()
+	_, holder := dbtest.Node(t, f.pool, dbtest.NodeSpec{Name: "theirs-too", Owner: &b})
+	_, err = f.pool.Exec(context.Background(), `UPDATE nodes SET instance_uuid = $1 WHERE uuid = $2`, inst, holder)
+	require.NoError(t, err)
+	st, body := call("a-member", "POST", "/v1/allocations", `{"resource_class": "gold", "uuid": "`+inst+`"}`)
+	require.Equal(t, http.StatusConflict, st, body)
+	require.Equal(t, "Instance "+inst+" is already associated with a node.", webtest.IronicFault(t, body))
+	raw, _ := json.Marshal(body)
+	require.NotContains(t, string(raw), holder.String())
+	st, body = call("system-admin", "POST", "/v1/allocations", `{"resource_class": "gold", "uuid": "`+inst+`"}`)
+	require.Equal(t, http.StatusConflict, st, body)
+	require.Equal(t, "Instance "+inst+" is already associated with a node, it cannot be associated with this other node "+holder.String(),
+		webtest.IronicFault(t, body))
 }

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -174,10 +175,16 @@ func parseCandRequest(raw string, v web.Version) (*candidate.Request, error) {
 	// Request-wide parameters.
 	if vals := q["limit"]; len(vals) > 0 {
 		n, err := strconv.Atoi(vals[0])
-		if err != nil || n < 1 {
+		switch {
+		case errors.Is(err, strconv.ErrRange) && candLimitPattern.MatchString(vals[0]):
+			// More digits than an int holds: Placement's Python int takes
+			// any, and a limit above the number of candidates limits
+			// nothing (200, every candidate): no limit.
+		case err != nil || n < 1:
 			return nil, badLimit(vals[0])
+		default:
+			r.Limit = n
 		}
-		r.Limit = n
 	}
 	if vals := q["group_policy"]; len(vals) > 0 {
 		r.GroupPolicy = vals[0]

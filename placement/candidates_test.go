@@ -539,6 +539,12 @@ func TestCandidatesLimitBatches(t *testing.T) {
 			require.Contains(t, all, c)
 		}
 	}
+	// A limit of more digits than an int holds limits nothing, as
+	// Placement's Python int: every candidate, not a 400 claiming the
+	// digits do not match ^[1-9][0-9]*$.
+	for _, lim := range []string{"9223372036854775807", "9223372036854775808", "100000000000000000000"} {
+		require.Len(t, f.cands(q+"&limit="+lim, "1.29"), len(all), "limit %s", lim)
+	}
 	st, body := f.get(q+"&limit=3", "1.29")
 	require.Equal(t, 200, st)
 	names := f.summaryNames(body)

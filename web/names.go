@@ -1,6 +1,10 @@
 package web
 
-import "regexp"
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
 
 var (
 	logicalNameRE  = regexp.MustCompile(`^[A-Za-z0-9\-._~]+$`)
@@ -19,4 +23,19 @@ func ValidLogicalName(name string, v Version) bool {
 		return hostnameSafeRE.MatchString(name)
 	}
 	return logicalNameRE.MatchString(name)
+}
+
+// MaxEchoed is how many of the values a request got wrong an error message
+// names (JoinSome): a request naming 10,000 unknown nodes gets a short
+// answer, not one that echoes them all.
+const MaxEchoed = 10
+
+// JoinSome joins items with ", " as an error message lists them, naming
+// the first MaxEchoed only and then how many more there are ("a, b, ...,
+// j and 9990 more").
+func JoinSome(items []string) string {
+	if len(items) <= MaxEchoed {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:MaxEchoed], ", "), len(items)-MaxEchoed)
 }

@@ -1,7 +1,6 @@
 package web
 
 import (
-	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -139,7 +138,7 @@ func BodyLimit(max int64, tooLarge func() error) echo.MiddlewareFunc {
 			if int64(len(body)) > max {
 				return tooLarge()
 			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.Body = newReadBody(body)
 			r.ContentLength = int64(len(body))
 			return next(c)
 		}

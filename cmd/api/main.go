@@ -214,6 +214,12 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 		}
 	}
 	e.Use(auth.Middleware(authn, public, web.IronicAuthFailure))
+	// A body that is not text (invalid UTF-8, a lone surrogate escape) is
+	// invalid JSON, before any handler could store U+FFFD in its place
+	// (or, in front of Ironic, before Ironic gets it).
+	e.Use(web.JSONText(func(problem string) error {
+		return web.BadRequest("Invalid JSON in request body: %s", problem)
+	}))
 	if front != nil {
 		m, err := ironic.NewMetrics(reg)
 		if err != nil {

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/auth"
 	"github.com/metalloc/metalloc/auth/policy"
@@ -46,6 +48,18 @@ func run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 
+	e, err := newPlacement(cfg, pool, authn, rules, log)
+	if err != nil {
+		return err
+	}
+	return svc.ServeHTTP(cli.HTTP{Server: cfg.Placement.ServerConfig, Handler: e, Malformed: web.PlacementMalformed})
+}
+
+// newPlacement is metalloc-placement's HTTP handler: its middleware (request
+// ids, access log, metrics at /metrics, body limit and text check, cross-site
+// refusal) and Placement's routes on pool, authenticated by authn and
+// authorized by rules.
+func newPlacement(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator, rules auth.Rules, log *zap.Logger) (*echo.Echo, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = web.PlacementErrorHandler
@@ -53,7 +67,7 @@ func run(cmd *cobra.Command, _ []string) error {
 	// Forwarding headers only from placement.trusted_proxies.
 	trusted, err := web.ParseTrustedProxies("placement.trusted_proxies", cfg.Placement.TrustedProxies)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	web.TrustProxies(e, trusted)
 	// Prometheus metrics at GET /metrics (no authentication, as
@@ -62,7 +76,7 @@ func run(cmd *cobra.Command, _ []string) error {
 	reg := cli.NewRegistry(pool)
 	httpMetrics, err := web.HTTPMetrics(reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	e.GET("/metrics", web.MetricsHandler(reg))
 	e.Use(httpMetrics, web.RequestID(log), web.AccessLog(), middleware.Recover())
@@ -73,12 +87,17 @@ func run(cmd *cobra.Command, _ []string) error {
 		return web.PlacementErr(http.StatusRequestEntityTooLarge, "", "Request is too large.")
 	}))
 	if n := cfg.Placement.MaxAllocationCandidates; n == 0 || n < -1 {
-		return fmt.Errorf("placement.max_allocation_candidates is %d: give -1 (no bound) or a positive number", n)
+		return nil, fmt.Errorf("placement.max_allocation_candidates is %d: give -1 (no bound) or a positive number", n)
 	}
 	// No page of another site may change anything (Placement's handlers
 	// already refuse bodies that are not JSON, with 415).
 	e.Use(web.CrossSite(web.CrossSiteOptions{
 		Forbidden: func(msg string) error { return web.PlacementErr(http.StatusForbidden, "", "%s", msg) },
+	}))
+	// A body that is not text is malformed JSON (Placement's extract_json
+	// says so of invalid UTF-8), lone surrogate escapes included.
+	e.Use(web.JSONText(func(problem string) error {
+		return web.PlacementErr(http.StatusBadRequest, "", "Malformed JSON: %s", problem)
 	}))
 	placement.NewHandler(pool, placement.Options{
 		RandomizeAllocationCandidates: cfg.Placement.RandomizeAllocationCandidates,
@@ -88,5 +107,5 @@ func run(cmd *cobra.Command, _ []string) error {
 		Metrics:                       reg,
 	}).Register(e)
 
-	return svc.ServeHTTP(cli.HTTP{Server: cfg.Placement.ServerConfig, Handler: e, Malformed: web.PlacementMalformed})
+	return e, nil
 }
