@@ -296,11 +296,17 @@
 //     other traits): the node is let go and marked unavailable until
 //     Ironic is read again (metalloc_ironic_unhold: maintenance with a
 //     reason, its mirror read stamped now so that no older read undoes
-//     it), Ironic's copy in error is deleted, and another node is held and
-//     tried (back to 2), up to ironic.max_attempts nodes; then the
-//     allocation goes to error with Ironic's reason (Ironic keeps its copy
-//     in error: journal error). No other node fitting ends the same way
-//     (with nothing left in Ironic). A request Ironic refuses outright
+//     it), the node is read again from Ironic at once (Mirror.Refresh: the
+//     mark gives way to Ironic's word, its instance for a node taken there
+//     directly, so that no pick sees it free and the no-fit counts say
+//     what it is; a failed read leaves the mark), Ironic's copy in error is
+//     deleted, and another node is held and tried (back to 2) while any
+//     fits, for up to ironic.allocation_timeout from the first try (time,
+//     not a count of nodes: other clients of Ironic taking nodes directly
+//     would use a count up while many nodes fit); then the allocation goes
+//     to error with Ironic's reason (Ironic keeps its copy in error:
+//     journal error). No other node fitting ends in error with why nothing
+//     fits (with nothing left in Ironic). A request Ironic refuses outright
 //     (the name taken there) fails the allocation at once.
 //
 // Deletion: the journal's trigger (ironic_allocations_forget) turns the
@@ -350,8 +356,9 @@
 // (backend.Ironic.Groups). All active: the members, then the group, are
 // activated in one transaction. Any refused: every held member is removed
 // (metalloc_ironic_drop_members: the refused nodes marked, the copies in
-// Ironic deleted) and the group placed again, up to ironic.max_attempts
-// placements, then it fails with Ironic's reason. Members still
+// Ironic deleted, the refused nodes read again from Ironic) and the group
+// placed again while a placement fits, for up to
+// ironic.allocation_timeout, then it fails with Ironic's reason. Members still
 // allocating are the group's: a resume or takeover of one drops it (Lost),
 // and the group adopts them (AdoptGroupMembers).
 //

@@ -82,9 +82,10 @@ type Ironic struct {
 	// MaxInFlight caps the allocation requests one conductor has in
 	// flight to Ironic at a time (creations, reads, deletions).
 	MaxInFlight int `mapstructure:"max_in_flight"`
-	// MaxAttempts bounds how many nodes one allocation tries in Ironic
-	// before it goes to error with Ironic's last reason.
-	MaxAttempts int `mapstructure:"max_attempts"`
+	// AllocationTimeout bounds how long one allocation keeps trying nodes
+	// Ironic refuses while other nodes fit; then it goes to error with
+	// Ironic's last reason.
+	AllocationTimeout time.Duration `mapstructure:"allocation_timeout"`
 }
 
 // Access is the authentication, access-rule and request-size settings of

@@ -2,10 +2,12 @@ package config
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -308,4 +310,41 @@ func TestSampleValuesReadBack(t *testing.T) {
 		require.NoError(t, decodeInto(raw, field), k.Name)
 		require.Equal(t, reflect.ValueOf(k.Default).Convert(k.typ).Interface(), field.Interface(), k.Name)
 	}
+}
+
+// TestRemovedKey (issue 40): ironic.max_attempts, replaced by
+// ironic.allocation_timeout, set in the file, the environment or a flag is
+// a problem saying what replaced it, not "unknown key" (or a setting
+// silently ignored); the binaries that read it keep a hidden flag for it.
+func TestRemovedKey(t *testing.T) {
+	why := "ironic.max_attempts was removed (a node Ironic refuses is read again from Ironic at once and other nodes " +
+		"are tried while any fits, for up to ironic.allocation_timeout): delete it"
+	path := writeFile(t, "ironic:\n  max_attempts: 5\n  allocation_timeout: 90s\n")
+	t.Setenv("METALLOC_IRONIC_MAX_ATTEMPTS", "5")
+	fs := pflag.NewFlagSet("conductor", pflag.ContinueOnError)
+	AddFlags(fs, ReadBy(BinaryConductor))
+	require.NotContains(t, fs.FlagUsages(), "ironic.max_attempts", "hidden")
+	require.NoError(t, fs.Parse([]string{"--ironic.max_attempts", "5"}))
+	cfg, err := Load(path, fs)
+	require.Equal(t, Problems{
+		why + " (environment variable METALLOC_IRONIC_MAX_ATTEMPTS)",
+		why + " (flag --ironic.max_attempts)",
+		why + " (in " + path + ")",
+	}, sorted(err))
+	require.Equal(t, 90*time.Second, cfg.Ironic.AllocationTimeout)
+
+	fs = pflag.NewFlagSet("placement", pflag.ContinueOnError)
+	AddFlags(fs, ReadBy(BinaryPlacement))
+	require.Nil(t, fs.Lookup("ironic.max_attempts"), "metalloc-placement never read it")
+}
+
+// sorted is err's problems in order.
+func sorted(err error) Problems {
+	var p Problems
+	if !errors.As(err, &p) {
+		return nil
+	}
+	p = slices.Clone(p)
+	slices.Sort(p)
+	return p
 }

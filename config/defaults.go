@@ -71,13 +71,13 @@ const (
 	DefaultInitialRAMAllocationRatio    = 1.5
 	DefaultInitialDiskAllocationRatio   = 1.0
 
-	DefaultIronicAuthStrategy  = auth.StrategyNoAuth
-	DefaultIronicKeystoneScope = IronicScopeSystem
-	DefaultIronicTimeout       = 30 * time.Second
-	DefaultIronicSyncSchedule  = "@every 60s"
-	DefaultIronicSyncPageSize  = 1000
-	DefaultIronicMaxInFlight   = 16
-	DefaultIronicMaxAttempts   = 3
+	DefaultIronicAuthStrategy      = auth.StrategyNoAuth
+	DefaultIronicKeystoneScope     = IronicScopeSystem
+	DefaultIronicTimeout           = 30 * time.Second
+	DefaultIronicSyncSchedule      = "@every 60s"
+	DefaultIronicSyncPageSize      = 1000
+	DefaultIronicMaxInFlight       = 16
+	DefaultIronicAllocationTimeout = 60 * time.Second
 
 	DefaultLogLevel  = "info"
 	DefaultLogFormat = "json"

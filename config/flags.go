@@ -44,6 +44,15 @@ func AddFlags(fs *pflag.FlagSet, keep func(*Key) bool) {
 			fs.String(name, "", usage)
 		}
 	}
+	// Removed keys keep a hidden flag, so that Load can say what replaced
+	// them rather than pflag "unknown flag".
+	for name, r := range removedKeys {
+		if (keep != nil && !keep(&Key{Name: name, Readers: r.readers})) || fs.Lookup(name) != nil {
+			continue
+		}
+		fs.String(name, "", "removed")
+		_ = fs.MarkHidden(name)
+	}
 }
 
 // ReadBy selects the keys binary b reads, for AddFlags.

@@ -150,6 +150,13 @@ func Resolve(path string, fs *pflag.FlagSet) (*Effective, error) {
 			}
 		})
 	}
+	if fs != nil {
+		fs.Visit(func(f *pflag.Flag) {
+			if msg := removedKey(f.Name); msg != "" {
+				problems = append(problems, msg+" (flag --"+f.Name+")")
+			}
+		})
+	}
 	for name, f := range flags {
 		if err := v.BindPFlag(name, f); err != nil {
 			return nil, err
@@ -262,6 +269,10 @@ func checkFile(path string, settings map[string]any) (p Problems, bad map[string
 		for _, name := range sortedKeys(m) {
 			full := section + "." + name
 			k := Lookup(full)
+			if msg := removedKey(full); k == nil && msg != "" {
+				p = append(p, msg+" (in "+path+")")
+				continue
+			}
 			if k == nil {
 				p = append(p, unknown("key "+full, full, KeyNames(), path))
 				continue
@@ -289,6 +300,10 @@ func checkEnv(environ []string) Problems {
 		if !strings.HasPrefix(name, envPrefix) || envs[name] || KnownOtherEnv(name) {
 			continue
 		}
+		if msg := removedKey(removedEnv(name)); msg != "" {
+			p = append(p, msg+" (environment variable "+name+")")
+			continue
+		}
 		msg := "unknown environment variable " + name
 		if near := nearest(name, names); near != "" {
 			msg += fmt.Sprintf("; did you mean %s (key %s)?", near, envKey(near))
@@ -299,6 +314,38 @@ func checkEnv(environ []string) Problems {
 	}
 	sort.Strings(p)
 	return p
+}
+
+// removedKeys are keys metalloc read once and no longer does, each with
+// the readers it had and what replaces it. Setting one (file, environment
+// or flag) is a problem that says so, instead of an unknown key or a
+// setting silently ignored.
+var removedKeys = map[string]struct {
+	readers []Binary
+	why     string
+}{
+	"ironic.max_attempts": {ironicReaders, "a node Ironic refuses is read again from Ironic at once and other nodes " +
+		"are tried while any fits, for up to ironic.allocation_timeout"},
+}
+
+// removedKey is the problem of setting removed key name ("" when name is
+// not a removed key).
+func removedKey(name string) string {
+	r, ok := removedKeys[name]
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("%s was removed (%s): delete it", name, r.why)
+}
+
+// removedEnv is the removed key whose environment variable is env, or "".
+func removedEnv(env string) string {
+	for name := range removedKeys {
+		if (&Key{Name: name}).Env() == env {
+			return name
+		}
+	}
+	return ""
 }
 
 // envKey is the key of a key's environment variable.

@@ -203,8 +203,8 @@ func registry() []*Key {
 			Doc: "Nodes per request of the full sync (Ironic's `[api]max_limit` caps it)."},
 		&Key{Name: "ironic.max_in_flight", Default: DefaultIronicMaxInFlight, Unit: "requests", Readers: ironicReaders,
 			Doc: "Most requests one conductor has in flight to Ironic for allocations at a time (creations, reads, deletions); more wait their turn."},
-		&Key{Name: "ironic.max_attempts", Default: DefaultIronicMaxAttempts, Unit: "nodes", Readers: ironicReaders,
-			Doc: "How many nodes one allocation tries in Ironic (a node Ironic refuses is unavailable until the next sync) before it goes to `error` with Ironic's last reason."},
+		&Key{Name: "ironic.allocation_timeout", Default: DefaultIronicAllocationTimeout, Readers: ironicReaders,
+			Doc: "How long one allocation keeps trying nodes in Ironic while Ironic refuses them (each refused node is read again from Ironic at once, so that it is not picked again while it is taken there) and other nodes fit; past it the allocation goes to `error` with Ironic's last reason. An allocation no node fits any more fails at once. Replaces `max_attempts` (removed: setting it is a configuration error saying so)."},
 
 		&Key{Name: "log.level", Default: DefaultLogLevel, Readers: everyBinary,
 			Values: []string{"debug", "info", "warn", "error"},

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -385,6 +387,95 @@ func TestIronicFrontAllocations(t *testing.T) {
 		agree(t, ir, pool, "race")
 	})
 
+	// Issue 40: other clients allocate directly in Ironic, behind
+	// metalloc's back (no full sync: the mirror learns of their nodes
+	// only when Ironic refuses them). Of 40 nodes, 34 are taken directly
+	// before, one more while metalloc allocates 4 at once: most of
+	// metalloc's picks are refused, many more than 3 times for one
+	// allocation (the old ironic.max_attempts), yet every allocation that
+	// has a free node ends active; each refused node is read again from
+	// Ironic. The allocation after the last free node is gone ends in
+	// error saying why no node fits, each node counted; no node is held
+	// twice.
+	t.Run("contention", func(t *testing.T) {
+		const n, taken = 40, 34
+		tmpl := enrollClass(t, ir, "contend", 1)
+		clones, err := ir.CloneNodes(ctx, tmpl[0], n-1, "contend-c")
+		require.NoError(t, err)
+		nodes := append(tmpl, clones...)
+		cstack, cpool := ironicStack(t, ir, 2, "METALLOC_IRONIC_SYNC_SCHEDULE=off")
+		contendAPI := cstack.APIURL
+		waitFree(t, cpool, "contend", n)
+		direct := takeDirectly(t, ir, "contend", nodes[:taken])
+
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var ours []allocDoc
+		var errs []error
+		for c := 0; c < 5; c++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				base := contendAPI
+				if c == 4 {
+					base = ir.URL // one more client straight to Ironic
+				}
+				a, err := allocateQuietly(base, map[string]any{"resource_class": "contend"})
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					errs = append(errs, err)
+				case base == ir.URL:
+					direct = append(direct, a.UUID)
+				default:
+					ours = append(ours, a)
+				}
+			}()
+		}
+		wg.Wait()
+		require.Empty(t, errs)
+		require.Len(t, direct, taken+1)
+		for _, a := range ours {
+			require.Equal(t, "active", a.State, "allocation %s: %s", a.UUID, deref(a.LastError))
+		}
+		// One node is left free: one more allocation takes it, the next
+		// finds none.
+		last, err := allocate(t, contendAPI, map[string]any{"resource_class": "contend"})
+		require.NoError(t, err)
+		require.Equal(t, "active", last.State, deref(last.LastError))
+		none, err := allocate(t, contendAPI, map[string]any{"resource_class": "contend"})
+		require.NoError(t, err)
+		require.Equal(t, "error", none.State)
+		require.Regexp(t, fmt.Sprintf(`no available nodes match the resource class contend\.? \(no node fits: `+
+			`%d of resource class contend, 0 available; not available: %d hold an allocation or instance\)`, n, n), *none.LastError)
+
+		// Every direct node was refused, and read again (Ironic's instance
+		// in the mirror, no mark): 35 refusals or more over 6
+		// allocations, so some allocation was refused more than 3 times.
+		require.Equal(t, taken+1, dbtest.Count(t, cpool, `SELECT count(*) FROM nodes
+			WHERE resource_class = 'contend' AND instance_uuid IS NOT NULL AND allocation_id IS NULL AND NOT maintenance`))
+		refusedMost := 0
+		rows, err := cpool.Query(ctx, `SELECT attempts - 1 FROM ironic_allocations WHERE state = 'active'`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var k int
+			require.NoError(t, rows.Scan(&k))
+			refusedMost = max(refusedMost, k)
+		}
+		require.NoError(t, rows.Err())
+		lastRefused := 0 // none when the others had tried every direct node
+		if at := strings.Index(*none.LastError, "Ironic refused the "); at >= 0 {
+			_, err = fmt.Sscanf((*none.LastError)[at:], "Ironic refused the %d nodes", &lastRefused)
+			require.NoError(t, err, *none.LastError)
+		}
+		t.Logf("most refusals of an allocation that ended active: %d; of the last one: %d", refusedMost, lastRefused)
+		require.Greater(t, max(refusedMost, lastRefused), 3)
+		agree(t, ir, cpool, "contend")
+		require.Equal(t, n, dbtest.Count(t, cpool, `SELECT count(*) FROM allocations WHERE resource_class = 'contend' AND state = 'active'`)+
+			activeIn(t, ir, direct), "every node held once")
+	})
+
 	// A conductor SIGKILLed between its two writes (its allocation made in
 	// Ironic, not yet active in metalloc): the conductor that takes it
 	// over settles it on the same node.
@@ -544,6 +635,50 @@ func TestIronicFrontAllocations(t *testing.T) {
 			require.NotContains(t, string(raw), `"status":500`, "%s answered 500", p.Name)
 		}
 	})
+}
+
+// deref is *s, or "" for nil.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// takeDirectly allocates each of nodes directly in Ironic (as its other
+// clients would: metalloc does not know), 8 at a time, and waits until
+// each is active; their uuids.
+func takeDirectly(t *testing.T, ir *devstack.Ironic, rc string, nodes []string) []string {
+	t.Helper()
+	ctx := context.Background()
+	out := make([]string, len(nodes))
+	errs := make([]error, len(nodes))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for k, node := range nodes {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			var a ironic.Allocation
+			if _, err := ir.Do(ctx, http.MethodPost, "/v1/allocations",
+				map[string]any{"resource_class": rc, "candidate_nodes": []string{node}}, &a); err != nil {
+				errs[k] = err
+				return
+			}
+			for deadline := time.Now().Add(time.Minute); a.State != ironic.AllocationActive; time.Sleep(50 * time.Millisecond) {
+				if _, err := ir.Do(ctx, http.MethodGet, "/v1/allocations/"+a.UUID, nil, &a); err != nil || a.State == ironic.AllocationError ||
+					time.Now().After(deadline) {
+					errs[k] = fmt.Errorf("direct allocation on %s: %v %s %s", node, err, a.State, a.Reason())
+					return
+				}
+			}
+			out[k] = a.UUID
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	return out
 }
 
 // activeIn counts the allocations uuids that Ironic has active.

@@ -239,10 +239,12 @@ func noFit(c Claimed, s FitStatsRow) (reason, detail string) {
 	return reason, "no node fits: " + describe(c, s)
 }
 
-// describe says how many nodes each filter left, in order. With an owner
-// only its nodes (owned by or leased to it) are counted, from the first
-// count on: the owner's members read last_error, and other projects'
-// nodes are none of their business.
+// describe says how many nodes each filter left, in order, and, when no
+// node of the class is available, why (unavailable): "0 available" alone
+// does not tell maintenance from nodes taken or never powered. With an
+// owner only its nodes (owned by or leased to it) are counted, from the
+// first count on: the owner's members read last_error, and other
+// projects' nodes are none of their business.
 func describe(c Claimed, s FitStatsRow) string {
 	class := fmt.Sprintf("%d of resource class %s", s.WithClass, c.ResourceClass)
 	if c.Owner != nil {
@@ -254,6 +256,41 @@ func describe(c Claimed, s FitStatsRow) string {
 	}
 	if len(c.Traits) > 0 {
 		parts = append(parts, fmt.Sprintf("%d with traits %s", s.Fitting, strings.Join(c.Traits, ", ")))
+	}
+	out := strings.Join(parts, ", ")
+	if s.Available == 0 && s.WithClass > 0 {
+		out += "; not available: " + whyUnavailable(s)
+	}
+	return out
+}
+
+// whyUnavailable counts why the nodes of the class are not available, each
+// node once, for the first reason that applies (FitStats): "25 in
+// maintenance, 10 hold an allocation or instance, 3 not in provision state
+// available, 2 have no power state (...)". Ironic never allocates a node
+// whose power state is null (its allocation filter with_power_state),
+// and fake-hardware nodes have none until a power action or the power
+// sync: the hint says how to give them one.
+func whyUnavailable(s FitStatsRow) string {
+	plural := func(n int64, one, many string) string {
+		if n == 1 {
+			return "1 " + one
+		}
+		return fmt.Sprintf("%d %s", n, many)
+	}
+	var parts []string
+	if s.InMaintenance > 0 {
+		parts = append(parts, fmt.Sprintf("%d in maintenance", s.InMaintenance))
+	}
+	if s.Held > 0 {
+		parts = append(parts, plural(s.Held, "holds an allocation or instance", "hold an allocation or instance"))
+	}
+	if s.OtherState > 0 {
+		parts = append(parts, fmt.Sprintf("%d not in provision state available", s.OtherState))
+	}
+	if s.NoPower > 0 {
+		parts = append(parts, plural(s.NoPower, "has no power state", "have no power state")+
+			" (Ironic allocates only nodes with a power state: power them off first)")
 	}
 	return strings.Join(parts, ", ")
 }

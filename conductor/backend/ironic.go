@@ -25,10 +25,15 @@ type IronicConfig struct {
 	// conductor claims no more than it settles at once, the rest is left
 	// to the others.
 	Capacity int
-	// MaxAttempts bounds the nodes one allocation tries in Ironic before it
-	// goes to error with Ironic's last reason (ironic.max_attempts,
-	// default 3).
-	MaxAttempts int
+	// AllocationTimeout bounds how long one allocation keeps trying nodes
+	// while Ironic refuses them and other nodes fit, from its first node
+	// tried by this conductor (a takeover, or a resume after an outage,
+	// starts again); then it goes to error with Ironic's last reason
+	// (ironic.allocation_timeout, default 60 s). A count of nodes would
+	// be used up by other clients of Ironic taking nodes directly while
+	// many fit (issue 40): time bounds the same loop whatever the
+	// contention.
+	AllocationTimeout time.Duration
 	// LockedWait bounds how long an allocation keeps trying while every
 	// fitting node is locked by others (conductor.locked_node_wait,
 	// default 2 s).
@@ -52,9 +57,11 @@ type IronicConfig struct {
 // conductor picks and holds a node as the database backend does, without
 // activating the allocation, creates the same allocation in Ironic with
 // that node as the only candidate, and activates it once Ironic's copy is
-// active there. A node Ironic refuses is marked unavailable until Ironic
-// is read again and another is tried, up to MaxAttempts; then the
-// allocation goes to error with Ironic's reason. The journal
+// active there. A node Ironic refuses is marked unavailable and read
+// again from Ironic at once (the mirror then has Ironic's word: taken
+// there, in maintenance, gone), and another is tried while any fits, for
+// up to AllocationTimeout; then the allocation goes to error with
+// Ironic's reason. The journal
 // ironic_allocations records what was sent, so that deletions reach Ironic
 // and half-way failures are reconciled. conductor/doc.go ("In front of
 // Ironic") is the protocol; the statements are in query.sql and
@@ -63,6 +70,8 @@ type Ironic struct {
 	pool   *pgxpool.Pool
 	q      *Queries
 	client *ironic.Client
+	// mirror reads a node Ironic refused again (Refresh).
+	mirror *ironic.Mirror
 	cfg    IronicConfig
 	log    *zap.Logger
 
@@ -100,8 +109,8 @@ func NewIronic(pool *pgxpool.Pool, client *ironic.Client, cfg IronicConfig, log 
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = 16
 	}
-	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = 3
+	if cfg.AllocationTimeout <= 0 {
+		cfg.AllocationTimeout = time.Minute
 	}
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = 16
@@ -118,8 +127,9 @@ func NewIronic(pool *pgxpool.Pool, client *ironic.Client, cfg IronicConfig, log 
 	if log == nil {
 		log = zap.NewNop()
 	}
-	b := &Ironic{pool: pool, q: New(pool), client: client, cfg: cfg, log: log.With(zap.String("ironic", client.Root())),
-		sem: make(chan struct{}, cfg.MaxInFlight)}
+	ilog := log.With(zap.String("ironic", client.Root()))
+	b := &Ironic{pool: pool, q: New(pool), client: client, mirror: ironic.NewMirror(client, pool, 0, ilog), cfg: cfg,
+		log: ilog, sem: make(chan struct{}, cfg.MaxInFlight)}
 	b.settleNS.Store(int64(50 * time.Millisecond))
 	b.groups = NewGroupReserver(pool, log)
 	b.groups.LockedWait = cfg.LockedWait
@@ -244,7 +254,7 @@ func (b *Ironic) trouble(err error) error {
 }
 
 // request runs fn, one request to Ironic of kind ("create", "get",
-// "delete"), within the in-flight cap.
+// "delete", "refresh"), within the in-flight cap.
 func (b *Ironic) request(ctx context.Context, kind string, fn func() error) error {
 	b.Metrics.request(kind)
 	select {

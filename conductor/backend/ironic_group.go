@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
@@ -32,10 +33,11 @@ var errGroupChanged = errors.New("the allocation group changed meanwhile")
 // at once, its node the only candidate (within the in-flight cap). When
 // Ironic has all of them active, the members and then the group are
 // activated in one transaction. When Ironic refuses some, all the held
-// members are let go (the refused nodes marked unavailable until Ironic is
-// read again), their copies in Ironic deleted, and the group is placed
-// again, up to MaxAttempts rounds; then it fails with Ironic's reason (a
-// grow: back to active with its members). Ironic unreachable: an error,
+// members are let go (the refused nodes marked unavailable and read again
+// from Ironic at once), their copies in Ironic deleted, and the group is
+// placed again while a placement fits, up to AllocationTimeout from the
+// first round; then it fails with Ironic's reason (a grow: back to active
+// with its members). Ironic unreachable: an error,
 // the group and its held members staying allocating and owned.
 func (ig ironicGroups) Process(ctx context.Context, me int64, g ClaimedGroup) (Outcome, error) {
 	b := ig.b
@@ -44,6 +46,7 @@ func (ig ironicGroups) Process(ctx context.Context, me int64, g ClaimedGroup) (O
 		return Lost, fmt.Errorf("processing allocation group %s: %w", g.UUID, err)
 	}
 	var lastReason string
+	began := time.Now()
 	for round := 1; ; round++ {
 		ids, err := b.q.AdoptGroupMembers(ctx, AdoptGroupMembersParams{GroupID: g.ID, Me: me})
 		if err != nil {
@@ -116,9 +119,10 @@ func (ig ironicGroups) Process(ctx context.Context, me int64, g ClaimedGroup) (O
 		switch {
 		case failed != "":
 			return b.groups.Fail(ctx, me, g, "Ironic refused a member: "+strings.TrimSuffix(failed, "."))
-		case round >= b.cfg.MaxAttempts:
-			return b.groups.Fail(ctx, me, g, fmt.Sprintf("Ironic refused members in each of %d placements, the last time: %s",
-				round, strings.TrimSuffix(lastReason, ".")))
+		case time.Since(began) >= b.cfg.AllocationTimeout:
+			return b.groups.Fail(ctx, me, g, fmt.Sprintf("Ironic refused members in each of %d placements, the last time: %s; "+
+				"other placements may fit, but %s passed (ironic.allocation_timeout %s)", round, strings.TrimSuffix(lastReason, "."),
+				time.Since(began).Round(time.Millisecond), b.cfg.AllocationTimeout))
 		}
 	}
 }
@@ -193,9 +197,10 @@ func (ig ironicGroups) activate(ctx context.Context, me int64, g ClaimedGroup, r
 	return Reserved, nil
 }
 
-// drop lets go of the held members ids (marks: the node's mark, "" none)
-// and deletes their copies in Ironic now (the journal's deleter would do
-// it too, a little later): the next placement may pick the same nodes.
+// drop lets go of the held members ids (marks: the node's mark, "" none),
+// deletes their copies in Ironic now (the journal's deleter would do it
+// too, a little later): the next placement may pick the same nodes; and
+// reads the marked nodes again from Ironic (reread).
 func (ig ironicGroups) drop(ctx context.Context, g ClaimedGroup, reqs []IronicRequestsRow, ids []int64, marks []string) error {
 	b := ig.b
 	if _, err := b.q.DropGroupMembers(ctx, DropGroupMembersParams{GroupID: g.ID, Ids: ids, Marks: marks}); err != nil {
@@ -203,13 +208,16 @@ func (ig ironicGroups) drop(ctx context.Context, g ClaimedGroup, reqs []IronicRe
 	}
 	b.groups.cache.forget(g) // the next placement reads the marks
 	var wg sync.WaitGroup
-	for _, r := range reqs {
+	for i, r := range reqs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			u := r.AllocationRequest.Uuid
 			if err := b.deleteCopy(ctx, u); err == nil {
 				_, _ = b.q.IronicDeleted(ctx, u)
+			}
+			if marks[i] != "" && r.NodeUuid != nil {
+				b.reread(ctx, *r.NodeUuid)
 			}
 		}()
 	}

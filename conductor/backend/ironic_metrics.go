@@ -34,11 +34,11 @@ func NewIronicMetrics(reg prometheus.Registerer) (*IronicMetrics, error) {
 	m := &IronicMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "metalloc_ironic_allocation_requests_total",
-			Help: "Requests this conductor sent to Ironic for allocations, by request (create, get, delete).",
+			Help: "Requests this conductor sent to Ironic for allocations, by request (create, get, delete; refresh: a refused node read again).",
 		}, []string{"request"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "metalloc_ironic_request_seconds",
-			Help:    "Time from sending a request for an allocation (create, get, delete) to Ironic to its answer.",
+			Help:    "Time from sending a request for an allocation (create, get, delete, refresh) to Ironic to its answer.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"request"}),
 		settle: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -48,7 +48,7 @@ func NewIronicMetrics(reg prometheus.Registerer) (*IronicMetrics, error) {
 		}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "metalloc_ironic_nodes_refused_total",
-			Help: "Nodes Ironic refused for an allocation this conductor made there (marked unavailable until Ironic is read again).",
+			Help: "Nodes Ironic refused for an allocation this conductor made there (each read again from Ironic at once).",
 		}),
 		down: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "metalloc_ironic_unavailable",

@@ -45,13 +45,15 @@ const journalCreating = "creating"
 // settle takes owned row r to its end: hold a node (the one it holds, or
 // one picked now), create the allocation in Ironic on it (create), and
 // activate it (IronicActivate) once Ironic's copy is active there. A node
-// Ironic refuses is let go and marked unavailable until Ironic is read
-// again (IronicUnhold), Ironic's copy in error deleted, and another node
-// tried, up to MaxAttempts nodes; then, or when no other node fits, the
+// Ironic refuses is let go and marked unavailable (IronicUnhold), read
+// again from Ironic at once (reread: the mirror then has Ironic's word),
+// Ironic's copy in error deleted, and another node tried, for as long as
+// nodes fit, up to AllocationTimeout from the first try; then the
 // allocation goes to error with Ironic's reason, Ironic keeping its copy
-// in error too. It returns an error, leaving the row allocating and owned
-// (with its node, if it holds one), when the database or Ironic cannot be
-// reached or ctx ends.
+// in error too. When no other node fits it goes to error with the reason
+// nothing fits, nothing of it left in Ironic. It returns an error, leaving
+// the row allocating and owned (with its node, if it holds one), when the
+// database or Ironic cannot be reached or ctx ends.
 func (b *Ironic) settle(ctx context.Context, me int64, r IronicRequestsRow) (Outcome, error) {
 	c := claimedOf(r.AllocationRequest)
 	if c.Traits == nil {
@@ -71,6 +73,10 @@ func (b *Ironic) settle(ctx context.Context, me int64, r IronicRequestsRow) (Out
 	var last *verdict // the last refusal
 	first := true
 	began := time.Now()
+	// locked is when the holds started finding every fitting node locked
+	// (zero while they find one): LockedWait counts from there, not from
+	// began, as refusals before may have taken a while.
+	var locked time.Time
 	backoff := 5 * time.Millisecond
 	for {
 		if nodeID == nil {
@@ -89,7 +95,10 @@ func (b *Ironic) settle(ctx context.Context, me int64, r IronicRequestsRow) (Out
 				return transientErr(c, fmt.Errorf("%w: an earlier allocation with uuid %s is still being deleted in Ironic",
 					ErrIronicUnavailable, c.UUID))
 			case h.NodeID == nil:
-				out, done, err := b.noNode(ctx, me, c, journal, last, attempts, began)
+				if locked.IsZero() {
+					locked = time.Now()
+				}
+				out, done, err := b.noNode(ctx, me, c, journal, last, attempts, locked)
 				if done || err != nil {
 					return out, err
 				}
@@ -102,6 +111,7 @@ func (b *Ironic) settle(ctx context.Context, me int64, r IronicRequestsRow) (Out
 				continue
 			}
 			nodeID, node = h.NodeID, h.NodeUuid
+			locked, backoff = time.Time{}, 5*time.Millisecond
 			attempts++
 			s := journalCreating
 			journal, journalNode = &s, *node
@@ -148,11 +158,16 @@ func (b *Ironic) settle(ctx context.Context, me int64, r IronicRequestsRow) (Out
 		b.Metrics.nodeRefused()
 		mark := fmt.Sprintf("metalloc: Ironic refused allocation %s on this node (%s); not allocatable until Ironic is read again",
 			c.UUID, strings.TrimSuffix(v.reason, "."))
-		log.Info("Ironic refused the node; it is unavailable until Ironic is read again", zap.Stringer("node", *node),
+		log.Info("Ironic refused the node; reading it again from Ironic and trying another", zap.Stringer("node", *node),
 			zap.String("reason", v.reason), zap.Int("attempt", attempts))
-		if attempts >= b.cfg.MaxAttempts {
-			return b.fail(ctx, me, c, nodeID, &mark, failMessage(c, v.reason,
-				fmt.Sprintf("Ironic refused the %d nodes metalloc tried, the last %s", attempts, node)), v.kept)
+		if spent := time.Since(began); spent >= b.cfg.AllocationTimeout {
+			out, err := b.fail(ctx, me, c, nodeID, &mark, failMessage(c, v.reason,
+				fmt.Sprintf("Ironic refused the %d nodes metalloc tried, the last %s; other nodes may fit, but %s passed "+
+					"(ironic.allocation_timeout %s)", attempts, node, spent.Round(time.Millisecond), b.cfg.AllocationTimeout)), v.kept)
+			if err == nil {
+				b.reread(ctx, *node)
+			}
+			return out, err
 		}
 		out, err := b.q.IronicUnhold(ctx, IronicUnholdParams{ID: c.ID, Me: me, NodeID: nodeID, Mark: &mark})
 		switch {
@@ -161,6 +176,7 @@ func (b *Ironic) settle(ctx context.Context, me int64, r IronicRequestsRow) (Out
 		case out == "lost":
 			return Lost, nil
 		}
+		b.reread(ctx, *node)
 		nodeID, node = nil, nil
 		if v.kept {
 			// The next node is asked with the same uuid: Ironic's copy in
@@ -175,10 +191,10 @@ func (b *Ironic) settle(ctx context.Context, me int64, r IronicRequestsRow) (Out
 // noNode handles a hold that found no unlocked node: the allocation fails
 // when no node fits at all (with Ironic's last reason when it refused
 // nodes before, else with the sentence of the filter that left nothing),
-// or when the fitting nodes stayed locked for LockedWait; otherwise the
-// caller waits and tries again (done false).
+// or when the fitting nodes stayed locked for LockedWait since locked;
+// otherwise the caller waits and tries again (done false).
 func (b *Ironic) noNode(ctx context.Context, me int64, c Claimed, journal *string, last *verdict, attempts int,
-	began time.Time) (out Outcome, done bool, err error) {
+	locked time.Time) (out Outcome, done bool, err error) {
 	stats, err := b.q.FitStats(ctx, FitStatsParams{
 		ResourceClass: c.ResourceClass, Candidates: c.CandidateNodes, Owner: c.Owner, Traits: c.Traits,
 	})
@@ -195,7 +211,7 @@ func (b *Ironic) noNode(ctx context.Context, me int64, c Claimed, journal *strin
 	case stats.Fitting == 0:
 		reason, detail := noFit(c, stats)
 		msg = fmt.Sprintf("Failed to process allocation %s: %s. (%s)", c.UUID, reason, detail)
-	case time.Since(began) >= b.cfg.LockedWait:
+	case time.Since(locked) >= b.cfg.LockedWait:
 		msg = fmt.Sprintf("Failed to process allocation %s: could not reserve any of %d suitable nodes: they stayed locked by concurrent reservations or updates.",
 			c.UUID, stats.Fitting)
 	default:
@@ -211,6 +227,24 @@ func (b *Ironic) noNode(ctx context.Context, me int64, c Claimed, journal *strin
 	}
 	out, err = b.fail(ctx, me, c, nil, nil, msg, false)
 	return out, true, err
+}
+
+// reread reads node again from Ironic after Ironic refused it
+// (Mirror.Refresh, within the in-flight cap): the mirror gets Ironic's
+// word at once (taken there: its instance; in maintenance; gone) in place
+// of metalloc's mark, so that no pick sees the node free while Ironic has
+// it taken, and the no-fit counts say what it is. A node Ironic shows
+// allocatable again (its taker let go) may be picked again. A failed read
+// leaves the mark: the node stays unavailable until a later read.
+func (b *Ironic) reread(ctx context.Context, node uuid.UUID) {
+	err := b.request(ctx, "refresh", func() error {
+		_, err := b.mirror.Refresh(ctx, node.String())
+		return err
+	})
+	if err != nil && ctx.Err() == nil {
+		b.log.Warn("could not read a refused node again from Ironic; it stays unavailable until a later read",
+			zap.Stringer("node", node), zap.Error(err))
+	}
 }
 
 // failMessage is last_error for an allocation Ironic refused: Ironic's own

@@ -198,15 +198,15 @@ func TestIronicClaimActivates(t *testing.T) {
 }
 
 // TestIronicRefusedNodeTriesAnother: a node taken directly in Ironic (the
-// mirror does not know yet) is refused by Ironic; metalloc marks it
-// unavailable until Ironic is read again and gets the other node, Ironic's
-// refused copy gone. The name-first rule makes metalloc try the taken
-// node first.
+// mirror does not know yet) is refused by Ironic; metalloc reads it again
+// from Ironic at once (the mirror then has Ironic's instance on it, no
+// mark) and gets the other node, Ironic's refused copy gone. The
+// name-first rule makes metalloc try the taken node first.
 func TestIronicRefusedNodeTriesAnother(t *testing.T) {
 	t.Parallel()
 	x := newIronicFixture(t, IronicConfig{})
 	nodes := x.nodes("rf-", 2)
-	x.takeInIronic(nodes[0])
+	taker := x.takeInIronic(nodes[0])
 	name := "rf-" + x.rc + "-a"
 	a := x.allocation(&name, x.rc)
 	outs, failed := x.claimAndProcess(context.Background())
@@ -221,29 +221,25 @@ func TestIronicRefusedNodeTriesAnother(t *testing.T) {
 	j, _ := x.journal(v.Uuid)
 	require.Equal(t, int32(2), j.Attempts)
 	var maint bool
-	var reason string
+	var instance *uuid.UUID
 	require.NoError(t, x.pool.QueryRow(context.Background(),
-		`SELECT maintenance, maintenance_reason FROM nodes WHERE uuid = $1`, nodes[0]).Scan(&maint, &reason))
-	require.True(t, maint)
-	require.Contains(t, reason, "Ironic refused allocation "+v.Uuid.String())
-	// The next read of the node writes Ironic's word back (it is taken:
-	// not allocatable either way).
-	_, err := x.mirror.Refresh(context.Background(), nodes[0])
-	require.NoError(t, err)
-	require.NoError(t, x.pool.QueryRow(context.Background(),
-		`SELECT maintenance FROM nodes WHERE uuid = $1`, nodes[0]).Scan(&maint))
-	require.False(t, maint)
+		`SELECT maintenance, instance_uuid FROM nodes WHERE uuid = $1`, nodes[0]).Scan(&maint, &instance))
+	require.False(t, maint, "read again from Ironic: Ironic's word, not metalloc's mark")
+	require.NotNil(t, instance)
+	require.Equal(t, taker, instance.String())
 }
 
 // TestIronicRefusedEverywhere: when Ironic refuses every node metalloc
-// can offer, the allocation ends in error with Ironic's reason. With
-// nodes left untried but MaxAttempts reached, Ironic keeps its copy in
-// error too (journal error); when no other node fits, nothing is left in
-// Ironic.
+// can offer, each refused node is read again from Ironic at once (the
+// mirror then shows it taken there, not in maintenance), and once no node
+// fits the allocation ends in error with why (each node counted), nothing
+// of it left in Ironic. Past AllocationTimeout, with nodes left untried,
+// it ends in error with Ironic's reason and Ironic keeps its copy in
+// error too (journal error).
 func TestIronicRefusedEverywhere(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	x := newIronicFixture(t, IronicConfig{MaxAttempts: 2})
+	x := newIronicFixture(t, IronicConfig{})
 	nodes := x.nodes("re-", 3)
 	for _, n := range nodes {
 		x.takeInIronic(n)
@@ -255,30 +251,95 @@ func TestIronicRefusedEverywhere(t *testing.T) {
 	v := x.get(a.ID)
 	require.Equal(t, "error", string(v.State))
 	require.Contains(t, *v.LastError, "Failed to process allocation "+v.Uuid.String())
-	require.Contains(t, *v.LastError, "Ironic refused the 2 nodes metalloc tried")
-	got, found := x.inIronic(v.Uuid)
-	require.True(t, found)
-	require.Equal(t, ironic.AllocationError, got.State)
-	j, _ := x.journal(v.Uuid)
-	require.Equal(t, "error", j.State)
+	require.Contains(t, *v.LastError, "Ironic refused the 3 nodes metalloc tried, and no available nodes match the resource class "+
+		x.rc+" (no node fits: 3 of resource class "+x.rc+", 0 available; not available: 3 hold an allocation or instance)")
+	_, found := x.inIronic(v.Uuid)
+	require.False(t, found)
+	_, found = x.journal(v.Uuid)
+	require.False(t, found)
+	require.Equal(t, 3, dbtest.Count(t, x.pool, `SELECT count(*) FROM nodes
+		WHERE resource_class = $1 AND instance_uuid IS NOT NULL AND NOT maintenance AND allocation_id IS NULL`, x.rc),
+		"the refused nodes read again: taken in Ironic, no mark")
 
-	// One node left unmarked, taken in Ironic too: refused, then no node
-	// fits any more: error, and nothing of it left in Ironic.
-	y := newIronicFixture(t, IronicConfig{MaxAttempts: 3})
-	only := y.nodes("re1-", 1)
-	y.takeInIronic(only[0])
+	// The time bound passed at the first refusal, other nodes fitting.
+	y := newIronicFixture(t, IronicConfig{AllocationTimeout: time.Nanosecond})
+	for _, n := range y.nodes("re1-", 2) {
+		y.takeInIronic(n)
+	}
 	b := y.allocation(nil, y.rc)
 	outs, failed = y.claimAndProcess(ctx)
 	require.Empty(t, failed)
 	require.Equal(t, map[Outcome]int{Failed: 1}, outs)
 	w := y.get(b.ID)
 	require.Equal(t, "error", string(w.State))
-	require.Contains(t, *w.LastError, "Ironic refused the 1 nodes metalloc tried, and no available nodes match")
-	_, found = y.inIronic(w.Uuid)
-	require.False(t, found)
-	_, found = y.journal(w.Uuid)
-	require.False(t, found)
+	require.Contains(t, *w.LastError, "Ironic refused the 1 nodes metalloc tried, the last ")
+	require.Contains(t, *w.LastError, "other nodes may fit, but ")
+	require.Contains(t, *w.LastError, "(ironic.allocation_timeout 1ns)")
+	got, found := y.inIronic(w.Uuid)
+	require.True(t, found)
+	require.Equal(t, ironic.AllocationError, got.State)
+	j, _ := y.journal(w.Uuid)
+	require.Equal(t, "error", j.State)
+	require.Equal(t, 1, dbtest.Count(t, y.pool, `SELECT count(*) FROM nodes
+		WHERE resource_class = $1 AND instance_uuid IS NOT NULL AND NOT maintenance`, y.rc),
+		"the refused node read again")
 	require.Empty(t, dbtest.Broken(t, y.pool))
+}
+
+// TestIronicRefusalsKeepTrying (issue 40): other clients of Ironic took
+// five of six nodes directly there, the mirror not knowing; the one free
+// node is locked (its pick skipped) until metalloc has tried the five.
+// Five refusals for one allocation, more than the three nodes the old
+// ironic.max_attempts allowed: the allocation ends active on the free
+// node, and each refused node was read again from Ironic (taken there,
+// not marked).
+func TestIronicRefusalsKeepTrying(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	x := newIronicFixture(t, IronicConfig{LockedWait: 2 * time.Minute})
+	nodes := x.nodes("kt-", 6)
+	free := nodes[5]
+	for _, n := range nodes[:5] {
+		x.takeInIronic(n)
+	}
+	tx, err := x.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM nodes WHERE uuid = $1 FOR UPDATE`, free)
+	require.NoError(t, err)
+	released := make(chan error, 1)
+	go func() {
+		// Released once the five taken nodes were refused and read again.
+		deadline := time.Now().Add(2 * time.Minute)
+		for time.Now().Before(deadline) {
+			var n int
+			if err := x.pool.QueryRow(ctx, `SELECT count(*) FROM nodes WHERE resource_class = $1
+				AND instance_uuid IS NOT NULL AND NOT maintenance AND allocation_id IS NULL`, x.rc).Scan(&n); err != nil {
+				released <- err
+				return
+			}
+			if n == 5 {
+				released <- tx.Commit(ctx)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		released <- errors.New("the five taken nodes were not all refused and read again")
+	}()
+	a := x.allocation(nil, x.rc)
+	outs, failed := x.claimAndProcess(ctx)
+	require.NoError(t, <-released)
+	require.Empty(t, failed)
+	require.Equal(t, map[Outcome]int{Reserved: 1}, outs, "last_error: %v", x.get(a.ID).LastError)
+	v := x.get(a.ID)
+	require.Equal(t, "active", string(v.State))
+	require.Equal(t, free, v.NodeUUID.String())
+	got, found := x.inIronic(v.Uuid)
+	require.True(t, found)
+	require.Equal(t, free, got.Node())
+	j, _ := x.journal(v.Uuid)
+	require.Equal(t, int32(6), j.Attempts)
+	require.Empty(t, dbtest.Broken(t, x.pool))
 }
 
 // TestIronicDeletionReachesIronic: an allocation deleted in metalloc (any

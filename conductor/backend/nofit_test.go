@@ -26,7 +26,16 @@ func noFitCases() []noFitCase {
 	p1, p2 := "p1", "p2"
 	return []noFitCase{
 		{name: "class all in maintenance", rc: "silver",
-			want: "no available nodes match the resource class silver. (no node fits: 1 of resource class silver, 0 available)"},
+			want: "no available nodes match the resource class silver. (no node fits: 1 of resource class silver, 0 available; " +
+				"not available: 1 in maintenance)"},
+		// Each unavailable node counted once, for its first reason: in
+		// maintenance (copper-0, and copper-4 with an instance too), an
+		// instance, a provision state other than available, no power
+		// state (which Ironic needs to allocate a node).
+		{name: "why unavailable", rc: "copper",
+			want: "no available nodes match the resource class copper. (no node fits: 7 of resource class copper, 0 available; " +
+				"not available: 2 in maintenance, 1 holds an allocation or instance, 1 not in provision state available, " +
+				"3 have no power state (Ironic allocates only nodes with a power state: power them off first))"},
 		{name: "class without nodes", rc: "bronze",
 			want: "no available nodes match the resource class bronze. (no node fits: 0 of resource class bronze, 0 available)"},
 		// Only the owner's nodes are counted: its members read last_error,
@@ -34,16 +43,18 @@ func noFitCases() []noFitCase {
 		{name: "owner owns none", rc: "gold", owner: &p1,
 			want: "no available nodes match the resource class gold. (no node fits: 0 of resource class gold owned by or leased to p1, 0 available)"},
 		{name: "owner's nodes unavailable", rc: "gold", owner: &p2,
-			want: "no available nodes match the resource class gold. (no node fits: 1 of resource class gold owned by or leased to p2, 0 available)"},
+			want: "no available nodes match the resource class gold. (no node fits: 1 of resource class gold owned by or leased to p2, 0 available; " +
+				"not available: 1 in maintenance)"},
 		{name: "owner's candidates", rc: "gold", owner: &p2, candidates: []string{"gold-0", "gold-2"},
 			want: "none of the requested nodes are available and match the resource class gold. " +
-				"(no node fits: 1 of resource class gold owned by or leased to p2, 0 available, 0 among the 2 candidate_nodes)"},
+				"(no node fits: 1 of resource class gold owned by or leased to p2, 0 available, 0 among the 2 candidate_nodes; " +
+				"not available: 1 in maintenance)"},
 		{name: "candidates unavailable", rc: "gold", candidates: []string{"gold-2"},
 			want: "none of the requested nodes are available and match the resource class gold. " +
 				"(no node fits: 3 of resource class gold, 2 available, 0 among the 1 candidate_nodes)"},
 		{name: "candidates of another class", rc: "silver", candidates: []string{"gold-0", "gold-1"},
 			want: "none of the requested nodes are available and match the resource class silver. " +
-				"(no node fits: 1 of resource class silver, 0 available, 0 among the 2 candidate_nodes)"},
+				"(no node fits: 1 of resource class silver, 0 available, 0 among the 2 candidate_nodes; not available: 1 in maintenance)"},
 		{name: "traits", rc: "gold", traits: []string{"CUSTOM_A", "CUSTOM_C"},
 			want: "no suitable nodes have the requested traits CUSTOM_A, CUSTOM_C. " +
 				"(no node fits: 3 of resource class gold, 2 available, 0 with traits CUSTOM_A, CUSTOM_C)"},
@@ -55,15 +66,26 @@ func noFitCases() []noFitCase {
 
 // noFitNodes enrols the nodes noFitCases expect: gold-0 (CUSTOM_A), gold-1
 // (CUSTOM_A, CUSTOM_B), gold-2 (CUSTOM_A, in maintenance, leased to p2),
-// silver-0 (in maintenance), each with add (a node alone, or with its provider). It
-// returns the nodes' uuids by name.
+// silver-0 (in maintenance), copper-0 ... copper-6 (none available: in
+// maintenance; with an instance; manageable; without a power state (3);
+// in maintenance with an instance), each with add (a node alone, or with
+// its provider). It returns the nodes' uuids by name.
 func noFitNodes(t *testing.T, f *fixture, add func(name, rc string, traits ...string)) map[string]uuid.UUID {
 	add("gold-0", "gold", "CUSTOM_A")
 	add("gold-1", "gold", "CUSTOM_A", "CUSTOM_B")
 	add("gold-2", "gold", "CUSTOM_A")
 	add("silver-0", "silver")
+	for k := range 7 {
+		add(fmt.Sprintf("copper-%d", k), "copper")
+	}
 	ctx := context.Background()
-	_, err := f.pool.Exec(ctx, `UPDATE nodes SET maintenance = true WHERE name IN ('gold-2', 'silver-0')`)
+	_, err := f.pool.Exec(ctx, `UPDATE nodes SET maintenance = true WHERE name IN ('gold-2', 'silver-0', 'copper-0', 'copper-4')`)
+	require.NoError(t, err)
+	_, err = f.pool.Exec(ctx, `UPDATE nodes SET instance_uuid = gen_random_uuid() WHERE name IN ('copper-1', 'copper-4')`)
+	require.NoError(t, err)
+	_, err = f.pool.Exec(ctx, `UPDATE nodes SET provision_state = 'manageable' WHERE name = 'copper-2'`)
+	require.NoError(t, err)
+	_, err = f.pool.Exec(ctx, `UPDATE nodes SET power_state = NULL WHERE name IN ('copper-3', 'copper-5', 'copper-6')`)
 	require.NoError(t, err)
 	_, err = f.pool.Exec(ctx, `UPDATE nodes SET lessee = 'p2' WHERE name = 'gold-2'`)
 	require.NoError(t, err)

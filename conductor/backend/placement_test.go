@@ -227,7 +227,7 @@ func TestPlacementProcessNoFit(t *testing.T) {
 		{"gold", []string{"CUSTOM_NOPE"}, "no suitable nodes have the requested traits CUSTOM_NOPE. (no node fits: 1 of resource class gold, 1 available, 0 with traits CUSTOM_NOPE)"},
 		{"bronze", nil, "no available nodes match the resource class bronze. (no node fits: 0 of resource class bronze"},
 		{"gold", []string{"CUSTOM_FAST"}, ""},
-		{"gold", nil, "no available nodes match the resource class gold. (no node fits: 1 of resource class gold, 0 available)"},
+		{"gold", nil, "no available nodes match the resource class gold. (no node fits: 1 of resource class gold, 0 available; not available: 1 holds an allocation or instance)"},
 	} {
 		row := f.allocation(nil, tc.rc, tc.traits...)
 		ids = append(ids, row.ID)

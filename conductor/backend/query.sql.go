@@ -513,7 +513,12 @@ const fitStats = `-- name: FitStats :one
 WITH rc AS (
     SELECT n.id, n.uuid, n.owner, n.lessee,
            metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
-                              n.instance_uuid, n.allocation_id) AS free
+                              n.instance_uuid, n.allocation_id) AS free,
+           CASE WHEN n.maintenance THEN 'maintenance'
+                WHEN n.allocation_id IS NOT NULL OR n.instance_uuid IS NOT NULL THEN 'held'
+                WHEN n.provision_state IS DISTINCT FROM 'available' THEN 'state'
+                WHEN n.power_state IS NULL THEN 'power'
+           END AS why
       FROM nodes n
      WHERE n.resource_class = $2::text
        AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, $3::text)
@@ -524,6 +529,10 @@ WITH rc AS (
 )
 SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
        (SELECT count(*) FROM rc WHERE rc.free)::bigint AS available,
+       (SELECT count(*) FROM rc WHERE rc.why = 'maintenance')::bigint AS in_maintenance,
+       (SELECT count(*) FROM rc WHERE rc.why = 'held')::bigint AS held,
+       (SELECT count(*) FROM rc WHERE rc.why = 'state')::bigint AS other_state,
+       (SELECT count(*) FROM rc WHERE rc.why = 'power')::bigint AS no_power,
        (SELECT count(*) FROM cand)::bigint AS candidates,
        (SELECT count(*) FROM cand
          WHERE metalloc_node_has_traits(ARRAY(SELECT t.trait FROM node_traits t WHERE t.node_id = cand.id),
@@ -538,14 +547,22 @@ type FitStatsParams struct {
 }
 
 type FitStatsRow struct {
-	WithClass  int64
-	Available  int64
-	Candidates int64
-	Fitting    int64
+	WithClass     int64
+	Available     int64
+	InMaintenance int64
+	Held          int64
+	OtherState    int64
+	NoPower       int64
+	Candidates    int64
+	Fitting       int64
 }
 
 // Why nothing fits: how many nodes survive each filter in turn, for
-// last_error (the same predicates as metalloc_pick, in the same order).
+// last_error (the same predicates as metalloc_pick, in the same order),
+// and why the nodes of the class that are not free are not, each counted
+// once, for the first reason in metalloc_node_free's order that applies:
+// maintenance, an allocation or instance, a provision state other than
+// available, no power state (Ironic allocates only nodes with one).
 // Only the nodes the allocation's owner may see are counted (owned by or
 // leased to it; every node when it has none): last_error says nothing of
 // other projects' nodes.
@@ -560,6 +577,10 @@ func (q *Queries) FitStats(ctx context.Context, arg FitStatsParams) (FitStatsRow
 	err := row.Scan(
 		&i.WithClass,
 		&i.Available,
+		&i.InMaintenance,
+		&i.Held,
+		&i.OtherState,
+		&i.NoPower,
 		&i.Candidates,
 		&i.Fitting,
 	)
