@@ -289,7 +289,8 @@
 //  2. POST /v1/allocations to Ironic, the held node the only candidate
 //     (at most ironic.max_in_flight requests per conductor), then GET it
 //     until Ironic has settled it (first after Ironic's recent settle
-//     time, backing off to 1 s);
+//     time, backing off to 1 s); each allocation holds a slot of the
+//     conductor's adaptive limit from its POST to that read (below);
 //  3. Ironic's copy active on the node: the allocation and its journal row
 //     become active in one statement (IronicActivate). Ironic's copy in
 //     error (the node taken there, in maintenance, gone, not available,
@@ -349,6 +350,24 @@
 //     metalloc-api answers 503 for proxied requests; metalloc's own routes
 //     go on. When Ironic is back, the held allocations are settled and the
 //     unowned ones claimed.
+//
+// The adaptive limit (backend/ironic_limit.go; issue 44): past some
+// concurrency Ironic's conductors congest and settle fewer allocations
+// per second, not only later, so each conductor bounds its allocations
+// in flight in Ironic (POST sent, not yet seen settled; a cap on HTTP
+// requests does not, as an allocation between two reads holds none). The
+// limit follows the confirm latency (POST sent to the read that finds the
+// allocation settled): delay-based AIMD against the least recent window
+// mean, with a probe at half the limit every few windows so that the
+// no-queue latency is measured again; halved when Ironic fails (down,
+// timed out, 5xx). It stays between 2 and ironic.max_in_flight (its
+// ceiling; ironic.adaptive_limit false holds it there). Per conductor:
+// the sum is at most conductors × max_in_flight, and since every
+// conductor sees Ironic's latency rise and backs off, together they hold
+// Ironic near its best concurrency as TCP flows share a link, with no
+// round trip to the database per allocation. Claims are unchanged (up to
+// conductor.workers rows per conductor): the rows above the limit wait
+// in the conductor, holding their nodes.
 //
 // Allocation groups: the GroupReserver in Hold mode inserts the members
 // allocating, holding the plan's nodes, and leaves the group allocating

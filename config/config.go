@@ -80,8 +80,12 @@ type Ironic struct {
 	// SyncPageSize is how many nodes one request of the full sync reads.
 	SyncPageSize int `mapstructure:"sync_page_size"`
 	// MaxInFlight caps the allocation requests one conductor has in
-	// flight to Ironic at a time (creations, reads, deletions).
+	// flight to Ironic at a time (creations, reads, deletions), and is
+	// the ceiling of its limit on allocations in flight in Ironic.
 	MaxInFlight int `mapstructure:"max_in_flight"`
+	// AdaptiveLimit adapts that limit to Ironic's confirm latency (up to
+	// MaxInFlight); false holds it at MaxInFlight.
+	AdaptiveLimit bool `mapstructure:"adaptive_limit"`
 	// AllocationTimeout bounds how long one allocation keeps trying nodes
 	// Ironic refuses while other nodes fit; then it goes to error with
 	// Ironic's last reason.

@@ -77,6 +77,7 @@ const (
 	DefaultIronicSyncSchedule      = "@every 60s"
 	DefaultIronicSyncPageSize      = 1000
 	DefaultIronicMaxInFlight       = 16
+	DefaultIronicAdaptiveLimit     = true
 	DefaultIronicAllocationTimeout = 60 * time.Second
 
 	DefaultLogLevel  = "info"

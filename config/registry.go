@@ -202,7 +202,9 @@ func registry() []*Key {
 		&Key{Name: "ironic.sync_page_size", Default: DefaultIronicSyncPageSize, Unit: "nodes", Readers: ironicReaders,
 			Doc: "Nodes per request of the full sync (Ironic's `[api]max_limit` caps it)."},
 		&Key{Name: "ironic.max_in_flight", Default: DefaultIronicMaxInFlight, Unit: "requests", Readers: ironicReaders,
-			Doc: "Most requests one conductor has in flight to Ironic for allocations at a time (creations, reads, deletions); more wait their turn."},
+			Doc: "Most requests one conductor has in flight to Ironic for allocations at a time (creations, reads, deletions; more wait their turn), and the ceiling of its limit on allocations in flight in Ironic (from the POST to seeing the allocation settled; see `adaptive_limit`)."},
+		&Key{Name: "ironic.adaptive_limit", Default: DefaultIronicAdaptiveLimit, Readers: ironicReaders,
+			Doc: "Adapt each conductor's limit on allocations in flight in Ironic to Ironic's confirm latency (delay-based AIMD between 2 and `max_in_flight`, starting at a quarter of it), so that Ironic stays near its best rate whatever the load; `false` holds the limit at `max_in_flight`. Metrics: `metalloc_ironic_allocation_limit`, `metalloc_ironic_allocation_confirm_seconds`."},
 		&Key{Name: "ironic.allocation_timeout", Default: DefaultIronicAllocationTimeout, Readers: ironicReaders,
 			Doc: "How long one allocation keeps trying nodes in Ironic while Ironic refuses them (each refused node is read again from Ironic at once, so that it is not picked again while it is taken there) and other nodes fit; past it the allocation goes to `error` with Ironic's last reason. An allocation no node fits any more fails at once. Replaces `max_attempts` (removed: setting it is a configuration error saying so)."},
 

@@ -28,7 +28,7 @@ const testPauseEnv = "METALLOC_TEST_IRONIC_PAUSE"
 // conductor sections).
 func newIronicBackend(pool *pgxpool.Pool, ic *ironic.Client, cfg config.Config, log *zap.Logger) *backend.Ironic {
 	return backend.NewIronic(pool, ic, backend.IronicConfig{
-		MaxInFlight: cfg.Ironic.MaxInFlight, AllocationTimeout: cfg.Ironic.AllocationTimeout, Capacity: cfg.Conductor.Workers,
+		MaxInFlight: cfg.Ironic.MaxInFlight, FixedLimit: !cfg.Ironic.AdaptiveLimit, AllocationTimeout: cfg.Ironic.AllocationTimeout, Capacity: cfg.Conductor.Workers,
 		LockedWait: cfg.Conductor.LockedNodeWait, Pause: testPause(log),
 	}, log)
 }

@@ -16,10 +16,16 @@ import (
 
 // IronicConfig tunes the Ironic backend.
 type IronicConfig struct {
-	// MaxInFlight caps the requests to Ironic in flight at a time, over
-	// all the allocations of this conductor (ironic.max_in_flight,
-	// default 16).
+	// MaxInFlight caps this conductor's requests in flight to Ironic for
+	// allocations at a time (creations, reads, deletions), and is the
+	// ceiling of its adaptive limit on allocations in flight in Ironic,
+	// from their POST to seeing them settled (ironic.max_in_flight,
+	// default 16; ironic_limit.go).
 	MaxInFlight int
+	// FixedLimit keeps the limit on allocations in flight at MaxInFlight
+	// instead of adapting it to Ironic's confirm latency
+	// (ironic.adaptive_limit false).
+	FixedLimit bool
 	// Capacity bounds the rows Claim has taken and Process not finished
 	// (the conductor's workers, conductor.workers; default 16): a
 	// conductor claims no more than it settles at once, the rest is left
@@ -77,6 +83,9 @@ type Ironic struct {
 
 	// sem caps the requests in flight to Ironic (MaxInFlight).
 	sem chan struct{}
+	// limit bounds the allocations in flight in Ironic, POST sent and not
+	// yet seen settled (create; ironic_limit.go).
+	limit *limiter
 	// down is set when Ironic could not be reached; claims stop until a
 	// probe (at most every probeInterval) finds it back.
 	down      atomic.Bool
@@ -130,6 +139,7 @@ func NewIronic(pool *pgxpool.Pool, client *ironic.Client, cfg IronicConfig, log 
 	ilog := log.With(zap.String("ironic", client.Root()))
 	b := &Ironic{pool: pool, q: New(pool), client: client, mirror: ironic.NewMirror(client, pool, 0, ilog), cfg: cfg,
 		log: ilog, sem: make(chan struct{}, cfg.MaxInFlight)}
+	b.limit = newLimiter(cfg.MaxInFlight, !cfg.FixedLimit, func(s limitState) { b.Metrics.limited(s) })
 	b.settleNS.Store(int64(50 * time.Millisecond))
 	b.groups = NewGroupReserver(pool, log)
 	b.groups.LockedWait = cfg.LockedWait

@@ -30,6 +30,7 @@ const deleteBatch = 32
 // unreachable. Deleted rows stay as tombstones for TombstoneKeep
 // (Reconcile deletes a copy a late request created after all), then go.
 func (b *Ironic) Run(ctx context.Context) {
+	b.Metrics.limited(b.limit.State()) // the limit's gauges before the first allocation
 	wake := make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -14,6 +14,12 @@ type IronicMetrics struct {
 	settle   prometheus.Histogram
 	refused  prometheus.Counter
 	down     prometheus.Gauge
+	// The adaptive limit (ironic_limit.go).
+	limit    prometheus.Gauge
+	inFlight prometheus.Gauge
+	waiting  prometheus.Gauge
+	baseline prometheus.Gauge
+	confirm  prometheus.Histogram
 }
 
 // NewIronicMetrics creates the metrics and registers them with reg:
@@ -30,6 +36,16 @@ type IronicMetrics struct {
 //     allocation, marked unavailable until Ironic is read again)
 //   - metalloc_ironic_unavailable (1 while this conductor finds Ironic
 //     unreachable and claims nothing)
+//   - metalloc_ironic_allocation_limit (this conductor's limit on
+//     allocations in flight in Ironic, at most ironic.max_in_flight;
+//     ironic_limit.go)
+//   - metalloc_ironic_allocations_in_flight, metalloc_ironic_allocations_waiting
+//     (allocations of this conductor in Ironic now, from their POST to
+//     seeing them settled; those waiting for the limit)
+//   - metalloc_ironic_allocation_confirm_seconds (histogram: the limit's
+//     latency sample, from sending the POST to the read that finds the
+//     allocation settled) and metalloc_ironic_allocation_baseline_seconds
+//     (the confirm latency without a queue it is compared with)
 func NewIronicMetrics(reg prometheus.Registerer) (*IronicMetrics, error) {
 	m := &IronicMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -50,16 +66,28 @@ func NewIronicMetrics(reg prometheus.Registerer) (*IronicMetrics, error) {
 			Name: "metalloc_ironic_nodes_refused_total",
 			Help: "Nodes Ironic refused for an allocation this conductor made there (each read again from Ironic at once).",
 		}),
-		down: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "metalloc_ironic_unavailable",
-			Help: "1 while this conductor finds Ironic unreachable (allocations wait, nothing is claimed), else 0.",
+		down: gauge("metalloc_ironic_unavailable",
+			"1 while this conductor finds Ironic unreachable (allocations wait, nothing is claimed), else 0."),
+		limit: gauge("metalloc_ironic_allocation_limit",
+			"This conductor's adaptive limit on its allocations in flight in Ironic (POST sent, not yet seen settled); at most ironic.max_in_flight."),
+		inFlight: gauge("metalloc_ironic_allocations_in_flight",
+			"This conductor's allocations in flight in Ironic: POST sent, not yet seen settled."),
+		waiting: gauge("metalloc_ironic_allocations_waiting",
+			"This conductor's allocations waiting for the limit before their POST to Ironic."),
+		baseline: gauge("metalloc_ironic_allocation_baseline_seconds",
+			"The confirm latency without a queue the limit compares with: the least window mean of the recent windows (0 before the first, or with a fixed limit)."),
+		confirm: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "metalloc_ironic_allocation_confirm_seconds",
+			Help:    "Time from sending an allocation's POST to Ironic to the read that finds it settled (active or error) there: the limit's latency sample.",
+			Buckets: []float64{.025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
 	}
 	for _, r := range []string{"create", "get", "delete"} {
 		m.requests.WithLabelValues(r)
 		m.latency.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.settle, m.refused, m.down} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.settle, m.refused, m.down,
+		m.limit, m.inFlight, m.waiting, m.baseline, m.confirm} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -100,4 +128,24 @@ func (m *IronicMetrics) unavailable(down bool) {
 	} else {
 		m.down.Set(0)
 	}
+}
+
+func (m *IronicMetrics) limited(s limitState) {
+	if m != nil {
+		m.limit.Set(s.limit)
+		m.inFlight.Set(float64(s.inFlight))
+		m.waiting.Set(float64(s.waiting))
+		m.baseline.Set(s.baseline.Seconds())
+	}
+}
+
+func (m *IronicMetrics) confirmed(d time.Duration) {
+	if m != nil {
+		m.confirm.Observe(d.Seconds())
+	}
+}
+
+// gauge is a gauge of that name and help.
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 }

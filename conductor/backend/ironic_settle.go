@@ -277,24 +277,47 @@ func (b *Ironic) fail(ctx context.Context, me int64, c Claimed, nodeID *int64, m
 }
 
 // create makes allocation c (with extra) in Ironic with node as the only
-// candidate and waits until Ironic has settled it (poll). Ironic answering
+// candidate and waits until Ironic has settled it (poll), holding one of
+// the limit's slots meanwhile (ironic_limit.go). Ironic answering
 // 409 means the uuid is there already (a retry after an outage, a
 // takeover: that copy is followed) or the name is taken (vFailed). A copy
 // made for another node by an earlier attempt is deleted and the
 // allocation created again. Errors are transient (ErrIronicUnavailable, the
 // context's end).
-func (b *Ironic) create(ctx context.Context, c Claimed, extra json.RawMessage, node uuid.UUID) (verdict, error) {
+func (b *Ironic) create(ctx context.Context, c Claimed, extra json.RawMessage, node uuid.UUID) (v verdict, err error) {
 	b.pause(ctx, "before_create", c.UUID)
+	if err := b.limit.Acquire(ctx); err != nil {
+		return verdict{}, err
+	}
+	// The slot's sample: the confirm latency of a plain creation (201,
+	// then reads until settled), a drop when Ironic failed (not the
+	// context), nothing otherwise.
+	var sent time.Time
+	plain := false
+	defer func() {
+		switch {
+		case err == nil && plain:
+			d := time.Since(sent)
+			b.Metrics.confirmed(d)
+			b.limit.Release(d, sampleOK)
+		case err != nil && ctx.Err() == nil:
+			b.limit.Release(0, sampleDrop)
+		default:
+			b.limit.Release(0, sampleNone)
+		}
+	}()
 	req := ironic.AllocationRequest{UUID: c.UUID.String(), Name: c.Name, ResourceClass: c.ResourceClass,
 		Traits: c.Traits, Owner: c.Owner, Extra: extra, CandidateNodes: []string{node.String()}}
 	for range 3 {
 		var a ironic.Allocation
 		err := b.request(ctx, "create", func() error {
 			var err error
+			sent = time.Now()
 			a, err = b.client.CreateAllocation(ctx, req)
 			return err
 		})
 		posted := time.Now()
+		plain = err == nil
 		switch status := ironic.StatusOf(err); {
 		case err == nil:
 		case ironic.IsConflict(err):
@@ -330,6 +353,7 @@ func (b *Ironic) create(ctx context.Context, c Claimed, extra json.RawMessage, n
 		if a.State == ironic.AllocationActive {
 			return verdict{kind: vActive}, nil
 		}
+		plain = plain && a.UUID != "" // not deleted meanwhile
 		return verdict{kind: vRefused, reason: a.Reason(), kept: a.UUID != ""}, nil
 	}
 	return verdict{}, fmt.Errorf("%w: allocation %s: Ironic keeps a copy on other nodes", ErrIronicUnavailable, c.UUID)

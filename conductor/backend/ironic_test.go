@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -172,10 +175,16 @@ func (x *ironicFixture) claimAndProcess(ctx context.Context) (outs map[Outcome]i
 // TestIronicClaimActivates: allocations claimed by the Ironic backend are
 // created in Ironic with the same uuid on the node metalloc held, and are
 // active in metalloc only once active in Ironic: both systems agree on
-// every node, and the journal says active.
+// every node, and the journal says active. Each creation held a slot of
+// the adaptive limit from its POST to its settling (the confirm latency,
+// one sample each), and gave it back.
 func TestIronicClaimActivates(t *testing.T) {
 	t.Parallel()
 	x := newIronicFixture(t, IronicConfig{})
+	reg := prometheus.NewRegistry()
+	var err error
+	x.b.Metrics, err = NewIronicMetrics(reg)
+	require.NoError(t, err)
 	x.nodes("ca-", 3)
 	a1, a2 := x.allocation(nil, x.rc), x.allocation(nil, x.rc)
 	outs, failed := x.claimAndProcess(context.Background())
@@ -194,6 +203,11 @@ func TestIronicClaimActivates(t *testing.T) {
 		require.Equal(t, "active", j.State)
 		require.Equal(t, int32(1), j.Attempts)
 	}
+	var m dto.Metric
+	require.NoError(t, x.b.Metrics.confirm.Write(&m))
+	require.Equal(t, uint64(2), m.GetHistogram().GetSampleCount(), "one confirm sample per allocation")
+	require.Equal(t, 0.0, testutil.ToFloat64(x.b.Metrics.inFlight))
+	require.Equal(t, 4.0, testutil.ToFloat64(x.b.Metrics.limit), "a quarter of max_in_flight (16) to start")
 	require.Empty(t, dbtest.Broken(t, x.pool))
 }
 

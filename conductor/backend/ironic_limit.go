@@ -1,0 +1,383 @@
+package backend
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+)
+
+// The adaptive limit on allocations in flight in Ironic (issue 44).
+//
+// Ironic answers POST /v1/allocations at once (201, state allocating) and
+// hands the allocation to one of its conductors (an RPC cast); the work,
+// and the queue when there is too much of it, is there: its conductors'
+// workers, the node locks, its database. Past some concurrency (the
+// knee) that queue grows and, as its conductors congest, Ironic settles
+// fewer allocations per second, not just later: with 2 metalloc
+// conductors and 64 clients, 10-11/s against 16-18/s with 16 clients
+// (Ironic 21.4, 2 conductors, uWSGI API). A cap on HTTP requests in
+// flight does not bound that queue (an allocation waiting between two
+// reads holds no request), so the limit counts allocations in Ironic:
+// a slot is taken before the POST and given back once the allocation is
+// seen settled (or the attempt ends otherwise).
+//
+// The latency sample is that slot's span: from sending the POST to the
+// read that finds the allocation settled (active or error) in Ironic,
+// the "confirm latency". It contains the POST's round trip and Ironic's
+// settle time as metalloc sees it through its reads (Ironic.poll: the
+// first read comes after a high quantile of recent settle times, so a
+// sample overstates Ironic's own time by a fraction of it, about
+// equally at every load). The reads' round trips, which the API's load
+// lengthens, are in it too. Samples are taken only from the plain path
+// (201, then reads until settled); a 409 that follows a copy already
+// there, a refusal of the request itself, or an end of the context give
+// none; an unreachable Ironic, a timeout or a 5xx is a drop.
+//
+// The rule is delay-based AIMD, as TCP Vegas and Netflix's
+// concurrency-limits, with BBR's periodic probe of the latency without a
+// queue. Once per window (about one round trip: as many samples as the
+// limit, at least limitMinWindow, from requests sent after the last
+// change; those sent before saw the old limit), the window's mean
+// confirm latency is compared with the baseline, the least window mean
+// of the last limitHorizon windows. With r = mean / baseline:
+//
+//   - r > limitTolerance (a queue in Ironic): the limit is multiplied by
+//     limitTolerance/r, kept within [0.5, 0.9];
+//   - r ≤ limitTolerance, and the window found the limit reached (else
+//     the load, not the limit, bounded what was in flight, and the
+//     samples say nothing about more): it grows by 1 (by sqrt(limit)
+//     while r ≤ limitFlat at the start, after a drop or a rebase, until
+//     the first decrease: quickly up to the knee, gently near it);
+//   - a drop (Ironic unreachable, timed out, 5xx): it is halved at once,
+//     and the ends of the requests then in flight are ignored, so that a
+//     burst of failures halves it once.
+//
+// The baseline is only right if some window ran without a queue: one
+// that started above the knee (a congested Ironic, another conductor's
+// load, a restart at a high limit) would take the queue for the
+// baseline and never see r rise, and the sawtooth near the knee, always
+// a little above it, would let the baseline creep up. So every
+// limitProbeEvery windows that reached the limit, one window runs at
+// half the limit (a probe). A probe whose mean is at most the previous
+// window's divided by limitProbeGain found a queue: the next window
+// halves again, and so on down to 1, the limit then resuming at the
+// level above the last probe that gained nothing. A probe that gains
+// nothing but finds the latency above the baseline's tolerance shows
+// that Ironic got slower without a queue: the baseline is restarted from
+// it (a rebase), else the old minimum would hold the limit at the floor
+// for a whole horizon. A probe near the knee costs about half a window
+// of throughput in limitProbeEvery.
+//
+// The limit stays within [min(limitFloor, ceiling), ceiling] (a probe
+// may go down to 1), ceiling being ironic.max_in_flight, and starts at
+// ceiling/4 (at least the floor). With a fixed limit
+// (ironic.adaptive_limit false) it stays at the ceiling and only
+// measures.
+//
+// Each conductor has its own limit. The sum over conductors is bounded
+// by conductors × ironic.max_in_flight; they all see the same Ironic, so
+// the same latency, and, like TCP flows sharing a link, each backs off
+// when it rises: together they hold Ironic near its knee (each adding
+// its step per window, so a little above it with many conductors) and
+// share it evenly. A limit shared through the database would cost a
+// round trip per allocation and tie Ironic's pacing to the database's
+// health, for no better signal.
+const (
+	// limitFloor is the least limit: one allocation sent while another
+	// is read.
+	limitFloor = 2
+	// limitMinWindow is the fewest samples of a window.
+	limitMinWindow = 4
+	// limitHorizon is how many windows the baseline's minimum spans.
+	limitHorizon = 24
+	// limitProbeEvery is how many windows pass between probes.
+	limitProbeEvery = 12
+	// limitProbeGain is how much lower a probe's mean must be than the
+	// window before it to show a queue (the noise of a window's mean, a
+	// quantile of the polls, stays well below).
+	limitProbeGain = 1.5
+	// limitFlat and limitTolerance are the ratios of a window's mean to
+	// the baseline below which the limit grows fast, then by one.
+	limitFlat      = 1.1
+	limitTolerance = 1.25
+)
+
+// sampleKind is what one slot's end says about Ironic.
+type sampleKind int
+
+const (
+	// sampleNone: no latency to learn from (a 409 followed, a refusal, the
+	// context's end).
+	sampleNone sampleKind = iota
+	// sampleOK: the allocation was created and seen settled; the sample
+	// is its confirm latency.
+	sampleOK
+	// sampleDrop: Ironic unreachable, timed out or answering 5xx.
+	sampleDrop
+)
+
+// limitState is a limiter's state for metrics.
+type limitState struct {
+	// limit is the current limit (allocations); inFlight the slots taken,
+	// waiting the callers waiting for one.
+	limit             float64
+	inFlight, waiting int
+	// baseline is the latency without a queue the limit compares with (0
+	// before the first window).
+	baseline time.Duration
+}
+
+// limiter is the adaptive limit on allocations in flight in Ironic (the
+// rule above). Its zero value is not usable: newLimiter.
+type limiter struct {
+	mu       sync.Mutex
+	adaptive bool
+	floor    int
+	ceiling  int
+	limit    float64
+	inFlight int
+	waiters  []*limitWaiter
+	// skip counts the releases still to ignore after a change: the
+	// requests then in flight were sent under the old limit.
+	skip int
+	// The current window: samples, their sum, and the most slots held.
+	n    int
+	sum  time.Duration
+	peak int
+	// means are the last limitHorizon window means (a ring, next the
+	// index of the next); last is the latest.
+	means []time.Duration
+	next  int
+	last  time.Duration
+	// fast is true until the first decrease, and again after a drop or a
+	// rebase: growth by sqrt(limit).
+	fast bool
+	// windows counts the windows since the last probe; probing is true
+	// during one, restore is the limit it resumes at.
+	windows int
+	probing bool
+	restore float64
+	// report, when set, is told every change of state (metrics); called
+	// with mu held.
+	report func(limitState)
+}
+
+// limitWaiter is one Acquire waiting for a slot; granted when the slot
+// is its own (ch closed).
+type limitWaiter struct {
+	ch      chan struct{}
+	granted bool
+}
+
+// newLimiter returns a limiter with the given ceiling (at least 1);
+// adaptive false keeps the limit at the ceiling.
+func newLimiter(ceiling int, adaptive bool, report func(limitState)) *limiter {
+	ceiling = max(ceiling, 1)
+	l := &limiter{adaptive: adaptive, ceiling: ceiling, floor: min(limitFloor, ceiling), fast: true, report: report}
+	l.limit = float64(ceiling)
+	if adaptive {
+		l.limit = float64(max(ceiling/4, l.floor))
+	}
+	l.changed()
+	return l
+}
+
+// allowed is the whole number of slots the limit gives.
+func (l *limiter) allowed() int { return max(int(l.limit), 1) }
+
+// Acquire takes a slot, waiting in turn while the limit is reached; it
+// returns ctx's error if ctx ends first (then no slot is held).
+func (l *limiter) Acquire(ctx context.Context) error {
+	l.mu.Lock()
+	if len(l.waiters) == 0 && l.inFlight < l.allowed() {
+		l.take()
+		l.changed()
+		l.mu.Unlock()
+		return nil
+	}
+	w := &limitWaiter{ch: make(chan struct{})}
+	l.waiters = append(l.waiters, w)
+	l.changed()
+	l.mu.Unlock()
+	select {
+	case <-w.ch:
+		return nil
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w.granted {
+		// Granted as ctx ended: the slot goes to the next.
+		l.inFlight--
+	} else {
+		for i, o := range l.waiters {
+			if o == w {
+				l.waiters = append(l.waiters[:i], l.waiters[i+1:]...)
+				break
+			}
+		}
+	}
+	l.wake()
+	l.changed()
+	return ctx.Err()
+}
+
+// TryAcquire takes a slot if one is free now and nobody waits.
+func (l *limiter) TryAcquire() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.waiters) > 0 || l.inFlight >= l.allowed() {
+		return false
+	}
+	l.take()
+	l.changed()
+	return true
+}
+
+// take holds one more slot (mu held).
+func (l *limiter) take() {
+	l.inFlight++
+	l.peak = max(l.peak, l.inFlight)
+}
+
+// Release gives back a slot taken by Acquire, with what its span says
+// (kind) and, for sampleOK, its confirm latency rtt.
+func (l *limiter) Release(rtt time.Duration, kind sampleKind) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inFlight--
+	if l.skip > 0 {
+		l.skip--
+	} else if l.adaptive {
+		switch kind {
+		case sampleDrop:
+			if l.probing {
+				l.limit, l.probing = l.restore, false
+			}
+			l.fast = true
+			l.set(l.limit / 2)
+		case sampleOK:
+			l.n++
+			l.sum += rtt
+			if l.n >= max(l.allowed(), limitMinWindow) {
+				l.endWindow()
+			}
+		}
+	}
+	l.wake()
+	l.changed()
+}
+
+// endWindow applies the rule to the window just filled (mu held).
+func (l *limiter) endWindow() {
+	mean := l.sum / time.Duration(l.n)
+	prev := l.last
+	l.last = mean
+	if l.probing {
+		l.endProbe(mean, prev)
+		return
+	}
+	l.push(mean)
+	r := float64(mean) / float64(max(l.baseline(), 1))
+	reached := l.peak >= l.allowed()
+	switch {
+	case r > limitTolerance:
+		l.fast = false
+		l.set(l.limit * min(max(limitTolerance/r, 0.5), 0.9))
+	case !reached:
+		l.n, l.sum, l.peak = 0, 0, l.inFlight
+	case r <= limitFlat && l.fast:
+		l.set(l.limit + math.Sqrt(l.limit))
+	default:
+		l.set(l.limit + 1)
+	}
+	if !reached {
+		return // no probe either: the load keeps below the limit
+	}
+	if l.windows++; l.windows >= limitProbeEvery && l.limit >= 2 {
+		l.windows, l.probing, l.restore = 0, true, l.limit
+		l.change(l.limit / 2)
+	}
+}
+
+// endProbe ends a probe window of mean, the window before having had
+// mean prev (mu held): a gain halves again, else the limit resumes at
+// the level above, after a rebase if Ironic got slower.
+func (l *limiter) endProbe(mean, prev time.Duration) {
+	if float64(mean)*limitProbeGain <= float64(prev) && l.limit >= 2 {
+		l.push(mean)
+		l.restore = l.limit
+		l.change(l.limit / 2)
+		return
+	}
+	if float64(mean) > float64(l.baseline())*limitTolerance {
+		l.means, l.next, l.fast = nil, 0, true
+	}
+	l.push(mean)
+	l.probing = false
+	l.set(l.restore)
+}
+
+// push adds a window mean to the horizon (mu held).
+func (l *limiter) push(mean time.Duration) {
+	if len(l.means) < limitHorizon {
+		l.means = append(l.means, mean)
+	} else {
+		l.means[l.next] = mean
+		l.next = (l.next + 1) % limitHorizon
+	}
+}
+
+// set changes the limit to v, within its bounds (mu held; change).
+func (l *limiter) set(v float64) {
+	l.change(min(max(v, float64(l.floor)), float64(l.ceiling)))
+}
+
+// change sets the limit to v and starts a window after the requests now
+// in flight (mu held).
+func (l *limiter) change(v float64) {
+	l.limit = max(v, 1)
+	l.skip = l.inFlight
+	l.n, l.sum, l.peak = 0, 0, 0
+}
+
+// baseline is the least window mean of the horizon (0 before the first).
+func (l *limiter) baseline() time.Duration {
+	var b time.Duration
+	for i, m := range l.means {
+		if i == 0 || m < b {
+			b = m
+		}
+	}
+	return b
+}
+
+// wake grants free slots to the waiters in turn (mu held).
+func (l *limiter) wake() {
+	for len(l.waiters) > 0 && l.inFlight < l.allowed() {
+		w := l.waiters[0]
+		l.waiters = l.waiters[1:]
+		w.granted = true
+		l.take()
+		close(w.ch)
+	}
+}
+
+// State is the limiter's state now.
+func (l *limiter) State() limitState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state()
+}
+
+func (l *limiter) state() limitState {
+	return limitState{limit: l.limit, inFlight: l.inFlight, waiting: len(l.waiters), baseline: l.baseline()}
+}
+
+// changed reports the state (mu held).
+func (l *limiter) changed() {
+	if l.report != nil {
+		l.report(l.state())
+	}
+}
