@@ -225,6 +225,27 @@
 // (migration 00040): a session keeps the plans it made at its first claim,
 // perhaps on a fleet of a few nodes.
 //
+// Nor do the claims' plans depend on the node tables' statistics (issue
+// 44, migration 00044). A connection warms up (metalloc_warm_up) when it
+// opens, often before the fleet is enrolled, and keeps those plans until
+// the next ANALYZE: made while nodes and node_traits were empty when last
+// analyzed, every plan costs about the same and the ties went to whole
+// scans. Three statements are written so that they have one plan on an
+// empty table as on 1,000,000 nodes: each claim's id range (the start of
+// the pick's walk) is the two ends of nodes_pkey (ORDER BY id LIMIT 1,
+// each way, under the claims' enable_sort and enable_seqscan = off), not
+// min and max, which planned on empty tables read all of
+// nodes_topology_idx; the pick's trait test reads only the node's traits
+// that were asked for (node_id and trait = ANY (p_traits)), so that either
+// index of node_traits has a bound on its first column, where the view's
+// traits column read all of node_traits_trait_idx for every node the
+// walk visited; and the API's insert looks up a new row's node by
+// nodes_pkey only when it has one (allocations_events_created, with
+// enable_seqscan = off), where a hash join read all of nodes per insert.
+// TestClaimPlansIgnoreNodeStatistics (package backend) compares every plan
+// of an allocation's life that reads the node tables in a session warmed
+// up on empty tables with a new session's on the analyzed fleet.
+//
 // # Allocation groups
 //
 // An allocation group (package allocgroup, table allocation_groups) is

@@ -194,11 +194,14 @@ $$;
 
 CREATE FUNCTION public.allocations_events_created() RETURNS trigger
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
     AS $$
 BEGIN
     INSERT INTO allocation_events (kind, allocation_uuid, name, state, resource_class, owner, node_uuid, last_error)
-    SELECT 'created', r.uuid, r.name, r.state, r.resource_class, r.owner, n.uuid, r.last_error
-      FROM new_rows r LEFT JOIN nodes n ON n.id = r.node_id
+    SELECT 'created', r.uuid, r.name, r.state, r.resource_class, r.owner,
+           CASE WHEN r.node_id IS NOT NULL THEN (SELECT n.uuid FROM nodes n WHERE n.id = r.node_id) END,
+           r.last_error
+      FROM new_rows r
      ORDER BY r.id;
     PERFORM pg_notify('metalloc_allocation_events', r.uuid::text || ' ' || r.state)
        FROM new_rows r
@@ -309,7 +312,11 @@ DECLARE
     v_picked bigint[] := '{}';
     v_k integer;
 BEGIN
-    SELECT coalesce(min(n.id), 0), coalesce(max(n.id), 0) INTO v_lo, v_hi FROM nodes n;
+    -- The id range, as the two ends of nodes_pkey: one plan whatever
+    -- the statistics (min and max over nodes could be one scan of all).
+    SELECT coalesce((SELECT n.id FROM nodes n ORDER BY n.id LIMIT 1), 0),
+           coalesce((SELECT n.id FROM nodes n ORDER BY n.id DESC LIMIT 1), 0)
+      INTO v_lo, v_hi;
     FOR r IN
         SELECT v.*
           FROM (SELECT a.id FROM allocations a
@@ -390,7 +397,11 @@ DECLARE
     v_lo bigint;
     v_hi bigint;
 BEGIN
-    SELECT coalesce(min(n.id), 0), coalesce(max(n.id), 0) INTO v_lo, v_hi FROM nodes n;
+    -- The id range, as the two ends of nodes_pkey: one plan whatever
+    -- the statistics (min and max over nodes could be one scan of all).
+    SELECT coalesce((SELECT n.id FROM nodes n ORDER BY n.id LIMIT 1), 0),
+           coalesce((SELECT n.id FROM nodes n ORDER BY n.id DESC LIMIT 1), 0)
+      INTO v_lo, v_hi;
     FOR r IN
         SELECT v.*
           FROM (SELECT a.id FROM allocations a
@@ -697,7 +708,11 @@ DECLARE
     v_lo bigint;
     v_hi bigint;
 BEGIN
-    SELECT coalesce(min(n.id), 0), coalesce(max(n.id), 0) INTO v_lo, v_hi FROM nodes n;
+    -- The id range, as the two ends of nodes_pkey: one plan whatever
+    -- the statistics (min and max over nodes could be one scan of all).
+    SELECT coalesce((SELECT n.id FROM nodes n ORDER BY n.id LIMIT 1), 0),
+           coalesce((SELECT n.id FROM nodes n ORDER BY n.id DESC LIMIT 1), 0)
+      INTO v_lo, v_hi;
     FOR r IN
         SELECT v.*, c.node_id AS held
           FROM (SELECT a.id, a.node_id FROM allocations a
@@ -1181,18 +1196,24 @@ CREATE FUNCTION public.metalloc_pick(p_resource_class text, p_traits text[], p_c
     SET enable_hashjoin TO 'off'
     SET enable_mergejoin TO 'off'
     SET enable_material TO 'off'
+    SET enable_bitmapscan TO 'off'
     AS $$
 DECLARE
     v_start bigint;
     v_lo bigint;
     v_hi bigint;
 BEGIN
+    -- The trait test reads only the node's traits asked for (not the view's
+    -- traits, all of them): each index of node_traits then has a bound on
+    -- its first column, so no plan of it reads the whole index, even one
+    -- made while node_traits was empty.
     IF p_name IS NOT NULL THEN
         SELECT n.id, n.uuid INTO node_id, node_uuid
           FROM free_nodes n
          WHERE n.name = p_name AND n.resource_class = p_resource_class
            AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, p_candidates, p_owner)
-           AND metalloc_node_has_traits(n.traits, p_traits)
+           AND metalloc_node_has_traits(ARRAY(SELECT t.trait FROM node_traits t
+                                              WHERE t.node_id = n.id AND t.trait = ANY (p_traits)), p_traits)
            AND (p_exclude IS NULL OR n.id <> ALL (p_exclude))
            FOR UPDATE OF n SKIP LOCKED;
         IF node_id IS NOT NULL THEN
@@ -1204,7 +1225,8 @@ BEGIN
           FROM unnest(p_candidates) c (uuid) JOIN free_nodes n ON n.uuid = c.uuid
          WHERE n.resource_class = p_resource_class
            AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, p_owner)
-           AND metalloc_node_has_traits(n.traits, p_traits)
+           AND metalloc_node_has_traits(ARRAY(SELECT t.trait FROM node_traits t
+                                              WHERE t.node_id = n.id AND t.trait = ANY (p_traits)), p_traits)
            AND (p_exclude IS NULL OR n.id <> ALL (p_exclude))
          ORDER BY random()
          LIMIT 1
@@ -1213,7 +1235,9 @@ BEGIN
     END IF;
     v_start := p_start;
     IF v_start IS NULL THEN
-        SELECT metalloc_pick_start(coalesce(min(n.id), 0), coalesce(max(n.id), 0)) INTO v_start FROM nodes n;
+        SELECT metalloc_pick_start(coalesce((SELECT n.id FROM nodes n ORDER BY n.id LIMIT 1), 0),
+                                   coalesce((SELECT n.id FROM nodes n ORDER BY n.id DESC LIMIT 1), 0))
+          INTO v_start;
     END IF;
     -- From the start to the end of the id range, then from its beginning.
     FOR pass IN 1..2 LOOP
@@ -1228,7 +1252,8 @@ BEGIN
              WHERE n.resource_class = p_resource_class
                AND n.id >= v_lo AND n.id < v_hi
                AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, p_owner)
-               AND metalloc_node_has_traits(n.traits, p_traits)
+               AND metalloc_node_has_traits(ARRAY(SELECT t.trait FROM node_traits t
+                                              WHERE t.node_id = n.id AND t.trait = ANY (p_traits)), p_traits)
                AND (p_exclude IS NULL OR n.id <> ALL (p_exclude))
              ORDER BY n.id
              LIMIT 1
@@ -1242,7 +1267,8 @@ BEGIN
              WHERE n.resource_class = p_resource_class
                AND n.id >= v_lo AND n.id < v_hi
                AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, p_owner)
-               AND metalloc_node_has_traits(n.traits, p_traits)
+               AND metalloc_node_has_traits(ARRAY(SELECT t.trait FROM node_traits t
+                                              WHERE t.node_id = n.id AND t.trait = ANY (p_traits)), p_traits)
                AND (p_exclude IS NULL OR n.id <> ALL (p_exclude))
              ORDER BY n.id
              LIMIT 1

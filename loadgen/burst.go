@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -85,10 +84,7 @@ func burst(ctx context.Context, c *client, o Options, r *Result) ([]string, erro
 
 	var postErrors atomic.Int64
 	_, err := parallel(ctx, o, "allocate", n, func(ctx context.Context, i int) error {
-		body := map[string]any{"uuid": uuids[i], "resource_class": className(rand.IntN(o.Classes))}
-		if i%2 == 0 {
-			body["traits"] = []string{traitPool[rand.IntN(len(traitPool))]}
-		}
+		body := allocationBody(o, uuids[i], i)
 		sent[i] = time.Now()
 		_, err := c.do(ctx, "POST", "/v1/allocations", body, nil)
 		post[i] = time.Since(sent[i])

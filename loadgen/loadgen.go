@@ -40,6 +40,14 @@ const (
 	EnrollImport Enrolment = "import"
 	// EnrollNone enrolls nothing: the nodes are already there.
 	EnrollNone Enrolment = "none"
+	// EnrollIronic enrolls through the API as EnrollAPI does, in the shape
+	// of issue 44: every node in one resource class with the same three
+	// traits (ironicTraits), and every allocation asks for the class and
+	// one of them. Run on a database whose node tables were empty when
+	// last analyzed (bench allocations analyzes them before it starts the
+	// stack), it is the enrolment whose burst ran on plans made for an
+	// empty fleet.
+	EnrollIronic Enrolment = "ironic"
 )
 
 // Mode is how a client learns that its allocation finished.
@@ -113,6 +121,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Classes <= 0 {
 		o.Classes = 4
+	}
+	if o.Enroll == EnrollIronic {
+		o.Classes = 1
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Minute
@@ -245,6 +256,22 @@ func (r Result) String() string {
 const apiVersion = "1.82"
 
 var traitPool = []string{"CUSTOM_NVME", "CUSTOM_25GBE", "CUSTOM_RAID", "HW_CPU_X86_AVX2"}
+
+// ironicTraits are every node's traits with EnrollIronic.
+var ironicTraits = []string{"CUSTOM_GPU", "CUSTOM_NVME", "CUSTOM_25GBE"}
+
+// allocationBody is the POST /v1/allocations body of allocation i: a
+// random class and, for every other one, a random trait of traitPool; with
+// EnrollIronic, the one class and one of ironicTraits.
+func allocationBody(o Options, u string, i int) map[string]any {
+	body := map[string]any{"uuid": u, "resource_class": className(rand.IntN(o.Classes))}
+	if o.Enroll == EnrollIronic {
+		body["traits"] = []string{ironicTraits[rand.IntN(len(ironicTraits))]}
+	} else if i%2 == 0 {
+		body["traits"] = []string{traitPool[rand.IntN(len(traitPool))]}
+	}
+	return body
+}
 
 type client struct {
 	base string
@@ -473,11 +500,11 @@ func enrollBy(ctx context.Context, c *client, o Options) (Rate, error) {
 		file = nil
 		debug.FreeOSMemory() // a collection, then the heap back to the OS
 		return Rate{o.Nodes, took}, nil
-	case EnrollAPI:
+	case EnrollAPI, EnrollIronic:
 		took, err := enroll(ctx, c, o)
 		return Rate{o.Nodes, took}, err
 	}
-	return Rate{}, fmt.Errorf("unknown enrolment method %q (api, import or none)", o.Enroll)
+	return Rate{}, fmt.Errorf("unknown enrolment method %q (api, ironic, import or none)", o.Enroll)
 }
 
 // enroll creates o.Nodes nodes across o.Classes resource classes through
@@ -490,6 +517,9 @@ func enroll(ctx context.Context, c *client, o Options) (time.Duration, error) {
 			UUID string `json:"uuid"`
 		}
 		name, class, traits := benchNode(i, o.Classes)
+		if o.Enroll == EnrollIronic {
+			traits = ironicTraits
+		}
 		body := map[string]any{"name": name, "driver": "fake-hardware", "resource_class": class}
 		if _, err := c.do(ctx, "POST", "/v1/nodes", body, &n); err != nil {
 			return err
@@ -567,10 +597,7 @@ func allocate(ctx context.Context, c *client, o Options, r *Result) ([]string, e
 	var postErrors, polls atomic.Int64
 	_, err := parallel(ctx, o, "allocate", n, func(ctx context.Context, i int) error {
 		uuids[i] = uuid.NewString()
-		body := map[string]any{"uuid": uuids[i], "resource_class": className(rand.IntN(o.Classes))}
-		if i%2 == 0 {
-			body["traits"] = []string{traitPool[rand.IntN(len(traitPool))]}
-		}
+		body := allocationBody(o, uuids[i], i)
 		sent[i] = time.Now()
 		var a allocDoc
 		var hdr map[string]string

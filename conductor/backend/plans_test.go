@@ -1,0 +1,204 @@
+package backend
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/metalloc/metalloc/allocation"
+)
+
+// TestClaimPlansIgnoreNodeStatistics: every plan of an allocation's life
+// that reads nodes or node_traits (the API's insert and its triggers, the
+// claim, the pick, the slow path's reservation, the reservation's writes
+// and triggers) is the same in a session that made
+// its plans while both tables were empty when last analyzed and then
+// served a fleet enrolled since, with no ANALYZE in between (issue 44:
+// 10,000 nodes enrolled through the API, a burst right after), as in a
+// new session on the analyzed fleet: migration 00044. Before it, the stale
+// session read the id range over all of nodes_topology_idx, every trait of
+// node_traits_trait_idx per node the pick visited, and all of nodes per
+// insert.
+func TestClaimPlansIgnoreNodeStatistics(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	me := f.conductor("c")
+	_, err := f.pool.Exec(ctx, `ANALYZE nodes, node_traits, allocations, allocation_traits`)
+	require.NoError(t, err)
+
+	// A session as a conductor's or the API's, opened before the fleet was
+	// enrolled: its warm-up plans every function and trigger of an
+	// allocation's life on the empty tables.
+	stale := newPlanSession(t, f.pool)
+	stale.exec(`SELECT metalloc_warm_up()`)
+	// The fleet, as enrolled: one class, three traits on every node.
+	_, err = f.pool.Exec(ctx, `
+		WITH n AS (
+			INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state)
+			SELECT gen_random_uuid(), 'node-' || i, 'fake-hardware', 'gold', 'available', 'power off'
+			  FROM generate_series(1, 2000) i
+			RETURNING id)
+		INSERT INTO node_traits (node_id, trait)
+		SELECT n.id, t FROM n, unnest('{CUSTOM_A,CUSTOM_B,CUSTOM_C}'::text[]) t`)
+	require.NoError(t, err)
+	stale.reset()
+	stale.life(me)
+
+	_, err = f.pool.Exec(ctx, `ANALYZE nodes, node_traits`)
+	require.NoError(t, err)
+	fresh := newPlanSession(t, f.pool)
+	fresh.exec(`SELECT metalloc_warm_up()`)
+	fresh.reset()
+	fresh.life(me)
+
+	want, got := fresh.shapes(), stale.shapes()
+	require.NotEmpty(t, want)
+	for q, shape := range want {
+		require.Contains(t, got, q, "statement planned by the stale session too")
+		require.Equal(t, shape, got[q], "the plan of\n%s\nin a session that planned it on empty tables", q)
+		for _, bad := range []string{"Seq Scan on nodes", "Seq Scan on node_traits", "nodes_topology_idx", "node_traits_trait_idx"} {
+			require.NotContains(t, shape, bad, q)
+		}
+	}
+}
+
+// planSession is a connection of its own (its own plans) that logs the
+// plan of every statement it runs, nested ones included (auto_explain,
+// as notices to the client).
+type planSession struct {
+	t    *testing.T
+	conn *pgx.Conn
+	mu   sync.Mutex
+	// plans are auto_explain's JSON documents, in order.
+	plans []string
+}
+
+func newPlanSession(t *testing.T, pool *pgxpool.Pool) *planSession {
+	t.Helper()
+	s := &planSession{t: t}
+	cfg, err := pgx.ParseConfig(pool.Config().ConnConfig.ConnString())
+	require.NoError(t, err)
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if i := strings.Index(n.Message, "{"); i >= 0 && strings.Contains(n.Message, "plan:") {
+			s.mu.Lock()
+			s.plans = append(s.plans, n.Message[i:])
+			s.mu.Unlock()
+		}
+	}
+	s.conn, err = pgx.ConnectConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.conn.Close(context.Background()) })
+	s.exec(`LOAD 'auto_explain'`)
+	s.exec(`SET auto_explain.log_min_duration = 0`)
+	s.exec(`SET auto_explain.log_nested_statements = on`)
+	s.exec(`SET auto_explain.log_format = json`)
+	s.exec(`SET auto_explain.log_level = notice`)
+	return s
+}
+
+func (s *planSession) exec(sql string, args ...any) {
+	s.t.Helper()
+	_, err := s.conn.Exec(context.Background(), sql, args...)
+	require.NoError(s.t, err)
+}
+
+// reset forgets the plans logged so far.
+func (s *planSession) reset() {
+	s.mu.Lock()
+	s.plans = nil
+	s.mu.Unlock()
+}
+
+// life runs what an allocation's life runs on the database backend: the
+// API's insert (CreateAllocations, two rows with a trait each), the
+// claim and reservation of the batch (ClaimReserve), and a slow-path
+// reservation attempt (Reserve: the pick without a start).
+func (s *planSession) life(me int64) {
+	s.t.Helper()
+	ctx := context.Background()
+	u := []uuid.UUID{uuid.New(), uuid.New()}
+	_, err := allocation.New(s.conn).CreateAllocations(ctx, allocation.CreateAllocationsParams{
+		Uuids: u, HasNames: []bool{false, false}, Names: []string{"", ""},
+		ResourceClasses: []string{"gold", "gold"}, Extras: []string{"{}", "{}"},
+		HasOwners: []bool{false, false}, Owners: []string{"", ""},
+		TraitUuids: u, Traits: []string{"CUSTOM_A", "CUSTOM_C"},
+	})
+	require.NoError(s.t, err)
+	_, err = New(s.conn).ClaimReserve(ctx, ClaimReserveParams{Me: me, Batch: 8})
+	require.NoError(s.t, err)
+	_, err = New(s.conn).Reserve(ctx, ReserveParams{Me: me, ResourceClass: "gold", Traits: []string{"CUSTOM_B"}})
+	if err != pgx.ErrNoRows {
+		require.NoError(s.t, err)
+	}
+}
+
+// shapes are the plans logged that read nodes or node_traits, by query
+// text: each plan's nodes with their relation and index, without costs or
+// conditions (the distinct shapes of a text, sorted, if it ran with more
+// than one).
+func (s *planSession) shapes() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all := map[string][]string{}
+	for _, doc := range s.plans {
+		var p struct {
+			Query string          `json:"Query Text"`
+			Plan  json.RawMessage `json:"Plan"`
+		}
+		require.NoError(s.t, json.Unmarshal([]byte(doc), &p), doc)
+		var b strings.Builder
+		planShape(s.t, &b, p.Plan, 0)
+		// The walk reads nodes in id order from its start through either
+		// index: which one is cheaper depends on the share of nodes that
+		// are free, what statistics are for.
+		shape := strings.ReplaceAll(b.String(), "using nodes_free_idx", "using nodes_pkey")
+		if !strings.Contains(shape, " on nodes") && !strings.Contains(shape, " on node_traits") {
+			continue
+		}
+		q := strings.Join(strings.Fields(p.Query), " ")
+		if !slices.Contains(all[q], shape) {
+			all[q] = append(all[q], shape)
+		}
+	}
+	out := map[string]string{}
+	for q, shapes := range all {
+		slices.Sort(shapes)
+		out[q] = strings.Join(shapes, "--\n")
+	}
+	return out
+}
+
+// planShape writes one line per plan node of an EXPLAIN (FORMAT JSON)
+// plan: its type, relation and index, indented by depth.
+func planShape(t *testing.T, b *strings.Builder, raw json.RawMessage, depth int) {
+	var n struct {
+		Type     string            `json:"Node Type"`
+		Relation string            `json:"Relation Name"`
+		Index    string            `json:"Index Name"`
+		Parent   string            `json:"Parent Relationship"`
+		Plans    []json.RawMessage `json:"Plans"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &n))
+	fmt.Fprintf(b, "%s%s %s", strings.Repeat("  ", depth), n.Parent, n.Type)
+	if n.Relation != "" {
+		fmt.Fprintf(b, " on %s", n.Relation)
+	}
+	if n.Index != "" {
+		fmt.Fprintf(b, " using %s", n.Index)
+	}
+	b.WriteByte('\n')
+	for _, c := range n.Plans {
+		planShape(t, b, c, depth+1)
+	}
+}
