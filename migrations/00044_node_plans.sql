@@ -1,4 +1,8 @@
 -- +goose Up
+-- Kind: expand. It replaces function bodies only (same names, arguments
+-- and results, same rows locked in the same order), so a binary built for
+-- 00043 would work on it unchanged; today's start-up check still refuses
+-- a schema newer than the binary's (rolling upgrades: issue 41).
 -- Plans that hold whatever the node tables' statistics say (issue 44). A
 -- session keeps the generic plans it made at its first use of a function
 -- (metalloc_warm_up plans every statement of an allocation's life on a new
