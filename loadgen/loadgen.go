@@ -83,6 +83,11 @@ type Options struct {
 	Timeout time.Duration
 	// Enroll is the enrolment method (default EnrollAPI).
 	Enroll Enrolment
+	// Enrolled says the nodes are already there, enrolled by an earlier
+	// Run with the same Enroll, Nodes and Classes: Run skips the enrolment
+	// and its allocations keep that enrolment's shape (bench first-burst's
+	// second burst on the same fleet).
+	Enrolled bool
 	// Import imports a node file in the `openstack baremetal create`
 	// format; required with EnrollImport.
 	Import func(ctx context.Context, file []byte) error
@@ -477,6 +482,9 @@ func NodeFile(nodes, classes int) []byte {
 }
 
 func enrollBy(ctx context.Context, c *client, o Options) (Rate, error) {
+	if o.Enrolled {
+		return Rate{}, nil
+	}
 	switch o.Enroll {
 	case EnrollNone:
 		return Rate{}, nil
@@ -509,10 +517,14 @@ func enrollBy(ctx context.Context, c *client, o Options) (Rate, error) {
 
 // enroll creates o.Nodes nodes across o.Classes resource classes through
 // the API, each with one or two traits, and drives them to available with a
-// known power state, as an operator does with the openstack CLI.
+// known power state, as an operator does with the openstack CLI. With
+// EnrollIronic each state change is waited for by GETs of the node (as
+// `openstack baremetal node manage --wait` does) and, once every node is
+// available, the class's nodes are listed, 1,000 a page: issue 44's
+// enrolment.
 func enroll(ctx context.Context, c *client, o Options) (time.Duration, error) {
 	o.Log.Info("enrolling nodes through the API", zap.Int("nodes", o.Nodes))
-	return parallel(ctx, o, "enroll", o.Nodes, func(ctx context.Context, i int) error {
+	took, err := parallel(ctx, o, "enroll", o.Nodes, func(ctx context.Context, i int) error {
 		var n struct {
 			UUID string `json:"uuid"`
 		}
@@ -527,19 +539,55 @@ func enroll(ctx context.Context, c *client, o Options) (time.Duration, error) {
 		steps := []struct {
 			method, path string
 			body         any
+			// wait: the node's field and value a client waits for
+			field, value string
 		}{
-			{"PUT", "/v1/nodes/" + n.UUID + "/traits", map[string]any{"traits": traits}},
-			{"PUT", "/v1/nodes/" + n.UUID + "/states/provision", map[string]any{"target": "manage"}},
-			{"PUT", "/v1/nodes/" + n.UUID + "/states/power", map[string]any{"target": "power off"}},
-			{"PUT", "/v1/nodes/" + n.UUID + "/states/provision", map[string]any{"target": "provide"}},
+			{"PUT", "/v1/nodes/" + n.UUID + "/traits", map[string]any{"traits": traits}, "", ""},
+			{"PUT", "/v1/nodes/" + n.UUID + "/states/provision", map[string]any{"target": "manage"}, "provision_state", "manageable"},
+			{"PUT", "/v1/nodes/" + n.UUID + "/states/power", map[string]any{"target": "power off"}, "power_state", "power off"},
+			{"PUT", "/v1/nodes/" + n.UUID + "/states/provision", map[string]any{"target": "provide"}, "provision_state", "available"},
 		}
 		for _, s := range steps {
 			if _, err := c.do(ctx, s.method, s.path, s.body, nil); err != nil {
 				return err
 			}
+			if o.Enroll == EnrollIronic && s.field != "" {
+				if err := waitNode(ctx, c, n.UUID, s.field, s.value); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})
+	if err != nil || o.Enroll != EnrollIronic {
+		return took, err
+	}
+	start := time.Now()
+	nodes, err := listAll(ctx, c, "/v1/nodes?resource_class="+className(0)+"&limit=1000", "nodes")
+	if err != nil {
+		return took, fmt.Errorf("listing the class's nodes: %w", err)
+	}
+	o.Log.Info("listed the class's nodes", zap.Int("nodes", len(nodes)), zap.Duration("took", time.Since(start)))
+	return took + time.Since(start), nil
+}
+
+// waitNode GETs node u until its field has value (every 50 ms, within
+// the phase's timeout).
+func waitNode(ctx context.Context, c *client, u, field, value string) error {
+	for {
+		var n map[string]any
+		if _, err := c.do(ctx, "GET", "/v1/nodes/"+u+"?fields="+field, nil, &n); err != nil {
+			return err
+		}
+		if n[field] == value {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node %s: %s is %v, waiting for %q: %w", u, field, n[field], value, context.Cause(ctx))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 type allocDoc struct {

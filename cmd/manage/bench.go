@@ -130,29 +130,7 @@ func benchCmd() *cobra.Command {
 					return err
 				}
 				defer pool.Close()
-				// Cumulative work, summed reading to reading (db.Work.Since):
-				// a database connection that closes in between takes none
-				// of the difference with it.
-				var acc loadgen.Work
-				var last *db.Work
-				o.Work = func(ctx context.Context) (loadgen.Work, error) {
-					pids := []int{stack.API.Cmd.Process.Pid}
-					for _, c := range stack.Conductors {
-						pids = append(pids, c.Cmd.Process.Pid)
-					}
-					w, err := db.ReadWork(ctx, pool, pids...)
-					if err != nil {
-						return acc, err
-					}
-					if last != nil {
-						d := w.Since(*last)
-						acc.Buffers += d.Buffers
-						acc.CPU += d.CPU
-						acc.DatabaseCPU += d.DatabaseCPU
-					}
-					last = &w
-					return acc, nil
-				}
+				o.Work = stackWork(pool, stack)
 				report = func() string { return footprint(context.WithoutCancel(ctx), pool, stack) }
 				o.AfterEnroll = func(ctx context.Context) error {
 					defer logStatistics(ctx, log, pool)
@@ -232,8 +210,35 @@ func benchCmd() *cobra.Command {
 	alloc.Flags().BoolVar(&openstackPlacement, "openstack-placement", false, "with --backend placement, claim through OpenStack Placement 8.0 (Debian's packages, started here) instead of metalloc-placement")
 	alloc.Flags().BoolVar(&waitMirror, "wait-mirror", true, "with --backend placement, wait after enrolling until every node is mirrored into Placement and the conductors idle (default: yes, but for --mode burst, which measures a just-enrolled fleet)")
 	alloc.Flags().BoolVar(&o.Timeline, "timeline", false, "print latency per tenth of the run")
-	c.AddCommand(alloc, waitersCmd(), benchIronicCmd())
+	c.AddCommand(alloc, firstBurstCmd(), waitersCmd(), benchIronicCmd())
 	return c
+}
+
+// stackWork reads the cumulative work (loadgen.Work) of stack's API and
+// conductors and of their database backends, through pool, summed reading
+// to reading (db.Work.Since): a database connection that closes in
+// between takes none of the difference with it.
+func stackWork(pool *pgxpool.Pool, stack *devstack.Stack) func(context.Context) (loadgen.Work, error) {
+	var acc loadgen.Work
+	var last *db.Work
+	return func(ctx context.Context) (loadgen.Work, error) {
+		pids := []int{stack.API.Cmd.Process.Pid}
+		for _, c := range stack.Conductors {
+			pids = append(pids, c.Cmd.Process.Pid)
+		}
+		w, err := db.ReadWork(ctx, pool, pids...)
+		if err != nil {
+			return acc, err
+		}
+		if last != nil {
+			d := w.Since(*last)
+			acc.Buffers += d.Buffers
+			acc.CPU += d.CPU
+			acc.DatabaseCPU += d.DatabaseCPU
+		}
+		last = &w
+		return acc, nil
+	}
 }
 
 // settle waits until work (the CPU of the API, the conductors and their

@@ -49,11 +49,8 @@ func benchIronicCmd() *cobra.Command {
 			"mean time Ironic takes to settle an allocation after answering its creation), the medians per\n" +
 			"size and system, and the load average.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, log, err := load(cmd)
+			cfg, log, err := loadDatabase(cmd)
 			if err != nil {
-				return err
-			}
-			if err := cfg.RequireDatabase(); err != nil {
 				return err
 			}
 			var ns []int

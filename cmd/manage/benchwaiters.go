@@ -36,11 +36,8 @@ func waitersCmd() *cobra.Command {
 			"With --mode wait it refuses a database where a conductor is alive (it would process the\n" +
 			"allocations, which must stay allocating). SIGINT or SIGTERM stops the metalloc-api it started.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, log, err := load(cmd)
+			cfg, log, err := loadDatabase(cmd)
 			if err != nil {
-				return err
-			}
-			if err := cfg.RequireDatabase(); err != nil {
 				return err
 			}
 			var lim syscall.Rlimit

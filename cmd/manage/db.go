@@ -21,11 +21,8 @@ func dbCmd() *cobra.Command {
 		Short: "apply pending migrations (safe to run concurrently and repeatedly; refuses a schema newer than this binary)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, log, err := load(cmd)
+			cfg, log, err := loadDatabase(cmd)
 			if err != nil {
-				return err
-			}
-			if err := cfg.RequireDatabase(); err != nil {
 				return err
 			}
 			v, err := db.Migrate(cmd.Context(), cfg.Database.URL, log)

@@ -46,3 +46,13 @@ func load(cmd *cobra.Command) (config.Config, *zap.Logger, error) {
 	log, err := config.NewLogger(cfg.Log)
 	return cfg, log, err
 }
+
+// loadDatabase is load for a command that needs database.url: an error
+// naming the key when it is not set.
+func loadDatabase(cmd *cobra.Command) (config.Config, *zap.Logger, error) {
+	cfg, log, err := load(cmd)
+	if err == nil {
+		err = cfg.RequireDatabase()
+	}
+	return cfg, log, err
+}

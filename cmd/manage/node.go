@@ -31,11 +31,8 @@ func nodeCmd() *cobra.Command {
 			"mirrored the nodes into Placement, so that they are allocatable through it when it returns.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, log, err := load(cmd)
+			cfg, log, err := loadDatabase(cmd)
 			if err != nil {
-				return err
-			}
-			if err := cfg.RequireDatabase(); err != nil {
 				return err
 			}
 			if cfg.Ironic.Endpoint != "" {

@@ -108,11 +108,8 @@ func domainRows(root *topology.Domain) []map[string]any {
 
 // withDB runs fn on a pool on the configured database.
 func withDB(cmd *cobra.Command, fn func(context.Context, config.Config, *pgxpool.Pool, *zap.Logger) error) error {
-	cfg, log, err := load(cmd)
+	cfg, log, err := loadDatabase(cmd)
 	if err != nil {
-		return err
-	}
-	if err := cfg.RequireDatabase(); err != nil {
 		return err
 	}
 	ctx := cmd.Context()
