@@ -221,12 +221,17 @@ func (b *ironicBench) once(ctx context.Context, system string, size int) (loadge
 		url = b.ir.URL
 	}
 	before := b.ironicRequests(ctx)
+	limits := func() string { return "" }
+	if system == "metalloc" {
+		limits = b.sampleLimits(ctx)
+	}
 	r, err := loadgen.Run(ctx, loadgen.Options{APIURL: url, Nodes: size, Allocations: b.allocations,
 		Concurrency: b.concurrency, Classes: 1, Enroll: loadgen.EnrollNone, Mode: b.mode, PollInterval: b.poll,
 		Timeout: 30 * time.Minute, Log: b.log,
 		Progress: func(phase string, done, total int) {
 			b.log.Info("progress", zap.String("system", system), zap.String("phase", phase), zap.Int("done", done), zap.Int("total", total))
 		}})
+	limitSummary := limits()
 	if err != nil {
 		return r, err
 	}
@@ -234,6 +239,7 @@ func (b *ironicBench) once(ctx context.Context, system string, size int) (loadge
 		return r, fmt.Errorf("%d nodes double-booked", r.DoubleBooked)
 	}
 	if system == "metalloc" {
+		fmt.Printf("  %s\n", limitSummary)
 		after := b.ironicRequests(ctx)
 		var parts []string
 		for _, k := range []string{"create", "get", "delete"} {
@@ -253,13 +259,10 @@ func (b *ironicBench) once(ctx context.Context, system string, size int) (loadge
 	return r, nil
 }
 
-// ironicRequests sums the conductors' Ironic backend metrics: the
-// requests by kind (metalloc_ironic_allocation_requests_total{request}),
-// and the sums and counts of their round trips (key "<kind>_seconds",
-// "<kind>_count" from metalloc_ironic_request_seconds) and of the settle
-// times ("settle_seconds", "settle_count").
-func (b *ironicBench) ironicRequests(ctx context.Context) map[string]float64 {
-	out := map[string]float64{}
+// conductorMetrics reads every conductor's /metrics: one map of metric
+// families by name per conductor that answered.
+func (b *ironicBench) conductorMetrics(ctx context.Context) []map[string]*dto.MetricFamily {
+	var out []map[string]*dto.MetricFamily
 	for _, p := range b.stack.Conductors {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.MetricsURL, nil)
 		if err != nil {
@@ -272,9 +275,21 @@ func (b *ironicBench) ironicRequests(ctx context.Context) map[string]float64 {
 		parser := expfmt.NewTextParser(model.UTF8Validation)
 		families, err := parser.TextToMetricFamilies(resp.Body)
 		resp.Body.Close()
-		if err != nil {
-			continue
+		if err == nil {
+			out = append(out, families)
 		}
+	}
+	return out
+}
+
+// ironicRequests sums the conductors' Ironic backend metrics: the
+// requests by kind (metalloc_ironic_allocation_requests_total{request}),
+// and the sums and counts of their round trips (key "<kind>_seconds",
+// "<kind>_count" from metalloc_ironic_request_seconds) and of the settle
+// times ("settle_seconds", "settle_count").
+func (b *ironicBench) ironicRequests(ctx context.Context) map[string]float64 {
+	out := map[string]float64{}
+	for _, families := range b.conductorMetrics(ctx) {
 		byRequest := func(m *dto.Metric) string {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "request" {
@@ -296,6 +311,58 @@ func (b *ironicBench) ironicRequests(ctx context.Context) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// sampleLimits reads, every second until the returned function is called,
+// the sum over the conductors of metalloc_ironic_allocation_limit and of
+// metalloc_ironic_allocations_in_flight; that function stops the sampling
+// and says what the limit was during the run (mean, 10th and 90th
+// percentile, range) and the mean in flight in Ironic.
+func (b *ironicBench) sampleLimits(ctx context.Context) func() string {
+	ctx, cancel := context.WithCancel(ctx)
+	var limits, inFlight []float64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var l, f float64
+			for _, families := range b.conductorMetrics(ctx) {
+				for _, m := range families["metalloc_ironic_allocation_limit"].GetMetric() {
+					l += m.GetGauge().GetValue()
+				}
+				for _, m := range families["metalloc_ironic_allocations_in_flight"].GetMetric() {
+					f += m.GetGauge().GetValue()
+				}
+			}
+			limits, inFlight = append(limits, l), append(inFlight, f)
+		}
+	}()
+	return func() string {
+		cancel()
+		<-done
+		if len(limits) == 0 {
+			return "limit on Ironic: not sampled"
+		}
+		mean := func(v []float64) float64 {
+			var sum float64
+			for _, x := range v {
+				sum += x
+			}
+			return sum / float64(len(v))
+		}
+		sorted := slices.Clone(limits)
+		slices.Sort(sorted)
+		q := func(p float64) float64 { return sorted[int(p*float64(len(sorted)-1))] }
+		return fmt.Sprintf("limit on Ironic (sum over conductors, %d samples a second apart): mean %.1f, p10 %.1f, p90 %.1f, range %.1f-%.1f; in flight in Ironic: mean %.1f",
+			len(limits), mean(limits), q(0.1), q(0.9), sorted[0], sorted[len(sorted)-1], mean(inFlight))
+	}
 }
 
 // settle waits until Ironic has no allocation left and metalloc's mirror
