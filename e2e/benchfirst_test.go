@@ -41,7 +41,7 @@ func TestBenchFirstBurst(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	t.Log(out)
 	for _, want := range []string{
-		"nodes: 120 enrolled through the API (one class, three traits each), 40 allocations per burst from 8 clients, 1 conductors",
+		"nodes: 120 enrolled through the API (one class, three traits each), 40 allocations per burst from 8 clients, conductors: 1",
 		"| nothing else done (what a user gets) |",
 		"| 2s later (the same fleet) |",
 		"| `VACUUM nodes; VACUUM node_traits` first |",

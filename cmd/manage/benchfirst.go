@@ -210,7 +210,7 @@ func nodeStatistics(ctx context.Context, pool db.Queryer) string {
 // bursts' rate as a share of the later ones', round by round.
 func firstBurstTable(o loadgen.Options, conductors int, later time.Duration, rows []firstBurstRow) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "nodes: %d enrolled through the API (one class, three traits each), %d allocations per burst from %d clients, %d conductors\n\n",
+	fmt.Fprintf(&b, "nodes: %d enrolled through the API (one class, three traits each), %d allocations per burst from %d clients, conductors: %d\n\n",
 		o.Nodes, o.Allocations, o.Concurrency, conductors)
 	b.WriteString("| right after the enrolment | allocations/s | client p50 | client p99 | buffers per allocation | CPU per allocation | nodes table statistics at the burst |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")
