@@ -50,7 +50,7 @@ type firstBurstRow struct {
 // p99 per case, and the first burst's rate as a share of the later one's.
 func firstBurstCmd() *cobra.Command {
 	var nodes, allocations, concurrency, conductors, rounds int
-	var later time.Duration
+	var later, timeout time.Duration
 	var cases string
 	c := &cobra.Command{
 		Use:   "first-burst",
@@ -83,7 +83,7 @@ func firstBurstCmd() *cobra.Command {
 			}
 			o := loadgen.Options{
 				Nodes: nodes, Allocations: allocations, Concurrency: concurrency,
-				Enroll: loadgen.EnrollIronic, Mode: loadgen.ModeBurst, SkipDeletes: true, Log: log,
+				Enroll: loadgen.EnrollIronic, Mode: loadgen.ModeBurst, SkipDeletes: true, Log: log, Timeout: timeout,
 				Progress: func(phase string, done, total int) {
 					log.Info("progress", zap.String("phase", phase), zap.Int("done", done), zap.Int("total", total))
 				},
@@ -122,6 +122,7 @@ func firstBurstCmd() *cobra.Command {
 	c.Flags().IntVar(&conductors, "conductors", 2, "conductors to start")
 	c.Flags().IntVar(&rounds, "rounds", 1, "times every case runs (interleaved: none, vacuum, analyze, none, ...)")
 	c.Flags().DurationVar(&later, "later", 70*time.Second, "with case none, the second burst starts this long after the enrolment ended (0: none)")
+	c.Flags().DurationVar(&timeout, "timeout", time.Hour, "bound on each phase (the enrolment of 100,000 nodes takes about half an hour on 2 cores)")
 	c.Flags().StringVar(&cases, "cases", "none,vacuum,analyze", "what runs between the enrolment and the burst, comma-separated: none, vacuum, analyze")
 	return c
 }
