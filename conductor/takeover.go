@@ -66,6 +66,22 @@ func (c *Service) takeover(ctx, stmt context.Context) {
 		c.log.Debug("takeover skipped: heartbeats only just resumed")
 		return
 	}
+	c.takeOverDead(ctx, stmt)
+}
+
+// takeoverOff reports whether takeover is disabled (TakeoverOff).
+func (c *Service) takeoverOff() bool {
+	sched, _ := parseSchedule(c.cfg.TakeoverSchedule)
+	return sched == nil
+}
+
+// takeOverDead is one takeover run, without the post-outage grace: run by
+// the schedule once past the grace (takeover), and by the liveness watch
+// at once when it has seen a peer's liveness lock free (watchLiveness).
+func (c *Service) takeOverDead(ctx, stmt context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
 	dead, err := c.rows.DeadOwners(stmt, c.id)
 	if err != nil {
 		if stmt.Err() == nil {
