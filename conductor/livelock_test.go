@@ -3,6 +3,7 @@ package conductor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -124,7 +125,7 @@ func TestLivenessLockSilentConductorNeedsItsExpiry(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	dbtest.Nodes(t, pool, 10, "gold")
-	ttl := 3 * time.Second
+	ttl := 6 * time.Second
 	stopped := holdLock(t, pool, "stopped", ttl, 4, "gold")
 	cfg := fastHA
 	cfg.Hostname = "peer"
@@ -132,15 +133,16 @@ func TestLivenessLockSilentConductorNeedsItsExpiry(t *testing.T) {
 	require.NoError(t, err)
 	svc.signals = newTestSignals(64)
 	runService(t, svc)
-	// Two takeover runs while the silent conductor is unexpired take nothing.
-	for ran := 0; ran < 2; {
-		if won := <-svc.signals.takeover; won == 0 {
-			ran++
-		} else {
-			require.Zero(t, won, "a silent conductor's rows taken over before its expiry")
-		}
+	// Takeover runs (every second) while the silent conductor is unexpired
+	// take nothing.
+	alive := func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM conductors WHERE id = $1 AND metalloc_conductor_alive(online, expires_at)`, stopped.id) == 1
 	}
-	require.Equal(t, 4, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity = $1`, stopped.id))
+	for ran := 0; ran < 2 && alive(); {
+		won := <-svc.signals.takeover
+		require.False(t, won > 0 && alive(), "a silent conductor's rows taken over before its expiry")
+		ran++
+	}
 	dbtest.WaitFor(t, 20*time.Second, "the silent conductor's rows taken over after its expiry", func() bool {
 		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active' AND conductor_affinity = $1`, svc.ID()) == 4
 	})
@@ -153,10 +155,12 @@ func TestLivenessLockSilentConductorNeedsItsExpiry(t *testing.T) {
 	require.Error(t, stopped.conn.Ping(context.Background()), "the expired process's session still lives")
 }
 
-// When every session ends at once (a PostgreSQL restart; here every
-// backend terminated), every lock is free for a moment: nobody is judged
-// crashed, nobody goes offline, no row changes owner, and each conductor
-// takes its lock back.
+// When every session ends at once and the server takes no connection for
+// a while (a PostgreSQL restart; here every backend of the test's
+// database terminated while it refuses connections for 2 s), every lock
+// is free for a moment and the conductors come back one by one: nobody is
+// judged crashed, nobody goes offline, no row changes owner, and each
+// conductor takes its lock back.
 func TestLivenessLockNoTakeoverStormWhenAllSessionsEnd(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
@@ -166,24 +170,41 @@ func TestLivenessLockNoTakeoverStormWhenAllSessionsEnd(t *testing.T) {
 		svcs = append(svcs, startPeer(t, pool, slowExpiry, h))
 	}
 	time.Sleep(3 * livenessPoll) // each has seen the others' locks
-	for round := range 3 {
-		conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	var before time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT now()`).Scan(&before))
+	// From the maintenance database: a session cannot close its own.
+	name := pool.Config().ConnConfig.Database
+	admin := pool.Config().ConnConfig.Copy()
+	admin.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, admin)
+	require.NoError(t, err)
+	allow := func(on bool) {
+		_, err := conn.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s ALLOW_CONNECTIONS %t", pgx.Identifier{name}.Sanitize(), on))
 		require.NoError(t, err)
+	}
+	t.Cleanup(func() { allow(true); _ = conn.Close(ctx) })
+	for round := range 2 {
+		allow(false)
 		var ended int
 		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int
-			FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&ended))
-		require.NoError(t, conn.Close(ctx))
-		t.Logf("round %d: ended %d sessions", round, ended)
+			FROM pg_stat_activity WHERE datname = $1`, name).Scan(&ended))
+		time.Sleep(2 * time.Second)
+		allow(true)
+		t.Logf("round %d: ended %d sessions, refused connections for 2 s", round, ended)
 		dbtest.WaitFor(t, 15*time.Second, "every conductor holding its lock again", func() bool {
 			var n int
-			err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
-				AND objsubid = 2 AND classid::int8 = $1 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-				int64(livenessLockClass)).Scan(&n)
-			return err == nil && n == 3 // the test's own sessions were ended too
+			err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+				AND objsubid = 2 AND classid::int8 = $1 AND database = (SELECT oid FROM pg_database WHERE datname = $2)`,
+				int64(livenessLockClass), name).Scan(&n)
+			return err == nil && n == 3
 		})
 		time.Sleep(4 * livenessPoll) // past the two polls that judge a peer
 	}
 	require.Equal(t, 3, dbtest.Count(t, pool, `SELECT count(*) FROM conductors WHERE online`))
+	// MarkCrashed writes updated_at (a heartbeat does not): nobody was
+	// marked offline, even for a moment.
+	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM conductors WHERE updated_at >= $1`, before),
+		"a conductor was judged crashed")
 	for _, s := range svcs {
 		require.Zero(t, testutil.ToFloat64(s.Metrics.takeovers), "a conductor took rows over")
 	}
