@@ -171,8 +171,9 @@
 // then sees free on two consecutive polls of one unbroken session has
 // crashed: it marks it offline (MarkCrashed, a compare-and-set on that
 // registration and on the lock being free still) and takes its rows over
-// at once (Service.takeOverDead), without the takeover schedule or the
-// post-outage grace. Once offline it is dead by metalloc_conductor_alive
+// at once (Service.takeOverDead), again at each poll while rows may be left
+// (still locked by the dead process's last statement, or beyond one run),
+// without the takeover schedule or the post-outage grace. Once offline it is dead by metalloc_conductor_alive
 // for everyone, and TakeOver's compare-and-set is the same as after an
 // expiry. The cases:
 //
@@ -215,7 +216,8 @@
 //     that moment is still guarded by state = 'allocating', so no row is
 //     reserved twice;
 //   - a conductor of an older release takes no lock: it is never seen
-//     holding one, so only its expiry judges it;
+//     holding one, so only its expiry judges it; nor is one that dies
+//     before any peer polled after its registration (within 500 ms);
 //   - the clock: the lock rule reads no clock (a session ends or it does
 //     not); the expiry is now() of the database, never a process's clock.
 //

@@ -250,13 +250,20 @@ func (w *livenessWatch) observe(rows []LivenessLocksRow) []LivenessLocksRow {
 // livenessPoll it reads the peers' locks; a peer crashed by
 // livenessWatch.observe is marked offline (MarkCrashed, a compare-and-set
 // on the registration seen) and, unless run has ended, its rows are taken
-// over at once (statements on stmt), without waiting for the takeover
-// schedule or the post-outage grace: the lock, not an expiry, says it is
-// dead. When conn breaks, the watch is forgotten, the connection opened
+// over at once (statements on stmt), and again at each poll while some may
+// be left (takeOverDead), without waiting for the takeover schedule or the
+// post-outage grace: the lock, not an expiry, says it is dead. Only the
+// peers it saw crash: a conductor dead by its expiry waits for the
+// schedule and its grace. When conn breaks, the watch is forgotten, the connection opened
 // again and the lock taken back; if another process holds it or has
 // registered this hostname since, lost is called and the watch ends.
 func (c *Service) watchLiveness(loop, run, stmt context.Context, conn *pgx.Conn, started time.Time, lost func(error)) *pgx.Conn {
 	w := newLivenessWatch()
+	// pending: crashed peers whose rows may not all be taken yet (a row
+	// still locked by the dead process's last statement, a race), retried
+	// every poll until HeartbeatTimeout after they were seen crashed (the
+	// schedule takes over from there: they are offline).
+	pending := map[int64]time.Time{}
 	t := time.NewTicker(livenessPoll)
 	defer t.Stop()
 	for {
@@ -291,9 +298,24 @@ func (c *Service) watchLiveness(loop, run, stmt context.Context, conn *pgx.Conn,
 			}
 			c.log.Info("peer conductor crashed: its liveness lock is free", zap.String("peer", r.Hostname),
 				zap.Int64("peer_id", r.ID), zap.Bool("marked_offline", n > 0))
+			pending[r.ID] = time.Now().Add(c.cfg.HeartbeatTimeout)
 		}
-		if len(crashed) > 0 && !c.takeoverOff() {
-			c.takeOverDead(run, stmt)
+		if len(pending) == 0 || c.takeoverOff() {
+			continue
+		}
+		only := map[int64]bool{}
+		for id, until := range pending {
+			if time.Now().After(until) {
+				delete(pending, id)
+			} else {
+				only[id] = true
+			}
+		}
+		left := c.takeOverDead(run, stmt, only)
+		for id := range pending {
+			if !left[id] {
+				delete(pending, id)
+			}
 		}
 	}
 }

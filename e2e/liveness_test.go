@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -57,6 +59,10 @@ func killConductorsInBursts(t *testing.T, restart bool) {
 	}
 	stack, client, pool := haStackEnv(t, 3, livenessEnv)
 	ctx := context.Background()
+	// A peer judges a conductor by its lock only once it has seen it held
+	// (a poll every 500 ms): one killed in the first moments after it
+	// registered is judged by its expiry (conductor/doc.go, "Liveness").
+	time.Sleep(time.Second)
 
 	const rounds, burst, blocked = 3, 100, 15
 	dbtest.Nodes(t, pool, rounds*burst, "gold")
@@ -130,7 +136,7 @@ func killConductorsInBursts(t *testing.T, restart bool) {
 				 WHERE a.id = ANY($1) AND a.state = 'allocating' AND c.id = $2
 				   AND c.started_at < now() - make_interval(secs => $3)`,
 				owned, victimID, time.Since(killedAt).Seconds()) == 0
-		})
+		}, func() { logMatching(t, stack.Conductors, "liveness", "crashed", "takeover", "took over") })
 		delay := time.Since(killedAt)
 		delays = append(delays, delay)
 		t.Logf("round %d: SIGKILLed %s owning %d unfinished allocations; its rows owned by a live process %s later (restart under the same hostname: %v)",
@@ -153,4 +159,23 @@ func killConductorsInBursts(t *testing.T, restart bool) {
 	slices.Sort(delays)
 	t.Logf("takeover after SIGKILL over %d kills: min %s, max %s (expiry rule alone: heartbeat_timeout 60s + takeover period up to 60s)",
 		len(delays), delays[0].Round(time.Millisecond), delays[len(delays)-1].Round(time.Millisecond))
+}
+
+// logMatching logs the lines of procs' logs that contain any of words.
+func logMatching(t *testing.T, procs []*devstack.Process, words ...string) {
+	t.Helper()
+	for _, p := range procs {
+		raw, err := os.ReadFile(p.LogPath)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			for _, w := range words {
+				if strings.Contains(line, w) {
+					t.Logf("%s: %s", p.Name, line)
+					break
+				}
+			}
+		}
+	}
 }
