@@ -3,18 +3,15 @@ package conductor
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/conductor/backend"
 	"github.com/metalloc/metalloc/db"
-	"github.com/metalloc/metalloc/driver"
 )
 
 // NotifyChannel is the PostgreSQL channel the allocations_notify trigger
@@ -141,22 +138,18 @@ func (c *Service) ID() int64 { return c.id }
 // it stops claiming, waits up to ShutdownGrace for in-flight work, hands the
 // rows it could not finish back (unowned, so peers claim them at once), marks
 // itself offline and returns nil. It returns ErrHostnameTaken (wrapped) when
-// a live conductor has the same hostname.
+// a live conductor has the same hostname (livelock.go: register), and
+// ErrLivenessLockLost (wrapped) when another process took its liveness
+// lock: it then stops at once, neither releasing its rows nor going offline.
 func (c *Service) Run(ctx context.Context) error {
-	id, err := c.q.Register(ctx, RegisterParams{
-		Hostname:       c.cfg.Hostname,
-		ConductorGroup: c.cfg.Group,
-		Drivers:        driver.Names(),
-		Version:        c.cfg.Version,
-		TimeoutSeconds: c.cfg.HeartbeatTimeout.Seconds(),
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: %q is alive (the expiry its last heartbeat wrote has not passed); stop it first or wait for it to expire",
-			ErrHostnameTaken, c.cfg.Hostname)
-	}
+	lockConn, id, started, err := c.register(ctx)
 	if err != nil {
-		return fmt.Errorf("registering conductor: %w", err)
+		return err
 	}
+	// Losing the liveness lock to another process (livelock.go) stops
+	// everything at once: that process owns this conductor's rows now.
+	ctx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
 	c.id = id
 	c.Metrics.heartbeat()
 	c.healthySince.Store(time.Now().UnixNano())
@@ -193,6 +186,24 @@ func (c *Service) Run(ctx context.Context) error {
 	// procCtx, which ends ShutdownGrace after the stop (see work).
 	procCtx, cancelProc := afterStop(ctx, c.cfg.ShutdownGrace)
 	defer cancelProc()
+	// The watch runs until the workers have stopped, and its connection
+	// (the lock) is closed only once the conductor is offline: peers do
+	// not judge a conductor crashed while it finishes in-flight rows.
+	var fenced atomic.Bool
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		lockConn = c.watchLiveness(bgCtx, ctx, procCtx, lockConn, started, func(err error) {
+			fenced.Store(true)
+			stopRun(err)
+			cancelProc()
+		})
+	}()
+	defer func() {
+		if lockConn != nil {
+			_ = lockConn.Close(context.WithoutCancel(ctx))
+		}
+	}()
 	sched := c.startTakeover(ctx, procCtx)
 	if c.OnReady != nil {
 		c.OnReady()
@@ -204,7 +215,12 @@ func (c *Service) Run(ctx context.Context) error {
 		<-sched.Stop().Done()
 	}
 	stopBG()
+	stopRun(nil)
 	bg.Wait()
+	if fenced.Load() {
+		c.log.Error("conductor stopped: another process registered it; its rows are that process's now")
+		return context.Cause(ctx)
+	}
 	offCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if n, err := c.rows.Release(offCtx, id); err != nil {

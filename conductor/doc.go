@@ -18,6 +18,7 @@
 //     node (park), the resume; gate.go: claimGate, at most maxClaimers
 //     claim statements at a time;
 //   - liveness.go: heartbeats, PostOutageGrace, IdleInTransactionTimeout;
+//     livelock.go: the liveness lock (registration, the peers' watch);
 //   - rows.go: Rows, who owns a row (owned, dead owners, takeover,
 //     release), takeover.go: the takeover schedule; groups.go: the claim and
 //     processing of allocation groups;
@@ -146,8 +147,11 @@
 //
 // # Liveness
 //
-// A conductor writes its own expiry into its row: registration and every
-// heartbeat (Service.heartbeat, liveness.go, every
+// Two rules make a conductor dead: its process is gone (the liveness lock,
+// seconds), or it has been silent past its expiry (minutes).
+//
+// The expiry. A conductor writes its own expiry into its row: registration
+// and every heartbeat (Service.heartbeat, liveness.go, every
 // conductor.heartbeat_interval, default 10 s) set expires_at = now() + its
 // conductor.heartbeat_timeout (default 60 s), by the database clock. It is
 // alive while online and expires_at > now(): metalloc_conductor_alive(online,
@@ -155,10 +159,70 @@
 // migrations/00020_conductor_expiry.sql), read the same way by registration,
 // DeadOwners, TakeOver, the conductors API and its metrics. No reader applies
 // a timeout of its own, so an API and a conductor configured differently
-// agree on who is alive. Anything else is dead: a clean stop (online =
-// false), a crash, a host or network failure, a process paused for too
-// long. A second process with the same hostname refuses to start while the
-// first is alive (Register).
+// agree on who is alive.
+//
+// The liveness lock (livelock.go). For its lifetime a conductor holds a
+// session-level advisory lock, key (livenessLockClass, its id), on a
+// connection of its own outside the pool; PostgreSQL releases it the
+// moment that session ends. Every 500 ms (livenessPoll) each conductor
+// reads on that connection which peers, alive by their expiry, have their
+// lock held (LivenessLocks, pg_locks of this database). A peer it has seen
+// holding its lock, under the same registration (id and started_at), and
+// then sees free on two consecutive polls of one unbroken session has
+// crashed: it marks it offline (MarkCrashed, a compare-and-set on that
+// registration and on the lock being free still) and takes its rows over
+// at once (Service.takeOverDead), again at each poll while rows may be left
+// (still locked by the dead process's last statement, or beyond one run),
+// without the takeover schedule or the post-outage grace. Once offline it is dead by metalloc_conductor_alive
+// for everyone, and TakeOver's compare-and-set is the same as after an
+// expiry. The cases:
+//
+//   - crash (SIGKILL, OOM kill, a reboot or power loss that closed its
+//     sockets): the kernel closes the process's sockets, PostgreSQL ends
+//     its sessions and frees the lock within milliseconds; peers judge it
+//     dead within 0.5 to 1 s and take its rows over. Its supervisor's
+//     restart (same hostname) takes the lock at registration and
+//     registers at once (Reclaim), whatever the expiry says, with the same
+//     id: it resumes those of its rows no peer took first. A process of a
+//     hostname whose lock is held is refused (ErrHostnameTaken) while the
+//     row is alive by its expiry;
+//   - clean stop (SIGTERM): the conductor releases its rows and goes
+//     offline, then closes its lock connection: nothing to take over;
+//   - silent while its sessions live (SIGSTOP, a partition that leaves the
+//     server's end of its connections open, a swap storm): the lock stays
+//     held, so only the expiry makes it dead, as before (takeover on the
+//     schedule, compare-and-set; its late writes match no row). A
+//     process of its hostname registering after the expiry ends the
+//     sessions holding that lock (TerminateLivenessHolders) and takes it;
+//     the silent process, if it wakes, finds its lock session gone and
+//     stops (below). A host whose network dies without closing its sockets
+//     is this case until TCP keepalives end its sessions;
+//   - PostgreSQL restart or failover (every session ends at once): every
+//     lock is free for a moment. A conductor whose lock session broke
+//     forgets what it had seen (livenessWatch), opens the connection again,
+//     takes its own lock back and writes a heartbeat; it judges a peer
+//     again only once it has seen that peer holding its lock anew, so
+//     nobody is judged crashed by the restart (no takeover storm); a peer
+//     that does not come back is dead by its expiry. The two-poll rule
+//     covers a server ending the sessions one by one around a poll;
+//   - a lock session that ends while its process lives (terminated by
+//     hand, a proxy dropping it): the process takes its lock back within a
+//     poll and goes on; peers may have taken its rows meanwhile (their
+//     compare-and-set makes its writes to them fail). If another process
+//     holds the lock or has registered its hostname since (started_at
+//     changed), it stops at once (Run returns ErrLivenessLockLost) without
+//     releasing rows or going offline, and its supervisor restarts it:
+//     one process per conductor id writes. A write it had in flight at
+//     that moment is still guarded by state = 'allocating', so no row is
+//     reserved twice;
+//   - a conductor of an older release takes no lock: it is never seen
+//     holding one, so only its expiry judges it; nor is one that dies
+//     before any peer polled after its registration (within 500 ms);
+//   - the clock: the lock rule reads no clock (a session ends or it does
+//     not); the expiry is now() of the database, never a process's clock.
+//
+// The lock's second key is the conductor's id as an int4 (lockID): a
+// conductor whose id passes 2^31 fails to register.
 //
 // # Takeover
 //
@@ -171,7 +235,8 @@
 // One row updated: ours, queued for the workers; none: another conductor
 // won, the dead one came back, or the row is busy and the next period
 // retries. There is no leader: conductors racing for the same rows share
-// them out.
+// them out. A conductor that sees a peer crash (Liveness: its lock free)
+// runs the same takeover at once, outside the schedule.
 //
 // # Post-outage grace
 //
@@ -180,7 +245,9 @@
 // conductor skips takeover until its own heartbeats have succeeded for
 // PostOutageGrace (two heartbeat intervals; liveness.go) since it started
 // or the database came back (Service.takeover, inGrace); by then the live
-// peers have written theirs.
+// peers have written theirs. The grace is the expiry rule's: the liveness
+// lock rule has its own guard against outages (Liveness, PostgreSQL
+// restart).
 //
 // # Locks a dead conductor holds
 //

@@ -12,7 +12,68 @@ ON CONFLICT (hostname) DO UPDATE
        version = EXCLUDED.version, online = true, started_at = now(),
        heartbeat_at = now(), expires_at = EXCLUDED.expires_at, updated_at = now()
  WHERE NOT metalloc_conductor_alive(c.online, c.expires_at)
-RETURNING c.id;
+RETURNING c.id, c.started_at;
+
+-- name: Reclaim :one
+-- Registers again the conductor @id, named @hostname, whose previous process
+-- is dead by its liveness lock (this session holds the lock now): online,
+-- alive until @timeout_seconds from now, whatever the expiry the dead
+-- process wrote. No row: the row was pruned or renamed meanwhile.
+UPDATE conductors c
+   SET conductor_group = @conductor_group, drivers = @drivers, version = @version, online = true,
+       started_at = now(), heartbeat_at = now(), updated_at = now(),
+       expires_at = now() + make_interval(secs => @timeout_seconds::float8)
+ WHERE c.id = @id AND c.hostname = @hostname
+RETURNING c.id, c.started_at;
+
+-- name: TryLivenessLock :one
+-- Takes conductor @id's liveness lock (a session-level advisory lock, key
+-- (@class, @id)) for this session if no session holds it.
+SELECT pg_try_advisory_lock(@class::int4, @id::int4) AS locked;
+
+-- name: TerminateLivenessHolders :one
+-- Ends the other sessions holding conductor @id's liveness lock on this
+-- database: a process whose expiry passed (paused, partitioned) while its
+-- session lives; returns how many were ended.
+SELECT count(*) FILTER (WHERE pg_terminate_backend(l.pid))::int AS ended
+  FROM pg_catalog.pg_locks l
+ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())
+   AND l.classid::int8 = @class::int8 AND l.objid::int8 = @id::bigint
+   AND l.pid <> pg_backend_pid();
+
+-- name: LivenessLocks :many
+-- The conductors other than @me alive by their expiry, each with its
+-- started_at (which process registered it) and whether a session holds its
+-- liveness lock on this database (Service.watchLiveness).
+SELECT c.id, c.hostname, c.started_at,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                     WHERE d.datname = current_database())
+                  AND l.classid::int8 = @class::int8 AND l.objid::int8 = c.id) AS held
+  FROM conductors c
+ WHERE c.id <> @me::bigint AND metalloc_conductor_alive(c.online, c.expires_at)
+ ORDER BY c.id;
+
+-- name: MarkCrashed :execrows
+-- Marks conductor @id offline (dead, for everyone) because no session holds
+-- its liveness lock: compare-and-set on the process seen holding it
+-- (@started_at) and on the lock being free still, so that a process that
+-- registered again under that hostname, or took its lock back, is not hit.
+UPDATE conductors c
+   SET online = false, updated_at = now()
+ WHERE c.id = @id AND c.started_at = @started_at AND c.online
+   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                      AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                         WHERE d.datname = current_database())
+                      AND l.classid::int8 = @class::int8 AND l.objid::int8 = c.id);
+
+-- name: StartedAt :one
+-- When conductor @id's row was last registered (a process checks, after it
+-- took its liveness lock back, that no other process registered it since).
+SELECT started_at FROM conductors WHERE id = @id;
 
 -- name: Heartbeat :execrows
 -- The conductor's heartbeat: alive until @timeout_seconds from now.

@@ -335,6 +335,87 @@ func (q *Queries) LeakedPlacementClaims(ctx context.Context, minAgeSeconds float
 	return items, nil
 }
 
+const livenessLocks = `-- name: LivenessLocks :many
+SELECT c.id, c.hostname, c.started_at,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                     WHERE d.datname = current_database())
+                  AND l.classid::int8 = $1::int8 AND l.objid::int8 = c.id) AS held
+  FROM conductors c
+ WHERE c.id <> $2::bigint AND metalloc_conductor_alive(c.online, c.expires_at)
+ ORDER BY c.id
+`
+
+type LivenessLocksParams struct {
+	Class int64
+	Me    int64
+}
+
+type LivenessLocksRow struct {
+	ID        int64
+	Hostname  string
+	StartedAt time.Time
+	Held      bool
+}
+
+// The conductors other than @me alive by their expiry, each with its
+// started_at (which process registered it) and whether a session holds its
+// liveness lock on this database (Service.watchLiveness).
+func (q *Queries) LivenessLocks(ctx context.Context, arg LivenessLocksParams) ([]LivenessLocksRow, error) {
+	rows, err := q.db.Query(ctx, livenessLocks, arg.Class, arg.Me)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LivenessLocksRow
+	for rows.Next() {
+		var i LivenessLocksRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Hostname,
+			&i.StartedAt,
+			&i.Held,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const markCrashed = `-- name: MarkCrashed :execrows
+UPDATE conductors c
+   SET online = false, updated_at = now()
+ WHERE c.id = $1 AND c.started_at = $2 AND c.online
+   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                      AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                         WHERE d.datname = current_database())
+                      AND l.classid::int8 = $3::int8 AND l.objid::int8 = c.id)
+`
+
+type MarkCrashedParams struct {
+	ID        int64
+	StartedAt time.Time
+	Class     int64
+}
+
+// Marks conductor @id offline (dead, for everyone) because no session holds
+// its liveness lock: compare-and-set on the process seen holding it
+// (@started_at) and on the lock being free still, so that a process that
+// registered again under that hostname, or took its lock back, is not hit.
+func (q *Queries) MarkCrashed(ctx context.Context, arg MarkCrashedParams) (int64, error) {
+	result, err := q.db.Exec(ctx, markCrashed, arg.ID, arg.StartedAt, arg.Class)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const markPlacementStale = `-- name: MarkPlacementStale :exec
 UPDATE placement_synced SET fingerprint = '' WHERE node_uuid = $1
 `
@@ -574,6 +655,47 @@ func (q *Queries) PruneConductors(ctx context.Context, retentionSeconds float64)
 	return items, nil
 }
 
+const reclaim = `-- name: Reclaim :one
+UPDATE conductors c
+   SET conductor_group = $1, drivers = $2, version = $3, online = true,
+       started_at = now(), heartbeat_at = now(), updated_at = now(),
+       expires_at = now() + make_interval(secs => $4::float8)
+ WHERE c.id = $5 AND c.hostname = $6
+RETURNING c.id, c.started_at
+`
+
+type ReclaimParams struct {
+	ConductorGroup string
+	Drivers        []string
+	Version        string
+	TimeoutSeconds float64
+	ID             int64
+	Hostname       string
+}
+
+type ReclaimRow struct {
+	ID        int64
+	StartedAt time.Time
+}
+
+// Registers again the conductor @id, named @hostname, whose previous process
+// is dead by its liveness lock (this session holds the lock now): online,
+// alive until @timeout_seconds from now, whatever the expiry the dead
+// process wrote. No row: the row was pruned or renamed meanwhile.
+func (q *Queries) Reclaim(ctx context.Context, arg ReclaimParams) (ReclaimRow, error) {
+	row := q.db.QueryRow(ctx, reclaim,
+		arg.ConductorGroup,
+		arg.Drivers,
+		arg.Version,
+		arg.TimeoutSeconds,
+		arg.ID,
+		arg.Hostname,
+	)
+	var i ReclaimRow
+	err := row.Scan(&i.ID, &i.StartedAt)
+	return i, err
+}
+
 const register = `-- name: Register :one
 INSERT INTO conductors AS c (hostname, conductor_group, drivers, version, online, started_at, heartbeat_at,
                              expires_at)
@@ -584,7 +706,7 @@ ON CONFLICT (hostname) DO UPDATE
        version = EXCLUDED.version, online = true, started_at = now(),
        heartbeat_at = now(), expires_at = EXCLUDED.expires_at, updated_at = now()
  WHERE NOT metalloc_conductor_alive(c.online, c.expires_at)
-RETURNING c.id
+RETURNING c.id, c.started_at
 `
 
 type RegisterParams struct {
@@ -595,11 +717,16 @@ type RegisterParams struct {
 	TimeoutSeconds float64
 }
 
+type RegisterRow struct {
+	ID        int64
+	StartedAt time.Time
+}
+
 // Registers (or re-registers after a restart) the conductor named @hostname,
 // alive until @timeout_seconds from now (its heartbeat timeout). Returns no
 // row when a live conductor already holds that hostname
 // (metalloc_conductor_alive).
-func (q *Queries) Register(ctx context.Context, arg RegisterParams) (int64, error) {
+func (q *Queries) Register(ctx context.Context, arg RegisterParams) (RegisterRow, error) {
 	row := q.db.QueryRow(ctx, register,
 		arg.Hostname,
 		arg.ConductorGroup,
@@ -607,9 +734,9 @@ func (q *Queries) Register(ctx context.Context, arg RegisterParams) (int64, erro
 		arg.Version,
 		arg.TimeoutSeconds,
 	)
-	var id int64
-	err := row.Scan(&id)
-	return id, err
+	var i RegisterRow
+	err := row.Scan(&i.ID, &i.StartedAt)
+	return i, err
 }
 
 const registerTracker = `-- name: RegisterTracker :exec
@@ -679,6 +806,19 @@ type RelogNodesParams struct {
 func (q *Queries) RelogNodes(ctx context.Context, arg RelogNodesParams) error {
 	_, err := q.db.Exec(ctx, relogNodes, arg.Ids, arg.Uuids)
 	return err
+}
+
+const startedAt = `-- name: StartedAt :one
+SELECT started_at FROM conductors WHERE id = $1
+`
+
+// When conductor @id's row was last registered (a process checks, after it
+// took its liveness lock back, that no other process registered it since).
+func (q *Queries) StartedAt(ctx context.Context, id int64) (time.Time, error) {
+	row := q.db.QueryRow(ctx, startedAt, id)
+	var started_at time.Time
+	err := row.Scan(&started_at)
+	return started_at, err
 }
 
 const syncedOf = `-- name: SyncedOf :many
@@ -761,6 +901,30 @@ func (q *Queries) TakeOverGroup(ctx context.Context, arg TakeOverGroupParams) (i
 	return result.RowsAffected(), nil
 }
 
+const terminateLivenessHolders = `-- name: TerminateLivenessHolders :one
+SELECT count(*) FILTER (WHERE pg_terminate_backend(l.pid))::int AS ended
+  FROM pg_catalog.pg_locks l
+ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())
+   AND l.classid::int8 = $1::int8 AND l.objid::int8 = $2::bigint
+   AND l.pid <> pg_backend_pid()
+`
+
+type TerminateLivenessHoldersParams struct {
+	Class int64
+	ID    int64
+}
+
+// Ends the other sessions holding conductor @id's liveness lock on this
+// database: a process whose expiry passed (paused, partitioned) while its
+// session lives; returns how many were ended.
+func (q *Queries) TerminateLivenessHolders(ctx context.Context, arg TerminateLivenessHoldersParams) (int32, error) {
+	row := q.db.QueryRow(ctx, terminateLivenessHolders, arg.Class, arg.ID)
+	var ended int32
+	err := row.Scan(&ended)
+	return ended, err
+}
+
 const trackerNodesByID = `-- name: TrackerNodesByID :many
 SELECT id, uuid, name, resource_class, available, claimed, cpus, memory_mb, local_gb, traits, synced_fingerprint FROM tracker_nodes WHERE id = ANY($1::bigint[]) ORDER BY id
 `
@@ -840,6 +1004,24 @@ func (q *Queries) TrackerNodesPage(ctx context.Context, arg TrackerNodesPagePara
 		return nil, err
 	}
 	return items, nil
+}
+
+const tryLivenessLock = `-- name: TryLivenessLock :one
+SELECT pg_try_advisory_lock($1::int4, $2::int4) AS locked
+`
+
+type TryLivenessLockParams struct {
+	Class int32
+	ID    int32
+}
+
+// Takes conductor @id's liveness lock (a session-level advisory lock, key
+// (@class, @id)) for this session if no session holds it.
+func (q *Queries) TryLivenessLock(ctx context.Context, arg TryLivenessLockParams) (bool, error) {
+	row := q.db.QueryRow(ctx, tryLivenessLock, arg.Class, arg.ID)
+	var locked bool
+	err := row.Scan(&locked)
+	return locked, err
 }
 
 const unregisterTracker = `-- name: UnregisterTracker :exec

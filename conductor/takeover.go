@@ -66,20 +66,49 @@ func (c *Service) takeover(ctx, stmt context.Context) {
 		c.log.Debug("takeover skipped: heartbeats only just resumed")
 		return
 	}
+	c.takeOverDead(ctx, stmt, nil)
+}
+
+// takeoverOff reports whether takeover is disabled (TakeoverOff).
+func (c *Service) takeoverOff() bool {
+	sched, _ := parseSchedule(c.cfg.TakeoverSchedule)
+	return sched == nil
+}
+
+// takeOverDead is one takeover run, without the post-outage grace: run by
+// the schedule once past the grace (takeover; only nil: every dead
+// conductor), and by the liveness watch at once for the peers it has seen
+// crash (watchLiveness; only: their ids). It returns the dead conductors of
+// only that may have rows left: some were locked, lost to a race, beyond
+// one run's queueSize, or a statement failed (the watch runs again for
+// them at its next poll).
+func (c *Service) takeOverDead(ctx, stmt context.Context, only map[int64]bool) (left map[int64]bool) {
+	if ctx.Err() != nil {
+		return nil
+	}
 	dead, err := c.rows.DeadOwners(stmt, c.id)
 	if err != nil {
 		if stmt.Err() == nil {
 			c.log.Warn("takeover: listing dead conductors", zap.Error(err))
 		}
-		return
+		return only
 	}
 	total := 0
 	defer func() { c.signals.takeoverRan(total) }()
 	for _, d := range dead {
+		if only != nil && !only[d.ID] {
+			continue
+		}
 		if ctx.Err() != nil {
-			return // stopping: the peers take the rest
+			return nil // stopping: the peers take the rest
 		}
 		won, lost, err := c.rows.TakeOver(stmt, c.id, d, queueSize)
+		if lost > 0 || err != nil || len(won) >= queueSize {
+			if left == nil {
+				left = map[int64]bool{}
+			}
+			left[d.ID] = true
+		}
 		total += len(won)
 		for _, a := range won {
 			c.Metrics.tookOver()
@@ -92,6 +121,12 @@ func (c *Service) takeover(ctx, stmt context.Context) {
 			c.log.Warn("takeover interrupted", zap.String("from", d.Hostname), zap.Error(err))
 		}
 		wonGroups, lostGroups, err := c.rows.TakeOverGroups(stmt, c.id, d, queueSize)
+		if lostGroups > 0 || err != nil || len(wonGroups) >= queueSize {
+			if left == nil {
+				left = map[int64]bool{}
+			}
+			left[d.ID] = true
+		}
 		total += len(wonGroups)
 		for _, g := range wonGroups {
 			c.Metrics.tookOver()
@@ -108,6 +143,7 @@ func (c *Service) takeover(ctx, stmt context.Context) {
 				zap.Int("taken", len(won)+len(wonGroups)), zap.Int("lost_to_others", lost))
 		}
 	}
+	return left
 }
 
 // cronLogger adapts zap to robfig/cron's Logger.

@@ -114,7 +114,7 @@ func registry() []*Key {
 		&Key{Name: "conductor.heartbeat_interval", Default: DefaultHeartbeatInterval, Readers: condReaders,
 			Doc: "How often the conductor refreshes its heartbeat."},
 		&Key{Name: "conductor.heartbeat_timeout", Default: DefaultHeartbeatTimeout, Readers: condReaders,
-			Doc: "Every heartbeat writes the conductor's expiry, now plus this, into its row; once it has passed the conductor counts as dead for every reader alike (takeover, `GET /v1/conductors`, metrics), and a second process with the same hostname may start."},
+			Doc: "Every heartbeat writes the conductor's expiry, now plus this, into its row; once it has passed the conductor counts as dead for every reader alike (takeover, `GET /v1/conductors`, metrics), and a second process with the same hostname may start (at once, whatever the expiry, when the first one's process died: conductor/doc.go, \"Liveness\")."},
 		&Key{Name: "conductor.shutdown_grace", Default: DefaultConductorShutdownGrace, Readers: condReaders,
 			Doc: "On SIGTERM or SIGINT: stop claiming, wait this long for in-flight allocations, hand the rest back to the other conductors, go offline. A second signal exits at once."},
 		&Key{Name: "conductor.locked_node_wait", Default: DefaultConductorLockedNodeWait, Readers: condReaders,

@@ -73,10 +73,10 @@ func TestBackupRestore(t *testing.T) {
 	}
 	stack.Stop(context.WithoutCancel(ctx))
 
-	// The dump holds conductor-1 with a heartbeat as fresh as the dump, so
-	// a conductor of that name is refused until heartbeat_timeout passes
-	// (systemd retries it; operations.md says so): the restored stack's
-	// conductor has another name and takes the new allocation.
+	// The dump holds conductor-1 with a heartbeat as fresh as the dump; a
+	// conductor of that name would register at once (no session holds its
+	// liveness lock on the restored database), and so does one of another
+	// name, which takes the new allocation.
 	restored, err := devstack.Start(ctx, devstack.Options{BinDir: bin, DatabaseURL: to, Conductors: 1,
 		ConductorPrefix: "restored-", LogDir: t.TempDir()})
 	if err != nil {

@@ -52,13 +52,19 @@ var haEnv = []string{
 // returns the stack, a gophercloud client and a pool on the same database.
 func haStack(t *testing.T, n int) (*devstack.Stack, *gophercloud.ServiceClient, *pgxpool.Pool) {
 	t.Helper()
+	return haStackEnv(t, n, haEnv)
+}
+
+// haStackEnv is haStack with the conductors' environment env.
+func haStackEnv(t *testing.T, n int, env []string) (*devstack.Stack, *gophercloud.ServiceClient, *pgxpool.Pool) {
+	t.Helper()
 	url := dbtest.NewURL(t)
 	pool, err := db.Open(context.Background(), url, db.PoolOptions{MaxConns: 8, ApplicationName: "ha-test"})
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	stack, err := devstack.Start(context.Background(), devstack.Options{
 		BinDir: binDir, DatabaseURL: url, Conductors: n, LogDir: t.TempDir(),
-		Log: zaptest.NewLogger(t), Env: haEnv,
+		Log: zaptest.NewLogger(t), Env: env,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { stack.Stop(context.Background()) })
