@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -52,6 +53,7 @@ func firstBurstCmd() *cobra.Command {
 	var nodes, allocations, concurrency, conductors, rounds int
 	var later, timeout time.Duration
 	var cases string
+	var statements bool
 	c := &cobra.Command{
 		Use:   "first-burst",
 		Short: "issue 44's scenario: a burst of allocations right after enrolling through the API, against the same burst later",
@@ -92,7 +94,7 @@ func firstBurstCmd() *cobra.Command {
 			for round := 1; round <= rounds; round++ {
 				for _, k := range kinds {
 					log.Info("first-burst case", zap.Int("round", round), zap.String("case", k))
-					rs, err := firstBurstCase(ctx, cfg.Database.URL, o, k, conductors, later, log)
+					rs, err := firstBurstCase(ctx, cfg.Database.URL, o, k, conductors, later, statements, log)
 					if ctx.Err() != nil {
 						return context.Cause(ctx)
 					}
@@ -122,6 +124,7 @@ func firstBurstCmd() *cobra.Command {
 	c.Flags().IntVar(&conductors, "conductors", 2, "conductors to start")
 	c.Flags().IntVar(&rounds, "rounds", 1, "times every case runs (interleaved: none, vacuum, analyze, none, ...)")
 	c.Flags().DurationVar(&later, "later", 70*time.Second, "with case none, the second burst starts this long after the enrolment ended (0: none)")
+	c.Flags().BoolVar(&statements, "statements", false, "log the statements that took most time in each burst (pg_stat_statements; needs shared_preload_libraries=pg_stat_statements, e.g. dev exec --pg-setting)")
 	c.Flags().DurationVar(&timeout, "timeout", time.Hour, "bound on each phase (the enrolment of 100,000 nodes takes about half an hour on 2 cores)")
 	c.Flags().StringVar(&cases, "cases", "none,vacuum,analyze", "what runs between the enrolment and the burst, comma-separated: none, vacuum, analyze")
 	return c
@@ -130,7 +133,7 @@ func firstBurstCmd() *cobra.Command {
 // firstBurstCase runs case kind on a database of its own, created on the
 // server of baseURL and dropped afterwards, and returns its rows (two for
 // case none with later > 0).
-func firstBurstCase(ctx context.Context, baseURL string, o loadgen.Options, kind string, conductors int, later time.Duration, log *zap.Logger) ([]firstBurstRow, error) {
+func firstBurstCase(ctx context.Context, baseURL string, o loadgen.Options, kind string, conductors int, later time.Duration, statements bool, log *zap.Logger) ([]firstBurstRow, error) {
 	dbURL, drop, err := scratchDatabase(ctx, baseURL, fmt.Sprintf("metalloc_first_burst_%d_%s", os.Getpid(), kind), log)
 	if err != nil {
 		return nil, err
@@ -163,12 +166,13 @@ func firstBurstCase(ctx context.Context, baseURL string, o loadgen.Options, kind
 		}
 		logStatistics(ctx, log, pool)
 		stats = nodeStatistics(ctx, pool)
-		return nil
+		return resetStatements(ctx, pool, statements)
 	}
 	first, err := loadgen.Run(ctx, o)
 	if err != nil {
 		return nil, err
 	}
+	logStatements(ctx, pool, statements, "first burst", log)
 	rows := []firstBurstRow{{firstBurstCases[kind].label, first, stats}}
 	if kind != "none" || later <= 0 {
 		return rows, nil
@@ -184,13 +188,57 @@ func firstBurstCase(ctx context.Context, baseURL string, o loadgen.Options, kind
 	o.AfterEnroll = func(ctx context.Context) error {
 		logStatistics(ctx, log, pool)
 		stats = nodeStatistics(ctx, pool)
-		return nil
+		return resetStatements(ctx, pool, statements)
 	}
 	second, err := loadgen.Run(ctx, o)
 	if err != nil {
 		return nil, err
 	}
+	logStatements(ctx, pool, statements, "later burst", log)
 	return append(rows, firstBurstRow{fmt.Sprintf("%s later (the same fleet)", later), second, stats}), nil
+}
+
+// resetStatements, with on, clears pg_stat_statements (creating the
+// extension in the scratch database first), so that logStatements reports
+// one burst.
+func resetStatements(ctx context.Context, pool *pgxpool.Pool, on bool) error {
+	if !on {
+		return nil
+	}
+	if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		return fmt.Errorf("--statements: %w", err)
+	}
+	_, err := pool.Exec(ctx, `SELECT pg_stat_statements_reset()`)
+	return err
+}
+
+// logStatements, with on, logs the ten statements of this database that
+// took most time since resetStatements: calls, total and mean time, shared
+// buffers per call.
+func logStatements(ctx context.Context, pool *pgxpool.Pool, on bool, what string, log *zap.Logger) {
+	if !on {
+		return
+	}
+	rows, err := pool.Query(ctx, `SELECT calls, total_exec_time, shared_blks_hit + shared_blks_read, left(regexp_replace(query, '\s+', ' ', 'g'), 160)
+		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		ORDER BY total_exec_time DESC LIMIT 10`)
+	if err != nil {
+		log.Warn("reading pg_stat_statements", zap.Error(err))
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var calls, blocks int64
+		var total float64
+		var query string
+		if err := rows.Scan(&calls, &total, &blocks, &query); err != nil {
+			log.Warn("reading pg_stat_statements", zap.Error(err))
+			return
+		}
+		log.Info("statement", zap.String("burst", what), zap.Int64("calls", calls), zap.Float64("total_ms", total),
+			zap.Float64("mean_ms", total/float64(max(calls, 1))), zap.Float64("buffers_per_call", float64(blocks)/float64(max(calls, 1))),
+			zap.String("query", query))
+	}
 }
 
 // nodeStatistics says, for the table, how many of the nodes table's rows
