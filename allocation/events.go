@@ -138,8 +138,10 @@ type Hub struct {
 
 	cache *viewCache // nil: no cache (HubOptions.CacheSize < 0)
 
-	stopping chan struct{} // closed by Shutdown
-	stopOnce sync.Once
+	stopping   chan struct{} // closed by Shutdown: waits answer
+	stopOnce   sync.Once
+	streamsEnd chan struct{} // closed by EndStreams and Shutdown: streams end
+	endOnce    sync.Once
 }
 
 // NewHub returns a Hub on pool; Run makes it work.
@@ -163,8 +165,8 @@ func NewHub(pool *pgxpool.Pool, opts HubOptions) *Hub {
 		opts.PruneMargin = max(1, opts.MaxEvents/10)
 	}
 	h := &Hub{pool: pool, q: New(pool), opts: opts, waiters: map[uuid.UUID][]*Waiter{},
-		streams: map[*subscription]struct{}{}, poke: make(chan struct{}, 1), stopping: make(chan struct{}),
-		pruneNow: make(chan struct{}, 1)}
+		streams: map[*subscription]struct{}{}, poke: make(chan struct{}, 1), pruneNow: make(chan struct{}, 1),
+		stopping: make(chan struct{}), streamsEnd: make(chan struct{})}
 	if opts.CacheSize >= 0 {
 		h.cache = newViewCache(opts.CacheSize)
 	}
@@ -186,11 +188,21 @@ func (h *Hub) Run(ctx context.Context) {
 // Stopping is closed by Shutdown: waits answer at once.
 func (h *Hub) Stopping() <-chan struct{} { return h.stopping }
 
-// Shutdown ends every wait (answered with the allocation's state now) and
-// every stream (clients reconnect with their Last-Event-ID), so that the
-// HTTP server can stop without waiting for them. Call it before
-// http.Server.Shutdown; Run keeps going until its context ends.
-func (h *Hub) Shutdown() { h.stopOnce.Do(func() { close(h.stopping) }) }
+// EndStreams ends every event stream, open or opened later (clients
+// reconnect, to another server, with their Last-Event-ID), so that a
+// stopping HTTP server need not wait for them; waits go on. metalloc-api
+// calls it as its listener closes (cli.HTTP.EndStreams).
+func (h *Hub) EndStreams() { h.endOnce.Do(func() { close(h.streamsEnd) }) }
+
+// Shutdown ends every wait (answered with the allocation's state now, as
+// when the wait expires) and every stream (EndStreams), so that the HTTP
+// server can stop without waiting for them: metalloc-api calls it at the
+// end of its shutdown grace (cli.HTTP.Stopping). Run keeps going until its
+// context ends.
+func (h *Hub) Shutdown() {
+	h.EndStreams()
+	h.stopOnce.Do(func() { close(h.stopping) })
+}
 
 // Waiter is a wait for one allocation's next change: C receives (capacity
 // 1, never closed) when a change of it commits, and when the hub's

@@ -347,7 +347,7 @@ func (h *Handler) events(c echo.Context) error {
 		select {
 		case <-r.Context().Done():
 			return nil
-		case <-hub.stopping:
+		case <-hub.streamsEnd:
 			return nil // shutting down: the client reconnects elsewhere with its last id
 		case b := <-sub.ch:
 			if cur < b.from {

@@ -348,6 +348,31 @@ func TestHubShutdownEndsWaitsAndStreams(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// EndStreams (metalloc-api's listener closing at SIGTERM) ends the
+// streams, and one opened after it, but not the waits: a wait open then
+// still answers with the allocation's change.
+func TestHubEndStreamsKeepsWaits(t *testing.T) {
+	t.Parallel()
+	w := setupWaitMax(t, time.Minute)
+	w.node("n1", "gold")
+	w.create("a1", "gold")
+	s := openStream(t, w.srv.URL+"/v1/allocations/events", nil)
+	go func() {
+		dbtest.WaitFor(t, 30*time.Second, "a waiter", func() bool { return w.hub.Waiters() == 1 })
+		w.hub.EndStreams()
+		_, err := io.ReadAll(s.Resp.Body) // the stream ends
+		require.NoError(t, err)
+		later := openStream(t, w.srv.URL+"/v1/allocations/events", nil)
+		_, err = io.ReadAll(later.Resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, 1, w.hub.Waiters(), "the wait goes on")
+		w.activate("a1")
+	}()
+	resp, body := w.request("GET", "/v1/allocations/a1", map[string]string{"Prefer": "wait=60"}, "")
+	require.Equal(t, 200, resp.StatusCode, body)
+	require.Equal(t, "active", body["state"])
+}
+
 // TestHubIdleWithoutStreams: with waiters only, the hub neither numbers
 // nor reads the event log, and a waiter is not woken by changes that
 // leave its allocation allocating; a stream opened later starts with the

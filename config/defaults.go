@@ -28,9 +28,16 @@ const (
 	DefaultPlacementMaxAllocationCandidates = 100000
 
 	// Listener limits of both APIs (web.ServerConfig).
-	DefaultReadTimeout        = 60 * time.Second
-	DefaultWriteTimeout       = 120 * time.Second
-	DefaultIdleTimeout        = 120 * time.Second
+	DefaultReadTimeout  = 60 * time.Second
+	DefaultWriteTimeout = 120 * time.Second
+	DefaultIdleTimeout  = 120 * time.Second
+	// How both APIs stop (api.shutdown_delay, api.shutdown_grace and the
+	// placement keys): /readyz 503 for 5 s, time for a load balancer
+	// probing every 1-2 s to see it twice, then 30 s for the requests in
+	// flight, as conductor.shutdown_grace. The systemd units' TimeoutStopSec
+	// covers both and the last answers (configs/systemd_test.go).
+	DefaultShutdownDelay      = 5 * time.Second
+	DefaultShutdownGrace      = 30 * time.Second
 	DefaultAuthStrategy       = auth.StrategyNoAuth
 	DefaultMaxRequestBodySize = web.DefaultMaxRequestBodySize
 

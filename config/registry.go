@@ -260,6 +260,10 @@ func serverKeys(section string, readers []Binary) []*Key {
 			Doc: "Bound on writing an answer, from the end of the request headers; 0: none."},
 		{Name: section + ".idle_timeout", Default: DefaultIdleTimeout, Readers: readers,
 			Doc: "How long a keep-alive connection waits for its next request; 0: none."},
+		{Name: section + ".shutdown_delay", Default: DefaultShutdownDelay, Readers: readers,
+			Doc: "On SIGTERM or SIGINT: `/readyz` answers 503 (`\"server\": \"stopping\"`) at once while every other request is still served, this long, so that load balancers probing `/readyz` move traffic away; answers meanwhile carry `Connection: close` (docs/operations.md, Stopping an API). 0: no delay."},
+		{Name: section + ".shutdown_grace", Default: DefaultShutdownGrace, Readers: readers,
+			Doc: "After `shutdown_delay` the listener closes (new connections are refused) and the requests in flight get this long to finish (metalloc-api: `Prefer: wait` ones too, while event streams end at once and resume elsewhere with `Last-Event-ID`); at its end open waits are answered with the allocation as it is, and what still runs 5 s later is cut. A second signal exits at once."},
 		{Name: section + ".trusted_proxies", Default: []string{}, Readers: readers,
 			Doc: "Reverse proxies (addresses or CIDRs, `10.0.0.0/8,192.0.2.7`) whose `Forwarded`, `X-Forwarded-For` and `X-Forwarded-Proto` headers are believed (links, client addresses in logs); from anyone else they are ignored. Empty: nobody's."},
 	}

@@ -182,3 +182,23 @@ func TestConductorUnitOutlastsShutdownGrace(t *testing.T) {
 		t.Errorf("TimeoutStopSec=%v leaves too little beyond conductor.shutdown_grace=%v", stop, grace)
 	}
 }
+
+// TestAPIUnitsOutlastShutdown checks that systemd waits longer than the
+// APIs' default shutdown delay and grace, and the 5 s of last answers,
+// before SIGKILL, so that a drain finishes the requests in flight.
+func TestAPIUnitsOutlastShutdown(t *testing.T) {
+	for _, unit := range []string{"metalloc-api.service", "metalloc-placement.service"} {
+		text, err := os.ReadFile(filepath.Join("systemd", unit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`(?m)^TimeoutStopSec=(\d+)s$`).FindStringSubmatch(string(text))
+		if m == nil {
+			t.Fatalf("%s: no TimeoutStopSec=<n>s", unit)
+		}
+		stop, _ := time.ParseDuration(m[1] + "s")
+		if need := config.DefaultShutdownDelay + config.DefaultShutdownGrace + 5*time.Second; stop <= need {
+			t.Errorf("%s: TimeoutStopSec=%v leaves nothing beyond shutdown_delay, shutdown_grace and the last answers (%v)", unit, stop, need)
+		}
+	}
+}

@@ -67,7 +67,9 @@ type Options struct {
 	// LogDir receives one log file per process (default: a temp dir).
 	LogDir string
 	// Env is extra environment (KEY=VALUE) for every process, e.g.
-	// METALLOC_CONDUCTOR_WORKERS=32.
+	// METALLOC_CONDUCTOR_WORKERS=32. The APIs' shutdown_delay is 0 unless
+	// it sets METALLOC_API_SHUTDOWN_DELAY or
+	// METALLOC_PLACEMENT_SHUTDOWN_DELAY.
 	Env []string
 	// Log reports progress.
 	Log *zap.Logger
@@ -159,7 +161,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		}
 	}
 	s := &Stack{APIURL: "http://" + opts.APIListen, opts: opts, started: time.Now()}
-	api, err := s.spawn("metalloc-api", "api", "--api.listen", opts.APIListen)
+	api, err := s.spawnEnv("metalloc-api", "api", noShutdownDelay, "--api.listen", opts.APIListen)
 	if err != nil {
 		return nil, err
 	}
@@ -280,6 +282,11 @@ func (o *Options) setDefaults() error {
 	return nil
 }
 
+// noShutdownDelay is the APIs' environment before the stack's Env: no
+// load balancer probes a dev stack's /readyz, so at SIGTERM the APIs stop
+// accepting at once instead of after api.shutdown_delay (Env may set it).
+var noShutdownDelay = []string{"METALLOC_API_SHUTDOWN_DELAY=0s", "METALLOC_PLACEMENT_SHUTDOWN_DELAY=0s"}
+
 // spawnPlacement starts metalloc-placement on opts.PlacementListen (a free
 // loopback port when empty) with env before the stack's Env.
 func (s *Stack) spawnPlacement(env []string) error {
@@ -290,7 +297,8 @@ func (s *Stack) spawnPlacement(env []string) error {
 		}
 		s.opts.PlacementListen = "127.0.0.1:" + strconv.Itoa(port)
 	}
-	p, err := s.spawnEnv("metalloc-placement", "placement", env, "--placement.listen", s.opts.PlacementListen)
+	p, err := s.spawnEnv("metalloc-placement", "placement", append(noShutdownDelay[:len(noShutdownDelay):len(noShutdownDelay)], env...),
+		"--placement.listen", s.opts.PlacementListen)
 	if err != nil {
 		return err
 	}
@@ -337,11 +345,9 @@ func (s *Stack) StartConductor(hostname string, extraEnv ...string) (*Process, e
 	return p, nil
 }
 
-func (s *Stack) spawn(bin, name string, args ...any) (*Process, error) {
-	return s.spawnEnv(bin, name, nil, args...)
-}
-
-// spawnEnv is spawn with baseEnv placed before the stack's Env.
+// spawnEnv starts bin (in BinDir) as the process name, logging to its
+// file in LogDir, with args (strings are arguments, []string environment
+// after the stack's Env) and baseEnv placed before the stack's Env.
 func (s *Stack) spawnEnv(bin, name string, baseEnv []string, args ...any) (*Process, error) {
 	var env []string
 	var argv []string

@@ -13,7 +13,8 @@ import (
 )
 
 // ServerConfig is one listener's settings (the api.*, placement.* and
-// conductor.metrics_* keys): address, TLS and timeouts.
+// conductor.metrics_* keys): address, TLS, timeouts and, for the APIs,
+// the pace of their stop.
 type ServerConfig struct {
 	// Listen is address:port.
 	Listen string `mapstructure:"listen"`
@@ -34,6 +35,15 @@ type ServerConfig struct {
 	// are believed; from anyone else they are dropped (TrustForwarded).
 	// Default: none.
 	TrustedProxies []string `mapstructure:"trusted_proxies"`
+	// ShutdownDelay and ShutdownGrace pace an HTTP daemon's stop (the
+	// api.* and placement.* keys; cli.Service.ServeHTTP): for
+	// ShutdownDelay after the stop signal /readyz answers 503 while
+	// everything else is served as before, so that load balancers move
+	// away; then the listener closes and the requests in flight get
+	// ShutdownGrace to finish. 0: no delay; no grace (open waits answer
+	// at once).
+	ShutdownDelay time.Duration `mapstructure:"shutdown_delay"`
+	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
 }
 
 // tlsCipherSuites are the TLS 1.2 suites the listeners offer: ECDHE key

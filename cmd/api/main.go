@@ -51,7 +51,7 @@ func run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	defer svc.Close()
-	cfg, log, pool, ctx := svc.Config, svc.Log, svc.Pool, svc.Ctx
+	cfg, log, pool := svc.Config, svc.Log, svc.Pool
 
 	authn, err := cli.Authenticator(cmd, cfg, cfg.API.Access, cfg.API.Listen, auth.IronicNoAuth{}, log)
 	if err != nil {
@@ -67,8 +67,10 @@ func run(cmd *cobra.Command, _ []string) error {
 	hub := allocation.NewHub(pool, allocation.HubOptions{
 		Log: log, Retention: cfg.API.EventsRetention, MaxEvents: cfg.API.EventsMaxCount,
 	})
+	// It runs until the server has stopped, not just until the stop
+	// signal: waits go on during the shutdown grace.
 	hubDone := make(chan struct{})
-	hubCtx, stopHub := context.WithCancel(ctx)
+	hubCtx, stopHub := context.WithCancel(context.Background())
 	go func() { defer close(hubDone); hub.Run(hubCtx) }()
 	defer func() { stopHub(); <-hubDone }()
 
@@ -86,8 +88,10 @@ func run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 
+	// At SIGTERM event streams end as the listener closes (clients resume
+	// elsewhere); waits go on for the shutdown grace, then answer.
 	return svc.ServeHTTP(cli.HTTP{Server: cfg.API.ServerConfig, Handler: e, Malformed: web.IronicMalformed,
-		Stopping: hub.Shutdown}) // open waits answer now, streams end
+		EndStreams: hub.EndStreams, Stopping: hub.Shutdown})
 }
 
 // resources are the top-level resources of metalloc-api's /v1 document.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -12,37 +13,63 @@ import (
 	"github.com/metalloc/metalloc/web"
 )
 
-// shutdownTimeout bounds how long a stopping HTTP daemon waits for the
-// requests in flight.
-const shutdownTimeout = 10 * time.Second
+// lastAnswers bounds how long a stopping HTTP daemon waits, after its
+// shutdown grace, for the answers of the waits Stopping ended (one read
+// of the allocation each); what still runs then is cut.
+const lastAnswers = 5 * time.Second
 
 // HTTP is what Service.ServeHTTP serves: the daemon's handler on its
 // listener.
 type HTTP struct {
-	// Server is the listener's configuration (address, TLS, timeouts).
+	// Server is the listener's configuration (address, TLS, timeouts, and
+	// the stop's ShutdownDelay and ShutdownGrace).
 	Server web.ServerConfig
 	// Handler is the API, behind /healthz and /readyz (web.Health, with the
-	// service's DatabaseCheck).
+	// service's DatabaseCheck and the "server" check, "stopping" from the
+	// stop signal on).
 	Handler http.Handler
 	// Malformed renders the answers to requests net/http refuses before
 	// routing in the API's own error format (web.IronicMalformed,
 	// web.PlacementMalformed).
 	Malformed web.MalformedRenderer
-	// Stopping, when set, runs at the stop signal before the server shuts
-	// down (metalloc-api: open waits answer now).
+	// EndStreams, when set, runs as the listener closes, after the
+	// shutdown delay: requests that would never end by themselves end now
+	// (metalloc-api: event streams, whose clients resume elsewhere with
+	// Last-Event-ID).
+	EndStreams func()
+	// Stopping, when set, runs at the end of the shutdown grace: requests
+	// still waiting answer now (metalloc-api: Prefer: wait, with the
+	// allocation as it is).
 	Stopping func()
 }
 
-// ServeHTTP serves h until the service's Ctx ends (SIGINT or SIGTERM), then
-// shuts the server down gracefully within shutdownTimeout. It tells
-// systemd (Type=notify) READY=1 once the socket is bound, STOPPING=1 at the
-// stop signal, WATCHDOG=1 when the unit asks for it, and logs "<name>
-// listening" with the address.
+// ServeHTTP serves h until the service's Ctx ends (the first SIGINT or
+// SIGTERM; a second one exits at once, see stopOnSignal), then drains so
+// that no client request fails:
+//
+//  1. /readyz answers 503 ("server": "stopping") at once, while every
+//     other request is served as before for h.Server.ShutdownDelay, so that
+//     a load balancer probing /readyz takes the server out before it stops
+//     accepting. Keep-alives are off meanwhile: idle connections close and
+//     every answer carries Connection: close, so that clients connected
+//     straight (or through a TCP balancer) reconnect, to another server.
+//  2. The listener closes (new connections are refused; a request net/http
+//     had not read yet was not served and may be retried) and the requests
+//     in flight get h.Server.ShutdownGrace to finish, Prefer: wait
+//     included; EndStreams runs as the listener closes.
+//  3. At the grace's end Stopping runs (open waits answer now) and the
+//     answers get lastAnswers more; connections still open then are
+//     closed.
+//
+// It tells systemd (Type=notify) READY=1 once the socket is bound,
+// STOPPING=1 at the stop signal, WATCHDOG=1 when the unit asks for it,
+// and logs "<name> listening" with the address and each step of the stop.
 func (s *Service) ServeHTTP(h HTTP) error {
 	sd := StartSystemd(s.Ctx, s.Log)
 	defer sd.Close()
+	var stopping atomic.Bool
 	// /healthz and /readyz answer before routing and authentication.
-	srv, err := web.NewServer(h.Server, web.Health(h.Handler, s.DatabaseCheck()))
+	srv, err := web.NewServer(h.Server, web.Health(h.Handler, s.DatabaseCheck(), stoppingCheck(&stopping)))
 	if err != nil {
 		return err
 	}
@@ -57,14 +84,50 @@ func (s *Service) ServeHTTP(h HTTP) error {
 		return err
 	case <-s.Ctx.Done():
 	}
-	s.Log.Info("shutting down")
-	if h.Stopping != nil {
-		h.Stopping()
+	stopping.Store(true)
+	return drain(srv.Server, h, s.Log)
+}
+
+// stoppingCheck is the readiness check "server" of an HTTP daemon:
+// "stopping" once stopping is set (at the stop signal).
+func stoppingCheck(stopping *atomic.Bool) web.Check {
+	return web.Check{Name: "server", Func: func(context.Context) error {
+		if stopping.Load() {
+			return errors.New("stopping")
+		}
+		return nil
+	}}
+}
+
+// drain stops srv as ServeHTTP describes, once /readyz says stopping.
+func drain(srv *http.Server, h HTTP, log *zap.Logger) error {
+	delay, grace := max(h.Server.ShutdownDelay, 0), max(h.Server.ShutdownGrace, 0)
+	log.Info("stopping: /readyz answers 503, serving on meanwhile",
+		zap.Duration("delay", delay), zap.Duration("grace", grace))
+	srv.SetKeepAlivesEnabled(false)
+	time.Sleep(delay)
+	if h.EndStreams != nil {
+		srv.RegisterOnShutdown(h.EndStreams) // run once the listener is closed
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	log.Info("stopping: listener closed, finishing the requests in flight", zap.Duration("grace", grace))
+	graceOver := time.AfterFunc(grace, func() {
+		log.Warn("stopping: the grace is over, open waits answer now", zap.Duration("grace", grace),
+			zap.Duration("last_answers", lastAnswers))
+		if h.Stopping != nil {
+			h.Stopping()
+		}
+	})
+	defer graceOver.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), grace+lastAnswers)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	err := srv.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		log.Warn("stopping: cutting the requests still in flight", zap.Duration("after", grace+lastAnswers))
+		err = srv.Close()
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	log.Info("stopped")
 	return nil
 }
