@@ -14,8 +14,17 @@ WITH a AS (
                         OFFSET 0)
     RETURNING *
 ), t AS (
+    -- The foreign key's check of these rows (allocation_traits to
+    -- allocations, at the statement's end) has one plan per session, made
+    -- at its first use and kept: planned while allocations was a page or
+    -- two (a new fleet's first burst), a sequential scan, read again for
+    -- every trait row as the table grows, until an ANALYZE. So sequential
+    -- scans are off for the rest of this statement's transaction
+    -- (set_config local: an implicit transaction ends with the statement)
+    -- and the check has one plan, the key's (issue 44; migration 00045).
     INSERT INTO allocation_traits (allocation_id, trait)
     SELECT a.id, unnest(@traits::text[]) FROM a
+     WHERE set_config('enable_seqscan', 'off', true) = 'off'
 )
 SELECT * FROM a;
 
@@ -51,6 +60,8 @@ WITH i AS (
     SELECT a.id, tr.trait
       FROM (SELECT unnest(@trait_uuids::uuid[]) AS uuid, unnest(@traits::text[]) AS trait) tr
       JOIN a ON a.uuid = tr.uuid
+     -- As CreateAllocation's: the foreign key's check planned by the key.
+     WHERE set_config('enable_seqscan', 'off', true) = 'off'
 )
 SELECT * FROM a;
 

@@ -122,6 +122,7 @@ $$;
 
 CREATE FUNCTION public.allocation_node_link_check() RETURNS trigger
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     v_id bigint;
