@@ -169,11 +169,11 @@
 // lock held (LivenessLocks, pg_locks of this database). A peer it has seen
 // holding its lock, under the same registration (id and started_at), and
 // then sees free on two consecutive polls of one unbroken session has
-// crashed: it marks it offline (MarkCrashed, a compare-and-set on that
+// crashed: it ends its expiry now (MarkCrashed, a compare-and-set on that
 // registration and on the lock being free still) and takes its rows over
 // at once (Service.takeOverDead), again at each poll while rows may be left
 // (still locked by the dead process's last statement, or beyond one run),
-// without the takeover schedule or the post-outage grace. Once offline it is dead by metalloc_conductor_alive
+// without the takeover schedule or the post-outage grace. Once expired it is dead by metalloc_conductor_alive
 // for everyone, and TakeOver's compare-and-set is the same as after an
 // expiry. The cases:
 //

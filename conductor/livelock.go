@@ -248,7 +248,7 @@ func (w *livenessWatch) observe(rows []LivenessLocksRow) []LivenessLocksRow {
 // on conn until loop ends; it returns the lock connection then open (nil
 // if none), which the caller closes once the conductor is offline. Every
 // livenessPoll it reads the peers' locks; a peer crashed by
-// livenessWatch.observe is marked offline (MarkCrashed, a compare-and-set
+// livenessWatch.observe has its expiry ended (MarkCrashed, a compare-and-set
 // on the registration seen) and, unless run has ended, its rows are taken
 // over at once (statements on stmt), and again at each poll while some may
 // be left (takeOverDead), without waiting for the takeover schedule or the

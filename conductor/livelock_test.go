@@ -87,7 +87,7 @@ func TestLivenessLockCrashTakenOverAtOnce(t *testing.T) {
 		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active' AND conductor_affinity = $1`, svc.ID()) == 10
 	})
 	t.Logf("rows of the crashed conductor taken over and active %v after its session ended", time.Since(killed))
-	require.Equal(t, 0, dbtest.Count(t, pool, `SELECT count(*) FROM conductors WHERE id = $1 AND online`, dead.id))
+	require.Equal(t, 0, dbtest.Count(t, pool, `SELECT count(*) FROM conductors WHERE id = $1 AND metalloc_conductor_alive(online, expires_at)`, dead.id))
 	require.Equal(t, 10.0, testutil.ToFloat64(svc.Metrics.takeovers))
 }
 
@@ -202,7 +202,7 @@ func TestLivenessLockNoTakeoverStormWhenAllSessionsEnd(t *testing.T) {
 	}
 	require.Equal(t, 3, dbtest.Count(t, pool, `SELECT count(*) FROM conductors WHERE online`))
 	// MarkCrashed writes updated_at (a heartbeat does not): nobody was
-	// marked offline, even for a moment.
+	// judged crashed, even for a moment.
 	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM conductors WHERE updated_at >= $1`, before),
 		"a conductor was judged crashed")
 	for _, s := range svcs {

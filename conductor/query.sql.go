@@ -389,8 +389,8 @@ func (q *Queries) LivenessLocks(ctx context.Context, arg LivenessLocksParams) ([
 
 const markCrashed = `-- name: MarkCrashed :execrows
 UPDATE conductors c
-   SET online = false, updated_at = now()
- WHERE c.id = $1 AND c.started_at = $2 AND c.online
+   SET expires_at = now(), updated_at = now()
+ WHERE c.id = $1 AND c.started_at = $2 AND c.online AND c.expires_at > now()
    AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
                     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
                       AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
@@ -404,10 +404,12 @@ type MarkCrashedParams struct {
 	Class     int64
 }
 
-// Marks conductor @id offline (dead, for everyone) because no session holds
-// its liveness lock: compare-and-set on the process seen holding it
-// (@started_at) and on the lock being free still, so that a process that
-// registered again under that hostname, or took its lock back, is not hit.
+// Ends conductor @id's expiry now (dead, for everyone, as a conductor whose
+// heartbeats stopped: online, expired; offline is a clean stop's) because
+// no session holds its liveness lock: compare-and-set on the process seen
+// holding it (@started_at) and on the lock being free still, so that a
+// process that registered again under that hostname, or took its lock
+// back, is not hit.
 func (q *Queries) MarkCrashed(ctx context.Context, arg MarkCrashedParams) (int64, error) {
 	result, err := q.db.Exec(ctx, markCrashed, arg.ID, arg.StartedAt, arg.Class)
 	if err != nil {
