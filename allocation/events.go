@@ -136,6 +136,12 @@ type Hub struct {
 	sincePrune atomic.Int64  // events notified since the last prune
 	pruneNow   chan struct{} // wakes the pruner (capacity 1)
 
+	// reading is true while the reader is in a pass (set before the pass
+	// looks for streams): once the last stream closed, a false here means
+	// no pass that began while one followed is still numbering (tests wait
+	// on it; Cursor's ok drops earlier, at the next notification).
+	reading atomic.Bool
+
 	cache *viewCache // nil: no cache (HubOptions.CacheSize < 0)
 
 	stopping   chan struct{} // closed by Shutdown: waits answer
@@ -395,7 +401,9 @@ func (h *Hub) read(ctx context.Context) {
 		case <-h.poke:
 		case <-timer:
 		}
+		h.reading.Store(true)
 		err := h.readOnce(ctx)
+		h.reading.Store(false)
 		switch {
 		case ctx.Err() != nil:
 			return

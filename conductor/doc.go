@@ -309,6 +309,12 @@
 // walk visited; and the API's insert looks up a new row's node by
 // nodes_pkey only when it has one (allocations_events_created, with
 // enable_seqscan = off), where a hash join read all of nodes per insert.
+// The API's event numbering (metalloc_sequence_allocation_events) has its
+// planner options too (migration 00046: the unnumbered events by their
+// partial index, each by its key), where a plan made after an ANALYZE of
+// an empty allocation_events read the whole table per call; with jit =
+// off, as every function whose options leave a scan at the disabled-path
+// cost must have, or each call compiles its statements (about 100 ms).
 // TestClaimPlansIgnoreNodeStatistics (package backend) compares every plan
 // of an allocation's life that reads the node tables in a session warmed
 // up on empty tables with a new session's on the analyzed fleet.

@@ -1442,6 +1442,12 @@ $$;
 
 CREATE FUNCTION public.metalloc_sequence_allocation_events() RETURNS bigint
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
+    SET enable_bitmapscan TO 'off'
+    SET enable_sort TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
+    SET jit TO 'off'
     AS $$
 DECLARE
     base bigint;

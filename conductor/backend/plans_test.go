@@ -29,7 +29,8 @@ import (
 // session read the id range over all of nodes_topology_idx, every trait of
 // node_traits_trait_idx per node the pick visited, and all of nodes per
 // insert; before 00045, the reservation's link checks read all of
-// allocations (analyzed empty, grown by a burst since).
+// allocations and the events' numbering all of allocation_events (both
+// analyzed empty, grown by a burst since).
 func TestClaimPlansIgnoreNodeStatistics(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -134,7 +135,8 @@ func (s *planSession) reset() {
 }
 
 // life runs what an allocation's life runs on the database backend: the
-// API's insert (CreateAllocations, two rows with a trait each), the
+// API's insert (CreateAllocations, two rows with a trait each) and the
+// numbering of its events, the
 // claim and reservation of the batch (ClaimReserve), and a slow-path
 // reservation attempt (Reserve: the pick without a start).
 func (s *planSession) life(me int64) {
@@ -148,6 +150,8 @@ func (s *planSession) life(me int64) {
 		TraitUuids: u, Traits: []string{"CUSTOM_A", "CUSTOM_C"},
 	})
 	require.NoError(s.t, err)
+	// The API's numbering of the insert's events (the hub, every few ms).
+	s.exec(`SELECT metalloc_sequence_allocation_events()`)
 	_, err = New(s.conn).ClaimReserve(ctx, ClaimReserveParams{Me: me, Batch: 8})
 	require.NoError(s.t, err)
 	_, err = New(s.conn).Reserve(ctx, ReserveParams{Me: me, ResourceClass: "gold", Traits: []string{"CUSTOM_B"}})
