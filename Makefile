@@ -34,7 +34,7 @@ test: build
 	scripts/fuzz.sh $(FUZZTIME)
 
 # The Debian package metalloc_<version>_amd64.deb (scripts/deb.sh, nfpm;
-# README "Running a cluster").
+# docs/deployment.md "Running a cluster").
 deb:
 	scripts/deb.sh
 
@@ -46,7 +46,7 @@ fuzz:
 
 # Regenerate sqlc code (needs sqlc: go install github.com/sqlc-dev/sqlc/cmd/sqlc@v1.31.1),
 # db/schema.sql (the schema after every migration, from pg_dump), and
-# configs/metalloc.yaml and the README's configuration table (from the key
+# configs/metalloc.yaml and docs/configuration.md's configuration table (from the key
 # definitions in config/registry.go).
 generate:
 	scripts/sqlc-gen.sh
@@ -61,7 +61,7 @@ lint:
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 
-# Allocation load benchmark (see README "Benchmarks"), on a fresh private
+# Allocation load benchmark (see docs/benchmarks.md), on a fresh private
 # PostgreSQL: make bench NODES=100000 ALLOCS=10000 ENROLL=import. NODES is
 # the node count here (make run's default node file or sample means 10000).
 ALLOCS      ?= 5000
@@ -72,7 +72,7 @@ POLL        ?= 5ms
 MODE        ?= poll
 BENCHFLAGS  ?=
 # metalloc in front of a real Ironic 21.4 (Debian's packages) side by side
-# with that Ironic alone (README "In front of Ironic"): make bench-ironic
+# with that Ironic alone (docs/ironic.md): make bench-ironic
 # IRONIC_NODES=500,2000 IRONIC_ALLOCS=300 IRONIC_CONCURRENCY=16.
 IRONIC_NODES       ?= 500,2000
 IRONIC_ALLOCS      ?= 300

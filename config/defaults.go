@@ -9,7 +9,7 @@ import (
 
 // The defaults of every configuration key that has one, the one place they
 // are written: the key registry (keys.go) gives them to viper, the sample
-// configuration and the README's table, and each component's WithDefaults
+// configuration and docs/configuration.md's table, and each component's WithDefaults
 // (Defaults, conductor.Config.WithDefaults) reads them from there.
 const (
 	DefaultDatabaseMaxConns = 20

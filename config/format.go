@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// FormatValue writes a value of key k as the sample file and the README
+// FormatValue writes a value of key k as the sample file and docs/configuration.md
 // show it: durations with their unit ("60s", "1h", "15ms"), floats with a
 // decimal point, strings quoted for YAML when they need it ("" always).
 func FormatValue(k *Key, v any) string {

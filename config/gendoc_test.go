@@ -11,24 +11,24 @@ import (
 )
 
 // The documentation generated from the key definitions: the sample
-// configuration configs/metalloc.yaml and the README's configuration
-// table. `make generate` runs TestGeneratedDocs -update to rewrite both.
+// configuration configs/metalloc.yaml and docs/configuration.md's
+// configuration table. `make generate` runs TestGeneratedDocs -update to rewrite both.
 
-var update = flag.Bool("update", false, "rewrite configs/metalloc.yaml and the README's configuration table from the key definitions")
+var update = flag.Bool("update", false, "rewrite configs/metalloc.yaml and docs/configuration.md's configuration table from the key definitions")
 
-// Markers around the generated table in README.md.
+// Markers around the generated table in docs/configuration.md.
 const (
 	tableBegin = "<!-- BEGIN configuration table: generated from config/registry.go by `make generate`; do not edit -->\n"
 	tableEnd   = "<!-- END configuration table -->\n"
 )
 
-// TestGeneratedDocs: configs/metalloc.yaml and the README's configuration
-// table are what the key definitions (config/registry.go) generate, so a
+// TestGeneratedDocs: configs/metalloc.yaml and docs/configuration.md's
+// configuration table are what the key definitions (config/registry.go) generate, so a
 // key cannot be added, renamed or given another default without them; the
 // sample loads without a problem. `make generate` (go test ./config -run
 // TestGeneratedDocs -update) rewrites both.
 func TestGeneratedDocs(t *testing.T) {
-	const samplePath, readmePath = "../configs/metalloc.yaml", "../README.md"
+	const samplePath, readmePath = "../configs/metalloc.yaml", "../docs/configuration.md"
 	sample := sampleYAML()
 	readme, err := os.ReadFile(readmePath)
 	if err != nil {
@@ -37,7 +37,7 @@ func TestGeneratedDocs(t *testing.T) {
 	before, rest, ok := strings.Cut(string(readme), tableBegin)
 	_, after, ok2 := strings.Cut(rest, tableEnd)
 	if !ok || !ok2 {
-		t.Fatalf("README.md has no %q ... %q block", tableBegin, tableEnd)
+		t.Fatalf("docs/configuration.md has no %q ... %q block", tableBegin, tableEnd)
 	}
 	newReadme := before + tableBegin + markdownTable() + tableEnd + after
 	if *update {
@@ -52,7 +52,7 @@ func TestGeneratedDocs(t *testing.T) {
 		t.Errorf("configs/metalloc.yaml is not what config/registry.go generates: run `make generate`")
 	}
 	if newReadme != string(readme) && !*update {
-		t.Errorf("README.md's configuration table is not what config/registry.go generates: run `make generate`")
+		t.Errorf("docs/configuration.md's configuration table is not what config/registry.go generates: run `make generate`")
 	}
 	t.Setenv("DATABASE_URL", "")
 	if _, err := Load(samplePath, nil); err != nil {
@@ -186,7 +186,7 @@ func wrap(b *strings.Builder, prefix, text string) {
 	}
 }
 
-// markdownTable is the README's configuration table: every key with its
+// markdownTable is docs/configuration.md's configuration table: every key with its
 // type (and unit or values), default, the binaries that read it and its
 // description.
 func markdownTable() string {

@@ -29,7 +29,7 @@ var Binaries = []Binary{BinaryAPI, BinaryConductor, BinaryPlacement, BinaryManag
 // unit, description, the binaries that read it and, derived from the field
 // of Config it fills, its type. Viper's defaults and environment binding,
 // the --section.key flags, the strict loader, `metalloc-manage config`,
-// configs/metalloc.yaml and the README's table all come from the keys
+// configs/metalloc.yaml and docs/configuration.md's table all come from the keys
 // (Keys).
 type Key struct {
 	// Name is "section.key", as nested in the YAML file.
@@ -47,7 +47,7 @@ type Key struct {
 	// Unit is the unit of a number ("bytes", "connections"); durations
 	// are written with theirs ("500ms", "10s").
 	Unit string
-	// Doc describes the key, for the sample file and the README.
+	// Doc describes the key, for the sample file and docs/configuration.md.
 	Doc string
 	// Values, for an enumeration, are the accepted values.
 	Values []string

@@ -13,7 +13,7 @@ var (
 	condReaders   = []Binary{BinaryConductor}
 	pbReaders     = []Binary{BinaryConductor, BinaryManage}
 	ironicReaders = []Binary{BinaryAPI, BinaryConductor, BinaryManage}
-	strategyDoc   = "Who may call this API (README \"Security\"): `noauth` (nobody is checked; refused on a non-loopback listen address unless `allow_insecure_noauth` or `--insecure-noauth`), `http_basic` (the users of `http_basic_auth_user_file`) or `keystone` (`X-Auth-Token` checked against the `keystone` section's Keystone)."
+	strategyDoc   = "Who may call this API (docs/security.md): `noauth` (nobody is checked; refused on a non-loopback listen address unless `allow_insecure_noauth` or `--insecure-noauth`), `http_basic` (the users of `http_basic_auth_user_file`) or `keystone` (`X-Auth-Token` checked against the `keystone` section's Keystone)."
 	authStrategys = []string{auth.StrategyNoAuth, auth.StrategyHTTPBasic, auth.StrategyKeystone}
 )
 
@@ -25,7 +25,7 @@ var sections = []SectionDoc{
 	{"keystone", "Where Keystone is, and metalloc's own service user there: the APIs validate tokens with it (auth_strategy keystone; the user needs the \"service\" role, or system reader, to validate tokens), and conductors use it to call Placement (placement_backend.auth_strategy keystone)."},
 	{"conductor", "metalloc-conductor."},
 	{"placement_backend", "Used by conductors with allocation_backend: placement (metalloc-placement or OpenStack Placement 8.0). Ratio options keep Nova's names and rules (spec/initial-allocation-ratios.md)."},
-	{"ironic", "metalloc in front of an existing OpenStack Ironic (21.4 or later; README \"In front of Ironic\"): Ironic keeps the nodes and drives the hardware, the conductors mirror its nodes and allocate in it too, metalloc-api proxies every route metalloc does not own. Set the same section on every metalloc process."},
+	{"ironic", "metalloc in front of an existing OpenStack Ironic (21.4 or later; docs/ironic.md): Ironic keeps the nodes and drives the hardware, the conductors mirror its nodes and allocate in it too, metalloc-api proxies every route metalloc does not own. Set the same section on every metalloc process."},
 	{"log", "Logging (zap), for every binary."},
 }
 
@@ -49,7 +49,7 @@ func registry() []*Key {
 		{Name: "api.request_timeout", Default: DefaultAPIRequestTimeout, Readers: []Binary{BinaryAPI, BinaryPlacement, BinaryManage},
 			Doc: "A request whose database work takes longer answers 503, so that a database that stopped answering cannot hang clients (also metalloc-placement's requests); 0 disables it."},
 		{Name: "api.max_wait", Default: DefaultAPIMaxWait, Readers: []Binary{BinaryAPI},
-			Doc: "Longest wait a client may ask for with the metalloc extension `Prefer: wait=N` on `POST /v1/allocations` and `GET /v1/allocations/{id}` (README \"Without polling\"); longer asks are cut to it and `Preference-Applied` says so. Keep it below `api.write_timeout`."},
+			Doc: "Longest wait a client may ask for with the metalloc extension `Prefer: wait=N` on `POST /v1/allocations` and `GET /v1/allocations/{id}` (docs/without-polling.md); longer asks are cut to it and `Preference-Applied` says so. Keep it below `api.write_timeout`."},
 		{Name: "api.events_heartbeat", Default: DefaultAPIEventsHeartbeat, Readers: []Binary{BinaryAPI},
 			Doc: "Interval of the comment lines that keep an idle `GET /v1/allocations/events` stream open through proxies."},
 		{Name: "api.events_retention", Default: DefaultAPIEventsRetention, Readers: []Binary{BinaryAPI},

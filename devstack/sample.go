@@ -9,7 +9,7 @@ import (
 )
 
 // sampleClasses are the resource classes of the sample fleet, by slot
-// (1-8) in its rack: the classes and traits the README's examples ask for.
+// (1-8) in its rack: the classes and traits the documentation's examples ask for.
 var sampleClasses = [8]struct {
 	class  string
 	traits []string

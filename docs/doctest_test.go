@@ -145,14 +145,15 @@ func testSources(t *testing.T) string {
 // by its stack's, the others by free ports of their own.
 var documentedPorts = []string{"127.0.0.1:6385", "127.0.0.1:8778", "127.0.0.1:9464", "127.0.0.1:9465", "127.0.0.1:9466"}
 
-// TestDocs runs every shell block of README.md and docs/*.md in order, in
-// one bash session, against a stack started as make run starts it (dev up
-// with ../shared/data/dc1-nodes.yaml) on a database of its own, in a
-// workspace laid out as a checkout after make build. A plain block must
-// exit 0 (curl fails on an HTTP error status); a transcript's commands
-// (lines starting with "$ ") must exit with the status shown ("(exit
-// status N)", else 0) and print what is shown under them (README
-// "Development"). Blocks marked skip are counted with their reasons.
+// TestDocs runs every shell block of README.md and docs/*.md in reading
+// order (docFiles), in one bash session, against a stack started as make
+// run starts it (dev up with ../shared/data/dc1-nodes.yaml) on a database
+// of its own, in a workspace laid out as a checkout after make build. A
+// plain block must exit 0 (curl fails on an HTTP error status); a
+// transcript's commands (lines starting with "$ ") must exit with the
+// status shown ("(exit status N)", else 0) and print what is shown under
+// them (docs/development.md, "Tests and tools"). Blocks marked skip are
+// counted with their reasons.
 func TestDocs(t *testing.T) {
 	t.Parallel()
 	blocks := allBlocks(t)
@@ -176,7 +177,7 @@ func TestDocs(t *testing.T) {
 	}
 	sh := startShell(t, repo, scratch, readerEnv(home))
 	defer sh.Close()
-	// README's "In another shell" block points this shell at the stack;
+	// docs/getting-started.md's "A second shell" block points this shell at the stack;
 	// dev env finds it through the default dev.env, next to the binaries.
 	if err := os.Symlink(envFile, filepath.Join(repo, "bin", "dev.env")); err != nil {
 		t.Fatal(err)

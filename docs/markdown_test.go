@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"testing"
 
 	"github.com/yuin/goldmark"
 	"github.com/yuin/goldmark/ast"
@@ -35,19 +36,56 @@ var shellLangs = []string{"", "sh", "shell", "bash", "console"}
 func (b block) isShell() bool { return slices.Contains(shellLangs, b.lang) }
 
 // docFiles are the Markdown files whose blocks TestDocs runs, in running
-// order: README.md, then docs/*.md by name.
+// order, which is the reading order: README.md, the guide's index
+// (docs/README.md), the pages in the order the index links them, then any
+// page of docs/ it does not link, by name (TestDocIndex says which).
 func docFiles(root string) ([]string, error) {
 	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		return nil, err
 	}
 	slices.Sort(files)
-	out := []string{"README.md"}
+	index, err := os.ReadFile(filepath.Join(root, "docs", "README.md"))
+	if err != nil {
+		return nil, err
+	}
+	out := []string{"README.md", "docs/README.md"}
+	for _, m := range indexLinkRE.FindAllStringSubmatch(string(index), -1) {
+		rel := "docs/" + m[1]
+		if !slices.Contains(out, rel) && exists(filepath.Join(root, rel)) {
+			out = append(out, rel)
+		}
+	}
 	for _, f := range files {
 		rel, _ := filepath.Rel(root, f)
-		out = append(out, rel)
+		if !slices.Contains(out, rel) {
+			out = append(out, rel)
+		}
 	}
 	return out, nil
+}
+
+// indexLinkRE matches a link of the guide's index to one of its pages.
+var indexLinkRE = regexp.MustCompile(`\]\(([a-z0-9-]+\.md)(?:#[^)]*)?\)`)
+
+// TestDocIndex: every page of docs/ is linked from the guide's index, so
+// that its reading order is its running order.
+func TestDocIndex(t *testing.T) {
+	t.Parallel()
+	index, err := os.ReadFile(filepath.Join(repoRoot(), "docs", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(repoRoot(), "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		name := filepath.Base(f)
+		if name != "README.md" && !strings.Contains(string(index), "]("+name+")") {
+			t.Errorf("docs/README.md does not link %s: add it to the index, where a reader should read it", name)
+		}
+	}
 }
 
 var markerRE = regexp.MustCompile(`(?s)^\s*<!--\s*doctest:\s*(.*?)\s*-->\s*$`)
@@ -103,7 +141,7 @@ func readBlocks(root, rel string) ([]block, error) {
 	return out, err
 }
 
-// marker kinds, the text after "doctest:" (README "Development").
+// marker kinds, the text after "doctest:" (docs/development.md).
 var (
 	skipRE         = regexp.MustCompile(`^skip \((.+)\)$`)
 	ignoreOutputRE = regexp.MustCompile(`^ignore output \((.+)\)$`)
@@ -111,7 +149,7 @@ var (
 )
 
 // markerHelp is what a failure about a block tells its author.
-const markerHelp = `Every shell block of README.md and docs/*.md is run by TestDocs (docs/doctest_test.go) against a stack started as make run starts it, in order. Fix the example so that it works as written, or put one of these on the line right before the block (README "Development"):
+const markerHelp = `Every shell block of README.md and docs/*.md is run by TestDocs (docs/doctest_test.go) against a stack started as make run starts it, in order. Fix the example so that it works as written, or put one of these on the line right before the block (docs/development.md):
   <!-- doctest: skip (why it cannot run here, e.g. needs systemd as PID 1) -->
   <!-- doctest: ignore output (why the output shown is not what it prints) -->   (transcripts: the commands still run)
   <!-- doctest: run by TestName -->   (a test of package docs runs it)

@@ -1,6 +1,5 @@
 // Package ironic puts metalloc in front of an existing OpenStack Ironic
-// (21.4 or later; configuration section ironic, README "In front of
-// Ironic"): Ironic is the system of record for nodes and drives the
+// (21.4 or later; configuration section ironic, docs/ironic.md): Ironic is the system of record for nodes and drives the
 // hardware; metalloc's conductors mirror Ironic's nodes and decide
 // allocations; metalloc-api answers for both. This comment is the
 // protocol of the mirror and of the proxy; the allocation backend that

@@ -3,7 +3,7 @@
 // same listener (HTTP requests, allocations created, the database pool, Go
 // runtime and process). It keeps no state of its own: run as many as you
 // like behind a load balancer. While the database is unreachable, requests
-// that need it get a quick 503 in Ironic's error body. See README.md for
+// that need it get a quick 503 in Ironic's error body. See docs/deployment.md for
 // the configuration keys.
 package main
 

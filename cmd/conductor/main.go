@@ -1,6 +1,6 @@
 // Command metalloc-conductor claims allocations from PostgreSQL and reserves
 // nodes for them. Run several, on one host or many, against one database;
-// each needs a unique conductor.hostname. See README.md.
+// each needs a unique conductor.hostname. See docs/deployment.md.
 package main
 
 import (

@@ -24,8 +24,7 @@ import (
 )
 
 // benchIronicCmd is `metalloc-manage bench ironic`: the side-by-side of
-// metalloc in front of a real Ironic and that Ironic alone (README "In
-// front of Ironic").
+// metalloc in front of a real Ironic and that Ironic alone (docs/ironic.md).
 func benchIronicCmd() *cobra.Command {
 	var sizes, systems string
 	var allocations, concurrency, rounds, conductors, ironicConductors, apiWorkers int

@@ -1,6 +1,6 @@
 // Command metalloc-placement serves the OpenStack Placement API (1.0-1.39)
 // on PostgreSQL, on its own port. It keeps no state of its own: run as many
-// as you like behind a load balancer. See README.md.
+// as you like behind a load balancer. See docs/deployment.md.
 package main
 
 import (

@@ -13,7 +13,7 @@ import (
 	"github.com/metalloc/metalloc/config"
 )
 
-// Exit statuses of every metalloc binary (README "Exit status").
+// Exit statuses of every metalloc binary (docs/deployment.md "Exit status").
 const (
 	// ExitFailure: the command or daemon failed (database unreachable,
 	// hostname taken, ...).
