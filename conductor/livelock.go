@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/driver"
 )
 
@@ -109,9 +111,15 @@ func (c *Service) register(ctx context.Context) (_ *pgx.Conn, id int64, started 
 		}
 	}()
 	q := New(conn)
+	// The highest migration this binary knows, for db sync --contract.
+	known, err := db.LatestVersion()
+	if err != nil {
+		return nil, 0, time.Time{}, err
+	}
 	params := RegisterParams{
 		Hostname: c.cfg.Hostname, ConductorGroup: c.cfg.Group, Drivers: driver.Names(),
-		Version: c.cfg.Version, TimeoutSeconds: c.cfg.HeartbeatTimeout.Seconds(),
+		Version: c.cfg.Version, SchemaVersion: known, Pid: int32(os.Getpid()),
+		TimeoutSeconds: c.cfg.HeartbeatTimeout.Seconds(),
 	}
 	old, err := q.ConductorByHostname(ctx, c.cfg.Hostname)
 	switch {
@@ -127,6 +135,7 @@ func (c *Service) register(ctx context.Context) (_ *pgx.Conn, id int64, started 
 	if free {
 		r, err := q.Reclaim(ctx, ReclaimParams{
 			ConductorGroup: params.ConductorGroup, Drivers: params.Drivers, Version: params.Version,
+			SchemaVersion: params.SchemaVersion, Pid: params.Pid,
 			TimeoutSeconds: params.TimeoutSeconds, ID: old.ID, Hostname: c.cfg.Hostname,
 		})
 		if errors.Is(err, pgx.ErrNoRows) { // pruned meanwhile: a new row

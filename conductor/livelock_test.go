@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/db/dbtest"
 )
 
@@ -63,6 +65,20 @@ func startPeer(t *testing.T, pool *pgxpool.Pool, cfg Config, hostname string) *S
 	return svc
 }
 
+// requireKnownSchema checks that conductor id's row says what `db sync
+// --contract` reads (db.Binaries): this process's pid and the highest
+// migration this binary knows.
+func requireKnownSchema(t *testing.T, pool *pgxpool.Pool, id int64) {
+	t.Helper()
+	latest, err := db.LatestVersion()
+	require.NoError(t, err)
+	var schema int64
+	var pid int32
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT schema_version, pid FROM conductors WHERE id = $1`, id).Scan(&schema, &pid))
+	require.Equal(t, latest, schema)
+	require.Equal(t, int32(os.Getpid()), pid)
+}
+
 // crash ends the holder's session, as the death of its process does.
 func (h *lockHolder) crash(t *testing.T) {
 	require.NoError(t, h.conn.Close(context.Background()))
@@ -78,6 +94,7 @@ func TestLivenessLockCrashTakenOverAtOnce(t *testing.T) {
 	dbtest.Nodes(t, pool, 20, "gold")
 	dead := holdLock(t, pool, "crashing", time.Minute, 10, "gold")
 	svc := startPeer(t, pool, slowExpiry, "peer")
+	requireKnownSchema(t, pool, svc.ID())
 	time.Sleep(3 * livenessPoll) // the peer sees the lock held
 	require.Equal(t, 10, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE conductor_affinity = $1`, dead.id))
 
@@ -112,6 +129,7 @@ func TestLivenessLockRestartUnderSameHostname(t *testing.T) {
 	svc = startPeer(t, pool, slowExpiry, "same")
 	t.Logf("registered %v after the previous process's session ended", time.Since(start))
 	require.Equal(t, old.id, svc.ID())
+	requireKnownSchema(t, pool, svc.ID())
 	dbtest.WaitFor(t, 15*time.Second, "the previous process's rows resumed and active", func() bool {
 		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE state = 'active' AND conductor_affinity = $1`, old.id) == 5
 	})

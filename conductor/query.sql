@@ -2,14 +2,16 @@
 -- Registers (or re-registers after a restart) the conductor named @hostname,
 -- alive until @timeout_seconds from now (its heartbeat timeout). Returns no
 -- row when a live conductor already holds that hostname
--- (metalloc_conductor_alive).
-INSERT INTO conductors AS c (hostname, conductor_group, drivers, version, online, started_at, heartbeat_at,
-                             expires_at)
-VALUES (@hostname, @conductor_group, @drivers, @version, true, now(), now(),
+-- (metalloc_conductor_alive). @schema_version is the highest migration the
+-- binary knows and @pid its process id (db.Binaries: db sync --contract).
+INSERT INTO conductors AS c (hostname, conductor_group, drivers, version, schema_version, pid, online,
+                             started_at, heartbeat_at, expires_at)
+VALUES (@hostname, @conductor_group, @drivers, @version, @schema_version, @pid, true, now(), now(),
         now() + make_interval(secs => @timeout_seconds::float8))
 ON CONFLICT (hostname) DO UPDATE
    SET conductor_group = EXCLUDED.conductor_group, drivers = EXCLUDED.drivers,
-       version = EXCLUDED.version, online = true, started_at = now(),
+       version = EXCLUDED.version, schema_version = EXCLUDED.schema_version, pid = EXCLUDED.pid,
+       online = true, started_at = now(),
        heartbeat_at = now(), expires_at = EXCLUDED.expires_at, updated_at = now()
  WHERE NOT metalloc_conductor_alive(c.online, c.expires_at)
 RETURNING c.id, c.started_at;
@@ -20,7 +22,8 @@ RETURNING c.id, c.started_at;
 -- alive until @timeout_seconds from now, whatever the expiry the dead
 -- process wrote. No row: the row was pruned or renamed meanwhile.
 UPDATE conductors c
-   SET conductor_group = @conductor_group, drivers = @drivers, version = @version, online = true,
+   SET conductor_group = @conductor_group, drivers = @drivers, version = @version,
+       schema_version = @schema_version, pid = @pid, online = true,
        started_at = now(), heartbeat_at = now(), updated_at = now(),
        expires_at = now() + make_interval(secs => @timeout_seconds::float8)
  WHERE c.id = @id AND c.hostname = @hostname

@@ -124,7 +124,7 @@ func (q *Queries) ClaimsOfProvider(ctx context.Context, providerUuid uuid.UUID) 
 }
 
 const conductorByHostname = `-- name: ConductorByHostname :one
-SELECT id, hostname, conductor_group, drivers, version, online, started_at, heartbeat_at, created_at, updated_at, expires_at FROM conductors WHERE hostname = $1
+SELECT id, hostname, conductor_group, drivers, version, online, started_at, heartbeat_at, created_at, updated_at, expires_at, schema_version, pid FROM conductors WHERE hostname = $1
 `
 
 func (q *Queries) ConductorByHostname(ctx context.Context, hostname string) (Record, error) {
@@ -142,6 +142,8 @@ func (q *Queries) ConductorByHostname(ctx context.Context, hostname string) (Rec
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.SchemaVersion,
+		&i.Pid,
 	)
 	return i, err
 }
@@ -659,10 +661,11 @@ func (q *Queries) PruneConductors(ctx context.Context, retentionSeconds float64)
 
 const reclaim = `-- name: Reclaim :one
 UPDATE conductors c
-   SET conductor_group = $1, drivers = $2, version = $3, online = true,
+   SET conductor_group = $1, drivers = $2, version = $3,
+       schema_version = $4, pid = $5, online = true,
        started_at = now(), heartbeat_at = now(), updated_at = now(),
-       expires_at = now() + make_interval(secs => $4::float8)
- WHERE c.id = $5 AND c.hostname = $6
+       expires_at = now() + make_interval(secs => $6::float8)
+ WHERE c.id = $7 AND c.hostname = $8
 RETURNING c.id, c.started_at
 `
 
@@ -670,6 +673,8 @@ type ReclaimParams struct {
 	ConductorGroup string
 	Drivers        []string
 	Version        string
+	SchemaVersion  int64
+	Pid            int32
 	TimeoutSeconds float64
 	ID             int64
 	Hostname       string
@@ -689,6 +694,8 @@ func (q *Queries) Reclaim(ctx context.Context, arg ReclaimParams) (ReclaimRow, e
 		arg.ConductorGroup,
 		arg.Drivers,
 		arg.Version,
+		arg.SchemaVersion,
+		arg.Pid,
 		arg.TimeoutSeconds,
 		arg.ID,
 		arg.Hostname,
@@ -699,13 +706,14 @@ func (q *Queries) Reclaim(ctx context.Context, arg ReclaimParams) (ReclaimRow, e
 }
 
 const register = `-- name: Register :one
-INSERT INTO conductors AS c (hostname, conductor_group, drivers, version, online, started_at, heartbeat_at,
-                             expires_at)
-VALUES ($1, $2, $3, $4, true, now(), now(),
-        now() + make_interval(secs => $5::float8))
+INSERT INTO conductors AS c (hostname, conductor_group, drivers, version, schema_version, pid, online,
+                             started_at, heartbeat_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, true, now(), now(),
+        now() + make_interval(secs => $7::float8))
 ON CONFLICT (hostname) DO UPDATE
    SET conductor_group = EXCLUDED.conductor_group, drivers = EXCLUDED.drivers,
-       version = EXCLUDED.version, online = true, started_at = now(),
+       version = EXCLUDED.version, schema_version = EXCLUDED.schema_version, pid = EXCLUDED.pid,
+       online = true, started_at = now(),
        heartbeat_at = now(), expires_at = EXCLUDED.expires_at, updated_at = now()
  WHERE NOT metalloc_conductor_alive(c.online, c.expires_at)
 RETURNING c.id, c.started_at
@@ -716,6 +724,8 @@ type RegisterParams struct {
 	ConductorGroup string
 	Drivers        []string
 	Version        string
+	SchemaVersion  int64
+	Pid            int32
 	TimeoutSeconds float64
 }
 
@@ -727,13 +737,16 @@ type RegisterRow struct {
 // Registers (or re-registers after a restart) the conductor named @hostname,
 // alive until @timeout_seconds from now (its heartbeat timeout). Returns no
 // row when a live conductor already holds that hostname
-// (metalloc_conductor_alive).
+// (metalloc_conductor_alive). @schema_version is the highest migration the
+// binary knows and @pid its process id (db.Binaries: db sync --contract).
 func (q *Queries) Register(ctx context.Context, arg RegisterParams) (RegisterRow, error) {
 	row := q.db.QueryRow(ctx, register,
 		arg.Hostname,
 		arg.ConductorGroup,
 		arg.Drivers,
 		arg.Version,
+		arg.SchemaVersion,
+		arg.Pid,
 		arg.TimeoutSeconds,
 	)
 	var i RegisterRow

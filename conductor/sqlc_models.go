@@ -28,6 +28,8 @@ type Record struct {
 	CreatedAt      time.Time
 	UpdatedAt      *time.Time
 	ExpiresAt      time.Time
+	SchemaVersion  int64
+	Pid            int32
 }
 
 type TrackerNode struct {

@@ -9,10 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math/rand/v2"
 	"net"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -21,15 +19,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
-	"go.uber.org/zap"
-
-	"github.com/metalloc/metalloc/migrations"
 )
 
 // ErrSchemaOutdated is returned by CheckSchema when the database lacks
-// migrations this binary needs; ErrSchemaTooNew when it has migrations this
-// binary does not know.
+// migrations this binary needs (expand migrations: the database is below
+// its compatibility window, CheckWindow); ErrSchemaTooNew when it has
+// migrations this binary does not know and cannot run on (contract ones,
+// or ones whose kind is not recorded: above the window).
 var (
 	ErrSchemaOutdated = errors.New("database schema is outdated")
 	ErrSchemaTooNew   = errors.New("database schema is newer than this binary")
@@ -164,92 +160,11 @@ func Open(ctx context.Context, url string, opt PoolOptions) (*pgxpool.Pool, erro
 
 // LatestVersion is the highest migration version embedded in this binary.
 func LatestVersion() (int64, error) {
-	entries, err := fs.ReadDir(migrations.FS, ".")
-	if err != nil {
+	known, err := Migrations()
+	if err != nil || len(known) == 0 {
 		return 0, err
 	}
-	var latest int64
-	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasSuffix(name, ".sql") {
-			continue
-		}
-		num, _, _ := strings.Cut(name, "_")
-		v, err := strconv.ParseInt(num, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("migration %s: bad version prefix", name)
-		}
-		latest = max(latest, v)
-	}
-	return latest, nil
-}
-
-// Migrate applies every pending migration to the database at url and returns
-// the resulting version. It logs each applied migration. A database newer
-// than this binary (migrations it does not know) is ErrSchemaTooNew, with
-// both versions, and left alone. Concurrent callers are
-// serialised by goose's session lock (a PostgreSQL advisory lock).
-func Migrate(ctx context.Context, url string, log *zap.Logger) (int64, error) {
-	sqldb, err := openSQL(url)
-	if err != nil {
-		return 0, err
-	}
-	defer sqldb.Close()
-	locker, err := newLocker()
-	if err != nil {
-		return 0, err
-	}
-	prov, err := goose.NewProvider(goose.DialectPostgres, sqldb, migrations.FS, goose.WithSessionLocker(locker))
-	if err != nil {
-		return 0, fmt.Errorf("loading migrations: %w", err)
-	}
-	// An older binary must not report a newer schema "up to date".
-	want, err := LatestVersion()
-	if err != nil {
-		return 0, err
-	}
-	var have int64
-	if err := sqldb.QueryRowContext(ctx, schemaVersionSQL).Scan(&have); err != nil && !isUndefinedTable(err) {
-		return 0, fmt.Errorf("reading schema version: %w", err)
-	}
-	if have > want {
-		return have, fmt.Errorf("%w: database is at version %d, this binary knows up to %d; run the db sync of the newer metalloc",
-			ErrSchemaTooNew, have, want)
-	}
-	results, err := prov.Up(ctx)
-	for _, r := range results {
-		if log != nil {
-			log.Info("applied migration", zap.Int64("version", r.Source.Version),
-				zap.String("file", r.Source.Path), zap.Duration("took", r.Duration))
-		}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("applying migrations: %w", err)
-	}
-	return prov.GetDBVersion(ctx)
-}
-
-// CheckSchema verifies that the database at pool has exactly the migrations
-// this binary embeds. It returns ErrSchemaOutdated (run `metalloc-manage db
-// sync`) or ErrSchemaTooNew (upgrade metalloc), wrapped with both versions.
-func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
-	want, err := LatestVersion()
-	if err != nil {
-		return err
-	}
-	have, err := SchemaVersion(ctx, pool)
-	if err != nil {
-		return err
-	}
-	switch {
-	case have < want:
-		return fmt.Errorf("%w: database is at version %d, this binary needs %d; run `metalloc-manage db sync`",
-			ErrSchemaOutdated, have, want)
-	case have > want:
-		return fmt.Errorf("%w: database is at version %d, this binary knows up to %d; upgrade metalloc",
-			ErrSchemaTooNew, have, want)
-	}
-	return nil
+	return known[len(known)-1].Version, nil
 }
 
 // schemaVersionSQL reads the highest applied migration of goose's table.
@@ -257,7 +172,7 @@ const schemaVersionSQL = `SELECT coalesce(max(version_id), 0) FROM goose_db_vers
 
 // SchemaVersion is the version of the database's schema: its highest
 // applied migration, 0 for a database never migrated.
-func SchemaVersion(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+func SchemaVersion(ctx context.Context, pool Queryer) (int64, error) {
 	var have int64
 	if err := pool.QueryRow(ctx, schemaVersionSQL).Scan(&have); err != nil && !isUndefinedTable(err) {
 		return 0, fmt.Errorf("reading schema version: %w", err)

@@ -15,6 +15,9 @@ import (
 	"github.com/metalloc/metalloc/db/dbtest"
 )
 
+// TestCheckSchema: the database's version against this binary's window:
+// a newer migration without a recorded kind or a contract one is too new,
+// an expand one is fine; a database missing expand migrations is outdated.
 func TestCheckSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -27,7 +30,14 @@ func TestCheckSchema(t *testing.T) {
 	require.NoError(t, err)
 	err = db.CheckSchema(ctx, pool)
 	require.True(t, errors.Is(err, db.ErrSchemaTooNew), err)
-	require.ErrorContains(t, err, "upgrade metalloc")
+	require.ErrorContains(t, err, "has no recorded kind: upgrade metalloc to a binary that knows version")
+	// Recorded as expand by the newer binary's db sync: inside the window.
+	_, err = pool.Exec(ctx, `INSERT INTO schema_migration_kinds (version, kind) VALUES ($1, 'expand')`, latest+1)
+	require.NoError(t, err)
+	require.NoError(t, db.CheckSchema(ctx, pool))
+	_, err = pool.Exec(ctx, `UPDATE schema_migration_kinds SET kind = 'contract' WHERE version = $1`, latest+1)
+	require.NoError(t, err)
+	require.ErrorIs(t, db.CheckSchema(ctx, pool), db.ErrSchemaTooNew)
 
 	_, err = pool.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id > 0`)
 	require.NoError(t, err)

@@ -1902,6 +1902,35 @@ ALTER TABLE public.allocations ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY 
 );
 
 --
+-- Name: api_servers; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.api_servers (
+    id bigint NOT NULL,
+    hostname text NOT NULL,
+    pid integer NOT NULL,
+    service text NOT NULL,
+    version text DEFAULT ''::text NOT NULL,
+    schema_version bigint NOT NULL,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    heartbeat_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT api_servers_service_check CHECK ((service = ANY (ARRAY['api'::text, 'placement'::text])))
+);
+
+--
+-- Name: api_servers_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.api_servers ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.api_servers_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: chassis; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1942,7 +1971,9 @@ CREATE TABLE public.conductors (
     heartbeat_at timestamp with time zone DEFAULT now() NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone,
-    expires_at timestamp with time zone DEFAULT (now() + '00:01:00'::interval) NOT NULL
+    expires_at timestamp with time zone DEFAULT (now() + '00:01:00'::interval) NOT NULL,
+    schema_version bigint DEFAULT 0 NOT NULL,
+    pid integer DEFAULT 0 NOT NULL
 );
 
 --
@@ -2367,6 +2398,16 @@ ALTER TABLE public.ports ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: schema_migration_kinds; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.schema_migration_kinds (
+    version bigint NOT NULL,
+    kind text NOT NULL,
+    CONSTRAINT schema_migration_kinds_kind_check CHECK ((kind = ANY (ARRAY['expand'::text, 'contract'::text])))
+);
+
+--
 -- Name: tracker_nodes; Type: VIEW; Schema: public; Owner: -
 --
 
@@ -2565,6 +2606,13 @@ ALTER TABLE ONLY public.allocations
 
 ALTER TABLE ONLY public.allocations
     ADD CONSTRAINT allocations_uuid_key UNIQUE (uuid);
+
+--
+-- Name: api_servers api_servers_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.api_servers
+    ADD CONSTRAINT api_servers_pkey PRIMARY KEY (id);
 
 --
 -- Name: chassis chassis_pkey; Type: CONSTRAINT; Schema: public; Owner: -
@@ -2768,6 +2816,13 @@ ALTER TABLE ONLY public.ports
 
 ALTER TABLE ONLY public.ports
     ADD CONSTRAINT ports_uuid_key UNIQUE (uuid);
+
+--
+-- Name: schema_migration_kinds schema_migration_kinds_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.schema_migration_kinds
+    ADD CONSTRAINT schema_migration_kinds_pkey PRIMARY KEY (version);
 
 --
 -- Name: topology_levels topology_levels_name_key; Type: CONSTRAINT; Schema: public; Owner: -

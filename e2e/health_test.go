@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -106,10 +107,32 @@ func TestHealthVersionAndLogs(t *testing.T) {
 		code, _ = get(t, base+web.HealthzPath, "", "")
 		require.Equal(t, http.StatusOK, code, "%s: alive all the same", name)
 	}
+	// The same migration recorded as expand (the newer release's db
+	// sync): inside every daemon's window, ready again.
+	_, err = pool.Exec(ctx, `INSERT INTO schema_migration_kinds (version, kind) VALUES ($1, 'expand')`, want+1)
+	require.NoError(t, err)
+	for name, base := range bases {
+		code, body := get(t, base+web.ReadyzPath, "", "")
+		require.Equal(t, http.StatusOK, code, "%s: %s", name, body)
+	}
 	_, err = pool.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id = $1`, want+1)
 	require.NoError(t, err)
 	code, _ = get(t, stack.APIURL+web.ReadyzPath, "", "")
 	require.Equal(t, http.StatusOK, code)
+
+	// Every daemon is in the registry db sync --contract reads, with its
+	// pid and the schema version its binary knows.
+	bins, err := db.Binaries(ctx, pool)
+	require.NoError(t, err)
+	pids := map[string]int{"api": stack.API.Cmd.Process.Pid, "placement": stack.Placement.Cmd.Process.Pid,
+		"conductor": stack.Conductors[0].Cmd.Process.Pid}
+	require.Len(t, bins, len(pids), "%+v", bins)
+	for _, b := range bins {
+		require.Equal(t, pids[b.Kind], int(b.PID), b.Kind)
+		require.Equal(t, want, b.SchemaVersion, b.Kind)
+		require.True(t, b.Live, b.Kind)
+	}
+	waitLog(t, stack.API.LogPath, `"msg":"registered in api_servers"`, fmt.Sprintf(`"schema_version":%d`, want))
 
 	// The reason of a 4xx answer is in its access log line.
 	code, body := get(t, stack.APIURL+"/v1/nodes/no-such-node", "operator", "op-pw")
@@ -127,6 +150,16 @@ func TestHealthVersionAndLogs(t *testing.T) {
 		waitLog(t, stack.API.LogPath, `starting"`, `"gogc":400`)
 		waitLog(t, stack.Placement.LogPath, `starting"`, `"gogc":400`)
 		waitLog(t, stack.Conductors[0].LogPath, `starting"`, `"gogc":100`)
+	}
+
+	// A clean stop deletes the API's row once it has drained.
+	require.NoError(t, stack.Placement.Signal(syscall.SIGTERM))
+	_ = stack.Placement.Wait(30 * time.Second)
+	waitLog(t, stack.Placement.LogPath, `"msg":"deregistered from api_servers"`)
+	bins, err = db.Binaries(ctx, pool)
+	require.NoError(t, err)
+	for _, b := range bins {
+		require.NotEqual(t, "placement", b.Kind, "%+v", b)
 	}
 }
 

@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. The first schema: nothing ran before it.
 -- Conductors register here and heartbeat; allocations point at the conductor
 -- that owns them through conductor_affinity.
 CREATE TABLE conductors (

@@ -1,4 +1,6 @@
 -- +goose Up
+-- Kind: contract. It drops metalloc_claim_reserve and creates it again with
+-- other results: a conductor built for 00001 cannot call it any more.
 -- metalloc_claim_reserve returns the uuid and created_at of the rows it
 -- claimed itself. Before, the caller joined the function's ids back to
 -- allocations in the same statement; that join reads with the statement's

@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A new schema (placement) and its tables only.
 -- metalloc-placement's own schema: resource providers, their inventories,
 -- traits and aggregates, consumers and their allocations, as OpenStack
 -- Placement 8.0 models them (../shared/spec/placement-generic-resource-pools.md,

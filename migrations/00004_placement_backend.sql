@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. New tables, functions and triggers only.
 -- The Placement backend (allocation_backend: placement). These tables are
 -- the conductor's side of the mirror; the Placement service (metalloc's own
 -- or OpenStack's) keeps its own data in its own database.

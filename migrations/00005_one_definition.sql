@@ -1,4 +1,6 @@
 -- +goose Up
+-- Kind: expand. New functions, a view, an index rebuilt and metalloc_pick's
+-- body replaced (same arguments and results).
 -- Each predicate of the allocation protocol gets one definition that every
 -- query uses (docs/architecture.md, conductor/doc.go):
 --   metalloc_node_free        a node can take an allocation right now

@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. New tables only.
 -- Ironic's ports (a node's network interfaces, by MAC address) and port
 -- groups (bonds of a node's ports). Both belong to one node and go with it:
 -- deleting a node deletes its port groups and ports in the same statement.

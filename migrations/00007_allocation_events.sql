@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A new table, its functions and triggers.
 -- The allocation event log behind GET /v1/allocations/events and the
 -- Prefer: wait extension (allocation/events.go). The trigger that changes an
 -- allocation writes its event in the same transaction, so an event exists

@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A function body and storage parameters only.
 -- metalloc_claim_reserve reads an allocation's traits only once it holds the
 -- row. Before, the traits subquery sat in the same SELECT as FOR UPDATE SKIP
 -- LOCKED, below the row locking: every row a claim passed over because

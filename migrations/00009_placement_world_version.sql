@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A new table and its triggers.
 -- A version of what GET /allocation_candidates reads besides usage: the
 -- providers' identity and trees, their inventories, traits and aggregates.
 -- metalloc-placement caches those rows per process and reloads them only

@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A new table and view.
 -- The topology for gang allocation (package topology): the operator's
 -- levels, coarse to fine (position 0 is the coarsest), each read from a node
 -- field the operator already keeps. One table so that every API and

@@ -1,4 +1,6 @@
 -- +goose Up
+-- Kind: expand. A new table, a nullable column, a widened check constraint and
+-- a function body.
 -- Allocation groups (gang allocation, package allocgroup): N nodes all or
 -- nothing, placed inside one topology domain. A group goes allocating ->
 -- active when every member is reserved, in one transaction, or allocating

@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. Function bodies (same signature) and a new function.
 -- metalloc_hold becomes a PL/pgSQL function, with the same body
 -- (metalloc_deallocate already is one since 00011, which taught it groups). A LANGUAGE sql function that is not inlined (these update and
 -- delete rows) is parsed and planned again at every call from a new query:

@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. An index replaced by a wider one: queries unchanged.
 -- The candidate search's root walk on flat providers (placement/candidate
 -- flatRootsSQL) reads the inventories of one resource class in provider
 -- order from a given provider id on, stopping at its limit. The index on

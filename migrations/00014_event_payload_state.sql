@@ -1,4 +1,7 @@
 -- +goose Up
+-- Kind: contract. The allocation event notification's payload changes from
+-- '<uuid>' to '<uuid> <state>': an API built for 00013 reads it as a
+-- uuid and fails.
 -- The allocation event notification (channel metalloc_allocation_events)
 -- carries the new state after the uuid: '<uuid> <state>', '<uuid> deleted'
 -- for a deletion. An API process's waiters (Prefer: wait) only care about

@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. New functions only.
 -- DELETE /v1/allocations/{id} (and DELETE /v1/nodes/{node}/allocation) in
 -- one statement: lock the node, check that it may lose its allocation, lock
 -- the allocation and deallocate it if it still names that node. Before, the

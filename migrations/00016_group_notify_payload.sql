@@ -1,4 +1,6 @@
 -- +goose Up
+-- Kind: expand. The group notification gets a payload that a conductor built
+-- for 00015 ignores (it wakes on any notification).
 -- Unowned allocating groups wake the conductors with the payload 'group'
 -- on their channel (metalloc_allocations), where allocations notify with
 -- an empty payload. A conductor then claims groups only when a group

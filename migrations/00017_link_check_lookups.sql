@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A function body only.
 -- The deferred check that an active allocation and its node name each
 -- other (allocation_node_link_check, at every commit that reserves or
 -- links a node) read both rows with a join. PL/pgSQL keeps a session's

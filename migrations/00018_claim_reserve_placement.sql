@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. New functions only.
 -- The Placement backend's fast path in mode local (metalloc-placement on
 -- this database): claim allocating rows, pick a node for each, claim it in
 -- Placement and reserve it, all in one statement and one transaction, as

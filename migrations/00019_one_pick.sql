@@ -1,4 +1,7 @@
 -- +goose Up
+-- Kind: contract. It drops the claim functions (metalloc_claim_reserve,
+-- metalloc_claim_reserve_placement, metalloc_reserve, metalloc_pick) with
+-- the signatures a conductor built for 00018 calls.
 -- One pick, one projection (issue 24).
 --
 -- * allocation_requests is what an allocation asks for, as a conductor

@@ -1,4 +1,6 @@
 -- +goose Up
+-- Kind: contract. It drops metalloc_conductor_alive(boolean, timestamptz,
+-- float8), which the queries of binaries built for 00019 call.
 -- Liveness written into the conductor's row by the conductor itself
 -- (issue 24): registration and every heartbeat set expires_at = now() +
 -- the conductor's own conductor.heartbeat_timeout, and a conductor is

@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. New functions and indexes only.
 -- The operator page's fleet summary (GET /v1/ui/fleet) at 1,000,000 nodes:
 -- counted per rack in the database instead of sent node by node, and one
 -- rack's or row's nodes read without a scan of every node.

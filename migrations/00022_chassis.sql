@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A new table and a nullable column.
 -- Ironic's chassis (package chassis), as records: a node may name one
 -- (nodes.chassis_id). A chassis that nodes name cannot be deleted (the
 -- foreign key is NO ACTION: a node written while its chassis goes fails

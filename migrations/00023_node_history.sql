@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A new table only.
 -- Node history (package node): the events Ironic records for a node
 -- (failures, with severity ERROR, and a few notices), oldest first; they
 -- go with the node.

@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A new table only.
 -- Deploy templates (package deploytemplate): a trait name and the deploy
 -- steps it stands for, a JSON array of {interface, step, args, priority}
 -- (Ironic keeps the steps in a table of their own to match templates to

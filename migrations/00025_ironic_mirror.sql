@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. New tables, a type and functions only.
 -- metalloc in front of an existing Ironic (package ironic): Ironic is the
 -- system of record for nodes and the conductors mirror them into nodes and
 -- node_traits. ironic_nodes keeps, per mirrored node, what the mirror

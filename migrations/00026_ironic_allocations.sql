@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. New tables, functions and a trigger only.
 -- The Ironic allocation backend (conductor/backend.Ironic; the protocol is
 -- conductor/doc.go, "In front of Ironic"): every allocation metalloc makes
 -- in front of Ironic is made in Ironic too, with the same uuid, on the node

@@ -1,4 +1,6 @@
 -- +goose Up
+-- Kind: expand. A log table and triggers that still notify metalloc_nodes as
+-- before, so a tracker built for 00026 keeps working (reading every node).
 -- The placement backend from the first second (issue 29).
 --
 -- 1. Which nodes changed, not only that some did. While a resource tracker

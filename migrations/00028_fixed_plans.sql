@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A function's planner options and a new function.
 -- Plans that do not depend on the statistics (issue 29).
 --
 -- metalloc_pick's walk with a Placement class (the placement backend's

@@ -1,4 +1,6 @@
 -- +goose Up
+-- Kind: expand. The notification payload gains fields after the first two,
+-- which is all an API built for 00028 reads.
 -- What an API process needs to answer GET /v1/allocations/{uuid} and
 -- Prefer: wait from memory (allocation.Hub's cache, issue 29), carried
 -- by the allocation notifications (channel metalloc_allocation_events):

@@ -1,4 +1,6 @@
 -- +goose Up
+-- Kind: expand. Unique constraints become partial unique indexes of the same
+-- names: the same rows are refused, with the same constraint names.
 -- Less to write per node and per allocation (issue 29): the unique keys of
 -- columns that are NULL most of the time index only the rows that have a
 -- value. A btree unique constraint indexes every row, NULLs included, so

@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A trigger created again with a narrower column list.
 -- nodes_log_update (00027) logs a node for the resource tracker when a
 -- column it mirrors changes. It fired on every UPDATE of nodes and let its
 -- WHEN clause decide, and PostgreSQL prepares a trigger's WHEN clause

@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A new function only.
 -- metalloc_warm_up() (issue 29: the first minute): a new connection of
 -- metalloc-api or a conductor runs it once, before its first use
 -- (db.PoolOptions.WarmUp), so that the first allocations a fresh backend

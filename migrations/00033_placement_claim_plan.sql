@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A function's planner options only.
 -- The placement backend's claim (metalloc_claim_reserve_placement) checks,
 -- under the provider's lock, that the provider can still give the unit:
 -- the sum of the class's allocations on that provider. With the

@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. Functions' planner options only.
 -- The database backend's claim (metalloc_claim_reserve) and its one-row
 -- path (metalloc_reserve) read and write allocations by key. A session
 -- that planned them while allocations was analyzed empty (every

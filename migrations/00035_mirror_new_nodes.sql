@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A function body only.
 -- metalloc_ironic_mirror (00025) inserts the nodes it has not mirrored yet
 -- with ON CONFLICT (uuid) DO NOTHING. A refresh and a full sync that
 -- inserted the same new node at once collided on its other unique key, the

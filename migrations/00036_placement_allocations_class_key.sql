@@ -1,4 +1,6 @@
 -- +goose Up
+-- Kind: expand. A foreign key dropped that no writer relies on (every writer
+-- writes against an inventory of the class).
 -- placement.allocations loses its foreign key to placement.resource_classes
 -- (issue 29: the placement backend's bursts). Every writer of an
 -- allocation takes a FOR KEY SHARE lock on its class's row for that key,

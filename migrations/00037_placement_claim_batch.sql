@@ -1,4 +1,6 @@
 -- +goose Up
+-- Kind: expand. metalloc_pick gains an argument, but only the database's own
+-- functions (replaced here too) call it; no binary does.
 -- The placement backend's claim writes Placement's rows for its whole
 -- batch in one statement (issue 29: the placement backend at 80 % of the
 -- database backend). metalloc_claim_reserve_placement used to run, for

@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. Triggers and a new trigger function only.
 -- The 'created' events of an INSERT into allocations are written by one
 -- statement-level trigger (issue 29: half the work per allocation).
 -- metalloc-api inserts the allocations of concurrent POSTs in one

@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A new function and function bodies (same signatures).
 -- The claims reserve their batch with three statements instead of two per
 -- row (issue 29: half the work per allocation). metalloc_claim_reserve
 -- used to run, for each row of its batch, the pick, an UPDATE of the

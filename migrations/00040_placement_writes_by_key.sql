@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A function body only.
 -- The placement claim's writes read each pick's inventory by its key and
 -- bump the providers' generations by their ids, so that their plan cannot
 -- depend on the tables' sizes (issue 29: plans that do not depend on the

@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. A function's options and a trigger created again.
 -- The placement claim reserves its nodes without calling
 -- nodes_notify_instance (issue 29: the placement backend's burst). That
 -- trigger logs a node whose instance changed for the resource tracker

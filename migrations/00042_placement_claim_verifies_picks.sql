@@ -1,4 +1,5 @@
 -- +goose Up
+-- Kind: expand. Function bodies only.
 -- The placement claim picks by metalloc's own filters and verifies its
 -- picks against Placement afterwards, once per batch (issue 29: the
 -- placement backend's burst at 80 % of the database backend's).

@@ -1,4 +1,7 @@
 -- +goose Up
+-- Kind: contract. placement.allocations loses the foreign keys whose cascade
+-- a consumer delete of metalloc-placement built for 00042 relied on (its
+-- allocations would outlive the consumer).
 -- placement.allocations without foreign keys, as OpenStack Placement's
 -- table (issue 29: the placement backend's burst). Each allocation the
 -- placement claim wrote ran two referential checks (a lookup and a key

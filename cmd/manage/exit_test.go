@@ -113,3 +113,65 @@ func TestCommandsOnEmptyDatabase(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	require.Equal(t, "database: "+w+"\nbinary: "+w+"\n", out)
 }
+
+// TestDBSyncContract: on a database an older release left before a
+// contract migration (43) followed by expand ones, db sync applies nothing
+// and says what waits (exit 0); db sync --contract refuses while a live
+// conductor of that release runs, listing it (exit 2, nothing applied);
+// once it stopped, --contract applies the rest. status versions lists the
+// registered processes.
+func TestDBSyncContract(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewURLAt(t, 42)
+	want, err := db.LatestVersion()
+	require.NoError(t, err)
+	w := strconv.FormatInt(want, 10)
+
+	out, stderr, code := run("db", "sync", "--database.url", url)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "database at version 42; "+strconv.FormatInt(want-42, 10)+
+		" migration(s) wait, the first of them contract (migrations 43.."+w+"): run `metalloc-manage db sync --contract`")
+	out, _, code = run("db", "version", "--database.url", url)
+	require.Equal(t, cli.ExitUsage, code, out)
+	require.Equal(t, "database: 42\nbinary: "+w+"\nthe database needs `metalloc-manage db sync --contract`\n", out)
+
+	pool, err := db.Open(context.Background(), url, db.PoolOptions{MaxConns: 2})
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = pool.Exec(context.Background(), `INSERT INTO conductors (hostname, version) VALUES ('old-conductor', '0.9')`)
+	require.NoError(t, err)
+	out, stderr, code = run("db", "sync", "--contract", "--database.url", url)
+	require.Equal(t, cli.ExitUsage, code, out+stderr)
+	require.Contains(t, out, "contract migration(s) wait (migrations 43.."+w+"); these processes run binaries that know less than version "+w)
+	require.Regexp(t, `(?m)^\| conductor \| old-conductor \| 0 +\| 0\.9 +\| 0 +\|`, out)
+	require.Contains(t, stderr, "binaries older than the contract's target are running: 1 live process(es) know less than version "+w)
+	have, err := db.SchemaVersion(context.Background(), pool)
+	require.NoError(t, err)
+	require.Equal(t, int64(42), have, "nothing applied")
+
+	_, err = pool.Exec(context.Background(), `UPDATE conductors SET online = false`)
+	require.NoError(t, err)
+	_, stderr, code = run("db", "sync", "--contract", "--database.url", url)
+	require.Equal(t, 0, code, stderr)
+	out, _, code = run("db", "version", "--database.url", url)
+	require.Equal(t, 0, code, out)
+	require.Equal(t, "database: "+w+"\nbinary: "+w+"\n", out)
+
+	_, err = pool.Exec(context.Background(), `INSERT INTO api_servers (hostname, pid, service, version, schema_version)
+VALUES ('api-1', 42, 'api', '1.0', $1)`, want)
+	require.NoError(t, err)
+	out, stderr, code = run("status", "versions", "-f", "value", "-c", "kind", "-c", "hostname", "-c", "schema_version", "-c", "live",
+		"--database.url", url)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "api api-1 "+w+" True\nconductor old-conductor 0 False\n", out)
+
+	// A newer release's expand migration: this binary is inside its window.
+	next := strconv.FormatInt(want+1, 10)
+	_, err = pool.Exec(context.Background(), `INSERT INTO goose_db_version (version_id, is_applied) VALUES ($1, true);`, want+1)
+	require.NoError(t, err)
+	_, err = pool.Exec(context.Background(), `INSERT INTO schema_migration_kinds (version, kind) VALUES ($1, 'expand')`, want+1)
+	require.NoError(t, err)
+	out, _, code = run("db", "version", "--database.url", url)
+	require.Equal(t, 0, code, out)
+	require.Equal(t, "database: "+next+"\nbinary: "+w+"\ninside this binary's window: the migrations it does not know are expand\n", out)
+}

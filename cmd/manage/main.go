@@ -1,14 +1,15 @@
 // Command metalloc-manage is metalloc's admin tool: schema migrations
-// (db sync, db version, db online-data-migrations), upgrade checks (status
-// upgrade-check), the configuration (config check, config show), node
+// (db sync [--contract], db version, db online-data-migrations), upgrade
+// checks (status upgrade-check, status versions), the configuration (config check, config show), node
 // import, the local development stack (dev up, dev exec), the allocation
 // load benchmark (bench allocations) and a scripting client of the
 // allocation API (allocation create/show/delete, allocation-group
 // create/show/list/delete, waiting without polling).
 //
 // Exit status: 0 success, 1 failure, 2 a command-line mistake (unknown
-// command or flag), a failed upgrade check or a database that needs `db
-// sync` first, 78 configuration problems (cli.ExitConfig).
+// command or flag), a failed upgrade check, a database outside the
+// binary's window (`db sync` first, ...) or a `db sync --contract` refused
+// while older binaries run, 78 configuration problems (cli.ExitConfig).
 package main
 
 import (

@@ -55,7 +55,7 @@ func statusCmd() *cobra.Command {
 				return nil
 			})
 		},
-	})
+	}, versionsCmd())
 	return c
 }
 

@@ -88,6 +88,19 @@ func NewEmptyURL(t testing.TB) string {
 	return dropAtCleanup(t, server, name)
 }
 
+// NewURLAt returns the URL of a fresh database migrated up to version and
+// no further (db.MigrateTo), dropped at t.Cleanup: a database as an older
+// release left it, for tests of upgrades. It runs the migrations (seconds),
+// where NewURL clones a template.
+func NewURLAt(t testing.TB, version int64) string {
+	t.Helper()
+	u := NewEmptyURL(t)
+	if _, err := db.MigrateTo(t.Context(), u, version, nil); err != nil {
+		t.Fatalf("dbtest: migrating to %d: %v", version, err)
+	}
+	return u
+}
+
 // serverURL is $DATABASE_URL, the test server's maintenance database.
 func serverURL(t testing.TB) string {
 	t.Helper()

@@ -49,7 +49,8 @@ type Service struct {
 // the garbage collector's target (SetGCPercent), installs SIGINT/SIGTERM handling (the first signal ends
 // Ctx, a second one exits at once with 128+signal), opens the database pool
 // as application name (pool, when given, adjusts its options from the
-// configuration) and refuses an unmigrated or newer schema.
+// configuration) and refuses a schema outside this binary's compatibility
+// window (db.CheckSchema: docs/operations.md, "Upgrading").
 func StartService(cmd *cobra.Command, name string, pool ...func(config.Config, *db.PoolOptions)) (*Service, error) {
 	path, _ := cmd.Flags().GetString("config")
 	cfg, err := config.Load(path, ChangedFlags(cmd))
@@ -142,8 +143,9 @@ func stopOnSignal(log *zap.Logger) (context.Context, context.CancelFunc) {
 }
 
 // DatabaseCheck is the /readyz check of a database-backed daemon: the
-// database answers and its schema is the one this binary needs (the
-// message names both versions, never the database's address).
+// database answers and its schema is inside this binary's compatibility
+// window (db.CheckSchema; the message names both versions and the command
+// that brings the binary inside, never the database's address).
 func (s *Service) DatabaseCheck() web.Check {
 	return web.Check{Name: "database", Func: func(ctx context.Context) error {
 		err := db.CheckSchema(ctx, s.Pool)

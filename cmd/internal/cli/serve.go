@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/buildinfo"
+	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/web"
 )
 
@@ -64,6 +66,9 @@ type HTTP struct {
 // It tells systemd (Type=notify) READY=1 once the socket is bound,
 // STOPPING=1 at the stop signal, WATCHDOG=1 when the unit asks for it,
 // and logs "<name> listening" with the address and each step of the stop.
+// From listening until it has drained, the process is registered in
+// api_servers (db.RegisterServer: service "api" or "placement", the name
+// without "metalloc-"), which `metalloc-manage db sync --contract` reads.
 func (s *Service) ServeHTTP(h HTTP) error {
 	sd := StartSystemd(s.Ctx, s.Log)
 	defer sd.Close()
@@ -78,6 +83,11 @@ func (s *Service) ServeHTTP(h HTTP) error {
 	go func() { errc <- srv.Serve() }()
 	s.Log.Info(s.name+" listening", zap.String("listen", srv.Addr()), zap.Bool("tls", h.Server.TLS()),
 		zap.String("version", buildinfo.Get().Version))
+	// In api_servers from now until the last request is answered, so that
+	// `db sync --contract` waits for this binary to be gone.
+	reg := db.RegisterServer(context.WithoutCancel(s.Ctx), s.Pool,
+		db.ServerInfo{Service: strings.TrimPrefix(s.name, "metalloc-"), Version: buildinfo.Get().Version}, s.Log)
+	defer reg.Close()
 	sd.Ready()
 	select {
 	case err := <-errc:
