@@ -52,9 +52,12 @@ type HTTP struct {
 //  1. /readyz answers 503 ("server": "stopping") at once, while every
 //     other request is served as before for h.Server.ShutdownDelay, so that
 //     a load balancer probing /readyz takes the server out before it stops
-//     accepting. Keep-alives are off meanwhile: idle connections close and
-//     every answer carries Connection: close, so that clients connected
-//     straight (or through a TCP balancer) reconnect, to another server.
+//     accepting. Every answer meanwhile carries Connection: close, so that
+//     clients connected straight (or through a TCP balancer) reconnect, to
+//     another server; idle connections are left open until the listener
+//     closes: closing one while /readyz still looked ready to a balancer
+//     raced the balancer's next request on it (a reset, which a balancer
+//     does not retry for a POST: TestRollingUpgrade saw a 502).
 //  2. The listener closes (new connections are refused; a request net/http
 //     had not read yet was not served and may be retried) and the requests
 //     in flight get h.Server.ShutdownGrace to finish, Prefer: wait
@@ -74,7 +77,7 @@ func (s *Service) ServeHTTP(h HTTP) error {
 	defer sd.Close()
 	var stopping atomic.Bool
 	// /healthz and /readyz answer before routing and authentication.
-	srv, err := web.NewServer(h.Server, web.Health(h.Handler, s.DatabaseCheck(), stoppingCheck(&stopping)))
+	srv, err := web.NewServer(h.Server, closeWhenStopping(&stopping, web.Health(h.Handler, s.DatabaseCheck(), stoppingCheck(&stopping))))
 	if err != nil {
 		return err
 	}
@@ -109,12 +112,23 @@ func stoppingCheck(stopping *atomic.Bool) web.Check {
 	}}
 }
 
-// drain stops srv as ServeHTTP describes, once /readyz says stopping.
+// closeWhenStopping answers every request with Connection: close once
+// stopping is set (net/http then closes the connection after the answer).
+func closeWhenStopping(stopping *atomic.Bool, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if stopping.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// drain stops srv as ServeHTTP describes, once /readyz says stopping (and
+// srv's handler, through closeWhenStopping, closes connections).
 func drain(srv *http.Server, h HTTP, log *zap.Logger) error {
 	delay, grace := max(h.Server.ShutdownDelay, 0), max(h.Server.ShutdownGrace, 0)
 	log.Info("stopping: /readyz answers 503, serving on meanwhile",
 		zap.Duration("delay", delay), zap.Duration("grace", grace))
-	srv.SetKeepAlivesEnabled(false)
 	time.Sleep(delay)
 	if h.EndStreams != nil {
 		srv.RegisterOnShutdown(h.EndStreams) // run once the listener is closed

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"io"
@@ -52,7 +53,7 @@ func TestDrainSequence(t *testing.T) {
 	var stopping atomic.Bool
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := &http.Server{Handler: web.Health(mux, stoppingCheck(&stopping))}
+	srv := &http.Server{Handler: closeWhenStopping(&stopping, web.Health(mux, stoppingCheck(&stopping)))}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	base := "http://" + ln.Addr().String()
@@ -154,4 +155,52 @@ func TestDrainSequence(t *testing.T) {
 		t.Fatal("drain did not return")
 	}
 	require.ErrorIs(t, <-served, http.ErrServerClosed)
+}
+
+// TestDrainKeepsIdleConnections: a keep-alive connection idle at the stop
+// signal stays open during the delay, and its next request is answered
+// (with Connection: close), not reset: a load balancer that has not yet
+// seen /readyz go 503 may send one more request on a pooled connection,
+// and a reset then fails a POST it cannot retry (TestRollingUpgrade saw
+// that 502 while the drain closed idle connections at the signal).
+func TestDrainKeepsIdleConnections(t *testing.T) {
+	const delay = 2 * time.Second
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/x", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	var stopping atomic.Bool
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: closeWhenStopping(&stopping, web.Health(mux, stoppingCheck(&stopping)))}
+	go func() { _ = srv.Serve(ln) }()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	rd := bufio.NewReader(conn)
+	ask := func() (*http.Response, error) {
+		if _, err := io.WriteString(conn, "GET /v1/x HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return nil, err
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(rd, nil)
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	resp, err := ask()
+	require.NoError(t, err)
+	require.False(t, resp.Close, "keep-alive before the stop")
+
+	stopping.Store(true)
+	drained := make(chan error, 1)
+	go func() {
+		drained <- drain(srv, HTTP{Server: web.ServerConfig{ShutdownDelay: delay, ShutdownGrace: time.Second}}, zaptest.NewLogger(t))
+	}()
+	time.Sleep(delay / 4) // the connection idles into the delay
+	resp, err = ask()
+	require.NoError(t, err, "a request on a connection idle at the stop signal is answered")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.True(t, resp.Close, "with Connection: close")
+	require.NoError(t, <-drained)
 }
