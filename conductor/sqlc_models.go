@@ -17,17 +17,20 @@ type PlacementNodeChange struct {
 }
 
 type Record struct {
-	ID             int64
-	Hostname       string
-	ConductorGroup string
-	Drivers        []string
-	Version        string
-	Online         bool
-	StartedAt      time.Time
-	HeartbeatAt    time.Time
-	CreatedAt      time.Time
-	UpdatedAt      *time.Time
-	ExpiresAt      time.Time
+	ID               int64
+	Hostname         string
+	ConductorGroup   string
+	Drivers          []string
+	Version          string
+	Online           bool
+	StartedAt        time.Time
+	HeartbeatAt      time.Time
+	CreatedAt        time.Time
+	UpdatedAt        *time.Time
+	ExpiresAt        time.Time
+	DrainRequestedAt *time.Time
+	DrainedAt        *time.Time
+	DrainReleased    *int64
 }
 
 type TrackerNode struct {

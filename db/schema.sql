@@ -1936,7 +1936,10 @@ CREATE TABLE public.conductors (
     heartbeat_at timestamp with time zone DEFAULT now() NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone,
-    expires_at timestamp with time zone DEFAULT (now() + '00:01:00'::interval) NOT NULL
+    expires_at timestamp with time zone DEFAULT (now() + '00:01:00'::interval) NOT NULL,
+    drain_requested_at timestamp with time zone,
+    drained_at timestamp with time zone,
+    drain_released bigint
 );
 
 --
