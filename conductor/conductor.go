@@ -82,6 +82,14 @@ type Service struct {
 	groupsPending atomic.Bool
 	// signals reports events to tests (nil in production).
 	signals *testSignals
+	// endWork ends Run's work context: the drain (startDrain) stops the
+	// workers and the takeover as a stop does, the process going on.
+	// drainStarted is set once the drain has begun.
+	endWork      context.CancelFunc
+	drainStarted atomic.Bool
+	// takeoverMu is held by each takeover run (takeOverDead), so that a
+	// drain releases its rows after a run in progress, not before.
+	takeoverMu sync.Mutex
 }
 
 // NewService returns a conductor Service using pool for queries and a dedicated connection
@@ -151,6 +159,12 @@ func (c *Service) Run(ctx context.Context) error {
 	ctx, stopRun := context.WithCancelCause(ctx)
 	defer stopRun(nil)
 	c.id = id
+	// The work (claims, takeover) runs on workCtx, which a stop or a drain
+	// ends (drain.go); the process, its heartbeats and its liveness lock,
+	// on ctx.
+	workCtx, endWork := context.WithCancel(ctx)
+	defer endWork()
+	c.endWork = endWork
 	c.Metrics.heartbeat()
 	c.healthySince.Store(time.Now().UnixNano())
 	c.needResume.Store(true)
@@ -184,7 +198,7 @@ func (c *Service) Run(ctx context.Context) error {
 	}
 	// What a stop lets finish (in-flight rows, claims, takeovers) runs on
 	// procCtx, which ends ShutdownGrace after the stop (see work).
-	procCtx, cancelProc := afterStop(ctx, c.cfg.ShutdownGrace)
+	procCtx, cancelProc := afterStop(workCtx, c.cfg.ShutdownGrace)
 	defer cancelProc()
 	// The watch runs until the workers have stopped, and its connection
 	// (the lock) is closed only once the conductor is offline: peers do
@@ -193,7 +207,7 @@ func (c *Service) Run(ctx context.Context) error {
 	bg.Add(1)
 	go func() {
 		defer bg.Done()
-		lockConn = c.watchLiveness(bgCtx, ctx, procCtx, lockConn, started, func(err error) {
+		lockConn = c.watchLiveness(bgCtx, workCtx, procCtx, lockConn, started, func(err error) {
 			fenced.Store(true)
 			stopRun(err)
 			cancelProc()
@@ -204,15 +218,19 @@ func (c *Service) Run(ctx context.Context) error {
 			_ = lockConn.Close(context.WithoutCancel(ctx))
 		}
 	}()
-	sched := c.startTakeover(ctx, procCtx)
+	sched := c.startTakeover(workCtx, procCtx)
 	if c.OnReady != nil {
 		c.OnReady()
 	}
 
-	c.work(ctx, procCtx, wake)
+	c.work(workCtx, procCtx, wake)
 
 	if sched != nil {
 		<-sched.Stop().Done()
+	}
+	if ctx.Err() == nil {
+		// Drained, not stopped: hand the rest over and idle until stopped.
+		c.idleDrained(ctx)
 	}
 	stopBG()
 	stopRun(nil)
@@ -281,10 +299,19 @@ func (c *Service) housekeep(ctx context.Context) {
 }
 
 // listen LISTENs on NotifyChannel (db.Listen) and closes listening the
-// first time it is established.
+// first time it is established. A drain notification (DrainNotifyPayload)
+// starts this conductor's drain if it names it and wakes no worker; after
+// every (re)connection the drain column is read, since one may have been
+// missed.
 func (c *Service) listen(ctx context.Context, signal func(), listening chan struct{}) {
 	var once sync.Once
 	db.ListenPayloads(ctx, c.pool, NotifyChannel, c.log, func(payload string) {
+		if drain, mine := drainPayload(payload, c.id); drain {
+			if mine {
+				c.startDrain()
+			}
+			return
+		}
 		if payload == GroupNotifyPayload {
 			c.groupsPending.Store(true)
 		}
@@ -293,5 +320,8 @@ func (c *Service) listen(ctx context.Context, signal func(), listening chan stru
 		once.Do(func() { close(listening) })
 		c.groupsPending.Store(true) // notifications may have been missed
 		signal()
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		c.checkDrain(dctx)
 	})
 }

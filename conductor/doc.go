@@ -20,7 +20,8 @@
 //   - liveness.go: heartbeats, PostOutageGrace, IdleInTransactionTimeout;
 //     livelock.go: the liveness lock (registration, the peers' watch);
 //   - rows.go: Rows, who owns a row (owned, dead owners, takeover,
-//     release), takeover.go: the takeover schedule; groups.go: the claim and
+//     release), takeover.go: the takeover schedule; drain.go: the drain
+//     (RequestDrain, the conductor's side); groups.go: the claim and
 //     processing of allocation groups;
 //   - signals.go: test signals; metrics.go; tracker*.go, ratios.go: the
 //     Placement resource tracker;
@@ -269,6 +270,26 @@
 // heartbeat, takeover, claimed, reserving, waiting, released), or, for
 // conductors run as processes, the log lines each writes. A second
 // signal exits at once; the rows are then taken over as a dead conductor's.
+//
+// # Drain
+//
+// `metalloc-manage conductor drain HOST` (RequestDrain, drain.go) hands a
+// live conductor's rows over while its process keeps running: it sets
+// drain_requested_at on the conductor's row (migration 00048) and sends
+// NOTIFY on NotifyChannel with DrainNotifyPayload and the conductor's id.
+// The conductor starts its drain on that notification (listen), or, if it
+// missed it, at its next heartbeat or when its listener reconnects
+// (checkDrain). A drain ends Run's work context, not the process's: the
+// workers stop claiming and the takeover (schedule and liveness watch)
+// stops, in-flight rows get conductor.shutdown_grace, and once a takeover
+// run in progress has ended (takeoverMu) the rest are released as at a
+// stop (Rows.Release: peers claim them at once; takeover of a drained
+// conductor's rows never happens, it is alive, so the rows move only by
+// the release and the claims, each a compare-and-set as ever). It then
+// writes drained_at and how many rows it released (idleDrained) and idles:
+// registered, heartbeating, holding its liveness lock, claiming nothing,
+// until it is stopped (release of nothing, offline). A registration (a
+// restart) clears the drain; there is no undrain.
 //
 // # Resume
 //

@@ -44,7 +44,9 @@ func IdleInTransactionTimeout(heartbeatTimeout time.Duration) time.Duration {
 // run by PostgreSQL (see work), possibly after GoOffline, and set the row
 // online again, the conductor alive for another HeartbeatTimeout (its
 // hostname refused meanwhile). A heartbeat that takes longer than
-// HeartbeatTimeout keeps nobody alive and is given up.
+// HeartbeatTimeout keeps nobody alive and is given up. After each one it
+// reads whether the conductor was asked to drain (checkDrain), in case the
+// notification was missed.
 func (c *Service) heartbeat(ctx context.Context) {
 	t := time.NewTicker(c.cfg.HeartbeatInterval)
 	defer t.Stop()
@@ -71,6 +73,10 @@ func (c *Service) heartbeat(ctx context.Context) {
 			}
 			c.Metrics.heartbeat()
 			c.signals.heartbeatWritten()
+			// The drain's fallback: a notification missed (drain.go).
+			dctx, cancel := context.WithTimeout(ctx, c.cfg.HeartbeatTimeout)
+			c.checkDrain(dctx)
+			cancel()
 		}
 	}
 }

@@ -4,6 +4,8 @@
 -- row when a live conductor already holds that hostname
 -- (metalloc_conductor_alive). @schema_version is the highest migration the
 -- binary knows and @pid its process id (db.Binaries: db sync --contract).
+-- A registration clears a drain the row had (a restart ends a drain:
+-- Service.drain).
 INSERT INTO conductors AS c (hostname, conductor_group, drivers, version, schema_version, pid, online,
                              started_at, heartbeat_at, expires_at)
 VALUES (@hostname, @conductor_group, @drivers, @version, @schema_version, @pid, true, now(), now(),
@@ -12,7 +14,8 @@ ON CONFLICT (hostname) DO UPDATE
    SET conductor_group = EXCLUDED.conductor_group, drivers = EXCLUDED.drivers,
        version = EXCLUDED.version, schema_version = EXCLUDED.schema_version, pid = EXCLUDED.pid,
        online = true, started_at = now(),
-       heartbeat_at = now(), expires_at = EXCLUDED.expires_at, updated_at = now()
+       heartbeat_at = now(), expires_at = EXCLUDED.expires_at, updated_at = now(),
+       drain_requested_at = NULL, drained_at = NULL, drain_released = NULL
  WHERE NOT metalloc_conductor_alive(c.online, c.expires_at)
 RETURNING c.id, c.started_at;
 
@@ -20,11 +23,13 @@ RETURNING c.id, c.started_at;
 -- Registers again the conductor @id, named @hostname, whose previous process
 -- is dead by its liveness lock (this session holds the lock now): online,
 -- alive until @timeout_seconds from now, whatever the expiry the dead
--- process wrote. No row: the row was pruned or renamed meanwhile.
+-- process wrote. No row: the row was pruned or renamed meanwhile. A drain
+-- of the dead process ends with it (as at Register).
 UPDATE conductors c
    SET conductor_group = @conductor_group, drivers = @drivers, version = @version,
        schema_version = @schema_version, pid = @pid, online = true,
        started_at = now(), heartbeat_at = now(), updated_at = now(),
+       drain_requested_at = NULL, drained_at = NULL, drain_released = NULL,
        expires_at = now() + make_interval(secs => @timeout_seconds::float8)
  WHERE c.id = @id AND c.hostname = @hostname
 RETURNING c.id, c.started_at;
@@ -85,6 +90,69 @@ SELECT started_at FROM conductors WHERE id = @id;
 UPDATE conductors
    SET heartbeat_at = now(), expires_at = now() + make_interval(secs => @timeout_seconds::float8), online = true
  WHERE id = @id;
+
+-- Drain (Service.drain, RequestDrain; migration 00048).
+
+-- name: DrainRequested :one
+-- Whether `metalloc-manage conductor drain` asked conductor @id to drain
+-- (read at every heartbeat and when the listener (re)connects, in case its
+-- notification was missed).
+SELECT (drain_requested_at IS NOT NULL)::bool AS requested FROM conductors WHERE id = @id;
+
+-- name: MarkDrained :exec
+-- Conductor @id has drained: it claims nothing and released @released
+-- rows (those it had not finished within its shutdown grace).
+UPDATE conductors
+   SET drained_at = now(), drain_released = @released::bigint
+ WHERE id = @id AND drain_requested_at IS NOT NULL;
+
+-- name: DrainTarget :one
+-- The conductor named @hostname as `conductor drain` judges it: its id,
+-- which process registered it (started_at), whether it is online and
+-- alive (metalloc_conductor_alive) and its last heartbeat.
+SELECT c.id, c.started_at, c.online, metalloc_conductor_alive(c.online, c.expires_at)::bool AS alive,
+       c.heartbeat_at
+  FROM conductors c
+ WHERE c.hostname = @hostname;
+
+-- name: RequestDrain :execrows
+-- Asks conductor @id, registered by the process of @started_at, to drain,
+-- if it is still that process and alive; a second request keeps the first
+-- one's time. The caller then notifies it (NotifyDrain).
+UPDATE conductors c
+   SET drain_requested_at = coalesce(c.drain_requested_at, now())
+ WHERE c.id = @id AND c.started_at = @started_at AND metalloc_conductor_alive(c.online, c.expires_at);
+
+-- name: NotifyDrain :exec
+-- Wakes a conductor's drain at once: @payload is DrainNotifyPayload and
+-- its id, on NotifyChannel (@channel), which every conductor listens on.
+SELECT pg_notify(@channel::text, @payload::text);
+
+-- name: DrainProgress :one
+-- Where conductor @id's drain is: the process registered (started_at: a
+-- restart ends the drain), whether it is alive, asked to drain, drained,
+-- how many rows it released, and how many allocating rows and groups it
+-- holds now.
+SELECT c.started_at, metalloc_conductor_alive(c.online, c.expires_at)::bool AS alive,
+       (c.drain_requested_at IS NOT NULL)::bool AS requested, (c.drained_at IS NOT NULL)::bool AS drained,
+       coalesce(c.drain_released, 0)::bigint AS released,
+       ((SELECT count(*) FROM allocations a WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
+        + (SELECT count(*) FROM allocation_groups g WHERE g.state = 'allocating' AND g.conductor_affinity = c.id))::bigint AS held
+  FROM conductors c
+ WHERE c.id = @id;
+
+-- name: ConductorStates :many
+-- Every conductor for `metalloc-manage conductor list`: alive, online,
+-- its drain (requested, drained), seconds since its heartbeat, and how
+-- many allocating rows and groups it holds.
+SELECT c.hostname, c.conductor_group, c.version, c.online,
+       metalloc_conductor_alive(c.online, c.expires_at)::bool AS alive,
+       (c.drain_requested_at IS NOT NULL)::bool AS drain_requested, (c.drained_at IS NOT NULL)::bool AS drained,
+       extract(epoch FROM now() - c.heartbeat_at)::float8 AS heartbeat_age,
+       ((SELECT count(*) FROM allocations a WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
+        + (SELECT count(*) FROM allocation_groups g WHERE g.state = 'allocating' AND g.conductor_affinity = c.id))::bigint AS held
+  FROM conductors c
+ ORDER BY c.hostname;
 
 -- name: GoOffline :exec
 UPDATE conductors SET online = false, updated_at = now() WHERE id = @id;

@@ -124,7 +124,7 @@ func (q *Queries) ClaimsOfProvider(ctx context.Context, providerUuid uuid.UUID) 
 }
 
 const conductorByHostname = `-- name: ConductorByHostname :one
-SELECT id, hostname, conductor_group, drivers, version, online, started_at, heartbeat_at, created_at, updated_at, expires_at, schema_version, pid FROM conductors WHERE hostname = $1
+SELECT id, hostname, conductor_group, drivers, version, online, started_at, heartbeat_at, created_at, updated_at, expires_at, schema_version, pid, drain_requested_at, drained_at, drain_released FROM conductors WHERE hostname = $1
 `
 
 func (q *Queries) ConductorByHostname(ctx context.Context, hostname string) (Record, error) {
@@ -144,8 +144,67 @@ func (q *Queries) ConductorByHostname(ctx context.Context, hostname string) (Rec
 		&i.ExpiresAt,
 		&i.SchemaVersion,
 		&i.Pid,
+		&i.DrainRequestedAt,
+		&i.DrainedAt,
+		&i.DrainReleased,
 	)
 	return i, err
+}
+
+const conductorStates = `-- name: ConductorStates :many
+SELECT c.hostname, c.conductor_group, c.version, c.online,
+       metalloc_conductor_alive(c.online, c.expires_at)::bool AS alive,
+       (c.drain_requested_at IS NOT NULL)::bool AS drain_requested, (c.drained_at IS NOT NULL)::bool AS drained,
+       extract(epoch FROM now() - c.heartbeat_at)::float8 AS heartbeat_age,
+       ((SELECT count(*) FROM allocations a WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
+        + (SELECT count(*) FROM allocation_groups g WHERE g.state = 'allocating' AND g.conductor_affinity = c.id))::bigint AS held
+  FROM conductors c
+ ORDER BY c.hostname
+`
+
+type ConductorStatesRow struct {
+	Hostname       string
+	ConductorGroup string
+	Version        string
+	Online         bool
+	Alive          bool
+	DrainRequested bool
+	Drained        bool
+	HeartbeatAge   float64
+	Held           int64
+}
+
+// Every conductor for `metalloc-manage conductor list`: alive, online,
+// its drain (requested, drained), seconds since its heartbeat, and how
+// many allocating rows and groups it holds.
+func (q *Queries) ConductorStates(ctx context.Context) ([]ConductorStatesRow, error) {
+	rows, err := q.db.Query(ctx, conductorStates)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ConductorStatesRow
+	for rows.Next() {
+		var i ConductorStatesRow
+		if err := rows.Scan(
+			&i.Hostname,
+			&i.ConductorGroup,
+			&i.Version,
+			&i.Online,
+			&i.Alive,
+			&i.DrainRequested,
+			&i.Drained,
+			&i.HeartbeatAge,
+			&i.Held,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const deadOwners = `-- name: DeadOwners :many
@@ -226,6 +285,90 @@ DELETE FROM placement_synced WHERE node_uuid = $1
 func (q *Queries) DeletePlacementSynced(ctx context.Context, nodeUuid uuid.UUID) error {
 	_, err := q.db.Exec(ctx, deletePlacementSynced, nodeUuid)
 	return err
+}
+
+const drainProgress = `-- name: DrainProgress :one
+SELECT c.started_at, metalloc_conductor_alive(c.online, c.expires_at)::bool AS alive,
+       (c.drain_requested_at IS NOT NULL)::bool AS requested, (c.drained_at IS NOT NULL)::bool AS drained,
+       coalesce(c.drain_released, 0)::bigint AS released,
+       ((SELECT count(*) FROM allocations a WHERE a.state = 'allocating' AND a.conductor_affinity = c.id)
+        + (SELECT count(*) FROM allocation_groups g WHERE g.state = 'allocating' AND g.conductor_affinity = c.id))::bigint AS held
+  FROM conductors c
+ WHERE c.id = $1
+`
+
+type DrainProgressRow struct {
+	StartedAt time.Time
+	Alive     bool
+	Requested bool
+	Drained   bool
+	Released  int64
+	Held      int64
+}
+
+// Where conductor @id's drain is: the process registered (started_at: a
+// restart ends the drain), whether it is alive, asked to drain, drained,
+// how many rows it released, and how many allocating rows and groups it
+// holds now.
+func (q *Queries) DrainProgress(ctx context.Context, id int64) (DrainProgressRow, error) {
+	row := q.db.QueryRow(ctx, drainProgress, id)
+	var i DrainProgressRow
+	err := row.Scan(
+		&i.StartedAt,
+		&i.Alive,
+		&i.Requested,
+		&i.Drained,
+		&i.Released,
+		&i.Held,
+	)
+	return i, err
+}
+
+const drainRequested = `-- name: DrainRequested :one
+
+SELECT (drain_requested_at IS NOT NULL)::bool AS requested FROM conductors WHERE id = $1
+`
+
+// Drain (Service.drain, RequestDrain; migration 00048).
+// Whether `metalloc-manage conductor drain` asked conductor @id to drain
+// (read at every heartbeat and when the listener (re)connects, in case its
+// notification was missed).
+func (q *Queries) DrainRequested(ctx context.Context, id int64) (bool, error) {
+	row := q.db.QueryRow(ctx, drainRequested, id)
+	var requested bool
+	err := row.Scan(&requested)
+	return requested, err
+}
+
+const drainTarget = `-- name: DrainTarget :one
+SELECT c.id, c.started_at, c.online, metalloc_conductor_alive(c.online, c.expires_at)::bool AS alive,
+       c.heartbeat_at
+  FROM conductors c
+ WHERE c.hostname = $1
+`
+
+type DrainTargetRow struct {
+	ID          int64
+	StartedAt   time.Time
+	Online      bool
+	Alive       bool
+	HeartbeatAt time.Time
+}
+
+// The conductor named @hostname as `conductor drain` judges it: its id,
+// which process registered it (started_at), whether it is online and
+// alive (metalloc_conductor_alive) and its last heartbeat.
+func (q *Queries) DrainTarget(ctx context.Context, hostname string) (DrainTargetRow, error) {
+	row := q.db.QueryRow(ctx, drainTarget, hostname)
+	var i DrainTargetRow
+	err := row.Scan(
+		&i.ID,
+		&i.StartedAt,
+		&i.Online,
+		&i.Alive,
+		&i.HeartbeatAt,
+	)
+	return i, err
 }
 
 const expireTrackers = `-- name: ExpireTrackers :exec
@@ -420,6 +563,24 @@ func (q *Queries) MarkCrashed(ctx context.Context, arg MarkCrashedParams) (int64
 	return result.RowsAffected(), nil
 }
 
+const markDrained = `-- name: MarkDrained :exec
+UPDATE conductors
+   SET drained_at = now(), drain_released = $1::bigint
+ WHERE id = $2 AND drain_requested_at IS NOT NULL
+`
+
+type MarkDrainedParams struct {
+	Released int64
+	ID       int64
+}
+
+// Conductor @id has drained: it claims nothing and released @released
+// rows (those it had not finished within its shutdown grace).
+func (q *Queries) MarkDrained(ctx context.Context, arg MarkDrainedParams) error {
+	_, err := q.db.Exec(ctx, markDrained, arg.Released, arg.ID)
+	return err
+}
+
 const markPlacementStale = `-- name: MarkPlacementStale :exec
 UPDATE placement_synced SET fingerprint = '' WHERE node_uuid = $1
 `
@@ -499,6 +660,22 @@ func (q *Queries) NodeIDOf(ctx context.Context, argUuid uuid.UUID) (int64, error
 	var id int64
 	err := row.Scan(&id)
 	return id, err
+}
+
+const notifyDrain = `-- name: NotifyDrain :exec
+SELECT pg_notify($1::text, $2::text)
+`
+
+type NotifyDrainParams struct {
+	Channel string
+	Payload string
+}
+
+// Wakes a conductor's drain at once: @payload is DrainNotifyPayload and
+// its id, on NotifyChannel (@channel), which every conductor listens on.
+func (q *Queries) NotifyDrain(ctx context.Context, arg NotifyDrainParams) error {
+	_, err := q.db.Exec(ctx, notifyDrain, arg.Channel, arg.Payload)
+	return err
 }
 
 const orphanPlacementSynced = `-- name: OrphanPlacementSynced :many
@@ -664,6 +841,7 @@ UPDATE conductors c
    SET conductor_group = $1, drivers = $2, version = $3,
        schema_version = $4, pid = $5, online = true,
        started_at = now(), heartbeat_at = now(), updated_at = now(),
+       drain_requested_at = NULL, drained_at = NULL, drain_released = NULL,
        expires_at = now() + make_interval(secs => $6::float8)
  WHERE c.id = $7 AND c.hostname = $8
 RETURNING c.id, c.started_at
@@ -688,7 +866,8 @@ type ReclaimRow struct {
 // Registers again the conductor @id, named @hostname, whose previous process
 // is dead by its liveness lock (this session holds the lock now): online,
 // alive until @timeout_seconds from now, whatever the expiry the dead
-// process wrote. No row: the row was pruned or renamed meanwhile.
+// process wrote. No row: the row was pruned or renamed meanwhile. A drain
+// of the dead process ends with it (as at Register).
 func (q *Queries) Reclaim(ctx context.Context, arg ReclaimParams) (ReclaimRow, error) {
 	row := q.db.QueryRow(ctx, reclaim,
 		arg.ConductorGroup,
@@ -714,7 +893,8 @@ ON CONFLICT (hostname) DO UPDATE
    SET conductor_group = EXCLUDED.conductor_group, drivers = EXCLUDED.drivers,
        version = EXCLUDED.version, schema_version = EXCLUDED.schema_version, pid = EXCLUDED.pid,
        online = true, started_at = now(),
-       heartbeat_at = now(), expires_at = EXCLUDED.expires_at, updated_at = now()
+       heartbeat_at = now(), expires_at = EXCLUDED.expires_at, updated_at = now(),
+       drain_requested_at = NULL, drained_at = NULL, drain_released = NULL
  WHERE NOT metalloc_conductor_alive(c.online, c.expires_at)
 RETURNING c.id, c.started_at
 `
@@ -739,6 +919,8 @@ type RegisterRow struct {
 // row when a live conductor already holds that hostname
 // (metalloc_conductor_alive). @schema_version is the highest migration the
 // binary knows and @pid its process id (db.Binaries: db sync --contract).
+// A registration clears a drain the row had (a restart ends a drain:
+// Service.drain).
 func (q *Queries) Register(ctx context.Context, arg RegisterParams) (RegisterRow, error) {
 	row := q.db.QueryRow(ctx, register,
 		arg.Hostname,
@@ -821,6 +1003,28 @@ type RelogNodesParams struct {
 func (q *Queries) RelogNodes(ctx context.Context, arg RelogNodesParams) error {
 	_, err := q.db.Exec(ctx, relogNodes, arg.Ids, arg.Uuids)
 	return err
+}
+
+const requestDrain = `-- name: RequestDrain :execrows
+UPDATE conductors c
+   SET drain_requested_at = coalesce(c.drain_requested_at, now())
+ WHERE c.id = $1 AND c.started_at = $2 AND metalloc_conductor_alive(c.online, c.expires_at)
+`
+
+type RequestDrainParams struct {
+	ID        int64
+	StartedAt time.Time
+}
+
+// Asks conductor @id, registered by the process of @started_at, to drain,
+// if it is still that process and alive; a second request keeps the first
+// one's time. The caller then notifies it (NotifyDrain).
+func (q *Queries) RequestDrain(ctx context.Context, arg RequestDrainParams) (int64, error) {
+	result, err := q.db.Exec(ctx, requestDrain, arg.ID, arg.StartedAt)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const startedAt = `-- name: StartedAt :one

@@ -10,7 +10,7 @@ import "github.com/google/uuid"
 // line each event also writes: "reserving allocation" (debug), "allocation
 // waiting for a locked node" (debug), "stopping: finishing in-flight
 // allocations" (info), "released unfinished allocations to the other
-// conductors" (info).
+// conductors" (info), "conductor drained: idle until stopped" (info).
 type testSignals struct {
 	// heartbeat receives one value per heartbeat written.
 	heartbeat chan struct{}
@@ -31,6 +31,9 @@ type testSignals struct {
 	// released receives, on a clean stop, how many unfinished rows and
 	// groups the conductor handed back (after Rows.Release).
 	released chan int64
+	// drained receives, once a drain has released the rows the conductor
+	// did not finish, how many it handed back (idleDrained).
+	drained chan int64
 }
 
 // send delivers v on ch unless ch is full; nothing when s is nil.
@@ -70,4 +73,8 @@ func (s *testSignals) stoppingNow() {
 
 func (s *testSignals) releasedRows(n int64) {
 	send(s, func(s *testSignals) chan int64 { return s.released }, n)
+}
+
+func (s *testSignals) drainedNow(n int64) {
+	send(s, func(s *testSignals) chan int64 { return s.drained }, n)
 }

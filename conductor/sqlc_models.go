@@ -17,19 +17,22 @@ type PlacementNodeChange struct {
 }
 
 type Record struct {
-	ID             int64
-	Hostname       string
-	ConductorGroup string
-	Drivers        []string
-	Version        string
-	Online         bool
-	StartedAt      time.Time
-	HeartbeatAt    time.Time
-	CreatedAt      time.Time
-	UpdatedAt      *time.Time
-	ExpiresAt      time.Time
-	SchemaVersion  int64
-	Pid            int32
+	ID               int64
+	Hostname         string
+	ConductorGroup   string
+	Drivers          []string
+	Version          string
+	Online           bool
+	StartedAt        time.Time
+	HeartbeatAt      time.Time
+	CreatedAt        time.Time
+	UpdatedAt        *time.Time
+	ExpiresAt        time.Time
+	SchemaVersion    int64
+	Pid              int32
+	DrainRequestedAt *time.Time
+	DrainedAt        *time.Time
+	DrainReleased    *int64
 }
 
 type TrackerNode struct {

@@ -83,6 +83,10 @@ func (c *Service) takeoverOff() bool {
 // one run's queueSize, or a statement failed (the watch runs again for
 // them at its next poll).
 func (c *Service) takeOverDead(ctx, stmt context.Context, only map[int64]bool) (left map[int64]bool) {
+	// A drain releases this conductor's rows once no run is in progress
+	// (idleDrained); runs after that see ctx ended.
+	c.takeoverMu.Lock()
+	defer c.takeoverMu.Unlock()
 	if ctx.Err() != nil {
 		return nil
 	}

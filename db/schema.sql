@@ -1973,7 +1973,10 @@ CREATE TABLE public.conductors (
     updated_at timestamp with time zone,
     expires_at timestamp with time zone DEFAULT (now() + '00:01:00'::interval) NOT NULL,
     schema_version bigint DEFAULT 0 NOT NULL,
-    pid integer DEFAULT 0 NOT NULL
+    pid integer DEFAULT 0 NOT NULL,
+    drain_requested_at timestamp with time zone,
+    drained_at timestamp with time zone,
+    drain_released bigint
 );
 
 --

@@ -330,7 +330,7 @@ func logLines(t *testing.T, procs []*devstack.Process, msg string) int {
 }
 
 // A conductor paused (SIGSTOP) past the heartbeat timeout loses its row to a
-// peer; once resumed (SIGCONT) it goes on with the row, and its late write
+// peer after its expiry (issue 41's must-show); once resumed (SIGCONT) it goes on with the row, and its late write
 // is rejected by the conductor_affinity guard.
 func TestPausedConductorLosesItsRowsAndCannotOverwrite(t *testing.T) {
 	if testing.Short() {
@@ -366,6 +366,11 @@ func TestPausedConductorLosesItsRowsAndCannotOverwrite(t *testing.T) {
 		return queryInt(t, pool, `SELECT count(*) FROM allocations WHERE uuid = $1 AND conductor_affinity = $2`, a.UUID, peerID) == 1
 	})
 	t.Logf("%s paused; %s took its allocation over after %s", owner, peer.Name, time.Since(pausedAt).Round(time.Millisecond))
+	// After the expiry, not before: a paused process keeps its sessions,
+	// so its liveness lock stays held and only the expiry judges it
+	// (issue 41; its last heartbeat was at most an interval before the
+	// pause).
+	require.GreaterOrEqual(t, time.Since(pausedAt), haHeartbeatTimeout-time.Second, "taken over before the expiry")
 
 	// The peer reserves a node once they are free; then the paused one
 	// wakes up and tries to finish the same allocation.

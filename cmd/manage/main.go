@@ -28,7 +28,7 @@ func main() {
 func newRoot() *cobra.Command {
 	root := cli.NewRoot(config.BinaryManage, "metalloc administration")
 	root.AddCommand(dbCmd(), devCmd(), nodeCmd(), benchCmd(), statusCmd(), soakCmd(), allocationCmd(),
-		allocationGroupCmd(), topologyCmd(), configCmd())
+		allocationGroupCmd(), topologyCmd(), configCmd(), conductorCmd())
 	return root
 }
 

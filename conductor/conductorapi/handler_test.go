@@ -374,6 +374,9 @@ func TestUIConductorStates(t *testing.T) {
 	}
 	require.Equal(t, map[string]string{"c-alive": "alive", "c-dead": "dead", "c-stopped": "stopped"}, states)
 	require.InDelta(t, 5, ages["c-alive"], 5)
+	for _, c := range body["conductors"].([]any) {
+		require.Equal(t, "", c.(map[string]any)["drain"], "no drain asked")
+	}
 	require.InDelta(t, 120, ages["c-dead"], 5)
 	require.Nil(t, ages["c-stopped"])
 
@@ -386,6 +389,24 @@ func TestUIConductorStates(t *testing.T) {
 		alive[m["hostname"].(string)] = m["alive"].(bool)
 	}
 	require.Equal(t, map[string]bool{"c-alive": true, "c-dead": false, "c-stopped": false}, alive)
+
+	// An alive conductor asked to drain (`metalloc-manage conductor
+	// drain`) is draining, then drained; a dead one's request shows
+	// nothing (it is dead).
+	_, err := a.pool.Exec(context.Background(), `UPDATE conductors SET drain_requested_at = now() WHERE hostname IN ('c-alive', 'c-dead')`)
+	require.NoError(t, err)
+	drains := func() map[string]any {
+		_, body := a.get("/v1/ui/conductors", "")
+		out := map[string]any{}
+		for _, c := range body["conductors"].([]any) {
+			out[c.(map[string]any)["hostname"].(string)] = c.(map[string]any)["drain"]
+		}
+		return out
+	}
+	require.Equal(t, map[string]any{"c-alive": "draining", "c-dead": "", "c-stopped": ""}, drains())
+	_, err = a.pool.Exec(context.Background(), `UPDATE conductors SET drained_at = now() WHERE hostname = 'c-alive'`)
+	require.NoError(t, err)
+	require.Equal(t, "drained", drains()["c-alive"])
 
 	// And the metric counts the dead one only.
 	reg := prometheus.NewRegistry()

@@ -58,3 +58,12 @@ SELECT c.hostname,
   FROM conductors c
  WHERE c.online
  ORDER BY c.hostname;
+
+-- name: ConductorDrains :many
+-- The conductors asked to drain (`metalloc-manage conductor drain`,
+-- migration 00048), for the operator page: drained once the conductor
+-- has handed its rows over and idles.
+SELECT c.hostname, (c.drained_at IS NOT NULL)::bool AS drained
+  FROM conductors c
+ WHERE c.drain_requested_at IS NOT NULL
+ ORDER BY c.hostname;

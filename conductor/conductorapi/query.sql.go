@@ -52,6 +52,41 @@ func (q *Queries) ConductorDoc(ctx context.Context, hostname string) (ConductorD
 	return i, err
 }
 
+const conductorDrains = `-- name: ConductorDrains :many
+SELECT c.hostname, (c.drained_at IS NOT NULL)::bool AS drained
+  FROM conductors c
+ WHERE c.drain_requested_at IS NOT NULL
+ ORDER BY c.hostname
+`
+
+type ConductorDrainsRow struct {
+	Hostname string
+	Drained  bool
+}
+
+// The conductors asked to drain (`metalloc-manage conductor drain`,
+// migration 00048), for the operator page: drained once the conductor
+// has handed its rows over and idles.
+func (q *Queries) ConductorDrains(ctx context.Context) ([]ConductorDrainsRow, error) {
+	rows, err := q.db.Query(ctx, conductorDrains)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ConductorDrainsRow
+	for rows.Next() {
+		var i ConductorDrainsRow
+		if err := rows.Scan(&i.Hostname, &i.Drained); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const conductorHeartbeats = `-- name: ConductorHeartbeats :many
 SELECT c.hostname,
        metalloc_conductor_alive(c.online, c.expires_at)::bool AS alive,

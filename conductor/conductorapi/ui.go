@@ -35,14 +35,26 @@ type UIConductor struct {
 	// UpdatedAt is GET /v1/conductors' updated_at: the last heartbeat,
 	// registration or going offline (RFC 3339 string).
 	UpdatedAt any `json:"updated_at"`
+	// Drain is DrainDraining or DrainDrained for an alive conductor asked
+	// to drain (`metalloc-manage conductor drain`), else "".
+	Drain string `json:"drain"`
 }
+
+// Drain states of an alive conductor in GET /v1/ui/conductors.
+const (
+	// DrainDraining: asked to drain; it finishes its in-flight rows.
+	DrainDraining = "draining"
+	// DrainDrained: it handed its rows over and idles until stopped.
+	DrainDrained = "drained"
+)
 
 // uiList serves GET /v1/ui/conductors (metalloc's own, for the operator
 // page; access as GET /v1/conductors): every conductor with its state,
 // alive, dead or stopped. Alive is GET /v1/conductors' alive; dead and
 // stopped are told apart by the metrics' read (ConductorHeartbeats, the
 // online conductors): an online conductor that is not alive is dead, as
-// metalloc_conductors_dead counts it, any other is stopped. Body:
+// metalloc_conductors_dead counts it, any other is stopped; an alive one
+// asked to drain says how far it is (drain). Body:
 // {"conductors": [UIConductor...]}.
 func (h *Handler) uiList(c echo.Context) error {
 	ctx := c.Request().Context()
@@ -60,6 +72,17 @@ func (h *Handler) uiList(c echo.Context) error {
 	for _, o := range online {
 		ages[o.Hostname] = o.AgeSeconds
 	}
+	drains, err := h.q.ConductorDrains(ctx)
+	if err != nil {
+		return fmt.Errorf("reading drains: %w", err)
+	}
+	drain := make(map[string]string, len(drains))
+	for _, d := range drains {
+		drain[d.Hostname] = DrainDraining
+		if d.Drained {
+			drain[d.Hostname] = DrainDrained
+		}
+	}
 	out := make([]UIConductor, len(rows))
 	for i, r := range rows {
 		u := UIConductor{Hostname: r.Hostname, ConductorGroup: r.ConductorGroup, State: StateStopped,
@@ -69,7 +92,7 @@ func (h *Handler) uiList(c echo.Context) error {
 			u.State = StateDead
 		}
 		if r.Alive {
-			u.State = StateAlive
+			u.State, u.Drain = StateAlive, drain[r.Hostname]
 		}
 		out[i] = u
 	}

@@ -499,14 +499,15 @@
 
   // loadConductors shows each conductor alive, dead (online, heartbeat run
   // out: what metalloc_conductors_dead counts) or stopped (went offline
-  // cleanly), as GET /v1/ui/conductors tells them apart.
+  // cleanly), as GET /v1/ui/conductors tells them apart; an alive one
+  // asked to drain also shows draining or drained.
   async function loadConductors() {
     try {
       const body = await api('/v1/ui/conductors');
       S.conductors = body.conductors || [];
       $('conductors').tBodies[0].replaceChildren(...S.conductors.map((c) => el('tr', { 'data-hostname': c.hostname, 'data-state': c.state },
         el('td', {}, c.hostname), el('td', {}, c.conductor_group || ''),
-        el('td', {}, el('span', { class: 'state ' + c.state, title: c.state === 'dead' ? 'online, but the expiry its last heartbeat wrote has passed: its work is taken over' : c.state === 'stopped' ? 'went offline cleanly' : 'heartbeating' }, c.state)),
+        el('td', {}, el('span', { class: 'state ' + c.state, title: c.state === 'dead' ? 'online, but the expiry its last heartbeat wrote has passed: its work is taken over' : c.state === 'stopped' ? 'went offline cleanly' : c.drain === 'drained' ? 'heartbeating; drained: it handed its rows over and claims nothing until restarted' : c.drain === 'draining' ? 'heartbeating; draining: finishing its in-flight rows, claiming none' : 'heartbeating' }, c.drain ? c.state + ', ' + c.drain : c.state)),
         el('td', {}, c.state === 'stopped' ? 'since ' + fmtTime(c.updated_at)
           : c.heartbeat_age === null ? '' : c.heartbeat_age.toFixed(1) + ' s ago'))));
     } catch (err) {
