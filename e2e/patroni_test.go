@@ -90,12 +90,13 @@ func TestPatroniFailover(t *testing.T) {
 		killedAt := time.Now()
 		rate := load.createdBetween(killedAt.Add(-5*time.Second), killedAt) / 5
 		require.NoError(t, ha.Kill(old))
+		killDone := time.Now()
 		// Nobody acts: Patroni's leader key expires (ttl) and the
 		// synchronous standby takes it.
 		promoted, err := ha.WaitPrimary(ctx, old, patroniWait)
 		require.NoError(t, err)
 		promotedAt := time.Now()
-		recoveredAt, answeredAt := load.waitRecovered(t, killedAt)
+		recoveredAt, answeredAt := load.waitRecovered(t, killedAt, killDone)
 		load.waitCreated(t, patroniAfter, recoveredAt)
 		n503, slowest := load.unavailableSince(killedAt)
 		figures = append(figures, failover{from: old.Name, to: promoted.Name, rate: rate,
@@ -340,11 +341,13 @@ func (l *haLoad) waitCreated(t *testing.T, n int, since time.Time) {
 
 // waitRecovered waits for the first 201 after the outage that began at
 // killedAt and returns its time, and the time of the first 2xx: answers to
-// requests sent after the first failed request sent after the kill (a
-// request in flight at the kill may still have committed on the old
-// primary). A 201 with Prefer: wait needs a conductor to have allocated,
-// a DELETE's 204 only the API and the database.
-func (l *haLoad) waitRecovered(t *testing.T, killedAt time.Time) (created, answered time.Time) {
+// requests sent after the first failed request sent after the kill and
+// after killDone, when the last of the old primary's processes was gone
+// (until then a backend not yet killed may still commit, and replicate,
+// a request sent after the first failure). A 201 with Prefer: wait needs
+// a conductor to have allocated, a DELETE's 204 only the API and the
+// database.
+func (l *haLoad) waitRecovered(t *testing.T, killedAt, killDone time.Time) (created, answered time.Time) {
 	t.Helper()
 	dbtest.WaitFor(t, patroniWait, "a 201 after the failover", func() bool {
 		var failed time.Time
@@ -357,6 +360,9 @@ func (l *haLoad) waitRecovered(t *testing.T, killedAt time.Time) (created, answe
 		}
 		if failed.IsZero() {
 			return false
+		}
+		if failed.Before(killDone) {
+			failed = killDone
 		}
 		created, answered = time.Time{}, time.Time{}
 		for _, r := range reqs {
