@@ -2,7 +2,8 @@
 // cluster (package db/embedded, which metalloc-manage links for its private
 // databases): make a streaming standby of it, promote the standby, crash
 // the primary. The failover test (e2e TestFailoverToSynchronousStandby)
-// uses them.
+// uses them, and package internal/patroni (the Patroni cluster of the
+// tests and of dev up --ha) crashes its members with KillPostmaster.
 package pgtest
 
 import (
