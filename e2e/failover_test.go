@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/metalloc/metalloc/db"
@@ -58,14 +59,7 @@ func TestFailoverToSynchronousStandby(t *testing.T) {
 
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/metalloc?sslmode=disable&target_session_attrs=read-write",
 		primary.Port(), standby.Port())
-	stack, err := devstack.Start(ctx, devstack.Options{
-		BinDir: binDir, DatabaseURL: url, Conductors: 2, LogDir: t.TempDir(), Log: log,
-		Env: []string{"METALLOC_LOG_LEVEL=info", "METALLOC_API_REQUEST_TIMEOUT=3s",
-			"METALLOC_CONDUCTOR_HEARTBEAT_INTERVAL=500ms", "METALLOC_CONDUCTOR_HEARTBEAT_TIMEOUT=5s",
-			"METALLOC_CONDUCTOR_TAKEOVER_SCHEDULE=@every 1s"},
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { stack.Stop(context.Background()) })
+	stack := failoverStack(t, url, log)
 
 	type result struct {
 		status     int
@@ -234,4 +228,22 @@ func TestFailoverToSynchronousStandby(t *testing.T) {
 		recoveredAt.Sub(killedAt).Round(time.Millisecond), promoteAt.Sub(killedAt).Round(time.Millisecond),
 		promotedAt.Sub(promoteAt).Round(time.Millisecond), recoveredAt.Sub(promoteAt).Round(time.Millisecond), len(results), statuses, statuses[http.StatusServiceUnavailable],
 		len(acked), len(lost), doubleBooked)
+}
+
+// failoverStack starts the API and two conductors on url for a failover
+// test, stopped at the test's end: requests bounded to 3 s
+// (api.request_timeout), and conductors that judge a peer dead 5 s after
+// its last heartbeat and look for rows to take over every second, so that
+// the failover, not the defaults' minute, is what the figures measure.
+func failoverStack(t *testing.T, url string, log *zap.Logger) *devstack.Stack {
+	t.Helper()
+	stack, err := devstack.Start(context.Background(), devstack.Options{
+		BinDir: binDir, DatabaseURL: url, Conductors: 2, LogDir: t.TempDir(), Log: log,
+		Env: []string{"METALLOC_LOG_LEVEL=info", "METALLOC_API_REQUEST_TIMEOUT=3s",
+			"METALLOC_CONDUCTOR_HEARTBEAT_INTERVAL=500ms", "METALLOC_CONDUCTOR_HEARTBEAT_TIMEOUT=5s",
+			"METALLOC_CONDUCTOR_TAKEOVER_SCHEDULE=@every 1s"},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { stack.Stop(context.Background()) })
+	return stack
 }

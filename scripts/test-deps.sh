@@ -14,7 +14,13 @@
 # prometheus package (the alert rules and dashboard queries, e2e
 # TestDashboardMetrics), lintian (scripts/deb-check.sh checks the Debian
 # package with it), and tempest with oslotest and pytest (the runner of
-# python-ironicclient's functional tests, e2e TestIronicclientFunctional).
+# python-ironicclient's functional tests, e2e TestIronicclientFunctional),
+# and Patroni 3.0 with its etcd client and etcd 3.4 (package
+# internal/patroni: PostgreSQL under Patroni, e2e TestPatroniFailover and
+# TestDevUpHA; Debian's patroni package recommends no DCS client, so
+# python3-etcd is named here; on a host with systemd, installing
+# etcd-server also enables and starts its etcd.service on 2379, which the
+# tests do not use: they start their own members on free ports).
 # Does nothing when they are present; needs root (or sudo) otherwise.
 set -euo pipefail
 pkgs=()
@@ -35,6 +41,9 @@ command -v systemd-analyze >/dev/null || pkgs+=(systemd)
 command -v chromium >/dev/null || pkgs+=(chromium)
 command -v promtool >/dev/null || pkgs+=(prometheus)
 command -v lintian >/dev/null || pkgs+=(lintian)
+command -v patroni >/dev/null || pkgs+=(patroni)
+/usr/bin/python3 -c 'import etcd' 2>/dev/null || pkgs+=(python3-etcd)
+command -v etcd >/dev/null || pkgs+=(etcd-server)
 [ ${#pkgs[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -108,6 +109,27 @@ func ClassifyError(err error, log *zap.Logger) (int, string) {
 	return http.StatusInternalServerError, "Internal server error; see the service log for the request id."
 }
 
+// UnavailableRetryAfter is the Retry-After, in seconds, of a 503 the
+// error handlers (IronicErrorHandler, PlacementErrorHandler) render
+// without one of its own: chiefly "The database is temporarily
+// unavailable", answered while PostgreSQL restarts or fails over (a
+// Patroni failover takes its ttl, 10 to 30 s; docs/operations.md,
+// "PostgreSQL high availability"). RFC 9110 lets a 503 say when to come
+// back; Ironic and Placement send no Retry-After, and their clients retry
+// a 503 on their own schedule (python-ironicclient every 2 s), so 2 s
+// changes nothing for them and tells a plain HTTP client not to spin. The
+// body keeps each API's error format.
+const UnavailableRetryAfter = 2
+
+// setRetryAfter adds Retry-After: UnavailableRetryAfter to a 503 answer
+// that has none (an authentication refusal may carry its own).
+func setRetryAfter(c echo.Context, status int) {
+	h := c.Response().Header()
+	if status == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
+		h.Set("Retry-After", strconv.Itoa(UnavailableRetryAfter))
+	}
+}
+
 // httpErrorMessage is the message shown for echo's own errors (no route,
 // method not allowed, its middlewares' refusals).
 func httpErrorMessage(he *echo.HTTPError) string {
@@ -152,6 +174,7 @@ func IronicErrorHandler(err error, c echo.Context) {
 		return
 	}
 	status, msg := ClassifyError(err, Logger(c))
+	setRetryAfter(c, status)
 	if c.Request().Method == http.MethodHead {
 		_ = c.NoContent(status)
 		return

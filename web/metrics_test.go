@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -115,5 +116,29 @@ func TestUnavailableIs503(t *testing.T) {
 		require.Nil(t, inner.Debuginfo)
 		require.Equal(t, "The database is temporarily unavailable; retry later.", inner.Faultstring)
 		require.False(t, strings.Contains(rec.Body.String(), "listing nodes"), "no internals in %s", rec.Body.String())
+		// When to retry: a PostgreSQL failover lasts seconds.
+		require.Equal(t, strconv.Itoa(UnavailableRetryAfter), rec.Header().Get("Retry-After"), "%v", err)
+
+		// Placement's format, the same header.
+		req = httptest.NewRequest("GET", "/resource_providers", nil)
+		rec = httptest.NewRecorder()
+		PlacementErrorHandler(fmt.Errorf("listing providers: %w", err), e.NewContext(req, rec))
+		require.Equal(t, http.StatusServiceUnavailable, rec.Code, "%v", err)
+		var pbody struct {
+			Errors []struct {
+				Status int
+				Detail string
+			}
+		}
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &pbody), rec.Body.String())
+		require.Len(t, pbody.Errors, 1, rec.Body.String())
+		require.Equal(t, http.StatusServiceUnavailable, pbody.Errors[0].Status)
+		require.Equal(t, "The database is temporarily unavailable; retry later.", pbody.Errors[0].Detail)
+		require.Equal(t, strconv.Itoa(UnavailableRetryAfter), rec.Header().Get("Retry-After"), "%v", err)
 	}
+	// Other errors say nothing of retrying.
+	rec := httptest.NewRecorder()
+	IronicErrorHandler(NotFound("no such node"), echo.New().NewContext(httptest.NewRequest("GET", "/v1/nodes/x", nil), rec))
+	require.Equal(t, http.StatusNotFound, rec.Code)
+	require.Empty(t, rec.Header().Get("Retry-After"))
 }

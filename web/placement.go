@@ -201,6 +201,7 @@ func PlacementErrorHandler(err error, c echo.Context) {
 	if pe.Raised {
 		c.Response().Header().Del("Vary")
 	}
+	setRetryAfter(c, pe.Status)
 	// webob renders Placement's errors through strip_tags, which turns
 	// every line break into a space: a detail is one line (clients such as
 	// osc-placement show only its last line).

@@ -72,3 +72,17 @@ func TestDevEnv(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "is gone")
 }
+
+// TestDevUpHAFlags: --ha-members without --ha, and --ha with a
+// DATABASE_URL (whose database --ha would not use), fail at once, before
+// anything starts.
+func TestDevUpHAFlags(t *testing.T) {
+	_, stderr, code := run("dev", "up", "--ha-members", "2")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "--ha-members needs --ha")
+	t.Setenv("DATABASE_URL", "postgres://metalloc@db.example/metalloc")
+	_, stderr, code = run("dev", "up", "--ha")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "--ha starts its own PostgreSQL members: unset DATABASE_URL")
+	require.NotContains(t, stderr, "starting")
+}

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/db/embedded"
 	"github.com/metalloc/metalloc/devstack"
+	"github.com/metalloc/metalloc/internal/patroni"
 )
 
 // sampleNodes is the --nodes value that imports devstack.SampleNodes.
@@ -23,7 +26,8 @@ const sampleNodes = "sample"
 
 func upCmd() *cobra.Command {
 	var nodes, listen, placementListen, backend, envFile string
-	var conductors int
+	var conductors, haMembers int
+	var ha bool
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "start the whole system locally until Ctrl-C: PostgreSQL, migrations, API, conductors, sample nodes",
@@ -31,11 +35,21 @@ func upCmd() *cobra.Command {
 			"metalloc-placement and the conductors, imports --nodes and prints the URLs. It writes the\n" +
 			"environment a second shell needs (DATABASE_URL, PATH) to --env-file, which\n" +
 			"`metalloc-manage dev env` prints. Ctrl-C stops everything and deletes the private\n" +
-			"PostgreSQL with all its data.",
+			"PostgreSQL with all its data. --ha starts PostgreSQL as docs/operations.md (\"PostgreSQL high\n" +
+			"availability\") lays it out: three etcd members and --ha-members PostgreSQL members under\n" +
+			"Patroni in synchronous mode (Debian's etcd-server and patroni packages), the daemons on\n" +
+			"the members' multi-host URL.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, log, err := load(cmd)
 			if err != nil {
 				return err
+			}
+			// Wrong flags fail before anything starts.
+			switch {
+			case !ha && cmd.Flags().Changed("ha-members"):
+				return errors.New("--ha-members needs --ha")
+			case ha && os.Getenv("DATABASE_URL") != "":
+				return errors.New("--ha starts its own PostgreSQL members: unset DATABASE_URL")
 			}
 			// Read the node file first: a wrong path fails before anything starts.
 			var nodeFile []byte
@@ -71,8 +85,15 @@ func upCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			steps := newSteps()
-			steps.start("starting PostgreSQL")
-			url, stopDB, err := embedded.WithDatabase(ctx, log, nil)
+			var url, layout string
+			var stopDB func()
+			if ha {
+				steps.start(fmt.Sprintf("starting 3 etcd members and %d PostgreSQL members under Patroni", haMembers))
+				url, layout, stopDB, err = startHA(ctx, haMembers, log)
+			} else {
+				steps.start("starting PostgreSQL")
+				url, stopDB, err = embedded.WithDatabase(ctx, log, nil)
+			}
 			if err != nil {
 				return err
 			}
@@ -102,6 +123,7 @@ func upCmd() *cobra.Command {
 			}
 			defer os.Remove(envFile)
 			steps.done()
+			fmt.Print(layout)
 			fmt.Printf(`
 metalloc is up.
   API:       %[1]s   (Ironic API, microversions 1.1-1.82)
@@ -138,8 +160,34 @@ Ctrl-C stops everything%[7]s.
 	c.Flags().IntVar(&conductors, "conductors", 2, "conductors to start")
 	c.Flags().StringVar(&placementListen, "placement-listen", "127.0.0.1:8778", "metalloc-placement address:port, or off")
 	c.Flags().StringVar(&backend, "backend", "database", "conductors' allocation backend: database, or placement (through this metalloc-placement)")
+	c.Flags().BoolVar(&ha, "ha", false, "PostgreSQL under Patroni: 3 etcd members and --ha-members PostgreSQL members in synchronous mode, on 127.0.0.1")
+	c.Flags().IntVar(&haMembers, "ha-members", 3, "with --ha, how many PostgreSQL members (2 or 3)")
 	c.Flags().StringVar(&envFile, "env-file", "", "where to write the environment of a second shell (default dev.env next to this binary; removed at exit)")
 	return c
+}
+
+// startHA starts the Patroni cluster of dev up --ha with members
+// PostgreSQL members, and returns the database's multi-host URL, the
+// lines that say what listens where, and the function that stops it all
+// and deletes the data.
+func startHA(ctx context.Context, members int, log *zap.Logger) (url, layout string, stop func(), err error) {
+	c, err := patroni.Start(ctx, patroni.Options{Members: members, Log: log})
+	if err != nil {
+		return "", "", nil, err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nPostgreSQL under Patroni (synchronous mode; data and logs in %s):\n", c.Dir())
+	fmt.Fprintf(&b, "  etcd:      %s\n", strings.Join(c.EtcdURLs, " "))
+	primary := c.Primary(ctx)
+	for _, m := range c.Members {
+		role := "standby"
+		if m == primary {
+			role = "primary"
+		}
+		fmt.Fprintf(&b, "  %-10s PostgreSQL 127.0.0.1:%d, Patroni REST %s (%s; curl %s/cluster)\n",
+			m.Name+":", m.Port, m.RESTURL, role, m.RESTURL)
+	}
+	return c.URL("metalloc"), b.String(), c.Stop, nil
 }
 
 // discardNote tells what Ctrl-C does to the data: a private PostgreSQL is

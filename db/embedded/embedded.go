@@ -220,9 +220,27 @@ func (c *Cluster) Restart(ctx context.Context) error {
 // dropPrivileges picks the unprivileged user to run the server as, checks it
 // can reach the data dir and hands the data dir over to it.
 func (c *Cluster) dropPrivileges() error {
-	u, err := serverUser()
+	cred, name, err := ServerCredential()
 	if err != nil {
 		return err
+	}
+	if err := HandOver(c.dataDir, name, cred); err != nil {
+		return err
+	}
+	c.cred = cred
+	return nil
+}
+
+// ServerCredential is the unprivileged user a root process runs
+// PostgreSQL (and Patroni, package internal/patroni) as, since the server
+// refuses to run as root: user postgres if it exists, else user metalloc,
+// created as a system user with useradd if missing. It returns the
+// credential to put in exec.Cmd's SysProcAttr (with the user's
+// supplementary groups) and the user name, for messages.
+func ServerCredential() (*syscall.Credential, string, error) {
+	u, err := serverUser()
+	if err != nil {
+		return nil, "", err
 	}
 	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
@@ -234,13 +252,20 @@ func (c *Cluster) dropPrivileges() error {
 			}
 		}
 	}
-	if err := checkTraversable(c.dataDir, u.Username, cred); err != nil {
+	return cred, u.Username, nil
+}
+
+// HandOver gives dir and everything in it to cred's user (username, for
+// messages), after checking that the user can reach dir: an error names
+// the first parent directory the user cannot traverse (a directory under
+// /root, a 0700 test temp dir).
+func HandOver(dir, username string, cred *syscall.Credential) error {
+	if err := checkTraversable(dir, username, cred); err != nil {
 		return err
 	}
-	if err := chownTree(c.dataDir, cred); err != nil {
-		return fmt.Errorf("handing data dir to user %s: %w", u.Username, err)
+	if err := chownTree(dir, cred); err != nil {
+		return fmt.Errorf("handing %s to user %s: %w", dir, username, err)
 	}
-	c.cred = cred
 	return nil
 }
 

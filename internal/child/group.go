@@ -28,6 +28,14 @@ type Group struct {
 // Group with env (nil: this process's), appending its output to logPath.
 // name is used in messages.
 func StartGroup(name string, argv, env []string, logPath string, log *zap.Logger) (*Group, error) {
+	return StartGroupAs(nil, name, argv, env, logPath, log)
+}
+
+// StartGroupAs is StartGroup with the leader run as cred's user (nil: as
+// ourselves) in the working directory "/", which any user can read: a
+// root process starting Patroni, which PostgreSQL's refusal to run as
+// root makes run as an unprivileged user (embedded.ServerCredential).
+func StartGroupAs(cred *syscall.Credential, name string, argv, env []string, logPath string, log *zap.Logger) (*Group, error) {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -35,6 +43,10 @@ func StartGroup(name string, argv, env []string, logPath string, log *zap.Logger
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = f, f
+	if cred != nil {
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	g := &Group{name: name, cmd: cmd, done: make(chan struct{}), log: log}
 	if err := Start(cmd, func(err error) { g.waitErr = err; f.Close(); close(g.done) }); err != nil {
 		f.Close()

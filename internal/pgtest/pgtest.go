@@ -2,7 +2,8 @@
 // cluster (package db/embedded, which metalloc-manage links for its private
 // databases): make a streaming standby of it, promote the standby, crash
 // the primary. The failover test (e2e TestFailoverToSynchronousStandby)
-// uses them.
+// uses them, and package internal/patroni (the Patroni cluster of the
+// tests and of dev up --ha) crashes its members with KillPostmaster.
 package pgtest
 
 import (
@@ -86,6 +87,14 @@ func Kill(ctx context.Context, c *embedded.Cluster) error {
 	if err != nil {
 		return err
 	}
+	return KillPostmaster(pid)
+}
+
+// KillPostmaster sends SIGKILL to the PostgreSQL server whose postmaster is
+// process pid and to every process it started, as Kill does; for a server
+// that no embedded.Cluster runs (one under Patroni, package
+// internal/patroni). Its error says which process could not be signalled.
+func KillPostmaster(pid int) error {
 	// Stop the postmaster first so that it forks no backend while its
 	// children are listed and killed.
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
