@@ -9,9 +9,18 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 
 DATE    ?= $(shell date -u -d @$${SOURCE_DATE_EPOCH:-$$(date +%s)} +%Y-%m-%dT%H:%M:%SZ)
 BI      := github.com/metalloc/metalloc/buildinfo
 LDFLAGS := -X $(BI).version=$(VERSION) -X $(BI).commit=$(COMMIT) -X $(BI).date=$(DATE)
-# make run's node file: the sample fleet next to the repository when it is
-# there, else 240 generated nodes (NODES=sample); NODES=FILE for your own.
-NODES   ?= $(or $(wildcard ../shared/data/dc1-nodes.yaml),sample)
+# make run's node file: the sample fleet the documentation uses
+# (examples/dc1-nodes.yaml, 240 nodes); NODES=FILE for your own.
+NODES   ?= examples/dc1-nodes.yaml
+# Conductors of make run and make bench.
+CONDUCTORS ?= 2
+# make run's listeners, all on 127.0.0.1 (dev up's --api-port,
+# --placement-port (or off), --pg-port and --metrics-port: conductor N's
+# metrics on METRICS_PORT+N-1); 0 is a free port, printed once up.
+API_PORT       ?= 6385
+PLACEMENT_PORT ?= 8778
+PG_PORT        ?= 0
+METRICS_PORT   ?= 0
 
 .PHONY: build run test generate lint bench bench-ironic fuzz deb
 
@@ -20,11 +29,13 @@ NODES   ?= $(or $(wildcard ../shared/data/dc1-nodes.yaml),sample)
 build:
 	@GO="$(GO)" BIN="$(BIN)" LDFLAGS="$(LDFLAGS)" scripts/build.sh
 
-# Private PostgreSQL + migrations + metalloc-api + 2 conductors +
-# metalloc-placement + the nodes of NODES; Ctrl-C stops it and deletes the
-# data. A second shell gets its environment with eval "$(bin/metalloc-manage dev env)".
+# Private PostgreSQL + migrations + metalloc-api + CONDUCTORS conductors
+# (2) + metalloc-placement + the nodes of NODES, on the ports above; Ctrl-C
+# stops it and deletes the data. A second shell gets its environment with
+# eval "$(bin/metalloc-manage dev env)".
 run: build
-	$(BIN)/metalloc-manage dev up --nodes $(NODES)
+	$(BIN)/metalloc-manage dev up --nodes $(NODES) --conductors $(CONDUCTORS) --api-port $(API_PORT) \
+		--placement-port $(PLACEMENT_PORT) --pg-port $(PG_PORT) --metrics-port $(METRICS_PORT)
 
 # Every test, race detector on, against a real PostgreSQL (and the reference
 # OpenStack Placement, installed from Debian's packages when missing).
@@ -66,7 +77,6 @@ lint:
 # the node count here (make run's default node file or sample means 10000).
 ALLOCS      ?= 5000
 CONCURRENCY ?= 32
-CONDUCTORS  ?= 2
 ENROLL      ?= api
 POLL        ?= 5ms
 MODE        ?= poll

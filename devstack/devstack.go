@@ -42,6 +42,11 @@ type Options struct {
 	// ConductorPrefix names them: <prefix>1, <prefix>2, ... (default
 	// "conductor-").
 	ConductorPrefix string
+	// ConductorMetricsPort is the first conductor's metrics port on
+	// 127.0.0.1: the n-th conductor started (StartConductor too) listens
+	// on ConductorMetricsPort+n-1, so that `dev up --metrics-port` keeps
+	// every listener in a range its user chose. 0: a free port each.
+	ConductorMetricsPort int
 	// APIListen is the API's address:port (default 127.0.0.1 on a free port).
 	APIListen string
 	// Placement also starts metalloc-placement, on PlacementListen (default
@@ -326,13 +331,17 @@ func startPlacement(ctx context.Context, opts Options) (*Stack, error) {
 }
 
 // StartConductor starts one more conductor with the given hostname, its
-// metrics listener on a free loopback port (Process.MetricsURL), and
+// metrics listener on a loopback port (Process.MetricsURL: the next one
+// from Options.ConductorMetricsPort when set, else a free one), and
 // extraEnv (KEY=VALUE) after the stack's Env. With the placement backend
 // its backend settings come before the stack's Env, which overrides them.
 func (s *Stack) StartConductor(hostname string, extraEnv ...string) (*Process, error) {
-	port, err := freeport.Pick()
-	if err != nil {
-		return nil, err
+	port := s.opts.ConductorMetricsPort + len(s.Conductors)
+	if s.opts.ConductorMetricsPort == 0 {
+		var err error
+		if port, err = freeport.Pick(); err != nil {
+			return nil, err
+		}
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(port)
 	env := append([]string{"METALLOC_CONDUCTOR_METRICS_LISTEN=" + listen}, extraEnv...)

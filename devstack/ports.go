@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -57,6 +58,18 @@ func listensOn(pid, port int) bool {
 // listeningInodes returns the socket inodes listening on TCP port.
 func listeningInodes(port int) map[string]bool {
 	out := map[string]bool{}
+	for inode, p := range listeners() {
+		if p == port {
+			out[inode] = true
+		}
+	}
+	return out
+}
+
+// listeners maps the inode of every listening TCP socket (IPv4 and IPv6,
+// from /proc/net/tcp{,6}) to its port.
+func listeners() map[string]int {
+	out := map[string]int{}
 	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		fh, err := os.Open(f)
 		if err != nil {
@@ -73,12 +86,33 @@ func listeningInodes(port int) map[string]bool {
 			if i < 0 {
 				continue
 			}
-			if p, err := strconv.ParseInt(fields[1][i+1:], 16, 32); err == nil && int(p) == port {
-				out[fields[9]] = true
+			if p, err := strconv.ParseInt(fields[1][i+1:], 16, 32); err == nil {
+				out[fields[9]] = int(p)
 			}
 		}
 		fh.Close()
 	}
+	return out
+}
+
+// ListeningPorts returns the TCP ports process pid listens on, sorted
+// (from /proc; none when its descriptors cannot be read): what a test
+// checks `dev up`'s processes against the ports it was given.
+func ListeningPorts(pid int) []int {
+	ports := listeners()
+	fds, _ := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "fd"))
+	seen := map[int]bool{}
+	for _, fd := range fds {
+		link, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "fd", fd.Name()))
+		if p, ok := ports[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")]; err == nil && ok && strings.HasPrefix(link, "socket:[") {
+			seen[p] = true
+		}
+	}
+	out := make([]int, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	slices.Sort(out)
 	return out
 }
 

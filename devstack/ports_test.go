@@ -36,6 +36,8 @@ func TestListensOn(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	require.True(t, listensOn(os.Getpid(), port))
 	require.False(t, listensOn(os.Getpid(), port+1)) // a port nobody here holds
+	require.Contains(t, ListeningPorts(os.Getpid()), port)
+	require.NotContains(t, ListeningPorts(os.Getpid()), port+1)
 }
 
 // A process that exits during the start is reported with the end of its

@@ -34,11 +34,7 @@ func TestBackupRestore(t *testing.T) {
 	bin := filepath.Join(workspace, "repo", "bin")
 	from := dbtest.NewURL(t)
 
-	nodes := filepath.Join(t.TempDir(), "nodes.yaml")
-	if err := os.WriteFile(nodes, devstack.SampleNodes(16), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	imp := exec.Command(filepath.Join(bin, "metalloc-manage"), "node", "import", nodes)
+	imp := exec.Command(filepath.Join(bin, "metalloc-manage"), "node", "import", filepath.Join(repoRoot(), "examples", "dc1-nodes.yaml"))
 	imp.Env = append(readerEnv(t.TempDir()), "DATABASE_URL="+from)
 	if out, err := imp.CombinedOutput(); err != nil {
 		t.Fatalf("node import: %v\n%s", err, out)

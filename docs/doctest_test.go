@@ -20,8 +20,9 @@ import (
 
 // workspace is a directory laid out as a reader's: workspace/repo holds
 // links to the repository's files and a bin/ of freshly built binaries
-// (what make build leaves), workspace/shared links to ../shared. Blocks run
-// in workspace/repo, so what they write stays out of the checkout.
+// (what make build leaves), and nothing beside it: what the documentation
+// uses lives in the repository (a plain clone has it). Blocks run in
+// workspace/repo, so what they write stays out of the checkout.
 var workspace string
 
 func TestMain(m *testing.M) {
@@ -55,11 +56,6 @@ func setup(m *testing.M) (int, error) {
 			continue
 		}
 		if err := os.Symlink(filepath.Join(repoRoot(), e.Name()), filepath.Join(repo, e.Name())); err != nil {
-			return 0, err
-		}
-	}
-	if shared := filepath.Join(repoRoot(), "..", "shared"); exists(shared) {
-		if err := os.Symlink(shared, filepath.Join(dir, "shared")); err != nil {
 			return 0, err
 		}
 	}
@@ -147,20 +143,17 @@ var documentedPorts = []string{"127.0.0.1:6385", "127.0.0.1:8778", "127.0.0.1:94
 
 // TestDocs runs every shell block of README.md and docs/*.md in reading
 // order (docFiles), in one bash session, against a stack started as make
-// run starts it (dev up with ../shared/data/dc1-nodes.yaml) on a database
-// of its own, in a workspace laid out as a checkout after make build. A
-// plain block must exit 0 (curl fails on an HTTP error status); a
-// transcript's commands (lines starting with "$ ") must exit with the
-// status shown ("(exit status N)", else 0) and print what is shown under
-// them (docs/development.md, "Tests and tools"). Blocks marked skip are
-// counted with their reasons.
+// run starts it (dev up with examples/dc1-nodes.yaml) on a database of its
+// own, in a workspace laid out as a checkout after make build. A plain
+// block must exit 0 (curl fails on an HTTP error status); a transcript's
+// commands (lines starting with "$ ") must exit with the status shown
+// ("(exit status N)", else 0) and print what is shown under them
+// (docs/development.md, "Tests and tools"). Blocks marked skip are counted
+// with their reasons.
 func TestDocs(t *testing.T) {
 	t.Parallel()
 	blocks := allBlocks(t)
 	repo := filepath.Join(workspace, "repo")
-	if !exists(filepath.Join(workspace, "shared", "data", "dc1-nodes.yaml")) {
-		t.Fatal("the documentation's examples use ../shared/data/dc1-nodes.yaml, next to the repository")
-	}
 	scratch := t.TempDir()
 	ports := map[string]string{}
 	for _, p := range documentedPorts {
@@ -237,15 +230,16 @@ type devUp struct {
 	conductorMetrics string // the first conductor's metrics address
 }
 
-// startDevUp runs bin/metalloc-manage dev up in repo as make run does (the
-// sample fleet), on its own database and the free addresses that stand for
-// the documented API and metalloc-placement ports, and waits until it has
+// startDevUp runs bin/metalloc-manage dev up in repo as make run does (its
+// default NODES, examples/dc1-nodes.yaml), on its own database and the free
+// ports that stand for the documented API and metalloc-placement ports
+// (make run's API_PORT and PLACEMENT_PORT), and waits until it has
 // written envFile. Cleanup stops it with SIGINT, as Ctrl-C does.
 func startDevUp(t *testing.T, repo, envFile string, ports map[string]string) devUp {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(repo, "bin", "metalloc-manage"), "dev", "up",
-		"--nodes", "../shared/data/dc1-nodes.yaml", "--listen", ports["127.0.0.1:6385"],
-		"--placement-listen", ports["127.0.0.1:8778"], "--env-file", envFile)
+		"--nodes", "examples/dc1-nodes.yaml", "--api-port", portOf(ports["127.0.0.1:6385"]),
+		"--placement-port", portOf(ports["127.0.0.1:8778"]), "--env-file", envFile)
 	cmd.Dir = repo
 	cmd.Env = append(readerEnv(t.TempDir()), "DATABASE_URL="+dbtest.NewURL(t))
 	logPath := filepath.Join(t.TempDir(), "dev-up.log")
@@ -320,6 +314,12 @@ func substitute(s string, ports map[string]string) string {
 		s = strings.ReplaceAll(s, from, to)
 	}
 	return s
+}
+
+// portOf is addr's port.
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
 }
 
 func freeAddr(t *testing.T) string {

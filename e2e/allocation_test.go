@@ -36,9 +36,8 @@ type sampleNode struct {
 
 func loadSample(t *testing.T) []sampleNode {
 	t.Helper()
-	path := filepath.Join(repoRoot(), "..", "shared", "data", "dc1-nodes.yaml")
-	raw, err := os.ReadFile(path)
-	require.NoError(t, err, "the sample inventory lives in ../shared/data next to the repository")
+	raw, err := os.ReadFile(filepath.Join(repoRoot(), "examples", "dc1-nodes.yaml"))
+	require.NoError(t, err)
 	var doc struct{ Nodes []sampleNode }
 	require.NoError(t, yaml.Unmarshal(raw, &doc))
 	require.Len(t, doc.Nodes, 240)

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -26,32 +27,41 @@ const oscPlacementTests = 160
 // entry that passes fails the test too (take it off the list).
 var oscPlacementAllowed = map[string]string{}
 
-// oscPlacementDir is osc-placement 4.0.0 with the runner for a live
-// endpoint (its conftest.py), kept outside the repository
-// (../shared/conformance/osc-placement/4.0.0, or
-// $METALLOC_TEST_OSC_PLACEMENT_DIR); it must be there.
-func oscPlacementDir(t *testing.T) string {
+// oscPlacementPackage is where Debian's python3-osc-placement ships
+// osc-placement with its functional tests (scripts/test-deps.sh installs
+// it); oscPlacementVersion is the upstream release whose 160 tests are
+// counted.
+const (
+	oscPlacementPackage = "/usr/lib/python3/dist-packages/osc_placement"
+	oscPlacementVersion = "4.0.0"
+)
+
+// oscPlacementTestsDir is the functional tests of Debian's
+// python3-osc-placement, which must be osc-placement 4.0.0: the test
+// fails, never skips, without them.
+func oscPlacementTestsDir(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("METALLOC_TEST_OSC_PLACEMENT_DIR")
-	if dir == "" {
-		dir = filepath.Join(repoRoot(), "..", "shared", "conformance", "osc-placement", "4.0.0")
-	}
-	_, err := os.Stat(filepath.Join(dir, "conftest.py"))
-	require.NoError(t, err, "osc-placement's functional tests (../shared/conformance/osc-placement) are needed")
+	dir := filepath.Join(oscPlacementPackage, "tests", "functional")
+	_, err := os.Stat(dir)
+	require.NoError(t, err, "osc-placement's functional tests come from Debian's python3-osc-placement: run scripts/test-deps.sh")
+	out, err := exec.Command("dpkg-query", "-W", "-f", "${Version}", "python3-osc-placement").Output()
+	require.NoError(t, err, "dpkg-query python3-osc-placement")
+	require.True(t, strings.HasPrefix(string(out), oscPlacementVersion+"-"),
+		"python3-osc-placement is %s; the suite counted here is osc-placement %s's", out, oscPlacementVersion)
 	return dir
 }
 
 // osc-placement 4.0.0's functional tests (the `openstack resource provider
 // ...` plugin, driven in-process as an operator runs it) against
-// metalloc-placement, run by Debian's python3 with pytest from
-// ../shared/conformance/osc-placement (its conftest.py points them at a
-// live endpoint and empties it before each test, as the upstream fixture
-// starts each on a fresh database). Every one of the 160 tests must pass,
+// metalloc-placement, run by Debian's python3 with pytest from Debian's
+// python3-osc-placement (the plugin testdata/osc_placement_live.py points
+// them at a live endpoint and empties it before each test, as the
+// upstream fixture starts each on a fresh database). Every one of the 160 tests must pass,
 // but those on oscPlacementAllowed; the test fails, never skips, when the
 // suite cannot run (scripts/test-deps.sh installs what it needs).
 func TestOSCPlacementSuite(t *testing.T) {
 	t.Parallel()
-	dir := oscPlacementDir(t)
+	tests := oscPlacementTestsDir(t)
 	pgBin, err := embedded.EnsureBinaries(context.Background(), zaptest.NewLogger(t))
 	require.NoError(t, err)
 	dbURL := dbtest.NewURL(t)
@@ -63,10 +73,11 @@ func TestOSCPlacementSuite(t *testing.T) {
 	t.Cleanup(func() { stack.Stop(context.Background()) })
 
 	report := filepath.Join(t.TempDir(), "report.xml")
-	cmd := exec.Command("/usr/bin/python3", "-m", "pytest", "-q", "-p", "no:cacheprovider",
-		"--junitxml="+report, "osc_placement/tests/functional")
-	cmd.Dir = dir
+	cmd := exec.Command("/usr/bin/python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "osc_placement_live",
+		"--rootdir", filepath.Dir(oscPlacementPackage), "--junitxml="+report, tests)
+	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(),
+		"PYTHONPATH="+filepath.Join(repoRoot(), "e2e", "testdata"),
 		"PLACEMENT_URL="+stack.PlacementURL,
 		"PLACEMENT_TOKEN=admin",
 		"RESET_CMD="+shellQuote(filepath.Join(pgBin, "psql"))+" -q -X "+shellQuote(dbURL)+" -c "+shellQuote(placementReset),

@@ -18,17 +18,19 @@ import (
 	"github.com/metalloc/metalloc/devstack"
 )
 
-// conformanceDir is Placement's upstream functional suite and its runner,
-// kept outside the repository (../shared/conformance/placement, or
-// $METALLOC_PLACEMENT_CONFORMANCE_DIR); it must be there.
+// conformanceDir is Placement's upstream functional suite (its gabbits,
+// which no registry reachable here serves) and its runner, kept outside
+// the repository: $METALLOC_PLACEMENT_CONFORMANCE_DIR, else
+// ../shared/conformance/placement, whose absence skips the test (fails
+// it with METALLOC_TEST_REQUIRE_PEER_SUITES=1, see sharedConformance).
 func conformanceDir(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("METALLOC_PLACEMENT_CONFORMANCE_DIR")
 	if dir == "" {
-		dir = filepath.Join(repoRoot(), "..", "shared", "conformance", "placement")
+		dir = sharedConformance(t, "placement", "Placement 8.0.0's gabbits (gabbits-8.0.0) and their runner (run_gabbi.py)")
 	}
 	_, err := os.Stat(filepath.Join(dir, "run_gabbi.py"))
-	require.NoError(t, err, "Placement's upstream suite (../shared/conformance/placement) is needed")
+	require.NoError(t, err, "Placement's upstream suite: %s has no run_gabbi.py", dir)
 	return dir
 }
 

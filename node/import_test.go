@@ -14,9 +14,9 @@ import (
 	"github.com/metalloc/metalloc/node"
 )
 
-// dc1 is the shared sample data centre, relative to this package (the
-// repository's ../shared, as e2e finds it).
-const dc1 = "../../shared/data/dc1-nodes.yaml"
+// dc1 is the sample data centre the documentation uses (make run's
+// fleet), relative to this package.
+const dc1 = "../examples/dc1-nodes.yaml"
 
 func TestImportDC1(t *testing.T) {
 	t.Parallel()

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,29 +15,70 @@ import (
 
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/db/dbtest"
-	"github.com/metalloc/metalloc/devstack"
+	"github.com/metalloc/metalloc/examples"
 )
 
 // TestDevUpMissingNodeFile: make run with a node file that is not there
-// (../shared missing, a typo in NODES=) fails at once, before PostgreSQL
-// starts, naming the file and how to choose another.
+// (a typo in NODES=) fails at once, before PostgreSQL starts, naming the
+// file and how to choose another.
 func TestDevUpMissingNodeFile(t *testing.T) {
 	t.Parallel()
 	_, stderr, code := run("dev", "up", "--nodes", filepath.Join(t.TempDir(), "missing.yaml"))
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "missing.yaml: no such file or directory")
-	require.Contains(t, stderr, "make run NODES=FILE chooses another node file; NODES=sample generates 240 sample nodes")
+	require.Contains(t, stderr, "make run NODES=FILE chooses another node file; NODES=sample imports the sample fleet built in")
 	require.NotContains(t, stderr, "starting PostgreSQL")
 }
 
-// TestSampleNodes: the generated fleet of make run NODES=sample imports as
-// 240 available nodes in racks of 8, and the README's examples find what
-// they ask for (r1-rack01-n2 is baremetal-gold with CUSTOM_NVME; GPU nodes
-// with CUSTOM_GPU_A100).
+// TestDevUpPortFlags: dev up refuses, before PostgreSQL starts, a port
+// flag it cannot honour: out of range, two listeners on one port (the
+// conductors' metrics ports run from --metrics-port up), a flag given with
+// its older spelling, --conductors below 0, and a port another process
+// holds (naming it).
+func TestDevUpPortFlags(t *testing.T) {
+	t.Setenv("DATABASE_URL", "") // as unset: the private PostgreSQL's port counts
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	busy := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	for _, tc := range []struct {
+		args    []string
+		message string
+	}{
+		{[]string{"--api-port", "70000"}, "--api-port 70000: a port is 1-65535"},
+		{[]string{"--metrics-port", "-1"}, "--metrics-port -1: a port is 1-65535, or 0 for a free one"},
+		{[]string{"--placement-port", "eighty"}, `--placement-port "eighty": a port number, or off`},
+		{[]string{"--api-port", "7000", "--placement-port", "7003", "--metrics-port", "7002", "--conductors", "2"},
+			"metalloc-placement and conductor-2's metrics would both listen on port 7003"},
+		{[]string{"--api-port", "7000", "--pg-port", "7000"}, "metalloc-api and PostgreSQL would both listen on port 7000"},
+		{[]string{"--listen", "127.0.0.1:7000", "--api-port", "7001"}, "--listen and --api-port set the same listener"},
+		{[]string{"--conductors", "-1"}, "--conductors -1: give 0 or more"},
+		{[]string{"--api-port", busy}, "metalloc-api cannot listen on 127.0.0.1:" + busy},
+		{[]string{"--placement-port", "off", "--backend", "placement"}, "drop --placement-port off"},
+	} {
+		_, stderr, code := run(append([]string{"dev", "up"}, tc.args...)...)
+		require.Equal(t, 1, code, "%v: %s", tc.args, stderr)
+		require.Contains(t, stderr, tc.message, "%v", tc.args)
+		require.NotContains(t, stderr, "starting PostgreSQL", "%v", tc.args)
+	}
+	t.Setenv("DATABASE_URL", "postgres://unused")
+	_, stderr, code := run("dev", "up", "--pg-port", "7005")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "--pg-port 7005 is the private PostgreSQL's port, and with DATABASE_URL set none starts")
+}
+
+// TestSampleNodes: dev up --nodes sample imports the fleet built into the
+// binary, which is examples/dc1-nodes.yaml (make run's default, what the
+// documentation uses): 240 available nodes in 30 racks, r1-rack01-n2
+// baremetal-gold with CUSTOM_NVME, 30 GPU nodes (as the README's
+// topology example counts them), 23 of them with CUSTOM_GPU_A100.
 func TestSampleNodes(t *testing.T) {
 	t.Parallel()
+	file, err := os.ReadFile(filepath.Join("..", "..", "examples", "dc1-nodes.yaml"))
+	require.NoError(t, err)
+	require.Equal(t, file, examples.DC1Nodes)
 	url := dbtest.NewURL(t)
-	require.NoError(t, importFrom(t.Context(), url, bytes.NewReader(devstack.SampleNodes(240)), "sample", importOptions{available: true}, zap.NewNop()))
+	require.NoError(t, importFrom(t.Context(), url, bytes.NewReader(examples.DC1Nodes), "sample", importOptions{available: true}, zap.NewNop()))
 	p, err := db.Open(t.Context(), url, db.PoolOptions{MaxConns: 2})
 	require.NoError(t, err)
 	defer p.Close()
@@ -43,10 +86,9 @@ func TestSampleNodes(t *testing.T) {
 	require.Equal(t, 30, dbtest.Count(t, p, `SELECT count(DISTINCT (extra->>'row') || '/' || (extra->>'rack')) FROM nodes`))
 	require.Equal(t, 1, dbtest.Count(t, p, `SELECT count(*) FROM nodes n JOIN node_traits nt ON nt.node_id = n.id
 		WHERE n.name = 'r1-rack01-n2' AND n.resource_class = 'baremetal-gold' AND nt.trait = 'CUSTOM_NVME'`))
-	require.Positive(t, dbtest.Count(t, p, `SELECT count(*) FROM nodes n JOIN node_traits nt ON nt.node_id = n.id
+	require.Equal(t, 30, dbtest.Count(t, p, `SELECT count(*) FROM nodes WHERE resource_class = 'baremetal-gpu'`))
+	require.Equal(t, 23, dbtest.Count(t, p, `SELECT count(*) FROM nodes n JOIN node_traits nt ON nt.node_id = n.id
 		WHERE n.resource_class = 'baremetal-gpu' AND nt.trait = 'CUSTOM_GPU_A100'`))
-	// The same count gives the same file (uuids from the names).
-	require.Equal(t, devstack.SampleNodes(8), devstack.SampleNodes(8))
 }
 
 // TestDevEnv: dev env prints the file dev up wrote while its process

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	neturl "net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -18,27 +21,138 @@ import (
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/db/embedded"
 	"github.com/metalloc/metalloc/devstack"
+	"github.com/metalloc/metalloc/examples"
 	"github.com/metalloc/metalloc/internal/patroni"
 )
 
-// sampleNodes is the --nodes value that imports devstack.SampleNodes.
+// sampleNodes is the --nodes value that imports the sample fleet built
+// into the binary (examples/dc1-nodes.yaml, what the documentation uses).
 const sampleNodes = "sample"
 
+// upPorts are dev up's listeners, each moved by one flag (and one make
+// run variable, its name in capitals with _ for -): api-port,
+// placement-port, pg-port and metrics-port.
+type upPorts struct {
+	api, placement   string // address:port; placement "off" when not started
+	pg, metrics      int    // 0: a free port (pg: none with DATABASE_URL)
+	conductors       int
+	listen, plListen string // the older --listen and --placement-listen
+}
+
+// resolve turns the flags into addresses and refuses, before anything
+// starts, a port out of range, one given twice, one of those flags with
+// its older spelling, --pg-port with DATABASE_URL, or a port another
+// process holds (naming it).
+func (p *upPorts) resolve(cmd *cobra.Command, apiPort int, placementPort string) error {
+	f := cmd.Flags()
+	for _, pair := range [][2]string{{"listen", "api-port"}, {"placement-listen", "placement-port"}} {
+		if f.Changed(pair[0]) && f.Changed(pair[1]) {
+			return fmt.Errorf("--%s and --%s set the same listener: give only --%s", pair[0], pair[1], pair[1])
+		}
+	}
+	if p.conductors < 0 {
+		return fmt.Errorf("--conductors %d: give 0 or more", p.conductors)
+	}
+	p.api = "127.0.0.1:" + strconv.Itoa(apiPort)
+	if f.Changed("listen") {
+		p.api = p.listen
+	} else if err := checkPort("--api-port", apiPort, false); err != nil {
+		return err
+	}
+	switch {
+	case f.Changed("placement-listen"):
+		p.placement = p.plListen
+	case placementPort == "off":
+		p.placement = "off"
+	default:
+		n, err := strconv.Atoi(placementPort)
+		if err != nil {
+			return fmt.Errorf("--placement-port %q: a port number, or off", placementPort)
+		}
+		if err := checkPort("--placement-port", n, false); err != nil {
+			return err
+		}
+		p.placement = "127.0.0.1:" + placementPort
+	}
+	if err := checkPort("--pg-port", p.pg, true); err != nil {
+		return err
+	}
+	if p.pg != 0 && os.Getenv("DATABASE_URL") != "" {
+		return fmt.Errorf("--pg-port %d is the private PostgreSQL's port, and with DATABASE_URL set none starts: unset one of them", p.pg)
+	}
+	if err := checkPort("--metrics-port", p.metrics, true); err != nil {
+		return err
+	}
+	if p.metrics != 0 && p.metrics+p.conductors-1 > 65535 {
+		return fmt.Errorf("--metrics-port %d: %d conductors need ports up to %d", p.metrics, p.conductors, p.metrics+p.conductors-1)
+	}
+	return p.checkFree()
+}
+
+// checkPort refuses a port outside 1-65535 (0 too when zeroOK: a free
+// port).
+func checkPort(flag string, port int, zeroOK bool) error {
+	switch {
+	case port == 0 && zeroOK, port > 0 && port <= 65535:
+		return nil
+	case zeroOK:
+		return fmt.Errorf("%s %d: a port is 1-65535, or 0 for a free one", flag, port)
+	}
+	return fmt.Errorf("%s %d: a port is 1-65535", flag, port)
+}
+
+// checkFree fails when two listeners would share a port, or when one of
+// them is taken now (devstack.CheckFree names its holder).
+func (p *upPorts) checkFree() error {
+	type listener struct{ what, addr string }
+	all := []listener{{"metalloc-api", p.api}}
+	if p.placement != "off" {
+		all = append(all, listener{"metalloc-placement", p.placement})
+	}
+	if p.pg != 0 {
+		all = append(all, listener{"PostgreSQL", "127.0.0.1:" + strconv.Itoa(p.pg)})
+	}
+	for i := range p.conductors {
+		if p.metrics != 0 {
+			all = append(all, listener{fmt.Sprintf("conductor-%d's metrics", i+1), "127.0.0.1:" + strconv.Itoa(p.metrics+i)})
+		}
+	}
+	byPort := map[string]string{}
+	for _, l := range all {
+		_, port, err := net.SplitHostPort(l.addr)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not address:port", l.what, l.addr)
+		}
+		if other, dup := byPort[port]; dup {
+			return fmt.Errorf("%s and %s would both listen on port %s: give each its own", other, l.what, port)
+		}
+		byPort[port] = l.what
+	}
+	for _, l := range all {
+		if err := devstack.CheckFree(l.what, l.addr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func upCmd() *cobra.Command {
-	var nodes, listen, placementListen, backend, envFile string
-	var conductors, haMembers int
+	var nodes, placementPort, backend, envFile string
+	var apiPort, haMembers int
 	var ha bool
+	ports := upPorts{}
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "start the whole system locally until Ctrl-C: PostgreSQL, migrations, API, conductors, sample nodes",
 		Long: "Starts a private PostgreSQL (or uses $DATABASE_URL), migrates it, starts metalloc-api,\n" +
-			"metalloc-placement and the conductors, imports --nodes and prints the URLs. It writes the\n" +
+			"metalloc-placement and the conductors, imports --nodes and prints what listens where. It writes the\n" +
 			"environment a second shell needs (DATABASE_URL, PATH) to --env-file, which\n" +
 			"`metalloc-manage dev env` prints. Ctrl-C stops everything and deletes the private\n" +
-			"PostgreSQL with all its data. --ha starts PostgreSQL as docs/operations.md (\"PostgreSQL high\n" +
-			"availability\") lays it out: three etcd members and --ha-members PostgreSQL members under\n" +
-			"Patroni in synchronous mode (Debian's etcd-server and patroni packages), the daemons on\n" +
-			"the members' multi-host URL.",
+			"PostgreSQL with all its data. Every listener is on 127.0.0.1, on the port of its flag\n" +
+			"(make run: API_PORT, PLACEMENT_PORT, PG_PORT, METRICS_PORT). --ha starts PostgreSQL as\n" +
+			"docs/operations.md (\"PostgreSQL high availability\") lays it out: three etcd members and\n" +
+			"--ha-members PostgreSQL members under Patroni in synchronous mode (Debian's etcd-server and\n" +
+			"patroni packages), the daemons on the members' multi-host URL.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, log, err := load(cmd)
 			if err != nil {
@@ -50,32 +164,29 @@ func upCmd() *cobra.Command {
 				return errors.New("--ha-members needs --ha")
 			case ha && os.Getenv("DATABASE_URL") != "":
 				return errors.New("--ha starts its own PostgreSQL members: unset DATABASE_URL")
+			case ha && cmd.Flags().Changed("pg-port"):
+				return errors.New("--pg-port is the private PostgreSQL's; --ha's members take free ports (dev up prints them)")
 			}
 			// Read the node file first: a wrong path fails before anything starts.
 			var nodeFile []byte
 			switch nodes {
 			case "":
 			case sampleNodes:
-				nodeFile = devstack.SampleNodes(240)
+				nodeFile = examples.DC1Nodes
 			default:
 				if nodeFile, err = os.ReadFile(nodes); err != nil {
 					hint := ""
 					if errors.Is(err, fs.ErrNotExist) {
-						hint = " (make run NODES=FILE chooses another node file; NODES=sample generates 240 sample nodes)"
+						hint = " (make run NODES=FILE chooses another node file; NODES=sample imports the sample fleet built in)"
 					}
 					return fmt.Errorf("node file: %w%s", err, hint)
 				}
 			}
-			if backend == "placement" && placementListen == "off" {
-				return errors.New("--backend placement needs metalloc-placement: drop --placement-listen off")
-			}
-			if err := devstack.CheckFree("metalloc-api", listen); err != nil {
+			if err := ports.resolve(cmd, apiPort, placementPort); err != nil {
 				return err
 			}
-			if placementListen != "off" {
-				if err := devstack.CheckFree("metalloc-placement", placementListen); err != nil {
-					return err
-				}
+			if backend == "placement" && ports.placement == "off" {
+				return errors.New("--backend placement needs metalloc-placement: drop --placement-port off")
 			}
 			if envFile == "" {
 				if envFile, err = defaultEnvFile(); err != nil {
@@ -92,7 +203,7 @@ func upCmd() *cobra.Command {
 				url, layout, stopDB, err = startHA(ctx, haMembers, log)
 			} else {
 				steps.start("starting PostgreSQL")
-				url, stopDB, err = embedded.WithDatabase(ctx, log, nil)
+				url, stopDB, err = embedded.WithDatabaseOn(ctx, log, ports.pg, nil)
 			}
 			if err != nil {
 				return err
@@ -102,10 +213,11 @@ func upCmd() *cobra.Command {
 			if _, err := db.Migrate(ctx, url, zap.NewNop()); err != nil {
 				return err
 			}
-			steps.start(fmt.Sprintf("starting metalloc-api, %d conductors and metalloc-placement", conductors))
+			steps.start(fmt.Sprintf("starting metalloc-api, %d conductors and metalloc-placement", ports.conductors))
 			stack, err := devstack.Start(ctx, devstack.Options{
-				DatabaseURL: url, Conductors: conductors, APIListen: listen, Log: log,
-				Placement: placementListen != "off", PlacementListen: placementListen,
+				DatabaseURL: url, Conductors: ports.conductors, NoConductors: ports.conductors == 0,
+				ConductorMetricsPort: ports.metrics, APIListen: ports.api, Log: log,
+				Placement: ports.placement != "off", PlacementListen: ports.placement,
 				AllocationBackend: backend,
 			})
 			if err != nil {
@@ -132,6 +244,8 @@ metalloc is up.
   database:  %[2]s
   logs:      %[3]s
 
+Listening (each port moved by its dev up flag, or make run variable):
+%[8]s
 In another shell, for metalloc-manage and DATABASE_URL:
   eval "$(%[6]s dev env)"
 
@@ -149,20 +263,27 @@ Try:
 
 Ctrl-C stops everything%[7]s.
 `, stack.APIURL, url, stack.API.LogPath[:len(stack.API.LogPath)-len("/api.log")], placementURL(stack),
-				backendName(backend), manageCommand(), discardNote())
+				backendName(backend), manageCommand(), discardNote(), listening(stack, url))
 			<-ctx.Done()
 			fmt.Println("\nstopping...")
 			return nil
 		},
 	}
-	c.Flags().StringVar(&nodes, "nodes", "", "node file to import and make available (openstack baremetal create format), or \"sample\": 240 generated nodes")
-	c.Flags().StringVar(&listen, "listen", "127.0.0.1:6385", "API address:port")
-	c.Flags().IntVar(&conductors, "conductors", 2, "conductors to start")
-	c.Flags().StringVar(&placementListen, "placement-listen", "127.0.0.1:8778", "metalloc-placement address:port, or off")
-	c.Flags().StringVar(&backend, "backend", "database", "conductors' allocation backend: database, or placement (through this metalloc-placement)")
-	c.Flags().BoolVar(&ha, "ha", false, "PostgreSQL under Patroni: 3 etcd members and --ha-members PostgreSQL members in synchronous mode, on 127.0.0.1")
-	c.Flags().IntVar(&haMembers, "ha-members", 3, "with --ha, how many PostgreSQL members (2 or 3)")
-	c.Flags().StringVar(&envFile, "env-file", "", "where to write the environment of a second shell (default dev.env next to this binary; removed at exit)")
+	f := c.Flags()
+	f.StringVar(&nodes, "nodes", "", "node file to import and make available (openstack baremetal create format plus traits), or \"sample\": the sample fleet built in (examples/dc1-nodes.yaml, 240 nodes)")
+	f.IntVar(&apiPort, "api-port", 6385, "metalloc-api's port on 127.0.0.1 (make run API_PORT)")
+	f.StringVar(&placementPort, "placement-port", "8778", "metalloc-placement's port on 127.0.0.1, or off (make run PLACEMENT_PORT)")
+	f.IntVar(&ports.pg, "pg-port", 0, "the private PostgreSQL's port on 127.0.0.1, 0 for a free one; not with DATABASE_URL (make run PG_PORT)")
+	f.IntVar(&ports.metrics, "metrics-port", 0, "the first conductor's metrics port on 127.0.0.1 (/metrics, /healthz, /readyz), conductor N on this + N-1; 0 for free ones (make run METRICS_PORT)")
+	f.IntVar(&ports.conductors, "conductors", 2, "conductors to start, 0 for none (make run CONDUCTORS)")
+	f.StringVar(&ports.listen, "listen", "", "metalloc-api's address:port (--api-port's older form)")
+	f.StringVar(&ports.plListen, "placement-listen", "", "metalloc-placement's address:port, or off (--placement-port's older form)")
+	_ = f.MarkHidden("listen")
+	_ = f.MarkHidden("placement-listen")
+	f.StringVar(&backend, "backend", "database", "conductors' allocation backend: database, or placement (through this metalloc-placement)")
+	f.StringVar(&envFile, "env-file", "", "where to write the environment of a second shell (default dev.env next to this binary; removed at exit)")
+	f.BoolVar(&ha, "ha", false, "PostgreSQL under Patroni: 3 etcd members and --ha-members PostgreSQL members in synchronous mode, on 127.0.0.1")
+	f.IntVar(&haMembers, "ha-members", 3, "with --ha, how many PostgreSQL members (2 or 3)")
 	return c
 }
 
@@ -188,6 +309,28 @@ func startHA(ctx context.Context, members int, log *zap.Logger) (url, layout str
 			m.Name+":", m.Port, m.RESTURL, role, m.RESTURL)
 	}
 	return c.URL("metalloc"), b.String(), c.Stop, nil
+}
+
+// listening lists what the stack listens on, one line a port, with the
+// flag that moves it: what a user whose ports are taken needs to know.
+func listening(s *devstack.Stack, url string) string {
+	var b strings.Builder
+	line := func(addr, what, flag string) { fmt.Fprintf(&b, "  %-21s %-51s %s\n", addr, what, flag) }
+	line(strings.TrimPrefix(s.APIURL, "http://"), "metalloc-api (Ironic API)", "--api-port, API_PORT")
+	if s.PlacementURL != "" {
+		line(strings.TrimPrefix(s.PlacementURL, "http://"), "metalloc-placement (Placement API)", "--placement-port, PLACEMENT_PORT")
+	}
+	if os.Getenv("DATABASE_URL") == "" && !strings.Contains(url, ",") { // --ha prints its members apart
+		if u, err := neturl.Parse(url); err == nil {
+			line(u.Host, "PostgreSQL (private, and a unix socket)", "--pg-port, PG_PORT")
+		}
+	}
+	for _, c := range s.Conductors {
+		if u, err := neturl.Parse(c.MetricsURL); err == nil {
+			line(u.Host, c.Name+" metrics (/metrics, /healthz, /readyz)", "--metrics-port, METRICS_PORT (+N-1 for conductor N)")
+		}
+	}
+	return b.String()
 }
 
 // discardNote tells what Ctrl-C does to the data: a private PostgreSQL is

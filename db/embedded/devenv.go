@@ -18,6 +18,13 @@ import (
 // is left behind and stop is nil. settings are the private cluster's extra
 // server settings (Options.Settings; ignored with DATABASE_URL).
 func WithDatabase(ctx context.Context, log *zap.Logger, settings map[string]string) (url string, stop func(), err error) {
+	return WithDatabaseOn(ctx, log, 0, settings)
+}
+
+// WithDatabaseOn is WithDatabase with the private cluster on port of
+// 127.0.0.1 (0: a free port), for `dev up --pg-port`; port is ignored with
+// DATABASE_URL.
+func WithDatabaseOn(ctx context.Context, log *zap.Logger, port int, settings map[string]string) (url string, stop func(), err error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -28,7 +35,7 @@ func WithDatabase(ctx context.Context, log *zap.Logger, settings map[string]stri
 	if err != nil {
 		return "", nil, fmt.Errorf("creating temporary PostgreSQL dir: %w", err)
 	}
-	c, err := Start(ctx, Options{DataDir: dir, Log: log, Settings: settings})
+	c, err := Start(ctx, Options{DataDir: dir, Port: port, Log: log, Settings: settings})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return "", nil, err
