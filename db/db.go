@@ -250,6 +250,14 @@ func IsUniqueViolation(err error, constraint string) bool {
 	return hasCode(err, "23505", constraint)
 }
 
+// IsExclusionViolation reports whether err is a PostgreSQL
+// exclusion_violation (23P01: a row conflicting with another under an
+// EXCLUDE constraint, e.g. a lease's node booked twice over one time),
+// optionally on the named constraint (empty matches any).
+func IsExclusionViolation(err error, constraint string) bool {
+	return hasCode(err, "23P01", constraint)
+}
+
 // IsForeignKeyViolation reports whether err is a PostgreSQL
 // foreign_key_violation, optionally on the named constraint (empty matches
 // any).

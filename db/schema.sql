@@ -11,6 +11,12 @@
 CREATE SCHEMA placement;
 
 --
+-- Name: btree_gist; Type: EXTENSION; Schema: -; Owner: -
+--
+
+CREATE EXTENSION IF NOT EXISTS btree_gist WITH SCHEMA public;
+
+--
 -- Name: ironic_node_in; Type: TYPE; Schema: public; Owner: -
 --
 
@@ -2074,7 +2080,8 @@ CREATE TABLE public.nodes (
     target_raid_config jsonb DEFAULT '{}'::jsonb NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone,
-    chassis_id bigint
+    chassis_id bigint,
+    reservable boolean DEFAULT false NOT NULL
 )
 WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.05', autovacuum_analyze_scale_factor='0.05', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_vacuum_cost_delay='0');
 
@@ -2192,6 +2199,88 @@ CREATE TABLE public.ironic_sync_lease (
     last_sync_at timestamp with time zone,
     last_sync_nodes integer,
     last_error text
+);
+
+--
+-- Name: lease_nodes; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.lease_nodes (
+    lease_id bigint NOT NULL,
+    reservation_id bigint NOT NULL,
+    node_id bigint NOT NULL,
+    during tstzrange NOT NULL,
+    released boolean DEFAULT false NOT NULL,
+    CONSTRAINT lease_nodes_during_check CHECK (((NOT isempty(during)) AND lower_inc(during) AND (NOT upper_inc(during)) AND (NOT lower_inf(during)) AND (NOT upper_inf(during))))
+);
+
+--
+-- Name: lease_reservations; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.lease_reservations (
+    id bigint NOT NULL,
+    lease_id bigint NOT NULL,
+    resource_class text NOT NULL,
+    traits text[] DEFAULT '{}'::text[] NOT NULL,
+    forbidden_traits text[] DEFAULT '{}'::text[] NOT NULL,
+    count integer NOT NULL,
+    rule text DEFAULT 'none'::text NOT NULL,
+    rule_level text,
+    domain text[],
+    CONSTRAINT lease_reservations_check CHECK (((rule = 'none'::text) = (rule_level IS NULL))),
+    CONSTRAINT lease_reservations_count_check CHECK ((count > 0)),
+    CONSTRAINT lease_reservations_rule_check CHECK ((rule = ANY (ARRAY['none'::text, 'required'::text, 'preferred'::text])))
+);
+
+--
+-- Name: lease_reservations_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.lease_reservations ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.lease_reservations_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: leases; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.leases (
+    id bigint NOT NULL,
+    uuid uuid NOT NULL,
+    name text,
+    project_id text NOT NULL,
+    start_time timestamp with time zone NOT NULL,
+    end_time timestamp with time zone NOT NULL,
+    state text DEFAULT 'pending'::text NOT NULL,
+    on_start text DEFAULT 'allocate'::text NOT NULL,
+    status_reason text,
+    conductor_affinity bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone,
+    CONSTRAINT leases_check CHECK ((start_time < end_time)),
+    CONSTRAINT leases_end_time_check CHECK ((end_time = date_trunc('second'::text, end_time))),
+    CONSTRAINT leases_on_start_check CHECK ((on_start = ANY (ARRAY['allocate'::text, 'lessee'::text]))),
+    CONSTRAINT leases_start_time_check CHECK ((start_time = date_trunc('second'::text, start_time))),
+    CONSTRAINT leases_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'active'::text, 'ended'::text, 'error'::text, 'cancelled'::text])))
+);
+
+--
+-- Name: leases_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.leases ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.leases_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
 );
 
 --
@@ -2695,6 +2784,48 @@ ALTER TABLE ONLY public.ironic_sync_lease
     ADD CONSTRAINT ironic_sync_lease_pkey PRIMARY KEY (name);
 
 --
+-- Name: lease_nodes lease_nodes_no_overlap; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.lease_nodes
+    ADD CONSTRAINT lease_nodes_no_overlap EXCLUDE USING gist (node_id WITH =, during WITH &&) WHERE ((NOT released));
+
+--
+-- Name: lease_nodes lease_nodes_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.lease_nodes
+    ADD CONSTRAINT lease_nodes_pkey PRIMARY KEY (lease_id, node_id);
+
+--
+-- Name: lease_reservations lease_reservations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.lease_reservations
+    ADD CONSTRAINT lease_reservations_pkey PRIMARY KEY (id);
+
+--
+-- Name: leases leases_name_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.leases
+    ADD CONSTRAINT leases_name_key UNIQUE (name);
+
+--
+-- Name: leases leases_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.leases
+    ADD CONSTRAINT leases_pkey PRIMARY KEY (id);
+
+--
+-- Name: leases leases_uuid_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.leases
+    ADD CONSTRAINT leases_uuid_key UNIQUE (uuid);
+
+--
 -- Name: node_history node_history_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -2930,6 +3061,36 @@ CREATE INDEX ironic_allocations_deleted_idx ON public.ironic_allocations USING b
 --
 
 CREATE INDEX ironic_allocations_deleting_idx ON public.ironic_allocations USING btree (retry_at) WHERE (state = 'deleting'::text);
+
+--
+-- Name: lease_nodes_node_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX lease_nodes_node_idx ON public.lease_nodes USING btree (node_id);
+
+--
+-- Name: lease_reservations_lease_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX lease_reservations_lease_idx ON public.lease_reservations USING btree (lease_id, id);
+
+--
+-- Name: leases_active_end_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX leases_active_end_idx ON public.leases USING btree (end_time) WHERE (state = 'active'::text);
+
+--
+-- Name: leases_pending_start_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX leases_pending_start_idx ON public.leases USING btree (start_time) WHERE (state = 'pending'::text);
+
+--
+-- Name: leases_project_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX leases_project_idx ON public.leases USING btree (project_id, id);
 
 --
 -- Name: node_history_node_idx; Type: INDEX; Schema: public; Owner: -
@@ -3266,6 +3427,34 @@ ALTER TABLE ONLY public.ironic_nodes
 
 ALTER TABLE ONLY public.ironic_sync_lease
     ADD CONSTRAINT ironic_sync_lease_holder_fkey FOREIGN KEY (holder) REFERENCES public.conductors(id) ON DELETE SET NULL;
+
+--
+-- Name: lease_nodes lease_nodes_lease_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.lease_nodes
+    ADD CONSTRAINT lease_nodes_lease_id_fkey FOREIGN KEY (lease_id) REFERENCES public.leases(id) ON DELETE CASCADE;
+
+--
+-- Name: lease_nodes lease_nodes_node_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.lease_nodes
+    ADD CONSTRAINT lease_nodes_node_id_fkey FOREIGN KEY (node_id) REFERENCES public.nodes(id) ON DELETE CASCADE;
+
+--
+-- Name: lease_nodes lease_nodes_reservation_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.lease_nodes
+    ADD CONSTRAINT lease_nodes_reservation_id_fkey FOREIGN KEY (reservation_id) REFERENCES public.lease_reservations(id) ON DELETE CASCADE;
+
+--
+-- Name: lease_reservations lease_reservations_lease_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.lease_reservations
+    ADD CONSTRAINT lease_reservations_lease_id_fkey FOREIGN KEY (lease_id) REFERENCES public.leases(id) ON DELETE CASCADE;
 
 --
 -- Name: node_history node_history_node_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -

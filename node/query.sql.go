@@ -567,7 +567,7 @@ func (q *Queries) GetAllocationOwner(ctx context.Context, id int64) (*string, er
 }
 
 const getNodeByName = `-- name: GetNodeByName :one
-SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nodes.provision_state, nodes.target_provision_state, nodes.provision_updated_at, nodes.power_state, nodes.target_power_state, nodes.maintenance, nodes.maintenance_reason, nodes.fault, nodes.last_error, nodes.instance_uuid, nodes.allocation_id, nodes.owner, nodes.lessee, nodes.description, nodes.conductor_group, nodes.reservation, nodes.protected, nodes.protected_reason, nodes.retired, nodes.retired_reason, nodes.automated_clean, nodes.console_enabled, nodes.shard, nodes.properties, nodes.extra, nodes.instance_info, nodes.driver_info, nodes.driver_internal_info, nodes.interfaces, nodes.network_data, nodes.raid_config, nodes.target_raid_config, nodes.created_at, nodes.updated_at, nodes.chassis_id,
+SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nodes.provision_state, nodes.target_provision_state, nodes.provision_updated_at, nodes.power_state, nodes.target_power_state, nodes.maintenance, nodes.maintenance_reason, nodes.fault, nodes.last_error, nodes.instance_uuid, nodes.allocation_id, nodes.owner, nodes.lessee, nodes.description, nodes.conductor_group, nodes.reservation, nodes.protected, nodes.protected_reason, nodes.retired, nodes.retired_reason, nodes.automated_clean, nodes.console_enabled, nodes.shard, nodes.properties, nodes.extra, nodes.instance_info, nodes.driver_info, nodes.driver_internal_info, nodes.interfaces, nodes.network_data, nodes.raid_config, nodes.target_raid_config, nodes.created_at, nodes.updated_at, nodes.chassis_id, nodes.reservable,
        a.uuid AS allocation_uuid,
        ch.uuid AS chassis_uuid,
        coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t
@@ -629,6 +629,7 @@ func (q *Queries) GetNodeByName(ctx context.Context, name *string) (GetNodeByNam
 		&i.NodeRow.CreatedAt,
 		&i.NodeRow.UpdatedAt,
 		&i.NodeRow.ChassisID,
+		&i.NodeRow.Reservable,
 		&i.AllocationUuid,
 		&i.ChassisUuid,
 		&i.Traits,
@@ -637,7 +638,7 @@ func (q *Queries) GetNodeByName(ctx context.Context, name *string) (GetNodeByNam
 }
 
 const getNodeByUUID = `-- name: GetNodeByUUID :one
-SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nodes.provision_state, nodes.target_provision_state, nodes.provision_updated_at, nodes.power_state, nodes.target_power_state, nodes.maintenance, nodes.maintenance_reason, nodes.fault, nodes.last_error, nodes.instance_uuid, nodes.allocation_id, nodes.owner, nodes.lessee, nodes.description, nodes.conductor_group, nodes.reservation, nodes.protected, nodes.protected_reason, nodes.retired, nodes.retired_reason, nodes.automated_clean, nodes.console_enabled, nodes.shard, nodes.properties, nodes.extra, nodes.instance_info, nodes.driver_info, nodes.driver_internal_info, nodes.interfaces, nodes.network_data, nodes.raid_config, nodes.target_raid_config, nodes.created_at, nodes.updated_at, nodes.chassis_id,
+SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nodes.provision_state, nodes.target_provision_state, nodes.provision_updated_at, nodes.power_state, nodes.target_power_state, nodes.maintenance, nodes.maintenance_reason, nodes.fault, nodes.last_error, nodes.instance_uuid, nodes.allocation_id, nodes.owner, nodes.lessee, nodes.description, nodes.conductor_group, nodes.reservation, nodes.protected, nodes.protected_reason, nodes.retired, nodes.retired_reason, nodes.automated_clean, nodes.console_enabled, nodes.shard, nodes.properties, nodes.extra, nodes.instance_info, nodes.driver_info, nodes.driver_internal_info, nodes.interfaces, nodes.network_data, nodes.raid_config, nodes.target_raid_config, nodes.created_at, nodes.updated_at, nodes.chassis_id, nodes.reservable,
        a.uuid AS allocation_uuid,
        ch.uuid AS chassis_uuid,
        coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t
@@ -699,6 +700,7 @@ func (q *Queries) GetNodeByUUID(ctx context.Context, argUuid uuid.UUID) (GetNode
 		&i.NodeRow.CreatedAt,
 		&i.NodeRow.UpdatedAt,
 		&i.NodeRow.ChassisID,
+		&i.NodeRow.Reservable,
 		&i.AllocationUuid,
 		&i.ChassisUuid,
 		&i.Traits,
@@ -987,7 +989,7 @@ func (q *Queries) ListOnlineConductors(ctx context.Context) ([]ListOnlineConduct
 }
 
 const lockNodeByName = `-- name: LockNodeByName :one
-SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nodes.provision_state, nodes.target_provision_state, nodes.provision_updated_at, nodes.power_state, nodes.target_power_state, nodes.maintenance, nodes.maintenance_reason, nodes.fault, nodes.last_error, nodes.instance_uuid, nodes.allocation_id, nodes.owner, nodes.lessee, nodes.description, nodes.conductor_group, nodes.reservation, nodes.protected, nodes.protected_reason, nodes.retired, nodes.retired_reason, nodes.automated_clean, nodes.console_enabled, nodes.shard, nodes.properties, nodes.extra, nodes.instance_info, nodes.driver_info, nodes.driver_internal_info, nodes.interfaces, nodes.network_data, nodes.raid_config, nodes.target_raid_config, nodes.created_at, nodes.updated_at, nodes.chassis_id,
+SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nodes.provision_state, nodes.target_provision_state, nodes.provision_updated_at, nodes.power_state, nodes.target_power_state, nodes.maintenance, nodes.maintenance_reason, nodes.fault, nodes.last_error, nodes.instance_uuid, nodes.allocation_id, nodes.owner, nodes.lessee, nodes.description, nodes.conductor_group, nodes.reservation, nodes.protected, nodes.protected_reason, nodes.retired, nodes.retired_reason, nodes.automated_clean, nodes.console_enabled, nodes.shard, nodes.properties, nodes.extra, nodes.instance_info, nodes.driver_info, nodes.driver_internal_info, nodes.interfaces, nodes.network_data, nodes.raid_config, nodes.target_raid_config, nodes.created_at, nodes.updated_at, nodes.chassis_id, nodes.reservable,
        a.uuid AS allocation_uuid,
        ch.uuid AS chassis_uuid,
        coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t
@@ -1050,6 +1052,7 @@ func (q *Queries) LockNodeByName(ctx context.Context, name *string) (LockNodeByN
 		&i.NodeRow.CreatedAt,
 		&i.NodeRow.UpdatedAt,
 		&i.NodeRow.ChassisID,
+		&i.NodeRow.Reservable,
 		&i.AllocationUuid,
 		&i.ChassisUuid,
 		&i.Traits,
@@ -1058,7 +1061,7 @@ func (q *Queries) LockNodeByName(ctx context.Context, name *string) (LockNodeByN
 }
 
 const lockNodeByUUID = `-- name: LockNodeByUUID :one
-SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nodes.provision_state, nodes.target_provision_state, nodes.provision_updated_at, nodes.power_state, nodes.target_power_state, nodes.maintenance, nodes.maintenance_reason, nodes.fault, nodes.last_error, nodes.instance_uuid, nodes.allocation_id, nodes.owner, nodes.lessee, nodes.description, nodes.conductor_group, nodes.reservation, nodes.protected, nodes.protected_reason, nodes.retired, nodes.retired_reason, nodes.automated_clean, nodes.console_enabled, nodes.shard, nodes.properties, nodes.extra, nodes.instance_info, nodes.driver_info, nodes.driver_internal_info, nodes.interfaces, nodes.network_data, nodes.raid_config, nodes.target_raid_config, nodes.created_at, nodes.updated_at, nodes.chassis_id,
+SELECT nodes.id, nodes.uuid, nodes.name, nodes.driver, nodes.resource_class, nodes.provision_state, nodes.target_provision_state, nodes.provision_updated_at, nodes.power_state, nodes.target_power_state, nodes.maintenance, nodes.maintenance_reason, nodes.fault, nodes.last_error, nodes.instance_uuid, nodes.allocation_id, nodes.owner, nodes.lessee, nodes.description, nodes.conductor_group, nodes.reservation, nodes.protected, nodes.protected_reason, nodes.retired, nodes.retired_reason, nodes.automated_clean, nodes.console_enabled, nodes.shard, nodes.properties, nodes.extra, nodes.instance_info, nodes.driver_info, nodes.driver_internal_info, nodes.interfaces, nodes.network_data, nodes.raid_config, nodes.target_raid_config, nodes.created_at, nodes.updated_at, nodes.chassis_id, nodes.reservable,
        a.uuid AS allocation_uuid,
        ch.uuid AS chassis_uuid,
        coalesce((SELECT array_agg(t.trait ORDER BY t.trait) FROM node_traits t
@@ -1123,6 +1126,7 @@ func (q *Queries) LockNodeByUUID(ctx context.Context, argUuid uuid.UUID) (LockNo
 		&i.NodeRow.CreatedAt,
 		&i.NodeRow.UpdatedAt,
 		&i.NodeRow.ChassisID,
+		&i.NodeRow.Reservable,
 		&i.AllocationUuid,
 		&i.ChassisUuid,
 		&i.Traits,

@@ -52,4 +52,5 @@ type NodeRow struct {
 	CreatedAt            time.Time
 	UpdatedAt            *time.Time
 	ChassisID            *int64
+	Reservable           bool
 }

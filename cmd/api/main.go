@@ -30,6 +30,7 @@ import (
 	"github.com/metalloc/metalloc/deploytemplate"
 	"github.com/metalloc/metalloc/driver/driverapi"
 	"github.com/metalloc/metalloc/ironic"
+	"github.com/metalloc/metalloc/lease"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/port"
 	"github.com/metalloc/metalloc/topology"
@@ -252,6 +253,9 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 	allocgroup.NewHandler(pool, allocgroup.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
 		Hub: hub, MaxWait: cfg.API.MaxWait, RequestTimeout: cfg.API.RequestTimeout,
+	}).Register(v1)
+	lease.NewHandler(pool, lease.HandlerOptions{
+		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules, Log: log,
 	}).Register(v1)
 	conductorapi.NewHandler(pool, conductorapi.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,

@@ -1,0 +1,218 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/metalloc/metalloc/db"
+)
+
+// Horizon is how far past a refused lease's start_time admission looks
+// for the earliest window that would fit it, and the availability search's
+// default.
+const Horizon = 90 * 24 * time.Hour
+
+// MaxAdmitAttempts bounds the picks of one admission: a pick that a
+// concurrent admission booked first (the exclusion constraint's 23P01) is
+// made again on what is left, up to this many times in all.
+const MaxAdmitAttempts = 8
+
+// Request is a lease to admit: its window [Start, End) in whole seconds,
+// its owner and what it asks for.
+type Request struct {
+	UUID         uuid.UUID
+	Name         *string
+	ProjectID    string
+	Start, End   time.Time
+	OnStart      string
+	Reservations []Reservation
+}
+
+// RefusedError is a lease that does not fit: Reasons says why per
+// reservation that does not (refusal), Earliest is the earliest start
+// within Horizon at which the whole lease would fit (nil: none).
+type RefusedError struct {
+	Start, End time.Time
+	Reasons    []string
+	Earliest   *time.Time
+}
+
+func (e *RefusedError) Error() string {
+	msg := "Lease does not fit: " + strings.Join(e.Reasons, "; ")
+	if e.Earliest != nil {
+		msg += fmt.Sprintf("; the earliest window for the whole lease starts at %s (until %s)",
+			e.Earliest.Format(timeFormat), e.Earliest.Add(e.End.Sub(e.Start)).Format(timeFormat))
+	} else {
+		msg += fmt.Sprintf("; the whole lease fits in no window of that length starting before %s",
+			e.Start.Add(Horizon).Format(timeFormat))
+	}
+	return msg + "."
+}
+
+// ErrContended is returned when every attempt's pick was booked first by
+// concurrent admissions (MaxAdmitAttempts).
+var ErrContended = errors.New("the nodes picked were booked concurrently by other leases")
+
+// matching reads the reservable nodes of each reservation's class with
+// its traits and their busy intervals over [from, until), other than
+// lease exclude's (0: none), one MatchingNodes per reservation.
+func matching(ctx context.Context, q *Queries, rs []Reservation, exclude int64, from, until time.Time) ([][]node, error) {
+	out := make([][]node, len(rs))
+	for i, r := range rs {
+		rc := r.ResourceClass
+		rows, err := q.MatchingNodes(ctx, MatchingNodesParams{ResourceClass: &rc, Traits: nonNil(r.Traits),
+			Forbidden: nonNil(r.Forbidden), ExcludeLease: exclude, FromTime: from, UntilTime: until})
+		if err != nil {
+			return nil, fmt.Errorf("reading reservable nodes: %w", err)
+		}
+		out[i] = toNodes(rows)
+	}
+	return out, nil
+}
+
+// inReadTx runs fn in a read-only transaction with jit off (JITOff).
+func (s *Store) inReadTx(ctx context.Context, fn func(q *Queries) error) error {
+	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		q := New(tx)
+		if err := q.JITOff(ctx); err != nil {
+			return err
+		}
+		return fn(q)
+	})
+}
+
+// Admit books req: in one transaction, it reads the reservable nodes of
+// each reservation with their busy intervals over the window, picks
+// (choose, at random among the equals so that concurrent admissions
+// rarely collide) and inserts the lease, its reservations and its
+// lease_nodes rows. A row another admission committed meanwhile fails the
+// insert with an exclusion violation: the transaction is rolled back and
+// the pick made again on fresh data, up to MaxAdmitAttempts in all
+// (ErrContended). A lease that does not fit is a *RefusedError. A name or
+// uuid taken is db's unique violation (leases_name_key, leases_uuid_key).
+func (s *Store) Admit(ctx context.Context, req Request, log *zap.Logger) (View, error) {
+	from, to := unix(req.Start), unix(req.End)
+	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	for attempt := 1; ; attempt++ {
+		var v View
+		var refused []string
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			q := New(tx)
+			if err := q.JITOff(ctx); err != nil {
+				return err
+			}
+			nodes, err := matching(ctx, q, req.Reservations, 0, req.Start, req.End)
+			if err != nil {
+				return err
+			}
+			picks, failed := chooseAll(nodes, req.Reservations, from, to, rnd)
+			if failed >= 0 {
+				refused = refusals(nodes, req.Reservations, from, to)
+				return nil
+			}
+			l, err := q.CreateLease(ctx, CreateLeaseParams{Uuid: req.UUID, Name: req.Name, ProjectID: req.ProjectID,
+				StartTime: req.Start, EndTime: req.End, OnStart: req.OnStart})
+			if err != nil {
+				return err
+			}
+			var resIDs, nodeIDs []int64
+			for i, r := range req.Reservations {
+				p := CreateReservationParams{LeaseID: l.ID, ResourceClass: r.ResourceClass, Traits: nonNil(r.Traits),
+					ForbiddenTraits: nonNil(r.Forbidden), Count: int32(r.Count), Rule: r.Rule, Domain: picks[i].Domain}
+				if r.Rule != RuleNone {
+					p.RuleLevel = &r.Level
+				}
+				id, err := q.CreateReservation(ctx, p)
+				if err != nil {
+					return err
+				}
+				for _, n := range picks[i].IDs {
+					resIDs, nodeIDs = append(resIDs, id), append(nodeIDs, n)
+				}
+			}
+			if err := q.InsertLeaseNodes(ctx, InsertLeaseNodesParams{LeaseID: l.ID, ReservationIds: resIDs,
+				NodeIds: nodeIDs, StartTime: req.Start, EndTime: req.End}); err != nil {
+				return err
+			}
+			v, err = get(ctx, q, l.Uuid.String())
+			return err
+		})
+		switch {
+		case err == nil && refused != nil:
+			re := &RefusedError{Start: req.Start, End: req.End, Reasons: refused}
+			if at, ok, err := s.earliestWindow(ctx, req.Reservations, req.Start, req.End); err != nil {
+				return View{}, err
+			} else if ok {
+				re.Earliest = &at
+			}
+			log.Info("lease refused", zap.Stringer("lease", req.UUID), zap.String("project", req.ProjectID),
+				zap.Int("attempt", attempt), zap.String("reason", re.Error()))
+			return View{}, re
+		case err == nil:
+			log.Info("lease admitted", zap.Stringer("lease", req.UUID), zap.String("project", req.ProjectID),
+				zap.Time("start", req.Start), zap.Time("end", req.End), zap.Int("attempt", attempt))
+			return v, nil
+		case db.IsExclusionViolation(err, "lease_nodes_no_overlap") || db.IsTransient(err):
+			if attempt >= MaxAdmitAttempts {
+				log.Warn("lease contended", zap.Stringer("lease", req.UUID), zap.Int("attempts", attempt))
+				return View{}, ErrContended
+			}
+			pause := time.Duration(attempt) * (time.Millisecond + rand.N(5*time.Millisecond))
+			select {
+			case <-ctx.Done():
+				return View{}, ctx.Err()
+			case <-time.After(pause):
+			}
+		default:
+			return View{}, err
+		}
+	}
+}
+
+// refusals words each reservation that does not fit (chooseAll's order:
+// the nodes of the earlier ones taken first).
+func refusals(nodes [][]node, rs []Reservation, from, to int64) []string {
+	taken := map[int64]bool{}
+	var out []string
+	for i, r := range rs {
+		p, ok := choose(nodes[i], r, from, to, taken, nil)
+		if !ok {
+			out = append(out, refusal(i, r, nodes[i], taken, from, to))
+			continue
+		}
+		for _, id := range p.IDs {
+			taken[id] = true
+		}
+	}
+	if len(out) == 0 {
+		// A random pick that failed where the ordered one succeeds:
+		// rare (rule preferred or several reservations of one class).
+		out = append(out, "the reservations fit one by one but not together; try again")
+	}
+	return out
+}
+
+// earliestWindow is the earliest start in [start, start+Horizon] at which
+// the whole lease of rs fits for end-start (earliestAll), on one read of
+// the busy intervals over that period.
+func (s *Store) earliestWindow(ctx context.Context, rs []Reservation, start, end time.Time) (time.Time, bool, error) {
+	var at int64
+	var ok bool
+	err := s.inReadTx(ctx, func(q *Queries) error {
+		nodes, err := matching(ctx, q, rs, 0, start, end.Add(Horizon))
+		if err != nil {
+			return err
+		}
+		at, ok = earliestAll(nodes, rs, unix(start), unix(end)-unix(start), unix(start.Add(Horizon)))
+		return nil
+	})
+	return fromUnix(at), ok, err
+}
