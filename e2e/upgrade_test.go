@@ -91,7 +91,10 @@ func TestRollingUpgrade(t *testing.T) {
 	balancer.add(oldB.APIURL)
 
 	load := startUpgradeLoad(t, balancer.URL(), pool)
-	phase := func(name string) { load.mark(name); t.Logf("upgrade: %s (%.1f s)", name, time.Since(load.began).Seconds()) }
+	phase := func(name string) {
+		load.mark(name)
+		t.Logf("upgrade: %s (%.1f s)", name, time.Since(load.began).Seconds())
+	}
 	time.Sleep(6 * time.Second)
 
 	phase("db sync (expand)")
