@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -48,6 +49,64 @@ func TestUnknownSubcommandExits2(t *testing.T) {
 	out, _, code := run("db", "--help")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "sync")
+}
+
+// TestHelpUnknownTopicExits2: `help nosuch` is exit 2 with the
+// unknown-command message, as `nosuch` is (it printed the root's help and
+// exited 0); `help db snyc` suggests sync; `help db sync` is db sync's help.
+func TestHelpUnknownTopicExits2(t *testing.T) {
+	t.Parallel()
+	_, stderr, code := run("help", "nosuch")
+	require.Equal(t, cli.ExitUsage, code)
+	require.Equal(t, "metalloc-manage: unknown command \"nosuch\" for \"metalloc-manage\"\nRun 'metalloc-manage --help' for usage.\n", stderr)
+	_, stderr, code = run("help", "db", "snyc")
+	require.Equal(t, cli.ExitUsage, code)
+	require.Contains(t, stderr, "unknown command \"snyc\" for \"metalloc-manage db\"\n\nDid you mean this?\n\tsync")
+	out, _, code := run("help", "db", "sync")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "metalloc-manage db sync [--contract]")
+}
+
+// TestSubcommandHelpShowsFlagsItReads: a subcommand's --help lists the
+// configuration flags of the sections it reads and names --help-all for
+// the rest (db sync --help was 63 lines, mostly ironic.*, keystone.*,
+// placement_backend.*); --help-all (also `help CMD --help-all`) lists
+// them all; every flag is still accepted.
+func TestSubcommandHelpShowsFlagsItReads(t *testing.T) {
+	t.Parallel()
+	out, _, code := run("db", "sync", "--help")
+	require.Equal(t, 0, code)
+	require.LessOrEqual(t, strings.Count(out, "\n"), 30, out)
+	require.Contains(t, out, "--database.url")
+	require.Contains(t, out, "--log.level")
+	require.Contains(t, out, "'metalloc-manage db sync --help-all'")
+	require.NotContains(t, out, "--ironic.")
+	require.NotContains(t, out, "--keystone.")
+	require.NotContains(t, out, "--api.")
+
+	for _, args := range [][]string{{"db", "sync", "--help-all"}, {"help", "db", "sync", "--help-all"}} {
+		all, _, code := run(args...)
+		require.Equal(t, 0, code, args)
+		require.Contains(t, all, "--ironic.endpoint", args)
+		require.Contains(t, all, "--placement_backend.cpu_allocation_ratio", args)
+		require.NotContains(t, all, "--help-all'", args)
+	}
+
+	out, _, code = run("allocation", "create", "--help")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "--api.auth_strategy")
+	require.Contains(t, out, "--keystone.auth_url")
+	require.NotContains(t, out, "--database.url")
+	require.NotContains(t, out, "--ironic.")
+
+	out, _, code = run("status", "upgrade-check", "--help")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "--placement_backend.cpu_allocation_ratio")
+
+	// Hidden from help, still accepted: the flag reaches the command.
+	_, stderr, code := run("db", "version", "--ironic.timeout", "5")
+	require.Equal(t, cli.ExitUsage, code, stderr)
+	require.Contains(t, stderr, "invalid argument \"5\" for \"--ironic.timeout\" flag")
 }
 
 // TestVersionFlag: --version prints the binary's version, commit, build
