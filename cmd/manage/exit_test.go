@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -107,6 +109,26 @@ func TestSubcommandHelpShowsFlagsItReads(t *testing.T) {
 	_, stderr, code := run("db", "version", "--ironic.timeout", "5")
 	require.Equal(t, cli.ExitUsage, code, stderr)
 	require.Contains(t, stderr, "invalid argument \"5\" for \"--ironic.timeout\" flag")
+}
+
+// TestDatabaseUnreachableMessage: db sync (through database/sql) and db
+// version (a pool) against a closed port say "connection refused" at the
+// address once (pgx listed its TLS attempt and the plaintext retry), and
+// never the password.
+func TestDatabaseUnreachableMessage(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	url := "postgres://metalloc:s3cret-pw@" + addr + "/metalloc"
+	for _, args := range [][]string{{"db", "sync"}, {"db", "version"}} {
+		_, stderr, code := run(append(args, "--database.url", url)...)
+		require.Equal(t, 1, code, args)
+		require.Regexp(t, `^metalloc-manage: (reading schema version: )?cannot connect to the database \(user=metalloc database=metalloc\): `+
+			regexp.QuoteMeta(addr)+`: connection refused \(is PostgreSQL running and listening there\?\)\n$`, stderr, args)
+		require.NotContains(t, stderr, "s3cret-pw", args)
+	}
 }
 
 // TestVersionFlag: --version prints the binary's version, commit, build

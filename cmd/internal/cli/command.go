@@ -11,6 +11,7 @@ import (
 
 	"github.com/metalloc/metalloc/buildinfo"
 	"github.com/metalloc/metalloc/config"
+	"github.com/metalloc/metalloc/db"
 )
 
 // Exit statuses of every metalloc binary (docs/deployment.md "Exit status").
@@ -137,7 +138,9 @@ func Run(root *cobra.Command, args []string, stderr io.Writer) int {
 		// cobra's own check of the root's arguments.
 		code = ExitUsage
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", root.Name(), err)
+	// A database connection that failed anywhere (also through
+	// database/sql, as db sync's): what happened, not pgx's TLS fallback.
+	fmt.Fprintf(stderr, "%s: %v\n", root.Name(), db.DescribeConnectError(err))
 	return code
 }
 
