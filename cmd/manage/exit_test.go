@@ -131,6 +131,38 @@ func TestDatabaseUnreachableMessage(t *testing.T) {
 	}
 }
 
+// TestConfigCheckDatabaseURL: without database.url, config check warns
+// naming the binaries that need it ("configuration OK with 1 warning(s)",
+// exit 0: the daemons may have it in their own environment); with --for a
+// binary that reads it, it is a problem (exit 1); a database command
+// without it exits 78 as the daemons do. (It said "configuration OK".)
+func TestConfigCheckDatabaseURL(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("METALLOC_DATABASE_URL", "")
+	out, _, code := run("config", "check")
+	require.Equal(t, 0, code, out)
+	require.Equal(t, "warning: database.url is not set; metalloc-api, metalloc-conductor, metalloc-placement and metalloc-manage need it where they run: "+
+		"set database.url in the file, METALLOC_DATABASE_URL or DATABASE_URL (or check with --for BINARY, where a missing URL is a problem)\n"+
+		"configuration OK with 1 warning(s): defaults and environment\n", out)
+
+	out, _, code = run("config", "check", "--for", "metalloc-api,conductor")
+	require.Equal(t, 1, code, out)
+	require.Equal(t, "problem: database.url is not set and metalloc-api and metalloc-conductor need it: "+
+		"set database.url in the file, METALLOC_DATABASE_URL or DATABASE_URL\n1 problem(s) in the configuration\n", out)
+
+	_, stderr, code := run("config", "check", "--for", "nova")
+	require.Equal(t, cli.ExitUsage, code)
+	require.Contains(t, stderr, `--for "nova": not a metalloc binary`)
+
+	out, _, code = run("config", "check", "--for", "api", "--database.url", "postgres://metalloc@db/metalloc")
+	require.Equal(t, 0, code, out)
+	require.Equal(t, "configuration OK: defaults and environment\n", out)
+
+	_, stderr, code = run("db", "version")
+	require.Equal(t, cli.ExitConfig, code, stderr)
+	require.Contains(t, stderr, "database.url is not set")
+}
+
 // TestVersionFlag: --version prints the binary's version, commit, build
 // date and Go version on one line.
 func TestVersionFlag(t *testing.T) {

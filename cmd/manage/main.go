@@ -70,11 +70,14 @@ func load(cmd *cobra.Command) (config.Config, *zap.Logger, error) {
 }
 
 // loadDatabase is load for a command that needs database.url: an error
-// naming the key when it is not set.
+// naming the key when it is not set, exit cli.ExitConfig as the daemons
+// (it was 1).
 func loadDatabase(cmd *cobra.Command) (config.Config, *zap.Logger, error) {
 	cfg, log, err := load(cmd)
 	if err == nil {
-		err = cfg.RequireDatabase()
+		if err = cfg.RequireDatabase(); err != nil {
+			err = cli.Exit(cli.ExitConfig, err)
+		}
 	}
 	return cfg, log, err
 }
