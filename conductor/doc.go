@@ -368,6 +368,10 @@
 //
 // # In front of Ironic
 //
+// (The operator's guide is docs/ironic.md, the failure modes and metrics
+// docs/operations.md "In front of Ironic"; this section is the protocol of
+// the allocations, ironic/doc.go that of the mirror and the proxy.)
+//
 // With ironic.endpoint set, Ironic is the system of record for nodes:
 // package ironic mirrors them into the nodes table (ironic/doc.go), and
 // every allocation metalloc makes is made in Ironic too, with the same

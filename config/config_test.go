@@ -170,6 +170,22 @@ func TestFlagsOfEachBinary(t *testing.T) {
 	require.Contains(t, fs.FlagUsages(), "(default 60s)")
 }
 
+// TestFlagUsageWholeSentence: each flag's help is its key's first whole
+// sentence: never cut inside parentheses or at "e.g." (the three
+// *_allocation_ratio flags ended in "(e.g").
+func TestFlagUsageWholeSentence(t *testing.T) {
+	t.Parallel()
+	for _, k := range Keys() {
+		u := k.usage()
+		require.Equal(t, strings.Count(u, "("), strings.Count(u, ")"), "--%s: %s", k.Flag(), u)
+		require.NotRegexp(t, `(?i)\b(e\.g|i\.e)$`, strings.TrimSuffix(u, " (default "+k.DefaultText+")"), k.Flag())
+	}
+	k := Lookup("placement_backend.cpu_allocation_ratio")
+	require.Equal(t, "When set (above 0), the allocation ratio of VCPU on every sync; unset keeps the ratio a provider has "+
+		"(e.g. one an operator set through the Placement API) (default unset)", k.usage())
+	require.Equal(t, "Connection pool size of each process", Lookup("database.max_conns").usage())
+}
+
 // TestUnknownKeysInFile: a misspelt key or section is an error naming the
 // nearest valid key, with every problem listed; the ratio maps' sub-keys
 // are free.

@@ -61,16 +61,35 @@ func ReadBy(b Binary) func(*Key) bool { return func(k *Key) bool { return k.Read
 // usage is the flag's help: the description's first sentence, and the
 // default when it is not a fixed value.
 func (k *Key) usage() string {
-	s := strings.ReplaceAll(k.Doc, "`", "") // pflag takes a `word` for the value's name
-	if i := strings.Index(s, ". "); i > 0 {
-		s = s[:i]
-	}
+	s := firstSentence(strings.ReplaceAll(k.Doc, "`", "")) // pflag takes a `word` for the value's name
 	s = strings.TrimSuffix(s, ".")
 	if len(k.Values) > 0 {
 		s += " (" + strings.Join(k.Values, ", ") + ")"
 	}
 	if k.DefaultText != "" {
 		s += " (default " + k.DefaultText + ")"
+	}
+	return s
+}
+
+// firstSentence is s up to the first ". " that ends a sentence: not one
+// inside parentheses nor after "e.g" or "i.e", which cut three ratio
+// keys' help at "(e.g" before.
+func firstSentence(s string) string {
+	depth := 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '(':
+			depth++
+		case ')':
+			depth = max(depth-1, 0)
+		case '.':
+			before := strings.ToLower(s[:i])
+			if depth == 0 && strings.HasPrefix(s[i:], ". ") &&
+				!strings.HasSuffix(before, "e.g") && !strings.HasSuffix(before, "i.e") {
+				return s[:i]
+			}
+		}
 	}
 	return s
 }

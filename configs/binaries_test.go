@@ -40,14 +40,20 @@ func TestBinariesFlagsAndVersion(t *testing.T) {
 		if code != 0 || !regexp.MustCompile(`^`+string(b)+` \S+ \(commit \S+, built \S+, go\S+ \S+/\S+\)\n$`).MatchString(out) {
 			t.Errorf("%s --version: exit %d, %q", b, code, out)
 		}
-		help, code := runBin(t, string(b), nil, "--help")
+		// metalloc-manage's --help lists the flags of what each command
+		// reads; --help-all every one.
+		helpFlag := "--help"
+		if b == config.BinaryManage {
+			helpFlag = "--help-all"
+		}
+		help, code := runBin(t, string(b), nil, helpFlag)
 		if code != 0 {
-			t.Fatalf("%s --help: exit %d\n%s", b, code, help)
+			t.Fatalf("%s %s: exit %d\n%s", b, helpFlag, code, help)
 		}
 		for _, k := range config.Keys() {
 			has := strings.Contains(help, "--"+k.Flag()+" ")
 			if has != k.ReadBy(b) {
-				t.Errorf("%s --help lists --%s: %v, reads the key: %v", b, k.Flag(), has, k.ReadBy(b))
+				t.Errorf("%s %s lists --%s: %v, reads the key: %v", b, helpFlag, k.Flag(), has, k.ReadBy(b))
 			}
 		}
 		out, code = runBin(t, string(b), nil, "--no-such-flag")

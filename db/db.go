@@ -99,7 +99,8 @@ const acquireTimeoutParam = "pool_acquire_timeout"
 // opens a new one. While the server is unreachable, queries fail quickly
 // with errors IsUnavailable reports; no Acquire waits longer than
 // opt.AcquireTimeout, and no connection attempt longer than
-// opt.ConnectTimeout.
+// opt.ConnectTimeout. A failed first connection is described by
+// DescribeConnectError (what each address answered).
 func Open(ctx context.Context, url string, opt PoolOptions) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -144,7 +145,7 @@ func Open(ctx context.Context, url string, opt PoolOptions) (*pgxpool.Pool, erro
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to database: %w", err)
+		return nil, openError(err)
 	}
 	// The first connection is bounded by ConnectTimeout and these 10 s,
 	// not by AcquireTimeout: a slow start (a loaded host, TLS, a remote
@@ -153,9 +154,20 @@ func Open(ctx context.Context, url string, opt PoolOptions) (*pgxpool.Pool, erro
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connecting to database: %w", err)
+		return nil, openError(err)
 	}
 	return pool, nil
+}
+
+// openError is Open's error for a failed first connection: pgx's connect
+// error described (DescribeConnectError, which says "cannot connect to the
+// database"), anything else prefixed with "connecting to database".
+func openError(err error) error {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return DescribeConnectError(err)
+	}
+	return fmt.Errorf("connecting to database: %w", err)
 }
 
 // LatestVersion is the highest migration version embedded in this binary.

@@ -363,7 +363,7 @@ func syncFS(ctx context.Context, url string, fsys fs.FS, opt SyncOptions) (SyncR
 	target := r.Waiting[len(r.Waiting)-1].Version
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return r, fmt.Errorf("connecting to database: %w", err)
+		return r, openError(err)
 	}
 	bins, err := Binaries(ctx, conn)
 	_ = conn.Close(context.WithoutCancel(ctx))

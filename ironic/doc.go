@@ -3,7 +3,10 @@
 // hardware; metalloc's conductors mirror Ironic's nodes and decide
 // allocations; metalloc-api answers for both. This comment is the
 // protocol of the mirror and of the proxy; the allocation backend that
-// writes metalloc's allocations into Ironic is conductor/doc.go's.
+// writes metalloc's allocations into Ironic (the journal, the order of
+// writes, recovery) is conductor/doc.go's ("In front of Ironic").
+// Operators read docs/ironic.md and docs/operations.md "In front of
+// Ironic".
 //
 // # Client
 //

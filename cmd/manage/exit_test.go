@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -48,6 +51,116 @@ func TestUnknownSubcommandExits2(t *testing.T) {
 	out, _, code := run("db", "--help")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "sync")
+}
+
+// TestHelpUnknownTopicExits2: `help nosuch` is exit 2 with the
+// unknown-command message, as `nosuch` is (it printed the root's help and
+// exited 0); `help db snyc` suggests sync; `help db sync` is db sync's help.
+func TestHelpUnknownTopicExits2(t *testing.T) {
+	t.Parallel()
+	_, stderr, code := run("help", "nosuch")
+	require.Equal(t, cli.ExitUsage, code)
+	require.Equal(t, "metalloc-manage: unknown command \"nosuch\" for \"metalloc-manage\"\nRun 'metalloc-manage --help' for usage.\n", stderr)
+	_, stderr, code = run("help", "db", "snyc")
+	require.Equal(t, cli.ExitUsage, code)
+	require.Contains(t, stderr, "unknown command \"snyc\" for \"metalloc-manage db\"\n\nDid you mean this?\n\tsync")
+	out, _, code := run("help", "db", "sync")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "metalloc-manage db sync [--contract]")
+}
+
+// TestSubcommandHelpShowsFlagsItReads: a subcommand's --help lists the
+// configuration flags of the sections it reads and names --help-all for
+// the rest (db sync --help was 63 lines, mostly ironic.*, keystone.*,
+// placement_backend.*); --help-all (also `help CMD --help-all`) lists
+// them all; every flag is still accepted.
+func TestSubcommandHelpShowsFlagsItReads(t *testing.T) {
+	t.Parallel()
+	out, _, code := run("db", "sync", "--help")
+	require.Equal(t, 0, code)
+	require.LessOrEqual(t, strings.Count(out, "\n"), 30, out)
+	require.Contains(t, out, "--database.url")
+	require.Contains(t, out, "--log.level")
+	require.Contains(t, out, "'metalloc-manage db sync --help-all'")
+	require.NotContains(t, out, "--ironic.")
+	require.NotContains(t, out, "--keystone.")
+	require.NotContains(t, out, "--api.")
+
+	for _, args := range [][]string{{"db", "sync", "--help-all"}, {"help", "db", "sync", "--help-all"}} {
+		all, _, code := run(args...)
+		require.Equal(t, 0, code, args)
+		require.Contains(t, all, "--ironic.endpoint", args)
+		require.Contains(t, all, "--placement_backend.cpu_allocation_ratio", args)
+		require.NotContains(t, all, "--help-all'", args)
+	}
+
+	out, _, code = run("allocation", "create", "--help")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "--api.auth_strategy")
+	require.Contains(t, out, "--keystone.auth_url")
+	require.NotContains(t, out, "--database.url")
+	require.NotContains(t, out, "--ironic.")
+
+	out, _, code = run("status", "upgrade-check", "--help")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "--placement_backend.cpu_allocation_ratio")
+
+	// Hidden from help, still accepted: the flag reaches the command.
+	_, stderr, code := run("db", "version", "--ironic.timeout", "5")
+	require.Equal(t, cli.ExitUsage, code, stderr)
+	require.Contains(t, stderr, "invalid argument \"5\" for \"--ironic.timeout\" flag")
+}
+
+// TestDatabaseUnreachableMessage: db sync (through database/sql) and db
+// version (a pool) against a closed port say "connection refused" at the
+// address once (pgx listed its TLS attempt and the plaintext retry), and
+// never the password.
+func TestDatabaseUnreachableMessage(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	url := "postgres://metalloc:s3cret-pw@" + addr + "/metalloc"
+	for _, args := range [][]string{{"db", "sync"}, {"db", "version"}} {
+		_, stderr, code := run(append(args, "--database.url", url)...)
+		require.Equal(t, 1, code, args)
+		require.Regexp(t, `^metalloc-manage: (reading schema version: )?cannot connect to the database \(user=metalloc database=metalloc\): `+
+			regexp.QuoteMeta(addr)+`: connection refused \(is PostgreSQL running and listening there\?\)\n$`, stderr, args)
+		require.NotContains(t, stderr, "s3cret-pw", args)
+	}
+}
+
+// TestConfigCheckDatabaseURL: without database.url, config check warns
+// naming the binaries that need it ("configuration OK with 1 warning(s)",
+// exit 0: the daemons may have it in their own environment); with --for a
+// binary that reads it, it is a problem (exit 1); a database command
+// without it exits 78 as the daemons do. (It said "configuration OK".)
+func TestConfigCheckDatabaseURL(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("METALLOC_DATABASE_URL", "")
+	out, _, code := run("config", "check")
+	require.Equal(t, 0, code, out)
+	require.Equal(t, "warning: database.url is not set; metalloc-api, metalloc-conductor, metalloc-placement and metalloc-manage need it where they run: "+
+		"set database.url in the file, METALLOC_DATABASE_URL or DATABASE_URL (or check with --for BINARY, where a missing URL is a problem)\n"+
+		"configuration OK with 1 warning(s): defaults and environment\n", out)
+
+	out, _, code = run("config", "check", "--for", "metalloc-api,conductor")
+	require.Equal(t, 1, code, out)
+	require.Equal(t, "problem: database.url is not set and metalloc-api and metalloc-conductor need it: "+
+		"set database.url in the file, METALLOC_DATABASE_URL or DATABASE_URL\n1 problem(s) in the configuration\n", out)
+
+	_, stderr, code := run("config", "check", "--for", "nova")
+	require.Equal(t, cli.ExitUsage, code)
+	require.Contains(t, stderr, `--for "nova": not a metalloc binary`)
+
+	out, _, code = run("config", "check", "--for", "api", "--database.url", "postgres://metalloc@db/metalloc")
+	require.Equal(t, 0, code, out)
+	require.Equal(t, "configuration OK: defaults and environment\n", out)
+
+	_, stderr, code = run("db", "version")
+	require.Equal(t, cli.ExitConfig, code, stderr)
+	require.Contains(t, stderr, "database.url is not set")
 }
 
 // TestVersionFlag: --version prints the binary's version, commit, build

@@ -13,6 +13,8 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -29,6 +31,25 @@ func newRoot() *cobra.Command {
 	root := cli.NewRoot(config.BinaryManage, "metalloc administration")
 	root.AddCommand(dbCmd(), devCmd(), nodeCmd(), benchCmd(), statusCmd(), soakCmd(), allocationCmd(),
 		allocationGroupCmd(), topologyCmd(), configCmd(), conductorCmd())
+	// The configuration each command reads, for --help (the root takes a
+	// flag for every key metalloc-manage reads; --help-all lists them all).
+	// Unlisted commands read database and log, as the root.
+	for path, sections := range map[string][]string{
+		"db online-data-migrations": {"database", "log", "placement_backend", "keystone"},
+		"status upgrade-check":      {"database", "log", "placement_backend", "keystone"},
+		"node":                      {"database", "log", "ironic.endpoint"},
+		"allocation":                {"api", "keystone", "log"},
+		"allocation-group":          {"api", "keystone", "log"},
+		"config":                    nil, // a flag for every key: only under --help-all
+		"dev":                       {"log"},
+		"soak":                      {"log"},
+	} {
+		c, rest, err := root.Find(strings.Fields(path))
+		if err != nil || len(rest) > 0 {
+			panic("newRoot: no command " + path)
+		}
+		cli.ReadsConfig(c, sections...)
+	}
 	return root
 }
 
@@ -49,11 +70,14 @@ func load(cmd *cobra.Command) (config.Config, *zap.Logger, error) {
 }
 
 // loadDatabase is load for a command that needs database.url: an error
-// naming the key when it is not set.
+// naming the key when it is not set, exit cli.ExitConfig as the daemons
+// (it was 1).
 func loadDatabase(cmd *cobra.Command) (config.Config, *zap.Logger, error) {
 	cfg, log, err := load(cmd)
 	if err == nil {
-		err = cfg.RequireDatabase()
+		if err = cfg.RequireDatabase(); err != nil {
+			err = cli.Exit(cli.ExitConfig, err)
+		}
 	}
 	return cfg, log, err
 }

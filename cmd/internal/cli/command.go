@@ -11,6 +11,7 @@ import (
 
 	"github.com/metalloc/metalloc/buildinfo"
 	"github.com/metalloc/metalloc/config"
+	"github.com/metalloc/metalloc/db"
 )
 
 // Exit statuses of every metalloc binary (docs/deployment.md "Exit status").
@@ -64,10 +65,14 @@ func NewDaemon(b config.Binary, short string, run func(*cobra.Command, []string)
 }
 
 // NewRoot is metalloc-manage's root command: like NewDaemon's flags, but
-// persistent (every subcommand takes them) and subcommands instead of run.
+// persistent (every subcommand takes them) and subcommands instead of run;
+// --help lists the configuration flags of the sections each command reads
+// (ReadsConfig) and --help-all every one, and `help UNKNOWN` is exit
+// ExitUsage as an unknown command is.
 func NewRoot(b config.Binary, short string) *cobra.Command {
 	cmd := &cobra.Command{Use: string(b), Short: short}
 	setup(cmd, b, true)
+	setupHelp(cmd)
 	return cmd
 }
 
@@ -109,7 +114,7 @@ func Execute(root *cobra.Command) {
 // exit status, printing errors to stderr.
 func Run(root *cobra.Command, args []string, stderr io.Writer) int {
 	RequireSubcommands(root)
-	root.SetArgs(args)
+	root.SetArgs(helpAllArgs(args))
 	err := root.Execute()
 	if err == nil {
 		return 0
@@ -133,7 +138,9 @@ func Run(root *cobra.Command, args []string, stderr io.Writer) int {
 		// cobra's own check of the root's arguments.
 		code = ExitUsage
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", root.Name(), err)
+	// A database connection that failed anywhere (also through
+	// database/sql, as db sync's): what happened, not pgx's TLS fallback.
+	fmt.Fprintf(stderr, "%s: %v\n", root.Name(), db.DescribeConnectError(err))
 	return code
 }
 
@@ -155,12 +162,18 @@ func RequireSubcommands(c *cobra.Command) {
 			return usageError("%q needs a command: %s\nRun '%s --help' for usage.", cmd.CommandPath(),
 				strings.Join(commandNames(cmd), ", "), cmd.CommandPath())
 		}
-		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
-		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-			msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t") + "\n"
-		}
-		return usageError("%s\nRun '%s --help' for usage.", msg, cmd.CommandPath())
+		return unknownCommand(cmd, args[0])
 	}
+}
+
+// unknownCommand is the ExitUsage error for an unknown subcommand name of
+// cmd, with cobra's suggestions.
+func unknownCommand(cmd *cobra.Command, name string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", name, cmd.CommandPath())
+	if s := cmd.SuggestionsFor(name); len(s) > 0 {
+		msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t") + "\n"
+	}
+	return usageError("%s\nRun '%s --help' for usage.", msg, cmd.CommandPath())
 }
 
 func commandNames(c *cobra.Command) []string {
