@@ -53,7 +53,7 @@ func EnsureIronic(ctx context.Context, log *zap.Logger) error {
 		args = append(sudo, args...)
 		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stderr, os.Stderr // sudo may ask for a password
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("installing Ironic: %s: %w (run it by hand, then try again)", strings.Join(args, " "), err)
 		}

@@ -252,8 +252,7 @@ func upCmd() *cobra.Command {
 				if ir, err = startDevIronic(ctx, url, ports.ironic, log); err != nil {
 					return err
 				}
-				defer ir.Stop()
-				defer os.RemoveAll(ir.Dir) // after Stop: its state, configuration and logs
+				defer func() { ir.Stop(); os.RemoveAll(ir.Dir) }() // its database, then state, configuration and logs
 				if len(fleet) > 0 {
 					steps.start(fmt.Sprintf("enrolling %d nodes of %s in Ironic (available, powered off)", len(fleet), nodes))
 					if _, err := ir.EnrollFleet(ctx, fleet); err != nil {
