@@ -21,6 +21,11 @@ API_PORT       ?= 6385
 PLACEMENT_PORT ?= 8778
 PG_PORT        ?= 0
 METRICS_PORT   ?= 0
+# IRONIC=1: make run in front of a real Ironic 21.4 (dev up --ironic;
+# Debian's packages, installed when missing), its API on IRONIC_PORT, the
+# nodes of NODES enrolled in it (docs/ironic.md).
+IRONIC         ?=
+IRONIC_PORT    ?= 6386
 
 .PHONY: build run test generate lint bench bench-ironic fuzz deb
 
@@ -30,12 +35,14 @@ build:
 	@GO="$(GO)" BIN="$(BIN)" LDFLAGS="$(LDFLAGS)" scripts/build.sh
 
 # Private PostgreSQL + migrations + metalloc-api + CONDUCTORS conductors
-# (2) + metalloc-placement + the nodes of NODES, on the ports above; Ctrl-C
-# stops it and deletes the data. A second shell gets its environment with
+# (2) + metalloc-placement + the nodes of NODES, on the ports above (with
+# IRONIC=1 also Ironic, the nodes enrolled there); Ctrl-C stops it and
+# deletes the data. A second shell gets its environment with
 # eval "$(bin/metalloc-manage dev env)".
 run: build
 	$(BIN)/metalloc-manage dev up --nodes $(NODES) --conductors $(CONDUCTORS) --api-port $(API_PORT) \
-		--placement-port $(PLACEMENT_PORT) --pg-port $(PG_PORT) --metrics-port $(METRICS_PORT)
+		--placement-port $(PLACEMENT_PORT) --pg-port $(PG_PORT) --metrics-port $(METRICS_PORT) \
+		$(if $(filter-out 0 no false,$(IRONIC)),--ironic --ironic-port $(IRONIC_PORT))
 
 # Every test, race detector on, against a real PostgreSQL (and the reference
 # OpenStack Placement, installed from Debian's packages when missing).

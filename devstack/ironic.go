@@ -52,6 +52,8 @@ type IronicOptions struct {
 	DatabaseURL string
 	// Dir receives the configuration, state and logs (logs/). Required.
 	Dir string
+	// Port is the API's port on 127.0.0.1; 0 picks a free one.
+	Port int
 	// Conductors is how many ironic-conductor processes to run (default 2).
 	Conductors int
 	// AuthStrategy is IronicNoAuth (the default), IronicHTTPBasic or
@@ -218,9 +220,11 @@ func (i *Ironic) setUp(ctx context.Context) error {
 		" TEMPLATE "+pgx.Identifier{tmpl}.Sanitize()); err != nil {
 		return fmt.Errorf("creating Ironic's database: %w", err)
 	}
-	port, err := freeport.Pick()
-	if err != nil {
-		return err
+	port := i.opts.Port
+	if port == 0 {
+		if port, err = freeport.Pick(); err != nil {
+			return err
+		}
 	}
 	i.listen = "127.0.0.1:" + strconv.Itoa(port)
 	i.URL = "http://" + i.listen

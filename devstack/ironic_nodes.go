@@ -14,7 +14,9 @@ import (
 
 // IronicNode is a node to enrol in Ironic (IronicOptions' fake-hardware).
 type IronicNode struct {
-	Name          string         `json:"name,omitempty"`
+	Name string `json:"name,omitempty"`
+	// UUID is the node's uuid; empty: Ironic picks one.
+	UUID          string         `json:"uuid,omitempty"`
 	ResourceClass string         `json:"resource_class,omitempty"`
 	Owner         string         `json:"-"`
 	Properties    map[string]any `json:"properties,omitempty"`
@@ -53,7 +55,7 @@ func (i *Ironic) EnrollAvailable(ctx context.Context, nodes []IronicNode, concur
 
 func (i *Ironic) enrollOne(ctx context.Context, n IronicNode) (string, error) {
 	body := map[string]any{"driver": "fake-hardware"}
-	for k, v := range map[string]any{"name": n.Name, "resource_class": n.ResourceClass} {
+	for k, v := range map[string]any{"name": n.Name, "uuid": n.UUID, "resource_class": n.ResourceClass} {
 		if v != "" {
 			body[k] = v
 		}
@@ -175,18 +177,8 @@ func (i *Ironic) WaitProvisionState(ctx context.Context, ident, want string, tim
 // at every request, so they are there for its API and conductors at once.
 // It returns the new uuids.
 func (i *Ironic) CloneNodes(ctx context.Context, template string, n int, prefix string) ([]string, error) {
-	u, err := url.Parse(i.server)
-	if err != nil {
-		return nil, err
-	}
-	u.Path = "/" + i.Database
-	conn, err := pgx.Connect(ctx, u.String())
-	if err != nil {
-		return nil, fmt.Errorf("connecting to Ironic's database: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
 	var uuids []string
-	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+	err := i.inDB(ctx, func(tx pgx.Tx) error {
 		cols, err := ironicNodeColumns(ctx, tx)
 		if err != nil {
 			return err
@@ -233,4 +225,21 @@ func ironicNodeColumns(ctx context.Context, tx pgx.Tx) ([]string, error) {
 		cols[k] = pgx.Identifier{c}.Sanitize()
 	}
 	return cols, err
+}
+
+// inDB runs fn in a transaction on Ironic's own database (Database on the
+// server of IronicOptions.DatabaseURL), for writes Ironic's API would take
+// minutes for.
+func (i *Ironic) inDB(ctx context.Context, fn func(pgx.Tx) error) error {
+	u, err := url.Parse(i.server)
+	if err != nil {
+		return err
+	}
+	u.Path = "/" + i.Database
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		return fmt.Errorf("connecting to Ironic's database: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return pgx.BeginFunc(ctx, conn, fn)
 }

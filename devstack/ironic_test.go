@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/metalloc/metalloc/db/dbtest"
+	"github.com/metalloc/metalloc/examples"
+	"github.com/metalloc/metalloc/internal/freeport"
 )
 
 // startTestIronic starts an Ironic for a test on the test PostgreSQL
@@ -105,16 +108,7 @@ func TestIronic(t *testing.T) {
 	_, err = ir.Do(ctx, http.MethodPost, "/v1/allocations", map[string]any{"resource_class": "clone",
 		"candidate_nodes": []string{clones[7]}, "traits": []string{"CUSTOM_C"}}, &alloc)
 	require.NoError(t, err)
-	dbtest.WaitFor(t, 2*time.Minute, "Ironic's allocation on a clone active", func() bool {
-		var a struct {
-			State    string  `json:"state"`
-			NodeUUID *string `json:"node_uuid"`
-		}
-		_, err := ir.Do(ctx, http.MethodGet, "/v1/allocations/"+alloc.UUID, nil, &a)
-		require.NoError(t, err)
-		require.NotEqual(t, "error", a.State)
-		return a.State == "active" && a.NodeUUID != nil && *a.NodeUUID == clones[7]
-	})
+	require.Equal(t, clones[7], waitIronicAllocation(t, ir, alloc.UUID), "Ironic's allocation on a clone")
 
 	// Ironic unreachable while its API is stopped, back after StartAPI.
 	ir.StopAPI()
@@ -156,4 +150,96 @@ func TestIronicHTTPBasic(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	_, err = ir.Do(ctx, http.MethodGet, "/v1/nodes", nil, nil)
 	require.NoError(t, err)
+}
+
+// TestIronicEnrollFleet enrols the sample fleet (examples/dc1-nodes.yaml,
+// 240 nodes) with EnrollFleet in an Ironic on the port asked for: every
+// node is in Ironic, available and powered off, with the file's uuid,
+// name, resource class, properties, extra and traits, and Ironic itself
+// allocates them (it allocates only nodes with a power state).
+func TestIronicEnrollFleet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	port, err := freeport.Pick()
+	require.NoError(t, err)
+	ir := startTestIronic(t, IronicOptions{Port: port, Conductors: 1})
+	require.Equal(t, "http://127.0.0.1:"+strconv.Itoa(port), ir.URL)
+
+	nodes, err := ParseIronicNodes(examples.DC1Nodes)
+	require.NoError(t, err)
+	require.Len(t, nodes, 240)
+	uuids, err := ir.EnrollFleet(ctx, nodes)
+	require.NoError(t, err)
+	require.Len(t, uuids, 240)
+	for k, n := range nodes {
+		require.Equal(t, n.UUID, uuids[k])
+	}
+
+	var list struct {
+		Nodes []struct {
+			UUID           string         `json:"uuid"`
+			Name           string         `json:"name"`
+			ResourceClass  string         `json:"resource_class"`
+			ProvisionState string         `json:"provision_state"`
+			PowerState     *string        `json:"power_state"`
+			Properties     map[string]any `json:"properties"`
+			Extra          map[string]any `json:"extra"`
+			Traits         []string       `json:"traits"`
+		} `json:"nodes"`
+	}
+	_, err = ir.Do(ctx, http.MethodGet, "/v1/nodes?detail=true&limit=1000", nil, &list)
+	require.NoError(t, err)
+	require.Len(t, list.Nodes, 240)
+	byUUID := map[string]int{}
+	for k, n := range nodes {
+		byUUID[n.UUID] = k
+	}
+	for _, got := range list.Nodes {
+		want := nodes[byUUID[got.UUID]]
+		require.Equal(t, want.Name, got.Name)
+		require.Equal(t, want.ResourceClass, got.ResourceClass)
+		require.Equal(t, "available", got.ProvisionState, got.Name)
+		require.NotNil(t, got.PowerState, got.Name)
+		require.Equal(t, "power off", *got.PowerState, got.Name)
+		require.ElementsMatch(t, want.Traits, got.Traits, got.Name)
+		require.Equal(t, want.Extra["rack"], got.Extra["rack"], got.Name)
+		require.Equal(t, want.Properties["cpus"], got.Properties["cpus"], got.Name)
+	}
+
+	// Ironic allocates a copied node (the first node, enrolled through the
+	// API, is storage: not a candidate here).
+	var a struct {
+		UUID string `json:"uuid"`
+	}
+	_, err = ir.Do(ctx, http.MethodPost, "/v1/allocations", map[string]any{
+		"resource_class": "baremetal-gold", "traits": []string{"CUSTOM_NVME"}}, &a)
+	require.NoError(t, err)
+	require.NotEqual(t, nodes[0].UUID, waitIronicAllocation(t, ir, a.UUID))
+
+	_, err = ParseIronicNodes([]byte("nodes:\n- name: x\n  ports: []\n"))
+	require.ErrorContains(t, err, `unknown field "ports"`)
+	_, err = ParseIronicNodes([]byte("nodes:\n- name: x\n  driver: ipmi\n"))
+	require.ErrorContains(t, err, "fake-hardware only")
+}
+
+// waitIronicAllocation waits up to 2 minutes until Ironic's allocation
+// uuid is active (failing the test at once if it goes to error) and
+// returns its node's uuid.
+func waitIronicAllocation(t *testing.T, ir *Ironic, uuid string) string {
+	t.Helper()
+	var node string
+	dbtest.WaitFor(t, 2*time.Minute, "Ironic's allocation "+uuid+" active", func() bool {
+		var a struct {
+			State    string  `json:"state"`
+			NodeUUID *string `json:"node_uuid"`
+		}
+		_, err := ir.Do(context.Background(), http.MethodGet, "/v1/allocations/"+uuid, nil, &a)
+		require.NoError(t, err)
+		require.NotEqual(t, "error", a.State)
+		if a.State == "active" && a.NodeUUID != nil {
+			node = *a.NodeUUID
+		}
+		return node != ""
+	})
+	return node
 }

@@ -17,12 +17,7 @@ import (
 func TestBaremetalCLIVerbs(t *testing.T) {
 	t.Parallel()
 	stack, _ := startStack(t, 2)
-	cli := func(args ...string) string {
-		t.Helper()
-		out, err := noauthCLI(stack.APIURL, args...)
-		require.NoError(t, err, "openstack %v:\n%s", args, out)
-		return out
-	}
+	cli := okCLI(t, stack.APIURL)
 	rows := func(args ...string) []map[string]any {
 		t.Helper()
 		var out []map[string]any

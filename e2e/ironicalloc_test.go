@@ -228,12 +228,7 @@ func TestIronicFrontAllocations(t *testing.T) {
 	t.Run("cli", func(t *testing.T) {
 		enrollClass(t, ir, "cli", 2)
 		waitFree(t, pool, "cli", 2)
-		cli := func(args ...string) string {
-			t.Helper()
-			out, err := noauthCLI(api, args...)
-			require.NoError(t, err, out)
-			return out
-		}
+		cli := okCLI(t, api)
 		var a allocDoc
 		require.NoError(t, json.Unmarshal([]byte(cli("baremetal", "allocation", "create", "--resource-class", "cli",
 			"--wait", "120", "-f", "json")), &a))

@@ -70,12 +70,7 @@ func TestIronicFrontMirror(t *testing.T) {
 		return dbtest.Count(t, pool, "SELECT count(*) FROM nodes WHERE resource_class = 'front'") == len(names)
 	})
 
-	cli := func(args ...string) string {
-		t.Helper()
-		out, err := noauthCLI(stack.APIURL, args...)
-		require.NoError(t, err, out)
-		return out
-	}
+	cli := okCLI(t, stack.APIURL)
 	var listed []struct {
 		Name string `json:"Name"`
 	}

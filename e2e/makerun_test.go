@@ -24,8 +24,9 @@ import (
 // make's variables, its build step taken as done (the binaries are the
 // test's).
 type makeRun struct {
-	cmd *exec.Cmd
-	out string // the file stdout and stderr go to
+	cmd  *exec.Cmd
+	out  string        // the file stdout and stderr go to
+	done chan struct{} // closed when make has exited
 }
 
 // startMakeRun runs `make -o build run BIN=DIR NODES=examples/dc1-nodes.yaml
@@ -52,26 +53,19 @@ func startMakeRun(t *testing.T, env []string, vars ...string) *makeRun {
 		}
 	}
 	cmd.Env = append(append(cmd.Env, env...), "METALLOC_LOG_LEVEL=warn")
-	r := &makeRun{cmd: cmd, out: filepath.Join(dir, "make-run.log")}
+	r := &makeRun{cmd: cmd, out: filepath.Join(dir, "make-run.log"), done: make(chan struct{})}
 	f, err := os.Create(r.out)
 	require.NoError(t, err)
 	cmd.Stdout, cmd.Stderr = f, f
 	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); f.Close() }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
-		select {
-		case <-exited:
-		case <-time.After(time.Minute):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		}
-	})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); f.Close(); close(r.done) }()
+	t.Cleanup(func() { r.stop() })
 	deadline := time.Now().Add(3 * time.Minute)
 	for !strings.Contains(r.output(), "Ctrl-C stops everything") {
 		select {
-		case err := <-exited:
-			t.Fatalf("make run exited (%v) before it was up:\n%s", err, r.output())
+		case <-r.done:
+			t.Fatalf("make run exited (%v) before it was up:\n%s", waitErr, r.output())
 		case <-time.After(100 * time.Millisecond):
 		}
 		require.True(t, time.Now().Before(deadline), "make run was not up within 3 minutes:\n%s", r.output())
@@ -80,6 +74,25 @@ func startMakeRun(t *testing.T, env []string, vars ...string) *makeRun {
 }
 
 func (r *makeRun) output() string { b, _ := os.ReadFile(r.out); return string(b) }
+
+// stop sends SIGINT to make's process group, as Ctrl-C does, and waits
+// for make to exit (SIGKILL after a minute); it reports whether make
+// exited within that minute. Calling it again returns at once.
+func (r *makeRun) stop() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+	}
+	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGINT)
+	select {
+	case <-r.done:
+		return true
+	case <-time.After(time.Minute):
+		_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+		return false
+	}
+}
 
 // processes returns the pids of make's process tree (from /proc's
 // parent pids).

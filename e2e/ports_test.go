@@ -29,6 +29,17 @@ func noauthCLI(endpoint string, args ...string) (string, error) {
 	return string(out), err
 }
 
+// okCLI returns noauthCLI at endpoint for t: its output, the test failed
+// (with the command and its output) when it exits non-zero.
+func okCLI(t *testing.T, endpoint string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		out, err := noauthCLI(endpoint, args...)
+		require.NoError(t, err, "openstack %v:\n%s", args, out)
+		return out
+	}
+}
+
 // TestPortsEndToEnd drives the port and port group API of a real
 // metalloc-api with gophercloud's baremetal/v1/ports package and with
 // `openstack baremetal port ...`, `port group ...` and `baremetal create`
@@ -38,12 +49,7 @@ func TestPortsEndToEnd(t *testing.T) {
 	t.Parallel()
 	stack, client := startStack(t, 0)
 	ctx := context.Background()
-	cli := func(args ...string) string {
-		t.Helper()
-		out, err := noauthCLI(stack.APIURL, args...)
-		require.NoError(t, err, out)
-		return out
-	}
+	cli := okCLI(t, stack.APIURL)
 	cliJSON := func(args ...string) map[string]any {
 		t.Helper()
 		out := cli(append(args, "-f", "json")...)

@@ -128,3 +128,34 @@ func TestDevUpHAFlags(t *testing.T) {
 	require.Contains(t, stderr, "--ha starts its own PostgreSQL members: unset DATABASE_URL")
 	require.NotContains(t, stderr, "starting")
 }
+
+// TestDevUpIronicFlags: dev up refuses, before anything starts, an
+// --ironic it cannot honour: --ironic-port without --ironic, out of range,
+// on another listener's port or a busy one (naming it), --ironic with
+// --ha, and a node file Ironic's fake-hardware cannot take (ports,
+// another driver), naming the file.
+func TestDevUpIronicFlags(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	busy := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	nodes := filepath.Join(t.TempDir(), "ipmi.yaml")
+	require.NoError(t, os.WriteFile(nodes, []byte("nodes:\n- name: a\n  driver: ipmi\n"), 0o644))
+	for _, tc := range []struct {
+		args    []string
+		message string
+	}{
+		{[]string{"--ironic-port", "7010"}, "--ironic-port needs --ironic (make run IRONIC=1)"},
+		{[]string{"--ironic", "--ironic-port", "70000"}, "--ironic-port 70000: a port is 1-65535, or 0 for a free one"},
+		{[]string{"--ironic", "--api-port", "7010", "--ironic-port", "7010"}, "metalloc-api and Ironic's API would both listen on port 7010"},
+		{[]string{"--ironic", "--ironic-port", busy}, "Ironic's API cannot listen on 127.0.0.1:" + busy},
+		{[]string{"--ironic", "--ha"}, "--ironic and --ha together are not supported"},
+		{[]string{"--ironic", "--nodes", nodes}, nodes + `: node file: node 0 (a): driver "ipmi": this Ironic runs fake-hardware only`},
+	} {
+		_, stderr, code := run(append([]string{"dev", "up"}, tc.args...)...)
+		require.Equal(t, 1, code, "%v: %s", tc.args, stderr)
+		require.Contains(t, stderr, tc.message, "%v", tc.args)
+		require.NotContains(t, stderr, "starting PostgreSQL", "%v", tc.args)
+	}
+}

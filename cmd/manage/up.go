@@ -35,6 +35,7 @@ const sampleNodes = "sample"
 type upPorts struct {
 	api, placement   string // address:port; placement "off" when not started
 	pg, metrics      int    // 0: a free port (pg: none with DATABASE_URL)
+	ironic           int    // --ironic's API port, 0 for a free one; -1: no Ironic
 	conductors       int
 	listen, plListen string // the older --listen and --placement-listen
 }
@@ -83,6 +84,11 @@ func (p *upPorts) resolve(cmd *cobra.Command, apiPort int, placementPort string)
 	if err := checkPort("--metrics-port", p.metrics, true); err != nil {
 		return err
 	}
+	if p.ironic >= 0 {
+		if err := checkPort("--ironic-port", p.ironic, true); err != nil {
+			return err
+		}
+	}
 	if p.metrics != 0 && p.metrics+p.conductors-1 > 65535 {
 		return fmt.Errorf("--metrics-port %d: %d conductors need ports up to %d", p.metrics, p.conductors, p.metrics+p.conductors-1)
 	}
@@ -112,6 +118,9 @@ func (p *upPorts) checkFree() error {
 	if p.pg != 0 {
 		all = append(all, listener{"PostgreSQL", "127.0.0.1:" + strconv.Itoa(p.pg)})
 	}
+	if p.ironic > 0 {
+		all = append(all, listener{"Ironic's API", "127.0.0.1:" + strconv.Itoa(p.ironic)})
+	}
 	for i := range p.conductors {
 		if p.metrics != 0 {
 			all = append(all, listener{fmt.Sprintf("conductor-%d's metrics", i+1), "127.0.0.1:" + strconv.Itoa(p.metrics+i)})
@@ -138,8 +147,8 @@ func (p *upPorts) checkFree() error {
 
 func upCmd() *cobra.Command {
 	var nodes, placementPort, backend, envFile string
-	var apiPort, haMembers int
-	var ha bool
+	var apiPort, haMembers, ironicPort int
+	var ha, withIronic bool
 	ports := upPorts{}
 	c := &cobra.Command{
 		Use:   "up",
@@ -152,7 +161,10 @@ func upCmd() *cobra.Command {
 			"(make run: API_PORT, PLACEMENT_PORT, PG_PORT, METRICS_PORT). --ha starts PostgreSQL as\n" +
 			"docs/operations.md (\"PostgreSQL high availability\") lays it out: three etcd members and\n" +
 			"--ha-members PostgreSQL members under Patroni in synchronous mode (Debian's etcd-server and\n" +
-			"patroni packages), the daemons on the members' multi-host URL.",
+			"patroni packages), the daemons on the members' multi-host URL. --ironic puts metalloc in\n" +
+			"front of a real Ironic 21.4 (Debian's packages, installed when missing) on --ironic-port,\n" +
+			"with --nodes enrolled in Ironic instead of imported (docs/ironic.md); Ctrl-C stops it too\n" +
+			"and deletes its database and state.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, log, err := load(cmd)
 			if err != nil {
@@ -166,6 +178,10 @@ func upCmd() *cobra.Command {
 				return errors.New("--ha starts its own PostgreSQL members: unset DATABASE_URL")
 			case ha && cmd.Flags().Changed("pg-port"):
 				return errors.New("--pg-port is the private PostgreSQL's; --ha's members take free ports (dev up prints them)")
+			case !withIronic && cmd.Flags().Changed("ironic-port"):
+				return errors.New("--ironic-port needs --ironic (make run IRONIC=1)")
+			case withIronic && ha:
+				return errors.New("--ironic and --ha together are not supported: Ironic's database needs one PostgreSQL server")
 			}
 			// Read the node file first: a wrong path fails before anything starts.
 			var nodeFile []byte
@@ -182,6 +198,16 @@ func upCmd() *cobra.Command {
 					return fmt.Errorf("node file: %w%s", err, hint)
 				}
 			}
+			var fleet []devstack.IronicNode
+			ports.ironic = -1
+			if withIronic {
+				ports.ironic = ironicPort
+				if nodeFile != nil {
+					if fleet, err = devstack.ParseIronicNodes(nodeFile); err != nil {
+						return fmt.Errorf("%s: %w", nodes, err)
+					}
+				}
+			}
 			if err := ports.resolve(cmd, apiPort, placementPort); err != nil {
 				return err
 			}
@@ -196,6 +222,12 @@ func upCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			steps := newSteps()
+			if withIronic && !devstack.IronicInstalled() {
+				steps.start("installing Ironic 21.4 from Debian's packages (" + devstack.IronicPackages + ")")
+				if err := devstack.EnsureIronic(ctx, log); err != nil {
+					return err
+				}
+			}
 			var url, layout string
 			var stopDB func()
 			if ha {
@@ -213,18 +245,41 @@ func upCmd() *cobra.Command {
 			if _, err := db.Migrate(ctx, url, zap.NewNop()); err != nil {
 				return err
 			}
+			var ir *devstack.Ironic
+			var env []string
+			if withIronic {
+				steps.start("starting Ironic 21.4 (its API and a conductor; fake-hardware)")
+				if ir, err = startDevIronic(ctx, url, ports.ironic, log); err != nil {
+					return err
+				}
+				defer func() { ir.Stop(); os.RemoveAll(ir.Dir) }() // its database, then state, configuration and logs
+				if len(fleet) > 0 {
+					steps.start(fmt.Sprintf("enrolling %d nodes of %s in Ironic (available, powered off)", len(fleet), nodes))
+					if _, err := ir.EnrollFleet(ctx, fleet); err != nil {
+						return err
+					}
+				}
+				env = ironicEnv(ir)
+			}
 			steps.start(fmt.Sprintf("starting metalloc-api, %d conductors and metalloc-placement", ports.conductors))
 			stack, err := devstack.Start(ctx, devstack.Options{
 				DatabaseURL: url, Conductors: ports.conductors, NoConductors: ports.conductors == 0,
 				ConductorMetricsPort: ports.metrics, APIListen: ports.api, Log: log,
 				Placement: ports.placement != "off", PlacementListen: ports.placement,
-				AllocationBackend: backend,
+				AllocationBackend: backend, Env: env,
 			})
 			if err != nil {
 				return err
 			}
 			defer stack.Stop(cmd.Context())
-			if nodeFile != nil {
+			if ir != nil {
+				if len(fleet) > 0 && ports.conductors > 0 {
+					steps.start(fmt.Sprintf("mirroring Ironic's %d nodes into metalloc", len(fleet)))
+					if err := waitIronicMirror(ctx, url, len(fleet)); err != nil {
+						return err
+					}
+				}
+			} else if nodeFile != nil {
 				steps.start("importing nodes from " + nodes)
 				if err := importFrom(ctx, url, bytes.NewReader(nodeFile), nodes, importOptions{available: true, waitPlacement: true}, log); err != nil {
 					return err
@@ -238,7 +293,7 @@ func upCmd() *cobra.Command {
 			fmt.Print(layout)
 			fmt.Printf(`
 metalloc is up.
-  API:       %[1]s   (Ironic API, microversions 1.1-1.82)
+  API:       %[1]s   (Ironic API, microversions 1.1-1.82)%[9]s
   placement: %[4]s   (Placement API, microversions 1.0-1.39; token "admin")
   backend:   %[5]s
   database:  %[2]s
@@ -250,20 +305,11 @@ In another shell, for metalloc-manage and DATABASE_URL:
   eval "$(%[6]s dev env)"
 
 Try:
-  curl -s -X POST %[1]s/v1/allocations \
-    -H 'X-OpenStack-Ironic-API-Version: 1.82' -H 'Content-Type: application/json' \
-    -d '{"resource_class": "baremetal-gold", "traits": ["CUSTOM_NVME"], "name": "my-first"}'
-  curl -s -H 'X-OpenStack-Ironic-API-Version: 1.82' %[1]s/v1/allocations/my-first
-
-  openstack --os-auth-type none --os-endpoint %[1]s baremetal allocation create \
-    --resource-class baremetal-gold --trait CUSTOM_NVME --wait 60
-
-  openstack --os-auth-type admin_token --os-token admin --os-endpoint %[4]s \
-    --os-placement-api-version 1.39 resource provider list
-
+%[10]s
 Ctrl-C stops everything%[7]s.
 `, stack.APIURL, url, stack.API.LogPath[:len(stack.API.LogPath)-len("/api.log")], placementURL(stack),
-				backendName(backend), manageCommand(), discardNote(), listening(stack, url))
+				backendName(backend), manageCommand(), discardNote(ir != nil), listening(stack, url, ir),
+				ironicLine(ir), tryExamples(stack, ir))
 			<-ctx.Done()
 			fmt.Println("\nstopping...")
 			return nil
@@ -284,6 +330,8 @@ Ctrl-C stops everything%[7]s.
 	f.StringVar(&envFile, "env-file", "", "where to write the environment of a second shell (default dev.env next to this binary; removed at exit)")
 	f.BoolVar(&ha, "ha", false, "PostgreSQL under Patroni: 3 etcd members and --ha-members PostgreSQL members in synchronous mode, on 127.0.0.1")
 	f.IntVar(&haMembers, "ha-members", 3, "with --ha, how many PostgreSQL members (2 or 3)")
+	f.BoolVar(&withIronic, "ironic", false, "in front of a real Ironic 21.4 (Debian's packages, installed when missing): --nodes are enrolled in it as available, powered-off fake-hardware nodes, metalloc's ironic.endpoint is it (make run IRONIC=1; docs/ironic.md)")
+	f.IntVar(&ironicPort, "ironic-port", 6386, "with --ironic, Ironic's API port on 127.0.0.1, 0 for a free one (make run IRONIC_PORT)")
 	return c
 }
 
@@ -313,10 +361,13 @@ func startHA(ctx context.Context, members int, log *zap.Logger) (url, layout str
 
 // listening lists what the stack listens on, one line a port, with the
 // flag that moves it: what a user whose ports are taken needs to know.
-func listening(s *devstack.Stack, url string) string {
+func listening(s *devstack.Stack, url string, ir *devstack.Ironic) string {
 	var b strings.Builder
 	line := func(addr, what, flag string) { fmt.Fprintf(&b, "  %-21s %-51s %s\n", addr, what, flag) }
 	line(strings.TrimPrefix(s.APIURL, "http://"), "metalloc-api (Ironic API)", "--api-port, API_PORT")
+	if ir != nil {
+		line(strings.TrimPrefix(ir.URL, "http://"), "Ironic 21.4's API (real, behind metalloc)", "--ironic-port, IRONIC_PORT")
+	}
 	if s.PlacementURL != "" {
 		line(strings.TrimPrefix(s.PlacementURL, "http://"), "metalloc-placement (Placement API)", "--placement-port, PLACEMENT_PORT")
 	}
@@ -334,12 +385,17 @@ func listening(s *devstack.Stack, url string) string {
 }
 
 // discardNote tells what Ctrl-C does to the data: a private PostgreSQL is
-// deleted, a $DATABASE_URL is left as it is.
-func discardNote() string {
+// deleted, a $DATABASE_URL is left as it is; --ironic's Ironic leaves
+// nothing.
+func discardNote(withIronic bool) string {
+	note := " and deletes the private PostgreSQL with all its data"
 	if os.Getenv("DATABASE_URL") != "" {
-		return " ($DATABASE_URL's database is kept)"
+		note = " ($DATABASE_URL's database is kept)"
 	}
-	return " and deletes the private PostgreSQL with all its data"
+	if withIronic {
+		note += "; Ironic's database, state and logs are deleted"
+	}
+	return note
 }
 
 // steps prints one line per start-up step with the time the previous one
