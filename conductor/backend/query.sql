@@ -56,7 +56,7 @@ UPDATE allocations
 -- leased to it; every node when it has none): last_error says nothing of
 -- other projects' nodes.
 WITH rc AS (
-    SELECT n.id, n.uuid, n.owner, n.lessee,
+    SELECT n.id, n.uuid, n.owner, n.lessee, n.reservable,
            metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
                               n.instance_uuid, n.allocation_id) AS free,
            CASE WHEN n.maintenance THEN 'maintenance'
@@ -71,6 +71,7 @@ WITH rc AS (
     SELECT rc.id FROM rc
      WHERE rc.free AND metalloc_node_in_scope(rc.uuid, rc.owner, rc.lessee,
                                               sqlc.narg(candidates)::uuid[], sqlc.narg(owner)::text)
+       AND metalloc_node_on_demand(rc.reservable, rc.lessee, sqlc.narg(owner)::text)
 )
 SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
        (SELECT count(*) FROM rc WHERE rc.free)::bigint AS available,
@@ -92,6 +93,7 @@ SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
 SELECT n.uuid FROM free_nodes n
  WHERE n.uuid = ANY(@uuids::uuid[]) AND n.resource_class = @resource_class::text
    AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, sqlc.narg(owner)::text)
+   AND metalloc_node_on_demand(n.reservable, n.lessee, sqlc.narg(owner)::text)
    AND metalloc_node_has_traits(n.traits, @traits::text[]);
 
 -- name: RecordPlacementClaim :exec
@@ -164,6 +166,7 @@ SELECT n.id AS node_id, n.uuid AS node_uuid
   JOIN free_nodes n ON n.uuid = c.uuid
  WHERE n.resource_class = @resource_class::text
    AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, sqlc.narg(owner)::text)
+   AND metalloc_node_on_demand(n.reservable, n.lessee, sqlc.narg(owner)::text)
    AND metalloc_node_has_traits(n.traits, @traits::text[])
  ORDER BY c.ord
  LIMIT 1
@@ -206,6 +209,7 @@ SELECT n.id, n.uuid
   JOIN free_nodes n ON n.id = c.id
  WHERE n.resource_class = @resource_class::text
    AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, sqlc.narg(candidates)::uuid[], sqlc.narg(owner)::text)
+   AND metalloc_node_on_demand(n.reservable, n.lessee, sqlc.narg(owner)::text)
    AND metalloc_node_has_traits(n.traits, @traits::text[])
  ORDER BY c.ord
  LIMIT @wanted

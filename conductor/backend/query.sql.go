@@ -469,6 +469,7 @@ const fitNodes = `-- name: FitNodes :many
 SELECT n.uuid FROM free_nodes n
  WHERE n.uuid = ANY($1::uuid[]) AND n.resource_class = $2::text
    AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, $3::text)
+   AND metalloc_node_on_demand(n.reservable, n.lessee, $3::text)
    AND metalloc_node_has_traits(n.traits, $4::text[])
 `
 
@@ -511,7 +512,7 @@ func (q *Queries) FitNodes(ctx context.Context, arg FitNodesParams) ([]uuid.UUID
 
 const fitStats = `-- name: FitStats :one
 WITH rc AS (
-    SELECT n.id, n.uuid, n.owner, n.lessee,
+    SELECT n.id, n.uuid, n.owner, n.lessee, n.reservable,
            metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
                               n.instance_uuid, n.allocation_id) AS free,
            CASE WHEN n.maintenance THEN 'maintenance'
@@ -526,6 +527,7 @@ WITH rc AS (
     SELECT rc.id FROM rc
      WHERE rc.free AND metalloc_node_in_scope(rc.uuid, rc.owner, rc.lessee,
                                               $4::uuid[], $3::text)
+       AND metalloc_node_on_demand(rc.reservable, rc.lessee, $3::text)
 )
 SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
        (SELECT count(*) FROM rc WHERE rc.free)::bigint AS available,
@@ -1150,6 +1152,7 @@ SELECT n.id, n.uuid
   JOIN free_nodes n ON n.id = c.id
  WHERE n.resource_class = $2::text
    AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, $3::uuid[], $4::text)
+   AND metalloc_node_on_demand(n.reservable, n.lessee, $4::text)
    AND metalloc_node_has_traits(n.traits, $5::text[])
  ORDER BY c.ord
  LIMIT $6
@@ -1218,6 +1221,7 @@ SELECT n.id AS node_id, n.uuid AS node_uuid
   JOIN free_nodes n ON n.uuid = c.uuid
  WHERE n.resource_class = $2::text
    AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, $3::text)
+   AND metalloc_node_on_demand(n.reservable, n.lessee, $3::text)
    AND metalloc_node_has_traits(n.traits, $4::text[])
  ORDER BY c.ord
  LIMIT 1
