@@ -223,7 +223,16 @@ func (c *Service) Run(ctx context.Context) error {
 		c.OnReady()
 	}
 
+	// Leases start and end on workCtx: a move is one transaction, which a
+	// stop rolls back for a peer to make (leases.go).
+	var leasesDone sync.WaitGroup
+	if c.leasesSupported() {
+		leasesDone.Add(1)
+		go func() { defer leasesDone.Done(); c.runLeases(workCtx) }()
+	}
+
 	c.work(workCtx, procCtx, wake)
+	leasesDone.Wait()
 
 	if sched != nil {
 		<-sched.Stop().Done()

@@ -1788,7 +1788,7 @@ CREATE TABLE public.allocation_events (
     owner text,
     node_uuid uuid,
     last_error text,
-    CONSTRAINT allocation_events_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'updated'::text, 'deleted'::text, 'group_created'::text, 'group_updated'::text, 'group_deleted'::text])))
+    CONSTRAINT allocation_events_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'updated'::text, 'deleted'::text, 'group_created'::text, 'group_updated'::text, 'group_deleted'::text, 'lease.start'::text, 'lease.end'::text, 'lease.ending'::text])))
 );
 
 --
@@ -2276,6 +2276,7 @@ CREATE TABLE public.leases (
     conductor_affinity bigint,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone,
+    ending_noticed_at timestamp with time zone,
     CONSTRAINT leases_check CHECK ((start_time < end_time)),
     CONSTRAINT leases_end_time_check CHECK ((end_time = date_trunc('second'::text, end_time))),
     CONSTRAINT leases_on_start_check CHECK ((on_start = ANY (ARRAY['allocate'::text, 'lessee'::text]))),

@@ -1,8 +1,9 @@
 -- +goose Up
 -- Kind: expand. Same function signatures (metalloc_pick's body only), a new
--- helper function, and a column appended to the free_nodes view: binaries
--- built for 00049 work on it unchanged, and simply stop taking reservable
--- nodes on demand.
+-- helper function, a column appended to the free_nodes view, a nullable
+-- column on leases and three more event kinds: binaries built for 00049
+-- work on it unchanged (they stop taking reservable nodes on demand, and
+-- neither start nor end leases).
 -- On-demand allocations stay off reservable nodes (leases, issue 43): a
 -- node in the pool leases take from (nodes.reservable) is taken by an
 -- allocation only when the allocation's owner is the node's lessee, which
@@ -13,6 +14,17 @@
 -- so the plans are those of 00044 (TestClaimPlansIgnoreNodeStatistics).
 -- The conductors' group plans and the Placement backend's filters read the
 -- view's new column with the same function (conductor/backend, topology).
+
+-- Leases started and ended by the conductors (conductor/leases.go): the
+-- warning lease.ending is sent once, when this is still NULL.
+ALTER TABLE leases ADD COLUMN ending_noticed_at timestamptz;
+-- Their events share the allocation event log (GET /v1/allocations/events),
+-- as groups' do: allocation_uuid holds the lease's uuid, owner its project,
+-- resource_class its first reservation's.
+ALTER TABLE allocation_events DROP CONSTRAINT allocation_events_kind_check;
+ALTER TABLE allocation_events ADD CONSTRAINT allocation_events_kind_check
+    CHECK (kind IN ('created', 'updated', 'deleted', 'group_created', 'group_updated', 'group_deleted',
+                    'lease.start', 'lease.end', 'lease.ending'));
 
 -- +goose StatementBegin
 -- A node an on-demand allocation of p_owner may take as far as leases are
@@ -251,3 +263,8 @@ SELECT n.id, n.uuid, n.name, n.driver, n.resource_class, n.provision_state,
   FROM nodes n
  WHERE metalloc_node_free(n.provision_state, n.maintenance, n.power_state, n.instance_uuid, n.allocation_id);
 DROP FUNCTION metalloc_node_on_demand(boolean, text, text);
+DELETE FROM allocation_events WHERE kind LIKE 'lease.%';
+ALTER TABLE allocation_events DROP CONSTRAINT allocation_events_kind_check;
+ALTER TABLE allocation_events ADD CONSTRAINT allocation_events_kind_check
+    CHECK (kind IN ('created', 'updated', 'deleted', 'group_created', 'group_updated', 'group_deleted'));
+ALTER TABLE leases DROP COLUMN ending_noticed_at;
