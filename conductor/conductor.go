@@ -82,6 +82,9 @@ type Service struct {
 	groupsPending atomic.Bool
 	// signals reports events to tests (nil in production).
 	signals *testSignals
+	// leaseStarting, when set (tests), is called in a lease's start
+	// transaction once its compare-and-set has passed (leases.go).
+	leaseStarting func(ctx context.Context)
 	// endWork ends Run's work context: the drain (startDrain) stops the
 	// workers and the takeover as a stop does, the process going on.
 	// drainStarted is set once the drain has begun.

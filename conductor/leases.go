@@ -123,6 +123,9 @@ func (c *Service) startLease(ctx context.Context, q *Queries, id int64) error {
 	if err != nil {
 		return err
 	}
+	if c.leaseStarting != nil {
+		c.leaseStarting(ctx)
+	}
 	nodes, err := q.LeaseNodesForUpdate(ctx, id)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package conductor
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,6 +164,46 @@ func TestLeaseOfDeadConductorTakenOver(t *testing.T) {
 	})
 	requireOnTime(t, pool, u, EventLeaseEnd)
 	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocations`))
+}
+
+// A conductor stopped in the middle of a lease's start (its context
+// cancelled inside the start transaction, after the compare-and-set: the
+// move rolls back; leases are not released, so the lease stays its own)
+// goes offline, and another conductor starts the lease: one lease.start,
+// its allocations made once.
+func TestLeaseStartInterruptedTakenOver(t *testing.T) {
+	t.Parallel()
+	pool := reservablePool(t, 2)
+	start := dbNow(t, pool).Add(2 * time.Second)
+	u := admitLease(t, pool, "p1", "allocate", 2, start, start.Add(time.Hour))
+	cfg := leaseCfg()
+	cfg.Hostname = "killed"
+	a, err := NewService(cfg, pool, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	inside := make(chan struct{})
+	var once sync.Once
+	a.leaseStarting = func(ctx context.Context) {
+		once.Do(func() { close(inside) })
+		<-ctx.Done()
+	}
+	stopA := runService(t, a)
+	select {
+	case <-inside:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first conductor never started the lease")
+	}
+	require.NoError(t, stopA())
+	require.Equal(t, 1, dbtest.Count(t, pool, `SELECT count(*) FROM leases WHERE state = 'pending' AND conductor_affinity = $1`, a.ID()))
+	cfg.Hostname = "survivor"
+	b, err := NewService(cfg, pool, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	runService(t, b)
+	dbtest.WaitFor(t, 10*time.Second, "the lease active, started by the survivor", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM leases WHERE state = 'active' AND conductor_affinity = $1`, b.ID()) == 1
+	})
+	_, n := leaseEventLag(t, pool, u, EventLeaseStart)
+	require.Equal(t, 1, n)
+	require.Equal(t, 2, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE owner = 'p1' AND state = 'active'`))
 }
 
 // A lease whose node is not free at the start (in maintenance) starts on
