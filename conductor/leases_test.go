@@ -23,6 +23,22 @@ func leaseCfg() Config {
 	return cfg
 }
 
+// leaseService is a conductor named hostname with leaseCfg.
+func leaseService(t *testing.T, pool *pgxpool.Pool, hostname string) *Service {
+	cfg := leaseCfg()
+	cfg.Hostname = hostname
+	svc, err := NewService(cfg, pool, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	return svc
+}
+
+// waitLeaseActiveBy waits until the one lease is active and svc's.
+func waitLeaseActiveBy(t *testing.T, pool *pgxpool.Pool, svc *Service) {
+	dbtest.WaitFor(t, 10*time.Second, "the lease active, started by "+svc.cfg.Hostname, func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM leases WHERE state = 'active' AND conductor_affinity = $1`, svc.ID()) == 1
+	})
+}
+
 // reservablePool is a fresh database with n reservable gold nodes.
 func reservablePool(t *testing.T, n int) *pgxpool.Pool {
 	pool := dbtest.New(t)
@@ -146,15 +162,9 @@ func TestLeaseOfDeadConductorTakenOver(t *testing.T) {
 	u := admitLease(t, pool, "p1", "allocate", 2, start, start.Add(2*time.Second))
 	_, err := pool.Exec(ctx, `UPDATE leases SET conductor_affinity = $1 WHERE uuid = $2`, dead, u)
 	require.NoError(t, err)
-	cfg := leaseCfg()
-	cfg.Hostname = "live"
-	svc, err := NewService(cfg, pool, zaptest.NewLogger(t))
-	require.NoError(t, err)
+	svc := leaseService(t, pool, "live")
 	runService(t, svc)
-
-	dbtest.WaitFor(t, 10*time.Second, "the lease active", func() bool {
-		return dbtest.Count(t, pool, `SELECT count(*) FROM leases WHERE state = 'active' AND conductor_affinity = $1`, svc.ID()) == 1
-	})
+	waitLeaseActiveBy(t, pool, svc)
 	requireOnTime(t, pool, u, EventLeaseStart)
 	require.Equal(t, 2, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE owner = 'p1' AND state = 'active'`))
 
@@ -176,10 +186,7 @@ func TestLeaseStartInterruptedTakenOver(t *testing.T) {
 	pool := reservablePool(t, 2)
 	start := dbNow(t, pool).Add(2 * time.Second)
 	u := admitLease(t, pool, "p1", "allocate", 2, start, start.Add(time.Hour))
-	cfg := leaseCfg()
-	cfg.Hostname = "killed"
-	a, err := NewService(cfg, pool, zaptest.NewLogger(t))
-	require.NoError(t, err)
+	a := leaseService(t, pool, "killed")
 	inside := make(chan struct{})
 	var once sync.Once
 	a.leaseStarting = func(ctx context.Context) {
@@ -194,13 +201,9 @@ func TestLeaseStartInterruptedTakenOver(t *testing.T) {
 	}
 	require.NoError(t, stopA())
 	require.Equal(t, 1, dbtest.Count(t, pool, `SELECT count(*) FROM leases WHERE state = 'pending' AND conductor_affinity = $1`, a.ID()))
-	cfg.Hostname = "survivor"
-	b, err := NewService(cfg, pool, zaptest.NewLogger(t))
-	require.NoError(t, err)
+	b := leaseService(t, pool, "survivor")
 	runService(t, b)
-	dbtest.WaitFor(t, 10*time.Second, "the lease active, started by the survivor", func() bool {
-		return dbtest.Count(t, pool, `SELECT count(*) FROM leases WHERE state = 'active' AND conductor_affinity = $1`, b.ID()) == 1
-	})
+	waitLeaseActiveBy(t, pool, b)
 	_, n := leaseEventLag(t, pool, u, EventLeaseStart)
 	require.Equal(t, 1, n)
 	require.Equal(t, 2, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE owner = 'p1' AND state = 'active'`))
