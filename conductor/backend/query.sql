@@ -54,7 +54,8 @@ UPDATE allocations
 -- available, no power state (Ironic allocates only nodes with one).
 -- Only the nodes the allocation's owner may see are counted (owned by or
 -- leased to it; every node when it has none): last_error says nothing of
--- other projects' nodes.
+-- other projects' nodes. reservable: the available ones kept for leases
+-- (metalloc_node_on_demand), which candidates leaves out.
 WITH rc AS (
     SELECT n.id, n.uuid, n.owner, n.lessee, n.reservable,
            metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
@@ -79,6 +80,8 @@ SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
        (SELECT count(*) FROM rc WHERE rc.why = 'held')::bigint AS held,
        (SELECT count(*) FROM rc WHERE rc.why = 'state')::bigint AS other_state,
        (SELECT count(*) FROM rc WHERE rc.why = 'power')::bigint AS no_power,
+       (SELECT count(*) FROM rc WHERE rc.free
+          AND NOT metalloc_node_on_demand(rc.reservable, rc.lessee, sqlc.narg(owner)::text))::bigint AS reservable,
        (SELECT count(*) FROM cand)::bigint AS candidates,
        (SELECT count(*) FROM cand
          WHERE metalloc_node_has_traits(ARRAY(SELECT t.trait FROM node_traits t WHERE t.node_id = cand.id),

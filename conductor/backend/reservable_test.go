@@ -56,4 +56,6 @@ func TestReserveSkipsReservableNodes(t *testing.T) {
 	require.Equal(t, "", nodeName(free2))
 	require.Equal(t, "r0", nodeName(leased))
 	require.Equal(t, "", nodeName(owned))
+	// last_error says why the free nodes were not taken.
+	require.Contains(t, *f.get(free2).LastError, "(no node fits: 4 of resource class gold, 3 available (3 of them reservable, for leases only))")
 }
