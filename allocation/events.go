@@ -44,7 +44,8 @@ func ParseEventID(s string) (int64, bool) {
 
 // Event kinds. The group_ kinds are an allocation group's (package
 // allocgroup; UUID is the group's, NodeUUID nil); its members have the
-// allocation kinds.
+// allocation kinds. Leases' events (lease.start, lease.ending, lease.end;
+// UUID the lease's) are written by the conductors (conductor/leases.go).
 const (
 	EventCreated      = "created"
 	EventUpdated      = "updated" // the state changed

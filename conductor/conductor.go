@@ -82,6 +82,9 @@ type Service struct {
 	groupsPending atomic.Bool
 	// signals reports events to tests (nil in production).
 	signals *testSignals
+	// leaseStarting, when set (tests), is called in a lease's start
+	// transaction once its compare-and-set has passed (leases.go).
+	leaseStarting func(ctx context.Context)
 	// endWork ends Run's work context: the drain (startDrain) stops the
 	// workers and the takeover as a stop does, the process going on.
 	// drainStarted is set once the drain has begun.
@@ -223,7 +226,16 @@ func (c *Service) Run(ctx context.Context) error {
 		c.OnReady()
 	}
 
+	// Leases start and end on workCtx: a move is one transaction, which a
+	// stop rolls back for a peer to make (leases.go).
+	var leasesDone sync.WaitGroup
+	if c.leasesSupported() {
+		leasesDone.Add(1)
+		go func() { defer leasesDone.Done(); c.runLeases(workCtx) }()
+	}
+
 	c.work(workCtx, procCtx, wake)
+	leasesDone.Wait()
 
 	if sched != nil {
 		<-sched.Stop().Done()

@@ -58,6 +58,9 @@ type Config struct {
 	// conductors: a robfig/cron spec or "off"
 	// (conductor.takeover_schedule, "@every 60s").
 	TakeoverSchedule string
+	// LeaseEndingNotice is how long before a lease's end_time the event
+	// lease.ending is sent (conductor.lease_ending_notice, 15m).
+	LeaseEndingNotice time.Duration
 	// Version is reported in the conductors table (default: this
 	// binary's, buildinfo).
 	Version string
@@ -105,7 +108,7 @@ func NewConfig(cfg config.Config, pc *client.Client) Config {
 		Hostname: c.Hostname, Group: c.Group, Workers: c.Workers, ClaimBatch: c.ClaimBatch,
 		PollInterval: c.PollInterval, ClaimDelay: c.ClaimDelay, HeartbeatInterval: c.HeartbeatInterval,
 		HeartbeatTimeout: c.HeartbeatTimeout, ShutdownGrace: c.ShutdownGrace,
-		LockedNodeWait: c.LockedNodeWait, TakeoverSchedule: c.TakeoverSchedule,
+		LockedNodeWait: c.LockedNodeWait, TakeoverSchedule: c.TakeoverSchedule, LeaseEndingNotice: c.LeaseEndingNotice,
 		Backend: c.AllocationBackend, Placement: pc,
 		PlacementMaxAlternates: pb.MaxAlternates, PlacementMaxAttempts: pb.MaxAttempts, PlacementMode: pb.Mode,
 	}
@@ -128,6 +131,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.ShutdownGrace, d.ShutdownGrace)
 	setDefault(&c.LockedNodeWait, d.LockedNodeWait)
 	setDefault(&c.TakeoverSchedule, d.TakeoverSchedule)
+	setDefault(&c.LeaseEndingNotice, d.LeaseEndingNotice)
 	setDefault(&c.Backend, d.Backend)
 	if c.PlacementMaxAlternates == 0 { // negative: no alternates
 		c.PlacementMaxAlternates = d.PlacementMaxAlternates

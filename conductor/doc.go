@@ -23,6 +23,8 @@
 //     release), takeover.go: the takeover schedule; drain.go: the drain
 //     (RequestDrain, the conductor's side); groups.go: the claim and
 //     processing of allocation groups;
+//   - leases.go: leases (package lease) started and ended at their times
+//     ("Leases" below);
 //   - signals.go: test signals; metrics.go; tracker*.go, ratios.go: the
 //     Placement resource tracker;
 //   - backend/ (package backend): the reservation backends behind one
@@ -365,6 +367,22 @@
 // failed grow returns it to active with count = its members. With the
 // placement backend the GroupReserver also claims the members in Placement
 // (GroupReserver.Placement = the backend.Placement).
+//
+// # Leases
+//
+// A lease (package lease, docs/leases.md) has its next move owned like an
+// allocation: leases.conductor_affinity. Every leasePoll (200 ms) each
+// conductor with the database backend claims the leases whose move is due
+// by the database clock (ClaimDueLeases: pending at start_time, active at
+// end_time or conductor.lease_ending_notice before it), unowned, its own
+// or a dead conductor's (metalloc_conductor_alive: the takeover is in the
+// claim itself, no schedule), FOR UPDATE SKIP LOCKED; then makes each move
+// in one transaction that starts with a compare-and-set on state and
+// affinity (StartLease, EndLease, NoticeLeaseEnding), locks the lease's
+// nodes in id order, writes the allocations (metalloc_hold) or lessee, or
+// deletes them (metalloc_deallocate), and the event (lease.start,
+// lease.ending, lease.end on the allocation event log). A stop or a crash
+// mid-move rolls it back; the next claim makes it.
 //
 // # In front of Ironic
 //

@@ -415,3 +415,125 @@ SELECT rp.uuid AS provider, rc.name AS resource_class
    AND (EXISTS (SELECT 1 FROM placement_synced s WHERE s.node_uuid = rp.uuid)
         OR EXISTS (SELECT 1 FROM nodes n WHERE n.uuid = rp.uuid))
  ORDER BY rp.uuid, rc.name;
+
+-- name: ClaimDueLeases :many
+-- Leases (package lease) whose next move is due by the database clock:
+-- pending ones at start_time, active ones at end_time or
+-- notice_seconds before it (lease.ending, not sent yet). Each becomes
+-- the conductor's (conductor_affinity) when unowned, already its, or owned by a
+-- dead conductor (metalloc_conductor_alive: the takeover of a conductor
+-- that died between its claim and the move), in one statement with FOR
+-- UPDATE SKIP LOCKED: conductors racing never wait for each other, and the
+-- move itself is a compare-and-set on this affinity (StartLease, EndLease,
+-- NoticeLeaseEnding).
+UPDATE leases l SET conductor_affinity = @me::bigint
+  FROM (SELECT x.id, x.conductor_affinity AS was
+          FROM leases x
+          LEFT JOIN conductors c ON c.id = x.conductor_affinity
+         WHERE ((x.state = 'pending' AND x.start_time <= now())
+                OR (x.state = 'active' AND (x.end_time <= now()
+                    OR (x.ending_noticed_at IS NULL
+                        AND x.end_time <= now() + make_interval(secs => @notice_seconds::float8)))))
+           AND (x.conductor_affinity IS NULL OR x.conductor_affinity = @me::bigint
+                OR c.id IS NULL OR NOT metalloc_conductor_alive(c.online, c.expires_at))
+         ORDER BY x.id
+         LIMIT @batch::integer
+           FOR UPDATE OF x SKIP LOCKED) d
+ WHERE l.id = d.id
+RETURNING l.id, l.uuid, l.state, (d.was IS NOT NULL AND d.was <> @me::bigint)::boolean AS taken_over;
+
+-- name: StartLease :one
+-- pending -> active at start_time, only while the conductor owns the lease (the
+-- compare-and-set: a conductor that lost it changes nothing).
+UPDATE leases SET state = 'active', status_reason = NULL, updated_at = now()
+ WHERE leases.id = @lease_id::bigint AND conductor_affinity = @me::bigint AND state = 'pending' AND start_time <= now()
+RETURNING uuid, name, project_id, on_start, start_time, end_time,
+          (SELECT r.resource_class FROM lease_reservations r WHERE r.lease_id = leases.id
+            ORDER BY r.id LIMIT 1)::text AS resource_class;
+
+-- name: LeaseNodesForUpdate :many
+-- The lease's booked nodes, row-locked in id order (the lock order of
+-- every node change), with whether each is free (metalloc_node_free) and
+-- its request's resource class.
+SELECT n.id, n.uuid, coalesce(n.name, '')::text AS name, r.resource_class,
+       metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
+                          n.instance_uuid, n.allocation_id) AS free
+  FROM lease_nodes ln
+  JOIN nodes n ON n.id = ln.node_id
+  JOIN lease_reservations r ON r.id = ln.reservation_id
+ WHERE ln.lease_id = @lease_id
+ ORDER BY n.id
+   FOR UPDATE OF n;
+
+-- name: InsertLeaseAllocations :one
+-- on_start allocate: one active allocation per node of node_ids (locked
+-- and free: LeaseNodesForUpdate), owned by the lease's project, holding
+-- its node (metalloc_hold), extra naming the lease.
+WITH m AS (
+    INSERT INTO allocations (uuid, resource_class, extra, owner, state, node_id, conductor_affinity)
+    SELECT gen_random_uuid(), (@resource_classes::text[])[n.ord], jsonb_build_object('lease_uuid', @lease_uuid::uuid),
+           @owner::text, 'active', n.nid, @me::bigint
+      FROM unnest(@node_ids::bigint[]) WITH ORDINALITY n (nid, ord)
+     ORDER BY n.ord
+    RETURNING allocations.id, allocations.uuid, allocations.node_id
+), h AS (
+    SELECT metalloc_hold(m.node_id, m.id, m.uuid, '{}'::text[]) FROM m
+)
+SELECT (SELECT count(*) FROM h)::integer AS held;
+
+-- name: SetLeaseLessee :exec
+-- on_start lessee: the nodes' lessee becomes the project, so that its own
+-- on-demand allocations may take them (metalloc_node_on_demand).
+UPDATE nodes SET lessee = @project::text, updated_at = now() WHERE id = ANY(@node_ids::bigint[]);
+
+-- name: SetLeaseStatus :exec
+UPDATE leases SET status_reason = sqlc.narg(reason)::text WHERE id = @lease_id::bigint;
+
+-- name: EndLease :one
+-- active -> ended at end_time, only while the conductor owns the lease; its rows
+-- stop blocking (released).
+WITH l AS (
+    UPDATE leases SET state = 'ended', updated_at = now()
+     WHERE leases.id = @lease_id::bigint AND conductor_affinity = @me::bigint AND state = 'active' AND end_time <= now()
+    RETURNING id, uuid, name, project_id, on_start, end_time
+), r AS (
+    UPDATE lease_nodes SET released = true FROM l WHERE lease_nodes.lease_id = l.id
+)
+SELECT l.uuid, l.name, l.project_id, l.on_start, l.end_time,
+       (SELECT r.resource_class FROM lease_reservations r WHERE r.lease_id = l.id
+         ORDER BY r.id LIMIT 1)::text AS resource_class
+  FROM l;
+
+-- name: LeaseProjectAllocations :many
+-- The allocations of the project on the nodes (locked by the caller): the
+-- lease's own (on_start allocate) and those the project made on its
+-- nodes while it was their lessee.
+SELECT a.id FROM nodes n JOIN allocations a ON a.id = n.allocation_id
+ WHERE n.id = ANY(@node_ids::bigint[]) AND a.owner = @project::text
+ ORDER BY n.id;
+
+-- name: DeallocateLease :exec
+SELECT metalloc_deallocate(@allocation_id::bigint);
+
+-- name: ClearLeaseLessee :exec
+UPDATE nodes SET lessee = NULL, updated_at = now()
+ WHERE id = ANY(@node_ids::bigint[]) AND lessee = @project::text;
+
+-- name: NoticeLeaseEnding :one
+-- lease.ending, once per lease, only while the conductor owns it.
+UPDATE leases SET ending_noticed_at = now()
+ WHERE leases.id = @lease_id::bigint AND conductor_affinity = @me::bigint AND state = 'active' AND ending_noticed_at IS NULL
+RETURNING uuid, name, project_id, state, end_time,
+          (SELECT r.resource_class FROM lease_reservations r WHERE r.lease_id = leases.id
+            ORDER BY r.id LIMIT 1)::text AS resource_class;
+
+-- name: InsertLeaseEvent :exec
+-- A lease event on the allocation event log (kinds lease.start, lease.end,
+-- lease.ending: migration 00050), woken as the allocation triggers do
+-- (payload: the lease's uuid, a space, its state).
+WITH e AS (
+    INSERT INTO allocation_events (kind, allocation_uuid, name, state, resource_class, owner, last_error)
+    VALUES (@kind::text, @lease_uuid::uuid, sqlc.narg(name)::text, @state::text, @resource_class::text,
+            @project::text, sqlc.narg(reason)::text)
+)
+SELECT pg_notify('metalloc_allocation_events', @payload::text);

@@ -58,6 +58,71 @@ func (q *Queries) AllocationsDeadRows(ctx context.Context) (int64, error) {
 	return dead, err
 }
 
+const claimDueLeases = `-- name: ClaimDueLeases :many
+UPDATE leases l SET conductor_affinity = $1::bigint
+  FROM (SELECT x.id, x.conductor_affinity AS was
+          FROM leases x
+          LEFT JOIN conductors c ON c.id = x.conductor_affinity
+         WHERE ((x.state = 'pending' AND x.start_time <= now())
+                OR (x.state = 'active' AND (x.end_time <= now()
+                    OR (x.ending_noticed_at IS NULL
+                        AND x.end_time <= now() + make_interval(secs => $2::float8)))))
+           AND (x.conductor_affinity IS NULL OR x.conductor_affinity = $1::bigint
+                OR c.id IS NULL OR NOT metalloc_conductor_alive(c.online, c.expires_at))
+         ORDER BY x.id
+         LIMIT $3::integer
+           FOR UPDATE OF x SKIP LOCKED) d
+ WHERE l.id = d.id
+RETURNING l.id, l.uuid, l.state, (d.was IS NOT NULL AND d.was <> $1::bigint)::boolean AS taken_over
+`
+
+type ClaimDueLeasesParams struct {
+	Me            int64
+	NoticeSeconds float64
+	Batch         int32
+}
+
+type ClaimDueLeasesRow struct {
+	ID        int64
+	Uuid      uuid.UUID
+	State     string
+	TakenOver bool
+}
+
+// Leases (package lease) whose next move is due by the database clock:
+// pending ones at start_time, active ones at end_time or
+// notice_seconds before it (lease.ending, not sent yet). Each becomes
+// the conductor's (conductor_affinity) when unowned, already its, or owned by a
+// dead conductor (metalloc_conductor_alive: the takeover of a conductor
+// that died between its claim and the move), in one statement with FOR
+// UPDATE SKIP LOCKED: conductors racing never wait for each other, and the
+// move itself is a compare-and-set on this affinity (StartLease, EndLease,
+// NoticeLeaseEnding).
+func (q *Queries) ClaimDueLeases(ctx context.Context, arg ClaimDueLeasesParams) ([]ClaimDueLeasesRow, error) {
+	rows, err := q.db.Query(ctx, claimDueLeases, arg.Me, arg.NoticeSeconds, arg.Batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimDueLeasesRow
+	for rows.Next() {
+		var i ClaimDueLeasesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.State,
+			&i.TakenOver,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const claimGroups = `-- name: ClaimGroups :many
 
 UPDATE allocation_groups g
@@ -121,6 +186,21 @@ func (q *Queries) ClaimsOfProvider(ctx context.Context, providerUuid uuid.UUID) 
 		return nil, err
 	}
 	return items, nil
+}
+
+const clearLeaseLessee = `-- name: ClearLeaseLessee :exec
+UPDATE nodes SET lessee = NULL, updated_at = now()
+ WHERE id = ANY($1::bigint[]) AND lessee = $2::text
+`
+
+type ClearLeaseLesseeParams struct {
+	NodeIds []int64
+	Project string
+}
+
+func (q *Queries) ClearLeaseLessee(ctx context.Context, arg ClearLeaseLesseeParams) error {
+	_, err := q.db.Exec(ctx, clearLeaseLessee, arg.NodeIds, arg.Project)
+	return err
 }
 
 const conductorByHostname = `-- name: ConductorByHostname :one
@@ -253,6 +333,15 @@ func (q *Queries) DeadOwners(ctx context.Context, me int64) ([]DeadOwnersRow, er
 	return items, nil
 }
 
+const deallocateLease = `-- name: DeallocateLease :exec
+SELECT metalloc_deallocate($1::bigint)
+`
+
+func (q *Queries) DeallocateLease(ctx context.Context, allocationID int64) error {
+	_, err := q.db.Exec(ctx, deallocateLease, allocationID)
+	return err
+}
+
 const deleteNodeChanges = `-- name: DeleteNodeChanges :exec
 DELETE FROM placement_node_changes WHERE seq = ANY($1::bigint[])
 `
@@ -371,6 +460,50 @@ func (q *Queries) DrainTarget(ctx context.Context, hostname string) (DrainTarget
 	return i, err
 }
 
+const endLease = `-- name: EndLease :one
+WITH l AS (
+    UPDATE leases SET state = 'ended', updated_at = now()
+     WHERE leases.id = $1::bigint AND conductor_affinity = $2::bigint AND state = 'active' AND end_time <= now()
+    RETURNING id, uuid, name, project_id, on_start, end_time
+), r AS (
+    UPDATE lease_nodes SET released = true FROM l WHERE lease_nodes.lease_id = l.id
+)
+SELECT l.uuid, l.name, l.project_id, l.on_start, l.end_time,
+       (SELECT r.resource_class FROM lease_reservations r WHERE r.lease_id = l.id
+         ORDER BY r.id LIMIT 1)::text AS resource_class
+  FROM l
+`
+
+type EndLeaseParams struct {
+	LeaseID int64
+	Me      int64
+}
+
+type EndLeaseRow struct {
+	Uuid          uuid.UUID
+	Name          *string
+	ProjectID     string
+	OnStart       string
+	EndTime       time.Time
+	ResourceClass string
+}
+
+// active -> ended at end_time, only while the conductor owns the lease; its rows
+// stop blocking (released).
+func (q *Queries) EndLease(ctx context.Context, arg EndLeaseParams) (EndLeaseRow, error) {
+	row := q.db.QueryRow(ctx, endLease, arg.LeaseID, arg.Me)
+	var i EndLeaseRow
+	err := row.Scan(
+		&i.Uuid,
+		&i.Name,
+		&i.ProjectID,
+		&i.OnStart,
+		&i.EndTime,
+		&i.ResourceClass,
+	)
+	return i, err
+}
+
 const expireTrackers = `-- name: ExpireTrackers :exec
 DELETE FROM placement_trackers WHERE heartbeat_at < now() - interval '10 minutes'
 `
@@ -441,6 +574,81 @@ func (q *Queries) Heartbeat(ctx context.Context, arg HeartbeatParams) (int64, er
 	return result.RowsAffected(), nil
 }
 
+const insertLeaseAllocations = `-- name: InsertLeaseAllocations :one
+WITH m AS (
+    INSERT INTO allocations (uuid, resource_class, extra, owner, state, node_id, conductor_affinity)
+    SELECT gen_random_uuid(), ($1::text[])[n.ord], jsonb_build_object('lease_uuid', $2::uuid),
+           $3::text, 'active', n.nid, $4::bigint
+      FROM unnest($5::bigint[]) WITH ORDINALITY n (nid, ord)
+     ORDER BY n.ord
+    RETURNING allocations.id, allocations.uuid, allocations.node_id
+), h AS (
+    SELECT metalloc_hold(m.node_id, m.id, m.uuid, '{}'::text[]) FROM m
+)
+SELECT (SELECT count(*) FROM h)::integer AS held
+`
+
+type InsertLeaseAllocationsParams struct {
+	ResourceClasses []string
+	LeaseUuid       uuid.UUID
+	Owner           string
+	Me              int64
+	NodeIds         []int64
+}
+
+// on_start allocate: one active allocation per node of node_ids (locked
+// and free: LeaseNodesForUpdate), owned by the lease's project, holding
+// its node (metalloc_hold), extra naming the lease.
+func (q *Queries) InsertLeaseAllocations(ctx context.Context, arg InsertLeaseAllocationsParams) (int32, error) {
+	row := q.db.QueryRow(ctx, insertLeaseAllocations,
+		arg.ResourceClasses,
+		arg.LeaseUuid,
+		arg.Owner,
+		arg.Me,
+		arg.NodeIds,
+	)
+	var held int32
+	err := row.Scan(&held)
+	return held, err
+}
+
+const insertLeaseEvent = `-- name: InsertLeaseEvent :exec
+WITH e AS (
+    INSERT INTO allocation_events (kind, allocation_uuid, name, state, resource_class, owner, last_error)
+    VALUES ($2::text, $3::uuid, $4::text, $5::text, $6::text,
+            $7::text, $8::text)
+)
+SELECT pg_notify('metalloc_allocation_events', $1::text)
+`
+
+type InsertLeaseEventParams struct {
+	Payload       string
+	Kind          string
+	LeaseUuid     uuid.UUID
+	Name          *string
+	State         string
+	ResourceClass string
+	Project       string
+	Reason        *string
+}
+
+// A lease event on the allocation event log (kinds lease.start, lease.end,
+// lease.ending: migration 00050), woken as the allocation triggers do
+// (payload: the lease's uuid, a space, its state).
+func (q *Queries) InsertLeaseEvent(ctx context.Context, arg InsertLeaseEventParams) error {
+	_, err := q.db.Exec(ctx, insertLeaseEvent,
+		arg.Payload,
+		arg.Kind,
+		arg.LeaseUuid,
+		arg.Name,
+		arg.State,
+		arg.ResourceClass,
+		arg.Project,
+		arg.Reason,
+	)
+	return err
+}
+
 const leakedPlacementClaims = `-- name: LeakedPlacementClaims :many
 SELECT c.consumer_uuid, c.provider_uuid FROM placement_claims c
  WHERE c.created_at < now() - make_interval(secs => $1::float8)
@@ -473,6 +681,89 @@ func (q *Queries) LeakedPlacementClaims(ctx context.Context, minAgeSeconds float
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const leaseNodesForUpdate = `-- name: LeaseNodesForUpdate :many
+SELECT n.id, n.uuid, coalesce(n.name, '')::text AS name, r.resource_class,
+       metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
+                          n.instance_uuid, n.allocation_id) AS free
+  FROM lease_nodes ln
+  JOIN nodes n ON n.id = ln.node_id
+  JOIN lease_reservations r ON r.id = ln.reservation_id
+ WHERE ln.lease_id = $1
+ ORDER BY n.id
+   FOR UPDATE OF n
+`
+
+type LeaseNodesForUpdateRow struct {
+	ID            int64
+	Uuid          uuid.UUID
+	Name          string
+	ResourceClass string
+	Free          bool
+}
+
+// The lease's booked nodes, row-locked in id order (the lock order of
+// every node change), with whether each is free (metalloc_node_free) and
+// its request's resource class.
+func (q *Queries) LeaseNodesForUpdate(ctx context.Context, leaseID int64) ([]LeaseNodesForUpdateRow, error) {
+	rows, err := q.db.Query(ctx, leaseNodesForUpdate, leaseID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LeaseNodesForUpdateRow
+	for rows.Next() {
+		var i LeaseNodesForUpdateRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.Name,
+			&i.ResourceClass,
+			&i.Free,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const leaseProjectAllocations = `-- name: LeaseProjectAllocations :many
+SELECT a.id FROM nodes n JOIN allocations a ON a.id = n.allocation_id
+ WHERE n.id = ANY($1::bigint[]) AND a.owner = $2::text
+ ORDER BY n.id
+`
+
+type LeaseProjectAllocationsParams struct {
+	NodeIds []int64
+	Project string
+}
+
+// The allocations of the project on the nodes (locked by the caller): the
+// lease's own (on_start allocate) and those the project made on its
+// nodes while it was their lessee.
+func (q *Queries) LeaseProjectAllocations(ctx context.Context, arg LeaseProjectAllocationsParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, leaseProjectAllocations, arg.NodeIds, arg.Project)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -660,6 +951,43 @@ func (q *Queries) NodeIDOf(ctx context.Context, argUuid uuid.UUID) (int64, error
 	var id int64
 	err := row.Scan(&id)
 	return id, err
+}
+
+const noticeLeaseEnding = `-- name: NoticeLeaseEnding :one
+UPDATE leases SET ending_noticed_at = now()
+ WHERE leases.id = $1::bigint AND conductor_affinity = $2::bigint AND state = 'active' AND ending_noticed_at IS NULL
+RETURNING uuid, name, project_id, state, end_time,
+          (SELECT r.resource_class FROM lease_reservations r WHERE r.lease_id = leases.id
+            ORDER BY r.id LIMIT 1)::text AS resource_class
+`
+
+type NoticeLeaseEndingParams struct {
+	LeaseID int64
+	Me      int64
+}
+
+type NoticeLeaseEndingRow struct {
+	Uuid          uuid.UUID
+	Name          *string
+	ProjectID     string
+	State         string
+	EndTime       time.Time
+	ResourceClass string
+}
+
+// lease.ending, once per lease, only while the conductor owns it.
+func (q *Queries) NoticeLeaseEnding(ctx context.Context, arg NoticeLeaseEndingParams) (NoticeLeaseEndingRow, error) {
+	row := q.db.QueryRow(ctx, noticeLeaseEnding, arg.LeaseID, arg.Me)
+	var i NoticeLeaseEndingRow
+	err := row.Scan(
+		&i.Uuid,
+		&i.Name,
+		&i.ProjectID,
+		&i.State,
+		&i.EndTime,
+		&i.ResourceClass,
+	)
+	return i, err
 }
 
 const notifyDrain = `-- name: NotifyDrain :exec
@@ -1025,6 +1353,76 @@ func (q *Queries) RequestDrain(ctx context.Context, arg RequestDrainParams) (int
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const setLeaseLessee = `-- name: SetLeaseLessee :exec
+UPDATE nodes SET lessee = $1::text, updated_at = now() WHERE id = ANY($2::bigint[])
+`
+
+type SetLeaseLesseeParams struct {
+	Project string
+	NodeIds []int64
+}
+
+// on_start lessee: the nodes' lessee becomes the project, so that its own
+// on-demand allocations may take them (metalloc_node_on_demand).
+func (q *Queries) SetLeaseLessee(ctx context.Context, arg SetLeaseLesseeParams) error {
+	_, err := q.db.Exec(ctx, setLeaseLessee, arg.Project, arg.NodeIds)
+	return err
+}
+
+const setLeaseStatus = `-- name: SetLeaseStatus :exec
+UPDATE leases SET status_reason = $1::text WHERE id = $2::bigint
+`
+
+type SetLeaseStatusParams struct {
+	Reason  *string
+	LeaseID int64
+}
+
+func (q *Queries) SetLeaseStatus(ctx context.Context, arg SetLeaseStatusParams) error {
+	_, err := q.db.Exec(ctx, setLeaseStatus, arg.Reason, arg.LeaseID)
+	return err
+}
+
+const startLease = `-- name: StartLease :one
+UPDATE leases SET state = 'active', status_reason = NULL, updated_at = now()
+ WHERE leases.id = $1::bigint AND conductor_affinity = $2::bigint AND state = 'pending' AND start_time <= now()
+RETURNING uuid, name, project_id, on_start, start_time, end_time,
+          (SELECT r.resource_class FROM lease_reservations r WHERE r.lease_id = leases.id
+            ORDER BY r.id LIMIT 1)::text AS resource_class
+`
+
+type StartLeaseParams struct {
+	LeaseID int64
+	Me      int64
+}
+
+type StartLeaseRow struct {
+	Uuid          uuid.UUID
+	Name          *string
+	ProjectID     string
+	OnStart       string
+	StartTime     time.Time
+	EndTime       time.Time
+	ResourceClass string
+}
+
+// pending -> active at start_time, only while the conductor owns the lease (the
+// compare-and-set: a conductor that lost it changes nothing).
+func (q *Queries) StartLease(ctx context.Context, arg StartLeaseParams) (StartLeaseRow, error) {
+	row := q.db.QueryRow(ctx, startLease, arg.LeaseID, arg.Me)
+	var i StartLeaseRow
+	err := row.Scan(
+		&i.Uuid,
+		&i.Name,
+		&i.ProjectID,
+		&i.OnStart,
+		&i.StartTime,
+		&i.EndTime,
+		&i.ResourceClass,
+	)
+	return i, err
 }
 
 const startedAt = `-- name: StartedAt :one

@@ -184,6 +184,9 @@ type Conductor struct {
 	LockedNodeWait    time.Duration `mapstructure:"locked_node_wait"`
 	// TakeoverSchedule is a robfig/cron spec ("@every 60s") or "off".
 	TakeoverSchedule string `mapstructure:"takeover_schedule"`
+	// LeaseEndingNotice is how long before a lease's end_time the
+	// conductors send lease.ending (default 15m).
+	LeaseEndingNotice time.Duration `mapstructure:"lease_ending_notice"`
 	// OfflineRetention is how long a dead conductor's row stays in the
 	// conductors table after its last heartbeat (default 168h; negative:
 	// forever); see conductor.Pruner.

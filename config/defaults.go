@@ -62,6 +62,7 @@ const (
 	DefaultConductorShutdownGrace     = 30 * time.Second
 	DefaultConductorLockedNodeWait    = 2 * time.Second
 	DefaultConductorTakeoverSchedule  = "@every 60s"
+	DefaultConductorLeaseEndingNotice = 15 * time.Minute
 	DefaultConductorMetricsListen     = "127.0.0.1:9464"
 	DefaultConductorAllocationBackend = AllocationBackendDatabase
 

@@ -123,6 +123,8 @@ func registry() []*Key {
 			Doc: "A conductor row whose expiry passed this long ago is deleted (hourly, by any live conductor): never a live conductor, one that still owns allocating rows or one with a database session open; negative: keep every row (see conductor.Pruner)."},
 		&Key{Name: "conductor.takeover_schedule", Default: DefaultConductorTakeoverSchedule, Readers: condReaders,
 			Doc: "When to take over the allocating rows of dead conductors (expiry passed, or offline): a robfig/cron spec (`@every 60s`, `*/2 * * * *`) or `off` (a dead conductor's rows then wait for it to come back)."},
+		&Key{Name: "conductor.lease_ending_notice", Default: DefaultConductorLeaseEndingNotice, Readers: condReaders,
+			Doc: "How long before an active lease's `end_time` the conductors send the event `lease.ending` on the allocation event stream (docs/leases.md), once per lease."},
 		&Key{Name: "conductor.metrics_listen", Default: DefaultConductorMetricsListen, Readers: condReaders,
 			Doc: "Address and port of this conductor's Prometheus `/metrics` listener, which also answers `/healthz` and `/readyz`; give each conductor on a host its own port, or `off`."},
 		&Key{Name: "conductor.metrics_tls_cert_file", Default: "", Readers: condReaders,

@@ -1190,6 +1190,14 @@ CREATE FUNCTION public.metalloc_node_in_scope(node_uuid uuid, node_owner text, n
     RETURN (((p_candidates IS NULL) OR (node_uuid = ANY (p_candidates))) AND ((p_owner IS NULL) OR (node_owner = p_owner) OR (node_lessee = p_owner)));
 
 --
+-- Name: metalloc_node_on_demand(boolean, text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_node_on_demand(node_reservable boolean, node_lessee text, p_owner text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN ((NOT node_reservable) OR ((p_owner IS NOT NULL) AND (node_lessee = p_owner)));
+
+--
 -- Name: metalloc_pick(text, text[], uuid[], text, text, integer, bigint, bigint[]); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1219,6 +1227,7 @@ BEGIN
           FROM free_nodes n
          WHERE n.name = p_name AND n.resource_class = p_resource_class
            AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, p_candidates, p_owner)
+           AND metalloc_node_on_demand(n.reservable, n.lessee, p_owner)
            AND metalloc_node_has_traits(ARRAY(SELECT t.trait FROM node_traits t
                                               WHERE t.node_id = n.id AND t.trait = ANY (p_traits)), p_traits)
            AND (p_exclude IS NULL OR n.id <> ALL (p_exclude))
@@ -1232,6 +1241,7 @@ BEGIN
           FROM unnest(p_candidates) c (uuid) JOIN free_nodes n ON n.uuid = c.uuid
          WHERE n.resource_class = p_resource_class
            AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, p_owner)
+           AND metalloc_node_on_demand(n.reservable, n.lessee, p_owner)
            AND metalloc_node_has_traits(ARRAY(SELECT t.trait FROM node_traits t
                                               WHERE t.node_id = n.id AND t.trait = ANY (p_traits)), p_traits)
            AND (p_exclude IS NULL OR n.id <> ALL (p_exclude))
@@ -1259,6 +1269,7 @@ BEGIN
              WHERE n.resource_class = p_resource_class
                AND n.id >= v_lo AND n.id < v_hi
                AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, p_owner)
+               AND metalloc_node_on_demand(n.reservable, n.lessee, p_owner)
                AND metalloc_node_has_traits(ARRAY(SELECT t.trait FROM node_traits t
                                               WHERE t.node_id = n.id AND t.trait = ANY (p_traits)), p_traits)
                AND (p_exclude IS NULL OR n.id <> ALL (p_exclude))
@@ -1274,6 +1285,7 @@ BEGIN
              WHERE n.resource_class = p_resource_class
                AND n.id >= v_lo AND n.id < v_hi
                AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, p_owner)
+               AND metalloc_node_on_demand(n.reservable, n.lessee, p_owner)
                AND metalloc_node_has_traits(ARRAY(SELECT t.trait FROM node_traits t
                                               WHERE t.node_id = n.id AND t.trait = ANY (p_traits)), p_traits)
                AND (p_exclude IS NULL OR n.id <> ALL (p_exclude))
@@ -1776,7 +1788,7 @@ CREATE TABLE public.allocation_events (
     owner text,
     node_uuid uuid,
     last_error text,
-    CONSTRAINT allocation_events_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'updated'::text, 'deleted'::text, 'group_created'::text, 'group_updated'::text, 'group_deleted'::text])))
+    CONSTRAINT allocation_events_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'updated'::text, 'deleted'::text, 'group_created'::text, 'group_updated'::text, 'group_deleted'::text, 'lease.start'::text, 'lease.end'::text, 'lease.ending'::text])))
 );
 
 --
@@ -2131,7 +2143,8 @@ CREATE VIEW public.free_nodes AS
     n.updated_at,
     ARRAY( SELECT t.trait
            FROM public.node_traits t
-          WHERE (t.node_id = n.id)) AS traits
+          WHERE (t.node_id = n.id)) AS traits,
+    n.reservable
    FROM public.nodes n
   WHERE public.metalloc_node_free(n.provision_state, n.maintenance, n.power_state, n.instance_uuid, n.allocation_id);
 
@@ -2263,6 +2276,7 @@ CREATE TABLE public.leases (
     conductor_affinity bigint,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone,
+    ending_noticed_at timestamp with time zone,
     CONSTRAINT leases_check CHECK ((start_time < end_time)),
     CONSTRAINT leases_end_time_check CHECK ((end_time = date_trunc('second'::text, end_time))),
     CONSTRAINT leases_on_start_check CHECK ((on_start = ANY (ARRAY['allocate'::text, 'lessee'::text]))),

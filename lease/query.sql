@@ -93,9 +93,9 @@ SELECT ln.reservation_id, n.uuid, n.name
 -- name: SetLeaseEnd :exec
 -- PATCH end_time: the lease and its blocking rows in one transaction (the
 -- caller's); the exclusion constraint refuses an extension over another
--- lease's row.
+-- lease's row. A new end_time gets its own lease.ending (conductor/leases.go).
 WITH l AS (
-    UPDATE leases SET end_time = @end_time, updated_at = now() WHERE id = @id
+    UPDATE leases SET end_time = @end_time, ending_noticed_at = NULL, updated_at = now() WHERE id = @id
 )
 UPDATE lease_nodes SET during = tstzrange(lower(during), @end_time::timestamptz)
  WHERE lease_id = @id AND NOT released;

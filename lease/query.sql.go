@@ -33,7 +33,7 @@ func (q *Queries) CancelLease(ctx context.Context, arg CancelLeaseParams) error 
 const createLease = `-- name: CreateLease :one
 INSERT INTO leases (uuid, name, project_id, start_time, end_time, on_start)
 VALUES ($1, $2, $3, $4, $5, $6)
-RETURNING id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at
+RETURNING id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at
 `
 
 type CreateLeaseParams struct {
@@ -68,6 +68,7 @@ func (q *Queries) CreateLease(ctx context.Context, arg CreateLeaseParams) (Lease
 		&i.ConductorAffinity,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.EndingNoticedAt,
 	)
 	return i, err
 }
@@ -167,7 +168,7 @@ func (q *Queries) EndConflicts(ctx context.Context, arg EndConflictsParams) ([]E
 }
 
 const getLeaseByName = `-- name: GetLeaseByName :one
-SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at FROM leases WHERE name = $1
+SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at FROM leases WHERE name = $1
 `
 
 func (q *Queries) GetLeaseByName(ctx context.Context, name *string) (Lease, error) {
@@ -186,12 +187,13 @@ func (q *Queries) GetLeaseByName(ctx context.Context, name *string) (Lease, erro
 		&i.ConductorAffinity,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.EndingNoticedAt,
 	)
 	return i, err
 }
 
 const getLeaseByUUID = `-- name: GetLeaseByUUID :one
-SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at FROM leases WHERE uuid = $1
+SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at FROM leases WHERE uuid = $1
 `
 
 func (q *Queries) GetLeaseByUUID(ctx context.Context, argUuid uuid.UUID) (Lease, error) {
@@ -210,6 +212,7 @@ func (q *Queries) GetLeaseByUUID(ctx context.Context, argUuid uuid.UUID) (Lease,
 		&i.ConductorAffinity,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.EndingNoticedAt,
 	)
 	return i, err
 }
@@ -255,7 +258,7 @@ func (q *Queries) JITOff(ctx context.Context) error {
 }
 
 const listLeases = `-- name: ListLeases :many
-SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at FROM leases l
+SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at FROM leases l
  WHERE l.id > $1::bigint
    AND ($2::text IS NULL OR l.state = $2::text)
    AND ($3::text IS NULL OR l.project_id = $3::text)
@@ -299,6 +302,7 @@ func (q *Queries) ListLeases(ctx context.Context, arg ListLeasesParams) ([]Lease
 			&i.ConductorAffinity,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.EndingNoticedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -311,7 +315,7 @@ func (q *Queries) ListLeases(ctx context.Context, arg ListLeasesParams) ([]Lease
 }
 
 const lockLease = `-- name: LockLease :one
-SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at FROM leases WHERE id = $1 FOR UPDATE
+SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at FROM leases WHERE id = $1 FOR UPDATE
 `
 
 func (q *Queries) LockLease(ctx context.Context, id int64) (Lease, error) {
@@ -330,6 +334,7 @@ func (q *Queries) LockLease(ctx context.Context, id int64) (Lease, error) {
 		&i.ConductorAffinity,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.EndingNoticedAt,
 	)
 	return i, err
 }
@@ -502,7 +507,7 @@ func (q *Queries) ReservationsOf(ctx context.Context, leaseIds []int64) ([]Lease
 
 const setLeaseEnd = `-- name: SetLeaseEnd :exec
 WITH l AS (
-    UPDATE leases SET end_time = $1, updated_at = now() WHERE id = $2
+    UPDATE leases SET end_time = $1, ending_noticed_at = NULL, updated_at = now() WHERE id = $2
 )
 UPDATE lease_nodes SET during = tstzrange(lower(during), $1::timestamptz)
  WHERE lease_id = $2 AND NOT released
@@ -515,7 +520,7 @@ type SetLeaseEndParams struct {
 
 // PATCH end_time: the lease and its blocking rows in one transaction (the
 // caller's); the exclusion constraint refuses an extension over another
-// lease's row.
+// lease's row. A new end_time gets its own lease.ending (conductor/leases.go).
 func (q *Queries) SetLeaseEnd(ctx context.Context, arg SetLeaseEndParams) error {
 	_, err := q.db.Exec(ctx, setLeaseEnd, arg.EndTime, arg.ID)
 	return err

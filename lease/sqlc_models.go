@@ -23,6 +23,7 @@ type Lease struct {
 	ConductorAffinity *int64
 	CreatedAt         time.Time
 	UpdatedAt         *time.Time
+	EndingNoticedAt   *time.Time
 }
 
 type LeaseReservation struct {

@@ -97,6 +97,7 @@ func (r iteratorForCopyNodes) Values() ([]interface{}, error) {
 		r.rows[0].RaidConfig,
 		r.rows[0].TargetRaidConfig,
 		r.rows[0].UpdatedAt,
+		r.rows[0].Reservable,
 	}, nil
 }
 
@@ -106,5 +107,5 @@ func (r iteratorForCopyNodes) Err() error {
 
 // Bulk import of new nodes (COPY); columns as InsertNode plus updated_at.
 func (q *Queries) CopyNodes(ctx context.Context, arg []CopyNodesParams) (int64, error) {
-	return q.db.CopyFrom(ctx, []string{"nodes"}, []string{"uuid", "name", "driver", "resource_class", "provision_state", "target_provision_state", "provision_updated_at", "power_state", "target_power_state", "maintenance", "maintenance_reason", "fault", "last_error", "instance_uuid", "owner", "lessee", "description", "conductor_group", "protected", "protected_reason", "retired", "retired_reason", "automated_clean", "console_enabled", "shard", "properties", "extra", "instance_info", "driver_info", "driver_internal_info", "interfaces", "network_data", "raid_config", "target_raid_config", "updated_at"}, &iteratorForCopyNodes{rows: arg})
+	return q.db.CopyFrom(ctx, []string{"nodes"}, []string{"uuid", "name", "driver", "resource_class", "provision_state", "target_provision_state", "provision_updated_at", "power_state", "target_power_state", "maintenance", "maintenance_reason", "fault", "last_error", "instance_uuid", "owner", "lessee", "description", "conductor_group", "protected", "protected_reason", "retired", "retired_reason", "automated_clean", "console_enabled", "shard", "properties", "extra", "instance_info", "driver_info", "driver_internal_info", "interfaces", "network_data", "raid_config", "target_raid_config", "updated_at", "reservable"}, &iteratorForCopyNodes{rows: arg})
 }

@@ -128,6 +128,7 @@ func patchDocument(n *Node) map[string]any {
 		"retired":          n.Retired,
 		"retired_reason":   str(n.RetiredReason),
 		"shard":            str(n.Shard),
+		"reservable":       n.Reservable,
 	}
 	for _, f := range InterfaceFields {
 		if s, ok := n.Interfaces[f]; ok && s != "" {
@@ -149,6 +150,7 @@ func applyPatched(n *Node, patched map[string]any, ops []patchOp, reset bool) er
 	n.ChassisUUID = chassisOf(patched)
 	n.Driver, _ = patched["driver"].(string)
 	n.Protected, _ = patched["protected"].(bool)
+	n.Reservable, _ = patched["reservable"].(bool)
 	if s, ok := patched["protected_reason"].(string); ok {
 		n.ProtectedReason = &s
 	} else {
@@ -201,7 +203,9 @@ func decodePatchOps(body any, v web.Version, reset bool) ([]patchOp, error) {
 	// _validate_patch
 	for _, op := range ops {
 		root := strings.Split(op.Path, "/")[1]
-		if !slices.Contains(patchAllowedFields, root) {
+		// reservable (metalloc's, leases) is patchable but left out of
+		// the list, which is Ironic's message.
+		if root != "reservable" && !slices.Contains(patchAllowedFields, root) {
 			return nil, invalidf("Cannot patch %s. Only the following can be updated: %s",
 				op.Path, strings.Join(patchAllowedFields, ", "))
 		}

@@ -386,7 +386,7 @@ func copyRow(n Node) (CopyNodesParams, error) {
 		p.Fault, p.LastError, p.InstanceUuid, p.Owner, p.Lessee, p.Description, p.ConductorGroup,
 		p.Protected, p.ProtectedReason, p.Retired, p.RetiredReason, p.AutomatedClean, p.ConsoleEnabled,
 		p.Shard, p.Properties, p.Extra, p.InstanceInfo, p.DriverInfo, p.DriverInternalInfo, p.Interfaces,
-		p.NetworkData, p.RaidConfig, p.TargetRaidConfig, n.UpdatedAt}, nil
+		p.NetworkData, p.RaidConfig, p.TargetRaidConfig, n.UpdatedAt, n.Reservable}, nil
 }
 
 // insertImported writes new nodes (rows[i] is nodes[i]'s, copyRow) and
@@ -464,12 +464,23 @@ func prepareImport(raw any, opts ImportOptions, res *ImportResult) (*importEntry
 		res.Warnings = append(res.Warnings, fmt.Sprintf("%v: ports and portgroups ignored", doc["name"]))
 		lists = [2][]any{}
 	}
+	// reservable is metalloc's (leases, issue 43), not in Ironic's create
+	// schema: checked here, kept in doc so that applyImported sets it.
+	reservable, reservableSet := doc["reservable"]
+	delete(doc, "reservable")
+	if _, ok := reservable.(bool); reservableSet && !ok {
+		return nil, fmt.Errorf("reservable must be true or false, not %s", web.PyRepr(reservable))
+	}
 	if err := validateSchema(createSchema, "node", doc); err != nil {
 		return nil, err
 	}
 	n, err := nodeFromCreate(web.IronicMaxVersion, doc)
 	if err != nil {
 		return nil, err
+	}
+	if reservableSet {
+		n.Reservable = reservable.(bool)
+		doc["reservable"] = reservable
 	}
 	if traitsSet {
 		if n.Traits, err = normaliseTraits(n.UUID, traits); err != nil {
@@ -622,6 +633,8 @@ func applyImported(dst *Node, src Node, doc map[string]any) {
 			dst.ConsoleEnabled = src.ConsoleEnabled
 		case "instance_uuid":
 			dst.InstanceUUID = src.InstanceUUID
+		case "reservable":
+			dst.Reservable = src.Reservable
 		default:
 			if strings.HasSuffix(k, "_interface") && slices.Contains(InterfaceFields, k) {
 				if dst.Interfaces == nil {

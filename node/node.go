@@ -140,6 +140,11 @@ type Node struct {
 	ConsoleEnabled bool
 	// Shard groups nodes for sharded consumers.
 	Shard *string
+	// Reservable puts the node in the pool leases take from (package
+	// lease; Blazar's "freepool"): on-demand allocations of projects other
+	// than its lessee never take it. A metalloc extension (issue 43),
+	// shown and patched as "reservable" at every microversion.
+	Reservable bool
 	// Properties, Extra, InstanceInfo, DriverInfo, DriverInternalInfo,
 	// NetworkData, RaidConfig and TargetRaidConfig are JSON objects.
 	Properties         map[string]any

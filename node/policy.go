@@ -91,6 +91,8 @@ func patchRules(paths []string) []string {
 		{"/instance_uuid", "baremetal:node:update:instance_uuid"},
 		{"/lessee", "baremetal:node:update:lessee"},
 		{"/owner", "baremetal:node:update:owner"},
+		// who may take the node on demand: an owner-level decision.
+		{"/reservable", "baremetal:node:update:owner"},
 		{"/driver", "baremetal:node:update:driver_interfaces"},
 		{"/network_data", "baremetal:node:update:network_data"},
 		{"/conductor_group", "baremetal:node:update:conductor_group"},

@@ -54,11 +54,11 @@ INSERT INTO nodes (
     description, conductor_group, protected, protected_reason, retired,
     retired_reason, automated_clean, console_enabled, shard, properties, extra,
     instance_info, driver_info, driver_internal_info, interfaces, network_data,
-    raid_config, target_raid_config, chassis_id
+    raid_config, target_raid_config, chassis_id, reservable
 ) VALUES (
     $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
     $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32,
-    $33, $34, $35
+    $33, $34, $35, $36
 )
 RETURNING id, created_at;
 
@@ -100,6 +100,7 @@ UPDATE nodes SET
     raid_config = $33,
     target_raid_config = $34,
     chassis_id = $35,
+    reservable = $36,
     updated_at = now()
  WHERE id = $1
 RETURNING updated_at;
@@ -152,11 +153,11 @@ INSERT INTO nodes (
     description, conductor_group, protected, protected_reason, retired,
     retired_reason, automated_clean, console_enabled, shard, properties, extra,
     instance_info, driver_info, driver_internal_info, interfaces, network_data,
-    raid_config, target_raid_config, updated_at
+    raid_config, target_raid_config, updated_at, reservable
 ) VALUES (
     $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
     $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32,
-    $33, $34, $35
+    $33, $34, $35, $36
 );
 
 -- name: NodeIDsByUUID :many
@@ -369,3 +370,10 @@ SELECT shard, count(*)::bigint AS nodes
   FROM nodes
  GROUP BY shard
  ORDER BY count(*) DESC, shard NULLS FIRST;
+
+-- name: SetNodesReservable :many
+-- metalloc-manage node set-reservable: the nodes named (uuids or names)
+-- join or leave the pool leases take from (issue 43).
+UPDATE nodes SET reservable = @reservable, updated_at = now()
+ WHERE uuid = ANY(@uuids::uuid[]) OR name = ANY(@names::text[])
+RETURNING uuid, name;

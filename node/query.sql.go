@@ -90,6 +90,7 @@ type CopyNodesParams struct {
 	RaidConfig           json.RawMessage
 	TargetRaidConfig     json.RawMessage
 	UpdatedAt            *time.Time
+	Reservable           bool
 }
 
 const countNodePorts = `-- name: CountNodePorts :one
@@ -755,11 +756,11 @@ INSERT INTO nodes (
     description, conductor_group, protected, protected_reason, retired,
     retired_reason, automated_clean, console_enabled, shard, properties, extra,
     instance_info, driver_info, driver_internal_info, interfaces, network_data,
-    raid_config, target_raid_config, chassis_id
+    raid_config, target_raid_config, chassis_id, reservable
 ) VALUES (
     $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
     $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32,
-    $33, $34, $35
+    $33, $34, $35, $36
 )
 RETURNING id, created_at
 `
@@ -800,6 +801,7 @@ type InsertNodeParams struct {
 	RaidConfig           json.RawMessage
 	TargetRaidConfig     json.RawMessage
 	ChassisID            *int64
+	Reservable           bool
 }
 
 type InsertNodeRow struct {
@@ -844,6 +846,7 @@ func (q *Queries) InsertNode(ctx context.Context, arg InsertNodeParams) (InsertN
 		arg.RaidConfig,
 		arg.TargetRaidConfig,
 		arg.ChassisID,
+		arg.Reservable,
 	)
 	var i InsertNodeRow
 	err := row.Scan(&i.ID, &i.CreatedAt)
@@ -1269,6 +1272,45 @@ func (q *Queries) NodeVIFPorts(ctx context.Context, nodeID int64) ([]NodeVIFPort
 	return items, nil
 }
 
+const setNodesReservable = `-- name: SetNodesReservable :many
+UPDATE nodes SET reservable = $1, updated_at = now()
+ WHERE uuid = ANY($2::uuid[]) OR name = ANY($3::text[])
+RETURNING uuid, name
+`
+
+type SetNodesReservableParams struct {
+	Reservable bool
+	Uuids      []uuid.UUID
+	Names      []string
+}
+
+type SetNodesReservableRow struct {
+	Uuid uuid.UUID
+	Name *string
+}
+
+// metalloc-manage node set-reservable: the nodes named (uuids or names)
+// join or leave the pool leases take from (issue 43).
+func (q *Queries) SetNodesReservable(ctx context.Context, arg SetNodesReservableParams) ([]SetNodesReservableRow, error) {
+	rows, err := q.db.Query(ctx, setNodesReservable, arg.Reservable, arg.Uuids, arg.Names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []SetNodesReservableRow
+	for rows.Next() {
+		var i SetNodesReservableRow
+		if err := rows.Scan(&i.Uuid, &i.Name); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const setPortVIF = `-- name: SetPortVIF :exec
 UPDATE ports SET internal_info = internal_info || jsonb_build_object('tenant_vif_port_id', $1::text),
        updated_at = now()
@@ -1383,6 +1425,7 @@ UPDATE nodes SET
     raid_config = $33,
     target_raid_config = $34,
     chassis_id = $35,
+    reservable = $36,
     updated_at = now()
  WHERE id = $1
 RETURNING updated_at
@@ -1424,6 +1467,7 @@ type UpdateNodeParams struct {
 	RaidConfig           json.RawMessage
 	TargetRaidConfig     json.RawMessage
 	ChassisID            *int64
+	Reservable           bool
 }
 
 // Writes every column a node change may touch. allocation_id is left alone:
@@ -1465,6 +1509,7 @@ func (q *Queries) UpdateNode(ctx context.Context, arg UpdateNodeParams) (*time.T
 		arg.RaidConfig,
 		arg.TargetRaidConfig,
 		arg.ChassisID,
+		arg.Reservable,
 	)
 	var updated_at *time.Time
 	err := row.Scan(&updated_at)

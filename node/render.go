@@ -96,6 +96,9 @@ var apiFields = map[string]apiField{
 	"boot_mode":        {75, func(*renderer, *Node) any { return nil }},
 	"secure_boot":      {75, func(*renderer, *Node) any { return nil }},
 	"shard":            {82, func(_ *renderer, n *Node) any { return str(n.Shard) }},
+	// metalloc's (leases, issue 43): at every microversion, as Ironic
+	// clients ignore fields they do not know.
+	"reservable": {1, func(_ *renderer, n *Node) any { return n.Reservable }},
 }
 
 // queryableFields are the names `fields` may ask for (Ironic's

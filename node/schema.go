@@ -47,6 +47,9 @@ func loadSchemas() error {
 			props := patched.(map[string]any)["properties"].(map[string]any)
 			props["protected"] = map[string]any{"type": []any{"string", "boolean", "null"}}
 			props["protected_reason"] = map[string]any{"type": []any{"string", "null"}}
+			// metalloc's extension (leases): a PATCH may set it, POST
+			// /v1/nodes keeps Ironic's schema.
+			props["reservable"] = map[string]any{"type": "boolean"}
 			nodeSchemaProps = map[string]bool{}
 			for k := range props {
 				nodeSchemaProps[k] = true

@@ -640,7 +640,7 @@ func fromRow(r NodeRow, alloc, chassis *uuid.UUID, traits []string) (Node, error
 		Owner: r.Owner, Lessee: r.Lessee, Description: r.Description,
 		ConductorGroup: r.ConductorGroup, Reservation: r.Reservation, Protected: r.Protected,
 		ProtectedReason: r.ProtectedReason, Retired: r.Retired, RetiredReason: r.RetiredReason,
-		AutomatedClean: r.AutomatedClean, ConsoleEnabled: r.ConsoleEnabled, Shard: r.Shard,
+		AutomatedClean: r.AutomatedClean, ConsoleEnabled: r.ConsoleEnabled, Shard: r.Shard, Reservable: r.Reservable,
 		Traits: traits, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 		ChassisID: r.ChassisID, ChassisUUID: chassis,
 	}
@@ -745,7 +745,7 @@ func insertParams(n Node) (InsertNodeParams, error) {
 		ConsoleEnabled: n.ConsoleEnabled, Shard: n.Shard,
 		Properties: j[0], Extra: j[1], InstanceInfo: j[2], DriverInfo: j[3], DriverInternalInfo: j[4],
 		Interfaces: j[5], NetworkData: j[6], RaidConfig: j[7], TargetRaidConfig: j[8],
-		ChassisID: n.ChassisID,
+		ChassisID: n.ChassisID, Reservable: n.Reservable,
 	}, nil
 }
 
@@ -766,7 +766,7 @@ func updateParams(n Node) (UpdateNodeParams, error) {
 		ConsoleEnabled: n.ConsoleEnabled, Shard: n.Shard,
 		Properties: j[0], Extra: j[1], InstanceInfo: j[2], DriverInfo: j[3], DriverInternalInfo: j[4],
 		Interfaces: j[5], NetworkData: j[6], RaidConfig: j[7], TargetRaidConfig: j[8],
-		ChassisID: n.ChassisID,
+		ChassisID: n.ChassisID, Reservable: n.Reservable,
 	}, nil
 }
 

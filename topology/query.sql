@@ -26,12 +26,14 @@ SELECT (l.ord - 1)::integer, l.name, (@sources::text[])[l.ord], now()
 -- name: FreeCandidates :many
 -- The free nodes a group may take, with their topology paths: the same
 -- predicates as metalloc_pick (free_nodes, metalloc_node_in_scope,
+-- metalloc_node_on_demand,
 -- metalloc_node_has_traits), in id order, without locking anything. Run
 -- with jit off (see FreeCandidates).
 SELECT n.id, n.uuid, p.path::text[] AS path
   FROM free_nodes n JOIN node_topology_paths p ON p.id = n.id
  WHERE n.resource_class = @resource_class::text
    AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, sqlc.narg(candidates)::uuid[], sqlc.narg(owner)::text)
+   AND metalloc_node_on_demand(n.reservable, n.lessee, sqlc.narg(owner)::text)
    AND metalloc_node_has_traits(n.traits, @traits::text[])
  ORDER BY n.id;
 

@@ -25,6 +25,7 @@ SELECT n.id, n.uuid, p.path::text[] AS path
   FROM free_nodes n JOIN node_topology_paths p ON p.id = n.id
  WHERE n.resource_class = $1::text
    AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, $2::uuid[], $3::text)
+   AND metalloc_node_on_demand(n.reservable, n.lessee, $3::text)
    AND metalloc_node_has_traits(n.traits, $4::text[])
  ORDER BY n.id
 `
@@ -44,6 +45,7 @@ type FreeCandidatesRow struct {
 
 // The free nodes a group may take, with their topology paths: the same
 // predicates as metalloc_pick (free_nodes, metalloc_node_in_scope,
+// metalloc_node_on_demand,
 // metalloc_node_has_traits), in id order, without locking anything. Run
 // with jit off (see FreeCandidates).
 func (q *Queries) FreeCandidates(ctx context.Context, arg FreeCandidatesParams) ([]FreeCandidatesRow, error) {

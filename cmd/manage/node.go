@@ -47,7 +47,40 @@ func nodeCmd() *cobra.Command {
 	imp.Flags().BoolVar(&available, "available", true, "make enrolled nodes available")
 	imp.Flags().BoolVar(&waitPlacement, "wait-placement", true,
 		"when conductors run the placement backend, wait until their resource tracker has mirrored the nodes into Placement")
-	c.AddCommand(imp)
+	c.AddCommand(imp, setReservableCmd())
+	return c
+}
+
+// setReservableCmd is `node set-reservable NODE... [--off]`: nodes into
+// (or, with --off, out of) the pool leases take from (docs/leases.md).
+func setReservableCmd() *cobra.Command {
+	var off bool
+	c := &cobra.Command{
+		Use:   "set-reservable NODE... [--off]",
+		Short: "put nodes (uuids or names) into the pool leases take from, or back on demand with --off",
+		Long: "A reservable node is booked through leases (docs/leases.md); on-demand allocations of\n" +
+			"projects other than its lessee never take it. All or nothing: a name or uuid that is no\n" +
+			"node is an error and nothing changes. The same as PATCHing /reservable on each node.",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, log, err := loadDatabase(cmd)
+			if err != nil {
+				return err
+			}
+			pool, err := db.Open(cmd.Context(), cfg.Database.URL, db.PoolOptions{ApplicationName: "metalloc-manage"})
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			n, err := node.NewStore(pool).SetReservable(cmd.Context(), args, !off)
+			if err != nil {
+				return err
+			}
+			log.Info("nodes changed", zap.Int("nodes", n), zap.Bool("reservable", !off))
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&off, "off", false, "make the nodes on-demand (not reservable) again")
 	return c
 }
 

@@ -251,6 +251,11 @@ func describe(c Claimed, s FitStatsRow) string {
 		class += " owned by or leased to " + *c.Owner
 	}
 	parts := []string{class, fmt.Sprintf("%d available", s.Available)}
+	if s.Reservable > 0 {
+		// Kept for leases (docs/leases.md): say so, or "4 available" and
+		// no node taken reads as a bug.
+		parts[1] += fmt.Sprintf(" (%d of them reservable, for leases only)", s.Reservable)
+	}
 	if len(c.CandidateNodes) > 0 {
 		parts = append(parts, fmt.Sprintf("%d among the %d candidate_nodes", s.Candidates, len(c.CandidateNodes)))
 	}

@@ -54,9 +54,10 @@ UPDATE allocations
 -- available, no power state (Ironic allocates only nodes with one).
 -- Only the nodes the allocation's owner may see are counted (owned by or
 -- leased to it; every node when it has none): last_error says nothing of
--- other projects' nodes.
+-- other projects' nodes. reservable: the available ones kept for leases
+-- (metalloc_node_on_demand), which candidates leaves out.
 WITH rc AS (
-    SELECT n.id, n.uuid, n.owner, n.lessee,
+    SELECT n.id, n.uuid, n.owner, n.lessee, n.reservable,
            metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
                               n.instance_uuid, n.allocation_id) AS free,
            CASE WHEN n.maintenance THEN 'maintenance'
@@ -71,6 +72,7 @@ WITH rc AS (
     SELECT rc.id FROM rc
      WHERE rc.free AND metalloc_node_in_scope(rc.uuid, rc.owner, rc.lessee,
                                               sqlc.narg(candidates)::uuid[], sqlc.narg(owner)::text)
+       AND metalloc_node_on_demand(rc.reservable, rc.lessee, sqlc.narg(owner)::text)
 )
 SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
        (SELECT count(*) FROM rc WHERE rc.free)::bigint AS available,
@@ -78,6 +80,8 @@ SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
        (SELECT count(*) FROM rc WHERE rc.why = 'held')::bigint AS held,
        (SELECT count(*) FROM rc WHERE rc.why = 'state')::bigint AS other_state,
        (SELECT count(*) FROM rc WHERE rc.why = 'power')::bigint AS no_power,
+       (SELECT count(*) FROM rc WHERE rc.free
+          AND NOT metalloc_node_on_demand(rc.reservable, rc.lessee, sqlc.narg(owner)::text))::bigint AS reservable,
        (SELECT count(*) FROM cand)::bigint AS candidates,
        (SELECT count(*) FROM cand
          WHERE metalloc_node_has_traits(ARRAY(SELECT t.trait FROM node_traits t WHERE t.node_id = cand.id),
@@ -92,6 +96,7 @@ SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
 SELECT n.uuid FROM free_nodes n
  WHERE n.uuid = ANY(@uuids::uuid[]) AND n.resource_class = @resource_class::text
    AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, sqlc.narg(owner)::text)
+   AND metalloc_node_on_demand(n.reservable, n.lessee, sqlc.narg(owner)::text)
    AND metalloc_node_has_traits(n.traits, @traits::text[]);
 
 -- name: RecordPlacementClaim :exec
@@ -164,6 +169,7 @@ SELECT n.id AS node_id, n.uuid AS node_uuid
   JOIN free_nodes n ON n.uuid = c.uuid
  WHERE n.resource_class = @resource_class::text
    AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, sqlc.narg(owner)::text)
+   AND metalloc_node_on_demand(n.reservable, n.lessee, sqlc.narg(owner)::text)
    AND metalloc_node_has_traits(n.traits, @traits::text[])
  ORDER BY c.ord
  LIMIT 1
@@ -206,6 +212,7 @@ SELECT n.id, n.uuid
   JOIN free_nodes n ON n.id = c.id
  WHERE n.resource_class = @resource_class::text
    AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, sqlc.narg(candidates)::uuid[], sqlc.narg(owner)::text)
+   AND metalloc_node_on_demand(n.reservable, n.lessee, sqlc.narg(owner)::text)
    AND metalloc_node_has_traits(n.traits, @traits::text[])
  ORDER BY c.ord
  LIMIT @wanted

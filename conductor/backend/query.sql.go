@@ -469,6 +469,7 @@ const fitNodes = `-- name: FitNodes :many
 SELECT n.uuid FROM free_nodes n
  WHERE n.uuid = ANY($1::uuid[]) AND n.resource_class = $2::text
    AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, $3::text)
+   AND metalloc_node_on_demand(n.reservable, n.lessee, $3::text)
    AND metalloc_node_has_traits(n.traits, $4::text[])
 `
 
@@ -511,7 +512,7 @@ func (q *Queries) FitNodes(ctx context.Context, arg FitNodesParams) ([]uuid.UUID
 
 const fitStats = `-- name: FitStats :one
 WITH rc AS (
-    SELECT n.id, n.uuid, n.owner, n.lessee,
+    SELECT n.id, n.uuid, n.owner, n.lessee, n.reservable,
            metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
                               n.instance_uuid, n.allocation_id) AS free,
            CASE WHEN n.maintenance THEN 'maintenance'
@@ -520,12 +521,13 @@ WITH rc AS (
                 WHEN n.power_state IS NULL THEN 'power'
            END AS why
       FROM nodes n
-     WHERE n.resource_class = $2::text
-       AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, $3::text)
+     WHERE n.resource_class = $3::text
+       AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, $1::text)
 ), cand AS (
     SELECT rc.id FROM rc
      WHERE rc.free AND metalloc_node_in_scope(rc.uuid, rc.owner, rc.lessee,
-                                              $4::uuid[], $3::text)
+                                              $4::uuid[], $1::text)
+       AND metalloc_node_on_demand(rc.reservable, rc.lessee, $1::text)
 )
 SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
        (SELECT count(*) FROM rc WHERE rc.free)::bigint AS available,
@@ -533,16 +535,18 @@ SELECT (SELECT count(*) FROM rc)::bigint AS with_class,
        (SELECT count(*) FROM rc WHERE rc.why = 'held')::bigint AS held,
        (SELECT count(*) FROM rc WHERE rc.why = 'state')::bigint AS other_state,
        (SELECT count(*) FROM rc WHERE rc.why = 'power')::bigint AS no_power,
+       (SELECT count(*) FROM rc WHERE rc.free
+          AND NOT metalloc_node_on_demand(rc.reservable, rc.lessee, $1::text))::bigint AS reservable,
        (SELECT count(*) FROM cand)::bigint AS candidates,
        (SELECT count(*) FROM cand
          WHERE metalloc_node_has_traits(ARRAY(SELECT t.trait FROM node_traits t WHERE t.node_id = cand.id),
-                                        $1::text[]))::bigint AS fitting
+                                        $2::text[]))::bigint AS fitting
 `
 
 type FitStatsParams struct {
+	Owner         *string
 	Traits        []string
 	ResourceClass string
-	Owner         *string
 	Candidates    []uuid.UUID
 }
 
@@ -553,6 +557,7 @@ type FitStatsRow struct {
 	Held          int64
 	OtherState    int64
 	NoPower       int64
+	Reservable    int64
 	Candidates    int64
 	Fitting       int64
 }
@@ -565,12 +570,13 @@ type FitStatsRow struct {
 // available, no power state (Ironic allocates only nodes with one).
 // Only the nodes the allocation's owner may see are counted (owned by or
 // leased to it; every node when it has none): last_error says nothing of
-// other projects' nodes.
+// other projects' nodes. reservable: the available ones kept for leases
+// (metalloc_node_on_demand), which candidates leaves out.
 func (q *Queries) FitStats(ctx context.Context, arg FitStatsParams) (FitStatsRow, error) {
 	row := q.db.QueryRow(ctx, fitStats,
+		arg.Owner,
 		arg.Traits,
 		arg.ResourceClass,
-		arg.Owner,
 		arg.Candidates,
 	)
 	var i FitStatsRow
@@ -581,6 +587,7 @@ func (q *Queries) FitStats(ctx context.Context, arg FitStatsParams) (FitStatsRow
 		&i.Held,
 		&i.OtherState,
 		&i.NoPower,
+		&i.Reservable,
 		&i.Candidates,
 		&i.Fitting,
 	)
@@ -1150,6 +1157,7 @@ SELECT n.id, n.uuid
   JOIN free_nodes n ON n.id = c.id
  WHERE n.resource_class = $2::text
    AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, $3::uuid[], $4::text)
+   AND metalloc_node_on_demand(n.reservable, n.lessee, $4::text)
    AND metalloc_node_has_traits(n.traits, $5::text[])
  ORDER BY c.ord
  LIMIT $6
@@ -1218,6 +1226,7 @@ SELECT n.id AS node_id, n.uuid AS node_uuid
   JOIN free_nodes n ON n.uuid = c.uuid
  WHERE n.resource_class = $2::text
    AND metalloc_node_in_scope(n.uuid, n.owner, n.lessee, NULL, $3::text)
+   AND metalloc_node_on_demand(n.reservable, n.lessee, $3::text)
    AND metalloc_node_has_traits(n.traits, $4::text[])
  ORDER BY c.ord
  LIMIT 1
