@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -41,7 +40,7 @@ func TestDevUpHA(t *testing.T) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	var stderr bytes.Buffer
+	var stderr lockedBuffer // dev up writes it while the test reads it
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
