@@ -47,6 +47,7 @@ func TestNewConfigFromFile(t *testing.T) {
   shutdown_grace: 17s
   locked_node_wait: 19s
   takeover_schedule: "@every 23s"
+  lease_ending_notice: 29s
   allocation_backend: placement
 placement_backend:
   max_alternates: 4
@@ -58,7 +59,7 @@ placement_backend:
 	require.Equal(t, Config{
 		Hostname: "c-7", Group: "g", Workers: 3, ClaimBatch: 5, PollInterval: 7 * time.Second,
 		ClaimDelay: 9 * time.Millisecond, HeartbeatInterval: 11 * time.Second, HeartbeatTimeout: 13 * time.Second,
-		ShutdownGrace: 17 * time.Second, LockedNodeWait: 19 * time.Second, TakeoverSchedule: "@every 23s",
+		ShutdownGrace: 17 * time.Second, LockedNodeWait: 19 * time.Second, TakeoverSchedule: "@every 23s", LeaseEndingNotice: 29 * time.Second,
 		Backend: BackendPlacement, PlacementMaxAlternates: 4, PlacementMaxAttempts: 6, PlacementMode: "http",
 	}, NewConfig(cfg, nil))
 
