@@ -152,28 +152,41 @@ func agree(t *testing.T, ir *devstack.Ironic, pool *pgxpool.Pool, rc string) {
 	dbtest.WaitFor(t, time.Minute, "no journal row left half-way (creating, deleting)", func() bool {
 		return dbtest.Count(t, pool, `SELECT count(*) FROM ironic_allocations WHERE state IN ('creating', 'deleting')`) == 0
 	})
-	var ia struct {
-		Allocations []ironic.Allocation `json:"allocations"`
-	}
-	_, err := ir.Do(ctx, http.MethodGet, "/v1/allocations?resource_class="+rc+"&limit=1000", nil, &ia)
-	require.NoError(t, err)
+	// Ironic answers at most 1,000 a page (api.max_limit): read by marker.
 	inIronic := map[string]ironic.Allocation{}
-	for _, a := range ia.Allocations {
-		inIronic[a.UUID] = a
-	}
-	var in struct {
-		Nodes []struct {
-			UUID         string  `json:"uuid"`
-			InstanceUUID *string `json:"instance_uuid"`
-		} `json:"nodes"`
-	}
-	_, err = ir.Do(ctx, http.MethodGet, "/v1/nodes?resource_class="+rc+"&fields=uuid,instance_uuid&limit=1000", nil, &in)
-	require.NoError(t, err)
-	instance := map[string]string{}
-	for _, n := range in.Nodes {
-		if n.InstanceUUID != nil {
-			instance[n.UUID] = *n.InstanceUUID
+	for marker := ""; ; {
+		var ia struct {
+			Allocations []ironic.Allocation `json:"allocations"`
 		}
+		_, err := ir.Do(ctx, http.MethodGet, "/v1/allocations?resource_class="+rc+"&limit=1000"+marker, nil, &ia)
+		require.NoError(t, err)
+		for _, a := range ia.Allocations {
+			inIronic[a.UUID] = a
+		}
+		if len(ia.Allocations) < 1000 {
+			break
+		}
+		marker = "&marker=" + ia.Allocations[len(ia.Allocations)-1].UUID
+	}
+	instance := map[string]string{}
+	for marker := ""; ; {
+		var in struct {
+			Nodes []struct {
+				UUID         string  `json:"uuid"`
+				InstanceUUID *string `json:"instance_uuid"`
+			} `json:"nodes"`
+		}
+		_, err := ir.Do(ctx, http.MethodGet, "/v1/nodes?resource_class="+rc+"&fields=uuid,instance_uuid&limit=1000"+marker, nil, &in)
+		require.NoError(t, err)
+		for _, n := range in.Nodes {
+			if n.InstanceUUID != nil {
+				instance[n.UUID] = *n.InstanceUUID
+			}
+		}
+		if len(in.Nodes) < 1000 {
+			break
+		}
+		marker = "&marker=" + in.Nodes[len(in.Nodes)-1].UUID
 	}
 	rows, err := pool.Query(ctx, `SELECT a.uuid::text, a.state, coalesce(n.uuid::text, '')
 		FROM allocations a LEFT JOIN nodes n ON n.id = a.node_id WHERE a.resource_class = $1`, rc)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -267,12 +268,15 @@ func logMatching(t *testing.T, procs []*devstack.Process, words ...string) {
 // Every allocation ends active in both systems on the same node
 // (agree); the delays' p50, p99 and max are logged. It runs in parallel
 // with the other Ironic tests: its figures include their load.
+// METALLOC_TEST_IRONIC_KILLS and METALLOC_TEST_IRONIC_KILL_BURST change
+// the rounds and the burst for a measurement outside make test (the
+// issue's 20 kills: METALLOC_TEST_IRONIC_KILLS=20).
 func TestIronicFrontKilledConductorTakenOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process HA test")
 	}
 	t.Parallel()
-	const rounds, burst = 4, 50
+	rounds, burst := envInt(t, "METALLOC_TEST_IRONIC_KILLS", 4), envInt(t, "METALLOC_TEST_IRONIC_KILL_BURST", 50)
 	ctx := context.Background()
 	ir := startIronic(t, devstack.IronicOptions{})
 	tmpl := enrollClass(t, ir, "gold", 1)
@@ -295,4 +299,18 @@ func TestIronicFrontKilledConductorTakenOver(t *testing.T) {
 		},
 	})
 	agree(t, ir, pool, "gold")
+}
+
+// envInt is the positive whole number in the environment variable name,
+// or def when it is unset; anything else fails the test.
+func envInt(t *testing.T, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive whole number", name, s)
+	}
+	return n
 }
