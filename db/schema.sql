@@ -1469,19 +1469,25 @@ CREATE FUNCTION public.metalloc_sequence_allocation_events() RETURNS bigint
     AS $$
 DECLARE
     base bigint;
-    n bigint;
+    ids bigint[];
+    n int;
 BEGIN
     SELECT m.last_seq INTO base FROM allocation_events_meta m FOR UPDATE;
-    WITH todo AS (
-        SELECT e.id, row_number() OVER (ORDER BY e.id) AS rn
-          FROM allocation_events e WHERE e.seq IS NULL
-    )
-    UPDATE allocation_events e SET seq = base + todo.rn FROM todo WHERE e.id = todo.id;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    IF n > 0 THEN
-        UPDATE allocation_events_meta SET last_seq = base + n;
-        PERFORM pg_notify('metalloc_allocation_events', '');
+    -- No order asked of the scan (an ordered read of
+    -- allocation_events_pkey would then be a candidate): sorted apart.
+    SELECT array_agg(e.id) INTO ids FROM allocation_events e WHERE e.seq IS NULL;
+    n := coalesce(cardinality(ids), 0);
+    IF n = 0 THEN
+        RETURN 0;
     END IF;
+    SELECT array_agg(u.id ORDER BY u.id) INTO ids FROM unnest(ids) AS u(id);
+    -- The meta row's lock serializes numberings, and pruning removes
+    -- numbered events only: every id read is still there, unnumbered.
+    FOR i IN 1 .. n LOOP
+        UPDATE allocation_events SET seq = base + i WHERE id = ids[i];
+    END LOOP;
+    UPDATE allocation_events_meta SET last_seq = base + n;
+    PERFORM pg_notify('metalloc_allocation_events', '');
     RETURN n;
 END;
 $$;

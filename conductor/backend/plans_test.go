@@ -80,6 +80,16 @@ func TestClaimPlansIgnoreNodeStatistics(t *testing.T) {
 	require.NotEmpty(t, want)
 	for q, shape := range want {
 		require.Contains(t, got, q, "statement planned by the stale session too")
+		if strings.Contains(q, "FROM allocation_events e WHERE e.seq IS NULL") {
+			// The numbering's read of the unnumbered events (00051): by
+			// allocation_events_unnumbered or by allocation_events_seq_key's
+			// "seq IS NULL", as the statistics say; both read those only.
+			for _, s := range []string{shape, got[q]} {
+				require.True(t, strings.Contains(s, "allocation_events_unnumbered") ||
+					strings.Contains(s, "Index Scan on allocation_events using allocation_events_seq_key"), s)
+			}
+			continue
+		}
 		require.Equal(t, shape, got[q], "the plan of\n%s\nin a session that planned it on empty tables", q)
 		for _, bad := range []string{"Seq Scan on nodes", "Seq Scan on node_traits", "Seq Scan on allocations\n", "Seq Scan on allocation_events\n", "nodes_topology_idx", "node_traits_trait_idx"} {
 			require.NotContains(t, shape, bad, q)
