@@ -103,11 +103,17 @@ BENCH_NODES = $(if $(filter %.yaml %.yml %.json sample,$(NODES)),10000,$(NODES))
 # MODE=first-burst is issue 44's scenario (docs/benchmarks.md): every case on
 # a database of its own, 10,000 nodes enrolled through the API, then at once
 # a burst of 3,000 (ALLOCS when given), against the same burst 70 s later.
+# MODE=leases is issue 43's (docs/benchmarks.md): 10,000 reservable nodes
+# imported, 5,000 leases (ALLOCS when given) over 30 days admitted by
+# CONCURRENCY clients, availability searches, 100 leases starting in one second.
 bench: build
 ifeq ($(MODE),first-burst)
 	$(BIN)/metalloc-manage dev exec -- $(BIN)/metalloc-manage bench first-burst \
 		--nodes $(BENCH_NODES) --allocations $(if $(filter command line environment,$(origin ALLOCS)),$(ALLOCS),3000) \
 		--concurrency $(CONCURRENCY) --conductors $(CONDUCTORS) $(BENCHFLAGS)
+else ifeq ($(MODE),leases)
+	$(BIN)/metalloc-manage dev exec -- $(BIN)/metalloc-manage bench leases \
+		--nodes $(BENCH_NODES) --leases $(ALLOCS) --concurrency $(CONCURRENCY) --conductors $(CONDUCTORS) $(BENCHFLAGS)
 else
 	$(BIN)/metalloc-manage dev exec -- $(BIN)/metalloc-manage bench allocations \
 		--nodes $(BENCH_NODES) --allocations $(ALLOCS) \

@@ -1493,6 +1493,41 @@ END;
 $$;
 
 --
+-- Name: metalloc_topology_paths(bigint[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_topology_paths(p_ids bigint[]) RETURNS TABLE(node_id bigint, path text[])
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    AS $_$
+DECLARE
+    v_values text[] := '{}';
+    v_source text;
+BEGIN
+    IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
+        RETURN;
+    END IF;
+    FOR v_source IN SELECT l.source FROM topology_levels l ORDER BY l.position LOOP
+        v_values := v_values || format('COALESCE(%s, %L)', CASE
+            WHEN v_source LIKE 'extra.%' THEN format('n.extra ->> %L', substr(v_source, 7))
+            WHEN v_source LIKE 'properties.%' THEN format('n.properties ->> %L', substr(v_source, 12))
+            WHEN v_source LIKE 'trait:%' THEN format(
+                '(SELECT substr(t.trait, %s) FROM node_traits t'
+                ' WHERE t.node_id = n.id AND starts_with(t.trait, %L)'
+                ' ORDER BY t.trait COLLATE "C" LIMIT 1)', length(v_source) - 5, substr(v_source, 7))
+            WHEN v_source = 'aggregate' THEN
+                '(SELECT a.aggregate_uuid::text FROM placement.resource_providers rp'
+                ' JOIN placement.resource_provider_aggregates a ON a.resource_provider_id = rp.id'
+                ' WHERE rp.uuid = n.uuid ORDER BY a.aggregate_uuid LIMIT 1)'
+            ELSE 'NULL::text'
+        END, '');
+    END LOOP;
+    RETURN QUERY EXECUTE format('SELECT n.id, ARRAY[%s]::text[] FROM nodes n WHERE n.id = ANY ($1)',
+                                array_to_string(v_values, ', '))
+        USING p_ids;
+END;
+$_$;
+
+--
 -- Name: metalloc_warm_up(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -3081,6 +3116,12 @@ CREATE INDEX ironic_allocations_deleted_idx ON public.ironic_allocations USING b
 --
 
 CREATE INDEX ironic_allocations_deleting_idx ON public.ironic_allocations USING btree (retry_at) WHERE (state = 'deleting'::text);
+
+--
+-- Name: lease_nodes_during_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX lease_nodes_during_idx ON public.lease_nodes USING gist (during) WHERE (NOT released);
 
 --
 -- Name: lease_nodes_node_idx; Type: INDEX; Schema: public; Owner: -

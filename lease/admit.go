@@ -63,13 +63,15 @@ var ErrContended = errors.New("the nodes picked were booked concurrently by othe
 
 // matching reads the reservable nodes of each reservation's class with
 // its traits and their busy intervals over [from, until), other than
-// lease exclude's (0: none), one MatchingNodes per reservation.
+// lease exclude's (0: none), one MatchingNodes per reservation; their
+// topology paths when the reservation has a level.
 func matching(ctx context.Context, q *Queries, rs []Reservation, exclude int64, from, until time.Time) ([][]node, error) {
 	out := make([][]node, len(rs))
 	for i, r := range rs {
 		rc := r.ResourceClass
 		rows, err := q.MatchingNodes(ctx, MatchingNodesParams{ResourceClass: &rc, Traits: nonNil(r.Traits),
-			Forbidden: nonNil(r.Forbidden), ExcludeLease: exclude, FromTime: from, UntilTime: until})
+			Forbidden: nonNil(r.Forbidden), ExcludeLease: exclude, FromTime: from, UntilTime: until,
+			WithPaths: r.Rule != RuleNone && r.LevelIndex >= 0})
 		if err != nil {
 			return nil, fmt.Errorf("reading reservable nodes: %w", err)
 		}
@@ -78,25 +80,50 @@ func matching(ctx context.Context, q *Queries, rs []Reservation, exclude int64, 
 	return out, nil
 }
 
-// inReadTx runs fn in a read-only transaction with jit off (JITOff).
+// free reads, per reservation of rs, the nodes it may take over [from,
+// until) (FreeNodes: reservable, of its class, not in maintenance, with
+// its traits, no other lease's blocking row overlapping the window), with
+// their topology paths when the reservation has a level: admission's read,
+// a fraction of matching's (no busy intervals, no node it could not take).
+func free(ctx context.Context, q *Queries, rs []Reservation, from, until time.Time) ([][]node, error) {
+	out := make([][]node, len(rs))
+	for i, r := range rs {
+		rows, err := q.FreeNodes(ctx, FreeNodesParams{ResourceClass: r.ResourceClass, Traits: nonNil(r.Traits),
+			Forbidden: nonNil(r.Forbidden), WithPaths: r.Rule != RuleNone && r.LevelIndex >= 0,
+			FromTime: from, UntilTime: until})
+		if err != nil {
+			return nil, fmt.Errorf("reading free reservable nodes: %w", err)
+		}
+		ns := make([]node, len(rows))
+		for j, row := range rows {
+			ns[j] = node{ID: row.ID, Class: r.ResourceClass, Path: row.Path, Eligible: true, Fits: true}
+		}
+		out[i] = ns
+	}
+	return out, nil
+}
+
+// inReadTx runs fn in a read-only transaction with the reads' planner
+// settings (ReadPlans).
 func (s *Store) inReadTx(ctx context.Context, fn func(q *Queries) error) error {
 	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		q := New(tx)
-		if err := q.JITOff(ctx); err != nil {
+		if err := q.ReadPlans(ctx); err != nil {
 			return err
 		}
 		return fn(q)
 	})
 }
 
-// Admit books req: in one transaction, it reads the reservable nodes of
-// each reservation with their busy intervals over the window, picks
+// Admit books req: in one transaction, it reads the nodes each
+// reservation may take over the window (free: FreeNodes), picks
 // (choose, at random among the equals so that concurrent admissions
 // rarely collide) and inserts the lease, its reservations and its
 // lease_nodes rows. A row another admission committed meanwhile fails the
 // insert with an exclusion violation: the transaction is rolled back and
 // the pick made again on fresh data, up to MaxAdmitAttempts in all
-// (ErrContended). A lease that does not fit is a *RefusedError. A name or
+// (ErrContended). A lease that does not fit is a *RefusedError, its
+// reasons read from every reservable node of the classes (matching). A name or
 // uuid taken is db's unique violation (leases_name_key, leases_uuid_key).
 func (s *Store) Admit(ctx context.Context, req Request, log *zap.Logger) (View, error) {
 	from, to := unix(req.Start), unix(req.End)
@@ -106,17 +133,26 @@ func (s *Store) Admit(ctx context.Context, req Request, log *zap.Logger) (View, 
 		var refused []string
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			q := New(tx)
-			if err := q.JITOff(ctx); err != nil {
+			if err := q.ReadPlans(ctx); err != nil {
 				return err
 			}
-			nodes, err := matching(ctx, q, req.Reservations, 0, req.Start, req.End)
+			nodes, err := free(ctx, q, req.Reservations, req.Start, req.End)
 			if err != nil {
 				return err
 			}
 			picks, failed := chooseAll(nodes, req.Reservations, from, to, rnd)
 			if failed >= 0 {
-				refused = refusals(nodes, req.Reservations, from, to)
+				// Why, filter by filter: every reservable node of the
+				// classes, with its busy intervals (rare: a refusal).
+				all, err := matching(ctx, q, req.Reservations, 0, req.Start, req.End)
+				if err != nil {
+					return err
+				}
+				refused = refusals(all, req.Reservations, from, to)
 				return nil
+			}
+			if err := q.WritePlans(ctx); err != nil {
+				return err
 			}
 			l, err := q.CreateLease(ctx, CreateLeaseParams{Uuid: req.UUID, Name: req.Name, ProjectID: req.ProjectID,
 				StartTime: req.Start, EndTime: req.End, OnStart: req.OnStart})

@@ -163,7 +163,8 @@ func (h *Handler) calendar(c echo.Context, r Reservation, after time.Time, until
 	var rows []MatchingNodesRow
 	err = h.store.inReadTx(ctx, func(q *Queries) error {
 		rows, err = q.MatchingNodes(ctx, MatchingNodesParams{ResourceClass: rc, Traits: nonNil(r.Traits),
-			Forbidden: nonNil(r.Forbidden), FromTime: after, UntilTime: after.Add(time.Duration(steps) * step)})
+			Forbidden: nonNil(r.Forbidden), FromTime: after, UntilTime: after.Add(time.Duration(steps) * step),
+			WithPaths: r.LevelIndex >= 0})
 		return err
 	})
 	if err != nil {

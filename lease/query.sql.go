@@ -167,6 +167,82 @@ func (q *Queries) EndConflicts(ctx context.Context, arg EndConflictsParams) ([]E
 	return items, nil
 }
 
+const freeNodes = `-- name: FreeNodes :many
+WITH f AS MATERIALIZED (
+    SELECT n.id AS nid
+      FROM nodes n
+      LEFT JOIN (SELECT nt.node_id,
+                        count(*) FILTER (WHERE nt.trait = ANY($2::text[])) AS have,
+                        count(*) FILTER (WHERE nt.trait = ANY($3::text[])) AS bad
+                   FROM node_traits nt
+                  WHERE nt.trait = ANY($2::text[] || $3::text[])
+                  GROUP BY nt.node_id) t ON t.node_id = n.id
+      LEFT JOIN (SELECT l.node_id
+                   FROM lease_nodes l
+                  WHERE NOT l.released
+                    AND l.during && tstzrange($4::timestamptz, $5::timestamptz)
+                  GROUP BY l.node_id) b ON b.node_id = n.id
+     WHERE n.reservable AND NOT n.maintenance
+       AND n.resource_class = $6::text
+       AND COALESCE(t.have, 0) = cardinality($2::text[]) AND COALESCE(t.bad, 0) = 0
+       AND b.node_id IS NULL
+)
+SELECT f.nid AS id, COALESCE(p.path, '{}')::text[] AS path
+  FROM f
+  LEFT JOIN metalloc_topology_paths(CASE WHEN $1::boolean THEN ARRAY(SELECT ff.nid FROM f AS ff) END) AS p (node_id, path)
+    ON p.node_id = f.nid
+ ORDER BY f.nid
+`
+
+type FreeNodesParams struct {
+	WithPaths     bool
+	Traits        []string
+	Forbidden     []string
+	FromTime      time.Time
+	UntilTime     time.Time
+	ResourceClass string
+}
+
+type FreeNodesRow struct {
+	ID   int64
+	Path []string
+}
+
+// Admission's read: the reservable nodes of @resource_class that a
+// reservation may take over [@from_time, @until_time): not in
+// maintenance, with every trait of @traits and none of @forbidden, and no
+// blocking row of another lease overlapping the window; with their
+// topology paths when @with_paths (a reservation with a level; '{}'
+// otherwise), in id order. Nothing else: no busy interval, no node it
+// could not take (a refusal reads MatchingNodes for its reasons). Every
+// table read once, as MatchingNodes (TestLeaseReadPlansSetBased).
+func (q *Queries) FreeNodes(ctx context.Context, arg FreeNodesParams) ([]FreeNodesRow, error) {
+	rows, err := q.db.Query(ctx, freeNodes,
+		arg.WithPaths,
+		arg.Traits,
+		arg.Forbidden,
+		arg.FromTime,
+		arg.UntilTime,
+		arg.ResourceClass,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []FreeNodesRow
+	for rows.Next() {
+		var i FreeNodesRow
+		if err := rows.Scan(&i.ID, &i.Path); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const getLeaseByName = `-- name: GetLeaseByName :one
 SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at FROM leases WHERE name = $1
 `
@@ -242,18 +318,6 @@ func (q *Queries) InsertLeaseNodes(ctx context.Context, arg InsertLeaseNodesPara
 		arg.EndTime,
 		arg.NodeIds,
 	)
-	return err
-}
-
-const jITOff = `-- name: JITOff :exec
-SET LOCAL jit = off
-`
-
-// MatchingNodes' statement: at thousands of nodes the planner's estimate
-// for the per-node subqueries passes jit_above_cost, and compiling costs
-// more than running it (as topology's FreeCandidates).
-func (q *Queries) JITOff(ctx context.Context) error {
-	_, err := q.db.Exec(ctx, jITOff)
 	return err
 }
 
@@ -340,33 +404,38 @@ func (q *Queries) LockLease(ctx context.Context, id int64) (Lease, error) {
 }
 
 const matchingNodes = `-- name: MatchingNodes :many
-SELECT n.id, n.uuid, n.name, n.resource_class::text AS resource_class, n.maintenance,
-       p.path::text[] AS path,
-       (COALESCE(t.have, 0) = cardinality($1::text[]) AND COALESCE(t.bad, 0) = 0)::boolean AS fits,
-       COALESCE(b.busy_from, '{}')::timestamptz[] AS busy_from,
-       COALESCE(b.busy_to, '{}')::timestamptz[] AS busy_to
-  FROM nodes n
-  JOIN node_topology_paths p ON p.id = n.id
-  LEFT JOIN (SELECT nt.node_id,
-                    count(*) FILTER (WHERE nt.trait = ANY($1::text[])) AS have,
-                    count(*) FILTER (WHERE nt.trait = ANY($2::text[])) AS bad
-               FROM node_traits nt
-              WHERE nt.trait = ANY($1::text[] || $2::text[])
-              GROUP BY nt.node_id) t ON t.node_id = n.id
-  LEFT JOIN (SELECT l.node_id,
-                    array_agg(lower(l.during)) AS busy_from,
-                    array_agg(upper(l.during)) AS busy_to
-               FROM lease_nodes l
-              WHERE NOT l.released AND l.lease_id <> $3::bigint
-                AND l.during && tstzrange($4::timestamptz, $5::timestamptz)
-              GROUP BY l.node_id) b ON b.node_id = n.id
- WHERE n.reservable
-   AND n.resource_class IS NOT NULL
-   AND ($6::text IS NULL OR n.resource_class = $6::text)
- ORDER BY n.id
+WITH m AS MATERIALIZED (
+    SELECT n.id AS nid, n.resource_class::text AS resource_class, n.maintenance,
+           (COALESCE(t.have, 0) = cardinality($2::text[]) AND COALESCE(t.bad, 0) = 0)::boolean AS fits,
+           COALESCE(b.busy_from, '{}')::timestamptz[] AS busy_from,
+           COALESCE(b.busy_to, '{}')::timestamptz[] AS busy_to
+      FROM nodes n
+      LEFT JOIN (SELECT nt.node_id,
+                        count(*) FILTER (WHERE nt.trait = ANY($2::text[])) AS have,
+                        count(*) FILTER (WHERE nt.trait = ANY($3::text[])) AS bad
+                   FROM node_traits nt
+                  WHERE nt.trait = ANY($2::text[] || $3::text[])
+                  GROUP BY nt.node_id) t ON t.node_id = n.id
+      LEFT JOIN (SELECT l.node_id,
+                        array_agg(lower(l.during)) AS busy_from,
+                        array_agg(upper(l.during)) AS busy_to
+                   FROM lease_nodes l
+                  WHERE NOT l.released AND l.lease_id <> $4::bigint
+                    AND l.during && tstzrange($5::timestamptz, $6::timestamptz)
+                  GROUP BY l.node_id) b ON b.node_id = n.id
+     WHERE n.reservable
+       AND n.resource_class IS NOT NULL
+       AND ($7::text IS NULL OR n.resource_class = $7::text)
+)
+SELECT m.nid AS id, m.resource_class, m.maintenance, COALESCE(p.path, '{}')::text[] AS path, m.fits, m.busy_from, m.busy_to
+  FROM m
+  LEFT JOIN metalloc_topology_paths(CASE WHEN $1::boolean THEN ARRAY(SELECT mm.nid FROM m AS mm) END) AS p (node_id, path)
+    ON p.node_id = m.nid
+ ORDER BY m.nid
 `
 
 type MatchingNodesParams struct {
+	WithPaths     bool
 	Traits        []string
 	Forbidden     []string
 	ExcludeLease  int64
@@ -377,8 +446,6 @@ type MatchingNodesParams struct {
 
 type MatchingNodesRow struct {
 	ID            int64
-	Uuid          uuid.UUID
-	Name          *string
 	ResourceClass string
 	Maintenance   bool
 	Path          []string
@@ -388,19 +455,25 @@ type MatchingNodesRow struct {
 }
 
 // The reservable nodes of @resource_class (NULL: every class), in id
-// order, with what admission and availability filter on: maintenance,
-// fits (every trait of @traits and none of @forbidden), the topology path,
-// and the node's busy intervals [busy_from[i], busy_to[i]) that overlap
-// [@from_time, @until_time): the windows of the rows of other leases than
-// @exclude_lease that still block (not released), in no order (one
-// aggregation pass fills both arrays, so their items pair up). One
-// statement; the busy intervals and the traits are read per table and
-// grouped by node (hash joins), not looked up node by node: 10,000
-// correlated subqueries cost ~0.4 s, the grouping a few ms. No locks:
-// the exclusion constraint of lease_nodes refuses a pick that a
+// order, with what refusals and availability filter on: maintenance,
+// fits (every trait of @traits and none of @forbidden), the topology path
+// when @with_paths ('{}' otherwise), and the node's busy intervals
+// [busy_from[i], busy_to[i]) that overlap [@from_time, @until_time): the
+// windows of the rows of other leases than @exclude_lease that still
+// block (not released), in no order (one aggregation pass fills both
+// arrays, so their items pair up). One statement that reads every table
+// once: the busy intervals and the traits are read per table and grouped
+// by node (hash joins), not looked up node by node (10,000 correlated
+// subqueries cost ~0.4 s, the grouping a few ms), and the paths come from
+// metalloc_topology_paths for all the nodes at once, not from the view
+// node_topology_paths, which computes each node's in a subquery of its
+// own (most of an availability search's time at 10,000 nodes, issue 43).
+// TestLeaseReadPlansSetBased checks that no plan node runs twice. No
+// locks: the exclusion constraint of lease_nodes refuses a pick that a
 // concurrent admission took meanwhile.
 func (q *Queries) MatchingNodes(ctx context.Context, arg MatchingNodesParams) ([]MatchingNodesRow, error) {
 	rows, err := q.db.Query(ctx, matchingNodes,
+		arg.WithPaths,
 		arg.Traits,
 		arg.Forbidden,
 		arg.ExcludeLease,
@@ -417,8 +490,6 @@ func (q *Queries) MatchingNodes(ctx context.Context, arg MatchingNodesParams) ([
 		var i MatchingNodesRow
 		if err := rows.Scan(
 			&i.ID,
-			&i.Uuid,
-			&i.Name,
 			&i.ResourceClass,
 			&i.Maintenance,
 			&i.Path,
@@ -468,6 +539,24 @@ func (q *Queries) NodesOf(ctx context.Context, leaseIds []int64) ([]NodesOfRow, 
 		return nil, err
 	}
 	return items, nil
+}
+
+const readPlans = `-- name: ReadPlans :exec
+SELECT set_config('jit', 'off', true), set_config('enable_nestloop', 'off', true)
+`
+
+// The settings of MatchingNodes and FreeNodes, for the rest of the
+// transaction: jit off (at thousands of nodes the planner's estimate
+// passes jit_above_cost, and compiling costs more than running them, as
+// topology's FreeCandidates), and no nested loop: every table is read once
+// and joined by hash whatever the estimates (TestLeaseReadPlansSetBased).
+// FreeNodes' filter on the traits' counts is estimated at one row, and a
+// nested loop under it ran the busy rows' aggregate once per node (1.5 s
+// at 2,500 nodes); a generic plan made while the tables were empty would
+// do the same.
+func (q *Queries) ReadPlans(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, readPlans)
+	return err
 }
 
 const reservationsOf = `-- name: ReservationsOf :many
@@ -537,5 +626,16 @@ type SetLeaseNameParams struct {
 
 func (q *Queries) SetLeaseName(ctx context.Context, arg SetLeaseNameParams) error {
 	_, err := q.db.Exec(ctx, setLeaseName, arg.Name, arg.ID)
+	return err
+}
+
+const writePlans = `-- name: WritePlans :exec
+SELECT set_config('enable_nestloop', 'on', true)
+`
+
+// Nested loops again after ReadPlans, for the rest of the transaction
+// (an admission's writes and reads by key).
+func (q *Queries) WritePlans(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, writePlans)
 	return err
 }

@@ -210,7 +210,7 @@ func benchCmd() *cobra.Command {
 	alloc.Flags().BoolVar(&openstackPlacement, "openstack-placement", false, "with --backend placement, claim through OpenStack Placement 8.0 (Debian's packages, started here) instead of metalloc-placement")
 	alloc.Flags().BoolVar(&waitMirror, "wait-mirror", true, "with --backend placement, wait after enrolling until every node is mirrored into Placement and the conductors idle (default: yes, but for --mode burst, which measures a just-enrolled fleet)")
 	alloc.Flags().BoolVar(&o.Timeline, "timeline", false, "print latency per tenth of the run")
-	c.AddCommand(alloc, firstBurstCmd(), waitersCmd(), benchIronicCmd())
+	c.AddCommand(alloc, firstBurstCmd(), waitersCmd(), benchIronicCmd(), benchLeasesCmd())
 	return c
 }
 

@@ -6,16 +6,15 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/metalloc/metalloc/allocation"
+	"github.com/metalloc/metalloc/db/dbtest"
 )
 
 // TestClaimPlansIgnoreNodeStatistics: every plan of an allocation's life
@@ -98,51 +97,26 @@ func TestClaimPlansIgnoreNodeStatistics(t *testing.T) {
 }
 
 // planSession is a connection of its own (its own plans) that logs the
-// plan of every statement it runs, nested ones included (auto_explain,
-// as notices to the client).
+// plan of every statement it runs, nested ones included (dbtest.PlanLog).
 type planSession struct {
+	*dbtest.PlanLog
 	t    *testing.T
 	conn *pgx.Conn
-	mu   sync.Mutex
-	// plans are auto_explain's JSON documents, in order.
-	plans []string
 }
 
 func newPlanSession(t *testing.T, pool *pgxpool.Pool) *planSession {
 	t.Helper()
-	s := &planSession{t: t}
-	cfg, err := pgx.ParseConfig(pool.Config().ConnConfig.ConnString())
-	require.NoError(t, err)
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		if i := strings.Index(n.Message, "{"); i >= 0 && strings.Contains(n.Message, "plan:") {
-			s.mu.Lock()
-			s.plans = append(s.plans, n.Message[i:])
-			s.mu.Unlock()
-		}
-	}
-	s.conn, err = pgx.ConnectConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { s.conn.Close(context.Background()) })
-	s.exec(`LOAD 'auto_explain'`)
-	s.exec(`SET auto_explain.log_min_duration = 0`)
-	s.exec(`SET auto_explain.log_nested_statements = on`)
-	s.exec(`SET auto_explain.log_format = json`)
-	s.exec(`SET auto_explain.log_level = notice`)
-	return s
+	l := dbtest.NewPlanLog(t, pool.Config().ConnConfig.ConnString(), "auto_explain.log_nested_statements = on")
+	return &planSession{PlanLog: l, t: t, conn: l.Conn}
 }
 
 func (s *planSession) exec(sql string, args ...any) {
 	s.t.Helper()
-	_, err := s.conn.Exec(context.Background(), sql, args...)
-	require.NoError(s.t, err)
+	s.Exec(sql, args...)
 }
 
 // reset forgets the plans logged so far.
-func (s *planSession) reset() {
-	s.mu.Lock()
-	s.plans = nil
-	s.mu.Unlock()
-}
+func (s *planSession) reset() { s.Reset() }
 
 // life runs what an allocation's life runs on the database backend: the
 // API's insert (CreateAllocations, two rows with a trait each) and the
@@ -175,10 +149,8 @@ func (s *planSession) life(me int64) {
 // conditions (the distinct shapes of a text, sorted, if it ran with more
 // than one).
 func (s *planSession) shapes() map[string]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	all := map[string][]string{}
-	for _, doc := range s.plans {
+	for _, doc := range s.Plans() {
 		var p struct {
 			Query string          `json:"Query Text"`
 			Plan  json.RawMessage `json:"Plan"`
