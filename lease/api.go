@@ -76,9 +76,9 @@ func NewHandler(pool *pgxpool.Pool, opts HandlerOptions) *Handler {
 }
 
 // Register adds POST/GET /v1/leases, GET /v1/leases/availability,
-// GET/PATCH/DELETE /v1/leases/{uuid or name} and POST
-// /v1/leases/{ident}/cancel under v1, at every microversion (the routes
-// are metalloc's own).
+// GET/PATCH/DELETE /v1/leases/{uuid or name}, POST
+// /v1/leases/{ident}/cancel and the lease calendar GET /v1/ui/leases
+// under v1, at every microversion (the routes are metalloc's own).
 func (h *Handler) Register(v1 *echo.Group) {
 	v1.POST("/leases", h.create)
 	v1.GET("/leases", h.list)
@@ -87,6 +87,7 @@ func (h *Handler) Register(v1 *echo.Group) {
 	v1.PATCH("/leases/:ident", h.patch)
 	v1.POST("/leases/:ident/cancel", h.cancel)
 	v1.DELETE("/leases/:ident", h.delete)
+	v1.GET("/ui/leases", h.uiCalendar)
 }
 
 func (h *Handler) base(c echo.Context) string { return web.PublicURL(c, h.opts.PublicEndpoint) }

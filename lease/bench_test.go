@@ -17,7 +17,8 @@ import (
 	"github.com/metalloc/metalloc/web"
 )
 
-// BenchmarkAvailability measures GET /v1/leases/availability at the size
+// BenchmarkAvailability measures GET /v1/leases/availability (and the
+// lease calendar, GET /v1/ui/leases) at the size
 // of issue 43's target: 10,000 reservable nodes of one class in 250 racks
 // of 40, and 5,000 leases over 30 days (each 8 nodes of one rack for 24 h,
 // 20 after each other per rack, the two halves of a rack 12 h apart:
@@ -60,14 +61,18 @@ func BenchmarkAvailability(b *testing.B) {
 	lease.NewHandler(pool, lease.HandlerOptions{Now: func() time.Time { return t0 }}).Register(e.Group("/v1", web.IronicVersion()))
 	srv := httptest.NewServer(e)
 	b.Cleanup(srv.Close)
+	const avail = "/v1/leases/availability?"
 	for _, q := range []struct{ name, query string }{
-		{"earliest-16-in-a-rack-48h", "resource_class=gpu&count=16&level=rack&duration=48h"},
-		{"earliest-2000-anywhere-7d", "resource_class=gpu&count=2000&duration=168h"},
-		{"calendar-30d-hourly-per-rack", "level=rack&until=2030-01-31T00:00:00Z"},
+		{"earliest-16-in-a-rack-48h", avail + "resource_class=gpu&count=16&level=rack&duration=48h"},
+		{"earliest-2000-anywhere-7d", avail + "resource_class=gpu&count=2000&duration=168h"},
+		{"calendar-30d-hourly-per-rack", avail + "level=rack&until=2030-01-31T00:00:00Z"},
+		// The fleet page's lease calendar (GET /v1/ui/leases): a week in
+		// 6-hour cells per rack, the leases named (1,250 of them).
+		{"lease-calendar-week-6h-per-rack", "/v1/ui/leases?after=2030-01-01T00:00:00Z&until=2030-01-08T00:00:00Z&step=6h"},
 	} {
 		b.Run(q.name, func(b *testing.B) {
 			for b.Loop() {
-				resp, err := http.Get(srv.URL + "/v1/leases/availability?" + q.query)
+				resp, err := http.Get(srv.URL + q.query)
 				if err != nil {
 					b.Fatal(err)
 				}

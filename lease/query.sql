@@ -180,3 +180,36 @@ UPDATE lease_nodes SET released = true WHERE lease_id = @id;
 -- name: DeleteLease :exec
 -- Deletes a lease with its reservations and rows (ON DELETE CASCADE).
 DELETE FROM leases WHERE id = @id;
+
+-- name: CalendarNodes :many
+-- The lease calendar's nodes (GET /v1/ui/leases): every reservable node
+-- of @resource_class (NULL: every class), and every other node of it that
+-- a lease still holds over [@from_time, @until_time), in id order, with
+-- its class, maintenance and reservable flags, its topology path, and the
+-- blocking rows (not released) that overlap the period: lease lease_ids[i]
+-- holds it over [busy_from[i], busy_to[i]) (one aggregation pass fills the
+-- three arrays, so their items pair up). Grouped per table, as
+-- MatchingNodes; no locks.
+SELECT n.id, n.resource_class::text AS resource_class, n.maintenance, n.reservable,
+       p.path::text[] AS path,
+       COALESCE(b.lease_ids, '{}')::bigint[] AS lease_ids,
+       COALESCE(b.busy_from, '{}')::timestamptz[] AS busy_from,
+       COALESCE(b.busy_to, '{}')::timestamptz[] AS busy_to
+  FROM nodes n
+  JOIN node_topology_paths p ON p.id = n.id
+  LEFT JOIN (SELECT l.node_id,
+                    array_agg(l.lease_id) AS lease_ids,
+                    array_agg(lower(l.during)) AS busy_from,
+                    array_agg(upper(l.during)) AS busy_to
+               FROM lease_nodes l
+              WHERE NOT l.released
+                AND l.during && tstzrange(@from_time::timestamptz, @until_time::timestamptz)
+              GROUP BY l.node_id) b ON b.node_id = n.id
+ WHERE (n.reservable OR b.node_id IS NOT NULL)
+   AND n.resource_class IS NOT NULL
+   AND (sqlc.narg(resource_class)::text IS NULL OR n.resource_class = sqlc.narg(resource_class)::text)
+ ORDER BY n.id;
+
+-- name: CalendarLeases :many
+-- The leases of the given ids (those of a calendar), by start time.
+SELECT * FROM leases l WHERE l.id = ANY(@lease_ids::bigint[]) ORDER BY l.start_time, l.id;

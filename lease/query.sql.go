@@ -12,6 +12,121 @@ import (
 	"github.com/google/uuid"
 )
 
+const calendarLeases = `-- name: CalendarLeases :many
+SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at FROM leases l WHERE l.id = ANY($1::bigint[]) ORDER BY l.start_time, l.id
+`
+
+// The leases of the given ids (those of a calendar), by start time.
+func (q *Queries) CalendarLeases(ctx context.Context, leaseIds []int64) ([]Lease, error) {
+	rows, err := q.db.Query(ctx, calendarLeases, leaseIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Lease
+	for rows.Next() {
+		var i Lease
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.Name,
+			&i.ProjectID,
+			&i.StartTime,
+			&i.EndTime,
+			&i.State,
+			&i.OnStart,
+			&i.StatusReason,
+			&i.ConductorAffinity,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EndingNoticedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const calendarNodes = `-- name: CalendarNodes :many
+SELECT n.id, n.resource_class::text AS resource_class, n.maintenance, n.reservable,
+       p.path::text[] AS path,
+       COALESCE(b.lease_ids, '{}')::bigint[] AS lease_ids,
+       COALESCE(b.busy_from, '{}')::timestamptz[] AS busy_from,
+       COALESCE(b.busy_to, '{}')::timestamptz[] AS busy_to
+  FROM nodes n
+  JOIN node_topology_paths p ON p.id = n.id
+  LEFT JOIN (SELECT l.node_id,
+                    array_agg(l.lease_id) AS lease_ids,
+                    array_agg(lower(l.during)) AS busy_from,
+                    array_agg(upper(l.during)) AS busy_to
+               FROM lease_nodes l
+              WHERE NOT l.released
+                AND l.during && tstzrange($1::timestamptz, $2::timestamptz)
+              GROUP BY l.node_id) b ON b.node_id = n.id
+ WHERE (n.reservable OR b.node_id IS NOT NULL)
+   AND n.resource_class IS NOT NULL
+   AND ($3::text IS NULL OR n.resource_class = $3::text)
+ ORDER BY n.id
+`
+
+type CalendarNodesParams struct {
+	FromTime      time.Time
+	UntilTime     time.Time
+	ResourceClass *string
+}
+
+type CalendarNodesRow struct {
+	ID            int64
+	ResourceClass string
+	Maintenance   bool
+	Reservable    bool
+	Path          []string
+	LeaseIds      []int64
+	BusyFrom      []time.Time
+	BusyTo        []time.Time
+}
+
+// The lease calendar's nodes (GET /v1/ui/leases): every reservable node
+// of @resource_class (NULL: every class), and every other node of it that
+// a lease still holds over [@from_time, @until_time), in id order, with
+// its class, maintenance and reservable flags, its topology path, and the
+// blocking rows (not released) that overlap the period: lease lease_ids[i]
+// holds it over [busy_from[i], busy_to[i]) (one aggregation pass fills the
+// three arrays, so their items pair up). Grouped per table, as
+// MatchingNodes; no locks.
+func (q *Queries) CalendarNodes(ctx context.Context, arg CalendarNodesParams) ([]CalendarNodesRow, error) {
+	rows, err := q.db.Query(ctx, calendarNodes, arg.FromTime, arg.UntilTime, arg.ResourceClass)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CalendarNodesRow
+	for rows.Next() {
+		var i CalendarNodesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.ResourceClass,
+			&i.Maintenance,
+			&i.Reservable,
+			&i.Path,
+			&i.LeaseIds,
+			&i.BusyFrom,
+			&i.BusyTo,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const cancelLease = `-- name: CancelLease :exec
 WITH l AS (
     UPDATE leases SET state = 'cancelled', status_reason = $2, updated_at = now() WHERE id = $1

@@ -8,9 +8,12 @@
 // free/total bars per resource class and rack, filled with the free share;
 // the allocation groups with their members and last_error; the recent
 // allocations, members marked with their group, with their last_error
-// explained filter by filter; and the conductors, alive, dead or stopped.
-// It reads only the API it is served by, with the browser's credentials:
-// GET /v1/ui/fleet (node.Fleet), /v1/ui/conductors, /v1/nodes/{uuid},
+// explained filter by filter; the conductors, alive, dead or stopped; and
+// the lease calendar, one row per rack and one column per 6 hours or day
+// of the coming week(s), each cell the rack's free nodes and the leases
+// holding its nodes then, now marked. It reads only the API it is served
+// by, with the browser's credentials: GET /v1/ui/fleet (node.Fleet),
+// /v1/ui/conductors, /v1/ui/leases (lease.Calendar), /v1/nodes/{uuid},
 // /v1/allocations, /v1/allocation_groups, and GET /v1/allocations/events
 // when that answers a text/event-stream (else it polls every few seconds).
 package ui

@@ -231,6 +231,9 @@ func TestRouteRoleTable(t *testing.T) {
 		{"GET", "/ui/app.js", "", [6]int{ok, ok, ok, ok, ok, unauth}},
 		{"GET", "/v1/ui/fleet", "", [6]int{ok, ok, ok, ok, ok, unauth}},
 		{"GET", "/v1/ui/conductors", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
+		// The lease calendar: counts for everyone, the leases a caller
+		// may list named (lease.Calendar).
+		{"GET", "/v1/ui/leases", "", [6]int{ok, ok, ok, ok, ok, unauth}},
 	}
 	// Vendor passthru takes every method (no ?method= here: 400).
 	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {

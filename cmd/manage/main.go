@@ -4,7 +4,8 @@
 // import, the local development stack (dev up, dev exec), the allocation
 // load benchmark (bench allocations) and a scripting client of the
 // allocation API (allocation create/show/delete, allocation-group
-// create/show/list/delete, waiting without polling).
+// create/show/list/delete, waiting without polling) and of the lease API
+// (lease list/show/create/update/cancel/delete/calendar/availability).
 //
 // Exit status: 0 success, 1 failure, 2 a command-line mistake (unknown
 // command or flag), a failed upgrade check, a database outside the
@@ -30,7 +31,7 @@ func main() {
 func newRoot() *cobra.Command {
 	root := cli.NewRoot(config.BinaryManage, "metalloc administration")
 	root.AddCommand(dbCmd(), devCmd(), nodeCmd(), benchCmd(), statusCmd(), soakCmd(), allocationCmd(),
-		allocationGroupCmd(), topologyCmd(), configCmd(), conductorCmd())
+		allocationGroupCmd(), leaseCmd(), topologyCmd(), configCmd(), conductorCmd())
 	// The configuration each command reads, for --help (the root takes a
 	// flag for every key metalloc-manage reads; --help-all lists them all).
 	// Unlisted commands read database and log, as the root.
@@ -40,6 +41,7 @@ func newRoot() *cobra.Command {
 		"node":                      {"database", "log", "ironic.endpoint"},
 		"allocation":                {"api", "keystone", "log"},
 		"allocation-group":          {"api", "keystone", "log"},
+		"lease":                     {"api", "keystone", "log"},
 		"config":                    nil, // a flag for every key: only under --help-all
 		"dev":                       {"log"},
 		"soak":                      {"log"},

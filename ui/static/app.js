@@ -515,6 +515,115 @@
     }
   }
 
+  // ---- lease calendar ----------------------------------------------------
+
+  // The calendar of GET /v1/ui/leases: one row per rack (the topology's
+  // finest level), one column per step from the current one; a cell shows
+  // the nodes free for the whole step, then a chip per lease holding some
+  // of the rack's nodes then (letter as in `metalloc-manage lease
+  // calendar`, colour per lease, count), ? for leases the caller may not
+  // see. The column holding now is tinted and marked where now is.
+  const LEASES_MS = 30000;
+  const LEASE_COLORS = ['#8a6fd0', '#2f6fd6', '#d47a1f', '#1f9e8f', '#c2417a', '#5b7f1f', '#7a5230', '#3f51b5', '#b23b3b', '#4e7f9e'];
+  const leaseLetter = (i) => { let s = ''; for (i++; i > 0; i = Math.floor((i - 1) / 26)) s = String.fromCharCode(65 + (i - 1) % 26) + s; return s; };
+  S.leaseLetter = leaseLetter;
+
+  function leaseCalPath() {
+    const p = new URLSearchParams({ step: $('l-step').value });
+    const step = Number($('l-step').value), now = Math.floor((Date.now() + S.skew) / 1000);
+    const after = now - now % step;
+    p.set('after', new Date(after * 1000).toISOString().replace('.000Z', 'Z'));
+    p.set('until', new Date((after + Number($('l-days').value) * 86400) * 1000).toISOString().replace('.000Z', 'Z'));
+    if ($('l-class').value) p.set('resource_class', $('l-class').value);
+    return '/v1/ui/leases?' + p.toString();
+  }
+
+  // cellHeading writes a column's start in the browser's time zone: the
+  // day (and the hour for steps under a day).
+  function cellHeading(t, step) {
+    const d = new Date(t * 1000), day = d.toLocaleDateString('en-US', { weekday: 'short' }) + ' ' + pad(d.getMonth() + 1) + '-' + pad(d.getDate());
+    return step % 86400 === 0 && d.getHours() === 0 ? day : [day, el('br'), pad(d.getHours()) + ':' + pad(d.getMinutes())];
+  }
+
+  async function loadLeaseCalendar() {
+    let cal;
+    try {
+      cal = await api(leaseCalPath());
+    } catch (err) {
+      $('lease-cal').tBodies[0].replaceChildren(el('tr', {}, el('td', {}, err.message)));
+      return;
+    }
+    S.leaseCal = cal;
+    const after = Date.parse(cal.after) / 1000, step = cal.step, now = Date.parse(cal.now) / 1000;
+    const steps = cal.rows.length ? cal.rows[0].cells.length : Math.ceil((Date.parse(cal.until) / 1000 - after) / step);
+    const nowCol = Math.floor((now - after) / step);
+    const level = cal.level || 'pool';
+    const head = el('tr', {}, el('th', { class: 'domain' }, level), el('th', {}, 'nodes'));
+    for (let i = 0; i < steps; i++) {
+      const th = el('th', { class: i === nowCol ? 'now' : '', 'data-col': i }, ...[].concat(cellHeading(after + i * step, step)));
+      if (i === nowCol) {
+        const mark = el('span', { class: 'now-mark', title: 'now: ' + fmtTime(new Date(now * 1000)) });
+        mark.style.left = (100 * (now - after - i * step) / step).toFixed(1) + '%';
+        th.append(mark);
+      }
+      head.append(th);
+    }
+    $('lease-cal').tHead.replaceChildren(head);
+    const color = (i) => LEASE_COLORS[i % LEASE_COLORS.length];
+    $('lease-cal').tBodies[0].replaceChildren(...cal.rows.map((r) => {
+      const label = !cal.level ? 'all' : r.domain === '' ? '(no ' + cal.level + ')' : r.domain;
+      const classes = Object.entries(r.classes).map(([c, n]) => n + ' ' + c).join(', ');
+      const tr = el('tr', { 'data-domain': r.domain }, el('th', { class: 'domain' }, label),
+        el('td', { title: classes + (r.maintenance ? '; ' + r.maintenance + ' in maintenance' : '') },
+          String(r.total) + (r.maintenance ? ' (' + r.maintenance + ' maint.)' : '')));
+      r.cells.forEach((c, i) => {
+        const from = after + i * step;
+        const tips = [label + ', ' + fmtTime(new Date(from * 1000)) + ' for ' + (step >= 86400 ? step / 86400 + ' d' : step / 3600 + ' h') + ': ' + c.free + ' free'];
+        const td = el('td', { class: 'cell' + (i === nowCol ? ' now' : ''), 'data-free': c.free },
+          el('span', { class: 'free' + (c.free === 0 ? ' none' : '') }, String(c.free)));
+        for (const h of c.leases) {
+          const l = cal.leases[h.lease];
+          const chip = el('span', { class: 'lease-chip', 'data-lease': l.uuid }, leaseLetter(h.lease) + ' ' + h.nodes);
+          chip.style.background = color(h.lease);
+          td.append(chip);
+          tips.push(leaseLetter(h.lease) + ' ' + (l.name || l.uuid) + ' (project ' + l.project_id + ', ' + l.state + '): ' + h.nodes + ' nodes');
+        }
+        if (c.hidden) {
+          td.append(el('span', { class: 'lease-chip hidden' }, '? ' + c.hidden));
+          tips.push(c.hidden + ' nodes held by leases you may not see');
+        }
+        td.title = tips.join('\n');
+        tr.append(td);
+      });
+      return tr;
+    }));
+    if (!cal.rows.length) {
+      $('lease-cal').tBodies[0].replaceChildren(el('tr', {}, el('td', { colspan: steps + 2 },
+        'no reservable nodes' + (cal.resource_class ? ' of ' + cal.resource_class : '') + ' (metalloc-manage node set-reservable)')));
+    }
+    $('lease-legend').replaceChildren(...cal.leases.map((l, i) => {
+      const chip = el('span', { class: 'lease-chip' }, leaseLetter(i));
+      chip.style.background = color(i);
+      return el('li', { 'data-lease': l.uuid }, chip, (l.name || l.uuid) + ' — project ' + l.project_id + ', ' + l.state + ', ' +
+        fmtTime(l.start_time) + ' → ' + fmtTime(l.end_time) + ', ' + l.nodes + ' nodes');
+    }));
+    $('leases-note').textContent = cal.leases.length + ' leases; ' + cal.rows.length + ' ' + level + (cal.rows.length === 1 ? '' : 's') +
+      ' with reservable nodes; at ' + fmtTime(new Date(now * 1000));
+    if (S.fleet) {
+      const keep = $('l-class').value;
+      fillSelect($('l-class'), S.fleet.classes.filter((c) => c !== ''));
+      $('l-class').value = keep;
+    }
+    S.leaseCalReady = true;
+  }
+  S.loadLeaseCalendar = loadLeaseCalendar;
+  for (const id of ['l-class', 'l-step', 'l-days']) $(id).addEventListener('change', () => loadLeaseCalendar());
+
+  async function leasesLoop() {
+    await loadLeaseCalendar();
+    setTimeout(leasesLoop, LEASES_MS);
+  }
+
   // ---- scheduling: event stream if the API has one, else polling ---------
 
   let fleetTimer = null, fleetBusy = false;
@@ -603,6 +712,7 @@
     try { await loadFleet(); } catch (err) { showError('fleet', err); }
     scheduleFleet(FLEET_MS);
     conductorsLoop();
+    leasesLoop();
     liveLoop();
   }
   start();
