@@ -317,7 +317,9 @@ func (c *Service) undeployLeaseNodes(ctx context.Context, id int64, l OwnedLease
 		switch {
 		case ironic.IsNotFound(err):
 			return false, nil
-		case ironic.IsUnavailable(err) || ironic.StatusOf(err) == 0 || ironic.IsConflict(err):
+		case err != nil && (ironic.IsUnavailable(err) || ironic.StatusOf(err) == 0 || ironic.IsConflict(err)):
+			// Not Ironic's refusal: unreachable, the database, still
+			// locked. The next poll retries.
 			return false, fmt.Errorf("ending lease %s: node %s: %w", l.Uuid, name, err)
 		case err != nil:
 			failed = append(failed, fmt.Sprintf("%s: Ironic refused to undeploy it: %s", name, ironicMessage(err)))
