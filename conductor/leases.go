@@ -202,6 +202,10 @@ func (c *Service) endLease(ctx context.Context, q *Queries, id int64) error {
 			return fmt.Errorf("ending lease %s: %w", l.Uuid, err)
 		}
 	}
+	nodeless, err := c.endLeaseViaBackend(ctx, q, l.Uuid, l.ProjectID)
+	if err != nil {
+		return fmt.Errorf("ending lease %s: %w", l.Uuid, err)
+	}
 	if err := q.ClearLeaseLessee(ctx, ClearLeaseLesseeParams{NodeIds: ids, Project: l.ProjectID}); err != nil {
 		return err
 	}
@@ -209,7 +213,7 @@ func (c *Service) endLease(ctx context.Context, q *Queries, id int64) error {
 		return err
 	}
 	c.log.Info("lease ended", zap.Stringer("lease", l.Uuid), zap.String("project", l.ProjectID),
-		zap.Int("allocations_deleted", len(allocs)), zap.Time("end_time", l.EndTime))
+		zap.Int("allocations_deleted", len(allocs)+nodeless), zap.Time("end_time", l.EndTime))
 	return nil
 }
 

@@ -113,6 +113,26 @@ func (c *Service) startLeaseViaBackend(ctx context.Context, q *Queries, l StartL
 	return err
 }
 
+// endLeaseViaBackend deletes, in the end's transaction, the lease's own
+// allocations that hold no node (LeaseAllocationsWithoutNode: one the
+// backend failed, or not settled yet) and returns how many; with the
+// database backend there are none.
+func (c *Service) endLeaseViaBackend(ctx context.Context, q *Queries, lease uuid.UUID, project string) (int, error) {
+	if !c.leaseViaBackend() {
+		return 0, nil
+	}
+	ids, err := q.LeaseAllocationsWithoutNode(ctx, LeaseAllocationsWithoutNodeParams{LeaseUuid: lease.String(), Project: project})
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range ids {
+		if err := q.DeallocateLease(ctx, id); err != nil {
+			return 0, err
+		}
+	}
+	return len(ids), nil
+}
+
 // leaseInIronic hands the move of lease id (claimed in state) to a
 // goroutine of its own when this conductor is in front of Ironic: handled
 // is false without Ironic (leaseRound moves it itself); started is false

@@ -10,6 +10,7 @@ import (
 
 	"github.com/metalloc/metalloc/conductor/backend"
 	"github.com/metalloc/metalloc/db/dbtest"
+	"github.com/metalloc/metalloc/placement/client"
 )
 
 // A lease with the placement backend, in both modes (local: in-process on
@@ -88,4 +89,41 @@ func TestLeaseWithPlacementBackend(t *testing.T) {
 			require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM placement_claims WHERE consumer_uuid = ANY($1)`, allocs))
 		})
 	}
+}
+
+// A lease whose node another consumer has taken in Placement before the
+// start: that node's allocation ends in error with the reason (the other
+// is active), and the end deletes it too (LeaseAllocationsWithoutNode),
+// leaving no allocation of the lease behind.
+func TestLeaseWithPlacementBackendNodeTaken(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := reservablePool(t, 2)
+	pc := pbPlacement(t, pool, "gold")
+	now := dbNow(t, pool)
+	u := admitLease(t, pool, "lab", "allocate", 2, now.Add(3*time.Second), now.Add(8*time.Second))
+	var taken uuid.UUID
+	require.NoError(t, pool.QueryRow(ctx, `SELECT n.uuid FROM lease_nodes ln JOIN nodes n ON n.id = ln.node_id
+		ORDER BY n.id LIMIT 1`).Scan(&taken))
+	require.NoError(t, pc.PutAllocations(ctx, uuid.New(), client.Claim{ProjectID: "p", UserID: "u",
+		Request: client.AllocationRequest{Allocations: map[uuid.UUID]client.ProviderResources{
+			taken: {Resources: client.Resources{client.NormalizeClass("gold"): 1}}}}}))
+	cfg := leaseCfg()
+	cfg.Backend, cfg.Placement, cfg.PlacementMode = BackendPlacement, pc, backend.PlacementModeLocal
+	startConductors(t, pool, cfg, 1)
+
+	dbtest.WaitFor(t, 30*time.Second, "the lease's allocations settled", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE extra->>'lease_uuid' = $1::text
+			AND state <> 'allocating'`, u) == 2
+	})
+	require.Equal(t, 1, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE extra->>'lease_uuid' = $1::text
+		AND state = 'active'`, u))
+	require.Equal(t, 1, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE extra->>'lease_uuid' = $1::text
+		AND state = 'error' AND node_id IS NULL AND candidate_nodes = ARRAY[$2::uuid]`, u, taken))
+
+	dbtest.WaitFor(t, 30*time.Second, "the lease ended", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM leases WHERE uuid = $1 AND state = 'ended'`, u) == 1
+	})
+	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocations`))
+	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM nodes WHERE lessee IS NOT NULL OR allocation_id IS NOT NULL`))
 }

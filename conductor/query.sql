@@ -546,6 +546,14 @@ SELECT uuid, project_id, on_start, state, (end_time <= now())::boolean AS end_du
   FROM leases
  WHERE id = @lease_id::bigint AND conductor_affinity = @me::bigint;
 
+-- name: LeaseAllocationsWithoutNode :many
+-- The lease's own allocations (extra lease_uuid, owned by its project)
+-- that hold no node: made through a backend, one it failed (e.g. Ironic
+-- refused the node) or not yet settled. The end deletes them too.
+SELECT a.id FROM allocations a
+ WHERE a.extra->>'lease_uuid' = @lease_uuid::text AND a.owner = @project::text AND a.node_id IS NULL
+ ORDER BY a.id;
+
 -- name: LeaseNodeUUIDs :many
 -- The lease's booked nodes (uuid, name), in id order, not locked: what a
 -- move changes in Ironic before its transaction.

@@ -759,6 +759,40 @@ func (q *Queries) LeakedPlacementClaims(ctx context.Context, minAgeSeconds float
 	return items, nil
 }
 
+const leaseAllocationsWithoutNode = `-- name: LeaseAllocationsWithoutNode :many
+SELECT a.id FROM allocations a
+ WHERE a.extra->>'lease_uuid' = $1::text AND a.owner = $2::text AND a.node_id IS NULL
+ ORDER BY a.id
+`
+
+type LeaseAllocationsWithoutNodeParams struct {
+	LeaseUuid string
+	Project   string
+}
+
+// The lease's own allocations (extra lease_uuid, owned by its project)
+// that hold no node: made through a backend, one it failed (e.g. Ironic
+// refused the node) or not yet settled. The end deletes them too.
+func (q *Queries) LeaseAllocationsWithoutNode(ctx context.Context, arg LeaseAllocationsWithoutNodeParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, leaseAllocationsWithoutNode, arg.LeaseUuid, arg.Project)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const leaseNodeUUIDs = `-- name: LeaseNodeUUIDs :many
 SELECT n.uuid, coalesce(n.name, '')::text AS name
   FROM lease_nodes ln
