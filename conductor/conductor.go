@@ -85,6 +85,8 @@ type Service struct {
 	// leaseStarting, when set (tests), is called in a lease's start
 	// transaction once its compare-and-set has passed (leases.go).
 	leaseStarting func(ctx context.Context)
+	// leaseMoves tracks the lease moves made in Ironic (leases_backend.go).
+	leaseMoves leaseMoves
 	// endWork ends Run's work context: the drain (startDrain) stops the
 	// workers and the takeover as a stop does, the process going on.
 	// drainStarted is set once the drain has begun.
@@ -227,12 +229,11 @@ func (c *Service) Run(ctx context.Context) error {
 	}
 
 	// Leases start and end on workCtx: a move is one transaction, which a
-	// stop rolls back for a peer to make (leases.go).
+	// stop rolls back for a peer to make (leases.go; in front of Ironic its
+	// idempotent part in Ironic first, leases_backend.go).
 	var leasesDone sync.WaitGroup
-	if c.leasesSupported() {
-		leasesDone.Add(1)
-		go func() { defer leasesDone.Done(); c.runLeases(workCtx) }()
-	}
+	leasesDone.Add(1)
+	go func() { defer leasesDone.Done(); c.runLeases(workCtx) }()
 
 	c.work(workCtx, procCtx, wake)
 	leasesDone.Wait()

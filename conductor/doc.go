@@ -24,7 +24,8 @@
 //     (RequestDrain, the conductor's side); groups.go: the claim and
 //     processing of allocation groups;
 //   - leases.go: leases (package lease) started and ended at their times
-//     ("Leases" below);
+//     ("Leases" below); leases_backend.go: in front of Ironic and with the
+//     placement backend;
 //   - signals.go: test signals; metrics.go; tracker*.go, ratios.go: the
 //     Placement resource tracker;
 //   - backend/ (package backend): the reservation backends behind one
@@ -389,6 +390,20 @@
 // deletes them (metalloc_deallocate), and the event (lease.start,
 // lease.ending, lease.end on the allocation event log). A stop or a crash
 // mid-move rolls it back; the next claim makes it.
+//
+// With another backend (leases_backend.go) the start sets every booked
+// node's lessee to the project and, under on_start allocate, inserts one
+// allocating allocation per free node, that node its only candidate: the
+// conductors claim them as any other (made in Ironic through the journal,
+// claimed in Placement). In front of Ironic a move first does its part in
+// Ironic, outside any transaction, in a goroutine of its own per lease:
+// the start sets the lessee in Ironic (Ironic gives an allocation owned by
+// a project only nodes that project owns or leases); the end undeploys the
+// nodes the project deployed, waits (bounded) until Ironic has them
+// available, removes the lessee; then the move's transaction as above. Each
+// step is idempotent, read from what Ironic shows, so that the conductor
+// that takes over a lease from a dead one simply makes them again; a node
+// Ironic refuses to undeploy puts the lease in error (FailLease).
 //
 // # In front of Ironic
 //

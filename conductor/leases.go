@@ -40,19 +40,12 @@ const (
 	EventLeaseEnding = "lease.ending"
 )
 
-// leasesSupported says whether this conductor moves leases: with the
-// database backend only. The lease's allocations are written straight into
-// the database; in front of Ironic they would have to be made (and at the
-// end, the nodes undeployed) in Ironic, and with the placement backend
-// claimed in Placement: later parts of issue 43.
-func (c *Service) leasesSupported() bool {
-	return c.cfg.Ironic == nil && c.cfg.Backend == BackendDatabase
-}
-
-// runLeases moves due leases until ctx ends.
+// runLeases moves due leases until ctx ends (and the moves it handed to
+// goroutines, in front of Ironic, have returned).
 func (c *Service) runLeases(ctx context.Context) {
 	t := time.NewTicker(leasePoll)
 	defer t.Stop()
+	defer c.leaseMoves.wg.Wait()
 	for {
 		for c.leaseRound(ctx) == leaseBatch && ctx.Err() == nil {
 		}
@@ -65,7 +58,7 @@ func (c *Service) runLeases(ctx context.Context) {
 }
 
 // leaseRound claims the due leases and moves each; it returns how many
-// were claimed.
+// were claimed, less those whose move in Ironic runs already.
 func (c *Service) leaseRound(ctx context.Context) int {
 	rows, err := c.q.ClaimDueLeases(ctx, ClaimDueLeasesParams{
 		Me: c.id, NoticeSeconds: c.cfg.LeaseEndingNotice.Seconds(), Batch: leaseBatch,
@@ -76,16 +69,23 @@ func (c *Service) leaseRound(ctx context.Context) int {
 		}
 		return 0
 	}
+	n := len(rows)
 	for _, r := range rows {
 		if r.TakenOver {
 			c.log.Info("lease taken over from a dead conductor", zap.Stringer("lease", r.Uuid))
+		}
+		if handled, started := c.leaseInIronic(ctx, r.ID, r.State); handled {
+			if !started {
+				n--
+			}
+			continue // leases_backend.go
 		}
 		if err := c.moveLease(ctx, r.ID, r.State); err != nil && ctx.Err() == nil {
 			c.log.Warn("could not move lease; the next poll retries", zap.Stringer("lease", r.Uuid),
 				zap.String("state", r.State), zap.Error(err))
 		}
 	}
-	return len(rows)
+	return n
 }
 
 // moveLease makes the due move of lease id, claimed in state: start a
@@ -117,7 +117,9 @@ func (c *Service) moveLease(ctx context.Context, id int64, state string) error {
 // allocation owned by the project on each booked node that is free (a node
 // that is not, in maintenance or held, is named in status_reason:
 // replacing it is a later part of issue 43); lessee sets the nodes'
-// lessee to the project. pgx.ErrNoRows: the compare-and-set was lost.
+// lessee to the project. With another backend than the database's
+// (in front of Ironic, placement) the allocations are made through it
+// (startLeaseViaBackend). pgx.ErrNoRows: the compare-and-set was lost.
 func (c *Service) startLease(ctx context.Context, q *Queries, id int64) error {
 	l, err := q.StartLease(ctx, StartLeaseParams{LeaseID: id, Me: c.id})
 	if err != nil {
@@ -140,7 +142,9 @@ func (c *Service) startLease(ctx context.Context, q *Queries, id int64) error {
 			skipped = append(skipped, cmp.Or(n.Name, n.Uuid.String()))
 		}
 	}
-	if l.OnStart == "lessee" {
+	if c.leaseViaBackend() {
+		err = c.startLeaseViaBackend(ctx, q, l, nodes, ids, classes)
+	} else if l.OnStart == "lessee" {
 		err = q.SetLeaseLessee(ctx, SetLeaseLesseeParams{Project: l.ProjectID, NodeIds: ids})
 	} else if len(ids) > 0 {
 		_, err = q.InsertLeaseAllocations(ctx, InsertLeaseAllocationsParams{
@@ -171,10 +175,11 @@ func (c *Service) startLease(ctx context.Context, q *Queries, id int64) error {
 // endLease: active -> ended once end_time has come; the project's
 // allocations on the lease's nodes are deleted (metalloc_deallocate: the
 // lease's own, and under on_start lessee those the project made), the
-// lessee cleared, the lease_nodes released. The nodes are not undeployed:
-// with the database backend a deployed node simply stays so; in front of
-// Ironic (not served yet, leasesSupported) it would be undeployed through
-// Ironic first. pgx.ErrNoRows: not due or the compare-and-set was lost.
+// lessee cleared, the lease_nodes released. The nodes are not undeployed
+// here: with the database backend a deployed node simply stays so; in
+// front of Ironic they were undeployed through Ironic before this
+// transaction (endLeaseInIronic). pgx.ErrNoRows: not due or the
+// compare-and-set was lost.
 func (c *Service) endLease(ctx context.Context, q *Queries, id int64) error {
 	l, err := q.EndLease(ctx, EndLeaseParams{LeaseID: id, Me: c.id})
 	if err != nil {
@@ -197,6 +202,10 @@ func (c *Service) endLease(ctx context.Context, q *Queries, id int64) error {
 			return fmt.Errorf("ending lease %s: %w", l.Uuid, err)
 		}
 	}
+	nodeless, err := c.endLeaseViaBackend(ctx, q, l.Uuid, l.ProjectID)
+	if err != nil {
+		return fmt.Errorf("ending lease %s: %w", l.Uuid, err)
+	}
 	if err := q.ClearLeaseLessee(ctx, ClearLeaseLesseeParams{NodeIds: ids, Project: l.ProjectID}); err != nil {
 		return err
 	}
@@ -204,7 +213,7 @@ func (c *Service) endLease(ctx context.Context, q *Queries, id int64) error {
 		return err
 	}
 	c.log.Info("lease ended", zap.Stringer("lease", l.Uuid), zap.String("project", l.ProjectID),
-		zap.Int("allocations_deleted", len(allocs)), zap.Time("end_time", l.EndTime))
+		zap.Int("allocations_deleted", len(allocs)+nodeless), zap.Time("end_time", l.EndTime))
 	return nil
 }
 

@@ -537,3 +537,52 @@ WITH e AS (
             @project::text, sqlc.narg(reason)::text)
 )
 SELECT pg_notify('metalloc_allocation_events', @payload::text);
+
+-- name: OwnedLease :one
+-- Lease @lease_id while conductor @me owns it (ClaimDueLeases), with
+-- whether its end is due: the part of a move made in Ironic runs before
+-- the move's transaction (leases_backend.go) and reads the lease with it.
+SELECT uuid, project_id, on_start, state, (end_time <= now())::boolean AS end_due
+  FROM leases
+ WHERE id = @lease_id::bigint AND conductor_affinity = @me::bigint;
+
+-- name: LeaseAllocationsWithoutNode :many
+-- The lease's own allocations (extra lease_uuid, owned by its project)
+-- that hold no node: made through a backend, one it failed (e.g. Ironic
+-- refused the node) or not yet settled. The end deletes them too.
+SELECT a.id FROM allocations a
+ WHERE a.extra->>'lease_uuid' = @lease_uuid::text AND a.owner = @project::text AND a.node_id IS NULL
+ ORDER BY a.id;
+
+-- name: LeaseNodeUUIDs :many
+-- The lease's booked nodes (uuid, name), in id order, not locked: what a
+-- move changes in Ironic before its transaction.
+SELECT n.uuid, coalesce(n.name, '')::text AS name
+  FROM lease_nodes ln
+  JOIN nodes n ON n.id = ln.node_id
+ WHERE ln.lease_id = @lease_id::bigint
+ ORDER BY n.id;
+
+-- name: InsertLeaseAllocationRequests :execrows
+-- on_start allocate through the backend (in front of Ironic, the placement
+-- backend): one allocating, unowned allocation per node of node_uuids,
+-- that node its only candidate, owned by the lease's project (the nodes'
+-- lessee: SetLeaseLessee), extra naming the lease. The conductors claim
+-- them as any other (allocations_notify_insert wakes them): made in
+-- Ironic through the journal, claimed in Placement.
+INSERT INTO allocations (uuid, resource_class, candidate_nodes, extra, owner, state)
+SELECT gen_random_uuid(), (@resource_classes::text[])[n.ord], ARRAY[n.node_uuid],
+       jsonb_build_object('lease_uuid', @lease_uuid::uuid), @owner::text, 'allocating'
+  FROM unnest(@node_uuids::uuid[]) WITH ORDINALITY n (node_uuid, ord)
+ ORDER BY n.ord;
+
+-- name: FailLease :one
+-- active -> error at end_time, only while the conductor owns the lease:
+-- Ironic refused to undeploy a node, or did not make it available in
+-- time; the reason says which and why. Nothing else changes (the nodes
+-- keep their allocations and lessee for an operator to act on).
+UPDATE leases SET state = 'error', status_reason = @reason::text, updated_at = now()
+ WHERE leases.id = @lease_id::bigint AND conductor_affinity = @me::bigint AND state = 'active' AND end_time <= now()
+RETURNING uuid, name, project_id,
+          (SELECT r.resource_class FROM lease_reservations r WHERE r.lease_id = leases.id
+            ORDER BY r.id LIMIT 1)::text AS resource_class;

@@ -513,6 +513,43 @@ func (q *Queries) ExpireTrackers(ctx context.Context) error {
 	return err
 }
 
+const failLease = `-- name: FailLease :one
+UPDATE leases SET state = 'error', status_reason = $1::text, updated_at = now()
+ WHERE leases.id = $2::bigint AND conductor_affinity = $3::bigint AND state = 'active' AND end_time <= now()
+RETURNING uuid, name, project_id,
+          (SELECT r.resource_class FROM lease_reservations r WHERE r.lease_id = leases.id
+            ORDER BY r.id LIMIT 1)::text AS resource_class
+`
+
+type FailLeaseParams struct {
+	Reason  string
+	LeaseID int64
+	Me      int64
+}
+
+type FailLeaseRow struct {
+	Uuid          uuid.UUID
+	Name          *string
+	ProjectID     string
+	ResourceClass string
+}
+
+// active -> error at end_time, only while the conductor owns the lease:
+// Ironic refused to undeploy a node, or did not make it available in
+// time; the reason says which and why. Nothing else changes (the nodes
+// keep their allocations and lessee for an operator to act on).
+func (q *Queries) FailLease(ctx context.Context, arg FailLeaseParams) (FailLeaseRow, error) {
+	row := q.db.QueryRow(ctx, failLease, arg.Reason, arg.LeaseID, arg.Me)
+	var i FailLeaseRow
+	err := row.Scan(
+		&i.Uuid,
+		&i.Name,
+		&i.ProjectID,
+		&i.ResourceClass,
+	)
+	return i, err
+}
+
 const goOffline = `-- name: GoOffline :exec
 UPDATE conductors SET online = false, updated_at = now() WHERE id = $1
 `
@@ -568,6 +605,40 @@ type HeartbeatParams struct {
 // The conductor's heartbeat: alive until @timeout_seconds from now.
 func (q *Queries) Heartbeat(ctx context.Context, arg HeartbeatParams) (int64, error) {
 	result, err := q.db.Exec(ctx, heartbeat, arg.TimeoutSeconds, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const insertLeaseAllocationRequests = `-- name: InsertLeaseAllocationRequests :execrows
+INSERT INTO allocations (uuid, resource_class, candidate_nodes, extra, owner, state)
+SELECT gen_random_uuid(), ($1::text[])[n.ord], ARRAY[n.node_uuid],
+       jsonb_build_object('lease_uuid', $2::uuid), $3::text, 'allocating'
+  FROM unnest($4::uuid[]) WITH ORDINALITY n (node_uuid, ord)
+ ORDER BY n.ord
+`
+
+type InsertLeaseAllocationRequestsParams struct {
+	ResourceClasses []string
+	LeaseUuid       uuid.UUID
+	Owner           string
+	NodeUuids       []uuid.UUID
+}
+
+// on_start allocate through the backend (in front of Ironic, the placement
+// backend): one allocating, unowned allocation per node of node_uuids,
+// that node its only candidate, owned by the lease's project (the nodes'
+// lessee: SetLeaseLessee), extra naming the lease. The conductors claim
+// them as any other (allocations_notify_insert wakes them): made in
+// Ironic through the journal, claimed in Placement.
+func (q *Queries) InsertLeaseAllocationRequests(ctx context.Context, arg InsertLeaseAllocationRequestsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, insertLeaseAllocationRequests,
+		arg.ResourceClasses,
+		arg.LeaseUuid,
+		arg.Owner,
+		arg.NodeUuids,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -678,6 +749,75 @@ func (q *Queries) LeakedPlacementClaims(ctx context.Context, minAgeSeconds float
 	for rows.Next() {
 		var i LeakedPlacementClaimsRow
 		if err := rows.Scan(&i.ConsumerUuid, &i.ProviderUuid); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const leaseAllocationsWithoutNode = `-- name: LeaseAllocationsWithoutNode :many
+SELECT a.id FROM allocations a
+ WHERE a.extra->>'lease_uuid' = $1::text AND a.owner = $2::text AND a.node_id IS NULL
+ ORDER BY a.id
+`
+
+type LeaseAllocationsWithoutNodeParams struct {
+	LeaseUuid string
+	Project   string
+}
+
+// The lease's own allocations (extra lease_uuid, owned by its project)
+// that hold no node: made through a backend, one it failed (e.g. Ironic
+// refused the node) or not yet settled. The end deletes them too.
+func (q *Queries) LeaseAllocationsWithoutNode(ctx context.Context, arg LeaseAllocationsWithoutNodeParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, leaseAllocationsWithoutNode, arg.LeaseUuid, arg.Project)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const leaseNodeUUIDs = `-- name: LeaseNodeUUIDs :many
+SELECT n.uuid, coalesce(n.name, '')::text AS name
+  FROM lease_nodes ln
+  JOIN nodes n ON n.id = ln.node_id
+ WHERE ln.lease_id = $1::bigint
+ ORDER BY n.id
+`
+
+type LeaseNodeUUIDsRow struct {
+	Uuid uuid.UUID
+	Name string
+}
+
+// The lease's booked nodes (uuid, name), in id order, not locked: what a
+// move changes in Ironic before its transaction.
+func (q *Queries) LeaseNodeUUIDs(ctx context.Context, leaseID int64) ([]LeaseNodeUUIDsRow, error) {
+	rows, err := q.db.Query(ctx, leaseNodeUUIDs, leaseID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LeaseNodeUUIDsRow
+	for rows.Next() {
+		var i LeaseNodeUUIDsRow
+		if err := rows.Scan(&i.Uuid, &i.Name); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -1094,6 +1234,41 @@ func (q *Queries) OwnedGroups(ctx context.Context, me int64) ([]int64, error) {
 		return nil, err
 	}
 	return items, nil
+}
+
+const ownedLease = `-- name: OwnedLease :one
+SELECT uuid, project_id, on_start, state, (end_time <= now())::boolean AS end_due
+  FROM leases
+ WHERE id = $1::bigint AND conductor_affinity = $2::bigint
+`
+
+type OwnedLeaseParams struct {
+	LeaseID int64
+	Me      int64
+}
+
+type OwnedLeaseRow struct {
+	Uuid      uuid.UUID
+	ProjectID string
+	OnStart   string
+	State     string
+	EndDue    bool
+}
+
+// Lease @lease_id while conductor @me owns it (ClaimDueLeases), with
+// whether its end is due: the part of a move made in Ironic runs before
+// the move's transaction (leases_backend.go) and reads the lease with it.
+func (q *Queries) OwnedLease(ctx context.Context, arg OwnedLeaseParams) (OwnedLeaseRow, error) {
+	row := q.db.QueryRow(ctx, ownedLease, arg.LeaseID, arg.Me)
+	var i OwnedLeaseRow
+	err := row.Scan(
+		&i.Uuid,
+		&i.ProjectID,
+		&i.OnStart,
+		&i.State,
+		&i.EndDue,
+	)
+	return i, err
 }
 
 const placementProviderUUIDs = `-- name: PlacementProviderUUIDs :many
