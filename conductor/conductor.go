@@ -230,8 +230,9 @@ func (c *Service) Run(ctx context.Context) error {
 	// stop rolls back for a peer to make (leases.go).
 	var leasesDone sync.WaitGroup
 	if c.leasesSupported() {
-		leasesDone.Add(1)
+		leasesDone.Add(2)
 		go func() { defer leasesDone.Done(); c.runLeases(workCtx) }()
+		go func() { defer leasesDone.Done(); c.runLeaseRepairs(workCtx) }()
 	}
 
 	c.work(workCtx, procCtx, wake)

@@ -384,6 +384,14 @@
 // lease.ending, lease.end on the allocation event log). A stop or a crash
 // mid-move rolls it back; the next claim makes it.
 //
+// A pending lease's failed nodes (in maintenance, deleted) are replaced
+// by lease.Repair under the lease's row lock, in one transaction: found
+// every leaseRepairPoll by LeasesToRepair (a node in maintenance at any
+// time; a missing row or a flagged lease from leaseRepairAhead before the
+// start), and at the start inside the start's transaction, before the
+// compare-and-set (leases_replace.go). No affinity is needed: the second
+// conductor to check a lease finds nothing left to do.
+//
 // # In front of Ironic
 //
 // (The operator's guide is docs/ironic.md, the failure modes and metrics

@@ -126,3 +126,23 @@ UPDATE lease_nodes SET released = true WHERE lease_id = @id;
 -- name: DeleteLease :exec
 -- Deletes a lease with its reservations and rows (ON DELETE CASCADE).
 DELETE FROM leases WHERE id = @id;
+
+-- name: BookedNodes :many
+-- The nodes lease @lease_id books (its blocking rows), in node id order,
+-- each with its reservation and whether it is in maintenance (Repair).
+SELECT ln.node_id, ln.reservation_id, n.uuid, n.name, n.maintenance
+  FROM lease_nodes ln JOIN nodes n ON n.id = ln.node_id
+ WHERE ln.lease_id = @lease_id AND NOT ln.released
+ ORDER BY ln.node_id;
+
+-- name: ReplaceLeaseNode :execrows
+-- Swaps node @old_node_id of lease @lease_id's blocking rows for
+-- @new_node_id, same reservation and window: the exclusion constraint
+-- refuses a node another lease holds over the window (SQLSTATE 23P01).
+UPDATE lease_nodes SET node_id = @new_node_id
+ WHERE lease_id = @lease_id AND node_id = @old_node_id AND NOT released;
+
+-- name: SetLeaseDegraded :exec
+-- The lease's flag after a check of its nodes (Repair): why it lacks
+-- nodes, or NULL when it has them all.
+UPDATE leases SET degraded_reason = sqlc.narg(reason)::text, updated_at = now() WHERE id = @id;

@@ -12,6 +12,49 @@ import (
 	"github.com/google/uuid"
 )
 
+const bookedNodes = `-- name: BookedNodes :many
+SELECT ln.node_id, ln.reservation_id, n.uuid, n.name, n.maintenance
+  FROM lease_nodes ln JOIN nodes n ON n.id = ln.node_id
+ WHERE ln.lease_id = $1 AND NOT ln.released
+ ORDER BY ln.node_id
+`
+
+type BookedNodesRow struct {
+	NodeID        int64
+	ReservationID int64
+	Uuid          uuid.UUID
+	Name          *string
+	Maintenance   bool
+}
+
+// The nodes lease @lease_id books (its blocking rows), in node id order,
+// each with its reservation and whether it is in maintenance (Repair).
+func (q *Queries) BookedNodes(ctx context.Context, leaseID int64) ([]BookedNodesRow, error) {
+	rows, err := q.db.Query(ctx, bookedNodes, leaseID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []BookedNodesRow
+	for rows.Next() {
+		var i BookedNodesRow
+		if err := rows.Scan(
+			&i.NodeID,
+			&i.ReservationID,
+			&i.Uuid,
+			&i.Name,
+			&i.Maintenance,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const cancelLease = `-- name: CancelLease :exec
 WITH l AS (
     UPDATE leases SET state = 'cancelled', status_reason = $2, updated_at = now() WHERE id = $1
@@ -33,7 +76,7 @@ func (q *Queries) CancelLease(ctx context.Context, arg CancelLeaseParams) error 
 const createLease = `-- name: CreateLease :one
 INSERT INTO leases (uuid, name, project_id, start_time, end_time, on_start)
 VALUES ($1, $2, $3, $4, $5, $6)
-RETURNING id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at
+RETURNING id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at, degraded_reason
 `
 
 type CreateLeaseParams struct {
@@ -69,6 +112,7 @@ func (q *Queries) CreateLease(ctx context.Context, arg CreateLeaseParams) (Lease
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.EndingNoticedAt,
+		&i.DegradedReason,
 	)
 	return i, err
 }
@@ -168,7 +212,7 @@ func (q *Queries) EndConflicts(ctx context.Context, arg EndConflictsParams) ([]E
 }
 
 const getLeaseByName = `-- name: GetLeaseByName :one
-SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at FROM leases WHERE name = $1
+SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at, degraded_reason FROM leases WHERE name = $1
 `
 
 func (q *Queries) GetLeaseByName(ctx context.Context, name *string) (Lease, error) {
@@ -188,12 +232,13 @@ func (q *Queries) GetLeaseByName(ctx context.Context, name *string) (Lease, erro
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.EndingNoticedAt,
+		&i.DegradedReason,
 	)
 	return i, err
 }
 
 const getLeaseByUUID = `-- name: GetLeaseByUUID :one
-SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at FROM leases WHERE uuid = $1
+SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at, degraded_reason FROM leases WHERE uuid = $1
 `
 
 func (q *Queries) GetLeaseByUUID(ctx context.Context, argUuid uuid.UUID) (Lease, error) {
@@ -213,6 +258,7 @@ func (q *Queries) GetLeaseByUUID(ctx context.Context, argUuid uuid.UUID) (Lease,
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.EndingNoticedAt,
+		&i.DegradedReason,
 	)
 	return i, err
 }
@@ -258,7 +304,7 @@ func (q *Queries) JITOff(ctx context.Context) error {
 }
 
 const listLeases = `-- name: ListLeases :many
-SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at FROM leases l
+SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at, degraded_reason FROM leases l
  WHERE l.id > $1::bigint
    AND ($2::text IS NULL OR l.state = $2::text)
    AND ($3::text IS NULL OR l.project_id = $3::text)
@@ -303,6 +349,7 @@ func (q *Queries) ListLeases(ctx context.Context, arg ListLeasesParams) ([]Lease
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.EndingNoticedAt,
+			&i.DegradedReason,
 		); err != nil {
 			return nil, err
 		}
@@ -315,7 +362,7 @@ func (q *Queries) ListLeases(ctx context.Context, arg ListLeasesParams) ([]Lease
 }
 
 const lockLease = `-- name: LockLease :one
-SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at FROM leases WHERE id = $1 FOR UPDATE
+SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at, degraded_reason FROM leases WHERE id = $1 FOR UPDATE
 `
 
 func (q *Queries) LockLease(ctx context.Context, id int64) (Lease, error) {
@@ -335,6 +382,7 @@ func (q *Queries) LockLease(ctx context.Context, id int64) (Lease, error) {
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.EndingNoticedAt,
+		&i.DegradedReason,
 	)
 	return i, err
 }
@@ -470,6 +518,28 @@ func (q *Queries) NodesOf(ctx context.Context, leaseIds []int64) ([]NodesOfRow, 
 	return items, nil
 }
 
+const replaceLeaseNode = `-- name: ReplaceLeaseNode :execrows
+UPDATE lease_nodes SET node_id = $1
+ WHERE lease_id = $2 AND node_id = $3 AND NOT released
+`
+
+type ReplaceLeaseNodeParams struct {
+	NewNodeID int64
+	LeaseID   int64
+	OldNodeID int64
+}
+
+// Swaps node @old_node_id of lease @lease_id's blocking rows for
+// @new_node_id, same reservation and window: the exclusion constraint
+// refuses a node another lease holds over the window (SQLSTATE 23P01).
+func (q *Queries) ReplaceLeaseNode(ctx context.Context, arg ReplaceLeaseNodeParams) (int64, error) {
+	result, err := q.db.Exec(ctx, replaceLeaseNode, arg.NewNodeID, arg.LeaseID, arg.OldNodeID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const reservationsOf = `-- name: ReservationsOf :many
 SELECT id, lease_id, resource_class, traits, forbidden_traits, count, rule, rule_level, domain FROM lease_reservations r WHERE r.lease_id = ANY($1::bigint[]) ORDER BY r.id
 `
@@ -503,6 +573,22 @@ func (q *Queries) ReservationsOf(ctx context.Context, leaseIds []int64) ([]Lease
 		return nil, err
 	}
 	return items, nil
+}
+
+const setLeaseDegraded = `-- name: SetLeaseDegraded :exec
+UPDATE leases SET degraded_reason = $1::text, updated_at = now() WHERE id = $2
+`
+
+type SetLeaseDegradedParams struct {
+	Reason *string
+	ID     int64
+}
+
+// The lease's flag after a check of its nodes (Repair): why it lacks
+// nodes, or NULL when it has them all.
+func (q *Queries) SetLeaseDegraded(ctx context.Context, arg SetLeaseDegradedParams) error {
+	_, err := q.db.Exec(ctx, setLeaseDegraded, arg.Reason, arg.ID)
+	return err
 }
 
 const setLeaseEnd = `-- name: SetLeaseEnd :exec
