@@ -390,7 +390,10 @@
 // time; a missing row or a flagged lease from leaseRepairAhead before the
 // start), and at the start inside the start's transaction, before the
 // compare-and-set (leases_replace.go). No affinity is needed: the second
-// conductor to check a lease finds nothing left to do.
+// conductor to check a lease finds nothing left to do. Back-to-back
+// leases share a node at one second: a claimed batch makes its ends
+// first, and a start that finds a node still held by a lease whose end is
+// due rolls back for the next poll (leases_handover.go, up to 5 s).
 //
 // # In front of Ironic
 //
