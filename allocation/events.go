@@ -44,8 +44,9 @@ func ParseEventID(s string) (int64, bool) {
 
 // Event kinds. The group_ kinds are an allocation group's (package
 // allocgroup; UUID is the group's, NodeUUID nil); its members have the
-// allocation kinds. Leases' events (lease.start, lease.ending, lease.end;
-// UUID the lease's) are written by the conductors (conductor/leases.go).
+// allocation kinds. Leases' events (lease.start, lease.ending, lease.end,
+// lease.node_replaced, lease.degraded; UUID the lease's) are written by
+// the conductors (conductor/leases.go, conductor/leases_replace.go).
 const (
 	EventCreated      = "created"
 	EventUpdated      = "updated" // the state changed

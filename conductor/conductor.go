@@ -232,8 +232,9 @@ func (c *Service) Run(ctx context.Context) error {
 	// stop rolls back for a peer to make (leases.go; in front of Ironic its
 	// idempotent part in Ironic first, leases_backend.go).
 	var leasesDone sync.WaitGroup
-	leasesDone.Add(1)
+	leasesDone.Add(2)
 	go func() { defer leasesDone.Done(); c.runLeases(workCtx) }()
+	go func() { defer leasesDone.Done(); c.runLeaseRepairs(workCtx) }()
 
 	c.work(workCtx, procCtx, wake)
 	leasesDone.Wait()

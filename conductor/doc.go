@@ -405,6 +405,17 @@
 // that takes over a lease from a dead one simply makes them again; a node
 // Ironic refuses to undeploy puts the lease in error (FailLease).
 //
+// A pending lease's failed nodes (in maintenance, deleted) are replaced
+// by lease.Repair under the lease's row lock, in one transaction: found
+// every leaseRepairPoll by LeasesToRepair (a node in maintenance at any
+// time; a missing row or a flagged lease from leaseRepairAhead before the
+// start), and at the start inside the start's transaction, before the
+// compare-and-set (leases_replace.go). No affinity is needed: the second
+// conductor to check a lease finds nothing left to do. Back-to-back
+// leases share a node at one second: a claimed batch makes its ends
+// first, and a start that finds a node still held by a lease whose end is
+// due rolls back for the next poll (leases_handover.go, up to 5 s).
+//
 // # In front of Ironic
 //
 // (The operator's guide is docs/ironic.md, the failure modes and metrics

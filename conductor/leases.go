@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,18 +44,8 @@ const (
 // runLeases moves due leases until ctx ends (and the moves it handed to
 // goroutines, in front of Ironic, have returned).
 func (c *Service) runLeases(ctx context.Context) {
-	t := time.NewTicker(leasePoll)
-	defer t.Stop()
 	defer c.leaseMoves.wg.Wait()
-	for {
-		for c.leaseRound(ctx) == leaseBatch && ctx.Err() == nil {
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	pollBatches(ctx, leasePoll, c.leaseRound)
 }
 
 // leaseRound claims the due leases and moves each; it returns how many
@@ -70,6 +61,11 @@ func (c *Service) leaseRound(ctx context.Context) int {
 		return 0
 	}
 	n := len(rows)
+	// Ends first: they free the nodes of the starts due at the same second
+	// (back-to-back leases, leases_handover.go).
+	slices.SortStableFunc(rows, func(a, b ClaimDueLeasesRow) int {
+		return cmp.Compare(a.State, b.State) // "active" < "pending"
+	})
 	for _, r := range rows {
 		if r.TakenOver {
 			c.log.Info("lease taken over from a dead conductor", zap.Stringer("lease", r.Uuid))
@@ -94,12 +90,15 @@ func (c *Service) leaseRound(ctx context.Context) int {
 // lease was cancelled, deleted, moved by another conductor, its end_time
 // changed) changes nothing and is no error.
 func (c *Service) moveLease(ctx context.Context, id int64, state string) error {
-	return db.InTx(ctx, c.pool, func(tx pgx.Tx) error {
+	err := db.InTx(ctx, c.pool, func(tx pgx.Tx) error {
 		q := c.q.WithTx(tx)
 		var err error
 		switch state {
 		case "pending":
-			err = c.startLease(ctx, q, id)
+			// Failed nodes are replaced first (leases_replace.go).
+			if err = c.repairLease(ctx, tx, id); err == nil {
+				err = c.startLease(ctx, q, id)
+			}
 		case "active":
 			err = c.endLease(ctx, q, id)
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -111,12 +110,18 @@ func (c *Service) moveLease(ctx context.Context, id int64, state string) error {
 		}
 		return err
 	})
+	if errors.Is(err, errAwaitEnd) {
+		// Rolled back: the next poll starts it (leases_handover.go).
+		c.log.Debug("lease start waits for the end of a lease on its nodes", zap.Int64("lease_id", id))
+		return nil
+	}
+	return err
 }
 
 // startLease: pending -> active, then on_start: allocate makes one active
 // allocation owned by the project on each booked node that is free (a node
-// that is not, in maintenance or held, is named in status_reason:
-// replacing it is a later part of issue 43); lessee sets the nodes'
+// that is not, in maintenance or held, is named in status_reason: one
+// repairLease could not replace just before); lessee sets the nodes'
 // lessee to the project. With another backend than the database's
 // (in front of Ironic, placement) the allocations are made through it
 // (startLeaseViaBackend). pgx.ErrNoRows: the compare-and-set was lost.
@@ -140,6 +145,12 @@ func (c *Service) startLease(ctx context.Context, q *Queries, id int64) error {
 			classes = append(classes, n.ResourceClass)
 		} else {
 			skipped = append(skipped, cmp.Or(n.Name, n.Uuid.String()))
+		}
+	}
+	if len(skipped) > 0 {
+		// Held by a lease whose end is due: wait for it (leases_handover.go).
+		if err := c.awaitEnds(ctx, q, id); err != nil {
+			return err
 		}
 	}
 	if c.leaseViaBackend() {

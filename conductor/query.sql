@@ -586,3 +586,42 @@ UPDATE leases SET state = 'error', status_reason = @reason::text, updated_at = n
 RETURNING uuid, name, project_id,
           (SELECT r.resource_class FROM lease_reservations r WHERE r.lease_id = leases.id
             ORDER BY r.id LIMIT 1)::text AS resource_class;
+
+-- name: LeasesToRepair :many
+-- Pending leases whose booked nodes a conductor checks (lease.Repair,
+-- conductor/leases_replace.go): those with a reservable node in
+-- maintenance (index nodes_reservable_maintenance_idx), however far their
+-- start, unless already flagged (degraded_reason); and those starting
+-- within @ahead_seconds that are flagged (retried until the start), have
+-- a node in maintenance, or have fewer rows than they ask for (a node
+-- deleted under them). At most @batch, the earliest start first. No
+-- locks: Repair locks the lease and checks it afresh.
+SELECT x.id, x.uuid FROM leases x
+ WHERE x.id IN (SELECT l.id FROM nodes n
+                  JOIN lease_nodes ln ON ln.node_id = n.id AND NOT ln.released
+                  JOIN leases l ON l.id = ln.lease_id
+                 WHERE n.maintenance AND n.reservable AND l.state = 'pending' AND l.degraded_reason IS NULL
+                UNION
+                SELECT l.id FROM leases l
+                 WHERE l.state = 'pending'
+                   AND l.start_time <= now() + make_interval(secs => @ahead_seconds::float8)
+                   AND (l.degraded_reason IS NOT NULL
+                        OR EXISTS (SELECT 1 FROM lease_nodes ln JOIN nodes n ON n.id = ln.node_id
+                                    WHERE ln.lease_id = l.id AND NOT ln.released AND n.maintenance)
+                        OR (SELECT coalesce(sum(r.count), 0) FROM lease_reservations r WHERE r.lease_id = l.id)
+                           > (SELECT count(*) FROM lease_nodes ln WHERE ln.lease_id = l.id AND NOT ln.released)))
+ ORDER BY x.start_time, x.id
+ LIMIT @batch::integer;
+
+-- name: LeaseNodesAwaitingEnd :one
+-- How many of lease @lease_id's nodes another lease still books although
+-- its end_time has come (active: its end is not made yet), while the
+-- lease's own start_time is less than @grace_seconds old: back-to-back
+-- leases share a node at one second, and the start of the second waits
+-- for the end of the first (leases_handover.go).
+SELECT count(*)::int AS held FROM lease_nodes ln
+  JOIN leases l ON l.id = ln.lease_id
+  JOIN lease_nodes o ON o.node_id = ln.node_id AND o.lease_id <> ln.lease_id AND NOT o.released
+  JOIN leases ol ON ol.id = o.lease_id AND ol.state = 'active' AND ol.end_time <= now()
+ WHERE ln.lease_id = @lease_id::bigint AND NOT ln.released
+   AND now() < l.start_time + make_interval(secs => @grace_seconds::float8);

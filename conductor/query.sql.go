@@ -828,6 +828,32 @@ func (q *Queries) LeaseNodeUUIDs(ctx context.Context, leaseID int64) ([]LeaseNod
 	return items, nil
 }
 
+const leaseNodesAwaitingEnd = `-- name: LeaseNodesAwaitingEnd :one
+SELECT count(*)::int AS held FROM lease_nodes ln
+  JOIN leases l ON l.id = ln.lease_id
+  JOIN lease_nodes o ON o.node_id = ln.node_id AND o.lease_id <> ln.lease_id AND NOT o.released
+  JOIN leases ol ON ol.id = o.lease_id AND ol.state = 'active' AND ol.end_time <= now()
+ WHERE ln.lease_id = $1::bigint AND NOT ln.released
+   AND now() < l.start_time + make_interval(secs => $2::float8)
+`
+
+type LeaseNodesAwaitingEndParams struct {
+	LeaseID      int64
+	GraceSeconds float64
+}
+
+// How many of lease @lease_id's nodes another lease still books although
+// its end_time has come (active: its end is not made yet), while the
+// lease's own start_time is less than @grace_seconds old: back-to-back
+// leases share a node at one second, and the start of the second waits
+// for the end of the first (leases_handover.go).
+func (q *Queries) LeaseNodesAwaitingEnd(ctx context.Context, arg LeaseNodesAwaitingEndParams) (int32, error) {
+	row := q.db.QueryRow(ctx, leaseNodesAwaitingEnd, arg.LeaseID, arg.GraceSeconds)
+	var held int32
+	err := row.Scan(&held)
+	return held, err
+}
+
 const leaseNodesForUpdate = `-- name: LeaseNodesForUpdate :many
 SELECT n.id, n.uuid, coalesce(n.name, '')::text AS name, r.resource_class,
        metalloc_node_free(n.provision_state, n.maintenance, n.power_state,
@@ -904,6 +930,63 @@ func (q *Queries) LeaseProjectAllocations(ctx context.Context, arg LeaseProjectA
 			return nil, err
 		}
 		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const leasesToRepair = `-- name: LeasesToRepair :many
+SELECT x.id, x.uuid FROM leases x
+ WHERE x.id IN (SELECT l.id FROM nodes n
+                  JOIN lease_nodes ln ON ln.node_id = n.id AND NOT ln.released
+                  JOIN leases l ON l.id = ln.lease_id
+                 WHERE n.maintenance AND n.reservable AND l.state = 'pending' AND l.degraded_reason IS NULL
+                UNION
+                SELECT l.id FROM leases l
+                 WHERE l.state = 'pending'
+                   AND l.start_time <= now() + make_interval(secs => $1::float8)
+                   AND (l.degraded_reason IS NOT NULL
+                        OR EXISTS (SELECT 1 FROM lease_nodes ln JOIN nodes n ON n.id = ln.node_id
+                                    WHERE ln.lease_id = l.id AND NOT ln.released AND n.maintenance)
+                        OR (SELECT coalesce(sum(r.count), 0) FROM lease_reservations r WHERE r.lease_id = l.id)
+                           > (SELECT count(*) FROM lease_nodes ln WHERE ln.lease_id = l.id AND NOT ln.released)))
+ ORDER BY x.start_time, x.id
+ LIMIT $2::integer
+`
+
+type LeasesToRepairParams struct {
+	AheadSeconds float64
+	Batch        int32
+}
+
+type LeasesToRepairRow struct {
+	ID   int64
+	Uuid uuid.UUID
+}
+
+// Pending leases whose booked nodes a conductor checks (lease.Repair,
+// conductor/leases_replace.go): those with a reservable node in
+// maintenance (index nodes_reservable_maintenance_idx), however far their
+// start, unless already flagged (degraded_reason); and those starting
+// within @ahead_seconds that are flagged (retried until the start), have
+// a node in maintenance, or have fewer rows than they ask for (a node
+// deleted under them). At most @batch, the earliest start first. No
+// locks: Repair locks the lease and checks it afresh.
+func (q *Queries) LeasesToRepair(ctx context.Context, arg LeasesToRepairParams) ([]LeasesToRepairRow, error) {
+	rows, err := q.db.Query(ctx, leasesToRepair, arg.AheadSeconds, arg.Batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LeasesToRepairRow
+	for rows.Next() {
+		var i LeasesToRepairRow
+		if err := rows.Scan(&i.ID, &i.Uuid); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

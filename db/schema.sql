@@ -1829,7 +1829,7 @@ CREATE TABLE public.allocation_events (
     owner text,
     node_uuid uuid,
     last_error text,
-    CONSTRAINT allocation_events_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'updated'::text, 'deleted'::text, 'group_created'::text, 'group_updated'::text, 'group_deleted'::text, 'lease.start'::text, 'lease.end'::text, 'lease.ending'::text])))
+    CONSTRAINT allocation_events_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'updated'::text, 'deleted'::text, 'group_created'::text, 'group_updated'::text, 'group_deleted'::text, 'lease.start'::text, 'lease.end'::text, 'lease.ending'::text, 'lease.node_replaced'::text, 'lease.degraded'::text])))
 );
 
 --
@@ -2318,6 +2318,7 @@ CREATE TABLE public.leases (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone,
     ending_noticed_at timestamp with time zone,
+    degraded_reason text,
     CONSTRAINT leases_check CHECK ((start_time < end_time)),
     CONSTRAINT leases_end_time_check CHECK ((end_time = date_trunc('second'::text, end_time))),
     CONSTRAINT leases_on_start_check CHECK ((on_start = ANY (ARRAY['allocate'::text, 'lessee'::text]))),
@@ -3194,6 +3195,12 @@ CREATE UNIQUE INDEX nodes_instance_uuid_key ON public.nodes USING btree (instanc
 --
 
 CREATE INDEX nodes_owner_idx ON public.nodes USING btree (owner) WHERE (owner IS NOT NULL);
+
+--
+-- Name: nodes_reservable_maintenance_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX nodes_reservable_maintenance_idx ON public.nodes USING btree (id) WHERE (maintenance AND reservable);
 
 --
 -- Name: nodes_topology_idx; Type: INDEX; Schema: public; Owner: -

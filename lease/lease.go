@@ -53,7 +53,9 @@ type View struct {
 
 // Doc renders v as the JSON object of the lease API, with links under
 // base: uuid, name, project_id, start_time, end_time (RFC 3339, UTC,
-// whole seconds), state, on_start, status_reason, reservations (each:
+// whole seconds), state, on_start, status_reason, degraded (whether a
+// booked node failed and could not be replaced: Repair) with
+// degraded_reason (why, or null), reservations (each:
 // resource_class, count, traits, forbidden_traits, required or preferred
 // (the level name, only the one set), domain (the chosen domain's path
 // joined with "/", or null), nodes (uuids, node id order)), created_at,
@@ -84,18 +86,20 @@ func (v View) Doc(base string) map[string]any {
 	}
 	created, start, end := v.CreatedAt, v.StartTime.UTC(), v.EndTime.UTC()
 	return map[string]any{
-		"uuid":          v.Uuid.String(),
-		"name":          v.Name,
-		"project_id":    v.ProjectID,
-		"start_time":    start.Format(timeFormat),
-		"end_time":      end.Format(timeFormat),
-		"state":         v.State,
-		"on_start":      v.OnStart,
-		"status_reason": v.StatusReason,
-		"reservations":  rs,
-		"created_at":    web.Timestamp(&created),
-		"updated_at":    web.Timestamp(v.UpdatedAt),
-		"links":         web.ResourceLinks(base, "leases", v.Uuid.String()),
+		"uuid":            v.Uuid.String(),
+		"name":            v.Name,
+		"project_id":      v.ProjectID,
+		"start_time":      start.Format(timeFormat),
+		"end_time":        end.Format(timeFormat),
+		"state":           v.State,
+		"on_start":        v.OnStart,
+		"status_reason":   v.StatusReason,
+		"degraded":        v.DegradedReason != nil,
+		"degraded_reason": v.DegradedReason,
+		"reservations":    rs,
+		"created_at":      web.Timestamp(&created),
+		"updated_at":      web.Timestamp(v.UpdatedAt),
+		"links":           web.ResourceLinks(base, "leases", v.Uuid.String()),
 	}
 }
 

@@ -34,7 +34,7 @@ SELECT set_config('enable_nestloop', 'on', true);
 -- locks: the exclusion constraint of lease_nodes refuses a pick that a
 -- concurrent admission took meanwhile.
 WITH m AS MATERIALIZED (
-    SELECT n.id AS nid, n.resource_class::text AS resource_class, n.maintenance,
+    SELECT n.id AS nid, n.uuid, n.name, n.resource_class::text AS resource_class, n.maintenance,
            (COALESCE(t.have, 0) = cardinality(@traits::text[]) AND COALESCE(t.bad, 0) = 0)::boolean AS fits,
            COALESCE(b.busy_from, '{}')::timestamptz[] AS busy_from,
            COALESCE(b.busy_to, '{}')::timestamptz[] AS busy_to
@@ -56,7 +56,7 @@ WITH m AS MATERIALIZED (
        AND n.resource_class IS NOT NULL
        AND (sqlc.narg(resource_class)::text IS NULL OR n.resource_class = sqlc.narg(resource_class)::text)
 )
-SELECT m.nid AS id, m.resource_class, m.maintenance, COALESCE(p.path, '{}')::text[] AS path, m.fits, m.busy_from, m.busy_to
+SELECT m.nid AS id, m.uuid, m.name, m.resource_class, m.maintenance, COALESCE(p.path, '{}')::text[] AS path, m.fits, m.busy_from, m.busy_to
   FROM m
   LEFT JOIN metalloc_topology_paths(CASE WHEN @with_paths::boolean THEN ARRAY(SELECT mm.nid FROM m AS mm) END) AS p (node_id, path)
     ON p.node_id = m.nid
@@ -213,3 +213,23 @@ SELECT n.id, n.resource_class::text AS resource_class, n.maintenance, n.reservab
 -- name: CalendarLeases :many
 -- The leases of the given ids (those of a calendar), by start time.
 SELECT * FROM leases l WHERE l.id = ANY(@lease_ids::bigint[]) ORDER BY l.start_time, l.id;
+
+-- name: BookedNodes :many
+-- The nodes lease @lease_id books (its blocking rows), in node id order,
+-- each with its reservation and whether it is in maintenance (Repair).
+SELECT ln.node_id, ln.reservation_id, n.uuid, n.name, n.maintenance
+  FROM lease_nodes ln JOIN nodes n ON n.id = ln.node_id
+ WHERE ln.lease_id = @lease_id AND NOT ln.released
+ ORDER BY ln.node_id;
+
+-- name: ReplaceLeaseNode :execrows
+-- Swaps node @old_node_id of lease @lease_id's blocking rows for
+-- @new_node_id, same reservation and window: the exclusion constraint
+-- refuses a node another lease holds over the window (SQLSTATE 23P01).
+UPDATE lease_nodes SET node_id = @new_node_id
+ WHERE lease_id = @lease_id AND node_id = @old_node_id AND NOT released;
+
+-- name: SetLeaseDegraded :exec
+-- The lease's flag after a check of its nodes (Repair): why it lacks
+-- nodes, or NULL when it has them all.
+UPDATE leases SET degraded_reason = sqlc.narg(reason)::text, updated_at = now() WHERE id = @id;

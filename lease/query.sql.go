@@ -12,8 +12,51 @@ import (
 	"github.com/google/uuid"
 )
 
+const bookedNodes = `-- name: BookedNodes :many
+SELECT ln.node_id, ln.reservation_id, n.uuid, n.name, n.maintenance
+  FROM lease_nodes ln JOIN nodes n ON n.id = ln.node_id
+ WHERE ln.lease_id = $1 AND NOT ln.released
+ ORDER BY ln.node_id
+`
+
+type BookedNodesRow struct {
+	NodeID        int64
+	ReservationID int64
+	Uuid          uuid.UUID
+	Name          *string
+	Maintenance   bool
+}
+
+// The nodes lease @lease_id books (its blocking rows), in node id order,
+// each with its reservation and whether it is in maintenance (Repair).
+func (q *Queries) BookedNodes(ctx context.Context, leaseID int64) ([]BookedNodesRow, error) {
+	rows, err := q.db.Query(ctx, bookedNodes, leaseID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []BookedNodesRow
+	for rows.Next() {
+		var i BookedNodesRow
+		if err := rows.Scan(
+			&i.NodeID,
+			&i.ReservationID,
+			&i.Uuid,
+			&i.Name,
+			&i.Maintenance,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const calendarLeases = `-- name: CalendarLeases :many
-SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at FROM leases l WHERE l.id = ANY($1::bigint[]) ORDER BY l.start_time, l.id
+SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at, degraded_reason FROM leases l WHERE l.id = ANY($1::bigint[]) ORDER BY l.start_time, l.id
 `
 
 // The leases of the given ids (those of a calendar), by start time.
@@ -40,6 +83,7 @@ func (q *Queries) CalendarLeases(ctx context.Context, leaseIds []int64) ([]Lease
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.EndingNoticedAt,
+			&i.DegradedReason,
 		); err != nil {
 			return nil, err
 		}
@@ -148,7 +192,7 @@ func (q *Queries) CancelLease(ctx context.Context, arg CancelLeaseParams) error 
 const createLease = `-- name: CreateLease :one
 INSERT INTO leases (uuid, name, project_id, start_time, end_time, on_start)
 VALUES ($1, $2, $3, $4, $5, $6)
-RETURNING id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at
+RETURNING id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at, degraded_reason
 `
 
 type CreateLeaseParams struct {
@@ -184,6 +228,7 @@ func (q *Queries) CreateLease(ctx context.Context, arg CreateLeaseParams) (Lease
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.EndingNoticedAt,
+		&i.DegradedReason,
 	)
 	return i, err
 }
@@ -359,7 +404,7 @@ func (q *Queries) FreeNodes(ctx context.Context, arg FreeNodesParams) ([]FreeNod
 }
 
 const getLeaseByName = `-- name: GetLeaseByName :one
-SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at FROM leases WHERE name = $1
+SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at, degraded_reason FROM leases WHERE name = $1
 `
 
 func (q *Queries) GetLeaseByName(ctx context.Context, name *string) (Lease, error) {
@@ -379,12 +424,13 @@ func (q *Queries) GetLeaseByName(ctx context.Context, name *string) (Lease, erro
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.EndingNoticedAt,
+		&i.DegradedReason,
 	)
 	return i, err
 }
 
 const getLeaseByUUID = `-- name: GetLeaseByUUID :one
-SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at FROM leases WHERE uuid = $1
+SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at, degraded_reason FROM leases WHERE uuid = $1
 `
 
 func (q *Queries) GetLeaseByUUID(ctx context.Context, argUuid uuid.UUID) (Lease, error) {
@@ -404,6 +450,7 @@ func (q *Queries) GetLeaseByUUID(ctx context.Context, argUuid uuid.UUID) (Lease,
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.EndingNoticedAt,
+		&i.DegradedReason,
 	)
 	return i, err
 }
@@ -437,7 +484,7 @@ func (q *Queries) InsertLeaseNodes(ctx context.Context, arg InsertLeaseNodesPara
 }
 
 const listLeases = `-- name: ListLeases :many
-SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at FROM leases l
+SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at, degraded_reason FROM leases l
  WHERE l.id > $1::bigint
    AND ($2::text IS NULL OR l.state = $2::text)
    AND ($3::text IS NULL OR l.project_id = $3::text)
@@ -482,6 +529,7 @@ func (q *Queries) ListLeases(ctx context.Context, arg ListLeasesParams) ([]Lease
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.EndingNoticedAt,
+			&i.DegradedReason,
 		); err != nil {
 			return nil, err
 		}
@@ -494,7 +542,7 @@ func (q *Queries) ListLeases(ctx context.Context, arg ListLeasesParams) ([]Lease
 }
 
 const lockLease = `-- name: LockLease :one
-SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at FROM leases WHERE id = $1 FOR UPDATE
+SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at, degraded_reason FROM leases WHERE id = $1 FOR UPDATE
 `
 
 func (q *Queries) LockLease(ctx context.Context, id int64) (Lease, error) {
@@ -514,13 +562,14 @@ func (q *Queries) LockLease(ctx context.Context, id int64) (Lease, error) {
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.EndingNoticedAt,
+		&i.DegradedReason,
 	)
 	return i, err
 }
 
 const matchingNodes = `-- name: MatchingNodes :many
 WITH m AS MATERIALIZED (
-    SELECT n.id AS nid, n.resource_class::text AS resource_class, n.maintenance,
+    SELECT n.id AS nid, n.uuid, n.name, n.resource_class::text AS resource_class, n.maintenance,
            (COALESCE(t.have, 0) = cardinality($2::text[]) AND COALESCE(t.bad, 0) = 0)::boolean AS fits,
            COALESCE(b.busy_from, '{}')::timestamptz[] AS busy_from,
            COALESCE(b.busy_to, '{}')::timestamptz[] AS busy_to
@@ -542,7 +591,7 @@ WITH m AS MATERIALIZED (
        AND n.resource_class IS NOT NULL
        AND ($7::text IS NULL OR n.resource_class = $7::text)
 )
-SELECT m.nid AS id, m.resource_class, m.maintenance, COALESCE(p.path, '{}')::text[] AS path, m.fits, m.busy_from, m.busy_to
+SELECT m.nid AS id, m.uuid, m.name, m.resource_class, m.maintenance, COALESCE(p.path, '{}')::text[] AS path, m.fits, m.busy_from, m.busy_to
   FROM m
   LEFT JOIN metalloc_topology_paths(CASE WHEN $1::boolean THEN ARRAY(SELECT mm.nid FROM m AS mm) END) AS p (node_id, path)
     ON p.node_id = m.nid
@@ -561,6 +610,8 @@ type MatchingNodesParams struct {
 
 type MatchingNodesRow struct {
 	ID            int64
+	Uuid          uuid.UUID
+	Name          *string
 	ResourceClass string
 	Maintenance   bool
 	Path          []string
@@ -605,6 +656,8 @@ func (q *Queries) MatchingNodes(ctx context.Context, arg MatchingNodesParams) ([
 		var i MatchingNodesRow
 		if err := rows.Scan(
 			&i.ID,
+			&i.Uuid,
+			&i.Name,
 			&i.ResourceClass,
 			&i.Maintenance,
 			&i.Path,
@@ -674,6 +727,28 @@ func (q *Queries) ReadPlans(ctx context.Context) error {
 	return err
 }
 
+const replaceLeaseNode = `-- name: ReplaceLeaseNode :execrows
+UPDATE lease_nodes SET node_id = $1
+ WHERE lease_id = $2 AND node_id = $3 AND NOT released
+`
+
+type ReplaceLeaseNodeParams struct {
+	NewNodeID int64
+	LeaseID   int64
+	OldNodeID int64
+}
+
+// Swaps node @old_node_id of lease @lease_id's blocking rows for
+// @new_node_id, same reservation and window: the exclusion constraint
+// refuses a node another lease holds over the window (SQLSTATE 23P01).
+func (q *Queries) ReplaceLeaseNode(ctx context.Context, arg ReplaceLeaseNodeParams) (int64, error) {
+	result, err := q.db.Exec(ctx, replaceLeaseNode, arg.NewNodeID, arg.LeaseID, arg.OldNodeID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const reservationsOf = `-- name: ReservationsOf :many
 SELECT id, lease_id, resource_class, traits, forbidden_traits, count, rule, rule_level, domain FROM lease_reservations r WHERE r.lease_id = ANY($1::bigint[]) ORDER BY r.id
 `
@@ -707,6 +782,22 @@ func (q *Queries) ReservationsOf(ctx context.Context, leaseIds []int64) ([]Lease
 		return nil, err
 	}
 	return items, nil
+}
+
+const setLeaseDegraded = `-- name: SetLeaseDegraded :exec
+UPDATE leases SET degraded_reason = $1::text, updated_at = now() WHERE id = $2
+`
+
+type SetLeaseDegradedParams struct {
+	Reason *string
+	ID     int64
+}
+
+// The lease's flag after a check of its nodes (Repair): why it lacks
+// nodes, or NULL when it has them all.
+func (q *Queries) SetLeaseDegraded(ctx context.Context, arg SetLeaseDegradedParams) error {
+	_, err := q.db.Exec(ctx, setLeaseDegraded, arg.Reason, arg.ID)
+	return err
 }
 
 const setLeaseEnd = `-- name: SetLeaseEnd :exec

@@ -24,6 +24,7 @@ type Lease struct {
 	CreatedAt         time.Time
 	UpdatedAt         *time.Time
 	EndingNoticedAt   *time.Time
+	DegradedReason    *string
 }
 
 type LeaseReservation struct {

@@ -11,11 +11,13 @@ import (
 type span struct{ From, To int64 }
 
 // node is a reservable node as admission and availability see it: its
-// id, class, topology path (when read), whether it is eligible (fits the
+// id, uuid, name (MatchingNodes only), class, topology path (when read), whether it is eligible (fits the
 // reservation's traits and is not in maintenance) and its busy intervals
 // (the windows of other leases' blocking rows), sorted by start.
 type node struct {
 	ID       int64
+	UUID     string
+	Name     string
 	Class    string
 	Path     []string
 	Eligible bool
@@ -29,8 +31,11 @@ type node struct {
 func toNodes(rows []MatchingNodesRow) []node {
 	out := make([]node, len(rows))
 	for i, r := range rows {
-		n := node{ID: r.ID, Class: r.ResourceClass, Path: r.Path,
+		n := node{ID: r.ID, UUID: r.Uuid.String(), Class: r.ResourceClass, Path: r.Path,
 			Maint: r.Maintenance, Fits: r.Fits, Eligible: r.Fits && !r.Maintenance}
+		if r.Name != nil {
+			n.Name = *r.Name
+		}
 		n.Busy = make([]span, 0, len(r.BusyFrom))
 		for j := range r.BusyFrom {
 			if j < len(r.BusyTo) {

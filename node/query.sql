@@ -108,6 +108,16 @@ RETURNING updated_at;
 -- name: DeleteNode :execrows
 DELETE FROM nodes WHERE id = $1;
 
+-- name: NodeBookings :many
+-- The pending or active leases that book node @node_id (its blocking
+-- lease_nodes rows), earliest first: Store.Delete refuses to delete a node
+-- they hold (docs/leases.md).
+SELECT l.uuid, l.name, l.state, l.project_id,
+       lower(ln.during)::timestamptz AS start_time, upper(ln.during)::timestamptz AS end_time
+  FROM lease_nodes ln JOIN leases l ON l.id = ln.lease_id
+ WHERE ln.node_id = @node_id AND NOT ln.released AND l.state IN ('pending', 'active')
+ ORDER BY lower(ln.during), l.id;
+
 -- name: DeleteNodeTraits :exec
 DELETE FROM node_traits WHERE node_id = $1;
 

@@ -1137,6 +1137,53 @@ func (q *Queries) LockNodeByUUID(ctx context.Context, argUuid uuid.UUID) (LockNo
 	return i, err
 }
 
+const nodeBookings = `-- name: NodeBookings :many
+SELECT l.uuid, l.name, l.state, l.project_id,
+       lower(ln.during)::timestamptz AS start_time, upper(ln.during)::timestamptz AS end_time
+  FROM lease_nodes ln JOIN leases l ON l.id = ln.lease_id
+ WHERE ln.node_id = $1 AND NOT ln.released AND l.state IN ('pending', 'active')
+ ORDER BY lower(ln.during), l.id
+`
+
+type NodeBookingsRow struct {
+	Uuid      uuid.UUID
+	Name      *string
+	State     string
+	ProjectID string
+	StartTime time.Time
+	EndTime   time.Time
+}
+
+// The pending or active leases that book node @node_id (its blocking
+// lease_nodes rows), earliest first: Store.Delete refuses to delete a node
+// they hold (docs/leases.md).
+func (q *Queries) NodeBookings(ctx context.Context, nodeID int64) ([]NodeBookingsRow, error) {
+	rows, err := q.db.Query(ctx, nodeBookings, nodeID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []NodeBookingsRow
+	for rows.Next() {
+		var i NodeBookingsRow
+		if err := rows.Scan(
+			&i.Uuid,
+			&i.Name,
+			&i.State,
+			&i.ProjectID,
+			&i.StartTime,
+			&i.EndTime,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const nodeIDsByUUID = `-- name: NodeIDsByUUID :many
 SELECT id, uuid FROM nodes WHERE uuid = ANY($1::uuid[])
 `

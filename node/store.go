@@ -419,9 +419,10 @@ var deleteAllowedStates = []string{StateManageable, StateEnroll, StateAdoptFail,
 
 // Delete removes the node ident, as Ironic's destroy_node: a node with an
 // instance is refused unless in maintenance (409), a protected node is
-// refused (403), and outside maintenance only enroll, manageable, adopt
-// failed and available nodes may go (409). An allocation the node holds is
-// deleted through remover in the same transaction.
+// refused (403), a node booked by a pending or active lease is refused
+// (409, refuseBooked), and outside maintenance only enroll, manageable,
+// adopt failed and available nodes may go (409). An allocation the node
+// holds is deleted through remover in the same transaction.
 func (s *Store) Delete(ctx context.Context, ident string, remover AllocationRemover) error {
 	remover = removerOrDefault(remover)
 	return s.lockedTx(ctx, ident, func(tx pgx.Tx) error {
@@ -435,6 +436,9 @@ func (s *Store) Delete(ctx context.Context, ident string, remover AllocationRemo
 		}
 		if n.Protected {
 			return errNodeProtected(n.UUID)
+		}
+		if err := refuseBooked(ctx, q, n); err != nil {
+			return err
 		}
 		if !n.Maintenance && !slices.Contains(deleteAllowedStates, n.ProvisionState) {
 			return conflictf("Can not delete node \"%s\" while it is in provision state \"%s\". Valid provision states to perform deletion are: \"%s\", or set the node into maintenance mode",
@@ -450,6 +454,35 @@ func (s *Store) Delete(ctx context.Context, ident string, remover AllocationRemo
 		}
 		return nil
 	})
+}
+
+// refuseBooked is Delete's 409 for node n (locked) while a pending or
+// active lease books it, naming the earliest such lease, as Ironic refuses
+// to delete a node with an allocation and Blazar a host with reservations:
+// deleting it would shrink the lease unseen. A node in maintenance is
+// replaced in its pending leases by the conductors (docs/leases.md), after
+// which it may go; an active lease is ended or shortened first.
+func refuseBooked(ctx context.Context, q *Queries, n Node) error {
+	bs, err := q.NodeBookings(ctx, n.ID)
+	if err != nil || len(bs) == 0 {
+		return err
+	}
+	b := bs[0]
+	lease := b.Uuid.String()
+	if b.Name != nil {
+		lease = fmt.Sprintf("%s (%s)", *b.Name, lease)
+	}
+	remedy := "put the node in maintenance so that the conductors replace it in the lease before its start, or cancel the lease"
+	if b.State == "active" {
+		remedy = "end the lease first (move its end_time)"
+	}
+	more := ""
+	if len(bs) > 1 {
+		more = fmt.Sprintf(" and %d more", len(bs)-1)
+	}
+	return conflictf("Node %s is booked by %s lease %s%s of project %s from %s to %s; %s.",
+		n.UUID, b.State, lease, more, b.ProjectID, b.StartTime.UTC().Format(time.RFC3339),
+		b.EndTime.UTC().Format(time.RFC3339), remedy)
 }
 
 // SetMaintenance puts the node into maintenance with reason (on) or takes it

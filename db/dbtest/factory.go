@@ -209,6 +209,21 @@ func Count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	return n
 }
 
+// Strings runs sql, a query of one non-null text column, and returns its
+// rows in order, failing the test on error.
+func Strings(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), sql, args...)
+	var out []string
+	if err == nil {
+		out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		t.Fatalf("dbtest: %s: %v", sql, err)
+	}
+	return out
+}
+
 // Broken returns the allocation invariants that do not hold in pool's
 // database, each as a sentence (none: all hold): a node holds at most one
 // allocation, an active allocation's node names it back with the same
