@@ -74,8 +74,25 @@ func matching(ctx context.Context, q *Queries, rs []Reservation, exclude int64, 
 			return nil, fmt.Errorf("reading reservable nodes: %w", err)
 		}
 		out[i] = toNodes(rows)
+		if r.Nodes != nil {
+			only(out[i], r.Nodes)
+		}
 	}
 	return out, nil
+}
+
+// only marks the nodes of ns whose id is not in ids as not fitting (a
+// Reservation's Nodes).
+func only(ns []node, ids []int64) {
+	keep := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		keep[id] = true
+	}
+	for i := range ns {
+		if !keep[ns[i].ID] {
+			ns[i].Fits, ns[i].Eligible = false, false
+		}
+	}
 }
 
 // inReadTx runs fn in a read-only transaction with jit off (JITOff).
@@ -92,8 +109,8 @@ func (s *Store) inReadTx(ctx context.Context, fn func(q *Queries) error) error {
 // Admit books req: in one transaction, it reads the reservable nodes of
 // each reservation with their busy intervals over the window, picks
 // (choose, at random among the equals so that concurrent admissions
-// rarely collide) and inserts the lease, its reservations and its
-// lease_nodes rows. A row another admission committed meanwhile fails the
+// rarely collide) and inserts the lease, its reservations (each with the
+// count it booked: Count, or fewer down to Min) and its lease_nodes rows. A row another admission committed meanwhile fails the
 // insert with an exclusion violation: the transaction is rolled back and
 // the pick made again on fresh data, up to MaxAdmitAttempts in all
 // (ErrContended). A lease that does not fit is a *RefusedError. A name or
@@ -126,7 +143,7 @@ func (s *Store) Admit(ctx context.Context, req Request, log *zap.Logger) (View, 
 			var resIDs, nodeIDs []int64
 			for i, r := range req.Reservations {
 				p := CreateReservationParams{LeaseID: l.ID, ResourceClass: r.ResourceClass, Traits: nonNil(r.Traits),
-					ForbiddenTraits: nonNil(r.Forbidden), Count: int32(r.Count), Rule: r.Rule, Domain: picks[i].Domain}
+					ForbiddenTraits: nonNil(r.Forbidden), Count: int32(len(picks[i].IDs)), Rule: r.Rule, Domain: picks[i].Domain}
 				if r.Rule != RuleNone {
 					p.RuleLevel = &r.Level
 				}
