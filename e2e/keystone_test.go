@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -46,17 +45,7 @@ func cli(t *testing.T, cloudsYAML, cloud string, args ...string) string {
 }
 
 func cliRun(cloudsYAML, cloud string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "openstack", append([]string{"--os-cloud", cloud}, args...)...)
-	cmd.Env = append(os.Environ(), "OS_CLIENT_CONFIG_FILE="+cloudsYAML, "PYTHONWARNINGS=ignore")
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if err != nil {
-		return stdout.String() + stderr.String(), err
-	}
-	return stdout.String(), nil
+	return oscRun([]string{"OS_CLIENT_CONFIG_FILE=" + cloudsYAML}, append([]string{"--os-cloud", cloud}, args...)...)
 }
 
 // nodeNames decodes `-f json` node or allocation listings into the sorted

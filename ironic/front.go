@@ -29,12 +29,14 @@ import (
 // front of Ironic; every other request goes to Ironic (Front). metalloc
 // owns its allocations (/v1/allocations, and a node's allocation at
 // /v1/nodes/{node}/allocation), its extensions (/v1/allocation_groups,
-// /v1/topology, /v1/leases, /v1/ui/...), its operator page (/ui/) and metrics
-// (/metrics); / and /v1 are answered for both (Front). Everything else,
+// /v1/topology, /v1/leases, /v1/ui/...), Blazar's lease API
+// (/reservation/..., package lease/blazar), its operator page (/ui/) and
+// metrics (/metrics); / and /v1 are answered for both (Front). Everything else,
 // nodes included, is Ironic's, whatever metalloc serves when standalone.
 func Owned(path string) bool {
 	p := strings.TrimRight(path, "/")
-	if p == "" || p == "/v1" || p == "/metrics" || p == "/ui" || strings.HasPrefix(p, "/ui/") {
+	if p == "" || p == "/v1" || p == "/metrics" || p == "/ui" || strings.HasPrefix(p, "/ui/") ||
+		p == "/reservation" || strings.HasPrefix(p, "/reservation/") {
 		return true
 	}
 	for _, prefix := range []string{"/v1/allocations", "/v1/allocation_groups", "/v1/topology", "/v1/leases", "/v1/ui"} {

@@ -15,12 +15,14 @@ func TestOwned(t *testing.T) {
 		"/v1/allocations": true, "/v1/allocations/": true, "/v1/allocations/abc": true, "/v1/allocations/events": true,
 		"/v1/allocation_groups": true, "/v1/allocation_groups/g1": true, "/v1/topology": true, "/v1/ui/fleet": true,
 		"/v1/nodes/n1/allocation": true, "/v1/nodes/n1/allocation/": true,
+		"/reservation": true, "/reservation/v1/leases": true, "/reservation/v1/os-hosts/1": true,
 
 		"/v1/nodes": false, "/v1/nodes/detail": false, "/v1/nodes/n1": false, "/v1/nodes/n1/states/provision": false,
 		"/v1/nodes/allocation": false, "/v1/nodes/n1/allocation/x": false, "/v1/ports": false, "/v1/portgroups/p": false,
 		"/v1/drivers": false, "/v1/chassis": false, "/v1/deploy_templates": false, "/v1/conductors": false,
 		"/v1/volume/connectors": false, "/v1/nodes/n1/history": false, "/v1/nodes/n1/bios": false,
 		"/v1/allocationsx": false, "/v1/lookup": false, "/healthcheck": false, "/uix": false,
+		"/reservationx": false, "/v1/reservation": false,
 	} {
 		require.Equal(t, want, Owned(path), path)
 	}

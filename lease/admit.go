@@ -76,6 +76,9 @@ func matching(ctx context.Context, q *Queries, rs []Reservation, exclude int64, 
 			return nil, fmt.Errorf("reading reservable nodes: %w", err)
 		}
 		out[i] = toNodes(rows)
+		if r.Nodes != nil {
+			only(out[i], r.Nodes)
+		}
 	}
 	return out, nil
 }
@@ -83,7 +86,8 @@ func matching(ctx context.Context, q *Queries, rs []Reservation, exclude int64, 
 // free reads, per reservation of rs, the nodes it may take over [from,
 // until) (FreeNodes: reservable, of its class, not in maintenance, with
 // its traits, no other lease's blocking row overlapping the window), with
-// their topology paths when the reservation has a level: admission's read,
+// their topology paths when the reservation has a level (and, when the
+// reservation names its Nodes, only those may be taken): admission's read,
 // a fraction of matching's (no busy intervals, no node it could not take).
 func free(ctx context.Context, q *Queries, rs []Reservation, from, until time.Time) ([][]node, error) {
 	out := make([][]node, len(rs))
@@ -98,9 +102,26 @@ func free(ctx context.Context, q *Queries, rs []Reservation, from, until time.Ti
 		for j, row := range rows {
 			ns[j] = node{ID: row.ID, Class: r.ResourceClass, Path: row.Path, Eligible: true, Fits: true}
 		}
+		if r.Nodes != nil {
+			only(ns, r.Nodes)
+		}
 		out[i] = ns
 	}
 	return out, nil
+}
+
+// only marks the nodes of ns whose id is not in ids as not fitting (a
+// Reservation's Nodes).
+func only(ns []node, ids []int64) {
+	keep := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		keep[id] = true
+	}
+	for i := range ns {
+		if !keep[ns[i].ID] {
+			ns[i].Fits, ns[i].Eligible = false, false
+		}
+	}
 }
 
 // inReadTx runs fn in a read-only transaction with the reads' planner
@@ -118,8 +139,8 @@ func (s *Store) inReadTx(ctx context.Context, fn func(q *Queries) error) error {
 // Admit books req: in one transaction, it reads the nodes each
 // reservation may take over the window (free: FreeNodes), picks
 // (choose, at random among the equals so that concurrent admissions
-// rarely collide) and inserts the lease, its reservations and its
-// lease_nodes rows. A row another admission committed meanwhile fails the
+// rarely collide) and inserts the lease, its reservations (each with the
+// count it booked: Count, or fewer down to Min) and its lease_nodes rows. A row another admission committed meanwhile fails the
 // insert with an exclusion violation: the transaction is rolled back and
 // the pick made again on fresh data, up to MaxAdmitAttempts in all
 // (ErrContended). A lease that does not fit is a *RefusedError, its
@@ -162,7 +183,7 @@ func (s *Store) Admit(ctx context.Context, req Request, log *zap.Logger) (View, 
 			var resIDs, nodeIDs []int64
 			for i, r := range req.Reservations {
 				p := CreateReservationParams{LeaseID: l.ID, ResourceClass: r.ResourceClass, Traits: nonNil(r.Traits),
-					ForbiddenTraits: nonNil(r.Forbidden), Count: int32(r.Count), Rule: r.Rule, Domain: picks[i].Domain}
+					ForbiddenTraits: nonNil(r.Forbidden), Count: int32(len(picks[i].IDs)), Rule: r.Rule, Domain: picks[i].Domain}
 				if r.Rule != RuleNone {
 					p.RuleLevel = &r.Level
 				}

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"context"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -239,14 +240,24 @@ func (h *Handler) create(c echo.Context) error {
 // rule on it for the caller: 404 when unknown or hidden, 403 when rule
 // forbids.
 func (h *Handler) find(c echo.Context, q *Queries, ident, rule string) (Lease, error) {
-	ctx := c.Request().Context()
+	return Lock(c.Request().Context(), q, ident, func(v View) error {
+		return h.policy.Check(c, &v.ProjectID, rule, notFound(ident))
+	})
+}
+
+// Lock reads lease ident (a uuid, else a name) in the transaction of q,
+// lets check refuse it (its error is returned: 404 or 403), then locks
+// its row (FOR UPDATE) and returns it: web's 404 "Lease ... could not be
+// found." when there is none (or it went meanwhile). The lease API and
+// Blazar's (lease/blazar) find a lease to change this way.
+func Lock(ctx context.Context, q *Queries, ident string, check func(View) error) (Lease, error) {
 	v, err := get(ctx, q, ident)
 	if errors.Is(err, ErrNotFound) {
 		return Lease{}, notFound(ident)
 	} else if err != nil {
 		return Lease{}, err
 	}
-	if err := h.policy.Check(c, &v.ProjectID, rule, notFound(ident)); err != nil {
+	if err := check(v); err != nil {
 		return Lease{}, err
 	}
 	l, err := q.LockLease(ctx, v.ID)
@@ -255,6 +266,9 @@ func (h *Handler) find(c echo.Context, q *Queries, ident, rule string) (Lease, e
 	}
 	return l, err
 }
+
+// GetIn is Store.Get in the transaction of q.
+func GetIn(ctx context.Context, q *Queries, ident string) (View, error) { return get(ctx, q, ident) }
 
 func (h *Handler) get(c echo.Context) error {
 	ident := c.Param("ident")
@@ -377,7 +391,7 @@ func (h *Handler) patch(c echo.Context) error {
 			return err
 		}
 		if !end.Equal(l.EndTime) {
-			if err := h.moveEnd(c, q, l, end); err != nil {
+			if err := MoveEnd(ctx, q, l, end, h.opts.Now().UTC(), h.opts.Log); err != nil {
 				return err
 			}
 		}
@@ -390,10 +404,15 @@ func (h *Handler) patch(c echo.Context) error {
 	return c.JSON(http.StatusOK, result.Doc(h.base(c)))
 }
 
-// moveEnd sets lease l's end_time to end with its rows (see patch).
-func (h *Handler) moveEnd(c echo.Context, q *Queries, l Lease, end time.Time) error {
-	ctx := c.Request().Context()
-	now := h.opts.Now().UTC()
+// MoveEnd sets lease l's end_time to end with its blocking rows, in the
+// transaction of q (l locked by Lock), at time now: 409 unless l is
+// pending or active; 400 for an end not after the start or not after
+// now; an extension over a window another lease holds on one of its nodes
+// is 409 naming the node and that lease; a booking committed meanwhile
+// (the exclusion constraint) is db.ErrRestart, for db.InTx to start the
+// transaction over. The lease API's PATCH of end_time and Blazar's PUT of
+// end_date (lease/blazar).
+func MoveEnd(ctx context.Context, q *Queries, l Lease, end, now time.Time, log *zap.Logger) error {
 	switch {
 	case l.State != StatePending && l.State != StateActive:
 		return web.Conflict("Lease %s is %s: only a pending or active lease's end_time can change", l.Uuid, l.State)
@@ -430,7 +449,7 @@ func (h *Handler) moveEnd(c echo.Context, q *Queries, l Lease, end time.Time) er
 		return db.ErrRestart // booked after EndConflicts read: read again
 	}
 	if err == nil {
-		h.opts.Log.Info("lease end moved", zap.Stringer("lease", l.Uuid), zap.Time("from", l.EndTime), zap.Time("to", end))
+		log.Info("lease end moved", zap.Stringer("lease", l.Uuid), zap.Time("from", l.EndTime), zap.Time("to", end))
 	}
 	return err
 }

@@ -22,14 +22,33 @@ const (
 // ResourceClass with every trait of Traits and none of Forbidden, under
 // Rule at topology level Level (index LevelIndex in the topology; -1
 // without one).
+//
+// Min, when between 1 and Count, makes Count a maximum: admission books
+// Count nodes when they fit, else the most between Min and Count that do
+// (Blazar's min and max of a physical:host reservation, package
+// lease/blazar); under rule preferred Count stays exact. Nodes, when not
+// nil, restricts the reservation to those node ids (what a filter on node
+// properties matched, lease/blazar); an empty non-nil list matches none.
+// Neither is stored: the lease keeps the count booked and its nodes.
 type Reservation struct {
 	ResourceClass string
 	Traits        []string
 	Forbidden     []string
 	Count         int
+	Min           int
+	Nodes         []int64
 	Rule          string
 	Level         string
 	LevelIndex    int
+}
+
+// least is the fewest nodes r may book: Min when set below Count, else
+// Count.
+func (r Reservation) least() int {
+	if r.Min > 0 && r.Min < r.Count {
+		return r.Min
+	}
+	return r.Count
 }
 
 // pick is the outcome of choosing nodes for one reservation: the nodes'
@@ -81,15 +100,17 @@ func choose(nodes []node, r Reservation, from, to int64, taken map[int64]bool, r
 	slices.SortStableFunc(names, func(a, b string) int { return len(byDomain[b]) - len(byDomain[a]) })
 	switch {
 	case r.Rule == RuleNone || r.LevelIndex < 0:
-		if len(all) < r.Count {
+		n := min(len(all), r.Count)
+		if n < r.least() {
 			return p, false
 		}
 		shuffle(all)
-		return pick{IDs: all[:r.Count]}, true
-	case len(names) > 0 && len(byDomain[names[0]]) >= r.Count:
+		return pick{IDs: all[:n]}, true
+	case len(names) > 0 && len(byDomain[names[0]]) >= r.Count,
+		r.Rule == RuleRequired && len(names) > 0 && len(byDomain[names[0]]) >= r.least():
 		ids := byDomain[names[0]]
 		shuffle(ids)
-		return pick{IDs: ids[:r.Count], Domain: strings.Split(names[0], "/")}, true
+		return pick{IDs: ids[:min(len(ids), r.Count)], Domain: strings.Split(names[0], "/")}, true
 	case r.Rule == RulePreferred:
 		// As few domains as possible: the fullest first, then nodes in
 		// no domain of the level.
@@ -146,7 +167,7 @@ func chooseAll(nodes [][]node, rs []Reservation, from, to int64, rnd *rand.Rand)
 func earliestAll(nodes [][]node, rs []Reservation, after, dur, horizon int64) (int64, bool) {
 	lower := after
 	for i, r := range rs {
-		s, _, _, ok := earliest(nodes[i], r.Count, levelFor(r), after, dur, horizon)
+		s, _, _, ok := earliest(nodes[i], r.least(), levelFor(r), after, dur, horizon)
 		if !ok {
 			return 0, false
 		}
@@ -213,6 +234,9 @@ func refusal(i int, r Reservation, nodes []node, taken map[int64]bool, from, to 
 		}
 	}
 	want := fmt.Sprintf("%d %s", r.Count, topology.Describe(r.ResourceClass, r.Traits))
+	if r.least() < r.Count {
+		want = fmt.Sprintf("%d to %s", r.least(), want)
+	}
 	if len(r.Forbidden) > 0 {
 		want += " without " + strings.Join(r.Forbidden, ", ")
 	}
@@ -221,7 +245,10 @@ func refusal(i int, r Reservation, nodes []node, taken map[int64]bool, from, to 
 	}
 	parts := []string{fmt.Sprintf("%d reservable nodes of %s", reservable, r.ResourceClass),
 		fmt.Sprintf("%d not in maintenance", up)}
-	if len(r.Traits)+len(r.Forbidden) > 0 {
+	switch {
+	case r.Nodes != nil:
+		parts = append(parts, fmt.Sprintf("%d with the traits and properties asked", fitting))
+	case len(r.Traits)+len(r.Forbidden) > 0:
 		parts = append(parts, fmt.Sprintf("%d with the traits asked", fitting))
 	}
 	parts = append(parts, fmt.Sprintf("%d of them free from %s to %s", free+other,
@@ -230,7 +257,7 @@ func refusal(i int, r Reservation, nodes []node, taken map[int64]bool, from, to 
 		parts = append(parts, fmt.Sprintf("%d of those taken by this lease's earlier reservations", other))
 	}
 	msg := fmt.Sprintf("reservation %d (%s): %s", i+1, want, strings.Join(parts, ", "))
-	if r.Rule == RuleRequired && r.LevelIndex >= 0 && free >= r.Count {
+	if r.Rule == RuleRequired && r.LevelIndex >= 0 && free >= r.least() {
 		best, bestName := 0, ""
 		for name, c := range byDomain {
 			if c > best || c == best && name < bestName {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -189,4 +190,22 @@ func (s *Store) List(ctx context.Context, f ListFilter, after int64, limit int) 
 		return nil, err
 	}
 	return withReservations(ctx, s.q, ls)
+}
+
+// Booked reports whether node id, of resource class rc, has a lease row
+// that still blocks (not released) ending after from: a pending or active
+// lease holds it, so it cannot leave the reservable pool (Blazar's host
+// delete, lease/blazar). One MatchingNodes read of the class.
+func (s *Store) Booked(ctx context.Context, rc string, id int64, from time.Time) (bool, error) {
+	rows, err := s.q.MatchingNodes(ctx, MatchingNodesParams{ResourceClass: &rc, Traits: []string{}, Forbidden: []string{},
+		FromTime: from, UntilTime: from.Add(100 * 365 * 24 * time.Hour)})
+	if err != nil {
+		return false, err
+	}
+	for _, r := range rows {
+		if r.ID == id {
+			return len(r.BusyFrom) > 0, nil
+		}
+	}
+	return false, nil
 }

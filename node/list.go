@@ -52,6 +52,11 @@ type ListOptions struct {
 	Shards              []string
 	// ChassisID keeps the nodes of this chassis.
 	ChassisID *int64
+	// Reservable keeps the nodes in (true) or out of (false) the pool
+	// leases take from (metalloc's; Blazar's os-hosts, lease/blazar).
+	Reservable *bool
+	// ID keeps the node of this internal id (Blazar's host id, lease/blazar).
+	ID *int64
 }
 
 // SortKeys maps the sort_key values a node list accepts to SQL expressions
@@ -120,6 +125,8 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Node, error) {
 	db.Eq(&w, "n.retired", opts.Retired)
 	db.Eq(&w, "n.instance_uuid", opts.InstanceUUID)
 	db.Eq(&w, "n.chassis_id", opts.ChassisID)
+	db.Eq(&w, "n.reservable", opts.Reservable)
+	db.Eq(&w, "n.id", opts.ID)
 	if opts.Associated != nil {
 		w.Add(nullCheck("n.instance_uuid", *opts.Associated))
 	}

@@ -4,8 +4,9 @@
 # from Debian's packages (devstack.StartOpenStackPlacement, used by the
 # placement-backend tests), Keystone 22 (devstack.StartKeystone, the
 # authentication end-to-end tests), Ironic 21.4 with its PostgreSQL driver
-# (devstack.StartIronic: metalloc in front of Ironic), the openstack CLI with its baremetal and
-# placement plugins (driven by those tests as a user would), gabbi (the
+# (devstack.StartIronic: metalloc in front of Ironic), the openstack CLI with its baremetal,
+# placement and reservation plugins (driven by those tests as a user would;
+# python3-blazarclient 3.5 for e2e TestBlazarClient*), gabbi (the
 # runner of Placement's upstream suite, e2e TestPlacementUpstreamSuite),
 # pytest and oslotest (osc-placement's functional tests, e2e
 # TestOSCPlacementSuite),
@@ -33,6 +34,7 @@ command -v ironic-conductor >/dev/null || pkgs+=(ironic-conductor)
 command -v openstack >/dev/null || pkgs+=(python3-openstackclient)
 /usr/bin/python3 -c 'import ironicclient' 2>/dev/null || pkgs+=(python3-ironicclient)
 /usr/bin/python3 -c 'import osc_placement' 2>/dev/null || pkgs+=(python3-osc-placement)
+/usr/bin/python3 -c 'import blazarclient' 2>/dev/null || pkgs+=(python3-blazarclient)
 /usr/bin/python3 -c 'import gabbi' 2>/dev/null || pkgs+=(python3-gabbi)
 /usr/bin/python3 -c 'import pytest' 2>/dev/null || pkgs+=(python3-pytest)
 /usr/bin/python3 -c 'import oslotest' 2>/dev/null || pkgs+=(python3-oslotest)

@@ -31,6 +31,7 @@ import (
 	"github.com/metalloc/metalloc/driver/driverapi"
 	"github.com/metalloc/metalloc/ironic"
 	"github.com/metalloc/metalloc/lease"
+	"github.com/metalloc/metalloc/lease/blazar"
 	"github.com/metalloc/metalloc/node"
 	"github.com/metalloc/metalloc/port"
 	"github.com/metalloc/metalloc/topology"
@@ -145,7 +146,8 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 	front *ironic.Front, log *zap.Logger) (*echo.Echo, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = web.IronicErrorHandler
+	// Blazar's routes (/reservation/...) answer errors in Blazar's body.
+	e.HTTPErrorHandler = blazar.ErrorHandler(web.IronicErrorHandler)
 	e.JSONSerializer = web.JSONSerializer{}
 	e.Pre(middleware.RemoveTrailingSlash()) // Ironic accepts /v1/nodes/ as /v1/nodes
 	// Forwarding headers only from api.trusted_proxies.
@@ -257,6 +259,14 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 	lease.NewHandler(pool, lease.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules, Log: log,
 	}).Register(v1)
+	// Blazar's lease API for its clients (python-blazarclient), a view of
+	// the same leases, under /reservation/v1. before_end_date shows the
+	// conductors' lease.ending notice, read from the same configuration.
+	notice := cfg.Conductor.LeaseEndingNotice
+	if notice <= 0 {
+		notice = config.DefaultConductorLeaseEndingNotice
+	}
+	blazar.NewHandler(pool, blazar.Options{Rules: rules, Log: log, EndingNotice: notice}).Register(e)
 	conductorapi.NewHandler(pool, conductorapi.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
 	}).Register(v1)

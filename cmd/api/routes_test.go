@@ -216,6 +216,23 @@ func TestRouteRoleTable(t *testing.T) {
 		{"PATCH", "/v1/leases/{lease}", `[{"op":"add","path":"/name","value":"{rand}"}]`, [6]int{ok, forbidden, ok, notFound, notFound, unauth}},
 		{"POST", "/v1/leases/{lease}/cancel", "", [6]int{ok, forbidden, ok, notFound, notFound, unauth}},
 		{"DELETE", "/v1/leases/{lease}", "", [6]int{none, forbidden, none, notFound, notFound, unauth}},
+		// Blazar's view of the same leases (lease/blazar) follows the same
+		// rules; a caller without a project books for project admin (409
+		// here too: nothing is reservable). Its hosts follow the node
+		// rules ({host}: {node}, not reservable, so 404 to everyone but a
+		// create, which needs baremetal:node:update:owner, as a PATCH of
+		// /reservable).
+		{"POST", "/reservation/v1/leases", `{"name":"{rand}","start_date":"2099-01-01 00:00","end_date":"2099-01-02 00:00","reservations":[{"resource_type":"physical:host","min":1,"max":1,"resource_properties":"[\"=\", \"$resource_class\", \"gold\"]"}]}`,
+			[6]int{409, forbidden, 409, 409, 409, unauth}},
+		{"GET", "/reservation/v1/leases", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"GET", "/reservation/v1/leases/{lease}", "", [6]int{ok, ok, ok, notFound, notFound, unauth}},
+		{"PUT", "/reservation/v1/leases/{lease}", `{"name":"{rand}"}`, [6]int{ok, forbidden, ok, notFound, notFound, unauth}},
+		{"DELETE", "/reservation/v1/leases/{lease}", "", [6]int{none, forbidden, none, notFound, notFound, unauth}},
+		{"GET", "/reservation/v1/os-hosts", "", [6]int{ok, ok, ok, ok, ok, unauth}},
+		{"POST", "/reservation/v1/os-hosts", `{"name":"{node}"}`, [6]int{created, forbidden, forbidden, forbidden, notFound, unauth}},
+		{"GET", "/reservation/v1/os-hosts/{host}", "", [6]int{notFound, notFound, notFound, notFound, notFound, unauth}},
+		{"PUT", "/reservation/v1/os-hosts/{host}", `{"values":{"x":"y"}}`, [6]int{notFound, notFound, notFound, notFound, notFound, unauth}},
+		{"DELETE", "/reservation/v1/os-hosts/{host}", "", [6]int{notFound, notFound, notFound, notFound, notFound, unauth}},
 
 		{"GET", "/v1/conductors", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
 		{"GET", "/v1/conductors/conductor-1", "", [6]int{ok, ok, forbidden, forbidden, forbidden, unauth}},
@@ -300,7 +317,7 @@ func TestRouteRoleTable(t *testing.T) {
 			_, err = pool.Exec(t.Context(), `INSERT INTO leases (uuid, project_id, start_time, end_time)
 				VALUES ($1, $2, '2099-01-01T00:00:00Z', '2099-01-02T00:00:00Z')`, leaseUUID, ownerProject)
 			require.NoError(t, err)
-			repl := strings.NewReplacer("{lease}", leaseUUID.String(), "{node}", nodeUUID.String(), "{alloc}", allocUUID.String(), "{rand}", rnd, "{group}", groupUUID.String(),
+			repl := strings.NewReplacer("{lease}", leaseUUID.String(), "{node}", nodeUUID.String(), "{host}", nodeUUID.String(), "{alloc}", allocUUID.String(), "{rand}", rnd, "{group}", groupUUID.String(),
 				"{port}", portUUID.String(), "{pg}", pgUUID.String(), "{mac}", mac(), "{chassis}", chassisUUID.String(),
 				"{template}", templateUUID.String(), "{RAND}", strings.ToUpper(strings.ReplaceAll(rnd, "-", "_")))
 			req, err := http.NewRequest(r.method, srv.URL+repl.Replace(r.path), strings.NewReader(repl.Replace(r.body)))
@@ -343,7 +360,7 @@ func keystoneDefaults(t *testing.T) (config.Config, auth.Rules) {
 // routePattern turns a table path into echo's route pattern.
 func routePattern(path string) string {
 	path = strings.NewReplacer("{node}", ":ident", "{alloc}", ":ident", "{port}", ":ident", "{pg}", ":ident", "{group}", ":ident",
-		"{lease}", ":ident", "{chassis}", ":ident", "{template}", ":ident").Replace(path)
+		"{lease}", ":ident", "{chassis}", ":ident", "{template}", ":ident", "{host}", ":ident").Replace(path)
 	path, _, _ = strings.Cut(path, "?")
 	switch {
 	case strings.HasPrefix(path, "/v1/drivers/fake-hardware"):
