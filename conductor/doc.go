@@ -412,9 +412,12 @@
 // start), and at the start inside the start's transaction, before the
 // compare-and-set (leases_replace.go). No affinity is needed: the second
 // conductor to check a lease finds nothing left to do. Back-to-back
-// leases share a node at one second: a claimed batch makes its ends
-// first, and a start that finds a node still held by a lease whose end is
-// due rolls back for the next poll (leases_handover.go, up to 5 s).
+// leases share a node at one second: the claim takes ends first and a
+// claimed batch makes its ends first, and a start that finds a node still
+// held by a lease whose end is due rolls back for the next poll
+// (leases_handover.go, up to 5 s). A claim takes 4 leases (leaseBatch),
+// then another at once while they come full: the moves due together
+// spread over the conductors instead of queueing behind one.
 //
 // # In front of Ironic
 //

@@ -30,7 +30,11 @@ const (
 	leasePoll = 200 * time.Millisecond
 	// leaseBatch is how many leases one claim takes; a full batch is
 	// followed by another claim at once (100 leases starting together).
-	leaseBatch = 32
+	// Small, so that the moves due together spread over the conductors
+	// (each conductor makes its claimed moves one after the other: with
+	// batches of 32, one conductor took a second's dozen moves alone and
+	// ended the last of them 1.2 s late on a busy machine).
+	leaseBatch = 4
 )
 
 // Lease event kinds on the allocation event log (migration 00050): the

@@ -60,7 +60,7 @@ const (
 	// a time (most of them wait for Ironic, reading a few nodes every
 	// leaseIronicPoll); the others wait for a later poll. At least
 	// leaseBatch, so that the leases one claim takes can all be moved.
-	leaseIronicMoves = 2 * leaseBatch
+	leaseIronicMoves = 64
 	// leaseLockedRetries is how many times a request Ironic answers 409
 	// (a node locked by one of its conductors) is sent again, a
 	// leaseIronicPoll apart, before the move is left for the next poll.

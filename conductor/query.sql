@@ -436,7 +436,7 @@ UPDATE leases l SET conductor_affinity = @me::bigint
                         AND x.end_time <= now() + make_interval(secs => @notice_seconds::float8)))))
            AND (x.conductor_affinity IS NULL OR x.conductor_affinity = @me::bigint
                 OR c.id IS NULL OR NOT metalloc_conductor_alive(c.online, c.expires_at))
-         ORDER BY x.id
+         ORDER BY x.state, x.id -- 'active' first: ends free the nodes of starts due with them
          LIMIT @batch::integer
            FOR UPDATE OF x SKIP LOCKED) d
  WHERE l.id = d.id
