@@ -32,7 +32,10 @@ func pollJS(t testing.TB, ctx context.Context, timeout time.Duration, what, expr
 	if err != nil {
 		state, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify({ready: window.metalloc && metalloc.ready,
 			mode: window.metalloc && metalloc.mode, error: document.getElementById('error').textContent,
-			states: window.metalloc && metalloc.stateCounts})`))
+			states: window.metalloc && metalloc.stateCounts, zoom: window.metalloc && metalloc.zoom,
+			racks: window.metalloc && metalloc.fleet && metalloc.fleet.racks && metalloc.fleet.racks.length,
+			drawn: window.metalloc && metalloc.layout && metalloc.layout.drawn,
+			timing: window.metalloc && metalloc.fleetTiming})`))
 		t.Fatalf("waiting for %s (%s): %v; page: %s", what, expression, err, state)
 	}
 }
@@ -252,7 +255,7 @@ func TestOperatorPageAggregates(t *testing.T) {
 		return {X: b.left + it.x + it.w / 2, Y: b.top + it.y - L.top + it.h / 2};
 	})()`)
 	require.NoError(t, chromedp.Do(bctx, chromedp.MouseClickXY(at.X, at.Y)))
-	pollJS(t, bctx, 30*time.Second, "rack 3/7's nodes", `metalloc.mode === 'nodes' && metalloc.zoom.rack === '7' && metalloc.layout.drawn === 40`)
+	pollJS(t, bctx, 2*time.Minute, "rack 3/7's nodes", `metalloc.mode === 'nodes' && metalloc.zoom.rack === '7' && metalloc.layout.drawn === 40`)
 	require.Equal(t, "3", evalJS[string](t, bctx, `metalloc.zoom.row`))
 	require.True(t, strings.HasPrefix(evalJS[string](t, bctx, `document.getElementById('zoom').textContent`), "whole fleet › row 3 › rack 7"))
 	screenshot(t, bctx, dir, "2-rack")
@@ -261,9 +264,9 @@ func TestOperatorPageAggregates(t *testing.T) {
 	_, err = pool.Exec(ctx, `UPDATE nodes SET extra = jsonb_build_object('row', 1 + id % 4, 'rack', id)`)
 	require.NoError(t, err)
 	evalJS[bool](t, bctx, `(metalloc.zoomTo(null, null), true)`)
-	pollJS(t, bctx, 30*time.Second, "the rows", `metalloc.mode === 'rows' && metalloc.layout.drawn === 4`)
+	pollJS(t, bctx, 2*time.Minute, "the rows", `metalloc.mode === 'rows' && metalloc.layout.drawn === 4`)
 	require.Equal(t, "25,000 nodes in 25,000 racks", evalJS[string](t, bctx, `document.getElementById('node-count').textContent`))
 	screenshot(t, bctx, dir, "3-rows")
 	evalJS[bool](t, bctx, `(metalloc.zoomTo('2', null), true)`)
-	pollJS(t, bctx, 30*time.Second, "row 2's racks", `metalloc.zoom.row === '2' && metalloc.mode === 'nodes' && metalloc.fleet.racks.length === 6250`)
+	pollJS(t, bctx, 2*time.Minute, "row 2's racks", `metalloc.zoom.row === '2' && metalloc.mode === 'nodes' && metalloc.fleet.racks.length === 6250`)
 }

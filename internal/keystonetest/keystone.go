@@ -115,21 +115,26 @@ key_repository = %[2]s/credential-keys
 		return nil, err
 	}
 	env := append(os.Environ(), "OS_KEYSTONE_CONFIG_DIR="+etc)
-	setupCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	// Each keystone-manage run is a Python start of about 10 s here and
+	// of up to a minute on a loaded CI machine; only the bootstrap depends
+	// on this instance (its URL goes into the catalog), so the database
+	// schema and the keys come from a template made once per test process.
+	setupCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	for _, args := range [][]string{
-		{"db_sync"},
-		{"fernet_setup", "--keystone-user", u.Username, "--keystone-group", g.Name},
-		{"credential_setup", "--keystone-user", u.Username, "--keystone-group", g.Name},
-		{"bootstrap", "--bootstrap-password", KeystoneAdminPassword, "--bootstrap-region-id", "RegionOne",
-			"--bootstrap-admin-url", url, "--bootstrap-internal-url", url, "--bootstrap-public-url", url},
-	} {
-		log.Info("keystone-manage", zap.String("step", args[0]))
-		c := exec.CommandContext(setupCtx, manage, append([]string{"--config-file", confPath}, args...)...)
-		c.Env = env
-		if out, err := c.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("keystone-manage %s: %w\n%s", args[0], err, out)
-		}
+	tmpl, err := keystoneTemplate(setupCtx, manage, u.Username, g.Name, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := copyTree(tmpl, dir); err != nil {
+		return nil, fmt.Errorf("copying Keystone's template %s: %w", tmpl, err)
+	}
+	log.Info("keystone-manage", zap.String("step", "bootstrap"))
+	c := exec.CommandContext(setupCtx, manage, "--config-file", confPath, "bootstrap",
+		"--bootstrap-password", KeystoneAdminPassword, "--bootstrap-region-id", "RegionOne",
+		"--bootstrap-admin-url", url, "--bootstrap-internal-url", url, "--bootstrap-public-url", url)
+	c.Env = env
+	if out, err := c.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("keystone-manage bootstrap: %w\n%s", err, out)
 	}
 
 	// In sqlite's default rollback journal a reader blocks writers, and
@@ -148,7 +153,7 @@ key_repository = %[2]s/credential-keys
 	}
 	k := &Keystone{URL: url, Dir: dir, LogPath: logPath, Process: gp}
 
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		if err := k.Exited(); err != nil {
 			return nil, fmt.Errorf("%w; see %s", err, logPath)
@@ -158,7 +163,7 @@ key_repository = %[2]s/credential-keys
 		}
 		if time.Now().After(deadline) {
 			k.Stop()
-			return nil, fmt.Errorf("Keystone did not issue a token on %s within 90s; see %s", url, logPath)
+			return nil, fmt.Errorf("Keystone did not issue a token on %s within 5 minutes; see %s", url, logPath)
 		}
 		select {
 		case <-ctx.Done():
@@ -369,4 +374,91 @@ func (k *Keystone) AddEndpoint(ctx context.Context, typ, name, url string) error
 // revoke` does.
 func (k *Keystone) RevokeToken(ctx context.Context, token string) error {
 	return k.call(ctx, http.MethodDelete, "/auth/tokens", nil, nil, "X-Subject-Token", token)
+}
+
+var (
+	templateOnce sync.Once
+	templateDir  string
+	templateErr  error
+)
+
+// keystoneTemplate returns a directory, made once per process (under the
+// system's temporary directory, removed by nothing: a few hundred KiB),
+// holding keystone.sqlite with Keystone's schema (`keystone-manage
+// db_sync`) and the Fernet and credential key repositories (fernet-keys,
+// credential-keys), i.e. what StartKeystone's setup makes before the
+// instance-specific bootstrap. Concurrent callers wait for the first.
+func keystoneTemplate(ctx context.Context, manage, user, group string, log *zap.Logger) (string, error) {
+	templateOnce.Do(func() {
+		templateDir, templateErr = makeKeystoneTemplate(ctx, manage, user, group, log)
+	})
+	return templateDir, templateErr
+}
+
+func makeKeystoneTemplate(ctx context.Context, manage, user, group string, log *zap.Logger) (string, error) {
+	dir, err := os.MkdirTemp("", "metalloc-keystone-template-")
+	if err != nil {
+		return "", err
+	}
+	etc := filepath.Join(dir, "etc")
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		return "", err
+	}
+	conf := fmt.Sprintf(`[DEFAULT]
+use_stderr = true
+[database]
+connection = sqlite:///%[1]s/keystone.sqlite
+[fernet_tokens]
+key_repository = %[1]s/fernet-keys
+[fernet_receipts]
+key_repository = %[1]s/fernet-keys
+[credential]
+key_repository = %[1]s/credential-keys
+`, dir)
+	confPath := filepath.Join(etc, "keystone.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return "", err
+	}
+	env := append(os.Environ(), "OS_KEYSTONE_CONFIG_DIR="+etc)
+	for _, args := range [][]string{
+		{"db_sync"},
+		{"fernet_setup", "--keystone-user", user, "--keystone-group", group},
+		{"credential_setup", "--keystone-user", user, "--keystone-group", group},
+	} {
+		log.Info("keystone-manage (template)", zap.String("step", args[0]), zap.String("dir", dir))
+		c := exec.CommandContext(ctx, manage, append([]string{"--config-file", confPath}, args...)...)
+		c.Env = env
+		if out, err := c.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("keystone-manage %s: %w\n%s", args[0], err, out)
+		}
+	}
+	return dir, os.RemoveAll(etc)
+}
+
+// copyTree copies the regular files and directories under src into dst,
+// keeping their permission bits (Keystone refuses key repositories that
+// others can read).
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return os.MkdirAll(to, info.Mode().Perm())
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, info.Mode().Perm())
+	})
 }
