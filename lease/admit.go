@@ -64,14 +64,14 @@ var ErrContended = errors.New("the nodes picked were booked concurrently by othe
 // matching reads the reservable nodes of each reservation's class with
 // its traits and their busy intervals over [from, until), other than
 // lease exclude's (0: none), one MatchingNodes per reservation; their
-// topology paths when the reservation has a level.
+// topology paths down to the reservation's level when it has one.
 func matching(ctx context.Context, q *Queries, rs []Reservation, exclude int64, from, until time.Time) ([][]node, error) {
 	out := make([][]node, len(rs))
 	for i, r := range rs {
 		rc := r.ResourceClass
 		rows, err := q.MatchingNodes(ctx, MatchingNodesParams{ResourceClass: &rc, Traits: nonNil(r.Traits),
 			Forbidden: nonNil(r.Forbidden), ExcludeLease: exclude, FromTime: from, UntilTime: until,
-			WithPaths: r.Rule != RuleNone && r.LevelIndex >= 0})
+			Sources: nonNil(r.Sources)})
 		if err != nil {
 			return nil, fmt.Errorf("reading reservable nodes: %w", err)
 		}
@@ -85,25 +85,31 @@ func matching(ctx context.Context, q *Queries, rs []Reservation, exclude int64, 
 
 // free reads, per reservation of rs, the nodes it may take over [from,
 // until) (FreeNodes: reservable, of its class, not in maintenance, with
-// its traits, no other lease's blocking row overlapping the window), with
-// their topology paths when the reservation has a level (and, when the
-// reservation names its Nodes, only those may be taken): admission's read,
-// a fraction of matching's (no busy intervals, no node it could not take).
+// its traits, no other lease's blocking row overlapping the window, among
+// its Nodes when it names them), with their topology paths down to its
+// level: admission's read, a fraction of matching's (no busy intervals,
+// no node it could not take). The first reservation of a class reads only
+// the nodes its pick needs (FreeNodes' want: its count; the domain chosen
+// in the statement), the others every free node of the class (the
+// earlier reservations may take any of them).
 func free(ctx context.Context, q *Queries, rs []Reservation, from, until time.Time) ([][]node, error) {
 	out := make([][]node, len(rs))
+	seen := map[string]bool{}
 	for i, r := range rs {
-		rows, err := q.FreeNodes(ctx, FreeNodesParams{ResourceClass: r.ResourceClass, Traits: nonNil(r.Traits),
-			Forbidden: nonNil(r.Forbidden), WithPaths: r.Rule != RuleNone && r.LevelIndex >= 0,
-			FromTime: from, UntilTime: until})
+		p := FreeNodesParams{ResourceClass: r.ResourceClass, Traits: nonNil(r.Traits), Forbidden: nonNil(r.Forbidden),
+			Sources: nonNil(r.Sources), Rule: r.Rule, Among: r.Nodes, FromTime: from, UntilTime: until}
+		if !seen[r.ResourceClass] {
+			want := int32(r.Count)
+			p.Want = &want
+		}
+		seen[r.ResourceClass] = true
+		rows, err := q.FreeNodes(ctx, p)
 		if err != nil {
 			return nil, fmt.Errorf("reading free reservable nodes: %w", err)
 		}
 		ns := make([]node, len(rows))
 		for j, row := range rows {
 			ns[j] = node{ID: row.ID, Class: r.ResourceClass, Path: row.Path, Eligible: true, Fits: true}
-		}
-		if r.Nodes != nil {
-			only(ns, r.Nodes)
 		}
 		out[i] = ns
 	}

@@ -159,7 +159,7 @@ func (h *Handler) reservations(c echo.Context, bodies []reservationBody) ([]Rese
 			if err != nil {
 				return nil, web.BadRequest("Invalid reservation %d: %v", i+1, err)
 			}
-			r.LevelIndex = idx
+			r.LevelIndex, r.Sources = idx, levelSources(levels, idx)
 		}
 		out[i] = r
 	}

@@ -65,7 +65,7 @@ func (h *Handler) availability(c echo.Context) error {
 		if r.LevelIndex, err = topology.LevelIndex(levels, level); err != nil {
 			return web.BadRequest("Invalid level: %v", err)
 		}
-		r.Level = level
+		r.Level, r.Sources = level, levelSources(levels, r.LevelIndex)
 		switch mode := qp("mode"); mode {
 		case "", RuleRequired:
 			r.Rule = RuleRequired
@@ -164,7 +164,7 @@ func (h *Handler) calendar(c echo.Context, r Reservation, after time.Time, until
 	err = h.store.inReadTx(ctx, func(q *Queries) error {
 		rows, err = q.MatchingNodes(ctx, MatchingNodesParams{ResourceClass: rc, Traits: nonNil(r.Traits),
 			Forbidden: nonNil(r.Forbidden), FromTime: after, UntilTime: after.Add(time.Duration(steps) * step),
-			WithPaths: r.LevelIndex >= 0})
+			Sources: nonNil(r.Sources)})
 		return err
 	})
 	if err != nil {

@@ -102,7 +102,8 @@ type CellLease struct {
 
 // CalendarQuery is what a calendar is of: [After, Until) in steps of Step
 // (at most MaxLeaseCalendarSteps), rows of the topology level LevelIndex
-// (-1: the whole pool), nodes of ResourceClass (nil: all). Project is the
+// (-1: the whole pool; Sources: the sources of the levels down to it, as
+// Reservation's), nodes of ResourceClass (nil: all). Project is the
 // project whose leases the caller may see (nil: every lease); HideAll
 // hides every lease.
 type CalendarQuery struct {
@@ -111,6 +112,7 @@ type CalendarQuery struct {
 	Level         string
 	LevelIndex    int
 	Levels        []string
+	Sources       []string
 	ResourceClass *string
 	Project       *string
 	HideAll       bool
@@ -126,7 +128,7 @@ func (s *Store) Calendar(ctx context.Context, q CalendarQuery, now time.Time) (*
 	err := s.inReadTx(ctx, func(qs *Queries) error {
 		var err error
 		if rows, err = qs.CalendarNodes(ctx, CalendarNodesParams{FromTime: q.After, UntilTime: q.Until,
-			ResourceClass: q.ResourceClass}); err != nil {
+			ResourceClass: q.ResourceClass, Sources: nonNil(q.Sources)}); err != nil {
 			return err
 		}
 		var ids []int64
@@ -392,6 +394,7 @@ func (h *Handler) uiCalendar(c echo.Context) error {
 	} else if len(levels) > 0 {
 		q.LevelIndex, q.Level = len(levels)-1, levels[len(levels)-1].Name
 	}
+	q.Sources = levelSources(levels, q.LevelIndex)
 	if project, err := h.policy.ListScope(c, nil); err != nil {
 		q.HideAll = true // may not list leases: counts only
 	} else {

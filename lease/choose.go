@@ -21,7 +21,9 @@ const (
 // Reservation is what one reservation of a lease asks for: Count nodes of
 // ResourceClass with every trait of Traits and none of Forbidden, under
 // Rule at topology level Level (index LevelIndex in the topology; -1
-// without one).
+// without one). Sources are the sources of the topology's levels down to
+// Level (levelSources: what the reads compute the nodes' paths, and so
+// their domains, from; none without a level).
 //
 // Min, when between 1 and Count, makes Count a maximum: admission books
 // Count nodes when they fit, else the most between Min and Count that do
@@ -40,6 +42,19 @@ type Reservation struct {
 	Rule          string
 	Level         string
 	LevelIndex    int
+	Sources       []string
+}
+
+// levelSources are the sources of levels[0..lvl] (coarse to fine; none
+// when lvl < 0): the paths the lease reads compute down to level lvl
+// (metalloc_topology_path, migration 00054), all that a domain of the
+// level needs.
+func levelSources(levels []topology.Level, lvl int) []string {
+	out := []string{}
+	for _, l := range levels[:lvl+1] {
+		out = append(out, l.Source)
+	}
+	return out
 }
 
 // least is the fewest nodes r may book: Min when set below Count, else
@@ -64,9 +79,9 @@ type pick struct {
 // of the level with the most such nodes (ties: at random when rnd is set,
 // else the first by name); under preferred in that domain when it has
 // enough, else from the domains with the most first; otherwise anywhere.
-// Within a domain, and without a rule, the nodes are drawn at random
-// (rnd set: concurrent admissions on one pool then rarely collide) or in
-// id order. ok is false when they do not fit.
+// Within a domain, among the nodes in no domain, and without a rule, the
+// nodes are drawn at random (rnd set: concurrent admissions on one pool
+// then rarely collide) or in id order. ok is false when they do not fit.
 func choose(nodes []node, r Reservation, from, to int64, taken map[int64]bool, rnd *rand.Rand) (p pick, ok bool) {
 	byDomain := map[string][]int64{}
 	var names []string
@@ -124,11 +139,14 @@ func choose(nodes []node, r Reservation, from, to int64, taken map[int64]bool, r
 			}
 			ids = append(ids, d...)
 		}
+		var rest []int64
 		for _, id := range all {
 			if !inDomain[id] {
-				ids = append(ids, id)
+				rest = append(rest, id)
 			}
 		}
+		shuffle(rest)
+		ids = append(ids, rest...)
 		if len(ids) < r.Count {
 			return p, false
 		}

@@ -198,7 +198,7 @@ func (s *Store) List(ctx context.Context, f ListFilter, after int64, limit int) 
 // delete, lease/blazar). One MatchingNodes read of the class.
 func (s *Store) Booked(ctx context.Context, rc string, id int64, from time.Time) (bool, error) {
 	rows, err := s.q.MatchingNodes(ctx, MatchingNodesParams{ResourceClass: &rc, Traits: []string{}, Forbidden: []string{},
-		FromTime: from, UntilTime: from.Add(100 * 365 * 24 * time.Hour)})
+		Sources: []string{}, FromTime: from, UntilTime: from.Add(100 * 365 * 24 * time.Hour)})
 	if err != nil {
 		return false, err
 	}

@@ -9,20 +9,22 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/metalloc/metalloc/db/dbtest"
 	"github.com/metalloc/metalloc/topology"
 )
 
-// TestLeaseReadPlansSetBased: admission's read (FreeNodes, with and
-// without topology paths) and availability's (MatchingNodes, one class
-// and every class) read each table once and join by hash: no plan node
-// runs more than once (EXPLAIN ANALYZE's loops), so nothing is looked up
-// or computed node by node (issue 43: at 10,000 nodes a per-node
-// subquery, the busy intervals' or the topology path's, costs tens to
-// hundreds of milliseconds; the benchmark is `metalloc-manage bench
-// leases`). Checked with generic plans (what a pooled connection keeps)
+// TestLeaseReadPlansSetBased: admission's read (FreeNodes: with a domain
+// under rule required and preferred, without one, and every free node),
+// availability's (MatchingNodes, one class and every class) and the
+// calendar's (CalendarNodes) read each table once and join by hash: no
+// plan node runs more than once (EXPLAIN ANALYZE's loops), so nothing is
+// looked up or computed node by node (issue 43: at 10,000 nodes a
+// per-node subquery, the busy intervals' or the topology path's, costs
+// tens to hundreds of milliseconds; the benchmark is `metalloc-manage
+// bench leases`). Checked with generic plans (what a pooled connection keeps)
 // made in a session that planned while the tables were analyzed empty and
 // then served a fleet enrolled since, and in a new session on the
 // analyzed fleet. No timing: the plans' shapes only.
@@ -84,38 +86,49 @@ func newExplainSession(t *testing.T, url string) *explainSession {
 		"plan_cache_mode = force_generic_plan"), t}
 }
 
-// reads runs admission's and availability's reads as the API does (in a
-// transaction after ReadPlans): FreeNodes with and without paths, and
-// MatchingNodes for a class with a trait and for every class.
+// reads runs admission's, availability's and the calendar's reads as the
+// API does (in a transaction after ReadPlans): FreeNodes for rule
+// required and preferred (a few nodes, and more than a rack has), none
+// and every free node, MatchingNodes for a class with a trait and for
+// every class, CalendarNodes for every class.
 func (s *explainSession) reads() {
 	s.t.Helper()
 	ctx := context.Background()
 	from := time.Date(2030, 1, 10, 0, 0, 0, 0, time.UTC)
 	gpu := "gpu"
+	racks := []string{"extra.row", "extra.rack"}
+	four, sixty := int32(4), int32(60)
 	err := pgx.BeginFunc(ctx, s.Conn, func(tx pgx.Tx) error {
 		q := New(tx)
 		if err := q.ReadPlans(ctx); err != nil {
 			return err
 		}
-		for _, paths := range []bool{true, false} {
-			if _, err := q.FreeNodes(ctx, FreeNodesParams{ResourceClass: "gpu", Traits: []string{"CUSTOM_A"},
-				Forbidden: []string{}, WithPaths: paths, FromTime: from, UntilTime: from.Add(48 * time.Hour)}); err != nil {
+		for _, p := range []FreeNodesParams{
+			{Sources: racks, Rule: RuleRequired, Want: &four},
+			{Sources: racks, Rule: RulePreferred, Want: &sixty},
+			{Sources: []string{}, Rule: RuleNone, Want: &four},
+			{Sources: racks, Rule: RuleRequired},
+		} {
+			p.ResourceClass, p.Traits, p.Forbidden = "gpu", []string{"CUSTOM_A"}, []string{}
+			p.FromTime, p.UntilTime = from, from.Add(48*time.Hour)
+			if _, err := q.FreeNodes(ctx, p); err != nil {
 				return err
 			}
 		}
 		for _, rc := range []*string{&gpu, nil} {
 			if _, err := q.MatchingNodes(ctx, MatchingNodesParams{ResourceClass: rc, Traits: []string{"CUSTOM_A"},
-				Forbidden: []string{}, WithPaths: true, FromTime: from, UntilTime: from.Add(90 * 24 * time.Hour)}); err != nil {
+				Forbidden: []string{}, Sources: racks, FromTime: from, UntilTime: from.Add(90 * 24 * time.Hour)}); err != nil {
 				return err
 			}
 		}
-		return nil
+		_, err := q.CalendarNodes(ctx, CalendarNodesParams{Sources: racks, FromTime: from, UntilTime: from.Add(30 * 24 * time.Hour)})
+		return err
 	})
 	require.NoError(s.t, err)
 }
 
-// requireSetBased fails when a plan node of a logged plan of FreeNodes or
-// MatchingNodes ran more than once.
+// requireSetBased fails when a plan node of a logged plan of FreeNodes,
+// MatchingNodes or CalendarNodes ran more than once.
 func (s *explainSession) requireSetBased() {
 	s.t.Helper()
 	seen := 0
@@ -125,7 +138,8 @@ func (s *explainSession) requireSetBased() {
 			Plan  json.RawMessage `json:"Plan"`
 		}
 		require.NoError(s.t, json.Unmarshal([]byte(doc), &p))
-		if !strings.Contains(p.Query, "FreeNodes") && !strings.Contains(p.Query, "MatchingNodes") {
+		if !strings.Contains(p.Query, "FreeNodes") && !strings.Contains(p.Query, "MatchingNodes") &&
+			!strings.Contains(p.Query, "CalendarNodes") {
 			continue
 		}
 		seen++
@@ -137,7 +151,7 @@ func (s *explainSession) requireSetBased() {
 		})
 		require.Empty(s.t, bad, "plan nodes run more than once in\n%s\nplan: %s", p.Query, p.Plan)
 	}
-	require.Equal(s.t, 4, seen, "the reads' plans logged")
+	require.Equal(s.t, 7, seen, "the reads' plans logged")
 }
 
 // walkPlan calls fn on every node of an EXPLAIN JSON plan.
@@ -163,13 +177,18 @@ func walkPlan(raw json.RawMessage, fn func(map[string]any)) {
 // TestTopologyPathsMatchView: metalloc_topology_paths (migration 00052)
 // gives every node the path the view node_topology_paths gives it, for
 // levels of every source kind (extra, properties, trait:, aggregate) with
-// values missing, and for no level; it returns nothing for no ids.
+// values missing, and for no level; it returns nothing for no ids. The
+// lease reads (MatchingNodes, CalendarNodes, FreeNodes of every free
+// node), which compute extra and properties levels inline
+// (metalloc_topology_path, 00054) and take the others from
+// metalloc_topology_paths, give each node the view's path cut at every
+// level.
 func TestTopologyPathsMatchView(t *testing.T) {
 	pool := dbtest.New(t)
 	ctx := context.Background()
 	for _, q := range []string{
-		`INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state, extra, properties)
-		 SELECT gen_random_uuid(), 'n' || i, 'fake-hardware', 'gpu', 'available', 'power off',
+		`INSERT INTO nodes (uuid, name, driver, resource_class, provision_state, power_state, reservable, extra, properties)
+		 SELECT gen_random_uuid(), 'n' || i, 'fake-hardware', 'gpu', 'available', 'power off', true,
 		        CASE WHEN i % 5 <> 0 THEN jsonb_build_object('row', i / 4) ELSE '{}' END,
 		        CASE WHEN i % 3 <> 0 THEN jsonb_build_object('pdu', 'p' || i % 2) ELSE '{}' END
 		   FROM generate_series(1, 24) i`,
@@ -207,5 +226,45 @@ func TestTopologyPathsMatchView(t *testing.T) {
 		require.Equal(t, want, read(`SELECT node_id, path FROM metalloc_topology_paths(ARRAY(SELECT id FROM nodes))`), "%v", levels)
 		require.Len(t, read(`SELECT node_id, path FROM metalloc_topology_paths('{}')`), 0)
 		require.Len(t, read(`SELECT node_id, path FROM metalloc_topology_paths(NULL)`), 0)
+		for lvl := -1; lvl < len(levels); lvl++ {
+			cut := map[int64][]string{}
+			for id, p := range want {
+				cut[id] = p[:lvl+1]
+			}
+			require.Equal(t, cut, leaseReadPaths(t, pool, levelSources(levels, lvl)), "%v down to %d", levels, lvl)
+		}
 	}
+}
+
+// leaseReadPaths are the paths down to the levels sources that
+// MatchingNodes gives every reservable node of class gpu, after checking
+// that CalendarNodes and FreeNodes (every free node) give the same.
+func leaseReadPaths(t *testing.T, pool *pgxpool.Pool, sources []string) map[int64][]string {
+	t.Helper()
+	ctx := context.Background()
+	from := time.Date(2030, 1, 10, 0, 0, 0, 0, time.UTC)
+	gpu := "gpu"
+	q := New(pool)
+	rows, err := q.MatchingNodes(ctx, MatchingNodesParams{ResourceClass: &gpu, Traits: []string{}, Forbidden: []string{},
+		Sources: sources, FromTime: from, UntilTime: from.Add(time.Hour)})
+	require.NoError(t, err)
+	crows, err := q.CalendarNodes(ctx, CalendarNodesParams{ResourceClass: &gpu, Sources: sources,
+		FromTime: from, UntilTime: from.Add(time.Hour)})
+	require.NoError(t, err)
+	frows, err := q.FreeNodes(ctx, FreeNodesParams{ResourceClass: gpu, Traits: []string{}, Forbidden: []string{},
+		Sources: sources, Rule: RulePreferred, FromTime: from, UntilTime: from.Add(time.Hour)})
+	require.NoError(t, err)
+	out, cal, free := map[int64][]string{}, map[int64][]string{}, map[int64][]string{}
+	for _, r := range rows {
+		out[r.ID] = r.Path
+	}
+	for _, r := range crows {
+		cal[r.ID] = r.Path
+	}
+	for _, r := range frows {
+		free[r.ID] = r.Path
+	}
+	require.Equal(t, out, cal, "CalendarNodes' paths")
+	require.Equal(t, out, free, "FreeNodes' paths")
+	return out
 }

@@ -96,28 +96,36 @@ func (q *Queries) CalendarLeases(ctx context.Context, leaseIds []int64) ([]Lease
 }
 
 const calendarNodes = `-- name: CalendarNodes :many
-SELECT n.id, n.resource_class::text AS resource_class, n.maintenance, n.reservable,
-       p.path::text[] AS path,
-       COALESCE(b.lease_ids, '{}')::bigint[] AS lease_ids,
-       COALESCE(b.busy_from, '{}')::timestamptz[] AS busy_from,
-       COALESCE(b.busy_to, '{}')::timestamptz[] AS busy_to
-  FROM nodes n
-  JOIN node_topology_paths p ON p.id = n.id
-  LEFT JOIN (SELECT l.node_id,
-                    array_agg(l.lease_id) AS lease_ids,
-                    array_agg(lower(l.during)) AS busy_from,
-                    array_agg(upper(l.during)) AS busy_to
-               FROM lease_nodes l
-              WHERE NOT l.released
-                AND l.during && tstzrange($1::timestamptz, $2::timestamptz)
-              GROUP BY l.node_id) b ON b.node_id = n.id
- WHERE (n.reservable OR b.node_id IS NOT NULL)
-   AND n.resource_class IS NOT NULL
-   AND ($3::text IS NULL OR n.resource_class = $3::text)
- ORDER BY n.id
+WITH c AS MATERIALIZED (
+    SELECT n.id, n.resource_class::text AS resource_class, n.maintenance, n.reservable,
+           metalloc_topology_path($1::text[], n.extra, n.properties) AS path,
+           COALESCE(b.lease_ids, '{}')::bigint[] AS lease_ids,
+           COALESCE(b.busy_from, '{}')::timestamptz[] AS busy_from,
+           COALESCE(b.busy_to, '{}')::timestamptz[] AS busy_to
+      FROM nodes n
+      LEFT JOIN (SELECT l.node_id,
+                        array_agg(l.lease_id) AS lease_ids,
+                        array_agg(lower(l.during)) AS busy_from,
+                        array_agg(upper(l.during)) AS busy_to
+                   FROM lease_nodes l
+                  WHERE NOT l.released
+                    AND l.during && tstzrange($2::timestamptz, $3::timestamptz)
+                  GROUP BY l.node_id) b ON b.node_id = n.id
+     WHERE (n.reservable OR b.node_id IS NOT NULL)
+       AND n.resource_class IS NOT NULL
+       AND ($4::text IS NULL OR n.resource_class = $4::text)
+)
+SELECT c.id, c.resource_class, c.maintenance, c.reservable,
+       COALESCE(p.path[1:cardinality($1::text[])], c.path)::text[] AS path,
+       c.lease_ids, c.busy_from, c.busy_to
+  FROM c
+  LEFT JOIN metalloc_topology_paths(ARRAY(SELECT cc.id FROM c AS cc WHERE array_position(cc.path, NULL) IS NOT NULL))
+       AS p (node_id, path) ON p.node_id = c.id
+ ORDER BY c.id
 `
 
 type CalendarNodesParams struct {
+	Sources       []string
 	FromTime      time.Time
 	UntilTime     time.Time
 	ResourceClass *string
@@ -137,13 +145,19 @@ type CalendarNodesRow struct {
 // The lease calendar's nodes (GET /v1/ui/leases): every reservable node
 // of @resource_class (NULL: every class), and every other node of it that
 // a lease still holds over [@from_time, @until_time), in id order, with
-// its class, maintenance and reservable flags, its topology path, and the
-// blocking rows (not released) that overlap the period: lease lease_ids[i]
-// holds it over [busy_from[i], busy_to[i]) (one aggregation pass fills the
-// three arrays, so their items pair up). Grouped per table, as
-// MatchingNodes; no locks.
+// its class, maintenance and reservable flags, its topology path down to
+// the levels @sources (as MatchingNodes), and the blocking rows (not
+// released) that overlap the period: lease lease_ids[i] holds it over
+// [busy_from[i], busy_to[i]) (one aggregation pass fills the three
+// arrays, so their items pair up). Grouped per table, as MatchingNodes;
+// no locks.
 func (q *Queries) CalendarNodes(ctx context.Context, arg CalendarNodesParams) ([]CalendarNodesRow, error) {
-	rows, err := q.db.Query(ctx, calendarNodes, arg.FromTime, arg.UntilTime, arg.ResourceClass)
+	rows, err := q.db.Query(ctx, calendarNodes,
+		arg.Sources,
+		arg.FromTime,
+		arg.UntilTime,
+		arg.ResourceClass,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -329,38 +343,69 @@ func (q *Queries) EndConflicts(ctx context.Context, arg EndConflictsParams) ([]E
 
 const freeNodes = `-- name: FreeNodes :many
 WITH f AS MATERIALIZED (
-    SELECT n.id AS nid
+    SELECT n.id AS nid,
+           CASE WHEN cardinality($3::text[]) > 0
+                THEN metalloc_topology_path($3::text[], n.extra, n.properties) ELSE '{}' END AS path
       FROM nodes n
       LEFT JOIN (SELECT nt.node_id,
-                        count(*) FILTER (WHERE nt.trait = ANY($2::text[])) AS have,
-                        count(*) FILTER (WHERE nt.trait = ANY($3::text[])) AS bad
+                        count(*) FILTER (WHERE nt.trait = ANY($4::text[])) AS have,
+                        count(*) FILTER (WHERE nt.trait = ANY($5::text[])) AS bad
                    FROM node_traits nt
-                  WHERE nt.trait = ANY($2::text[] || $3::text[])
+                  WHERE nt.trait = ANY($4::text[] || $5::text[])
                   GROUP BY nt.node_id) t ON t.node_id = n.id
       LEFT JOIN (SELECT l.node_id
                    FROM lease_nodes l
                   WHERE NOT l.released
-                    AND l.during && tstzrange($4::timestamptz, $5::timestamptz)
+                    AND l.during && tstzrange($6::timestamptz, $7::timestamptz)
                   GROUP BY l.node_id) b ON b.node_id = n.id
      WHERE n.reservable AND NOT n.maintenance
-       AND n.resource_class = $6::text
-       AND COALESCE(t.have, 0) = cardinality($2::text[]) AND COALESCE(t.bad, 0) = 0
+       AND n.resource_class = $8::text
+       AND COALESCE(t.have, 0) = cardinality($4::text[]) AND COALESCE(t.bad, 0) = 0
        AND b.node_id IS NULL
+       AND ($9::bigint[] IS NULL OR n.id = ANY($9::bigint[]))
+), fp AS (
+    SELECT f.nid, COALESCE(p.path[1:cardinality($3::text[])], f.path) AS path
+      FROM f
+      LEFT JOIN metalloc_topology_paths(ARRAY(SELECT ff.nid FROM f AS ff WHERE array_position(ff.path, NULL) IS NOT NULL))
+           AS p (node_id, path) ON p.node_id = f.nid
+), fd AS MATERIALIZED (
+    SELECT fp.nid, fp.path,
+           CASE WHEN cardinality($3::text[]) > 0 AND cardinality(fp.path) = cardinality($3::text[])
+                     AND array_position(fp.path, '') IS NULL
+                THEN fp.path END AS domain
+      FROM fp
+), d AS MATERIALIZED (
+    SELECT c.domain, c.free, row_number() OVER w AS place, sum(c.free) OVER w - c.free AS ahead
+      FROM (SELECT fd.domain, count(*) AS free FROM fd WHERE fd.domain IS NOT NULL GROUP BY fd.domain) c
+    WINDOW w AS (ORDER BY c.free DESC, random() ROWS UNBOUNDED PRECEDING)
 )
-SELECT f.nid AS id, COALESCE(p.path, '{}')::text[] AS path
-  FROM f
-  LEFT JOIN metalloc_topology_paths(CASE WHEN $1::boolean THEN ARRAY(SELECT ff.nid FROM f AS ff) END) AS p (node_id, path)
-    ON p.node_id = f.nid
- ORDER BY f.nid
+SELECT u.id, u.path::text[] AS path FROM (
+    (SELECT fd.nid AS id, fd.path FROM fd JOIN d ON d.domain = fd.domain
+      WHERE d.place = 1
+      ORDER BY random() LIMIT $1::integer)
+    UNION ALL
+    SELECT fd.nid, fd.path FROM fd JOIN d ON d.domain = fd.domain
+     WHERE d.place > 1
+       AND ($1::integer IS NULL OR $2::text = 'preferred' AND d.ahead < $1::integer)
+    UNION ALL
+    (SELECT fd.nid, fd.path FROM fd
+      WHERE fd.domain IS NULL AND $2::text <> 'required'
+      ORDER BY random()
+      LIMIT $1::integer - LEAST($1::integer, (SELECT COALESCE(sum(d.free), 0) FROM d)::integer))
+) u
+ ORDER BY u.id
 `
 
 type FreeNodesParams struct {
-	WithPaths     bool
+	Want          *int32
+	Rule          string
+	Sources       []string
 	Traits        []string
 	Forbidden     []string
 	FromTime      time.Time
 	UntilTime     time.Time
 	ResourceClass string
+	Among         []int64
 }
 
 type FreeNodesRow struct {
@@ -368,22 +413,35 @@ type FreeNodesRow struct {
 	Path []string
 }
 
-// Admission's read: the reservable nodes of @resource_class that a
-// reservation may take over [@from_time, @until_time): not in
-// maintenance, with every trait of @traits and none of @forbidden, and no
-// blocking row of another lease overlapping the window; with their
-// topology paths when @with_paths (a reservation with a level; '{}'
-// otherwise), in id order. Nothing else: no busy interval, no node it
-// could not take (a refusal reads MatchingNodes for its reasons). Every
-// table read once, as MatchingNodes (TestLeaseReadPlansSetBased).
+// Admission's read for one reservation: of the nodes it may take over
+// [@from_time, @until_time) (reservable, of @resource_class, not in
+// maintenance, with every trait of @traits and none of @forbidden, among
+// @among unless it is NULL, no blocking row of another lease overlapping
+// the window), those its pick (choose) needs, in id order, with their
+// topology paths down to the levels @sources (as MatchingNodes). A node's
+// domain is its path when it has a value at every level (none without
+// levels); the domains are ranked by free nodes, the most first, at
+// random among equals. With @want NULL every free node is read (a
+// reservation after another of the same class: the earlier one may take
+// any of them). Else, tens of rows, not thousands: up to @want nodes of
+// the first domain, at random (required, and preferred when it has
+// enough); under @rule preferred also every node of the next domains
+// until @want are read; then, unless @rule is required, when the domains
+// hold fewer than @want, up to the rest among the nodes in no domain, at
+// random (rule none: @want of them). choose makes on them the pick it
+// would make on every free node (TestFreeNodesReadsThePick). Every table
+// read once (TestLeaseReadPlansSetBased).
 func (q *Queries) FreeNodes(ctx context.Context, arg FreeNodesParams) ([]FreeNodesRow, error) {
 	rows, err := q.db.Query(ctx, freeNodes,
-		arg.WithPaths,
+		arg.Want,
+		arg.Rule,
+		arg.Sources,
 		arg.Traits,
 		arg.Forbidden,
 		arg.FromTime,
 		arg.UntilTime,
 		arg.ResourceClass,
+		arg.Among,
 	)
 	if err != nil {
 		return nil, err
@@ -572,7 +630,8 @@ WITH m AS MATERIALIZED (
     SELECT n.id AS nid, n.uuid, n.name, n.resource_class::text AS resource_class, n.maintenance,
            (COALESCE(t.have, 0) = cardinality($2::text[]) AND COALESCE(t.bad, 0) = 0)::boolean AS fits,
            COALESCE(b.busy_from, '{}')::timestamptz[] AS busy_from,
-           COALESCE(b.busy_to, '{}')::timestamptz[] AS busy_to
+           COALESCE(b.busy_to, '{}')::timestamptz[] AS busy_to,
+           metalloc_topology_path($1::text[], n.extra, n.properties) AS path
       FROM nodes n
       LEFT JOIN (SELECT nt.node_id,
                         count(*) FILTER (WHERE nt.trait = ANY($2::text[])) AS have,
@@ -591,15 +650,16 @@ WITH m AS MATERIALIZED (
        AND n.resource_class IS NOT NULL
        AND ($7::text IS NULL OR n.resource_class = $7::text)
 )
-SELECT m.nid AS id, m.uuid, m.name, m.resource_class, m.maintenance, COALESCE(p.path, '{}')::text[] AS path, m.fits, m.busy_from, m.busy_to
+SELECT m.nid AS id, m.uuid, m.name, m.resource_class, m.maintenance,
+       COALESCE(p.path[1:cardinality($1::text[])], m.path)::text[] AS path, m.fits, m.busy_from, m.busy_to
   FROM m
-  LEFT JOIN metalloc_topology_paths(CASE WHEN $1::boolean THEN ARRAY(SELECT mm.nid FROM m AS mm) END) AS p (node_id, path)
-    ON p.node_id = m.nid
+  LEFT JOIN metalloc_topology_paths(ARRAY(SELECT mm.nid FROM m AS mm WHERE array_position(mm.path, NULL) IS NOT NULL))
+       AS p (node_id, path) ON p.node_id = m.nid
  ORDER BY m.nid
 `
 
 type MatchingNodesParams struct {
-	WithPaths     bool
+	Sources       []string
 	Traits        []string
 	Forbidden     []string
 	ExcludeLease  int64
@@ -623,23 +683,25 @@ type MatchingNodesRow struct {
 // The reservable nodes of @resource_class (NULL: every class), in id
 // order, with what refusals and availability filter on: maintenance,
 // fits (every trait of @traits and none of @forbidden), the topology path
-// when @with_paths ('{}' otherwise), and the node's busy intervals
-// [busy_from[i], busy_to[i]) that overlap [@from_time, @until_time): the
-// windows of the rows of other leases than @exclude_lease that still
-// block (not released), in no order (one aggregation pass fills both
-// arrays, so their items pair up). One statement that reads every table
-// once: the busy intervals and the traits are read per table and grouped
-// by node (hash joins), not looked up node by node (10,000 correlated
-// subqueries cost ~0.4 s, the grouping a few ms), and the paths come from
-// metalloc_topology_paths for all the nodes at once, not from the view
+// down to the levels @sources ('{}': none; see metalloc_topology_path),
+// and the node's busy intervals [busy_from[i], busy_to[i]) that overlap
+// [@from_time, @until_time): the windows of the rows of other leases than
+// @exclude_lease that still block (not released), in no order (one
+// aggregation pass fills both arrays, so their items pair up). One
+// statement that reads every table once: the busy intervals and the
+// traits are read per table and grouped by node (hash joins), not looked
+// up node by node (10,000 correlated subqueries cost ~0.4 s, the grouping
+// a few ms), and the paths are an expression on each node's row
+// (metalloc_topology_path, migration 00054), not the view
 // node_topology_paths, which computes each node's in a subquery of its
-// own (most of an availability search's time at 10,000 nodes, issue 43).
-// TestLeaseReadPlansSetBased checks that no plan node runs twice. No
-// locks: the exclusion constraint of lease_nodes refuses a pick that a
-// concurrent admission took meanwhile.
+// own (most of an availability search's time at 10,000 nodes, issue 43);
+// only a level read from traits or aggregates takes the nodes' paths from
+// metalloc_topology_paths, all at once. TestLeaseReadPlansSetBased checks
+// that no plan node runs twice. No locks: the exclusion constraint of
+// lease_nodes refuses a pick that a concurrent admission took meanwhile.
 func (q *Queries) MatchingNodes(ctx context.Context, arg MatchingNodesParams) ([]MatchingNodesRow, error) {
 	rows, err := q.db.Query(ctx, matchingNodes,
-		arg.WithPaths,
+		arg.Sources,
 		arg.Traits,
 		arg.Forbidden,
 		arg.ExcludeLease,

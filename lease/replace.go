@@ -148,13 +148,14 @@ func repairOnce(ctx context.Context, tx pgx.Tx, l Lease, rs []LeaseReservation, 
 				return res, err
 			}
 		}
+		lvl := levelOf(r, levels)
 		rows, err := q.MatchingNodes(ctx, MatchingNodesParams{ResourceClass: &r.ResourceClass,
 			Traits: nonNil(r.Traits), Forbidden: nonNil(r.ForbiddenTraits), ExcludeLease: l.ID,
-			FromTime: l.StartTime, UntilTime: l.EndTime, WithPaths: r.RuleLevel != nil})
+			FromTime: l.StartTime, UntilTime: l.EndTime, Sources: levelSources(levels, lvl)})
 		if err != nil {
 			return res, fmt.Errorf("reading reservable nodes: %w", err)
 		}
-		pk := newPicker(toNodes(rows), r, levels, unix(l.StartTime), unix(l.EndTime), taken, rnd)
+		pk := newPicker(toNodes(rows), r, lvl, unix(l.StartTime), unix(l.EndTime), taken, rnd)
 		var left []string
 		for _, f := range failed {
 			n, found := pk.next()
@@ -233,16 +234,26 @@ type picker struct {
 	rnd      *rand.Rand
 }
 
-func newPicker(nodes []node, r LeaseReservation, levels []topology.Level, from, to int64,
+// levelOf is the index of r's level in levels (-1: none, or no longer in
+// the topology).
+func levelOf(r LeaseReservation, levels []topology.Level) int {
+	if r.RuleLevel != nil {
+		if idx, err := topology.LevelIndex(levels, *r.RuleLevel); err == nil {
+			return idx
+		}
+	}
+	return -1
+}
+
+// newPicker is the picker of reservation r among nodes (their paths down
+// to level index lvl, levelOf).
+func newPicker(nodes []node, r LeaseReservation, lvl int, from, to int64,
 	taken map[int64]bool, rnd *rand.Rand) *picker {
 	p := &picker{nodes: nodes, r: r, from: from, to: to, taken: taken, rnd: rnd,
 		res: Reservation{ResourceClass: r.ResourceClass, Traits: r.Traits, Forbidden: r.ForbiddenTraits,
-			Count: 1, Rule: r.Rule, LevelIndex: -1}}
+			Count: 1, Rule: r.Rule, LevelIndex: lvl}}
 	if r.RuleLevel != nil {
 		p.res.Level = *r.RuleLevel
-		if idx, err := topology.LevelIndex(levels, *r.RuleLevel); err == nil {
-			p.res.LevelIndex = idx
-		}
 	}
 	if p.res.LevelIndex >= 0 && len(r.Domain) > 0 {
 		p.domain = strings.Join(r.Domain, "/")
