@@ -1493,6 +1493,33 @@ END;
 $$;
 
 --
+-- Name: metalloc_topology_path(text[], jsonb, jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.metalloc_topology_path(p_sources text[], p_extra jsonb, p_properties jsonb) RETURNS text[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT (ARRAY[
+    CASE WHEN starts_with(p_sources[1], 'extra.') THEN COALESCE(p_extra ->> substr(p_sources[1], 7), '')
+         WHEN starts_with(p_sources[1], 'properties.') THEN COALESCE(p_properties ->> substr(p_sources[1], 12), '') END,
+    CASE WHEN starts_with(p_sources[2], 'extra.') THEN COALESCE(p_extra ->> substr(p_sources[2], 7), '')
+         WHEN starts_with(p_sources[2], 'properties.') THEN COALESCE(p_properties ->> substr(p_sources[2], 12), '') END,
+    CASE WHEN starts_with(p_sources[3], 'extra.') THEN COALESCE(p_extra ->> substr(p_sources[3], 7), '')
+         WHEN starts_with(p_sources[3], 'properties.') THEN COALESCE(p_properties ->> substr(p_sources[3], 12), '') END,
+    CASE WHEN starts_with(p_sources[4], 'extra.') THEN COALESCE(p_extra ->> substr(p_sources[4], 7), '')
+         WHEN starts_with(p_sources[4], 'properties.') THEN COALESCE(p_properties ->> substr(p_sources[4], 12), '') END,
+    CASE WHEN starts_with(p_sources[5], 'extra.') THEN COALESCE(p_extra ->> substr(p_sources[5], 7), '')
+         WHEN starts_with(p_sources[5], 'properties.') THEN COALESCE(p_properties ->> substr(p_sources[5], 12), '') END,
+    CASE WHEN starts_with(p_sources[6], 'extra.') THEN COALESCE(p_extra ->> substr(p_sources[6], 7), '')
+         WHEN starts_with(p_sources[6], 'properties.') THEN COALESCE(p_properties ->> substr(p_sources[6], 12), '') END,
+    CASE WHEN starts_with(p_sources[7], 'extra.') THEN COALESCE(p_extra ->> substr(p_sources[7], 7), '')
+         WHEN starts_with(p_sources[7], 'properties.') THEN COALESCE(p_properties ->> substr(p_sources[7], 12), '') END,
+    CASE WHEN starts_with(p_sources[8], 'extra.') THEN COALESCE(p_extra ->> substr(p_sources[8], 7), '')
+         WHEN starts_with(p_sources[8], 'properties.') THEN COALESCE(p_properties ->> substr(p_sources[8], 12), '') END
+])[1:cardinality(p_sources)]
+$$;
+
+--
 -- Name: metalloc_topology_paths(bigint[]); Type: FUNCTION; Schema: public; Owner: -
 --
 
