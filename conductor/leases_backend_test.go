@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/metalloc/metalloc/conductor/backend"
@@ -91,6 +92,26 @@ func TestLeaseWithPlacementBackend(t *testing.T) {
 	}
 }
 
+// leaseNodeTaken admits a lease of 2 gold nodes for project lab from 3 s
+// from now for d, and has another consumer take its first node in
+// Placement (pbPlacement) before the start; cfg is leaseCfg with the
+// placement backend in mode local on that Placement.
+func leaseNodeTaken(t *testing.T, pool *pgxpool.Pool, d time.Duration) (lease, taken uuid.UUID, cfg Config) {
+	t.Helper()
+	ctx := context.Background()
+	pc := pbPlacement(t, pool, "gold")
+	start := dbNow(t, pool).Add(3 * time.Second)
+	lease = admitLease(t, pool, "lab", "allocate", 2, start, start.Add(d))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT n.uuid FROM lease_nodes ln JOIN nodes n ON n.id = ln.node_id
+		ORDER BY n.id LIMIT 1`).Scan(&taken))
+	require.NoError(t, pc.PutAllocations(ctx, uuid.New(), client.Claim{ProjectID: "p", UserID: "u",
+		Request: client.AllocationRequest{Allocations: map[uuid.UUID]client.ProviderResources{
+			taken: {Resources: client.Resources{client.NormalizeClass("gold"): 1}}}}}))
+	cfg = leaseCfg()
+	cfg.Backend, cfg.Placement, cfg.PlacementMode = BackendPlacement, pc, backend.PlacementModeLocal
+	return lease, taken, cfg
+}
+
 // A lease whose node another consumer has taken in Placement before the
 // start, no other node free to replace it: that node's allocation ends in
 // error with the reason (the other is active), the lease is flagged
@@ -99,19 +120,8 @@ func TestLeaseWithPlacementBackend(t *testing.T) {
 // behind.
 func TestLeaseWithPlacementBackendNodeTaken(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	pool := reservablePool(t, 2)
-	pc := pbPlacement(t, pool, "gold")
-	now := dbNow(t, pool)
-	u := admitLease(t, pool, "lab", "allocate", 2, now.Add(3*time.Second), now.Add(8*time.Second))
-	var taken uuid.UUID
-	require.NoError(t, pool.QueryRow(ctx, `SELECT n.uuid FROM lease_nodes ln JOIN nodes n ON n.id = ln.node_id
-		ORDER BY n.id LIMIT 1`).Scan(&taken))
-	require.NoError(t, pc.PutAllocations(ctx, uuid.New(), client.Claim{ProjectID: "p", UserID: "u",
-		Request: client.AllocationRequest{Allocations: map[uuid.UUID]client.ProviderResources{
-			taken: {Resources: client.Resources{client.NormalizeClass("gold"): 1}}}}}))
-	cfg := leaseCfg()
-	cfg.Backend, cfg.Placement, cfg.PlacementMode = BackendPlacement, pc, backend.PlacementModeLocal
+	u, taken, cfg := leaseNodeTaken(t, pool, 8*time.Second)
 	startConductors(t, pool, cfg, 1)
 
 	dbtest.WaitFor(t, 30*time.Second, "the lease's allocations settled", func() bool {
@@ -141,19 +151,8 @@ func TestLeaseWithPlacementBackendNodeTaken(t *testing.T) {
 // lease.node_replaced event says why.
 func TestLeaseWithPlacementBackendTakenNodeReplaced(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	pool := reservablePool(t, 3)
-	pc := pbPlacement(t, pool, "gold")
-	now := dbNow(t, pool)
-	u := admitLease(t, pool, "lab", "allocate", 2, now.Add(3*time.Second), now.Add(time.Hour))
-	var taken uuid.UUID
-	require.NoError(t, pool.QueryRow(ctx, `SELECT n.uuid FROM lease_nodes ln JOIN nodes n ON n.id = ln.node_id
-		ORDER BY n.id LIMIT 1`).Scan(&taken))
-	require.NoError(t, pc.PutAllocations(ctx, uuid.New(), client.Claim{ProjectID: "p", UserID: "u",
-		Request: client.AllocationRequest{Allocations: map[uuid.UUID]client.ProviderResources{
-			taken: {Resources: client.Resources{client.NormalizeClass("gold"): 1}}}}}))
-	cfg := leaseCfg()
-	cfg.Backend, cfg.Placement, cfg.PlacementMode = BackendPlacement, pc, backend.PlacementModeLocal
+	u, taken, cfg := leaseNodeTaken(t, pool, time.Hour)
 	startConductors(t, pool, cfg, 2)
 
 	dbtest.WaitFor(t, 30*time.Second, "the lease's 2 allocations active on its nodes", func() bool {

@@ -1273,7 +1273,6 @@ type NoticeLeaseEndingRow struct {
 	State         string
 	EndTime       time.Time
 	ResourceClass string
-	Lateness      float64
 }
 
 // lease.ending, once per lease, only while the conductor owns it.
