@@ -268,12 +268,18 @@ func TestIronicFrontLease(t *testing.T) {
 		})
 		deployThroughMetalloc(t, cli, ir, node)
 
+		// The earlier subtests' ends logged the same line: count from now.
+		const undeploying = "lease ending: undeploying node through Ironic"
+		before := make([]int, len(stack.Conductors))
+		for i, p := range stack.Conductors {
+			before[i] = logLines(t, []*devstack.Process{p}, undeploying)
+		}
 		endLeaseSoon(t, api, "ironic-kill")
 		var victim *devstack.Process
 		var others []*devstack.Process
 		dbtest.WaitFor(t, 2*time.Minute, "a conductor undeploying the lease's node", func() bool {
 			for i, p := range stack.Conductors {
-				if logLines(t, []*devstack.Process{p}, "lease ending: undeploying node through Ironic") > 0 {
+				if logLines(t, []*devstack.Process{p}, undeploying) > before[i] {
 					victim = p
 					others = slices.Delete(slices.Clone(stack.Conductors), i, i+1)
 					return true
