@@ -3095,6 +3095,12 @@ CREATE INDEX allocations_allocating_idx ON public.allocations USING btree (id) W
 CREATE INDEX allocations_group_idx ON public.allocations USING btree (group_id) WHERE (group_id IS NOT NULL);
 
 --
+-- Name: allocations_lease_error_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX allocations_lease_error_idx ON public.allocations USING btree (((extra ->> 'lease_uuid'::text))) WHERE ((state = 'error'::text) AND ((extra ->> 'lease_uuid'::text) IS NOT NULL));
+
+--
 -- Name: allocations_name_key; Type: INDEX; Schema: public; Owner: -
 --
 

@@ -233,3 +233,12 @@ UPDATE lease_nodes SET node_id = @new_node_id
 -- The lease's flag after a check of its nodes (Repair): why it lacks
 -- nodes, or NULL when it has them all.
 UPDATE leases SET degraded_reason = sqlc.narg(reason)::text, updated_at = now() WHERE id = @id;
+
+-- name: NodesFreeNow :many
+-- Which of the nodes @ids are free now (metalloc_node_free: available, not
+-- in maintenance, powered, no instance or allocation): the replacements of
+-- an active lease's refused nodes (ReplaceRefused) must be.
+SELECT n.id FROM nodes n
+ WHERE n.id = ANY(@ids::bigint[])
+   AND metalloc_node_free(n.provision_state, n.maintenance, n.power_state, n.instance_uuid, n.allocation_id)
+ ORDER BY n.id;

@@ -675,6 +675,36 @@ func (q *Queries) MatchingNodes(ctx context.Context, arg MatchingNodesParams) ([
 	return items, nil
 }
 
+const nodesFreeNow = `-- name: NodesFreeNow :many
+SELECT n.id FROM nodes n
+ WHERE n.id = ANY($1::bigint[])
+   AND metalloc_node_free(n.provision_state, n.maintenance, n.power_state, n.instance_uuid, n.allocation_id)
+ ORDER BY n.id
+`
+
+// Which of the nodes @ids are free now (metalloc_node_free: available, not
+// in maintenance, powered, no instance or allocation): the replacements of
+// an active lease's refused nodes (ReplaceRefused) must be.
+func (q *Queries) NodesFreeNow(ctx context.Context, ids []int64) ([]int64, error) {
+	rows, err := q.db.Query(ctx, nodesFreeNow, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const nodesOf = `-- name: NodesOf :many
 SELECT ln.reservation_id, n.uuid, n.name
   FROM lease_nodes ln JOIN nodes n ON n.id = ln.node_id
