@@ -123,13 +123,8 @@ func (h *Handler) doc(v lease.View) map[string]any { return Doc(v, h.now(), h.op
 
 func (h *Handler) get(c echo.Context) error {
 	id := c.Param("ident")
-	v, err := h.leases.Get(c.Request().Context(), id)
-	if errors.Is(err, lease.ErrNotFound) {
-		return leaseNotFound(id)
-	} else if err != nil {
-		return err
-	}
-	if err := h.policy.Check(c, &v.ProjectID, "", leaseNotFound(id)); err != nil {
+	v, err := h.leases.Visible(c, h.policy, id, leaseNotFound(id))
+	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"lease": h.doc(v)})
