@@ -300,7 +300,8 @@ func (h *Handler) create(c echo.Context) error {
 
 // reservations turns the physical:host reservations into metalloc's:
 // count max with min as its floor (lease.Reservation's Min: max when it
-// fits, else the most between min and max that do), the resource class,
+// fits, else the most between min and max that do; both are stored and
+// shown back, Doc), the resource class,
 // traits and node conditions of their filters (Filter). Without
 // $resource_class the class is the one the reservable nodes matching the
 // rest share (400 when they have several, 409 when none matches).
