@@ -2282,8 +2282,11 @@ CREATE TABLE public.lease_reservations (
     rule text DEFAULT 'none'::text NOT NULL,
     rule_level text,
     domain text[],
+    min_count integer,
+    max_count integer,
     CONSTRAINT lease_reservations_check CHECK (((rule = 'none'::text) = (rule_level IS NULL))),
     CONSTRAINT lease_reservations_count_check CHECK ((count > 0)),
+    CONSTRAINT lease_reservations_range_check CHECK ((((min_count IS NULL) = (max_count IS NULL)) AND ((min_count >= 1) AND (min_count <= count)) AND (count <= max_count))),
     CONSTRAINT lease_reservations_rule_check CHECK ((rule = ANY (ARRAY['none'::text, 'required'::text, 'preferred'::text])))
 );
 

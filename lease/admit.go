@@ -140,7 +140,9 @@ func (s *Store) inReadTx(ctx context.Context, fn func(q *Queries) error) error {
 // reservation may take over the window (free: FreeNodes), picks
 // (choose, at random among the equals so that concurrent admissions
 // rarely collide) and inserts the lease, its reservations (each with the
-// count it booked: Count, or fewer down to Min) and its lease_nodes rows. A row another admission committed meanwhile fails the
+// count it booked: Count, or fewer down to Min; with Min set, Min and
+// Count too, as min_count and max_count) and its lease_nodes rows. A row
+// another admission committed meanwhile fails the
 // insert with an exclusion violation: the transaction is rolled back and
 // the pick made again on fresh data, up to MaxAdmitAttempts in all
 // (ErrContended). A lease that does not fit is a *RefusedError, its
@@ -186,6 +188,10 @@ func (s *Store) Admit(ctx context.Context, req Request, log *zap.Logger) (View, 
 					ForbiddenTraits: nonNil(r.Forbidden), Count: int32(len(picks[i].IDs)), Rule: r.Rule, Domain: picks[i].Domain}
 				if r.Rule != RuleNone {
 					p.RuleLevel = &r.Level
+				}
+				if r.Min > 0 && r.Min <= r.Count { // a range (Blazar's min and max), kept as asked
+					lo, hi := int32(r.Min), int32(r.Count)
+					p.MinCount, p.MaxCount = &lo, &hi
 				}
 				id, err := q.CreateReservation(ctx, p)
 				if err != nil {

@@ -26,10 +26,12 @@ const (
 // Min, when between 1 and Count, makes Count a maximum: admission books
 // Count nodes when they fit, else the most between Min and Count that do
 // (Blazar's min and max of a physical:host reservation, package
-// lease/blazar); under rule preferred Count stays exact. Nodes, when not
-// nil, restricts the reservation to those node ids (what a filter on node
-// properties matched, lease/blazar); an empty non-nil list matches none.
-// Neither is stored: the lease keeps the count booked and its nodes.
+// lease/blazar); under rule preferred Count stays exact. Such a Min is
+// stored with Count as the reservation's range (min_count, max_count:
+// what Blazar's API shows as min and max), beside the count booked. Nodes,
+// when not nil, restricts the reservation to those node ids (what a
+// filter on node properties matched, lease/blazar); an empty non-nil list
+// matches none. It is not stored: the lease keeps the nodes it booked.
 type Reservation struct {
 	ResourceClass string
 	Traits        []string

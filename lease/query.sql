@@ -102,8 +102,10 @@ VALUES (@uuid, @name, @project_id, @start_time, @end_time, @on_start)
 RETURNING *;
 
 -- name: CreateReservation :one
-INSERT INTO lease_reservations (lease_id, resource_class, traits, forbidden_traits, count, rule, rule_level, domain)
-VALUES (@lease_id, @resource_class, @traits, @forbidden_traits, @count, @rule, @rule_level, @domain)
+INSERT INTO lease_reservations (lease_id, resource_class, traits, forbidden_traits, count, rule, rule_level, domain,
+                                min_count, max_count)
+VALUES (@lease_id, @resource_class, @traits, @forbidden_traits, @count, @rule, @rule_level, @domain,
+        sqlc.narg(min_count), sqlc.narg(max_count))
 RETURNING id;
 
 -- name: InsertLeaseNodes :exec

@@ -234,8 +234,10 @@ func (q *Queries) CreateLease(ctx context.Context, arg CreateLeaseParams) (Lease
 }
 
 const createReservation = `-- name: CreateReservation :one
-INSERT INTO lease_reservations (lease_id, resource_class, traits, forbidden_traits, count, rule, rule_level, domain)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO lease_reservations (lease_id, resource_class, traits, forbidden_traits, count, rule, rule_level, domain,
+                                min_count, max_count)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+        $9, $10)
 RETURNING id
 `
 
@@ -248,6 +250,8 @@ type CreateReservationParams struct {
 	Rule            string
 	RuleLevel       *string
 	Domain          []string
+	MinCount        *int32
+	MaxCount        *int32
 }
 
 func (q *Queries) CreateReservation(ctx context.Context, arg CreateReservationParams) (int64, error) {
@@ -260,6 +264,8 @@ func (q *Queries) CreateReservation(ctx context.Context, arg CreateReservationPa
 		arg.Rule,
 		arg.RuleLevel,
 		arg.Domain,
+		arg.MinCount,
+		arg.MaxCount,
 	)
 	var id int64
 	err := row.Scan(&id)
@@ -780,7 +786,7 @@ func (q *Queries) ReplaceLeaseNode(ctx context.Context, arg ReplaceLeaseNodePara
 }
 
 const reservationsOf = `-- name: ReservationsOf :many
-SELECT id, lease_id, resource_class, traits, forbidden_traits, count, rule, rule_level, domain FROM lease_reservations r WHERE r.lease_id = ANY($1::bigint[]) ORDER BY r.id
+SELECT id, lease_id, resource_class, traits, forbidden_traits, count, rule, rule_level, domain, min_count, max_count FROM lease_reservations r WHERE r.lease_id = ANY($1::bigint[]) ORDER BY r.id
 `
 
 // The reservations of the given leases, in id order.
@@ -803,6 +809,8 @@ func (q *Queries) ReservationsOf(ctx context.Context, leaseIds []int64) ([]Lease
 			&i.Rule,
 			&i.RuleLevel,
 			&i.Domain,
+			&i.MinCount,
+			&i.MaxCount,
 		); err != nil {
 			return nil, err
 		}
