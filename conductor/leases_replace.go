@@ -76,14 +76,26 @@ func pollBatches(ctx context.Context, period time.Duration, round func(context.C
 }
 
 // repairRound checks one batch of leases, each in its own transaction; it
-// returns how many were found.
+// returns how many were found. Batches are pages (c.repairAfter: the last
+// lease checked): a lease flagged and not repairable is found again at
+// every round, and without the pages four of them would make pollBatches
+// check the same four without a pause and never reach a fifth. A short
+// page starts the next round from the beginning.
 func (c *Service) repairRound(ctx context.Context) int {
-	rows, err := c.q.LeasesToRepair(ctx, LeasesToRepairParams{AheadSeconds: leaseRepairAhead.Seconds(), Batch: leaseBatch})
+	rows, err := c.q.LeasesToRepair(ctx, LeasesToRepairParams{AheadSeconds: leaseRepairAhead.Seconds(),
+		AfterStart: c.repairAfter.start, AfterID: c.repairAfter.id, Batch: leaseBatch})
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("could not read the leases to check", zap.Error(err))
 		}
+		c.repairAfter.start, c.repairAfter.id = time.Time{}, 0
 		return 0
+	}
+	if len(rows) < leaseBatch {
+		c.repairAfter.start, c.repairAfter.id = time.Time{}, 0
+	} else {
+		last := rows[len(rows)-1]
+		c.repairAfter.start, c.repairAfter.id = last.StartTime, last.ID
 	}
 	for _, r := range rows {
 		if err := c.checkLease(ctx, r.ID); err != nil && ctx.Err() == nil {

@@ -536,3 +536,30 @@ func TestLeaseMetrics(t *testing.T) {
 	}
 	require.Equal(t, map[string]uint64{MoveStart: 1, MoveEnd: 1}, counts)
 }
+
+// TestLeaseRepairRoundsPage: flagged leases starting within the hour
+// (their nodes failed, no spare) are found at every round; with more of them than a batch, the rounds page
+// through them (a full page, then the rest, then from the start again)
+// instead of checking the same first batch without a pause and never
+// reaching the others.
+func TestLeaseRepairRoundsPage(t *testing.T) {
+	t.Parallel()
+	pool := rackedReservablePool(t, 2, 4, "gold")
+	ctx := context.Background()
+	store := lease.NewStore(pool)
+	now := dbNow(t, pool)
+	n := leaseBatch + 2
+	for i := range n {
+		u, err := admitRackLease(t, store, fmt.Sprintf("p%d", i), "gold", 1, now.Add(time.Duration(30+i)*time.Minute), now.Add(2*time.Hour))
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `UPDATE leases SET degraded_reason = 'no spare' WHERE uuid = $1`, u)
+		require.NoError(t, err)
+	}
+	// Every node failed: no lease can be repaired, each stays flagged.
+	_, err := pool.Exec(ctx, `UPDATE nodes SET maintenance = true`)
+	require.NoError(t, err)
+	svc := leaseService(t, pool, "pager")
+	require.Equal(t, leaseBatch, svc.repairRound(ctx), "the first page is full")
+	require.Equal(t, n-leaseBatch, svc.repairRound(ctx), "the second page holds the rest")
+	require.Equal(t, leaseBatch, svc.repairRound(ctx), "then from the start again")
+}

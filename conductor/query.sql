@@ -599,9 +599,11 @@ RETURNING uuid, name, project_id,
 -- start, unless already flagged (degraded_reason); and those starting
 -- within @ahead_seconds that are flagged (retried until the start), have
 -- a node in maintenance, or have fewer rows than they ask for (a node
--- deleted under them). At most @batch, the earliest start first. No
--- locks: Repair locks the lease and checks it afresh.
-SELECT x.id, x.uuid FROM leases x
+-- deleted under them). At most @batch, the earliest start first, after
+-- (@after_start, @after_id) (the last of the previous page; a flagged
+-- lease stays found, so the pages must move on). No locks: Repair locks
+-- the lease and checks it afresh.
+SELECT x.id, x.uuid, x.start_time FROM leases x
  WHERE x.id IN (SELECT l.id FROM nodes n
                   JOIN lease_nodes ln ON ln.node_id = n.id AND NOT ln.released
                   JOIN leases l ON l.id = ln.lease_id
@@ -615,6 +617,7 @@ SELECT x.id, x.uuid FROM leases x
                                     WHERE ln.lease_id = l.id AND NOT ln.released AND n.maintenance)
                         OR (SELECT coalesce(sum(r.count), 0) FROM lease_reservations r WHERE r.lease_id = l.id)
                            > (SELECT count(*) FROM lease_nodes ln WHERE ln.lease_id = l.id AND NOT ln.released)))
+   AND (x.start_time, x.id) > (@after_start::timestamptz, @after_id::bigint)
  ORDER BY x.start_time, x.id
  LIMIT @batch::integer;
 

@@ -945,7 +945,7 @@ func (q *Queries) LeaseProjectAllocations(ctx context.Context, arg LeaseProjectA
 }
 
 const leasesToRepair = `-- name: LeasesToRepair :many
-SELECT x.id, x.uuid FROM leases x
+SELECT x.id, x.uuid, x.start_time FROM leases x
  WHERE x.id IN (SELECT l.id FROM nodes n
                   JOIN lease_nodes ln ON ln.node_id = n.id AND NOT ln.released
                   JOIN leases l ON l.id = ln.lease_id
@@ -959,18 +959,22 @@ SELECT x.id, x.uuid FROM leases x
                                     WHERE ln.lease_id = l.id AND NOT ln.released AND n.maintenance)
                         OR (SELECT coalesce(sum(r.count), 0) FROM lease_reservations r WHERE r.lease_id = l.id)
                            > (SELECT count(*) FROM lease_nodes ln WHERE ln.lease_id = l.id AND NOT ln.released)))
+   AND (x.start_time, x.id) > ($2::timestamptz, $3::bigint)
  ORDER BY x.start_time, x.id
- LIMIT $2::integer
+ LIMIT $4::integer
 `
 
 type LeasesToRepairParams struct {
 	AheadSeconds float64
+	AfterStart   time.Time
+	AfterID      int64
 	Batch        int32
 }
 
 type LeasesToRepairRow struct {
-	ID   int64
-	Uuid uuid.UUID
+	ID        int64
+	Uuid      uuid.UUID
+	StartTime time.Time
 }
 
 // Pending leases whose booked nodes a conductor checks (lease.Repair,
@@ -979,10 +983,17 @@ type LeasesToRepairRow struct {
 // start, unless already flagged (degraded_reason); and those starting
 // within @ahead_seconds that are flagged (retried until the start), have
 // a node in maintenance, or have fewer rows than they ask for (a node
-// deleted under them). At most @batch, the earliest start first. No
-// locks: Repair locks the lease and checks it afresh.
+// deleted under them). At most @batch, the earliest start first, after
+// (@after_start, @after_id) (the last of the previous page; a flagged
+// lease stays found, so the pages must move on). No locks: Repair locks
+// the lease and checks it afresh.
 func (q *Queries) LeasesToRepair(ctx context.Context, arg LeasesToRepairParams) ([]LeasesToRepairRow, error) {
-	rows, err := q.db.Query(ctx, leasesToRepair, arg.AheadSeconds, arg.Batch)
+	rows, err := q.db.Query(ctx, leasesToRepair,
+		arg.AheadSeconds,
+		arg.AfterStart,
+		arg.AfterID,
+		arg.Batch,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -990,7 +1001,7 @@ func (q *Queries) LeasesToRepair(ctx context.Context, arg LeasesToRepairParams) 
 	var items []LeasesToRepairRow
 	for rows.Next() {
 		var i LeasesToRepairRow
-		if err := rows.Scan(&i.ID, &i.Uuid); err != nil {
+		if err := rows.Scan(&i.ID, &i.Uuid, &i.StartTime); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
