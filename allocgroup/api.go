@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -295,61 +294,18 @@ func (h *Handler) get(c echo.Context) error {
 	return c.JSON(http.StatusOK, v.Doc(h.base(c)))
 }
 
+// list is GET /v1/allocation_groups: a page in creation order, filtered
+// by state, resource_class and owner (web.ListInOrder).
 func (h *Handler) list(c echo.Context) error {
-	ctx := c.Request().Context()
-	p, err := web.ParseListParams(c, h.opts.MaxLimit)
-	if err != nil {
-		return err
-	}
-	if p.SortKey != "id" || p.SortDesc {
-		return web.BadRequest("Allocation groups are listed in creation order only: sort_key and sort_dir are not supported")
-	}
-	var f ListFilter
-	keep := url.Values{}
-	for _, k := range []struct {
-		name string
-		dst  **string
-	}{{"state", &f.State}, {"resource_class", &f.ResourceClass}, {"owner", &f.Owner}} {
-		if s := c.QueryParam(k.name); s != "" {
-			*k.dst = &s
-			keep.Set(k.name, s)
-		}
-	}
-	if project, err := h.policy.ListScope(c, f.Owner); err != nil {
-		return err
-	} else if project != nil {
-		f.Owner = project
-	}
-	var after int64
-	if p.Marker != "" {
-		u, err := uuid.Parse(p.Marker)
-		if err != nil {
-			return web.BadRequest("Expected UUID for marker: %s", p.Marker)
-		}
-		m, err := h.store.Get(ctx, u.String())
-		if errors.Is(err, ErrNotFound) {
-			return notFound(p.Marker)
-		} else if err != nil {
-			return err
-		}
-		after = m.ID
-	}
-	views, err := h.store.List(ctx, f, after, p.Limit)
-	if err != nil {
-		return err
-	}
-	base := h.base(c)
-	docs := make([]map[string]any, 0, len(views))
-	for _, v := range views {
-		docs = append(docs, v.Doc(base))
-	}
-	out := map[string]any{"allocation_groups": docs}
-	if len(views) > 0 {
-		if next := web.NextLink(base, "allocation_groups", len(views), p.Limit, views[len(views)-1].Uuid.String(), keep); next != "" {
-			out["next"] = next
-		}
-	}
-	return c.JSON(http.StatusOK, out)
+	return web.ListInOrder(c, web.InOrder[View]{Name: "allocation_groups", Title: "Allocation groups",
+		Filters: []string{"state", "resource_class", "owner"}, Owner: "owner", Scope: h.policy.ListScope,
+		Get: h.store.Get, ErrNotFound: ErrNotFound, NotFound: notFound,
+		List: func(ctx context.Context, f map[string]*string, after int64, limit int) ([]View, error) {
+			return h.store.List(ctx, ListFilter{State: f["state"], ResourceClass: f["resource_class"], Owner: f["owner"]},
+				after, limit)
+		},
+		Key: func(v View) (int64, uuid.UUID) { return v.ID, v.Uuid }, Doc: View.Doc,
+	}, h.base(c), h.opts.MaxLimit)
 }
 
 // patch applies a JSON patch to name, extra and count. count may only go

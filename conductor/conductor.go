@@ -87,6 +87,13 @@ type Service struct {
 	leaseStarting func(ctx context.Context)
 	// leaseMoves tracks the lease moves made in Ironic (leases_backend.go).
 	leaseMoves leaseMoves
+	// repairAfter is where repairRound's next page starts (the start_time
+	// and id of the last lease it checked; zero: from the beginning).
+	// Only the lease-repair goroutine uses it.
+	repairAfter struct {
+		start time.Time
+		id    int64
+	}
 	// endWork ends Run's work context: the drain (startDrain) stops the
 	// workers and the takeover as a stop does, the process going on.
 	// drainStarted is set once the drain has begun.

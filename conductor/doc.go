@@ -25,7 +25,8 @@
 //     processing of allocation groups;
 //   - leases.go: leases (package lease) started and ended at their times
 //     ("Leases" below); leases_backend.go: in front of Ironic and with the
-//     placement backend;
+//     placement backend; leases_replace.go, leases_refused.go: failed
+//     and refused nodes replaced; leases_handover.go: back-to-back leases;
 //   - signals.go: test signals; metrics.go; tracker*.go, ratios.go: the
 //     Placement resource tracker;
 //   - backend/ (package backend): the reservation backends behind one
@@ -410,7 +411,18 @@
 // every leaseRepairPoll by LeasesToRepair (a node in maintenance at any
 // time; a missing row or a flagged lease from leaseRepairAhead before the
 // start), and at the start inside the start's transaction, before the
-// compare-and-set (leases_replace.go). No affinity is needed: the second
+// compare-and-set (leases_replace.go); in front of Ironic also before
+// the lessees are set, and again for a node their reads show failed.
+// With a backend, a node the backend refuses at the start (its
+// allocation in error) is replaced in an active lease by
+// lease.ReplaceRefused (leases_refused.go): the swap with a mark on the
+// refused allocation (extra lease_replaced_by) in one transaction, the
+// replacement lent in Ironic, then its allocation and the refused one's
+// deletion in another, each step made again from the mark by whichever
+// conductor looks next (LeasesWithRefusedNodes, every leaseRepairPoll).
+// Every move is counted once committed, with its lateness by the
+// database clock (metrics.go: metalloc_conductor_lease_moves_total,
+// metalloc_conductor_lease_lateness_seconds). No affinity is needed: the second
 // conductor to check a lease finds nothing left to do. Back-to-back
 // leases share a node at one second: the claim takes ends first and a
 // claimed batch makes its ends first, and a start that finds a node still

@@ -94,22 +94,31 @@ func (c *Service) leaseRound(ctx context.Context) int {
 // lease was cancelled, deleted, moved by another conductor, its end_time
 // changed) changes nothing and is no error.
 func (c *Service) moveLease(ctx context.Context, id int64, state string) error {
+	// What the transaction did, recorded in the metrics once it commits.
+	var move string
+	var late float64
+	var replaced int
 	err := db.InTx(ctx, c.pool, func(tx pgx.Tx) error {
+		move, late, replaced = "", 0, 0
 		q := c.q.WithTx(tx)
 		var err error
 		switch state {
 		case "pending":
 			// Failed nodes are replaced first (leases_replace.go).
-			if err = c.repairLease(ctx, tx, id); err == nil {
-				err = c.startLease(ctx, q, id)
+			if replaced, err = c.repairLease(ctx, tx, id); err == nil {
+				move = MoveStart
+				late, err = c.startLease(ctx, q, id)
 			}
 		case "active":
-			err = c.endLease(ctx, q, id)
+			move = MoveEnd
+			late, err = c.endLease(ctx, q, id)
 			if errors.Is(err, pgx.ErrNoRows) {
+				move = MoveEnding
 				err = c.noticeLeaseEnding(ctx, q, id)
 			}
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
+			move = ""
 			return nil
 		}
 		return err
@@ -118,6 +127,15 @@ func (c *Service) moveLease(ctx context.Context, id int64, state string) error {
 		// Rolled back: the next poll starts it (leases_handover.go).
 		c.log.Debug("lease start waits for the end of a lease on its nodes", zap.Int64("lease_id", id))
 		return nil
+	}
+	if err == nil {
+		c.Metrics.leaseMoved(MoveReplace, replaced)
+		switch move {
+		case MoveEnding:
+			c.Metrics.leaseMoved(MoveEnding, 1)
+		case MoveStart, MoveEnd:
+			c.Metrics.leaseLateness(move, late)
+		}
 	}
 	return err
 }
@@ -128,18 +146,19 @@ func (c *Service) moveLease(ctx context.Context, id int64, state string) error {
 // repairLease could not replace just before); lessee sets the nodes'
 // lessee to the project. With another backend than the database's
 // (in front of Ironic, placement) the allocations are made through it
-// (startLeaseViaBackend). pgx.ErrNoRows: the compare-and-set was lost.
-func (c *Service) startLease(ctx context.Context, q *Queries, id int64) error {
+// (startLeaseViaBackend). It returns how late the start is (seconds, by
+// the database clock). pgx.ErrNoRows: the compare-and-set was lost.
+func (c *Service) startLease(ctx context.Context, q *Queries, id int64) (float64, error) {
 	l, err := q.StartLease(ctx, StartLeaseParams{LeaseID: id, Me: c.id})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if c.leaseStarting != nil {
 		c.leaseStarting(ctx)
 	}
 	nodes, err := q.LeaseNodesForUpdate(ctx, id)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var ids []int64
 	var classes, skipped []string
@@ -154,7 +173,7 @@ func (c *Service) startLease(ctx context.Context, q *Queries, id int64) error {
 	if len(skipped) > 0 {
 		// Held by a lease whose end is due: wait for it (leases_handover.go).
 		if err := c.awaitEnds(ctx, q, id); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if c.leaseViaBackend() {
@@ -167,7 +186,7 @@ func (c *Service) startLease(ctx context.Context, q *Queries, id int64) error {
 		})
 	}
 	if err != nil {
-		return fmt.Errorf("starting lease %s: %w", l.Uuid, err)
+		return 0, fmt.Errorf("starting lease %s: %w", l.Uuid, err)
 	}
 	var reason *string
 	if len(skipped) > 0 {
@@ -175,16 +194,16 @@ func (c *Service) startLease(ctx context.Context, q *Queries, id int64) error {
 			len(skipped), len(nodes), strings.Join(skipped, ", "))
 		reason = &s
 		if err := q.SetLeaseStatus(ctx, SetLeaseStatusParams{LeaseID: id, Reason: reason}); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if err := c.leaseEvent(ctx, q, EventLeaseStart, l.Uuid, l.Name, "active", l.ResourceClass, l.ProjectID, reason); err != nil {
-		return err
+		return 0, err
 	}
 	c.log.Info("lease started", zap.Stringer("lease", l.Uuid), zap.String("project", l.ProjectID),
 		zap.String("on_start", l.OnStart), zap.Int("nodes", len(ids)), zap.Int("not_free", len(skipped)),
-		zap.Time("start_time", l.StartTime))
-	return nil
+		zap.Time("start_time", l.StartTime), zap.Float64("late_seconds", l.Lateness))
+	return l.Lateness, nil
 }
 
 // endLease: active -> ended once end_time has come; the project's
@@ -193,16 +212,17 @@ func (c *Service) startLease(ctx context.Context, q *Queries, id int64) error {
 // lessee cleared, the lease_nodes released. The nodes are not undeployed
 // here: with the database backend a deployed node simply stays so; in
 // front of Ironic they were undeployed through Ironic before this
-// transaction (endLeaseInIronic). pgx.ErrNoRows: not due or the
-// compare-and-set was lost.
-func (c *Service) endLease(ctx context.Context, q *Queries, id int64) error {
+// transaction (endLeaseInIronic). It returns how late the end is (seconds,
+// by the database clock). pgx.ErrNoRows: not due or the compare-and-set
+// was lost.
+func (c *Service) endLease(ctx context.Context, q *Queries, id int64) (float64, error) {
 	l, err := q.EndLease(ctx, EndLeaseParams{LeaseID: id, Me: c.id})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	nodes, err := q.LeaseNodesForUpdate(ctx, id)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	ids := make([]int64, len(nodes))
 	for i, n := range nodes {
@@ -210,26 +230,27 @@ func (c *Service) endLease(ctx context.Context, q *Queries, id int64) error {
 	}
 	allocs, err := q.LeaseProjectAllocations(ctx, LeaseProjectAllocationsParams{NodeIds: ids, Project: l.ProjectID})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, a := range allocs {
 		if err := q.DeallocateLease(ctx, a); err != nil {
-			return fmt.Errorf("ending lease %s: %w", l.Uuid, err)
+			return 0, fmt.Errorf("ending lease %s: %w", l.Uuid, err)
 		}
 	}
 	nodeless, err := c.endLeaseViaBackend(ctx, q, l.Uuid, l.ProjectID)
 	if err != nil {
-		return fmt.Errorf("ending lease %s: %w", l.Uuid, err)
+		return 0, fmt.Errorf("ending lease %s: %w", l.Uuid, err)
 	}
 	if err := q.ClearLeaseLessee(ctx, ClearLeaseLesseeParams{NodeIds: ids, Project: l.ProjectID}); err != nil {
-		return err
+		return 0, err
 	}
 	if err := c.leaseEvent(ctx, q, EventLeaseEnd, l.Uuid, l.Name, "ended", l.ResourceClass, l.ProjectID, nil); err != nil {
-		return err
+		return 0, err
 	}
 	c.log.Info("lease ended", zap.Stringer("lease", l.Uuid), zap.String("project", l.ProjectID),
-		zap.Int("allocations_deleted", len(allocs)+nodeless), zap.Time("end_time", l.EndTime))
-	return nil
+		zap.Int("allocations_deleted", len(allocs)+nodeless), zap.Time("end_time", l.EndTime),
+		zap.Float64("late_seconds", l.Lateness))
+	return l.Lateness, nil
 }
 
 // noticeLeaseEnding sends lease.ending once. pgx.ErrNoRows: already sent

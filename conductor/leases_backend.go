@@ -61,6 +61,9 @@ const (
 	// leaseIronicPoll); the others wait for a later poll. At least
 	// leaseBatch, so that the leases one claim takes can all be moved.
 	leaseIronicMoves = 64
+	// leaseLendRounds bounds the rounds of replacements and lessees before
+	// a start in front of Ironic (startLeaseInIronic).
+	leaseLendRounds = 3
 	// leaseLockedRetries is how many times a request Ironic answers 409
 	// (a node locked by one of its conductors) is sent again, a
 	// leaseIronicPoll apart, before the move is left for the next poll.
@@ -170,9 +173,15 @@ func (c *Service) leaseInIronic(ctx context.Context, id int64, state string) (ha
 }
 
 // startLeaseInIronic sets the booked nodes' lessee to the project in
-// Ironic, then makes the start's transaction (moveLease). A start that
-// did not happen after all (the lease cancelled meanwhile) removes the
-// lessee it set.
+// Ironic, then makes the start's transaction (moveLease). The failed
+// nodes are replaced first (repairLease) and the nodes lent after: a node
+// whose read after its lessee (Mirror.Refresh) shows it failed (put in
+// maintenance directly in Ironic) is replaced again and its replacement
+// lent, up to leaseLendRounds times, so that the start's own check
+// finds nothing to replace (its replacement would not be lent in Ironic,
+// which would refuse it: replaced again, leases_refused.go). A node lent
+// and then replaced loses its lessee again, as do all of them when the
+// start did not happen after all (the lease cancelled meanwhile).
 func (c *Service) startLeaseInIronic(ctx context.Context, id int64) error {
 	l, err := c.q.OwnedLease(ctx, OwnedLeaseParams{LeaseID: id, Me: c.id})
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && l.State != "pending") {
@@ -181,34 +190,55 @@ func (c *Service) startLeaseInIronic(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	nodes, err := c.q.LeaseNodeUUIDs(ctx, id)
-	if err != nil {
-		return err
-	}
-	for _, n := range nodes {
-		if err := c.setIronicLessee(ctx, n.Uuid, l.ProjectID, ""); err != nil {
-			return fmt.Errorf("starting lease %s: node %s: %w", l.Uuid, cmp.Or(n.Name, n.Uuid.String()), err)
+	lent := map[uuid.UUID]bool{}
+	var nodes []LeaseNodeUUIDsRow
+	for range leaseLendRounds {
+		if err := c.checkLease(ctx, id); err != nil {
+			return err
+		}
+		if nodes, err = c.q.LeaseNodeUUIDs(ctx, id); err != nil {
+			return err
+		}
+		fresh := false
+		for _, n := range nodes {
+			if lent[n.Uuid] {
+				continue
+			}
+			if err := c.setIronicLessee(ctx, n.Uuid, l.ProjectID, ""); err != nil {
+				return fmt.Errorf("starting lease %s: node %s: %w", l.Uuid, cmp.Or(n.Name, n.Uuid.String()), err)
+			}
+			lent[n.Uuid], fresh = true, true
+		}
+		if !fresh {
+			break
 		}
 	}
 	if err := c.moveLease(ctx, id, "pending"); err != nil {
 		return err
 	}
 	now, err := c.q.OwnedLease(ctx, OwnedLeaseParams{LeaseID: id, Me: c.id})
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (now.State == "pending" || now.State == "active")) {
-		// Started; or not due after all (the next poll retries); or no
-		// longer this conductor's (its new owner goes on).
-		return nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return err
 	}
-	if err == nil {
+	// Started; or not due after all (the next poll retries); or no longer
+	// this conductor's (its new owner goes on): the nodes lent and no
+	// longer booked (replaced by the start's check) lose their lessee.
+	if nodes, err = c.q.LeaseNodeUUIDs(ctx, id); err != nil {
+		return err
+	}
+	if now.State != "" && now.State != "pending" && now.State != "active" {
 		c.log.Info("lease not started after all; removing the lessee set in Ironic", zap.Stringer("lease", l.Uuid))
-		for _, n := range nodes {
-			if err := c.setIronicLessee(ctx, n.Uuid, "", l.ProjectID); err != nil {
-				return err
-			}
-		}
-		return nil
+		nodes = nil
 	}
-	return err
+	for _, n := range nodes {
+		delete(lent, n.Uuid)
+	}
+	for u := range lent {
+		if err := c.setIronicLessee(ctx, u, "", l.ProjectID); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // setIronicLessee sets node u's lessee to project in Ironic ("": removes
@@ -417,18 +447,21 @@ func undeployMoving(st ironic.NodeState) bool {
 func (c *Service) failLease(ctx context.Context, id int64, l OwnedLeaseRow, failed []string) error {
 	reason := fmt.Sprintf("ending: %d of the lease's nodes could not be undeployed through Ironic: %s",
 		len(failed), strings.Join(failed, "; "))
+	var late float64
 	err := db.InTx(ctx, c.pool, func(tx pgx.Tx) error {
 		q := c.q.WithTx(tx)
 		r, err := q.FailLease(ctx, FailLeaseParams{Reason: reason, LeaseID: id, Me: c.id})
 		if err != nil {
 			return err
 		}
+		late = r.Lateness
 		return c.leaseEvent(ctx, q, EventLeaseEnd, r.Uuid, r.Name, "error", r.ResourceClass, r.ProjectID, &reason)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
 	if err == nil {
+		c.Metrics.leaseLateness(MoveError, late)
 		c.log.Error("lease in error: nodes could not be undeployed through Ironic", zap.Stringer("lease", l.Uuid),
 			zap.String("project", l.ProjectID), zap.String("reason", reason))
 	}

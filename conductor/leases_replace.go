@@ -2,6 +2,7 @@ package conductor
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +25,9 @@ import (
 //     (moveLease): whatever happened since, the lease starts on the nodes
 //     it has then.
 //
+// A node the backend refuses at the start is replaced after it, in the
+// active lease (leases_refused.go).
+//
 // Each check is one transaction under the lease's row lock; however many
 // conductors check one lease, the second finds nothing left to do.
 const (
@@ -43,9 +47,16 @@ const (
 )
 
 // runLeaseRepairs checks the leases LeasesToRepair finds every
-// leaseRepairPoll until ctx ends.
+// leaseRepairPoll until ctx ends; with a backend, also the leases whose
+// nodes it refused at the start (refusedRound, leases_refused.go).
 func (c *Service) runLeaseRepairs(ctx context.Context) {
+	var wg sync.WaitGroup
+	if c.leaseViaBackend() {
+		wg.Add(1)
+		go func() { defer wg.Done(); pollBatches(ctx, leaseRepairPoll, c.refusedRound) }()
+	}
 	pollBatches(ctx, leaseRepairPoll, c.repairRound)
+	wg.Wait()
 }
 
 // pollBatches runs round every period until ctx ends, and again at once
@@ -65,17 +76,29 @@ func pollBatches(ctx context.Context, period time.Duration, round func(context.C
 }
 
 // repairRound checks one batch of leases, each in its own transaction; it
-// returns how many were found.
+// returns how many were found. Batches are pages (c.repairAfter: the last
+// lease checked): a lease flagged and not repairable is found again at
+// every round, and without the pages four of them would make pollBatches
+// check the same four without a pause and never reach a fifth. A short
+// page starts the next round from the beginning.
 func (c *Service) repairRound(ctx context.Context) int {
-	rows, err := c.q.LeasesToRepair(ctx, LeasesToRepairParams{AheadSeconds: leaseRepairAhead.Seconds(), Batch: leaseBatch})
+	rows, err := c.q.LeasesToRepair(ctx, LeasesToRepairParams{AheadSeconds: leaseRepairAhead.Seconds(),
+		AfterStart: c.repairAfter.start, AfterID: c.repairAfter.id, Batch: leaseBatch})
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("could not read the leases to check", zap.Error(err))
 		}
+		c.repairAfter.start, c.repairAfter.id = time.Time{}, 0
 		return 0
 	}
+	if len(rows) < leaseBatch {
+		c.repairAfter.start, c.repairAfter.id = time.Time{}, 0
+	} else {
+		last := rows[len(rows)-1]
+		c.repairAfter.start, c.repairAfter.id = last.StartTime, last.ID
+	}
 	for _, r := range rows {
-		if err := db.InTx(ctx, c.pool, func(tx pgx.Tx) error { return c.repairLease(ctx, tx, r.ID) }); err != nil && ctx.Err() == nil {
+		if err := c.checkLease(ctx, r.ID); err != nil && ctx.Err() == nil {
 			c.log.Warn("could not check the nodes of a lease; the next poll retries",
 				zap.Stringer("lease", r.Uuid), zap.Error(err))
 		}
@@ -83,15 +106,36 @@ func (c *Service) repairRound(ctx context.Context) int {
 	return len(rows)
 }
 
+// checkLease checks pending lease id's nodes in a transaction of its own
+// (repairLease) and counts the nodes replaced once it commits.
+func (c *Service) checkLease(ctx context.Context, id int64) error {
+	var replaced int
+	err := db.InTx(ctx, c.pool, func(tx pgx.Tx) (err error) {
+		replaced, err = c.repairLease(ctx, tx, id)
+		return err
+	})
+	if err == nil {
+		c.Metrics.leaseMoved(MoveReplace, replaced)
+	}
+	return err
+}
+
 // repairLease checks pending lease id's nodes in tx (lease.Repair) and
-// writes an event per node replaced and one when the lease is flagged.
-// A lease that is not pending is left alone.
-func (c *Service) repairLease(ctx context.Context, tx pgx.Tx, id int64) error {
+// writes an event per node replaced and one when the lease is flagged; it
+// returns how many nodes it replaced. A lease that is not pending is left
+// alone.
+func (c *Service) repairLease(ctx context.Context, tx pgx.Tx, id int64) (int, error) {
 	res, ok, err := lease.Repair(ctx, tx, id)
 	if err != nil || !ok {
-		return err
+		return 0, err
 	}
-	q := c.q.WithTx(tx)
+	return len(res.Replaced), c.repairEvents(ctx, c.q.WithTx(tx), res)
+}
+
+// repairEvents writes, in q's transaction, the events of what a check of
+// a lease's nodes did (lease.Repair, lease.ReplaceRefused): one per node
+// replaced and one when the lease is flagged.
+func (c *Service) repairEvents(ctx context.Context, q *Queries, res lease.RepairResult) error {
 	l := res.Lease
 	for _, r := range res.Replaced {
 		words := r.String()

@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -486,4 +488,78 @@ func TestLeaseRaceStartsAndEndsOnTime(t *testing.T) {
 	}
 	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocations`))
 	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM nodes WHERE allocation_id IS NOT NULL OR instance_uuid IS NOT NULL`))
+}
+
+// TestLeaseMetrics: a lease started, noticed and ended by one conductor,
+// one of its nodes put in maintenance before the start and replaced,
+// moves the conductor's lease metrics: one move of each kind (start,
+// ending, end, replace), the start's and the end's lateness observed once
+// each, not negative (by the database clock, at or after the lease's
+// times).
+func TestLeaseMetrics(t *testing.T) {
+	t.Parallel()
+	pool := reservablePool(t, 3)
+	ctx := context.Background()
+	start := dbNow(t, pool).Add(2 * time.Second)
+	u := admitLease(t, pool, "p1", "allocate", 2, start, start.Add(4*time.Second))
+	_, err := pool.Exec(ctx, `UPDATE nodes SET maintenance = true WHERE id = (
+		SELECT min(ln.node_id) FROM lease_nodes ln JOIN leases l ON l.id = ln.lease_id WHERE l.uuid = $1)`, u)
+	require.NoError(t, err)
+	svc := leaseService(t, pool, "metrics")
+	reg := prometheus.NewRegistry()
+	svc.Metrics = NewMetrics(reg)
+	runService(t, svc)
+
+	moves := func(kind string) float64 { return testutil.ToFloat64(svc.Metrics.leaseMoves.WithLabelValues(kind)) }
+	dbtest.WaitFor(t, 20*time.Second, "the lease's end counted", func() bool { return moves(MoveEnd) == 1 })
+	require.Equal(t, 1, dbtest.Count(t, pool, `SELECT count(*) FROM leases WHERE uuid = $1 AND state = 'ended'`, u))
+	require.Equal(t, 1.0, moves(MoveStart))
+	require.Equal(t, 1.0, moves(MoveEnding))
+	require.Equal(t, 1.0, moves(MoveReplace))
+	require.Zero(t, moves(MoveError))
+
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	counts := map[string]uint64{}
+	for _, f := range fams {
+		if f.GetName() != "metalloc_conductor_lease_lateness_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "move" {
+					counts[l.GetValue()] = m.GetHistogram().GetSampleCount()
+				}
+			}
+			require.GreaterOrEqual(t, m.GetHistogram().GetSampleSum(), 0.0)
+		}
+	}
+	require.Equal(t, map[string]uint64{MoveStart: 1, MoveEnd: 1}, counts)
+}
+
+// TestLeaseRepairRoundsPage: flagged leases starting within the hour
+// (their nodes failed, no spare) are found at every round; with more of them than a batch, the rounds page
+// through them (a full page, then the rest, then from the start again)
+// instead of checking the same first batch without a pause and never
+// reaching the others.
+func TestLeaseRepairRoundsPage(t *testing.T) {
+	t.Parallel()
+	pool := rackedReservablePool(t, 2, 4, "gold")
+	ctx := context.Background()
+	store := lease.NewStore(pool)
+	now := dbNow(t, pool)
+	n := leaseBatch + 2
+	for i := range n {
+		u, err := admitRackLease(t, store, fmt.Sprintf("p%d", i), "gold", 1, now.Add(time.Duration(30+i)*time.Minute), now.Add(2*time.Hour))
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `UPDATE leases SET degraded_reason = 'no spare' WHERE uuid = $1`, u)
+		require.NoError(t, err)
+	}
+	// Every node failed: no lease can be repaired, each stays flagged.
+	_, err := pool.Exec(ctx, `UPDATE nodes SET maintenance = true`)
+	require.NoError(t, err)
+	svc := leaseService(t, pool, "pager")
+	require.Equal(t, leaseBatch, svc.repairRound(ctx), "the first page is full")
+	require.Equal(t, n-leaseBatch, svc.repairRound(ctx), "the second page holds the rest")
+	require.Equal(t, leaseBatch, svc.repairRound(ctx), "then from the start again")
 }

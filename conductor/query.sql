@@ -444,12 +444,14 @@ RETURNING l.id, l.uuid, l.state, (d.was IS NOT NULL AND d.was <> @me::bigint)::b
 
 -- name: StartLease :one
 -- pending -> active at start_time, only while the conductor owns the lease (the
--- compare-and-set: a conductor that lost it changes nothing).
+-- compare-and-set: a conductor that lost it changes nothing); lateness is
+-- how late (seconds, by the database clock at this statement) it starts.
 UPDATE leases SET state = 'active', status_reason = NULL, updated_at = now()
  WHERE leases.id = @lease_id::bigint AND conductor_affinity = @me::bigint AND state = 'pending' AND start_time <= now()
 RETURNING uuid, name, project_id, on_start, start_time, end_time,
           (SELECT r.resource_class FROM lease_reservations r WHERE r.lease_id = leases.id
-            ORDER BY r.id LIMIT 1)::text AS resource_class;
+            ORDER BY r.id LIMIT 1)::text AS resource_class,
+          extract(epoch FROM clock_timestamp() - start_time)::float8 AS lateness;
 
 -- name: LeaseNodesForUpdate :many
 -- The lease's booked nodes, row-locked in id order (the lock order of
@@ -491,7 +493,7 @@ UPDATE leases SET status_reason = sqlc.narg(reason)::text WHERE id = @lease_id::
 
 -- name: EndLease :one
 -- active -> ended at end_time, only while the conductor owns the lease; its rows
--- stop blocking (released).
+-- stop blocking (released). lateness: as StartLease's, from end_time.
 WITH l AS (
     UPDATE leases SET state = 'ended', updated_at = now()
      WHERE leases.id = @lease_id::bigint AND conductor_affinity = @me::bigint AND state = 'active' AND end_time <= now()
@@ -501,7 +503,8 @@ WITH l AS (
 )
 SELECT l.uuid, l.name, l.project_id, l.on_start, l.end_time,
        (SELECT r.resource_class FROM lease_reservations r WHERE r.lease_id = l.id
-         ORDER BY r.id LIMIT 1)::text AS resource_class
+         ORDER BY r.id LIMIT 1)::text AS resource_class,
+       extract(epoch FROM clock_timestamp() - l.end_time)::float8 AS lateness
   FROM l;
 
 -- name: LeaseProjectAllocations :many
@@ -581,11 +584,13 @@ SELECT gen_random_uuid(), (@resource_classes::text[])[n.ord], ARRAY[n.node_uuid]
 -- Ironic refused to undeploy a node, or did not make it available in
 -- time; the reason says which and why. Nothing else changes (the nodes
 -- keep their allocations and lessee for an operator to act on).
+-- lateness: as EndLease's.
 UPDATE leases SET state = 'error', status_reason = @reason::text, updated_at = now()
  WHERE leases.id = @lease_id::bigint AND conductor_affinity = @me::bigint AND state = 'active' AND end_time <= now()
 RETURNING uuid, name, project_id,
           (SELECT r.resource_class FROM lease_reservations r WHERE r.lease_id = leases.id
-            ORDER BY r.id LIMIT 1)::text AS resource_class;
+            ORDER BY r.id LIMIT 1)::text AS resource_class,
+          extract(epoch FROM clock_timestamp() - end_time)::float8 AS lateness;
 
 -- name: LeasesToRepair :many
 -- Pending leases whose booked nodes a conductor checks (lease.Repair,
@@ -594,9 +599,11 @@ RETURNING uuid, name, project_id,
 -- start, unless already flagged (degraded_reason); and those starting
 -- within @ahead_seconds that are flagged (retried until the start), have
 -- a node in maintenance, or have fewer rows than they ask for (a node
--- deleted under them). At most @batch, the earliest start first. No
--- locks: Repair locks the lease and checks it afresh.
-SELECT x.id, x.uuid FROM leases x
+-- deleted under them). At most @batch, the earliest start first, after
+-- (@after_start, @after_id) (the last of the previous page; a flagged
+-- lease stays found, so the pages must move on). No locks: Repair locks
+-- the lease and checks it afresh.
+SELECT x.id, x.uuid, x.start_time FROM leases x
  WHERE x.id IN (SELECT l.id FROM nodes n
                   JOIN lease_nodes ln ON ln.node_id = n.id AND NOT ln.released
                   JOIN leases l ON l.id = ln.lease_id
@@ -610,6 +617,7 @@ SELECT x.id, x.uuid FROM leases x
                                     WHERE ln.lease_id = l.id AND NOT ln.released AND n.maintenance)
                         OR (SELECT coalesce(sum(r.count), 0) FROM lease_reservations r WHERE r.lease_id = l.id)
                            > (SELECT count(*) FROM lease_nodes ln WHERE ln.lease_id = l.id AND NOT ln.released)))
+   AND (x.start_time, x.id) > (@after_start::timestamptz, @after_id::bigint)
  ORDER BY x.start_time, x.id
  LIMIT @batch::integer;
 
@@ -625,3 +633,47 @@ SELECT count(*)::int AS held FROM lease_nodes ln
   JOIN leases ol ON ol.id = o.lease_id AND ol.state = 'active' AND ol.end_time <= now()
  WHERE ln.lease_id = @lease_id::bigint AND NOT ln.released
    AND now() < l.start_time + make_interval(secs => @grace_seconds::float8);
+
+-- name: LeasesWithRefusedNodes :many
+-- Active on_start allocate leases with an allocation of their own in
+-- error (extra lease_uuid, owned by the project; the partial index
+-- allocations_lease_error_idx, a handful of rows) that
+-- conductor/leases_refused.go acts on: one marked with its replacement
+-- (extra lease_replaced_by: its lessee and allocation are due), or one
+-- not marked whose node the lease still books, within @window_seconds of
+-- the start (a flagged lease is retried until then). At most @batch, in id
+-- order. No locks: RefusedLeaseAllocations locks the lease.
+SELECT l.id, l.uuid FROM leases l
+ WHERE l.state = 'active' AND l.on_start = 'allocate'
+   AND EXISTS (SELECT 1 FROM allocations a
+                WHERE a.state = 'error' AND a.extra->>'lease_uuid' IS NOT NULL
+                  AND a.extra->>'lease_uuid' = l.uuid::text AND a.owner = l.project_id
+                  AND (a.extra->>'lease_replaced_by' IS NOT NULL
+                       OR (l.start_time > now() - make_interval(secs => @window_seconds::float8)
+                           AND EXISTS (SELECT 1 FROM lease_nodes ln JOIN nodes n ON n.id = ln.node_id
+                                        WHERE ln.lease_id = l.id AND NOT ln.released
+                                          AND n.uuid = a.candidate_nodes[1]))))
+ ORDER BY l.id
+ LIMIT @batch::integer;
+
+-- name: RefusedLeaseAllocations :many
+-- Lease @lease_id's own allocations in error (as LeasesWithRefusedNodes),
+-- each with the node that was its only candidate and the replacement it
+-- is marked with (extra lease_replaced_by; empty before), while the lease is
+-- active and on_start allocate; the lease's row is locked (FOR UPDATE):
+-- conductor/leases_refused.go makes its steps under it.
+SELECT a.id, a.uuid, n.id AS node_id, n.uuid AS node_uuid, coalesce(n.name, '')::text AS node_name,
+       coalesce(a.extra->>'lease_replaced_by', '')::text AS replaced_by, l.uuid AS lease_uuid, l.project_id
+  FROM leases l
+  JOIN allocations a ON a.state = 'error' AND a.extra->>'lease_uuid' IS NOT NULL
+                    AND a.extra->>'lease_uuid' = l.uuid::text AND a.owner = l.project_id
+  JOIN nodes n ON n.uuid = a.candidate_nodes[1]
+ WHERE l.id = @lease_id::bigint AND l.state = 'active' AND l.on_start = 'allocate'
+ ORDER BY a.id
+   FOR UPDATE OF l;
+
+-- name: MarkLeaseAllocationReplaced :exec
+-- Marks a lease's refused allocation with its node's replacement (extra
+-- lease_replaced_by), in the transaction that books the replacement.
+UPDATE allocations SET extra = extra || jsonb_build_object('lease_replaced_by', @node_uuid::uuid), updated_at = now()
+ WHERE id = @id::bigint AND state = 'error';

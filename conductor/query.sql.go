@@ -470,7 +470,8 @@ WITH l AS (
 )
 SELECT l.uuid, l.name, l.project_id, l.on_start, l.end_time,
        (SELECT r.resource_class FROM lease_reservations r WHERE r.lease_id = l.id
-         ORDER BY r.id LIMIT 1)::text AS resource_class
+         ORDER BY r.id LIMIT 1)::text AS resource_class,
+       extract(epoch FROM clock_timestamp() - l.end_time)::float8 AS lateness
   FROM l
 `
 
@@ -486,10 +487,11 @@ type EndLeaseRow struct {
 	OnStart       string
 	EndTime       time.Time
 	ResourceClass string
+	Lateness      float64
 }
 
 // active -> ended at end_time, only while the conductor owns the lease; its rows
-// stop blocking (released).
+// stop blocking (released). lateness: as StartLease's, from end_time.
 func (q *Queries) EndLease(ctx context.Context, arg EndLeaseParams) (EndLeaseRow, error) {
 	row := q.db.QueryRow(ctx, endLease, arg.LeaseID, arg.Me)
 	var i EndLeaseRow
@@ -500,6 +502,7 @@ func (q *Queries) EndLease(ctx context.Context, arg EndLeaseParams) (EndLeaseRow
 		&i.OnStart,
 		&i.EndTime,
 		&i.ResourceClass,
+		&i.Lateness,
 	)
 	return i, err
 }
@@ -518,7 +521,8 @@ UPDATE leases SET state = 'error', status_reason = $1::text, updated_at = now()
  WHERE leases.id = $2::bigint AND conductor_affinity = $3::bigint AND state = 'active' AND end_time <= now()
 RETURNING uuid, name, project_id,
           (SELECT r.resource_class FROM lease_reservations r WHERE r.lease_id = leases.id
-            ORDER BY r.id LIMIT 1)::text AS resource_class
+            ORDER BY r.id LIMIT 1)::text AS resource_class,
+          extract(epoch FROM clock_timestamp() - end_time)::float8 AS lateness
 `
 
 type FailLeaseParams struct {
@@ -532,12 +536,14 @@ type FailLeaseRow struct {
 	Name          *string
 	ProjectID     string
 	ResourceClass string
+	Lateness      float64
 }
 
 // active -> error at end_time, only while the conductor owns the lease:
 // Ironic refused to undeploy a node, or did not make it available in
 // time; the reason says which and why. Nothing else changes (the nodes
 // keep their allocations and lessee for an operator to act on).
+// lateness: as EndLease's.
 func (q *Queries) FailLease(ctx context.Context, arg FailLeaseParams) (FailLeaseRow, error) {
 	row := q.db.QueryRow(ctx, failLease, arg.Reason, arg.LeaseID, arg.Me)
 	var i FailLeaseRow
@@ -546,6 +552,7 @@ func (q *Queries) FailLease(ctx context.Context, arg FailLeaseParams) (FailLease
 		&i.Name,
 		&i.ProjectID,
 		&i.ResourceClass,
+		&i.Lateness,
 	)
 	return i, err
 }
@@ -938,7 +945,7 @@ func (q *Queries) LeaseProjectAllocations(ctx context.Context, arg LeaseProjectA
 }
 
 const leasesToRepair = `-- name: LeasesToRepair :many
-SELECT x.id, x.uuid FROM leases x
+SELECT x.id, x.uuid, x.start_time FROM leases x
  WHERE x.id IN (SELECT l.id FROM nodes n
                   JOIN lease_nodes ln ON ln.node_id = n.id AND NOT ln.released
                   JOIN leases l ON l.id = ln.lease_id
@@ -952,18 +959,22 @@ SELECT x.id, x.uuid FROM leases x
                                     WHERE ln.lease_id = l.id AND NOT ln.released AND n.maintenance)
                         OR (SELECT coalesce(sum(r.count), 0) FROM lease_reservations r WHERE r.lease_id = l.id)
                            > (SELECT count(*) FROM lease_nodes ln WHERE ln.lease_id = l.id AND NOT ln.released)))
+   AND (x.start_time, x.id) > ($2::timestamptz, $3::bigint)
  ORDER BY x.start_time, x.id
- LIMIT $2::integer
+ LIMIT $4::integer
 `
 
 type LeasesToRepairParams struct {
 	AheadSeconds float64
+	AfterStart   time.Time
+	AfterID      int64
 	Batch        int32
 }
 
 type LeasesToRepairRow struct {
-	ID   int64
-	Uuid uuid.UUID
+	ID        int64
+	Uuid      uuid.UUID
+	StartTime time.Time
 }
 
 // Pending leases whose booked nodes a conductor checks (lease.Repair,
@@ -972,10 +983,17 @@ type LeasesToRepairRow struct {
 // start, unless already flagged (degraded_reason); and those starting
 // within @ahead_seconds that are flagged (retried until the start), have
 // a node in maintenance, or have fewer rows than they ask for (a node
-// deleted under them). At most @batch, the earliest start first. No
-// locks: Repair locks the lease and checks it afresh.
+// deleted under them). At most @batch, the earliest start first, after
+// (@after_start, @after_id) (the last of the previous page; a flagged
+// lease stays found, so the pages must move on). No locks: Repair locks
+// the lease and checks it afresh.
 func (q *Queries) LeasesToRepair(ctx context.Context, arg LeasesToRepairParams) ([]LeasesToRepairRow, error) {
-	rows, err := q.db.Query(ctx, leasesToRepair, arg.AheadSeconds, arg.Batch)
+	rows, err := q.db.Query(ctx, leasesToRepair,
+		arg.AheadSeconds,
+		arg.AfterStart,
+		arg.AfterID,
+		arg.Batch,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -983,6 +1001,59 @@ func (q *Queries) LeasesToRepair(ctx context.Context, arg LeasesToRepairParams) 
 	var items []LeasesToRepairRow
 	for rows.Next() {
 		var i LeasesToRepairRow
+		if err := rows.Scan(&i.ID, &i.Uuid, &i.StartTime); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const leasesWithRefusedNodes = `-- name: LeasesWithRefusedNodes :many
+SELECT l.id, l.uuid FROM leases l
+ WHERE l.state = 'active' AND l.on_start = 'allocate'
+   AND EXISTS (SELECT 1 FROM allocations a
+                WHERE a.state = 'error' AND a.extra->>'lease_uuid' IS NOT NULL
+                  AND a.extra->>'lease_uuid' = l.uuid::text AND a.owner = l.project_id
+                  AND (a.extra->>'lease_replaced_by' IS NOT NULL
+                       OR (l.start_time > now() - make_interval(secs => $1::float8)
+                           AND EXISTS (SELECT 1 FROM lease_nodes ln JOIN nodes n ON n.id = ln.node_id
+                                        WHERE ln.lease_id = l.id AND NOT ln.released
+                                          AND n.uuid = a.candidate_nodes[1]))))
+ ORDER BY l.id
+ LIMIT $2::integer
+`
+
+type LeasesWithRefusedNodesParams struct {
+	WindowSeconds float64
+	Batch         int32
+}
+
+type LeasesWithRefusedNodesRow struct {
+	ID   int64
+	Uuid uuid.UUID
+}
+
+// Active on_start allocate leases with an allocation of their own in
+// error (extra lease_uuid, owned by the project; the partial index
+// allocations_lease_error_idx, a handful of rows) that
+// conductor/leases_refused.go acts on: one marked with its replacement
+// (extra lease_replaced_by: its lessee and allocation are due), or one
+// not marked whose node the lease still books, within @window_seconds of
+// the start (a flagged lease is retried until then). At most @batch, in id
+// order. No locks: RefusedLeaseAllocations locks the lease.
+func (q *Queries) LeasesWithRefusedNodes(ctx context.Context, arg LeasesWithRefusedNodesParams) ([]LeasesWithRefusedNodesRow, error) {
+	rows, err := q.db.Query(ctx, leasesWithRefusedNodes, arg.WindowSeconds, arg.Batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LeasesWithRefusedNodesRow
+	for rows.Next() {
+		var i LeasesWithRefusedNodesRow
 		if err := rows.Scan(&i.ID, &i.Uuid); err != nil {
 			return nil, err
 		}
@@ -1092,6 +1163,23 @@ type MarkDrainedParams struct {
 // rows (those it had not finished within its shutdown grace).
 func (q *Queries) MarkDrained(ctx context.Context, arg MarkDrainedParams) error {
 	_, err := q.db.Exec(ctx, markDrained, arg.Released, arg.ID)
+	return err
+}
+
+const markLeaseAllocationReplaced = `-- name: MarkLeaseAllocationReplaced :exec
+UPDATE allocations SET extra = extra || jsonb_build_object('lease_replaced_by', $1::uuid), updated_at = now()
+ WHERE id = $2::bigint AND state = 'error'
+`
+
+type MarkLeaseAllocationReplacedParams struct {
+	NodeUuid uuid.UUID
+	ID       int64
+}
+
+// Marks a lease's refused allocation with its node's replacement (extra
+// lease_replaced_by), in the transaction that books the replacement.
+func (q *Queries) MarkLeaseAllocationReplaced(ctx context.Context, arg MarkLeaseAllocationReplacedParams) error {
+	_, err := q.db.Exec(ctx, markLeaseAllocationReplaced, arg.NodeUuid, arg.ID)
 	return err
 }
 
@@ -1470,6 +1558,63 @@ func (q *Queries) Reclaim(ctx context.Context, arg ReclaimParams) (ReclaimRow, e
 	return i, err
 }
 
+const refusedLeaseAllocations = `-- name: RefusedLeaseAllocations :many
+SELECT a.id, a.uuid, n.id AS node_id, n.uuid AS node_uuid, coalesce(n.name, '')::text AS node_name,
+       coalesce(a.extra->>'lease_replaced_by', '')::text AS replaced_by, l.uuid AS lease_uuid, l.project_id
+  FROM leases l
+  JOIN allocations a ON a.state = 'error' AND a.extra->>'lease_uuid' IS NOT NULL
+                    AND a.extra->>'lease_uuid' = l.uuid::text AND a.owner = l.project_id
+  JOIN nodes n ON n.uuid = a.candidate_nodes[1]
+ WHERE l.id = $1::bigint AND l.state = 'active' AND l.on_start = 'allocate'
+ ORDER BY a.id
+   FOR UPDATE OF l
+`
+
+type RefusedLeaseAllocationsRow struct {
+	ID         int64
+	Uuid       uuid.UUID
+	NodeID     int64
+	NodeUuid   uuid.UUID
+	NodeName   string
+	ReplacedBy string
+	LeaseUuid  uuid.UUID
+	ProjectID  string
+}
+
+// Lease @lease_id's own allocations in error (as LeasesWithRefusedNodes),
+// each with the node that was its only candidate and the replacement it
+// is marked with (extra lease_replaced_by; empty before), while the lease is
+// active and on_start allocate; the lease's row is locked (FOR UPDATE):
+// conductor/leases_refused.go makes its steps under it.
+func (q *Queries) RefusedLeaseAllocations(ctx context.Context, leaseID int64) ([]RefusedLeaseAllocationsRow, error) {
+	rows, err := q.db.Query(ctx, refusedLeaseAllocations, leaseID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RefusedLeaseAllocationsRow
+	for rows.Next() {
+		var i RefusedLeaseAllocationsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Uuid,
+			&i.NodeID,
+			&i.NodeUuid,
+			&i.NodeName,
+			&i.ReplacedBy,
+			&i.LeaseUuid,
+			&i.ProjectID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const register = `-- name: Register :one
 INSERT INTO conductors AS c (hostname, conductor_group, drivers, version, schema_version, pid, online,
                              started_at, heartbeat_at, expires_at)
@@ -1648,7 +1793,8 @@ UPDATE leases SET state = 'active', status_reason = NULL, updated_at = now()
  WHERE leases.id = $1::bigint AND conductor_affinity = $2::bigint AND state = 'pending' AND start_time <= now()
 RETURNING uuid, name, project_id, on_start, start_time, end_time,
           (SELECT r.resource_class FROM lease_reservations r WHERE r.lease_id = leases.id
-            ORDER BY r.id LIMIT 1)::text AS resource_class
+            ORDER BY r.id LIMIT 1)::text AS resource_class,
+          extract(epoch FROM clock_timestamp() - start_time)::float8 AS lateness
 `
 
 type StartLeaseParams struct {
@@ -1664,10 +1810,12 @@ type StartLeaseRow struct {
 	StartTime     time.Time
 	EndTime       time.Time
 	ResourceClass string
+	Lateness      float64
 }
 
 // pending -> active at start_time, only while the conductor owns the lease (the
-// compare-and-set: a conductor that lost it changes nothing).
+// compare-and-set: a conductor that lost it changes nothing); lateness is
+// how late (seconds, by the database clock at this statement) it starts.
 func (q *Queries) StartLease(ctx context.Context, arg StartLeaseParams) (StartLeaseRow, error) {
 	row := q.db.QueryRow(ctx, startLease, arg.LeaseID, arg.Me)
 	var i StartLeaseRow
@@ -1679,6 +1827,7 @@ func (q *Queries) StartLease(ctx context.Context, arg StartLeaseParams) (StartLe
 		&i.StartTime,
 		&i.EndTime,
 		&i.ResourceClass,
+		&i.Lateness,
 	)
 	return i, err
 }

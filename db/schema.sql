@@ -2309,8 +2309,11 @@ CREATE TABLE public.lease_reservations (
     rule text DEFAULT 'none'::text NOT NULL,
     rule_level text,
     domain text[],
+    min_count integer,
+    max_count integer,
     CONSTRAINT lease_reservations_check CHECK (((rule = 'none'::text) = (rule_level IS NULL))),
     CONSTRAINT lease_reservations_count_check CHECK ((count > 0)),
+    CONSTRAINT lease_reservations_range_check CHECK ((((min_count IS NULL) = (max_count IS NULL)) AND ((min_count >= 1) AND (min_count <= count)) AND (count <= max_count))),
     CONSTRAINT lease_reservations_rule_check CHECK ((rule = ANY (ARRAY['none'::text, 'required'::text, 'preferred'::text])))
 );
 
@@ -3120,6 +3123,12 @@ CREATE INDEX allocations_allocating_idx ON public.allocations USING btree (id) W
 --
 
 CREATE INDEX allocations_group_idx ON public.allocations USING btree (group_id) WHERE (group_id IS NOT NULL);
+
+--
+-- Name: allocations_lease_error_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX allocations_lease_error_idx ON public.allocations USING btree (((extra ->> 'lease_uuid'::text))) WHERE ((state = 'error'::text) AND ((extra ->> 'lease_uuid'::text) IS NOT NULL));
 
 --
 -- Name: allocations_name_key; Type: INDEX; Schema: public; Owner: -

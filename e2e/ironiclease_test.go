@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -266,12 +268,18 @@ func TestIronicFrontLease(t *testing.T) {
 		})
 		deployThroughMetalloc(t, cli, ir, node)
 
+		// The earlier subtests' ends logged the same line: count from now.
+		const undeploying = "lease ending: undeploying node through Ironic"
+		before := make([]int, len(stack.Conductors))
+		for i, p := range stack.Conductors {
+			before[i] = logLines(t, []*devstack.Process{p}, undeploying)
+		}
 		endLeaseSoon(t, api, "ironic-kill")
 		var victim *devstack.Process
 		var others []*devstack.Process
 		dbtest.WaitFor(t, 2*time.Minute, "a conductor undeploying the lease's node", func() bool {
 			for i, p := range stack.Conductors {
-				if logLines(t, []*devstack.Process{p}, "lease ending: undeploying node through Ironic") > 0 {
+				if logLines(t, []*devstack.Process{p}, undeploying) > before[i] {
 					victim = p
 					others = slices.Delete(slices.Clone(stack.Conductors), i, i+1)
 					return true
@@ -294,4 +302,89 @@ func TestIronicFrontLease(t *testing.T) {
 			WHERE kind = 'lease.end' AND allocation_uuid = $1::uuid AND state = 'ended'`, l.UUID))
 		agree(t, ir, pool, "leased")
 	})
+}
+
+// pausedBefore reports whether a conductor of procs logged its test pause
+// (METALLOC_TEST_IRONIC_PAUSE) for allocation before its POST to Ironic.
+func pausedBefore(t *testing.T, procs []*devstack.Process, allocation string) bool {
+	t.Helper()
+	for _, p := range procs {
+		raw, err := os.ReadFile(p.LogPath)
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.Contains(line, "test pause") && strings.Contains(line, allocation) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// A node Ironic refuses at a lease's start is replaced within that start
+// (docs/leases.md "Failed nodes"): the conductor pauses before each POST
+// to Ironic, and one of the lease's nodes is put in maintenance directly
+// in Ironic while the start's allocation of it waits there, after
+// metalloc last read it; Ironic refuses the allocation. The lease stays
+// active and not flagged, the refused node leaves it for the third node
+// (lease.node_replaced, "refused by Ironic"), which is lent to the
+// project in Ironic and gets the allocation, active in both systems; the
+// refused allocation is gone and the refused node no longer lent. Its end
+// then frees everything as usual.
+func TestIronicFrontLeaseRefusedNodeReplaced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ir := startIronic(t, devstack.IronicOptions{})
+	stack, pool := ironicStack(t, ir, 1, "METALLOC_LOG_LEVEL=info", "METALLOC_TEST_IRONIC_PAUSE=before_create:15s")
+	api := stack.APIURL
+	all := enrollClass(t, ir, "leased", 3)
+	waitFree(t, pool, "leased", 3)
+	_, err := pool.Exec(ctx, `UPDATE nodes SET reservable = true WHERE resource_class = 'leased'`)
+	require.NoError(t, err)
+
+	l := startLabLease(t, api, "ironic-refused", "allocate", 2)
+	booked := l.nodes()
+	var victim string
+	dbtest.WaitFor(t, 2*time.Minute, "an allocation of the lease paused before its POST to Ironic", func() bool {
+		for _, r := range dbtest.Strings(t, pool, `SELECT uuid::text || ' ' || candidate_nodes[1]::text FROM allocations
+			WHERE extra->>'lease_uuid' = $1 ORDER BY id`, l.UUID) {
+			a, n, _ := strings.Cut(r, " ")
+			if pausedBefore(t, stack.Conductors, a) {
+				victim = n
+				return true
+			}
+		}
+		return false
+	})
+	require.Contains(t, booked, victim)
+	_, err = ir.Do(ctx, http.MethodPut, "/v1/nodes/"+victim+"/maintenance", map[string]any{"reason": "refused at the start"}, nil)
+	require.NoError(t, err)
+	spare := slices.DeleteFunc(slices.Clone(all), func(u string) bool { return slices.Contains(booked, u) })
+	require.Len(t, spare, 1)
+
+	dbtest.WaitFor(t, 3*time.Minute, "the lease's two allocations active, one on the replacement", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations a JOIN nodes n ON n.id = a.node_id
+			WHERE a.state = 'active' AND a.owner = 'lab' AND a.extra->>'lease_uuid' = $1 AND n.uuid <> $2`, l.UUID, victim) == 2
+	})
+	l = getLease(t, api, "ironic-refused")
+	require.Equal(t, "active", l.State)
+	require.ElementsMatch(t, append(slices.DeleteFunc(slices.Clone(booked), func(u string) bool { return u == victim }), spare[0]), l.nodes())
+	require.NotContains(t, l.nodes(), victim)
+	require.Equal(t, 1, dbtest.Count(t, pool, `SELECT count(*) FROM leases WHERE uuid = $1 AND degraded_reason IS NULL`, l.UUID))
+	require.Zero(t, dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE extra->>'lease_uuid' = $1 AND state <> 'active'`, l.UUID),
+		"the refused allocation deleted")
+	require.Equal(t, 1, dbtest.Count(t, pool, `SELECT count(*) FROM allocation_events
+		WHERE kind = 'lease.node_replaced' AND allocation_uuid = $1::uuid AND last_error LIKE '%refused by Ironic%'`, l.UUID))
+	require.Equal(t, "lab", deref(readIronicNode(t, ir, spare[0]).Lessee), "the replacement lent in Ironic")
+	require.Nil(t, readIronicNode(t, ir, victim).Lessee, "the refused node no longer lent")
+	require.Positive(t, logLines(t, stack.Conductors, "refused node's allocation moved to its replacement"))
+
+	endLeaseSoon(t, api, "ironic-refused")
+	l = waitLeaseState(t, api, "ironic-refused", "ended")
+	require.Nil(t, l.StatusReason)
+	dbtest.WaitFor(t, time.Minute, "the lease's allocations gone", func() bool {
+		return dbtest.Count(t, pool, `SELECT count(*) FROM allocations WHERE owner = 'lab'`) == 0
+	})
+	for _, n := range l.nodes() {
+		require.Nil(t, readIronicNode(t, ir, n).Lessee, "node %s", n)
+	}
 }

@@ -164,7 +164,7 @@ func PublicRoute(path string) bool {
 // every /v1 request's microversion against the pair's range (the
 // intersection of metalloc's and Ironic's). An Ironic that cannot be
 // reached or does not answer within the client's timeout gives 503 in
-// Ironic's error format; nothing else changes. After a change proxied
+// Ironic's error format, with Retry-After; nothing else changes. After a change proxied
 // for a node it refreshes the node in the mirror before answering, and
 // reads it again while Ironic is still moving it.
 type Front struct {
@@ -537,7 +537,7 @@ func (f *Front) follow(node string) {
 }
 
 // unavailable answers a request Ironic did not answer: 503 in Ironic's
-// error format.
+// error format, with Retry-After: web.UnavailableRetryAfter (seconds).
 func (f *Front) unavailable(w http.ResponseWriter, r *http.Request, err error) {
 	reason := "no answer"
 	var ie *Error
@@ -553,6 +553,7 @@ func (f *Front) unavailable(w http.ResponseWriter, r *http.Request, err error) {
 	msg := "The bare metal service (Ironic) behind metalloc is unavailable (" + reason + "); retry later."
 	body, _ := json.Marshal(web.IronicErrorBody(http.StatusServiceUnavailable, msg))
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", strconv.Itoa(web.UnavailableRetryAfter))
 	w.WriteHeader(http.StatusServiceUnavailable)
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(body)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/metalloc/metalloc/db"
+	"github.com/metalloc/metalloc/topology"
 )
 
 // Horizon is how far past a refused lease's start_time admission looks
@@ -146,7 +148,9 @@ func (s *Store) inReadTx(ctx context.Context, fn func(q *Queries) error) error {
 // reservation may take over the window (free: FreeNodes), picks
 // (choose, at random among the equals so that concurrent admissions
 // rarely collide) and inserts the lease, its reservations (each with the
-// count it booked: Count, or fewer down to Min) and its lease_nodes rows. A row another admission committed meanwhile fails the
+// count it booked: Count, or fewer down to Min; with Min set, Min and
+// Count too, as min_count and max_count) and its lease_nodes rows. A row
+// another admission committed meanwhile fails the
 // insert with an exclusion violation: the transaction is rolled back and
 // the pick made again on fresh data, up to MaxAdmitAttempts in all
 // (ErrContended). A lease that does not fit is a *RefusedError, its
@@ -154,6 +158,10 @@ func (s *Store) inReadTx(ctx context.Context, fn func(q *Queries) error) error {
 // uuid taken is db's unique violation (leases_name_key, leases_uuid_key).
 func (s *Store) Admit(ctx context.Context, req Request, log *zap.Logger) (View, error) {
 	from, to := unix(req.Start), unix(req.End)
+	var err error
+	if req.Reservations, err = s.withSources(ctx, req.Reservations); err != nil {
+		return View{}, err
+	}
 	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	for attempt := 1; ; attempt++ {
 		var v View
@@ -192,6 +200,10 @@ func (s *Store) Admit(ctx context.Context, req Request, log *zap.Logger) (View, 
 					ForbiddenTraits: nonNil(r.Forbidden), Count: int32(len(picks[i].IDs)), Rule: r.Rule, Domain: picks[i].Domain}
 				if r.Rule != RuleNone {
 					p.RuleLevel = &r.Level
+				}
+				if r.Min > 0 && r.Min <= r.Count { // a range (Blazar's min and max), kept as asked
+					lo, hi := int32(r.Min), int32(r.Count)
+					p.MinCount, p.MaxCount = &lo, &hi
 				}
 				id, err := q.CreateReservation(ctx, p)
 				if err != nil {
@@ -238,6 +250,28 @@ func (s *Store) Admit(ctx context.Context, req Request, log *zap.Logger) (View, 
 			return View{}, err
 		}
 	}
+}
+
+// withSources is rs with the Sources of each reservation that has a
+// level but not its sources (a caller that names the level by index
+// only) read from the topology (a level index past the topology's
+// levels: the sources there are, so that no node is in a domain of it).
+func (s *Store) withSources(ctx context.Context, rs []Reservation) ([]Reservation, error) {
+	var levels []topology.Level
+	out := slices.Clone(rs)
+	for i, r := range out {
+		if r.LevelIndex < 0 || len(r.Sources) == r.LevelIndex+1 {
+			continue
+		}
+		if levels == nil {
+			var err error
+			if levels, err = topology.Load(ctx, s.pool); err != nil {
+				return nil, err
+			}
+		}
+		out[i].Sources = levelSources(levels, min(r.LevelIndex, len(levels)-1))
+	}
+	return out, nil
 }
 
 // refusals words each reservation that does not fit (chooseAll's order:

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -270,75 +269,40 @@ func Lock(ctx context.Context, q *Queries, ident string, check func(View) error)
 // GetIn is Store.Get in the transaction of q.
 func GetIn(ctx context.Context, q *Queries, ident string) (View, error) { return get(ctx, q, ident) }
 
+// Visible reads lease ident (a uuid, else a name) for a GET by the caller
+// of c: hidden, the API's 404, when there is none or policy hides it from
+// the caller (allocation.Policy.Check). The lease API's GET and Blazar's
+// (lease/blazar).
+func (s *Store) Visible(c echo.Context, policy allocation.Policy, ident string, hidden error) (View, error) {
+	v, err := s.Get(c.Request().Context(), ident)
+	if errors.Is(err, ErrNotFound) {
+		return v, hidden
+	} else if err != nil {
+		return v, err
+	}
+	return v, policy.Check(c, &v.ProjectID, "", hidden)
+}
+
 func (h *Handler) get(c echo.Context) error {
 	ident := c.Param("ident")
-	v, err := h.store.Get(c.Request().Context(), ident)
-	if errors.Is(err, ErrNotFound) {
-		return notFound(ident)
-	} else if err != nil {
-		return err
-	}
-	if err := h.policy.Check(c, &v.ProjectID, "", notFound(ident)); err != nil {
+	v, err := h.store.Visible(c, h.policy, ident, notFound(ident))
+	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, v.Doc(h.base(c)))
 }
 
+// list is GET /v1/leases: a page in creation order, filtered by state
+// and project_id (web.ListInOrder).
 func (h *Handler) list(c echo.Context) error {
-	ctx := c.Request().Context()
-	p, err := web.ParseListParams(c, h.opts.MaxLimit)
-	if err != nil {
-		return err
-	}
-	if p.SortKey != "id" || p.SortDesc {
-		return web.BadRequest("Leases are listed in creation order only: sort_key and sort_dir are not supported")
-	}
-	var f ListFilter
-	keep := url.Values{}
-	for _, k := range []struct {
-		name string
-		dst  **string
-	}{{"state", &f.State}, {"project_id", &f.ProjectID}} {
-		if s := c.QueryParam(k.name); s != "" {
-			*k.dst = &s
-			keep.Set(k.name, s)
-		}
-	}
-	if project, err := h.policy.ListScope(c, f.ProjectID); err != nil {
-		return err
-	} else if project != nil {
-		f.ProjectID = project
-	}
-	var after int64
-	if p.Marker != "" {
-		u, err := uuid.Parse(p.Marker)
-		if err != nil {
-			return web.BadRequest("Expected UUID for marker: %s", p.Marker)
-		}
-		m, err := h.store.Get(ctx, u.String())
-		if errors.Is(err, ErrNotFound) {
-			return notFound(p.Marker)
-		} else if err != nil {
-			return err
-		}
-		after = m.ID
-	}
-	views, err := h.store.List(ctx, f, after, p.Limit)
-	if err != nil {
-		return err
-	}
-	base := h.base(c)
-	docs := make([]map[string]any, 0, len(views))
-	for _, v := range views {
-		docs = append(docs, v.Doc(base))
-	}
-	out := map[string]any{"leases": docs}
-	if len(views) > 0 {
-		if next := web.NextLink(base, "leases", len(views), p.Limit, views[len(views)-1].Uuid.String(), keep); next != "" {
-			out["next"] = next
-		}
-	}
-	return c.JSON(http.StatusOK, out)
+	return web.ListInOrder(c, web.InOrder[View]{Name: "leases", Title: "Leases",
+		Filters: []string{"state", "project_id"}, Owner: "project_id", Scope: h.policy.ListScope,
+		Get: h.store.Get, ErrNotFound: ErrNotFound, NotFound: notFound,
+		List: func(ctx context.Context, f map[string]*string, after int64, limit int) ([]View, error) {
+			return h.store.List(ctx, ListFilter{State: f["state"], ProjectID: f["project_id"]}, after, limit)
+		},
+		Key: func(v View) (int64, uuid.UUID) { return v.ID, v.Uuid }, Doc: View.Doc,
+	}, h.base(c), h.opts.MaxLimit)
 }
 
 // patch applies a JSON patch to name and end_time. A new end_time is

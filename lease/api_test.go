@@ -146,11 +146,34 @@ func TestAdmissionAndRefusal(t *testing.T) {
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM leases WHERE name = 'bad'`).Scan(&n))
 	require.Zero(t, n)
 
-	// List, filter, get by name, delete.
+	// List, filter, page, get by name, delete.
 	st, l := do(t, srv, "GET", "/v1/leases?state=pending&limit=1", "")
 	require.Equal(t, 200, st)
 	require.Len(t, l["leases"], 1)
 	require.Contains(t, l["next"], "state=pending")
+	// The pages in creation order (c, then b), the next links kept.
+	var names []any
+	for next := l["next"]; next != nil; next = l["next"] {
+		names = append(names, l["leases"].([]any)[0].(map[string]any)["name"])
+		st, l = do(t, srv, "GET", strings.TrimPrefix(next.(string), srv.URL), "")
+		require.Equal(t, 200, st, "%v", l)
+	}
+	require.Equal(t, []any{"c", "b"}, names)
+	require.Empty(t, l["leases"])
+	for query, want := range map[string]string{
+		"project_id=p2": "200 0",
+		"sort_key=name": "400 Leases are listed in creation order only: sort_key and sort_dir are not supported",
+		"sort_dir=desc": "400 Leases are listed in creation order only",
+		"marker=c":      "400 Expected UUID for marker: c",
+		"marker=00000000-0000-4000-8000-000000000000": "404 Lease 00000000-0000-4000-8000-000000000000 could not be found.",
+	} {
+		st, doc := do(t, srv, "GET", "/v1/leases?"+query, "")
+		got := fmt.Sprintf("%d %v", st, doc["faultstring"])
+		if st == 200 {
+			got = fmt.Sprintf("%d %d", st, len(doc["leases"].([]any)))
+		}
+		require.True(t, strings.HasPrefix(got, want), "%s: got %s, want %s", query, got, want)
+	}
 	st, _ = do(t, srv, "DELETE", "/v1/leases/c", "")
 	require.Equal(t, 204, st)
 	st, _ = do(t, srv, "GET", "/v1/leases/c", "")

@@ -23,15 +23,18 @@ const (
 // Rule at topology level Level (index LevelIndex in the topology; -1
 // without one). Sources are the sources of the topology's levels down to
 // Level (levelSources: what the reads compute the nodes' paths, and so
-// their domains, from; none without a level).
+// their domains, from; none without a level; Store.Admit reads them from
+// the topology when they are left out).
 //
 // Min, when between 1 and Count, makes Count a maximum: admission books
 // Count nodes when they fit, else the most between Min and Count that do
 // (Blazar's min and max of a physical:host reservation, package
-// lease/blazar); under rule preferred Count stays exact. Nodes, when not
-// nil, restricts the reservation to those node ids (what a filter on node
-// properties matched, lease/blazar); an empty non-nil list matches none.
-// Neither is stored: the lease keeps the count booked and its nodes.
+// lease/blazar); under rule preferred Count stays exact. Such a Min is
+// stored with Count as the reservation's range (min_count, max_count:
+// what Blazar's API shows as min and max), beside the count booked. Nodes,
+// when not nil, restricts the reservation to those node ids (what a
+// filter on node properties matched, lease/blazar); an empty non-nil list
+// matches none. It is not stored: the lease keeps the nodes it booked.
 type Reservation struct {
 	ResourceClass string
 	Traits        []string
@@ -47,7 +50,7 @@ type Reservation struct {
 
 // levelSources are the sources of levels[0..lvl] (coarse to fine; none
 // when lvl < 0): the paths the lease reads compute down to level lvl
-// (metalloc_topology_path, migration 00054), all that a domain of the
+// (metalloc_topology_path, migration 00056), all that a domain of the
 // level needs.
 func levelSources(levels []topology.Level, lvl int) []string {
 	out := []string{}

@@ -180,7 +180,7 @@ func walkPlan(raw json.RawMessage, fn func(map[string]any)) {
 // values missing, and for no level; it returns nothing for no ids. The
 // lease reads (MatchingNodes, CalendarNodes, FreeNodes of every free
 // node), which compute extra and properties levels inline
-// (metalloc_topology_path, 00054) and take the others from
+// (metalloc_topology_path, 00056) and take the others from
 // metalloc_topology_paths, give each node the view's path cut at every
 // level.
 func TestTopologyPathsMatchView(t *testing.T) {

@@ -28,7 +28,7 @@ SELECT set_config('enable_nestloop', 'on', true);
 -- traits are read per table and grouped by node (hash joins), not looked
 -- up node by node (10,000 correlated subqueries cost ~0.4 s, the grouping
 -- a few ms), and the paths are an expression on each node's row
--- (metalloc_topology_path, migration 00054), not the view
+-- (metalloc_topology_path, migration 00056), not the view
 -- node_topology_paths, which computes each node's in a subquery of its
 -- own (most of an availability search's time at 10,000 nodes, issue 43);
 -- only a level read from traits or aggregates takes the nodes' paths from
@@ -144,8 +144,10 @@ VALUES (@uuid, @name, @project_id, @start_time, @end_time, @on_start)
 RETURNING *;
 
 -- name: CreateReservation :one
-INSERT INTO lease_reservations (lease_id, resource_class, traits, forbidden_traits, count, rule, rule_level, domain)
-VALUES (@lease_id, @resource_class, @traits, @forbidden_traits, @count, @rule, @rule_level, @domain)
+INSERT INTO lease_reservations (lease_id, resource_class, traits, forbidden_traits, count, rule, rule_level, domain,
+                                min_count, max_count)
+VALUES (@lease_id, @resource_class, @traits, @forbidden_traits, @count, @rule, @rule_level, @domain,
+        sqlc.narg(min_count), sqlc.narg(max_count))
 RETURNING id;
 
 -- name: InsertLeaseNodes :exec
@@ -283,3 +285,12 @@ UPDATE lease_nodes SET node_id = @new_node_id
 -- The lease's flag after a check of its nodes (Repair): why it lacks
 -- nodes, or NULL when it has them all.
 UPDATE leases SET degraded_reason = sqlc.narg(reason)::text, updated_at = now() WHERE id = @id;
+
+-- name: NodesFreeNow :many
+-- Which of the nodes @ids are free now (metalloc_node_free: available, not
+-- in maintenance, powered, no instance or allocation): the replacements of
+-- an active lease's refused nodes (ReplaceRefused) must be.
+SELECT n.id FROM nodes n
+ WHERE n.id = ANY(@ids::bigint[])
+   AND metalloc_node_free(n.provision_state, n.maintenance, n.power_state, n.instance_uuid, n.allocation_id)
+ ORDER BY n.id;

@@ -248,8 +248,10 @@ func (q *Queries) CreateLease(ctx context.Context, arg CreateLeaseParams) (Lease
 }
 
 const createReservation = `-- name: CreateReservation :one
-INSERT INTO lease_reservations (lease_id, resource_class, traits, forbidden_traits, count, rule, rule_level, domain)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO lease_reservations (lease_id, resource_class, traits, forbidden_traits, count, rule, rule_level, domain,
+                                min_count, max_count)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+        $9, $10)
 RETURNING id
 `
 
@@ -262,6 +264,8 @@ type CreateReservationParams struct {
 	Rule            string
 	RuleLevel       *string
 	Domain          []string
+	MinCount        *int32
+	MaxCount        *int32
 }
 
 func (q *Queries) CreateReservation(ctx context.Context, arg CreateReservationParams) (int64, error) {
@@ -274,6 +278,8 @@ func (q *Queries) CreateReservation(ctx context.Context, arg CreateReservationPa
 		arg.Rule,
 		arg.RuleLevel,
 		arg.Domain,
+		arg.MinCount,
+		arg.MaxCount,
 	)
 	var id int64
 	err := row.Scan(&id)
@@ -692,7 +698,7 @@ type MatchingNodesRow struct {
 // traits are read per table and grouped by node (hash joins), not looked
 // up node by node (10,000 correlated subqueries cost ~0.4 s, the grouping
 // a few ms), and the paths are an expression on each node's row
-// (metalloc_topology_path, migration 00054), not the view
+// (metalloc_topology_path, migration 00056), not the view
 // node_topology_paths, which computes each node's in a subquery of its
 // own (most of an availability search's time at 10,000 nodes, issue 43);
 // only a level read from traits or aggregates takes the nodes' paths from
@@ -730,6 +736,36 @@ func (q *Queries) MatchingNodes(ctx context.Context, arg MatchingNodesParams) ([
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const nodesFreeNow = `-- name: NodesFreeNow :many
+SELECT n.id FROM nodes n
+ WHERE n.id = ANY($1::bigint[])
+   AND metalloc_node_free(n.provision_state, n.maintenance, n.power_state, n.instance_uuid, n.allocation_id)
+ ORDER BY n.id
+`
+
+// Which of the nodes @ids are free now (metalloc_node_free: available, not
+// in maintenance, powered, no instance or allocation): the replacements of
+// an active lease's refused nodes (ReplaceRefused) must be.
+func (q *Queries) NodesFreeNow(ctx context.Context, ids []int64) ([]int64, error) {
+	rows, err := q.db.Query(ctx, nodesFreeNow, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -812,7 +848,7 @@ func (q *Queries) ReplaceLeaseNode(ctx context.Context, arg ReplaceLeaseNodePara
 }
 
 const reservationsOf = `-- name: ReservationsOf :many
-SELECT id, lease_id, resource_class, traits, forbidden_traits, count, rule, rule_level, domain FROM lease_reservations r WHERE r.lease_id = ANY($1::bigint[]) ORDER BY r.id
+SELECT id, lease_id, resource_class, traits, forbidden_traits, count, rule, rule_level, domain, min_count, max_count FROM lease_reservations r WHERE r.lease_id = ANY($1::bigint[]) ORDER BY r.id
 `
 
 // The reservations of the given leases, in id order.
@@ -835,6 +871,8 @@ func (q *Queries) ReservationsOf(ctx context.Context, leaseIds []int64) ([]Lease
 			&i.Rule,
 			&i.RuleLevel,
 			&i.Domain,
+			&i.MinCount,
+			&i.MaxCount,
 		); err != nil {
 			return nil, err
 		}

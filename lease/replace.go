@@ -27,9 +27,10 @@ type Replacement struct {
 	// Reservation is the reservation's number in the lease, from 1.
 	Reservation int
 	// Old names the failed node (its name, else its uuid); "" for a
-	// deleted node, whose row is gone.
-	Old string
-	// Why is FailedMaintenance or FailedDeleted.
+	// deleted node, whose row is gone. OldNodeID is its id (0 then).
+	Old       string
+	OldNodeID int64
+	// Why is FailedMaintenance, FailedDeleted, or a Refused's Why.
 	Why string
 	// New names the replacement (its name, else its uuid); NewUUID is its uuid.
 	New     string
@@ -81,6 +82,42 @@ type RepairResult struct {
 // then the error is returned (the caller's transaction rolls back and the
 // next check retries). The caller commits tx.
 func Repair(ctx context.Context, tx pgx.Tx, id int64) (res RepairResult, ok bool, err error) {
+	return repair(ctx, tx, id, nil)
+}
+
+// Refused is a booked node of an active lease whose allocation the
+// conductors' backend failed at the start (ReplaceRefused).
+type Refused struct {
+	NodeID int64
+	// Why says who refused it (Replacement.Why, degraded_reason):
+	// "refused by Ironic".
+	Why string
+}
+
+// ReplaceRefused replaces, in tx, the nodes of active lease id whose
+// allocation through the conductors' backend failed at the start (in
+// front of Ironic: Ironic refused the node), as Repair replaces a node
+// that failed before the start: by a node that fits the same reservation
+// and domain, is free over the lease's window, and is free now
+// (metalloc_node_free: available, not in maintenance, no allocation or
+// instance); when none is, the node is kept and the lease flagged
+// (degraded_reason names the refused nodes left; cleared by a check that
+// leaves none). Only the refused nodes the lease still books are looked
+// at: its other nodes are its project's. ok is false (nothing changed)
+// when the lease is gone or not active. Locks, savepoint and retries as
+// Repair's; the caller makes the replacements' allocations and commits
+// tx.
+func ReplaceRefused(ctx context.Context, tx pgx.Tx, id int64, refused []Refused) (RepairResult, bool, error) {
+	why := make(map[int64]string, len(refused))
+	for _, r := range refused {
+		why[r.NodeID] = r.Why
+	}
+	return repair(ctx, tx, id, why)
+}
+
+// repair is Repair (refused nil: a pending lease) or ReplaceRefused
+// (refused: an active lease's refused nodes, each with why).
+func repair(ctx context.Context, tx pgx.Tx, id int64, refused map[int64]string) (res RepairResult, ok bool, err error) {
 	q := New(tx)
 	l, err := q.LockLease(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -88,7 +125,7 @@ func Repair(ctx context.Context, tx pgx.Tx, id int64) (res RepairResult, ok bool
 	} else if err != nil {
 		return res, false, err
 	}
-	if l.State != StatePending {
+	if refused == nil && l.State != StatePending || refused != nil && l.State != StateActive {
 		return res, false, nil
 	}
 	rs, err := q.ReservationsOf(ctx, []int64{id})
@@ -97,7 +134,7 @@ func Repair(ctx context.Context, tx pgx.Tx, id int64) (res RepairResult, ok bool
 	}
 	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	for attempt := 1; ; attempt++ {
-		res, err = repairOnce(ctx, tx, l, rs, rnd)
+		res, err = repairOnce(ctx, tx, l, rs, refused, rnd)
 		if err == nil {
 			return res, true, nil
 		}
@@ -107,9 +144,11 @@ func Repair(ctx context.Context, tx pgx.Tx, id int64) (res RepairResult, ok bool
 	}
 }
 
-// repairOnce is one attempt of Repair in a savepoint of tx, rolled back
-// when it fails.
-func repairOnce(ctx context.Context, tx pgx.Tx, l Lease, rs []LeaseReservation, rnd *rand.Rand) (RepairResult, error) {
+// repairOnce is one attempt of repair in a savepoint of tx, rolled back
+// when it fails: for a pending lease (refused nil) its nodes in
+// maintenance and its missing rows, for an active one its refused nodes.
+func repairOnce(ctx context.Context, tx pgx.Tx, l Lease, rs []LeaseReservation, refused map[int64]string,
+	rnd *rand.Rand) (RepairResult, error) {
 	res := RepairResult{Lease: l}
 	if len(rs) > 0 {
 		res.ResourceClass = rs[0].ResourceClass
@@ -135,11 +174,14 @@ func repairOnce(ctx context.Context, tx pgx.Tx, l Lease, rs []LeaseReservation, 
 	for i, r := range rs {
 		var failed []BookedNodesRow
 		for _, b := range byRes[r.ID] {
-			if b.Maintenance {
+			if _, hit := refused[b.NodeID]; hit || refused == nil && b.Maintenance {
 				failed = append(failed, b)
 			}
 		}
 		missing := max(0, int(r.Count)-len(byRes[r.ID]))
+		if refused != nil {
+			missing = 0 // an active lease's rows are its project's
+		}
 		if len(failed)+missing == 0 {
 			continue
 		}
@@ -155,18 +197,26 @@ func repairOnce(ctx context.Context, tx pgx.Tx, l Lease, rs []LeaseReservation, 
 		if err != nil {
 			return res, fmt.Errorf("reading reservable nodes: %w", err)
 		}
-		pk := newPicker(toNodes(rows), r, lvl, unix(l.StartTime), unix(l.EndTime), taken, rnd)
+		nodes := toNodes(rows)
+		if refused != nil {
+			// The lease runs: a replacement must be free now too.
+			if err := onlyFreeNow(ctx, q, nodes); err != nil {
+				return res, err
+			}
+		}
+		pk := newPicker(nodes, r, lvl, unix(l.StartTime), unix(l.EndTime), taken, rnd)
 		var left []string
 		for _, f := range failed {
+			why := cmp.Or(refused[f.NodeID], FailedMaintenance)
 			n, found := pk.next()
 			if !found {
-				left = append(left, "node "+cmp.Or(deref(f.Name), f.Uuid.String())+" "+FailedMaintenance)
+				left = append(left, "node "+cmp.Or(deref(f.Name), f.Uuid.String())+" "+why)
 				continue
 			}
 			if _, err := q.ReplaceLeaseNode(ctx, ReplaceLeaseNodeParams{NewNodeID: n.ID, LeaseID: l.ID, OldNodeID: f.NodeID}); err != nil {
 				return res, err
 			}
-			res.Replaced = append(res.Replaced, replacement(i, cmp.Or(deref(f.Name), f.Uuid.String()), FailedMaintenance, n))
+			res.Replaced = append(res.Replaced, replacement(i, f.NodeID, cmp.Or(deref(f.Name), f.Uuid.String()), why, n))
 		}
 		var resIDs, nodeIDs []int64
 		lost := 0
@@ -177,7 +227,7 @@ func repairOnce(ctx context.Context, tx pgx.Tx, l Lease, rs []LeaseReservation, 
 				continue
 			}
 			resIDs, nodeIDs = append(resIDs, r.ID), append(nodeIDs, n.ID)
-			res.Replaced = append(res.Replaced, replacement(i, "", FailedDeleted, n))
+			res.Replaced = append(res.Replaced, replacement(i, 0, "", FailedDeleted, n))
 		}
 		if len(nodeIDs) > 0 {
 			if err := q.InsertLeaseNodes(ctx, InsertLeaseNodesParams{LeaseID: l.ID, ReservationIds: resIDs,
@@ -209,6 +259,29 @@ func repairOnce(ctx context.Context, tx pgx.Tx, l Lease, rs []LeaseReservation, 
 	return res, sp.Commit(ctx)
 }
 
+// onlyFreeNow makes the nodes that are not free now (NodesFreeNow)
+// ineligible.
+func onlyFreeNow(ctx context.Context, q *Queries, nodes []node) error {
+	ids := make([]int64, 0, len(nodes))
+	for _, n := range nodes {
+		if n.Eligible {
+			ids = append(ids, n.ID)
+		}
+	}
+	free, err := q.NodesFreeNow(ctx, ids)
+	if err != nil {
+		return err
+	}
+	ok := make(map[int64]bool, len(free))
+	for _, id := range free {
+		ok[id] = true
+	}
+	for i := range nodes {
+		nodes[i].Eligible = nodes[i].Eligible && ok[nodes[i].ID]
+	}
+	return nil
+}
+
 func deref(s *string) string {
 	if s == nil {
 		return ""
@@ -216,9 +289,9 @@ func deref(s *string) string {
 	return *s
 }
 
-func replacement(i int, old, why string, n node) Replacement {
+func replacement(i int, oldID int64, old, why string, n node) Replacement {
 	u, _ := uuid.Parse(n.UUID)
-	return Replacement{Reservation: i + 1, Old: old, Why: why, New: cmp.Or(n.Name, n.UUID), NewUUID: u}
+	return Replacement{Reservation: i + 1, Old: old, OldNodeID: oldID, Why: why, New: cmp.Or(n.Name, n.UUID), NewUUID: u}
 }
 
 // picker draws replacements for one reservation, one at a time (so that

@@ -88,8 +88,10 @@ func TestRepair(t *testing.T) {
 	setMaintenance(t, pool, booked[0], true)
 	res = repair(t, pool, "a")
 	require.Len(t, res.Replaced, 1)
-	require.Equal(t, lease.Replacement{Reservation: 1, Old: booked[0], Why: lease.FailedMaintenance, New: spare,
-		NewUUID: res.Replaced[0].NewUUID}, res.Replaced[0])
+	require.Equal(t, lease.Replacement{Reservation: 1, Old: booked[0], OldNodeID: res.Replaced[0].OldNodeID,
+		Why: lease.FailedMaintenance, New: spare, NewUUID: res.Replaced[0].NewUUID}, res.Replaced[0])
+	require.Equal(t, 1, dbtest.Count(t, pool, `SELECT count(*) FROM nodes WHERE id = $1 AND name = $2`,
+		res.Replaced[0].OldNodeID, booked[0]))
 	require.Equal(t, fmt.Sprintf("reservation 1: node %s (in maintenance) replaced by %s", booked[0], spare), res.Replaced[0].String())
 	require.False(t, res.Changed)
 	require.Nil(t, res.Lease.DegradedReason)
@@ -137,6 +139,82 @@ func TestRepair(t *testing.T) {
 	require.Equal(t, "reservation 1: a deleted node replaced by "+spare, res.Replaced[0].String())
 	require.ElementsMatch(t, []string{booked[0], spare}, bookedNames(t, pool, "a"))
 	noOverlaps(t, pool)
+}
+
+// replaceRefused runs lease.ReplaceRefused on the lease named name, the
+// nodes named refused refused by Ironic, in its own transaction.
+func replaceRefused(t *testing.T, pool *pgxpool.Pool, name string, refused ...string) (lease.RepairResult, bool) {
+	t.Helper()
+	ctx := context.Background()
+	var id int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM leases WHERE name = $1`, name).Scan(&id))
+	var rs []lease.Refused
+	for _, n := range refused {
+		var nid int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM nodes WHERE name = $1`, n).Scan(&nid))
+		rs = append(rs, lease.Refused{NodeID: nid, Why: "refused by Ironic"})
+	}
+	var res lease.RepairResult
+	var ok bool
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+		res, ok, err = lease.ReplaceRefused(ctx, tx, id, rs)
+		return err
+	}))
+	return res, ok
+}
+
+// TestReplaceRefused: a node of an active lease refused at the start is
+// replaced by a node of its rack that is free over the window and free
+// now; while the rack's spare is not free now (provisioned), the lease is
+// flagged and keeps the node; a pending lease is left to Repair.
+func TestReplaceRefused(t *testing.T) {
+	pool := fleet(t, 2, 3)
+	srv := server(t, pool)
+	st, doc := do(t, srv, "POST", "/v1/leases", leaseBody("a", 1, 12, 2, `,"required":"rack"`))
+	require.Equal(t, 201, st, "%v", doc)
+	booked := bookedNames(t, pool, "a")
+	var domain, spare string
+	require.NoError(t, pool.QueryRow(context.Background(), `
+		SELECT (extra->>'row') || '/' || (extra->>'rack') FROM nodes WHERE name = $1`, booked[0]).Scan(&domain))
+	require.NoError(t, pool.QueryRow(context.Background(), `
+		SELECT name FROM nodes WHERE (extra->>'row') || '/' || (extra->>'rack') = $1 AND name <> ALL($2)`, domain, booked).Scan(&spare))
+
+	_, ok := replaceRefused(t, pool, "a", booked[0])
+	require.False(t, ok, "a pending lease is Repair's")
+	_, err := pool.Exec(context.Background(), `UPDATE leases SET state = 'active' WHERE name = 'a'`)
+	require.NoError(t, err)
+
+	// The spare is taken now: nothing fits; flagged.
+	_, err = pool.Exec(context.Background(), `UPDATE nodes SET provision_state = 'active' WHERE name = $1`, spare)
+	require.NoError(t, err)
+	res, ok := replaceRefused(t, pool, "a", booked[0])
+	require.True(t, ok)
+	require.Empty(t, res.Replaced)
+	require.True(t, res.Changed)
+	require.Equal(t, fmt.Sprintf("reservation 1 (2 of gpu, in one rack): node %s refused by Ironic not replaced: "+
+		"no other reservable node of gpu that fits is free in rack %s from %s to %s", booked[0], domain, at(1), at(12)),
+		*res.Lease.DegradedReason)
+	require.Equal(t, booked, bookedNames(t, pool, "a"))
+
+	// Free again: it replaces the refused node; the flag goes.
+	_, err = pool.Exec(context.Background(), `UPDATE nodes SET provision_state = 'available' WHERE name = $1`, spare)
+	require.NoError(t, err)
+	res, ok = replaceRefused(t, pool, "a", booked[0])
+	require.True(t, ok)
+	require.Len(t, res.Replaced, 1)
+	require.Equal(t, fmt.Sprintf("reservation 1: node %s (refused by Ironic) replaced by %s", booked[0], spare), res.Replaced[0].String())
+	require.Equal(t, 1, dbtest.Count(t, pool, `SELECT count(*) FROM nodes WHERE id = $1 AND name = $2`,
+		res.Replaced[0].OldNodeID, booked[0]))
+	require.True(t, res.Changed)
+	require.Nil(t, res.Lease.DegradedReason)
+	require.ElementsMatch(t, []string{booked[1], spare}, bookedNames(t, pool, "a"))
+	noOverlaps(t, pool)
+
+	// A node the lease no longer books: nothing to do.
+	res, ok = replaceRefused(t, pool, "a", booked[0])
+	require.True(t, ok)
+	require.Empty(t, res.Replaced)
+	require.False(t, res.Changed)
 }
 
 // TestRepairRace: four leases of one node each over one window in a rack

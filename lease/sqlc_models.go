@@ -37,4 +37,6 @@ type LeaseReservation struct {
 	Rule            string
 	RuleLevel       *string
 	Domain          []string
+	MinCount        *int32
+	MaxCount        *int32
 }

@@ -1,7 +1,6 @@
 package loadgen
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,13 +48,7 @@ func LeaseNodeFile(nodes int) []byte {
 		Extra         map[string]any `json:"extra"`
 		Reservable    bool           `json:"reservable"`
 	}
-	var b bytes.Buffer
-	b.Grow(nodes * 170)
-	b.WriteString(`{"nodes":[`)
-	for i := range nodes {
-		if i > 0 {
-			b.WriteByte(',')
-		}
+	return nodeFile(nodes, 170, func(i int) any {
 		rack := i / LeaseRackSize
 		e := entry{Name: fmt.Sprintf("lease-node-%d", i), Driver: "fake-hardware", Reservable: true,
 			Extra: map[string]any{"row": rack/LeaseRowRacks + 1, "rack": rack%LeaseRowRacks + 1}}
@@ -72,11 +65,8 @@ func LeaseNodeFile(nodes int) []byte {
 				e.Traits = []string{"CUSTOM_NVME"}
 			}
 		}
-		doc, _ := json.Marshal(e)
-		b.Write(doc)
-	}
-	b.WriteString(`]}`)
-	return b.Bytes()
+		return e
+	})
 }
 
 // LeaseOptions sizes the lease benchmark. Zero values take the defaults

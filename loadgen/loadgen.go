@@ -466,16 +466,26 @@ func NodeFile(nodes, classes int) []byte {
 		ResourceClass string   `json:"resource_class"`
 		Traits        []string `json:"traits"`
 	}
+	return nodeFile(nodes, 130, func(i int) any {
+		name, class, traits := benchNode(i, classes)
+		return entry{name, "fake-hardware", class, traits}
+	})
+}
+
+// nodeFile writes a node file, {"nodes":[...]}, of n entries, entry(i)
+// each, encoded one at a time into a buffer grown once to n times size
+// (an entry's length, about): the file is all a large fleet holds.
+// NodeFile and LeaseNodeFile.
+func nodeFile(n, size int, entry func(i int) any) []byte {
 	var b bytes.Buffer
-	b.Grow(nodes * 130)
+	b.Grow(n * size)
 	b.WriteString(`{"nodes":[`)
-	for i := range nodes {
+	for i := range n {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		name, class, traits := benchNode(i, classes)
-		e, _ := json.Marshal(entry{name, "fake-hardware", class, traits})
-		b.Write(e)
+		doc, _ := json.Marshal(entry(i))
+		b.Write(doc)
 	}
 	b.WriteString(`]}`)
 	return b.Bytes()

@@ -119,6 +119,16 @@ func ClassifyError(err error, log *zap.Logger) (int, string) {
 // a 503 on their own schedule (python-ironicclient every 2 s), so 2 s
 // changes nothing for them and tells a plain HTTP client not to spin. The
 // body keeps each API's error format.
+//
+// The other 503s of metalloc's daemons send it too: /readyz (Health: the
+// database unreachable or failing over, a schema outside the binary's
+// window, a stop under way; 2 s is the probe interval operations.md
+// recommends, and what `curl --retry` waits, as it honours Retry-After)
+// and metalloc-api in front of Ironic when Ironic does not answer
+// (ironic.Front: a restart of Ironic's API; the conductors probe it every
+// second, and ironicclient's own retries come every 2 s). A small value:
+// each of those usually clears within seconds, and a client asking again
+// too early gets another 503, cheaply.
 const UnavailableRetryAfter = 2
 
 // setRetryAfter adds Retry-After: UnavailableRetryAfter to a 503 answer

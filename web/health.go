@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -14,7 +15,8 @@ const (
 	// HealthzPath is liveness: 200 while the process serves HTTP.
 	HealthzPath = "/healthz"
 	// ReadyzPath is readiness: 200 when every readiness check passes
-	// (database reachable, schema this binary's, ...), else 503.
+	// (database reachable, schema this binary's, ...), else 503 with
+	// Retry-After: UnavailableRetryAfter.
 	ReadyzPath = "/readyz"
 )
 
@@ -43,7 +45,8 @@ type HealthBody struct {
 // routing: without authentication (load balancers, kubelets and systemd
 // carry no credentials), and outside the access log and HTTP metrics
 // (probes every few seconds would drown them). /readyz runs checks in
-// order, each bounded by ReadyTimeout, and reports all of them.
+// order, each bounded by ReadyTimeout, and reports all of them; its 503
+// says when to ask again (Retry-After: UnavailableRetryAfter seconds).
 func Health(next http.Handler, checks ...Check) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != HealthzPath && r.URL.Path != ReadyzPath {
@@ -70,6 +73,9 @@ func Health(next http.Handler, checks ...Check) http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
+		if status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", strconv.Itoa(UnavailableRetryAfter))
+		}
 		w.WriteHeader(status)
 		if r.Method == http.MethodGet {
 			_ = json.NewEncoder(w).Encode(body)

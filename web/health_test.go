@@ -16,7 +16,7 @@ import (
 )
 
 // TestHealth: /healthz is 200 while serving; /readyz runs every check and
-// is 503 naming the failing one; both are answered in front of the wrapped
+// is 503 naming the failing one, with Retry-After; both are answered in front of the wrapped
 // handler (which here refuses everything, as an authenticating API would),
 // for GET and HEAD only; other paths reach the handler.
 func TestHealth(t *testing.T) {
@@ -26,6 +26,7 @@ func TestHealth(t *testing.T) {
 	h := Health(refuse,
 		Check{Name: "database", Func: func(context.Context) error { return dbErr }},
 		Check{Name: "conductor", Func: func(context.Context) error { return nil }})
+	retryAfter := ""
 	get := func(method, path string) (int, HealthBody) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
@@ -33,6 +34,7 @@ func TestHealth(t *testing.T) {
 		if rec.Body.Len() > 0 && rec.Code != http.StatusUnauthorized && rec.Code != http.StatusMethodNotAllowed {
 			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &b))
 		}
+		retryAfter = rec.Header().Get("Retry-After")
 		return rec.Code, b
 	}
 	code, b := get("GET", HealthzPath)
@@ -41,15 +43,18 @@ func TestHealth(t *testing.T) {
 	code, b = get("GET", ReadyzPath)
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, HealthBody{Status: "ok", Checks: map[string]string{"database": "ok", "conductor": "ok"}}, b)
+	require.Empty(t, retryAfter, "a 200 says nothing of retrying")
 
 	dbErr = errors.New("database schema is outdated: database is at version 3, this binary needs 4")
 	code, b = get("GET", ReadyzPath)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Equal(t, HealthBody{Status: "unavailable", Checks: map[string]string{"database": dbErr.Error(), "conductor": "ok"}}, b)
+	require.Equal(t, "2", retryAfter)
 	code, _ = get("GET", HealthzPath)
 	require.Equal(t, http.StatusOK, code, "liveness does not depend on the database")
 	code, _ = get("HEAD", ReadyzPath)
 	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "2", retryAfter)
 	code, _ = get("POST", HealthzPath)
 	require.Equal(t, http.StatusMethodNotAllowed, code)
 	code, _ = get("GET", "/v1/nodes")

@@ -101,9 +101,9 @@ func mirrored(t *testing.T, pool *pgxpool.Pool, u string) (name, provision strin
 // time the client has the answer (creation, maintenance, a rename by the
 // old name, deletion), and a node Ironic is still moving is followed until
 // it arrives. metalloc's own routes stay metalloc's. With Ironic's API
-// stopped, proxied requests are 503 in Ironic's error format, metalloc's
-// own routes and version documents still answer, and all is back once
-// Ironic is.
+// stopped, proxied requests are 503 in Ironic's error format (with
+// Retry-After), metalloc's own routes and version documents still answer,
+// and all is back once Ironic is.
 func TestFront(t *testing.T) {
 	t.Parallel()
 	ir := startIronic(t, devstack.IronicOptions{})
@@ -200,8 +200,9 @@ func TestFront(t *testing.T) {
 
 	// Ironic down: 503 in Ironic's format for proxied requests only.
 	ir.StopAPI()
-	st, _, body = call(t, "GET", srv.URL+"/v1/nodes", nil, v("1.82")...)
+	st, hdr, body := call(t, "GET", srv.URL+"/v1/nodes", nil, v("1.82")...)
 	require.Equal(t, http.StatusServiceUnavailable, st)
+	require.Equal(t, "2", hdr.Get("Retry-After"))
 	var fault struct {
 		ErrorMessage string `json:"error_message"`
 	}
@@ -223,9 +224,9 @@ func TestFront(t *testing.T) {
 }
 
 // TestFrontSlowIronic: an Ironic that does not answer within
-// ironic.timeout gives 503 in Ironic's error format; metalloc's own routes
-// and its version documents (metalloc's range: Ironic's is not known) are
-// served meanwhile.
+// ironic.timeout gives 503 in Ironic's error format, with Retry-After;
+// metalloc's own routes and its version documents (metalloc's range:
+// Ironic's is not known) are served meanwhile.
 func TestFrontSlowIronic(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -245,9 +246,10 @@ func TestFrontSlowIronic(t *testing.T) {
 	require.NoError(t, err)
 	cfg.Ironic.Timeout = 300 * time.Millisecond
 	srv, _ := frontAPI(t, cfg, "http://"+l.Addr().String(), auth.IronicNoAuth{}, auth.Rules{})
-	st, _, body := call(t, "GET", srv.URL+"/v1/nodes", nil, "X-OpenStack-Ironic-API-Version", "1.82")
+	st, hdr, body := call(t, "GET", srv.URL+"/v1/nodes", nil, "X-OpenStack-Ironic-API-Version", "1.82")
 	require.Equal(t, http.StatusServiceUnavailable, st, "%s", body)
 	require.Contains(t, string(body), "no answer within 300ms")
+	require.Equal(t, "2", hdr.Get("Retry-After"), "web.UnavailableRetryAfter")
 	// metalloc's own routes and version documents still answer.
 	st, _, body = call(t, "GET", srv.URL+"/v1/allocations", nil, "X-OpenStack-Ironic-API-Version", "1.82")
 	require.Equal(t, http.StatusOK, st, "%s", body)

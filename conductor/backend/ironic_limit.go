@@ -44,9 +44,12 @@ import (
 //
 //   - r > limitTolerance (a queue in Ironic): the limit is multiplied by
 //     limitTolerance/r, kept within [0.5, 0.9];
-//   - r ≤ limitTolerance, and the window found the limit reached (else
-//     the load, not the limit, bounded what was in flight, and the
-//     samples say nothing about more): it grows by 1 (by sqrt(limit)
+//   - the window never found the limit reached (the load, not the
+//     limit, bounded what was in flight, and the samples say nothing
+//     about more): it decays towards one above the most in flight, by
+//     limitDecay at most;
+//   - r ≤ limitTolerance, and the window found the limit reached: it
+//     grows by 1 (by sqrt(limit)
 //     while r ≤ limitFlat at the start, after a drop or a rebase, until
 //     the first decrease: quickly up to the knee, gently near it);
 //   - a drop (Ironic unreachable, timed out, 5xx): it is halved at once,
@@ -58,8 +61,10 @@ import (
 // load, a restart at a high limit) would take the queue for the
 // baseline and never see r rise, and the sawtooth near the knee, always
 // a little above it, would let the baseline creep up. So every
-// limitProbeEvery windows that reached the limit, one window runs at
-// half the limit (a probe). A probe whose mean is at most the previous
+// limitProbeEvery windows, one window runs at half of what was in
+// flight (the limit, or the last window's peak when the load kept below
+// it: a probe at half a limit the load never reaches would lower
+// nothing; a probe). A probe whose mean is at most the previous
 // window's divided by limitProbeGain found a queue: the next window
 // halves again, and so on down to 1, the limit then resuming at the
 // level above the last probe that gained nothing. A probe that gains
@@ -101,6 +106,9 @@ const (
 	// the baseline below which the limit grows fast, then by one.
 	limitFlat      = 1.1
 	limitTolerance = 1.25
+	// limitDecay is the most a window whose load kept below the limit
+	// lowers it (a factor).
+	limitDecay = 0.9
 )
 
 // sampleKind is what one slot's end says about Ironic.
@@ -280,24 +288,37 @@ func (l *limiter) endWindow() {
 	}
 	l.push(mean)
 	r := float64(mean) / float64(max(l.baseline(), 1))
-	reached := l.peak >= l.allowed()
+	peak := l.peak
+	reached := peak >= l.allowed()
 	switch {
 	case r > limitTolerance:
 		l.fast = false
 		l.set(l.limit * min(max(limitTolerance/r, 0.5), 0.9))
 	case !reached:
-		l.n, l.sum, l.peak = 0, 0, l.inFlight
+		// The load, not the limit, bounded what was in flight: the limit
+		// decays towards one above the most the window held (as TCP's
+		// window does while the application sends less, RFC 7661), so
+		// that it binds again when the load comes back and its probes
+		// lower what is in flight. A limit far above the load would
+		// neither hold Ironic at its knee then nor let a probe find the
+		// queue (bench ironic, 16 clients: a limit of 14 over 5.6 in
+		// flight, at 76 % of the best fixed limit's rate).
+		if v := max(float64(l.peak+1), l.limit*limitDecay); v < l.limit {
+			l.set(v)
+		} else {
+			l.n, l.sum, l.peak = 0, 0, l.inFlight
+		}
 	case r <= limitFlat && l.fast:
 		l.set(l.limit + math.Sqrt(l.limit))
 	default:
 		l.set(l.limit + 1)
 	}
-	if !reached {
-		return // no probe either: the load keeps below the limit
-	}
-	if l.windows++; l.windows >= limitProbeEvery && l.limit >= 2 {
-		l.windows, l.probing, l.restore = 0, true, l.limit
-		l.change(l.limit / 2)
+	// A probe halves what was in flight, the limit or, when the load kept
+	// below it, the window's peak: a probe at half a limit the load never
+	// reaches would change nothing and find no queue.
+	if l.windows++; l.windows >= limitProbeEvery && peak >= 2 {
+		l.windows, l.probing, l.restore = 0, true, min(l.limit, float64(peak))
+		l.change(l.restore / 2)
 	}
 }
 

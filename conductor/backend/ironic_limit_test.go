@@ -37,8 +37,12 @@ func (s *kneeServer) latency(n int) time.Duration {
 // best is the server's best rate (allocations per second): at the knee.
 func (s *kneeServer) best() float64 { return float64(s.knee) / s.base.Seconds() }
 
-// simEvent is one allocation in flight: when it settles, its latency.
-type simEvent struct{ at, rtt time.Duration }
+// simEvent is one allocation in flight: when it settles, its latency,
+// and (multi-conductor simulations) whose it is.
+type simEvent struct {
+	at, rtt time.Duration
+	who     int
+}
 
 type simQueue []simEvent
 
@@ -154,20 +158,28 @@ func TestIronicLimitCeiling(t *testing.T) {
 	}
 
 	// Three allocations at a time with a limit of 4: the samples say
-	// nothing about more; the limit stays.
+	// nothing about more; the limit follows the load, within one above
+	// it (a probe halves what is in flight, then it resumes), and never
+	// climbs.
 	l := newLimiter(16, true, nil)
+	most := 0.0
 	for range 50 {
+		held := 0
 		for range 3 {
-			if !l.TryAcquire() {
-				t.Fatal("no slot below the limit")
+			if l.TryAcquire() {
+				held++
 			}
 		}
-		for range 3 {
+		if held == 0 {
+			t.Fatal("no slot at all")
+		}
+		for range held {
 			l.Release(100*time.Millisecond, sampleOK)
 		}
+		most = max(most, l.State().limit)
 	}
-	if got := l.State().limit; got != 4 {
-		t.Errorf("limit %.1f after a load of 3, want 4 (unchanged)", got)
+	if got := l.State().limit; got < 3 || most > 5 {
+		t.Errorf("limit %.1f (at most %.1f) after a load of 3, want 3-5 (one above the load)", got, most)
 	}
 }
 

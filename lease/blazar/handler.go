@@ -123,13 +123,8 @@ func (h *Handler) doc(v lease.View) map[string]any { return Doc(v, h.now(), h.op
 
 func (h *Handler) get(c echo.Context) error {
 	id := c.Param("ident")
-	v, err := h.leases.Get(c.Request().Context(), id)
-	if errors.Is(err, lease.ErrNotFound) {
-		return leaseNotFound(id)
-	} else if err != nil {
-		return err
-	}
-	if err := h.policy.Check(c, &v.ProjectID, "", leaseNotFound(id)); err != nil {
+	v, err := h.leases.Visible(c, h.policy, id, leaseNotFound(id))
+	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"lease": h.doc(v)})
@@ -305,7 +300,8 @@ func (h *Handler) create(c echo.Context) error {
 
 // reservations turns the physical:host reservations into metalloc's:
 // count max with min as its floor (lease.Reservation's Min: max when it
-// fits, else the most between min and max that do), the resource class,
+// fits, else the most between min and max that do; both are stored and
+// shown back, Doc), the resource class,
 // traits and node conditions of their filters (Filter). Without
 // $resource_class the class is the one the reservable nodes matching the
 // rest share (400 when they have several, 409 when none matches).

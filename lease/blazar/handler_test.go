@@ -99,6 +99,19 @@ func reservation(doc map[string]any) map[string]any {
 	return doc["lease"].(map[string]any)["reservations"].([]any)[0].(map[string]any)
 }
 
+// bookedNodes reads the nodes the first reservation of Blazar's lease doc
+// booked, through /v1/leases (Blazar shows the range asked, not them).
+func bookedNodes(t *testing.T, srv *httptest.Server, doc map[string]any) []string {
+	t.Helper()
+	st, mine := do(t, srv, "GET", "/v1/leases/"+doc["lease"].(map[string]any)["id"].(string), "")
+	require.Equal(t, http.StatusOK, st, "%v", mine)
+	var out []string
+	for _, n := range mine["reservations"].([]any)[0].(map[string]any)["nodes"].([]any) {
+		out = append(out, n.(string))
+	}
+	return out
+}
+
 // TestLeaseLifecycle: blazarclient's create, show, list, extend (PUT
 // end_date), rename and delete, each seen by /v1/leases too (one model),
 // in Blazar's shapes and date formats.
@@ -120,7 +133,7 @@ func TestLeaseLifecycle(t *testing.T) {
 	require.Equal(t, blazar.NoProject, l["project_id"])
 	r := reservation(doc)
 	require.Equal(t, "physical:host", r["resource_type"])
-	require.EqualValues(t, 2, r["min"])
+	require.EqualValues(t, 1, r["min"])
 	require.EqualValues(t, 2, r["max"])
 	require.Equal(t, `["=","$resource_class","gpu"]`, r["resource_properties"])
 	require.Equal(t, "pending", r["status"])
@@ -163,6 +176,8 @@ func TestLeaseLifecycle(t *testing.T) {
 	st, doc = do(t, srv, "GET", "/reservation/v1/leases/mine", "")
 	require.Equal(t, http.StatusOK, st)
 	require.Equal(t, `["and",["=","$resource_class","gpu"],["=","$CUSTOM_A100","true"]]`, reservation(doc)["resource_properties"])
+	require.EqualValues(t, 1, reservation(doc)["min"], "an exact count: min = max = count")
+	require.EqualValues(t, 1, reservation(doc)["max"])
 	require.Equal(t, "p1", doc["lease"].(map[string]any)["project_id"])
 
 	// Unsupported changes: 400 in Blazar's error body.
@@ -188,27 +203,52 @@ func TestLeaseLifecycle(t *testing.T) {
 }
 
 // TestMinMax: max when it fits, else the most between min and max that
-// do; below min, 409 with metalloc's reason.
+// do; below min, 409 with metalloc's reason. Create, show and list give
+// back the min and max asked, as Blazar does (the count booked is the
+// lease's nodes, in /v1/leases).
 func TestMinMax(t *testing.T) {
 	t.Parallel()
-	_, srv, _ := fixture(t, 5)
+	pool, srv, _ := fixture(t, 5)
 	for _, c := range []struct {
 		lo, hi, want int
 	}{{3, 3, 3}, {1, 4, 2}, {1, 1, 0}} {
-		st, doc := do(t, srv, "POST", "/reservation/v1/leases", leaseBody(fmt.Sprintf("l%d%d", c.lo, c.hi),
-			"2030-01-07 00:00", "2030-01-08 00:00", c.lo, c.hi, ""))
+		name := fmt.Sprintf("l%d%d", c.lo, c.hi)
+		st, doc := do(t, srv, "POST", "/reservation/v1/leases", leaseBody(name, "2030-01-07 00:00", "2030-01-08 00:00", c.lo, c.hi, ""))
 		if c.want == 0 {
 			require.Equal(t, http.StatusConflict, st, "%v", doc)
 			require.Contains(t, doc["error_message"], "Not enough hosts available: Lease does not fit: reservation 1 (1 of gpu)")
 			continue
 		}
 		require.Equal(t, http.StatusCreated, st, "%v", doc)
-		require.EqualValues(t, c.want, reservation(doc)["max"])
+		require.Len(t, bookedNodes(t, srv, doc), c.want)
+		for _, doc := range []map[string]any{doc, getDoc(t, srv, "/reservation/v1/leases/"+name)} {
+			require.EqualValues(t, c.lo, reservation(doc)["min"], name)
+			require.EqualValues(t, c.hi, reservation(doc)["max"], name)
+		}
 	}
+	ranges := map[string]string{}
+	for _, l := range getDoc(t, srv, "/reservation/v1/leases")["leases"].([]any) {
+		r := l.(map[string]any)["reservations"].([]any)[0].(map[string]any)
+		ranges[l.(map[string]any)["name"].(string)] = fmt.Sprintf("%v-%v", r["min"], r["max"])
+	}
+	require.Equal(t, map[string]string{"l33": "3-3", "l14": "1-4"}, ranges)
+	var lo, hi, count int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT r.min_count, r.max_count, r.count
+		FROM lease_reservations r JOIN leases l ON l.id = r.lease_id WHERE l.name = 'l14'`).Scan(&lo, &hi, &count))
+	require.Equal(t, [3]int{1, 4, 2}, [3]int{lo, hi, count}, "the range asked and the count booked")
 	// Starting after those end: all five again.
 	st, doc := do(t, srv, "POST", "/reservation/v1/leases", leaseBody("later", "2030-01-08 00:00", "2030-01-09 00:00", 2, 9, ""))
 	require.Equal(t, http.StatusCreated, st, "%v", doc)
-	require.EqualValues(t, 5, reservation(doc)["max"])
+	require.Len(t, bookedNodes(t, srv, doc), 5)
+	require.EqualValues(t, 9, reservation(doc)["max"])
+}
+
+// getDoc GETs path and returns its document (200 required).
+func getDoc(t *testing.T, srv *httptest.Server, path string) map[string]any {
+	t.Helper()
+	st, doc := do(t, srv, "GET", path, "")
+	require.Equal(t, http.StatusOK, st, "%s: %v", path, doc)
+	return doc
 }
 
 // TestProperties: resource_properties and hypervisor_properties pick
@@ -224,15 +264,6 @@ func TestProperties(t *testing.T) {
 			even[u] = true
 		}
 	}
-	booked := func(doc map[string]any) []string {
-		st, mine := do(t, srv, "GET", "/v1/leases/"+doc["lease"].(map[string]any)["id"].(string), "")
-		require.Equal(t, http.StatusOK, st)
-		var out []string
-		for _, n := range mine["reservations"].([]any)[0].(map[string]any)["nodes"].([]any) {
-			out = append(out, n.(string))
-		}
-		return out
-	}
 	for i, c := range []struct{ rp, hp string }{
 		{`["and", [">=", "$memory_mb", "4096"], ["=", "$gpu", "true"]]`, ""},
 		{`["=", "$CUSTOM_A100", "true"]`, ""},
@@ -243,7 +274,7 @@ func TestProperties(t *testing.T) {
 			"hypervisor_properties": %q}]}`, i, 10+i, 11+i, c.rp, c.hp)
 		st, doc := do(t, srv, "POST", "/reservation/v1/leases", body)
 		require.Equal(t, http.StatusCreated, st, "%s: %v", body, doc)
-		got := booked(doc)
+		got := bookedNodes(t, srv, doc)
 		require.Len(t, got, 3, body)
 		for _, u := range got {
 			require.True(t, even[u], "%s booked %s", body, u)
@@ -350,7 +381,7 @@ func TestRacingMinMax(t *testing.T) {
 				"2030-01-07 00:00", "2030-01-08 00:00", 1, 3, ""))
 			switch st {
 			case http.StatusCreated:
-				got[i] = int(reservation(doc)["max"].(float64))
+				got[i] = len(bookedNodes(t, srv, doc))
 			case http.StatusConflict:
 				refused[i] = fmt.Sprint(doc["error_message"])
 			default:

@@ -92,7 +92,7 @@ func optDate(t *time.Time) any {
 // degraded_reason, or a status_reason while pending or active: a node
 // missing at the start), trust_id (null), created_at,
 // updated_at, reservations (one per reservation, resource_type
-// physical:host, min = max = the count booked, resource_properties its
+// physical:host, min and max (countRange), resource_properties its
 // resource class and traits in the filter language, hypervisor_properties
 // "", before_end "default", status) and events (start_lease, end_lease,
 // before_end_lease, with their time and status UNDONE or DONE).
@@ -104,14 +104,15 @@ func Doc(v lease.View, now time.Time, notice time.Duration) map[string]any {
 	}
 	rs := make([]map[string]any, 0, len(v.Reservations))
 	for _, r := range v.Reservations {
+		lo, hi := countRange(r.LeaseReservation)
 		rs = append(rs, map[string]any{
 			"id":                    reservationID(v.Uuid, r.ID).String(),
 			"lease_id":              id,
 			"resource_id":           nil,
 			"resource_type":         ResourceType,
 			"status":                reservationStatus(v.State),
-			"min":                   r.Count,
-			"max":                   r.Count,
+			"min":                   lo,
+			"max":                   hi,
 			"hypervisor_properties": "",
 			"resource_properties":   Text(r.ResourceClass, r.Traits, r.ForbiddenTraits),
 			"before_end":            "default",
@@ -149,6 +150,19 @@ func Doc(v lease.View, now time.Time, notice time.Duration) map[string]any {
 		"reservations":    rs,
 		"events":          events,
 	}
+}
+
+// countRange is a reservation's min and max as Blazar shows them: the range
+// asked through Blazar's API (lease_reservations.min_count, max_count;
+// Blazar keeps its count_range and shows it so, whatever it booked), or
+// min = max = the count for one made through /v1/leases (an exact count).
+// The count booked, between them, is the number of the reservation's
+// nodes (GET /v1/leases/{id}).
+func countRange(r lease.LeaseReservation) (lo, hi int32) {
+	if r.MinCount != nil && r.MaxCount != nil {
+		return *r.MinCount, *r.MaxCount
+	}
+	return r.Count, r.Count
 }
 
 // reservationID is a reservation's id in Blazar (a uuid; metalloc's are
