@@ -29,7 +29,8 @@ import (
 //  1. one transaction under the lease's row lock: the refused nodes
 //     swapped for their replacements in lease_nodes (lease.ReplaceRefused:
 //     the exclusion constraint keeps its guarantee), each refused
-//     allocation marked with its replacement (extra lease_replaced_by),
+//     allocation marked with its replacement (extra lease_replaced_by, a
+//     node uuid; conductor/query.sql),
 //     the events lease.node_replaced and lease.degraded;
 //  2. in front of Ironic, each replacement lent to the project in Ironic
 //     (Ironic gives an allocation owned by a project only nodes that
@@ -46,9 +47,6 @@ import (
 // until then: a node may come free), a marked one until step 3 is made.
 // The refused allocations left (not replaced) are deleted by the end.
 const (
-	// leaseReplacedBy is the key of a refused allocation's extra that
-	// step 1 sets to its node's replacement (a uuid).
-	leaseReplacedBy = "lease_replaced_by"
 	// leaseRefusedBatch is how many leases a round looks at; all of them
 	// at each poll (a flagged lease comes back every poll until its
 	// window passes, so a full round is not followed by another).
