@@ -69,19 +69,19 @@ func (i *Ironic) enrollOne(ctx context.Context, n IronicNode) (string, error) {
 	var created struct {
 		UUID string `json:"uuid"`
 	}
-	if _, err := i.Do(ctx, http.MethodPost, "/v1/nodes", body, &created); err != nil {
+	if _, err := i.doRetrying(ctx, http.MethodPost, "/v1/nodes", body, &created); err != nil {
 		return "", err
 	}
 	if n.Owner != "" {
 		// Ironic 21.4 refuses an owner in the creation request of a caller
 		// without a project (noauth); a change afterwards is fine.
-		if _, err := i.Do(ctx, http.MethodPatch, "/v1/nodes/"+created.UUID, []map[string]any{
+		if _, err := i.doRetrying(ctx, http.MethodPatch, "/v1/nodes/"+created.UUID, []map[string]any{
 			{"op": "add", "path": "/owner", "value": n.Owner}}, nil); err != nil {
 			return created.UUID, err
 		}
 	}
 	if len(n.Traits) > 0 {
-		if _, err := i.Do(ctx, http.MethodPut, "/v1/nodes/"+created.UUID+"/traits", map[string]any{"traits": n.Traits}, nil); err != nil {
+		if _, err := i.doRetrying(ctx, http.MethodPut, "/v1/nodes/"+created.UUID+"/traits", map[string]any{"traits": n.Traits}, nil); err != nil {
 			return created.UUID, err
 		}
 	}
@@ -95,10 +95,35 @@ func (i *Ironic) enrollOne(ctx context.Context, n IronicNode) (string, error) {
 	return created.UUID, i.SetPowerState(ctx, created.UUID, "power off", 2*time.Minute)
 }
 
+// ironicRetryFor bounds how long doRetrying sends a request again while
+// Ironic answers 503.
+const ironicRetryFor = time.Minute
+
+// doRetrying is Do, sent again every second for up to ironicRetryFor while
+// Ironic answers 503 ("Resource temporarily unavailable, please retry":
+// a node's conductor is looked up in the API process's hash ring before
+// anything is written, and a process that built its ring before the
+// conductors registered has none until its ring is rebuilt; .ci/run saw it
+// at the first node enrolled after the conductors were listed alive).
+func (i *Ironic) doRetrying(ctx context.Context, method, path string, body, out any) (int, error) {
+	deadline := time.Now().Add(ironicRetryFor)
+	for {
+		code, err := i.Do(ctx, method, path, body, out)
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			return code, err
+		}
+		select {
+		case <-ctx.Done():
+			return code, err
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // SetPowerState asks Ironic to power node ident to target ("power on",
 // "power off") and waits up to timeout until its power_state is target.
 func (i *Ironic) SetPowerState(ctx context.Context, ident, target string, timeout time.Duration) error {
-	if _, err := i.Do(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(ident)+"/states/power",
+	if _, err := i.doRetrying(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(ident)+"/states/power",
 		map[string]any{"target": target}, nil); err != nil {
 		return err
 	}
@@ -129,7 +154,7 @@ func (i *Ironic) SetPowerState(ctx context.Context, ident, target string, timeou
 // /v1/nodes/{ident}/states/provision) and waits up to timeout until its
 // provision_state is want.
 func (i *Ironic) SetProvisionState(ctx context.Context, ident, target, want string, timeout time.Duration) error {
-	if _, err := i.Do(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(ident)+"/states/provision",
+	if _, err := i.doRetrying(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(ident)+"/states/provision",
 		map[string]any{"target": target}, nil); err != nil {
 		return err
 	}
