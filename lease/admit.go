@@ -145,7 +145,8 @@ func (s *Store) inReadTx(ctx context.Context, fn func(q *Queries) error) error {
 }
 
 // Admit books req: in one transaction, it reads the nodes each
-// reservation may take over the window (free: FreeNodes), picks
+// reservation may take over the window (pickAll: the Store's copy of the
+// pool and the nodes booked over the window, else FreeNodes), picks
 // (choose, at random among the equals so that concurrent admissions
 // rarely collide) and inserts the lease, its reservations (each with the
 // count it booked: Count, or fewer down to Min; with Min set, Min and
@@ -171,11 +172,10 @@ func (s *Store) Admit(ctx context.Context, req Request, log *zap.Logger) (View, 
 			if err := q.ReadPlans(ctx); err != nil {
 				return err
 			}
-			nodes, err := free(ctx, q, req.Reservations, req.Start, req.End)
+			picks, failed, err := s.pickAll(ctx, tx, req.Reservations, req.Start, req.End, rnd)
 			if err != nil {
 				return err
 			}
-			picks, failed := chooseAll(nodes, req.Reservations, from, to, rnd)
 			if failed >= 0 {
 				// Why, filter by filter: every reservable node of the
 				// classes, with its busy intervals (rare: a refusal).
@@ -212,6 +212,9 @@ func (s *Store) Admit(ctx context.Context, req Request, log *zap.Logger) (View, 
 				for _, n := range picks[i].IDs {
 					resIDs, nodeIDs = append(resIDs, id), append(nodeIDs, n)
 				}
+			}
+			if err := lockForBooking(ctx, q, nodeIDs); err != nil {
+				return err
 			}
 			if err := q.InsertLeaseNodes(ctx, InsertLeaseNodesParams{LeaseID: l.ID, ReservationIds: resIDs,
 				NodeIds: nodeIDs, StartTime: req.Start, EndTime: req.End}); err != nil {

@@ -408,7 +408,18 @@ func MoveEnd(ctx context.Context, q *Queries, l Lease, end, now time.Time, log *
 			return web.Conflict("Cannot extend lease %s to %s: %s.", l.Uuid, end.Format(timeFormat), strings.Join(names, "; "))
 		}
 	}
-	err := q.SetLeaseEnd(ctx, SetLeaseEndParams{ID: l.ID, EndTime: end})
+	booked, err := q.BookedNodes(ctx, l.ID)
+	if err != nil {
+		return err
+	}
+	ids := make([]int64, len(booked))
+	for i, b := range booked {
+		ids[i] = b.NodeID
+	}
+	if err := lockForBooking(ctx, q, ids); err != nil {
+		return err
+	}
+	err = q.SetLeaseEnd(ctx, SetLeaseEndParams{ID: l.ID, EndTime: end})
 	if db.IsExclusionViolation(err, "lease_nodes_no_overlap") {
 		return db.ErrRestart // booked after EndConflicts read: read again
 	}

@@ -117,8 +117,9 @@ func nonNil(s []string) []string {
 
 // Store reads and writes leases.
 type Store struct {
-	pool *pgxpool.Pool
-	q    *Queries
+	pool  *pgxpool.Pool
+	q     *Queries
+	cache poolCache // admission's copy of the pool (pool.go)
 }
 
 // NewStore returns a Store on pool.

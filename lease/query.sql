@@ -138,6 +138,59 @@ SELECT u.id, u.path::text[] AS path FROM (
 ) u
  ORDER BY u.id;
 
+-- name: PoolNodes :many
+-- The pool admission picks from (Store's pool cache, pool.go): every
+-- reservable node with a class, in id order, with its class, maintenance
+-- flag, traits (sorted) and its topology path over the levels @sources
+-- (every level of the topology; as MatchingNodes: a level read from
+-- traits takes the nodes' paths from metalloc_topology_paths). One pass
+-- over each table (traits grouped per node, not looked up node by node).
+WITH m AS MATERIALIZED (
+    SELECT n.id AS nid, n.resource_class::text AS resource_class, n.maintenance,
+           COALESCE(t.traits, '{}')::text[] AS traits,
+           metalloc_topology_path(@sources::text[], n.extra, n.properties) AS path
+      FROM nodes n
+      LEFT JOIN (SELECT nt.node_id, array_agg(nt.trait::text ORDER BY nt.trait::text) AS traits
+                   FROM node_traits nt GROUP BY nt.node_id) t ON t.node_id = n.id
+     WHERE n.reservable AND n.resource_class IS NOT NULL
+)
+SELECT m.nid AS id, m.resource_class, m.maintenance, m.traits,
+       COALESCE(p.path[1:cardinality(@sources::text[])], m.path)::text[] AS path
+  FROM m
+  LEFT JOIN metalloc_topology_paths(ARRAY(SELECT mm.nid FROM m AS mm WHERE array_position(mm.path, NULL) IS NOT NULL))
+       AS p (node_id, path) ON p.node_id = m.nid
+ ORDER BY m.nid;
+
+-- name: BusyNodes :one
+-- The nodes that a blocking row (not released) of any lease holds over
+-- part of [@from_time, @until_time): what admission leaves out of the
+-- pool (pool.go); one array, a node once per row (lease_nodes_during_idx).
+SELECT COALESCE(array_agg(l.node_id), '{}')::bigint[] AS node_ids
+  FROM lease_nodes l
+ WHERE NOT l.released AND l.during && tstzrange(@from_time::timestamptz, @until_time::timestamptz);
+
+-- name: PickedNodes :many
+-- Of the nodes @ids (a pick made on the pool cache), those a reservation
+-- of @resource_class with @traits and none of @forbidden may still take
+-- (reservable, not in maintenance), by key, with their topology paths
+-- over @sources (as PoolNodes): what admission checks a cached pick
+-- against before it books it (pool.go). Whether they are free is the
+-- exclusion constraint's part, at the insert.
+WITH m AS MATERIALIZED (
+    SELECT n.id AS nid, metalloc_topology_path(@sources::text[], n.extra, n.properties) AS path
+      FROM nodes n
+     WHERE n.id = ANY(@ids::bigint[])
+       AND n.reservable AND NOT n.maintenance AND n.resource_class = @resource_class::text
+       AND NOT EXISTS (SELECT FROM node_traits nt WHERE nt.node_id = n.id AND nt.trait = ANY(@forbidden::text[]))
+       AND (SELECT count(*) FROM node_traits nt WHERE nt.node_id = n.id AND nt.trait = ANY(@traits::text[]))
+           = cardinality(@traits::text[])
+)
+SELECT m.nid AS id, COALESCE(p.path[1:cardinality(@sources::text[])], m.path)::text[] AS path
+  FROM m
+  LEFT JOIN metalloc_topology_paths(ARRAY(SELECT mm.nid FROM m AS mm WHERE array_position(mm.path, NULL) IS NOT NULL))
+       AS p (node_id, path) ON p.node_id = m.nid
+ ORDER BY m.nid;
+
 -- name: CreateLease :one
 INSERT INTO leases (uuid, name, project_id, start_time, end_time, on_start)
 VALUES (@uuid, @name, @project_id, @start_time, @end_time, @on_start)
@@ -150,9 +203,22 @@ VALUES (@lease_id, @resource_class, @traits, @forbidden_traits, @count, @rule, @
         sqlc.narg(min_count), sqlc.narg(max_count))
 RETURNING id;
 
+-- name: LockNodesForBooking :one
+-- Takes a transaction-scoped advisory lock per node of @node_ids, key
+-- (@class, the id modulo 2^31), in key order, before the node is booked
+-- (InsertLeaseNodes, ReplaceLeaseNode, SetLeaseEnd): two transactions
+-- that book some of the same nodes then book them one after the other.
+-- The exclusion constraint alone would let both insert their rows and
+-- each wait for the other's (its check comes after the insert) until
+-- PostgreSQL's deadlock check (deadlock_timeout, a second) aborts one.
+SELECT count(pg_advisory_xact_lock(@class::int4, k.key))
+  FROM (SELECT DISTINCT (u.id % 2147483648)::int4 AS key
+          FROM unnest(@node_ids::bigint[]) u (id) ORDER BY 1) k;
+
 -- name: InsertLeaseNodes :exec
 -- Books the nodes for the lease's window (the exclusion constraint
--- lease_nodes_no_overlap refuses one another lease holds over it).
+-- lease_nodes_no_overlap refuses one another lease holds over it; the
+-- caller locks them first: LockNodesForBooking).
 INSERT INTO lease_nodes (lease_id, reservation_id, node_id, during)
 SELECT @lease_id::bigint, (@reservation_ids::bigint[])[u.ord], u.node_id,
        tstzrange(@start_time::timestamptz, @end_time::timestamptz)

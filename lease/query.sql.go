@@ -55,6 +55,27 @@ func (q *Queries) BookedNodes(ctx context.Context, leaseID int64) ([]BookedNodes
 	return items, nil
 }
 
+const busyNodes = `-- name: BusyNodes :one
+SELECT COALESCE(array_agg(l.node_id), '{}')::bigint[] AS node_ids
+  FROM lease_nodes l
+ WHERE NOT l.released AND l.during && tstzrange($1::timestamptz, $2::timestamptz)
+`
+
+type BusyNodesParams struct {
+	FromTime  time.Time
+	UntilTime time.Time
+}
+
+// The nodes that a blocking row (not released) of any lease holds over
+// part of [@from_time, @until_time): what admission leaves out of the
+// pool (pool.go); one array, a node once per row (lease_nodes_during_idx).
+func (q *Queries) BusyNodes(ctx context.Context, arg BusyNodesParams) ([]int64, error) {
+	row := q.db.QueryRow(ctx, busyNodes, arg.FromTime, arg.UntilTime)
+	var node_ids []int64
+	err := row.Scan(&node_ids)
+	return node_ids, err
+}
+
 const calendarLeases = `-- name: CalendarLeases :many
 SELECT id, uuid, name, project_id, start_time, end_time, state, on_start, status_reason, conductor_affinity, created_at, updated_at, ending_noticed_at, degraded_reason FROM leases l WHERE l.id = ANY($1::bigint[]) ORDER BY l.start_time, l.id
 `
@@ -535,7 +556,8 @@ type InsertLeaseNodesParams struct {
 }
 
 // Books the nodes for the lease's window (the exclusion constraint
-// lease_nodes_no_overlap refuses one another lease holds over it).
+// lease_nodes_no_overlap refuses one another lease holds over it; the
+// caller locks them first: LockNodesForBooking).
 func (q *Queries) InsertLeaseNodes(ctx context.Context, arg InsertLeaseNodesParams) error {
 	_, err := q.db.Exec(ctx, insertLeaseNodes,
 		arg.LeaseID,
@@ -629,6 +651,31 @@ func (q *Queries) LockLease(ctx context.Context, id int64) (Lease, error) {
 		&i.DegradedReason,
 	)
 	return i, err
+}
+
+const lockNodesForBooking = `-- name: LockNodesForBooking :one
+SELECT count(pg_advisory_xact_lock($1::int4, k.key))
+  FROM (SELECT DISTINCT (u.id % 2147483648)::int4 AS key
+          FROM unnest($2::bigint[]) u (id) ORDER BY 1) k
+`
+
+type LockNodesForBookingParams struct {
+	Class   int32
+	NodeIds []int64
+}
+
+// Takes a transaction-scoped advisory lock per node of @node_ids, key
+// (@class, the id modulo 2^31), in key order, before the node is booked
+// (InsertLeaseNodes, ReplaceLeaseNode, SetLeaseEnd): two transactions
+// that book some of the same nodes then book them one after the other.
+// The exclusion constraint alone would let both insert their rows and
+// each wait for the other's (its check comes after the insert) until
+// PostgreSQL's deadlock check (deadlock_timeout, a second) aborts one.
+func (q *Queries) LockNodesForBooking(ctx context.Context, arg LockNodesForBookingParams) (int64, error) {
+	row := q.db.QueryRow(ctx, lockNodesForBooking, arg.Class, arg.NodeIds)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
 }
 
 const matchingNodes = `-- name: MatchingNodes :many
@@ -797,6 +844,126 @@ func (q *Queries) NodesOf(ctx context.Context, leaseIds []int64) ([]NodesOfRow, 
 	for rows.Next() {
 		var i NodesOfRow
 		if err := rows.Scan(&i.ReservationID, &i.Uuid, &i.Name); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const pickedNodes = `-- name: PickedNodes :many
+WITH m AS MATERIALIZED (
+    SELECT n.id AS nid, metalloc_topology_path($1::text[], n.extra, n.properties) AS path
+      FROM nodes n
+     WHERE n.id = ANY($2::bigint[])
+       AND n.reservable AND NOT n.maintenance AND n.resource_class = $3::text
+       AND NOT EXISTS (SELECT FROM node_traits nt WHERE nt.node_id = n.id AND nt.trait = ANY($4::text[]))
+       AND (SELECT count(*) FROM node_traits nt WHERE nt.node_id = n.id AND nt.trait = ANY($5::text[]))
+           = cardinality($5::text[])
+)
+SELECT m.nid AS id, COALESCE(p.path[1:cardinality($1::text[])], m.path)::text[] AS path
+  FROM m
+  LEFT JOIN metalloc_topology_paths(ARRAY(SELECT mm.nid FROM m AS mm WHERE array_position(mm.path, NULL) IS NOT NULL))
+       AS p (node_id, path) ON p.node_id = m.nid
+ ORDER BY m.nid
+`
+
+type PickedNodesParams struct {
+	Sources       []string
+	Ids           []int64
+	ResourceClass string
+	Forbidden     []string
+	Traits        []string
+}
+
+type PickedNodesRow struct {
+	ID   int64
+	Path []string
+}
+
+// Of the nodes @ids (a pick made on the pool cache), those a reservation
+// of @resource_class with @traits and none of @forbidden may still take
+// (reservable, not in maintenance), by key, with their topology paths
+// over @sources (as PoolNodes): what admission checks a cached pick
+// against before it books it (pool.go). Whether they are free is the
+// exclusion constraint's part, at the insert.
+func (q *Queries) PickedNodes(ctx context.Context, arg PickedNodesParams) ([]PickedNodesRow, error) {
+	rows, err := q.db.Query(ctx, pickedNodes,
+		arg.Sources,
+		arg.Ids,
+		arg.ResourceClass,
+		arg.Forbidden,
+		arg.Traits,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PickedNodesRow
+	for rows.Next() {
+		var i PickedNodesRow
+		if err := rows.Scan(&i.ID, &i.Path); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const poolNodes = `-- name: PoolNodes :many
+WITH m AS MATERIALIZED (
+    SELECT n.id AS nid, n.resource_class::text AS resource_class, n.maintenance,
+           COALESCE(t.traits, '{}')::text[] AS traits,
+           metalloc_topology_path($1::text[], n.extra, n.properties) AS path
+      FROM nodes n
+      LEFT JOIN (SELECT nt.node_id, array_agg(nt.trait::text ORDER BY nt.trait::text) AS traits
+                   FROM node_traits nt GROUP BY nt.node_id) t ON t.node_id = n.id
+     WHERE n.reservable AND n.resource_class IS NOT NULL
+)
+SELECT m.nid AS id, m.resource_class, m.maintenance, m.traits,
+       COALESCE(p.path[1:cardinality($1::text[])], m.path)::text[] AS path
+  FROM m
+  LEFT JOIN metalloc_topology_paths(ARRAY(SELECT mm.nid FROM m AS mm WHERE array_position(mm.path, NULL) IS NOT NULL))
+       AS p (node_id, path) ON p.node_id = m.nid
+ ORDER BY m.nid
+`
+
+type PoolNodesRow struct {
+	ID            int64
+	ResourceClass string
+	Maintenance   bool
+	Traits        []string
+	Path          []string
+}
+
+// The pool admission picks from (Store's pool cache, pool.go): every
+// reservable node with a class, in id order, with its class, maintenance
+// flag, traits (sorted) and its topology path over the levels @sources
+// (every level of the topology; as MatchingNodes: a level read from
+// traits takes the nodes' paths from metalloc_topology_paths). One pass
+// over each table (traits grouped per node, not looked up node by node).
+func (q *Queries) PoolNodes(ctx context.Context, sources []string) ([]PoolNodesRow, error) {
+	rows, err := q.db.Query(ctx, poolNodes, sources)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PoolNodesRow
+	for rows.Next() {
+		var i PoolNodesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.ResourceClass,
+			&i.Maintenance,
+			&i.Traits,
+			&i.Path,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

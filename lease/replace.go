@@ -213,6 +213,9 @@ func repairOnce(ctx context.Context, tx pgx.Tx, l Lease, rs []LeaseReservation, 
 				left = append(left, "node "+cmp.Or(deref(f.Name), f.Uuid.String())+" "+why)
 				continue
 			}
+			if err := lockForBooking(ctx, q, []int64{n.ID}); err != nil {
+				return res, err
+			}
 			if _, err := q.ReplaceLeaseNode(ctx, ReplaceLeaseNodeParams{NewNodeID: n.ID, LeaseID: l.ID, OldNodeID: f.NodeID}); err != nil {
 				return res, err
 			}
@@ -230,6 +233,9 @@ func repairOnce(ctx context.Context, tx pgx.Tx, l Lease, rs []LeaseReservation, 
 			res.Replaced = append(res.Replaced, replacement(i, 0, "", FailedDeleted, n))
 		}
 		if len(nodeIDs) > 0 {
+			if err := lockForBooking(ctx, q, nodeIDs); err != nil {
+				return res, err
+			}
 			if err := q.InsertLeaseNodes(ctx, InsertLeaseNodesParams{LeaseID: l.ID, ReservationIds: resIDs,
 				NodeIds: nodeIDs, StartTime: l.StartTime, EndTime: l.EndTime}); err != nil {
 				return res, err

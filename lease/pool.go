@@ -1,0 +1,238 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/metalloc/metalloc/topology"
+)
+
+// Admission's pick reads the reservable nodes from a copy each Store
+// keeps in memory (poolCache), not from the nodes table: what a lease
+// may take changes little (a node's class, traits, topology path,
+// maintenance flag, whether it is reservable), what it may not take
+// over its window changes with every lease (the busy nodes, read from
+// lease_nodes at each admission: BusyNodes). The copy only speeds the
+// pick up; it never decides what is booked:
+//
+//   - a pick made on it is checked against the nodes' rows in the
+//     admission's transaction (PickedNodes: still reservable, of the
+//     class, with the traits, not in maintenance, in the pick's domain)
+//     and the exclusion constraint of lease_nodes refuses a node another
+//     lease holds, as for any pick;
+//   - a pick that no longer holds, a lease that does not fit on the
+//     copy, a copy of another topology: the pick is made again on the
+//     database's own read (FreeNodes), as without the copy, and a copy
+//     found wrong is read again at the next admission.
+//
+// So a copy that missed a change costs a second read, not a wrong
+// booking nor a wrong refusal. The copy is read again after poolMaxAge,
+// or after poolMaxAgeLoads times what reading it took when that is
+// longer, and at the next admission after it was found wrong, unless it
+// was read less than poolMaxAgeLoads times that ago (so that a fleet
+// that takes a second to read is not read more than 5 % of the time). Issue 43: at 10,000 nodes and 40,000
+// booked rows, FreeNodes reads every node of the class with its traits
+// and the busy intervals, 40 ms of database time per admission on a
+// 2-core machine; the busy nodes alone take a few.
+
+// poolMaxAge is how long admission picks from a pool copy before it
+// reads the pool again.
+const poolMaxAge = 10 * time.Second
+
+// poolMaxAgeLoads: a copy is kept at least this many times what reading
+// it took.
+const poolMaxAgeLoads = 20
+
+// poolCache is a Store's copy of the reservable nodes (PoolNodes), by
+// class, with the topology sources their paths were computed over.
+type poolCache struct {
+	mu      sync.Mutex
+	byClass map[string][]PoolNodesRow
+	sources []string
+	loaded  time.Time
+	took    time.Duration
+	invalid bool
+}
+
+// keep is how long c's copy is kept.
+func (c *poolCache) keep() time.Duration {
+	return max(poolMaxAge, poolMaxAgeLoads*c.took)
+}
+
+// invalidate makes the next admission read the pool again (unless the
+// copy is younger than poolMaxAgeLoads times its read; until then
+// admission reads the database's own way).
+func (c *poolCache) invalidate() {
+	c.mu.Lock()
+	c.invalid = true
+	c.mu.Unlock()
+}
+
+// nodes returns the copy, read again (on db, with the topology's
+// levels) when it is older than keep or was found wrong; ok is false
+// when a copy found wrong is too young to be read again (poolMaxAgeLoads
+// times what reading it took).
+func (c *poolCache) nodes(ctx context.Context, db topology.DBTX) (byClass map[string][]PoolNodesRow, sources []string, ok bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	age := time.Since(c.loaded)
+	switch {
+	case c.byClass != nil && !c.invalid && age < c.keep():
+		return c.byClass, c.sources, true, nil
+	case c.byClass != nil && c.invalid && age < poolMaxAgeLoads*c.took:
+		return nil, nil, false, nil
+	}
+	began := time.Now()
+	levels, err := topology.Load(ctx, db)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	sources = levelSources(levels, len(levels)-1)
+	rows, err := New(db).PoolNodes(ctx, sources)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("reading the reservable nodes: %w", err)
+	}
+	byClass = map[string][]PoolNodesRow{}
+	for _, r := range rows {
+		byClass[r.ResourceClass] = append(byClass[r.ResourceClass], r)
+	}
+	c.byClass, c.sources, c.loaded, c.took, c.invalid = byClass, sources, time.Now(), time.Since(began), false
+	return byClass, sources, true, nil
+}
+
+// cachedFree is free on the pool copy: per reservation of rs, its free
+// nodes over [from, until) (of its class, not in maintenance, with its
+// traits and none of its forbidden ones, among its Nodes when it names
+// them, not held by a lease over part of the window: BusyNodes), every
+// one of them, with its topology path. ok is false when the copy cannot
+// serve rs: a reservation's sources that are not those of the copy's
+// topology, a copy found wrong and too young to be read again.
+func (s *Store) cachedFree(ctx context.Context, db topology.DBTX, rs []Reservation, from, until time.Time) (out [][]node, ok bool, err error) {
+	byClass, sources, ok, err := s.cache.nodes(ctx, db)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	for _, r := range rs {
+		if len(r.Sources) > len(sources) || !slices.Equal(r.Sources, sources[:len(r.Sources)]) {
+			return nil, false, nil
+		}
+	}
+	ids, err := New(db).BusyNodes(ctx, BusyNodesParams{FromTime: from, UntilTime: until})
+	if err != nil {
+		return nil, false, fmt.Errorf("reading the nodes booked over the window: %w", err)
+	}
+	busy := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		busy[id] = true
+	}
+	out = make([][]node, len(rs))
+	for i, r := range rs {
+		var among map[int64]bool
+		if r.Nodes != nil {
+			among = make(map[int64]bool, len(r.Nodes))
+			for _, id := range r.Nodes {
+				among[id] = true
+			}
+		}
+		for _, n := range byClass[r.ResourceClass] {
+			if n.Maintenance || busy[n.ID] || among != nil && !among[n.ID] || !hasTraits(n.Traits, r.Traits, r.Forbidden) {
+				continue
+			}
+			out[i] = append(out[i], node{ID: n.ID, Class: n.ResourceClass, Path: n.Path, Eligible: true, Fits: true})
+		}
+	}
+	return out, true, nil
+}
+
+// hasTraits reports whether the sorted traits have every one of want
+// and none of forbidden.
+func hasTraits(traits, want, forbidden []string) bool {
+	for _, t := range want {
+		if _, found := slices.BinarySearch(traits, t); !found {
+			return false
+		}
+	}
+	for _, t := range forbidden {
+		if _, found := slices.BinarySearch(traits, t); found {
+			return false
+		}
+	}
+	return true
+}
+
+// stillHold reports whether the nodes of each pick may still be taken
+// by its reservation (PickedNodes: reservable, of its class, with its
+// traits, not in maintenance) and, for a pick in one domain, are all in
+// that domain.
+func stillHold(ctx context.Context, q *Queries, rs []Reservation, picks []pick) (bool, error) {
+	for i, r := range rs {
+		rows, err := q.PickedNodes(ctx, PickedNodesParams{Ids: picks[i].IDs, ResourceClass: r.ResourceClass,
+			Traits: nonNil(r.Traits), Forbidden: nonNil(r.Forbidden), Sources: nonNil(r.Sources)})
+		if err != nil {
+			return false, fmt.Errorf("checking the nodes picked: %w", err)
+		}
+		if len(rows) != len(picks[i].IDs) {
+			return false, nil
+		}
+		if d := picks[i].Domain; d != nil {
+			for _, row := range rows {
+				if len(row.Path) < len(d) || !slices.Equal(row.Path[:len(d)], d) {
+					return false, nil
+				}
+			}
+		}
+	}
+	return true, nil
+}
+
+// pickAll chooses the nodes of every reservation of rs for [start, end)
+// (chooseAll): on the pool copy (cachedFree), the pick checked against
+// the nodes' rows (stillHold); else, or when the lease does not fit on
+// the copy or its pick no longer holds, on the database's read (free).
+// failed is chooseAll's.
+func (s *Store) pickAll(ctx context.Context, db topology.DBTX, rs []Reservation, start, end time.Time, rnd *rand.Rand) (picks []pick, failed int, err error) {
+	from, to := unix(start), unix(end)
+	q := New(db)
+	nodes, ok, err := s.cachedFree(ctx, db, rs, start, end)
+	if err != nil {
+		return nil, 0, err
+	}
+	if ok {
+		if picks, failed = chooseAll(nodes, rs, from, to, rnd); failed < 0 {
+			held, err := stillHold(ctx, q, rs, picks)
+			if err != nil {
+				return nil, 0, err
+			}
+			if held {
+				return picks, -1, nil
+			}
+			s.cache.invalidate()
+		}
+	}
+	if nodes, err = free(ctx, q, rs, start, end); err != nil {
+		return nil, 0, err
+	}
+	picks, failed = chooseAll(nodes, rs, from, to, rnd)
+	return picks, failed, nil
+}
+
+// bookingLockClass is the first key of the advisory locks that
+// LockNodesForBooking takes ("mlnb"; the conductors' liveness locks are
+// another class).
+const bookingLockClass int32 = 0x6d6c6e62
+
+// lockForBooking locks the nodes ids before they are booked
+// (LockNodesForBooking).
+func lockForBooking(ctx context.Context, q *Queries, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := q.LockNodesForBooking(ctx, LockNodesForBookingParams{Class: bookingLockClass, NodeIds: ids}); err != nil {
+		return fmt.Errorf("locking the nodes to book: %w", err)
+	}
+	return nil
+}
