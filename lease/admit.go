@@ -134,14 +134,32 @@ func only(ns []node, ids []int64) {
 
 // inReadTx runs fn in a read-only transaction with the reads' planner
 // settings (ReadPlans).
-func (s *Store) inReadTx(ctx context.Context, fn func(q *Queries) error) error {
+func (s *Store) inReadTx(ctx context.Context, fn func(q *Queries, tx pgx.Tx) error) error {
 	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		q := New(tx)
 		if err := q.ReadPlans(ctx); err != nil {
 			return err
 		}
-		return fn(q)
+		return fn(q, tx)
 	})
+}
+
+// matchingOn is matching's read of one reservation-like filter on tx:
+// the reservable nodes of class rc (nil: every class) with whether they
+// fit traits and forbidden, their paths over sources and busy intervals
+// over [from, until), on the pool copy (cachedMatching) when it serves,
+// else from MatchingNodes.
+func (s *Store) matchingOn(ctx context.Context, tx pgx.Tx, rc *string, traits, forbidden, sources []string,
+	from, until time.Time) ([]node, error) {
+	if ns, ok, err := s.cachedMatching(ctx, tx, rc, traits, forbidden, sources, from, until); err != nil || ok {
+		return ns, err
+	}
+	rows, err := New(tx).MatchingNodes(ctx, MatchingNodesParams{ResourceClass: rc, Traits: nonNil(traits),
+		Forbidden: nonNil(forbidden), FromTime: from, UntilTime: until, Sources: nonNil(sources)})
+	if err != nil {
+		return nil, fmt.Errorf("reading reservable nodes: %w", err)
+	}
+	return toNodes(rows), nil
 }
 
 // Admit books req: in one transaction, it reads the nodes each
@@ -306,10 +324,17 @@ func refusals(nodes [][]node, rs []Reservation, from, to int64) []string {
 func (s *Store) earliestWindow(ctx context.Context, rs []Reservation, start, end time.Time) (time.Time, bool, error) {
 	var at int64
 	var ok bool
-	err := s.inReadTx(ctx, func(q *Queries) error {
-		nodes, err := matching(ctx, q, rs, 0, start, end.Add(Horizon))
-		if err != nil {
-			return err
+	err := s.inReadTx(ctx, func(_ *Queries, tx pgx.Tx) error {
+		nodes := make([][]node, len(rs))
+		for i, r := range rs {
+			var err error
+			if nodes[i], err = s.matchingOn(ctx, tx, &r.ResourceClass, r.Traits, r.Forbidden, r.Sources,
+				start, end.Add(Horizon)); err != nil {
+				return err
+			}
+			if r.Nodes != nil {
+				only(nodes[i], r.Nodes)
+			}
 		}
 		at, ok = earliestAll(nodes, rs, unix(start), unix(end)-unix(start), unix(start.Add(Horizon)))
 		return nil

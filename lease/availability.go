@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/metalloc/metalloc/topology"
@@ -34,8 +35,9 @@ const MaxCalendarSteps = 2000
 //     level (the whole fleet without one): per step, how many eligible
 //     nodes are free for the whole step.
 //
-// One query reads the matching nodes with their busy intervals over the
-// period; the rest is a sweep in Go (earliest, calendar). Any
+// The matching nodes come from the Store's copy of the pool (pool.go),
+// their busy intervals over the period from one query (else both from
+// MatchingNodes); the rest is a sweep in Go (earliest, calendar). Any
 // authenticated caller may ask: the answer is counts, no lease or node.
 func (h *Handler) availability(c echo.Context) error {
 	ctx := c.Request().Context()
@@ -92,11 +94,9 @@ func (h *Handler) availability(c echo.Context) error {
 		return err
 	}
 	var nodes []node
-	err = h.store.inReadTx(ctx, func(q *Queries) error {
-		ns, err := matching(ctx, q, []Reservation{r}, 0, after, after.Add(horizon+dur))
-		if err == nil {
-			nodes = ns[0]
-		}
+	err = h.store.inReadTx(ctx, func(_ *Queries, tx pgx.Tx) error {
+		nodes, err = h.store.matchingOn(ctx, tx, &r.ResourceClass, r.Traits, r.Forbidden, r.Sources,
+			after, after.Add(horizon+dur))
 		return err
 	})
 	if err != nil {
@@ -160,11 +160,10 @@ func (h *Handler) calendar(c echo.Context, r Reservation, after time.Time, until
 	if r.ResourceClass != "" {
 		rc = &r.ResourceClass
 	}
-	var rows []MatchingNodesRow
-	err = h.store.inReadTx(ctx, func(q *Queries) error {
-		rows, err = q.MatchingNodes(ctx, MatchingNodesParams{ResourceClass: rc, Traits: nonNil(r.Traits),
-			Forbidden: nonNil(r.Forbidden), FromTime: after, UntilTime: after.Add(time.Duration(steps) * step),
-			Sources: nonNil(r.Sources)})
+	var nodes []node
+	err = h.store.inReadTx(ctx, func(_ *Queries, tx pgx.Tx) error {
+		nodes, err = h.store.matchingOn(ctx, tx, rc, r.Traits, r.Forbidden, r.Sources,
+			after, after.Add(time.Duration(steps)*step))
 		return err
 	})
 	if err != nil {
@@ -172,7 +171,7 @@ func (h *Handler) calendar(c echo.Context, r Reservation, after time.Time, until
 	}
 	out := map[string]any{
 		"after": after.Format(timeFormat), "until": until.Format(timeFormat), "step": int64(step / time.Second),
-		"level": nil, "capacity": calendar(toNodes(rows), r.LevelIndex, unix(after), int64(step/time.Second), steps),
+		"level": nil, "capacity": calendar(nodes, r.LevelIndex, unix(after), int64(step/time.Second), steps),
 	}
 	if r.LevelIndex >= 0 {
 		out["level"] = r.Level

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	nodeapi "github.com/metalloc/metalloc/node"
@@ -125,7 +126,7 @@ func (s *Store) Calendar(ctx context.Context, q CalendarQuery, now time.Time) (*
 	steps := calendarSteps(q.After, q.Until, q.Step)
 	var rows []CalendarNodesRow
 	var leases []Lease
-	err := s.inReadTx(ctx, func(qs *Queries) error {
+	err := s.inReadTx(ctx, func(qs *Queries, _ pgx.Tx) error {
 		var err error
 		if rows, err = qs.CalendarNodes(ctx, CalendarNodesParams{FromTime: q.After, UntilTime: q.Until,
 			ResourceClass: q.ResourceClass, Sources: nonNil(q.Sources)}); err != nil {

@@ -123,7 +123,9 @@ type Store struct {
 }
 
 // NewStore returns a Store on pool.
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool, q: New(pool)} }
+func NewStore(pool *pgxpool.Pool) *Store {
+	return &Store{pool: pool, q: New(pool), cache: poolCache{pool: pool}}
+}
 
 // Get returns the lease named by ident (a uuid, else a name) with its
 // reservations and nodes; ErrNotFound when there is none.

@@ -1,12 +1,16 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/metalloc/metalloc/topology"
 )
@@ -32,7 +36,8 @@ import (
 // So a copy that missed a change costs a second read, not a wrong
 // booking nor a wrong refusal. The copy is read again after poolMaxAge,
 // or after poolMaxAgeLoads times what reading it took when that is
-// longer, and at the next admission after it was found wrong, unless it
+// longer (in the background: admissions meanwhile use the copy they
+// have), and at the next admission after it was found wrong, unless it
 // was read less than poolMaxAgeLoads times that ago (so that a fleet
 // that takes a second to read is not read more than 5 % of the time). Issue 43: at 10,000 nodes and 40,000
 // booked rows, FreeNodes reads every node of the class with its traits
@@ -50,7 +55,11 @@ const poolMaxAgeLoads = 20
 // poolCache is a Store's copy of the reservable nodes (PoolNodes), by
 // class, with the topology sources their paths were computed over.
 type poolCache struct {
+	pool    *pgxpool.Pool // for reloadInBackground (nil: none)
 	mu      sync.Mutex
+	loading bool           // a reloadInBackground runs
+	gen     uint64         // counts invalidate's calls
+	all     []PoolNodesRow // id order
 	byClass map[string][]PoolNodesRow
 	sources []string
 	loaded  time.Time
@@ -69,6 +78,7 @@ func (c *poolCache) keep() time.Duration {
 func (c *poolCache) invalidate() {
 	c.mu.Lock()
 	c.invalid = true
+	c.gen++
 	c.mu.Unlock()
 }
 
@@ -79,29 +89,140 @@ func (c *poolCache) invalidate() {
 func (c *poolCache) nodes(ctx context.Context, db topology.DBTX) (byClass map[string][]PoolNodesRow, sources []string, ok bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	age := time.Since(c.loaded)
-	switch {
-	case c.byClass != nil && !c.invalid && age < c.keep():
-		return c.byClass, c.sources, true, nil
-	case c.byClass != nil && c.invalid && age < poolMaxAgeLoads*c.took:
-		return nil, nil, false, nil
-	}
-	began := time.Now()
-	levels, err := topology.Load(ctx, db)
-	if err != nil {
+	if err := c.fresh(ctx, db); err != nil || c.invalid {
 		return nil, nil, false, err
 	}
-	sources = levelSources(levels, len(levels)-1)
-	rows, err := New(db).PoolNodes(ctx, sources)
+	return c.byClass, c.sources, true, nil
+}
+
+// everyNode is nodes' copy as one list, in id order.
+func (c *poolCache) everyNode(ctx context.Context, db topology.DBTX) (all []PoolNodesRow, sources []string, ok bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.fresh(ctx, db); err != nil || c.invalid {
+		return nil, nil, false, err
+	}
+	return c.all, c.sources, true, nil
+}
+
+// fresh reads the copy again when nodes should (c.mu held): at once
+// when there is none or it was found wrong (c.invalid stays set when it
+// is too young to be read again), in the background when it is only
+// older than keep (the copy kept meanwhile, so that no admission waits
+// for the read).
+func (c *poolCache) fresh(ctx context.Context, db topology.DBTX) error {
+	age := time.Since(c.loaded)
+	switch {
+	case c.byClass != nil && c.invalid && age < poolMaxAgeLoads*c.took:
+		return nil
+	case c.byClass != nil && !c.invalid:
+		if age >= c.keep() && !c.loading && c.pool != nil {
+			c.loading = true
+			go c.reloadInBackground(c.gen)
+		}
+		return nil
+	}
+	began := time.Now()
+	all, byClass, sources, err := readPool(ctx, db)
 	if err != nil {
-		return nil, nil, false, fmt.Errorf("reading the reservable nodes: %w", err)
+		return err
+	}
+	c.all, c.byClass, c.sources, c.loaded, c.took, c.invalid = all, byClass, sources, time.Now(), time.Since(began), false
+	return nil
+}
+
+// reloadInBackground reads the copy again on a connection of its own,
+// and keeps what it read unless the copy was found wrong or read again
+// meanwhile (gen: c.gen when it began).
+func (c *poolCache) reloadInBackground(gen uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	began := time.Now()
+	var all []PoolNodesRow
+	var byClass map[string][]PoolNodesRow
+	var sources []string
+	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := New(tx).ReadPlans(ctx); err != nil {
+			return err
+		}
+		var err error
+		all, byClass, sources, err = readPool(ctx, tx)
+		return err
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.loading = false
+	if err == nil && c.gen == gen && c.loaded.Before(began) {
+		c.all, c.byClass, c.sources, c.loaded, c.took = all, byClass, sources, time.Now(), time.Since(began)
+	}
+}
+
+// readPool reads the pool copy on db: every reservable node (PoolNodes,
+// id order, and by class) with its path over the topology's levels
+// (sources).
+func readPool(ctx context.Context, db topology.DBTX) (all []PoolNodesRow, byClass map[string][]PoolNodesRow, sources []string, err error) {
+	levels, err := topology.Load(ctx, db)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sources = levelSources(levels, len(levels)-1)
+	if all, err = New(db).PoolNodes(ctx, sources); err != nil {
+		return nil, nil, nil, fmt.Errorf("reading the reservable nodes: %w", err)
 	}
 	byClass = map[string][]PoolNodesRow{}
-	for _, r := range rows {
+	for _, r := range all {
 		byClass[r.ResourceClass] = append(byClass[r.ResourceClass], r)
 	}
-	c.byClass, c.sources, c.loaded, c.took, c.invalid = byClass, sources, time.Now(), time.Since(began), false
-	return byClass, sources, true, nil
+	return all, byClass, sources, nil
+}
+
+// servesSources reports whether paths over the copy's sources serve a
+// read over sources (theirs down to a level: a prefix).
+func servesSources(copied, sources []string) bool {
+	return len(sources) <= len(copied) && slices.Equal(sources, copied[:len(sources)])
+}
+
+// cachedMatching is MatchingNodes (matching's read, for availability)
+// on the pool copy: the reservable nodes of class rc (nil: every class),
+// in id order, whether each fits (every trait of traits, none of
+// forbidden), is in maintenance, and its busy intervals over [from,
+// until) (BusyIntervals, sorted by start). No uuid nor name. A copy is
+// at most poolMaxAge old (or a read later when found wrong): an answer
+// of counts may count a node put in maintenance or made reservable
+// since, which admission then checks. ok is false as for cachedFree.
+func (s *Store) cachedMatching(ctx context.Context, db topology.DBTX, rc *string, traits, forbidden, sources []string,
+	from, until time.Time) (out []node, ok bool, err error) {
+	var rows []PoolNodesRow
+	var copied []string
+	if rc != nil {
+		var byClass map[string][]PoolNodesRow
+		byClass, copied, ok, err = s.cache.nodes(ctx, db)
+		rows = byClass[*rc]
+	} else {
+		rows, copied, ok, err = s.cache.everyNode(ctx, db)
+	}
+	if err != nil || !ok || !servesSources(copied, sources) {
+		return nil, false, err
+	}
+	b, err := New(db).BusyIntervals(ctx, BusyIntervalsParams{FromTime: from, UntilTime: until})
+	if err != nil {
+		return nil, false, fmt.Errorf("reading the nodes booked over the period: %w", err)
+	}
+	busy := make(map[int64][]span, len(rows))
+	for i, id := range b.NodeIds {
+		if i < len(b.BusyFrom) && i < len(b.BusyTo) {
+			busy[id] = append(busy[id], span{b.BusyFrom[i], b.BusyTo[i]})
+		}
+	}
+	out = make([]node, len(rows))
+	for i, r := range rows {
+		fits := hasTraits(r.Traits, traits, forbidden)
+		n := node{ID: r.ID, Class: r.ResourceClass, Path: r.Path, Maint: r.Maintenance, Fits: fits,
+			Eligible: fits && !r.Maintenance, Busy: busy[r.ID]}
+		slices.SortFunc(n.Busy, func(a, b span) int { return cmp.Compare(a.From, b.From) })
+		out[i] = n
+	}
+	return out, true, nil
 }
 
 // cachedFree is free on the pool copy: per reservation of rs, its free
@@ -117,7 +238,7 @@ func (s *Store) cachedFree(ctx context.Context, db topology.DBTX, rs []Reservati
 		return nil, false, err
 	}
 	for _, r := range rs {
-		if len(r.Sources) > len(sources) || !slices.Equal(r.Sources, sources[:len(r.Sources)]) {
+		if !servesSources(sources, r.Sources) {
 			return nil, false, nil
 		}
 	}

@@ -169,6 +169,17 @@ SELECT COALESCE(array_agg(l.node_id), '{}')::bigint[] AS node_ids
   FROM lease_nodes l
  WHERE NOT l.released AND l.during && tstzrange(@from_time::timestamptz, @until_time::timestamptz);
 
+-- name: BusyIntervals :one
+-- The blocking rows (not released) that overlap [@from_time,
+-- @until_time): row i holds node node_ids[i] over [busy_from[i],
+-- busy_to[i]) (Unix seconds), in no order, in three arrays of one row:
+-- the availability search's read beside the pool copy (pool.go).
+SELECT COALESCE(array_agg(l.node_id), '{}')::bigint[] AS node_ids,
+       COALESCE(array_agg(extract(epoch FROM lower(l.during))::bigint), '{}')::bigint[] AS busy_from,
+       COALESCE(array_agg(extract(epoch FROM upper(l.during))::bigint), '{}')::bigint[] AS busy_to
+  FROM lease_nodes l
+ WHERE NOT l.released AND l.during && tstzrange(@from_time::timestamptz, @until_time::timestamptz);
+
 -- name: PickedNodes :many
 -- Of the nodes @ids (a pick made on the pool cache), those a reservation
 -- of @resource_class with @traits and none of @forbidden may still take

@@ -55,6 +55,36 @@ func (q *Queries) BookedNodes(ctx context.Context, leaseID int64) ([]BookedNodes
 	return items, nil
 }
 
+const busyIntervals = `-- name: BusyIntervals :one
+SELECT COALESCE(array_agg(l.node_id), '{}')::bigint[] AS node_ids,
+       COALESCE(array_agg(extract(epoch FROM lower(l.during))::bigint), '{}')::bigint[] AS busy_from,
+       COALESCE(array_agg(extract(epoch FROM upper(l.during))::bigint), '{}')::bigint[] AS busy_to
+  FROM lease_nodes l
+ WHERE NOT l.released AND l.during && tstzrange($1::timestamptz, $2::timestamptz)
+`
+
+type BusyIntervalsParams struct {
+	FromTime  time.Time
+	UntilTime time.Time
+}
+
+type BusyIntervalsRow struct {
+	NodeIds  []int64
+	BusyFrom []int64
+	BusyTo   []int64
+}
+
+// The blocking rows (not released) that overlap [@from_time,
+// @until_time): row i holds node node_ids[i] over [busy_from[i],
+// busy_to[i]) (Unix seconds), in no order, in three arrays of one row:
+// the availability search's read beside the pool copy (pool.go).
+func (q *Queries) BusyIntervals(ctx context.Context, arg BusyIntervalsParams) (BusyIntervalsRow, error) {
+	row := q.db.QueryRow(ctx, busyIntervals, arg.FromTime, arg.UntilTime)
+	var i BusyIntervalsRow
+	err := row.Scan(&i.NodeIds, &i.BusyFrom, &i.BusyTo)
+	return i, err
+}
+
 const busyNodes = `-- name: BusyNodes :one
 SELECT COALESCE(array_agg(l.node_id), '{}')::bigint[] AS node_ids
   FROM lease_nodes l
