@@ -65,24 +65,35 @@ var ErrContended = errors.New("the nodes picked were booked concurrently by othe
 
 // matching reads the reservable nodes of each reservation's class with
 // its traits and their busy intervals over [from, until), other than
-// lease exclude's (0: none), one MatchingNodes per reservation; their
-// topology paths down to the reservation's level when it has one.
+// lease exclude's (0: none), one MatchingNodes per reservation
+// (readMatching); their topology paths down to the reservation's level
+// when it has one.
 func matching(ctx context.Context, q *Queries, rs []Reservation, exclude int64, from, until time.Time) ([][]node, error) {
 	out := make([][]node, len(rs))
 	for i, r := range rs {
-		rc := r.ResourceClass
-		rows, err := q.MatchingNodes(ctx, MatchingNodesParams{ResourceClass: &rc, Traits: nonNil(r.Traits),
-			Forbidden: nonNil(r.Forbidden), ExcludeLease: exclude, FromTime: from, UntilTime: until,
-			Sources: nonNil(r.Sources)})
-		if err != nil {
-			return nil, fmt.Errorf("reading reservable nodes: %w", err)
+		var err error
+		if out[i], err = readMatching(ctx, q, &r.ResourceClass, r.Traits, r.Forbidden, r.Sources, exclude, from, until); err != nil {
+			return nil, err
 		}
-		out[i] = toNodes(rows)
 		if r.Nodes != nil {
 			only(out[i], r.Nodes)
 		}
 	}
 	return out, nil
+}
+
+// readMatching is MatchingNodes as nodes: the reservable nodes of class
+// rc (nil: every class), whether each fits traits and forbidden, its
+// path over sources and its busy intervals over [from, until) other than
+// lease exclude's (0: none).
+func readMatching(ctx context.Context, q *Queries, rc *string, traits, forbidden, sources []string, exclude int64,
+	from, until time.Time) ([]node, error) {
+	rows, err := q.MatchingNodes(ctx, MatchingNodesParams{ResourceClass: rc, Traits: nonNil(traits),
+		Forbidden: nonNil(forbidden), ExcludeLease: exclude, FromTime: from, UntilTime: until, Sources: nonNil(sources)})
+	if err != nil {
+		return nil, fmt.Errorf("reading reservable nodes: %w", err)
+	}
+	return toNodes(rows), nil
 }
 
 // free reads, per reservation of rs, the nodes it may take over [from,
@@ -148,18 +159,13 @@ func (s *Store) inReadTx(ctx context.Context, fn func(q *Queries, tx pgx.Tx) err
 // the reservable nodes of class rc (nil: every class) with whether they
 // fit traits and forbidden, their paths over sources and busy intervals
 // over [from, until), on the pool copy (cachedMatching) when it serves,
-// else from MatchingNodes.
+// else from the database (readMatching).
 func (s *Store) matchingOn(ctx context.Context, tx pgx.Tx, rc *string, traits, forbidden, sources []string,
 	from, until time.Time) ([]node, error) {
 	if ns, ok, err := s.cachedMatching(ctx, tx, rc, traits, forbidden, sources, from, until); err != nil || ok {
 		return ns, err
 	}
-	rows, err := New(tx).MatchingNodes(ctx, MatchingNodesParams{ResourceClass: rc, Traits: nonNil(traits),
-		Forbidden: nonNil(forbidden), FromTime: from, UntilTime: until, Sources: nonNil(sources)})
-	if err != nil {
-		return nil, fmt.Errorf("reading reservable nodes: %w", err)
-	}
-	return toNodes(rows), nil
+	return readMatching(ctx, New(tx), rc, traits, forbidden, sources, 0, from, until)
 }
 
 // Admit books req: in one transaction, it reads the nodes each
