@@ -2292,6 +2292,8 @@ CREATE TABLE public.lease_nodes (
     node_id bigint NOT NULL,
     during tstzrange NOT NULL,
     released boolean DEFAULT false NOT NULL,
+    busy_from bigint GENERATED ALWAYS AS ((EXTRACT(epoch FROM (lower(during) AT TIME ZONE 'UTC'::text)))::bigint) STORED,
+    busy_to bigint GENERATED ALWAYS AS ((EXTRACT(epoch FROM (upper(during) AT TIME ZONE 'UTC'::text)))::bigint) STORED,
     CONSTRAINT lease_nodes_during_check CHECK (((NOT isempty(during)) AND lower_inc(during) AND (NOT upper_inc(during)) AND (NOT lower_inf(during)) AND (NOT upper_inf(during))))
 );
 

@@ -50,6 +50,10 @@ type HandlerOptions struct {
 	Log *zap.Logger
 	// Now is the clock (nil: time.Now); tests set it.
 	Now func() time.Time
+	// Store is the lease store to serve from (nil: one of its own). The
+	// API passes the one Blazar's handler uses too, so that the process
+	// keeps one copy of the pool (pool.go) and reads it once.
+	Store *Store
 }
 
 // Handler serves /v1/leases (a metalloc extension, not Blazar's API; see
@@ -72,7 +76,11 @@ func NewHandler(pool *pgxpool.Pool, opts HandlerOptions) *Handler {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Handler{pool: pool, store: NewStore(pool), opts: opts, policy: allocation.Policy{Rules: opts.Rules}}
+	store := opts.Store
+	if store == nil {
+		store = NewStore(pool)
+	}
+	return &Handler{pool: pool, store: store, opts: opts, policy: allocation.Policy{Rules: opts.Rules}}
 }
 
 // Register adds POST/GET /v1/leases, GET /v1/leases/availability,

@@ -1,8 +1,11 @@
 package lease_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -27,6 +30,35 @@ import (
 //
 //	metalloc-manage dev exec -- go test -run '^$' -bench BenchmarkAvailability ./lease/
 func BenchmarkAvailability(b *testing.B) {
+	srv, _ := benchFleet(b)
+	const avail = "/v1/leases/availability?"
+	for _, q := range []struct{ name, query string }{
+		{"earliest-16-in-a-rack-48h", avail + "resource_class=gpu&count=16&level=rack&duration=48h"},
+		{"earliest-2000-anywhere-7d", avail + "resource_class=gpu&count=2000&duration=168h"},
+		{"calendar-30d-hourly-per-rack", avail + "level=rack&until=2030-01-31T00:00:00Z"},
+		// The fleet page's lease calendar (GET /v1/ui/leases): a week in
+		// 6-hour cells per rack, the leases named (1,250 of them).
+		{"lease-calendar-week-6h-per-rack", "/v1/ui/leases?after=2030-01-01T00:00:00Z&until=2030-01-08T00:00:00Z&step=6h"},
+	} {
+		b.Run(q.name, func(b *testing.B) {
+			for b.Loop() {
+				resp, err := http.Get(srv.URL + q.query)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					b.Fatalf("%s: %d", q.query, resp.StatusCode)
+				}
+			}
+		})
+	}
+}
+
+// benchFleet is the fleet of BenchmarkAvailability (see there) behind a
+// lease handler whose clock is t0 (2030-01-01).
+func benchFleet(b *testing.B) (srv *httptest.Server, t0 time.Time) {
 	pool := dbtest.New(b)
 	ctx := context.Background()
 	dbtest.RackedNodes(b, pool, 250, 40, "gpu")
@@ -34,7 +66,7 @@ func BenchmarkAvailability(b *testing.B) {
 	require.NoError(b, err)
 	require.NoError(b, topology.Save(ctx, pool,
 		[]topology.Level{{Name: "row", Source: "extra.row"}, {Name: "rack", Source: "extra.rack"}}))
-	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	// Lease i: rack i % 250, slot k = i / 250 (0..19), nodes 8*(k%5) ..
 	// +8 of the rack, from day 1.5*k for 24 h.
 	_, err = pool.Exec(ctx, `
@@ -59,29 +91,46 @@ func BenchmarkAvailability(b *testing.B) {
 	e := echo.New()
 	e.HTTPErrorHandler = web.IronicErrorHandler
 	lease.NewHandler(pool, lease.HandlerOptions{Now: func() time.Time { return t0 }}).Register(e.Group("/v1", web.IronicVersion()))
-	srv := httptest.NewServer(e)
+	srv = httptest.NewServer(e)
 	b.Cleanup(srv.Close)
-	const avail = "/v1/leases/availability?"
-	for _, q := range []struct{ name, query string }{
-		{"earliest-16-in-a-rack-48h", avail + "resource_class=gpu&count=16&level=rack&duration=48h"},
-		{"earliest-2000-anywhere-7d", avail + "resource_class=gpu&count=2000&duration=168h"},
-		{"calendar-30d-hourly-per-rack", avail + "level=rack&until=2030-01-31T00:00:00Z"},
-		// The fleet page's lease calendar (GET /v1/ui/leases): a week in
-		// 6-hour cells per rack, the leases named (1,250 of them).
-		{"lease-calendar-week-6h-per-rack", "/v1/ui/leases?after=2030-01-01T00:00:00Z&until=2030-01-08T00:00:00Z&step=6h"},
-	} {
-		b.Run(q.name, func(b *testing.B) {
-			for b.Loop() {
-				resp, err := http.Get(srv.URL + q.query)
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					b.Fatalf("%s: %d", q.query, resp.StatusCode)
-				}
-			}
+	return srv, t0
+}
+
+// BenchmarkAdmission measures POST /v1/leases on BenchmarkAvailability's
+// fleet (10,000 nodes, 5,000 leases over 30 days): one client, each lease
+// 1-16 nodes of one rack (required) for 1-72 h starting in the 30 days,
+// as loadgen's mix draws them; admitted (201) or refused (409: nothing
+// fits), both timed. The target of issue 43 is p99 < 50 ms under the
+// load of bench leases; ns/op is one client's mean, and the profile
+// (-cpuprofile) is where the API's time goes.
+//
+//	metalloc-manage dev exec -- go test -run '^$' -bench BenchmarkAdmission ./lease/
+func BenchmarkAdmission(b *testing.B) {
+	srv, t0 := benchFleet(b)
+	rnd := rand.New(rand.NewPCG(43, 43))
+	var admitted, refused int
+	for b.Loop() {
+		hours := 1 + rnd.IntN(72)
+		start := t0.Add(time.Duration(rnd.IntN(30*24-hours)) * time.Hour)
+		body, _ := json.Marshal(map[string]any{
+			"project_id": "bench", "start_time": start.Format(time.RFC3339),
+			"end_time":     start.Add(time.Duration(hours) * time.Hour).Format(time.RFC3339),
+			"reservations": []any{map[string]any{"resource_class": "gpu", "count": 1 + rnd.IntN(16), "required": "rack"}},
 		})
+		resp, err := http.Post(srv.URL+"/v1/leases", "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusCreated:
+			admitted++
+		case http.StatusConflict:
+			refused++
+		default:
+			b.Fatalf("POST /v1/leases: %d", resp.StatusCode)
+		}
 	}
+	b.ReportMetric(float64(refused)/float64(max(admitted+refused, 1)), "refused/op")
 }

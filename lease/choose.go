@@ -98,7 +98,7 @@ func choose(nodes []node, r Reservation, from, to int64, taken map[int64]bool, r
 		if r.LevelIndex < 0 {
 			continue
 		}
-		if name, in := domainKey(n.Path, r.LevelIndex); in {
+		if name, in := n.domain(r.LevelIndex); in {
 			if byDomain[name] == nil {
 				names = append(names, name)
 			}
@@ -250,7 +250,7 @@ func refusal(i int, r Reservation, nodes []node, taken map[int64]bool, from, to 
 			continue
 		}
 		free++
-		if name, in := domainKey(n.Path, r.LevelIndex); in && r.LevelIndex >= 0 {
+		if name, in := n.domain(r.LevelIndex); in && r.LevelIndex >= 0 {
 			byDomain[name]++
 		}
 	}

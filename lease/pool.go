@@ -57,15 +57,28 @@ const poolMaxAgeLoads = 20
 type poolCache struct {
 	pool    *pgxpool.Pool // for reloadInBackground (nil: none)
 	mu      sync.Mutex
-	loading bool           // a reloadInBackground runs
-	gen     uint64         // counts invalidate's calls
-	all     []PoolNodesRow // id order
-	byClass map[string][]PoolNodesRow
+	loading bool       // a reloadInBackground runs
+	gen     uint64     // counts invalidate's calls
+	all     []poolNode // id order
+	byClass map[string][]poolNode
+	at      map[int64]poolAt // a node's place in all and in byClass
 	sources []string
 	loaded  time.Time
 	took    time.Duration
 	invalid bool
 }
+
+// poolNode is a node of a pool copy: its row and its domain key at each
+// level of the path (domainKey; "" where it is in none), computed once
+// per copy rather than per admission.
+type poolNode struct {
+	PoolNodesRow
+	keys []string
+}
+
+// poolAt is a node's place in a pool copy: its index in all and in its
+// class's list of byClass.
+type poolAt struct{ all, inClass int32 }
 
 // keep is how long c's copy is kept.
 func (c *poolCache) keep() time.Duration {
@@ -86,7 +99,7 @@ func (c *poolCache) invalidate() {
 // levels) when it is older than keep or was found wrong; ok is false
 // when a copy found wrong is too young to be read again (poolMaxAgeLoads
 // times what reading it took).
-func (c *poolCache) nodes(ctx context.Context, db topology.DBTX) (byClass map[string][]PoolNodesRow, sources []string, ok bool, err error) {
+func (c *poolCache) nodes(ctx context.Context, db topology.DBTX) (byClass map[string][]poolNode, sources []string, ok bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.fresh(ctx, db); err != nil || c.invalid {
@@ -95,14 +108,21 @@ func (c *poolCache) nodes(ctx context.Context, db topology.DBTX) (byClass map[st
 	return c.byClass, c.sources, true, nil
 }
 
-// everyNode is nodes' copy as one list, in id order.
-func (c *poolCache) everyNode(ctx context.Context, db topology.DBTX) (all []PoolNodesRow, sources []string, ok bool, err error) {
+// copyOf is the copy for a read of class rc (nil: every class): its
+// nodes (of rc, or all, in id order), where each node is in them (a
+// node of another class: at[id] is its place among its own class's,
+// another id), and its sources; ok as nodes'.
+func (c *poolCache) copyOf(ctx context.Context, db topology.DBTX, rc *string) (rows []poolNode, at map[int64]poolAt, sources []string, ok bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.fresh(ctx, db); err != nil || c.invalid {
-		return nil, nil, false, err
+		return nil, nil, nil, false, err
 	}
-	return c.all, c.sources, true, nil
+	rows = c.all
+	if rc != nil {
+		rows = c.byClass[*rc]
+	}
+	return rows, c.at, c.sources, true, nil
 }
 
 // fresh reads the copy again when nodes should (c.mu held): at once
@@ -123,11 +143,12 @@ func (c *poolCache) fresh(ctx context.Context, db topology.DBTX) error {
 		return nil
 	}
 	began := time.Now()
-	all, byClass, sources, err := readPool(ctx, db)
+	p, err := readPool(ctx, db)
 	if err != nil {
 		return err
 	}
-	c.all, c.byClass, c.sources, c.loaded, c.took, c.invalid = all, byClass, sources, time.Now(), time.Since(began), false
+	c.set(p, began)
+	c.invalid = false
 	return nil
 }
 
@@ -138,42 +159,64 @@ func (c *poolCache) reloadInBackground(gen uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	began := time.Now()
-	var all []PoolNodesRow
-	var byClass map[string][]PoolNodesRow
-	var sources []string
+	var p poolRead
 	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if err := New(tx).ReadPlans(ctx); err != nil {
 			return err
 		}
 		var err error
-		all, byClass, sources, err = readPool(ctx, tx)
+		p, err = readPool(ctx, tx)
 		return err
 	})
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.loading = false
 	if err == nil && c.gen == gen && c.loaded.Before(began) {
-		c.all, c.byClass, c.sources, c.loaded, c.took = all, byClass, sources, time.Now(), time.Since(began)
+		c.set(p, began)
 	}
+}
+
+// set makes p, read from began, the copy (mu held).
+func (c *poolCache) set(p poolRead, began time.Time) {
+	c.all, c.byClass, c.at, c.sources = p.all, p.byClass, p.at, p.sources
+	c.loaded, c.took = time.Now(), time.Since(began)
+}
+
+// poolRead is what readPool read: a copy's nodes (all in id order, by
+// class in id order), their places, the sources of their paths.
+type poolRead struct {
+	all     []poolNode
+	byClass map[string][]poolNode
+	at      map[int64]poolAt
+	sources []string
 }
 
 // readPool reads the pool copy on db: every reservable node (PoolNodes,
 // id order, and by class) with its path over the topology's levels
 // (sources).
-func readPool(ctx context.Context, db topology.DBTX) (all []PoolNodesRow, byClass map[string][]PoolNodesRow, sources []string, err error) {
+func readPool(ctx context.Context, db topology.DBTX) (p poolRead, err error) {
 	levels, err := topology.Load(ctx, db)
 	if err != nil {
-		return nil, nil, nil, err
+		return p, err
 	}
-	sources = levelSources(levels, len(levels)-1)
-	if all, err = New(db).PoolNodes(ctx, sources); err != nil {
-		return nil, nil, nil, fmt.Errorf("reading the reservable nodes: %w", err)
+	p.sources = levelSources(levels, len(levels)-1)
+	rows, err := New(db).PoolNodes(ctx, p.sources)
+	if err != nil {
+		return p, fmt.Errorf("reading the reservable nodes: %w", err)
 	}
-	byClass = map[string][]PoolNodesRow{}
-	for _, r := range all {
-		byClass[r.ResourceClass] = append(byClass[r.ResourceClass], r)
+	p.all = make([]poolNode, len(rows))
+	p.byClass = map[string][]poolNode{}
+	p.at = make(map[int64]poolAt, len(rows))
+	for i, r := range rows {
+		n := poolNode{PoolNodesRow: r, keys: make([]string, len(r.Path))}
+		for l := range r.Path {
+			n.keys[l], _ = domainKey(r.Path, l)
+		}
+		p.all[i] = n
+		p.at[r.ID] = poolAt{all: int32(i), inClass: int32(len(p.byClass[r.ResourceClass]))}
+		p.byClass[r.ResourceClass] = append(p.byClass[r.ResourceClass], n)
 	}
-	return all, byClass, sources, nil
+	return p, nil
 }
 
 // servesSources reports whether paths over the copy's sources serve a
@@ -192,35 +235,60 @@ func servesSources(copied, sources []string) bool {
 // since, which admission then checks. ok is false as for cachedFree.
 func (s *Store) cachedMatching(ctx context.Context, db topology.DBTX, rc *string, traits, forbidden, sources []string,
 	from, until time.Time) (out []node, ok bool, err error) {
-	var rows []PoolNodesRow
-	var copied []string
-	if rc != nil {
-		var byClass map[string][]PoolNodesRow
-		byClass, copied, ok, err = s.cache.nodes(ctx, db)
-		rows = byClass[*rc]
-	} else {
-		rows, copied, ok, err = s.cache.everyNode(ctx, db)
-	}
+	rows, at, copied, ok, err := s.cache.copyOf(ctx, db, rc)
 	if err != nil || !ok || !servesSources(copied, sources) {
 		return nil, false, err
 	}
-	b, err := New(db).BusyIntervals(ctx, BusyIntervalsParams{FromTime: from, UntilTime: until})
+	// [from, until) as whole seconds that overlap the same rows (whose
+	// bounds are whole seconds): from rounded down, until up.
+	ceil := until.Unix()
+	if until.After(time.Unix(ceil, 0)) {
+		ceil++
+	}
+	b, err := New(db).BusyIntervals(ctx, BusyIntervalsParams{FromUnix: from.Unix(), UntilUnix: ceil})
 	if err != nil {
 		return nil, false, fmt.Errorf("reading the nodes booked over the period: %w", err)
 	}
-	busy := make(map[int64][]span, len(rows))
-	for i, id := range b.NodeIds {
-		if i < len(b.BusyFrom) && i < len(b.BusyTo) {
-			busy[id] = append(busy[id], span{b.BusyFrom[i], b.BusyTo[i]})
+	// Each row's place in rows (-1: a node not in them), then the busy
+	// intervals in one array, each node's a slice of it (tens of
+	// thousands of rows: no map of slices to grow).
+	n := min(len(b.NodeIds), len(b.BusyFrom), len(b.BusyTo))
+	place := make([]int32, n)
+	first := make([]int32, len(rows)+1)
+	for i, id := range b.NodeIds[:n] {
+		place[i] = -1
+		if p, found := at[id]; found {
+			j := p.all
+			if rc != nil {
+				j = p.inClass
+			}
+			if int(j) < len(rows) && rows[j].ID == id {
+				place[i] = j
+				first[j+1]++
+			}
+		}
+	}
+	for j := range rows {
+		first[j+1] += first[j]
+	}
+	spans := make([]span, first[len(rows)])
+	fill := slices.Clone(first[:len(rows)])
+	for i, j := range place {
+		if j >= 0 {
+			spans[fill[j]] = span{b.BusyFrom[i], b.BusyTo[i]}
+			fill[j]++
 		}
 	}
 	out = make([]node, len(rows))
 	for i, r := range rows {
 		fits := hasTraits(r.Traits, traits, forbidden)
-		n := node{ID: r.ID, Class: r.ResourceClass, Path: r.Path, Maint: r.Maintenance, Fits: fits,
-			Eligible: fits && !r.Maintenance, Busy: busy[r.ID]}
-		slices.SortFunc(n.Busy, func(a, b span) int { return cmp.Compare(a.From, b.From) })
-		out[i] = n
+		busy := spans[first[i]:first[i+1]:first[i+1]]
+		if len(busy) == 0 {
+			busy = nil
+		}
+		slices.SortFunc(busy, func(a, b span) int { return cmp.Compare(a.From, b.From) })
+		out[i] = node{ID: r.ID, Class: r.ResourceClass, Path: r.Path, Keys: r.keys, Maint: r.Maintenance, Fits: fits,
+			Eligible: fits && !r.Maintenance, Busy: busy}
 	}
 	return out, true, nil
 }
@@ -259,11 +327,13 @@ func (s *Store) cachedFree(ctx context.Context, db topology.DBTX, rs []Reservati
 				among[id] = true
 			}
 		}
-		for _, n := range byClass[r.ResourceClass] {
+		pool := byClass[r.ResourceClass]
+		out[i] = make([]node, 0, len(pool))
+		for _, n := range pool {
 			if n.Maintenance || busy[n.ID] || among != nil && !among[n.ID] || !hasTraits(n.Traits, r.Traits, r.Forbidden) {
 				continue
 			}
-			out[i] = append(out[i], node{ID: n.ID, Class: n.ResourceClass, Path: n.Path, Eligible: true, Fits: true})
+			out[i] = append(out[i], node{ID: n.ID, Class: n.ResourceClass, Path: n.Path, Keys: n.keys, Eligible: true, Fits: true})
 		}
 	}
 	return out, true, nil

@@ -154,7 +154,12 @@ func TestCachedMatchingIsMatchingNodes(t *testing.T) {
 			for i := range want {
 				w, g := want[i], got[i]
 				require.Equal(t, w.Path, g.Path[:len(c.sources)], "node %d", w.ID)
-				w.UUID, w.Name, w.Path, g.Path = "", "", nil, nil
+				for l := range c.sources {
+					k, in := domainKey(w.Path, l)
+					gk, gin := g.domain(l)
+					require.Equal(t, [2]any{k, in}, [2]any{gk, gin}, "node %d, level %d", w.ID, l)
+				}
+				w.UUID, w.Name, w.Path, g.Path, g.Keys = "", "", nil, nil, nil
 				if len(w.Busy) == 0 {
 					w.Busy = nil
 				}

@@ -170,15 +170,17 @@ SELECT COALESCE(array_agg(l.node_id), '{}')::bigint[] AS node_ids
  WHERE NOT l.released AND l.during && tstzrange(@from_time::timestamptz, @until_time::timestamptz);
 
 -- name: BusyIntervals :one
--- The blocking rows (not released) that overlap [@from_time,
--- @until_time): row i holds node node_ids[i] over [busy_from[i],
+-- The blocking rows (not released) that overlap [@from_unix, @until_unix)
+-- (Unix seconds): row i holds node node_ids[i] over [busy_from[i],
 -- busy_to[i]) (Unix seconds), in no order, in three arrays of one row:
--- the availability search's read beside the pool copy (pool.go).
+-- the availability search's read beside the pool copy (pool.go). On the
+-- stored bounds (migration 00057), compared as bigints: a period of days
+-- overlaps most rows, read in one pass.
 SELECT COALESCE(array_agg(l.node_id), '{}')::bigint[] AS node_ids,
-       COALESCE(array_agg(extract(epoch FROM lower(l.during))::bigint), '{}')::bigint[] AS busy_from,
-       COALESCE(array_agg(extract(epoch FROM upper(l.during))::bigint), '{}')::bigint[] AS busy_to
+       COALESCE(array_agg(l.busy_from), '{}')::bigint[] AS busy_from,
+       COALESCE(array_agg(l.busy_to), '{}')::bigint[] AS busy_to
   FROM lease_nodes l
- WHERE NOT l.released AND l.during && tstzrange(@from_time::timestamptz, @until_time::timestamptz);
+ WHERE NOT l.released AND l.busy_from < @until_unix::bigint AND l.busy_to > @from_unix::bigint;
 
 -- name: PickedNodes :many
 -- Of the nodes @ids (a pick made on the pool cache), those a reservation

@@ -57,15 +57,15 @@ func (q *Queries) BookedNodes(ctx context.Context, leaseID int64) ([]BookedNodes
 
 const busyIntervals = `-- name: BusyIntervals :one
 SELECT COALESCE(array_agg(l.node_id), '{}')::bigint[] AS node_ids,
-       COALESCE(array_agg(extract(epoch FROM lower(l.during))::bigint), '{}')::bigint[] AS busy_from,
-       COALESCE(array_agg(extract(epoch FROM upper(l.during))::bigint), '{}')::bigint[] AS busy_to
+       COALESCE(array_agg(l.busy_from), '{}')::bigint[] AS busy_from,
+       COALESCE(array_agg(l.busy_to), '{}')::bigint[] AS busy_to
   FROM lease_nodes l
- WHERE NOT l.released AND l.during && tstzrange($1::timestamptz, $2::timestamptz)
+ WHERE NOT l.released AND l.busy_from < $1::bigint AND l.busy_to > $2::bigint
 `
 
 type BusyIntervalsParams struct {
-	FromTime  time.Time
-	UntilTime time.Time
+	UntilUnix int64
+	FromUnix  int64
 }
 
 type BusyIntervalsRow struct {
@@ -74,12 +74,14 @@ type BusyIntervalsRow struct {
 	BusyTo   []int64
 }
 
-// The blocking rows (not released) that overlap [@from_time,
-// @until_time): row i holds node node_ids[i] over [busy_from[i],
+// The blocking rows (not released) that overlap [@from_unix, @until_unix)
+// (Unix seconds): row i holds node node_ids[i] over [busy_from[i],
 // busy_to[i]) (Unix seconds), in no order, in three arrays of one row:
-// the availability search's read beside the pool copy (pool.go).
+// the availability search's read beside the pool copy (pool.go). On the
+// stored bounds (migration 00057), compared as bigints: a period of days
+// overlaps most rows, read in one pass.
 func (q *Queries) BusyIntervals(ctx context.Context, arg BusyIntervalsParams) (BusyIntervalsRow, error) {
-	row := q.db.QueryRow(ctx, busyIntervals, arg.FromTime, arg.UntilTime)
+	row := q.db.QueryRow(ctx, busyIntervals, arg.UntilUnix, arg.FromUnix)
 	var i BusyIntervalsRow
 	err := row.Scan(&i.NodeIds, &i.BusyFrom, &i.BusyTo)
 	return i, err

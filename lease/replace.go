@@ -338,7 +338,7 @@ func newPicker(nodes []node, r LeaseReservation, lvl int, from, to int64,
 		p.domain = strings.Join(r.Domain, "/")
 		p.inDomain = []node{}
 		for _, n := range nodes {
-			if k, in := domainKey(n.Path, p.res.LevelIndex); in && k == p.domain {
+			if k, in := n.domain(p.res.LevelIndex); in && k == p.domain {
 				p.inDomain = append(p.inDomain, n)
 			}
 		}

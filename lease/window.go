@@ -15,11 +15,14 @@ type span struct{ From, To int64 }
 // reservation's traits and is not in maintenance) and its busy intervals
 // (the windows of other leases' blocking rows), sorted by start.
 type node struct {
-	ID       int64
-	UUID     string
-	Name     string
-	Class    string
-	Path     []string
+	ID    int64
+	UUID  string
+	Name  string
+	Class string
+	Path  []string
+	// Keys, when set, is domainKey of Path at each level ("": in none;
+	// the pool copy's, computed once per copy).
+	Keys     []string
 	Eligible bool
 	Maint    bool
 	Fits     bool
@@ -61,9 +64,18 @@ func (n *node) freeOver(from, to int64) bool {
 	return true
 }
 
-// domainKey is the name of n's domain at level index lvl ("1/r03"), or ""
-// with false when n has no value at that level or a coarser one (it is in
-// no domain of the level). lvl < 0 is the whole fleet: "" with true.
+// domain is domainKey(n.Path, lvl), from n.Keys when set.
+func (n *node) domain(lvl int) (string, bool) {
+	if lvl >= 0 && lvl < len(n.Keys) {
+		return n.Keys[lvl], n.Keys[lvl] != ""
+	}
+	return domainKey(n.Path, lvl)
+}
+
+// domainKey is the name of the domain at level index lvl ("1/r03") of a
+// node with path, or "" with false when the node has no value at that
+// level or a coarser one (it is in no domain of the level). lvl < 0 is
+// the whole fleet: "" with true.
 func domainKey(path []string, lvl int) (string, bool) {
 	if lvl < 0 {
 		return "", true
@@ -106,7 +118,7 @@ func earliest(nodes []node, count int, lvl int, after, dur, horizon int64) (star
 		if !n.Eligible {
 			continue
 		}
-		name, in := domainKey(n.Path, lvl)
+		name, in := n.domain(lvl)
 		if !in {
 			continue
 		}
@@ -210,7 +222,7 @@ func calendar(nodes []node, lvl int, after, step int64, steps int) []Capacity {
 		if !n.Eligible {
 			continue
 		}
-		name, in := domainKey(n.Path, lvl)
+		name, in := n.domain(lvl)
 		if !in {
 			continue
 		}

@@ -256,8 +256,11 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
 		Hub: hub, MaxWait: cfg.API.MaxWait, RequestTimeout: cfg.API.RequestTimeout,
 	}).Register(v1)
+	// One lease store (and so one copy of the reservable pool) for both
+	// lease APIs.
+	leases := lease.NewStore(pool)
 	lease.NewHandler(pool, lease.HandlerOptions{
-		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules, Log: log,
+		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules, Log: log, Store: leases,
 	}).Register(v1)
 	// Blazar's lease API for its clients (python-blazarclient), a view of
 	// the same leases, under /reservation/v1. before_end_date shows the
@@ -266,7 +269,7 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 	if notice <= 0 {
 		notice = config.DefaultConductorLeaseEndingNotice
 	}
-	blazar.NewHandler(pool, blazar.Options{Rules: rules, Log: log, EndingNotice: notice}).Register(e)
+	blazar.NewHandler(pool, blazar.Options{Rules: rules, Log: log, EndingNotice: notice, Leases: leases}).Register(e)
 	conductorapi.NewHandler(pool, conductorapi.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,
 	}).Register(v1)

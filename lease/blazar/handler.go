@@ -71,6 +71,10 @@ type Options struct {
 	Log *zap.Logger
 	// Now is the clock (nil: time.Now); tests set it.
 	Now func() time.Time
+	// Leases is the lease store to serve from (nil: one of its own; the
+	// API shares /v1/leases' so that the process keeps one copy of the
+	// pool).
+	Leases *lease.Store
 }
 
 // Handler serves Blazar's lease and os-hosts routes.
@@ -90,7 +94,11 @@ func NewHandler(pool *pgxpool.Pool, opts Options) *Handler {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Handler{pool: pool, leases: lease.NewStore(pool), nodes: node.NewStore(pool), opts: opts,
+	leases := opts.Leases
+	if leases == nil {
+		leases = lease.NewStore(pool)
+	}
+	return &Handler{pool: pool, leases: leases, nodes: node.NewStore(pool), opts: opts,
 		policy: allocation.Policy{Rules: opts.Rules}}
 }
 
