@@ -540,8 +540,12 @@
 // per second, not only later, so each conductor bounds its allocations
 // in flight in Ironic (POST sent, not yet seen settled; a cap on HTTP
 // requests does not, as an allocation between two reads holds none). The
-// limit follows the confirm latency (POST sent to the read that finds the
-// allocation settled): delay-based AIMD against the least recent window
+// limit follows Ironic's own settle time (the allocation's updated_at
+// minus its created_at, as Ironic shows it settled: its RPC queue and
+// conductor, without the API's round trips nor the pauses between
+// metalloc's reads, which muted the signal; the confirm latency, POST
+// sent to the read that finds it settled, when Ironic's timestamps keep
+// whole seconds, as on MySQL): delay-based AIMD against the least recent window
 // mean, with a probe at half the limit every few windows so that the
 // no-queue latency is measured again; halved when Ironic fails (down,
 // timed out, 5xx). It stays between 2 and ironic.max_in_flight (its

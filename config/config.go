@@ -82,7 +82,8 @@ type Ironic struct {
 	// flight to Ironic at a time (creations, reads, deletions), and is
 	// the ceiling of its limit on allocations in flight in Ironic.
 	MaxInFlight int `mapstructure:"max_in_flight"`
-	// AdaptiveLimit adapts that limit to Ironic's confirm latency (up to
+	// AdaptiveLimit adapts that limit to Ironic's own settle time (or
+	// its confirm latency when Ironic keeps whole seconds; up to
 	// MaxInFlight); false holds it at MaxInFlight.
 	AdaptiveLimit bool `mapstructure:"adaptive_limit"`
 	// AllocationTimeout bounds how long one allocation keeps trying nodes

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/baremetal/v1/allocations"
@@ -28,6 +29,42 @@ type Allocation struct {
 	State          string   `json:"state"`
 	LastError      *string  `json:"last_error"`
 	CandidateNodes []string `json:"candidate_nodes"`
+	// CreatedAt and UpdatedAt are Ironic's timestamps as it writes them
+	// (ISO 8601, UTC; nil when absent): the API's insert of the
+	// allocation, and its last change (for a settled allocation, its
+	// conductor's save of the outcome). InIronic reads them.
+	CreatedAt *string `json:"created_at"`
+	UpdatedAt *string `json:"updated_at"`
+}
+
+// InIronic is how long Ironic took from creating a to its last change
+// (UpdatedAt - CreatedAt: for a settled allocation, the time it spent in
+// Ironic's queue and conductor, without the API's round trips nor the
+// reads' pauses), and whether Ironic's clock gave a finer resolution than
+// the second (fine: a fractional second in either; Ironic on MySQL keeps
+// whole seconds, on PostgreSQL microseconds). ok is false when a
+// timestamp is missing or unreadable, or the difference is not positive
+// (the API's and the conductor's hosts' clocks apart).
+func (a Allocation) InIronic() (took time.Duration, fine, ok bool) {
+	if a.CreatedAt == nil || a.UpdatedAt == nil {
+		return 0, false, false
+	}
+	c, err1 := parseIronicTime(*a.CreatedAt)
+	u, err2 := parseIronicTime(*a.UpdatedAt)
+	if err1 != nil || err2 != nil || !u.After(c) {
+		return 0, false, false
+	}
+	return u.Sub(c), c.Nanosecond() != 0 || u.Nanosecond() != 0, true
+}
+
+// parseIronicTime reads a timestamp as Ironic writes it: RFC 3339 with or
+// without fractional seconds ("2026-12-03T08:40:00.123456+00:00"), or
+// without an offset (UTC).
+func parseIronicTime(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	return time.Parse("2006-01-02T15:04:05.999999999", s)
 }
 
 // Node is the allocation's node uuid, "" when it has none.
@@ -75,7 +112,7 @@ func (r AllocationRequest) ToAllocationCreateMap() (map[string]any, error) {
 }
 
 // allocationFields are the fields metalloc reads of an allocation.
-const allocationFields = "uuid,name,node_uuid,state,last_error,candidate_nodes"
+const allocationFields = "uuid,name,node_uuid,state,last_error,candidate_nodes,created_at,updated_at"
 
 // CreateAllocation sends POST /v1/allocations (Ironic answers 201 with the
 // allocation, usually still allocating: its conductor processes it in the

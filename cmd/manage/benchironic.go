@@ -252,8 +252,8 @@ func (b *ironicBench) once(ctx context.Context, system string, size int) (loadge
 			}
 			return (time.Duration((after[k+"_seconds"] - before[k+"_seconds"]) / n * float64(time.Second))).Round(time.Millisecond / 10).String()
 		}
-		fmt.Printf("  mean round trip to Ironic: create %s, get %s; mean settle in Ironic after its answer to the create: %s\n",
-			mean("create"), mean("get"), mean("settle"))
+		fmt.Printf("  mean round trip to Ironic: create %s, get %s; mean settle in Ironic after its answer to the create: %s; mean time in Ironic by its timestamps: %s\n",
+			mean("create"), mean("get"), mean("settle"), mean("in_ironic"))
 	}
 	return r, nil
 }
@@ -285,7 +285,8 @@ func (b *ironicBench) conductorMetrics(ctx context.Context) []map[string]*dto.Me
 // requests by kind (metalloc_ironic_allocation_requests_total{request}),
 // and the sums and counts of their round trips (key "<kind>_seconds",
 // "<kind>_count" from metalloc_ironic_request_seconds) and of the settle
-// times ("settle_seconds", "settle_count").
+// times ("settle_seconds", "settle_count") and of Ironic's own times
+// ("in_ironic_seconds", "in_ironic_count").
 func (b *ironicBench) ironicRequests(ctx context.Context) map[string]float64 {
 	out := map[string]float64{}
 	for _, families := range b.conductorMetrics(ctx) {
@@ -304,9 +305,12 @@ func (b *ironicBench) ironicRequests(ctx context.Context) map[string]float64 {
 			out[byRequest(m)+"_seconds"] += m.GetHistogram().GetSampleSum()
 			out[byRequest(m)+"_count"] += float64(m.GetHistogram().GetSampleCount())
 		}
-		for _, m := range families["metalloc_ironic_allocation_settle_seconds"].GetMetric() {
-			out["settle_seconds"] += m.GetHistogram().GetSampleSum()
-			out["settle_count"] += float64(m.GetHistogram().GetSampleCount())
+		for k, name := range map[string]string{"settle": "metalloc_ironic_allocation_settle_seconds",
+			"in_ironic": "metalloc_ironic_allocation_in_ironic_seconds"} {
+			for _, m := range families[name].GetMetric() {
+				out[k+"_seconds"] += m.GetHistogram().GetSampleSum()
+				out[k+"_count"] += float64(m.GetHistogram().GetSampleCount())
+			}
 		}
 	}
 	return out

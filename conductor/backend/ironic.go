@@ -95,6 +95,10 @@ type Ironic struct {
 	// after answering its POST (nanoseconds; a quantile tracked by
 	// settleStep): the first poll waits that long.
 	settleNS atomic.Int64
+	// fineClock is set once Ironic's timestamps were seen with a
+	// fractional second: from then on the limit's sample is Ironic's own
+	// settle time (Allocation.InIronic), else the confirm latency.
+	fineClock atomic.Bool
 	// claimed holds the ids of the rows Claim took and Process has not
 	// finished; pending counts them (Claim takes no more than Capacity).
 	claimed sync.Map

@@ -22,24 +22,30 @@ import (
 // a slot is taken before the POST and given back once the allocation is
 // seen settled (or the attempt ends otherwise).
 //
-// The latency sample is that slot's span: from sending the POST to the
-// read that finds the allocation settled (active or error) in Ironic,
-// the "confirm latency". It contains the POST's round trip and Ironic's
-// settle time as metalloc sees it through its reads (Ironic.poll: the
-// first read comes after a high quantile of recent settle times, so a
-// sample overstates Ironic's own time by a fraction of it, about
-// equally at every load). The reads' round trips, which the API's load
-// lengthens, are in it too. Samples are taken only from the plain path
-// (201, then reads until settled); a 409 that follows a copy already
-// there, a refusal of the request itself, or an end of the context give
-// none; an unreachable Ironic, a timeout or a 5xx is a drop.
+// The latency sample is Ironic's own settle time of the slot's
+// allocation: its updated_at minus its created_at as Ironic shows it
+// once settled (Allocation.InIronic), the time it spent in Ironic's RPC
+// queue and conductor. That is where the queue builds, and nothing else
+// is in it: the POST's and the reads' round trips and the pauses between
+// reads (Ironic.poll), which the first measure of this limit, the
+// "confirm latency" (from sending the POST to the read that finds the
+// allocation settled), contained, grow with the load of the machine and
+// the API, not with what is in flight, and add a constant that mutes the
+// ratio the rule reads (bench ironic at 16 clients: the limits' sum at
+// 8-22 where Ironic settled most with 4). Ironic on MySQL keeps whole
+// seconds: until a timestamp with a fraction of a second is seen
+// (Ironic.fineClock), the sample is the confirm latency. Samples are
+// taken only from the plain path (201, then reads until settled); a 409
+// that follows a copy already there, a refusal of the request itself,
+// or an end of the context give none; an unreachable Ironic, a timeout
+// or a 5xx is a drop.
 //
 // The rule is delay-based AIMD, as TCP Vegas and Netflix's
 // concurrency-limits, with BBR's periodic probe of the latency without a
 // queue. Once per window (about one round trip: as many samples as the
 // limit, at least limitMinWindow, from requests sent after the last
 // change; those sent before saw the old limit), the window's mean
-// confirm latency is compared with the baseline, the least window mean
+// sample is compared with the baseline, the least window mean
 // of the last limitHorizon windows. With r = mean / baseline:
 //
 //   - r > limitTolerance (a queue in Ironic): the limit is multiplied by
@@ -119,7 +125,7 @@ const (
 	// context's end).
 	sampleNone sampleKind = iota
 	// sampleOK: the allocation was created and seen settled; the sample
-	// is its confirm latency.
+	// is its latency (Ironic's own settle time, or the confirm latency).
 	sampleOK
 	// sampleDrop: Ironic unreachable, timed out or answering 5xx.
 	sampleDrop
@@ -131,7 +137,7 @@ type limitState struct {
 	// waiting the callers waiting for one.
 	limit             float64
 	inFlight, waiting int
-	// baseline is the latency without a queue the limit compares with (0
+	// baseline is the sample without a queue the limit compares with (0
 	// before the first window).
 	baseline time.Duration
 }
@@ -250,7 +256,7 @@ func (l *limiter) take() {
 }
 
 // Release gives back a slot taken by Acquire, with what its span says
-// (kind) and, for sampleOK, its confirm latency rtt.
+// (kind) and, for sampleOK, its latency sample rtt.
 func (l *limiter) Release(rtt time.Duration, kind sampleKind) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -20,6 +20,7 @@ type IronicMetrics struct {
 	waiting  prometheus.Gauge
 	baseline prometheus.Gauge
 	confirm  prometheus.Histogram
+	inIronic prometheus.Histogram
 }
 
 // NewIronicMetrics creates the metrics and registers them with reg:
@@ -45,7 +46,11 @@ type IronicMetrics struct {
 //   - metalloc_ironic_allocation_confirm_seconds (histogram: the limit's
 //     latency sample, from sending the POST to the read that finds the
 //     allocation settled) and metalloc_ironic_allocation_baseline_seconds
-//     (the confirm latency without a queue it is compared with)
+//     (the sample without a queue it is compared with)
+//   - metalloc_ironic_allocation_in_ironic_seconds (histogram: Ironic's
+//     own settle time, its updated_at minus its created_at, of the
+//     allocations seen settled; the limit's sample when Ironic's clock
+//     gives fractions of a second, as on PostgreSQL)
 func NewIronicMetrics(reg prometheus.Registerer) (*IronicMetrics, error) {
 	m := &IronicMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -75,11 +80,16 @@ func NewIronicMetrics(reg prometheus.Registerer) (*IronicMetrics, error) {
 		waiting: gauge("metalloc_ironic_allocations_waiting",
 			"This conductor's allocations waiting for the limit before their POST to Ironic."),
 		baseline: gauge("metalloc_ironic_allocation_baseline_seconds",
-			"The confirm latency without a queue the limit compares with: the least window mean of the recent windows (0 before the first, or with a fixed limit)."),
+			"The limit's latency sample without a queue (Ironic's own settle time, or the confirm latency when Ironic's clock keeps whole seconds): the least window mean of the recent windows (0 before the first, or with a fixed limit)."),
 		confirm: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "metalloc_ironic_allocation_confirm_seconds",
-			Help:    "Time from sending an allocation's POST to Ironic to the read that finds it settled (active or error) there: the limit's latency sample.",
+			Help:    "Time from sending an allocation's POST to Ironic to the read that finds it settled (active or error) there: the limit's latency sample when Ironic's timestamps keep whole seconds.",
 			Buckets: []float64{.025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		inIronic: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "metalloc_ironic_allocation_in_ironic_seconds",
+			Help:    "Ironic's own time from creating an allocation to settling it (its updated_at minus its created_at): the limit's latency sample when Ironic's timestamps have fractions of a second.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
 	}
 	for _, r := range []string{"create", "get", "delete"} {
@@ -87,7 +97,7 @@ func NewIronicMetrics(reg prometheus.Registerer) (*IronicMetrics, error) {
 		m.latency.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.settle, m.refused, m.down,
-		m.limit, m.inFlight, m.waiting, m.baseline, m.confirm} {
+		m.limit, m.inFlight, m.waiting, m.baseline, m.confirm, m.inIronic} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -142,6 +152,12 @@ func (m *IronicMetrics) limited(s limitState) {
 func (m *IronicMetrics) confirmed(d time.Duration) {
 	if m != nil {
 		m.confirm.Observe(d.Seconds())
+	}
+}
+
+func (m *IronicMetrics) tookInIronic(d time.Duration) {
+	if m != nil {
+		m.inIronic.Observe(d.Seconds())
 	}
 }
 

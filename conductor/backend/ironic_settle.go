@@ -289,17 +289,24 @@ func (b *Ironic) create(ctx context.Context, c Claimed, extra json.RawMessage, n
 	if err := b.limit.Acquire(ctx); err != nil {
 		return verdict{}, err
 	}
-	// The slot's sample: the confirm latency of a plain creation (201,
-	// then reads until settled), a drop when Ironic failed (not the
-	// context), nothing otherwise.
+	// The slot's sample, for a plain creation (201, then reads until
+	// settled): Ironic's own settle time when its clock is fine, else the
+	// confirm latency (ironic_limit.go); a drop when Ironic failed (not
+	// the context), nothing otherwise.
 	var sent time.Time
+	var inIronic time.Duration
 	plain := false
 	defer func() {
 		switch {
 		case err == nil && plain:
 			d := time.Since(sent)
 			b.Metrics.confirmed(d)
-			b.limit.Release(d, sampleOK)
+			sample := d
+			if inIronic > 0 {
+				sample = inIronic
+				b.Metrics.tookInIronic(inIronic)
+			}
+			b.limit.Release(sample, sampleOK)
 		case err != nil && ctx.Err() == nil:
 			b.limit.Release(0, sampleDrop)
 		default:
@@ -340,6 +347,14 @@ func (b *Ironic) create(ctx context.Context, c Claimed, extra json.RawMessage, n
 		a, err = b.poll(ctx, c.UUID, a, posted)
 		if err != nil {
 			return verdict{}, err
+		}
+		if took, fine, ok := a.InIronic(); ok {
+			if fine {
+				b.fineClock.Store(true)
+			}
+			if b.fineClock.Load() {
+				inIronic = took
+			}
 		}
 		if len(a.CandidateNodes) != 1 || a.CandidateNodes[0] != node.String() ||
 			(a.State == ironic.AllocationActive && a.Node() != node.String()) {

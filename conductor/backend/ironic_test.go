@@ -206,6 +206,17 @@ func TestIronicClaimActivates(t *testing.T) {
 	var m dto.Metric
 	require.NoError(t, x.b.Metrics.confirm.Write(&m))
 	require.Equal(t, uint64(2), m.GetHistogram().GetSampleCount(), "one confirm sample per allocation")
+	// Ironic on PostgreSQL keeps microseconds: the limit's sample is
+	// Ironic's own settle time, shorter than the confirm latency.
+	require.True(t, x.b.fineClock.Load(), "Ironic's timestamps seen with fractions of a second")
+	var in dto.Metric
+	require.NoError(t, x.b.Metrics.inIronic.Write(&in))
+	require.Equal(t, uint64(2), in.GetHistogram().GetSampleCount(), "one sample of Ironic's own time per allocation")
+	require.Less(t, in.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleSum())
+	got, _ := x.inIronic(a1.Uuid)
+	took, fine, ok := got.InIronic()
+	require.True(t, ok && fine, "%+v", got)
+	require.Positive(t, took)
 	require.Equal(t, 0.0, testutil.ToFloat64(x.b.Metrics.inFlight))
 	require.Equal(t, 4.0, testutil.ToFloat64(x.b.Metrics.limit), "a quarter of max_in_flight (16) to start")
 	require.Empty(t, dbtest.Broken(t, x.pool))
