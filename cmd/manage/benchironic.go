@@ -45,8 +45,8 @@ func benchIronicCmd() *cobra.Command {
 			"--allocations in all, then delete them all. Between runs it waits until both systems agree that\n" +
 			"every node is free (--systems runs one side only). Prints allocations/s and client p50/p99 per\n" +
 			"run (for metalloc's, also its requests to Ironic per allocation, their mean round trips and the\n" +
-			"mean time Ironic takes to settle an allocation after answering its creation), the medians per\n" +
-			"size and system, and the load average.",
+			"mean time Ironic takes to settle an allocation after answering its creation, as metalloc sees it\n" +
+			"and as Ironic's timestamps say), the medians per size and system, and the load average.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, log, err := loadDatabase(cmd)
 			if err != nil {
