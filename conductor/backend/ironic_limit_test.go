@@ -37,6 +37,16 @@ func (s *kneeServer) latency(n int) time.Duration {
 // best is the server's best rate (allocations per second): at the knee.
 func (s *kneeServer) best() float64 { return float64(s.knee) / s.base.Seconds() }
 
+// rate is the server's rate with n in flight (allocations per second),
+// its noise left out.
+func (s *kneeServer) rate(n int) float64 {
+	f := 1.0
+	if n > s.knee {
+		f += s.slope * float64(n-s.knee) / float64(s.knee)
+	}
+	return float64(n) / (s.base.Seconds() * f)
+}
+
 // simEvent is one allocation in flight: when it settles, its latency,
 // and (multi-conductor simulations) whose it is.
 type simEvent struct {
