@@ -90,14 +90,18 @@ MODE        ?= poll
 BENCHFLAGS  ?=
 # metalloc in front of a real Ironic 21.4 (Debian's packages) side by side
 # with that Ironic alone (docs/ironic.md): make bench-ironic
-# IRONIC_NODES=500,2000 IRONIC_ALLOCS=300 IRONIC_CONCURRENCY=16.
+# IRONIC_NODES=500,2000 IRONIC_ALLOCS=300 IRONIC_CONCURRENCY=16; lists in
+# IRONIC_CONCURRENCY and IRONIC_LIMITS (--max-in-flight: adaptive,1,2,4,...)
+# run every client count with every limit on Ironic (issue 44's sweep).
 IRONIC_NODES       ?= 500,2000
 IRONIC_ALLOCS      ?= 300
 IRONIC_CONCURRENCY ?= 16
 IRONIC_ROUNDS      ?= 2
+IRONIC_LIMITS      ?=
 bench-ironic: build
 	$(BIN)/metalloc-manage dev exec -- $(BIN)/metalloc-manage bench ironic --nodes $(IRONIC_NODES) \
-		--allocations $(IRONIC_ALLOCS) --concurrency $(IRONIC_CONCURRENCY) --rounds $(IRONIC_ROUNDS) $(BENCHFLAGS)
+		--allocations $(IRONIC_ALLOCS) --concurrency $(IRONIC_CONCURRENCY) --rounds $(IRONIC_ROUNDS) \
+		$(if $(IRONIC_LIMITS),--max-in-flight $(IRONIC_LIMITS)) $(BENCHFLAGS)
 
 BENCH_NODES = $(if $(filter %.yaml %.yml %.json sample,$(NODES)),10000,$(NODES))
 # MODE=first-burst is issue 44's scenario (docs/benchmarks.md): every case on

@@ -93,6 +93,14 @@ func (c *viewCache) get(u uuid.UUID) (View, bool) {
 	return View{}, false
 }
 
+// has reports whether u is cached (not counted as a lookup).
+func (c *viewCache) has(u uuid.UUID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[u]
+	return ok && e.view != nil && c.live
+}
+
 // begin opens an entry for u before a read of it and returns the token
 // fill needs (0: nothing may be cached now).
 func (c *viewCache) begin(u uuid.UUID) uint64 {
@@ -221,6 +229,16 @@ func (h *Hub) cached(u uuid.UUID) (View, bool) {
 		return View{}, false
 	}
 	return h.cache.get(u)
+}
+
+// Has reports whether this process's cache holds allocation u, so that
+// metalloc has it without asking the database (the front in front of
+// Ironic: ironic.FrontOptions.Known). A deletion's notification removes
+// the entry, so true means the allocation existed within a NOTIFY's
+// delivery time, as a GET answered from the cache does; false says
+// nothing (not cached, a nil Hub, or its listener not connected).
+func (h *Hub) Has(u uuid.UUID) bool {
+	return h != nil && h.cache != nil && h.cache.has(u)
 }
 
 func (h *Hub) cacheBegin(u uuid.UUID) uint64 {

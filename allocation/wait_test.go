@@ -37,6 +37,14 @@ func setupWait(t *testing.T) *waitFixture {
 // setupWaitMax is setupWait with Prefer: wait capped at maxWait.
 func setupWaitMax(t *testing.T, maxWait time.Duration) *waitFixture {
 	t.Helper()
+	return setupWaitWith(t, HandlerOptions{MaxWait: maxWait})
+}
+
+// setupWaitWith is setupWait with opts (MaxWait required; the Hub, the
+// request timeout and the heartbeat are the fixture's).
+func setupWaitWith(t *testing.T, opts HandlerOptions) *waitFixture {
+	t.Helper()
+	maxWait := opts.MaxWait
 	f := setup(t)
 	hub := NewHub(f.pool, HubOptions{Log: zaptest.NewLogger(t)})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -44,8 +52,8 @@ func setupWaitMax(t *testing.T, maxWait time.Duration) *waitFixture {
 	go func() { defer close(done); hub.Run(ctx) }()
 	e := echo.New()
 	e.HTTPErrorHandler = web.IronicErrorHandler
-	NewHandler(NewStore(f.pool), HandlerOptions{Hub: hub, MaxWait: maxWait, RequestTimeout: maxWait + 2*time.Second,
-		EventsHeartbeat: 200 * time.Millisecond}).Register(e.Group("/v1", web.IronicVersion()))
+	opts.Hub, opts.RequestTimeout, opts.EventsHeartbeat = hub, maxWait+2*time.Second, 200*time.Millisecond
+	NewHandler(NewStore(f.pool), opts).Register(e.Group("/v1", web.IronicVersion()))
 	srv := httptest.NewServer(e)
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
@@ -121,6 +129,44 @@ func TestPreferWaitAnswersOnChange(t *testing.T) {
 	// Without the preference: no header.
 	resp, _ = w.request("GET", "/v1/allocations/a1", nil, "")
 	require.Empty(t, resp.Header.Get("Preference-Applied"))
+}
+
+// TestPollHold: with HandlerOptions.PollHold, the first GET of an
+// allocating allocation is answered at once; the next, within the hold, is
+// held until the allocation changes and then answered with its new state
+// (no Preference-Applied: the client asked for nothing); an allocation no
+// longer allocating is answered at once; a hold that runs out answers the
+// state then.
+func TestPollHold(t *testing.T) {
+	t.Parallel()
+	w := setupWaitWith(t, HandlerOptions{MaxWait: time.Minute, PollHold: time.Minute})
+	w.node("n1", "gold")
+	w.create("a1", "gold")
+	path := "/v1/allocations/" + w.uuidOf("a1")
+	resp, body := w.request("GET", path, nil, "")
+	require.Equal(t, 200, resp.StatusCode, body)
+	require.Equal(t, "allocating", body["state"], "a first GET is answered at once")
+	go func() {
+		dbtest.WaitFor(t, 30*time.Second, "a held poll", func() bool { return w.hub.Waiters() == 1 })
+		w.activate("a1")
+	}()
+	resp, body = w.request("GET", path, nil, "")
+	require.Equal(t, 200, resp.StatusCode, body)
+	require.Equal(t, "active", body["state"], "the poll was held until the reservation")
+	require.Empty(t, resp.Header.Get("Preference-Applied"))
+	require.Zero(t, w.hub.Waiters())
+	_, body = w.request("GET", path, nil, "")
+	require.Equal(t, "active", body["state"])
+
+	// A hold that runs out answers the state then.
+	w = setupWaitWith(t, HandlerOptions{MaxWait: time.Minute, PollHold: 200 * time.Millisecond})
+	w.create("a2", "gold")
+	path = "/v1/allocations/" + w.uuidOf("a2")
+	for range 3 {
+		resp, body = w.request("GET", path, nil, "")
+		require.Equal(t, 200, resp.StatusCode, body)
+		require.Equal(t, "allocating", body["state"])
+	}
 }
 
 func TestPreferWaitTimesOutWithCurrentState(t *testing.T) {

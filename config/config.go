@@ -144,6 +144,11 @@ type API struct {
 	// /v1/allocations and GET /v1/allocations/{ident} (default 60s; keep
 	// it below write_timeout).
 	MaxWait time.Duration `mapstructure:"max_wait"`
+	// PollHold holds a GET /v1/allocations/{ident} of an allocation still
+	// allocating that follows this process's previous answer for it
+	// within PollHold until it changes or PollHold has passed (default
+	// 1s; 0 disables; allocation.HandlerOptions.PollHold).
+	PollHold time.Duration `mapstructure:"poll_hold"`
 	// EventsHeartbeat is how often an idle GET /v1/allocations/events
 	// stream gets a comment line (default 15s).
 	EventsHeartbeat time.Duration `mapstructure:"events_heartbeat"`

@@ -18,6 +18,7 @@ const (
 	DefaultAPIMaxLimit        = web.DefaultMaxLimit
 	DefaultAPIRequestTimeout  = 30 * time.Second
 	DefaultAPIMaxWait         = 60 * time.Second
+	DefaultAPIPollHold        = time.Second
 	DefaultAPIEventsHeartbeat = 15 * time.Second
 	DefaultAPIEventsRetention = time.Hour
 	DefaultAPIEventsMaxCount  = 100000

@@ -50,6 +50,8 @@ func registry() []*Key {
 			Doc: "A request whose database work takes longer answers 503, so that a database that stopped answering cannot hang clients (also metalloc-placement's requests); 0 disables it."},
 		{Name: "api.max_wait", Default: DefaultAPIMaxWait, Readers: []Binary{BinaryAPI},
 			Doc: "Longest wait a client may ask for with the metalloc extension `Prefer: wait=N` on `POST /v1/allocations` and `GET /v1/allocations/{id}` (docs/without-polling.md); longer asks are cut to it and `Preference-Applied` says so. Keep it below `api.write_timeout`."},
+		{Name: "api.poll_hold", Default: DefaultAPIPollHold, Readers: []Binary{BinaryAPI},
+			Doc: "A `GET /v1/allocations/{id}` of an allocation still `allocating` that comes less than this long after metalloc-api's previous answer for it (a client polling faster) is answered when the allocation changes or after this long, whichever is first (docs/without-polling.md): a polling client learns of the change at once and sends about one GET per this interval while it waits. A single GET, and polls this far apart or more (openstacksdk's every 2 s), are answered at once; 0 answers every GET at once."},
 		{Name: "api.events_heartbeat", Default: DefaultAPIEventsHeartbeat, Readers: []Binary{BinaryAPI},
 			Doc: "Interval of the comment lines that keep an idle `GET /v1/allocations/events` stream open through proxies."},
 		{Name: "api.events_retention", Default: DefaultAPIEventsRetention, Readers: []Binary{BinaryAPI},

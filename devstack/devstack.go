@@ -211,7 +211,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	// Nodes can be enrolled once a conductor serves their driver (as in
 	// Ironic): the stack is up when every conductor has registered.
-	if err := s.waitConductors(ctx, hostnames); err != nil {
+	if err := s.waitConductors(ctx, hostnames, s.started); err != nil {
 		s.Stop(context.WithoutCancel(ctx))
 		return nil, err
 	}
@@ -227,10 +227,32 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	return s, nil
 }
 
+// RestartConductors stops every conductor (SIGTERM, as Stop does) and
+// starts the same hostnames again with extraEnv (KEY=VALUE, after the
+// stack's Env, as StartConductor takes it), then waits until they have
+// registered. For a bench comparing conductor settings on one fleet
+// (metalloc-manage bench ironic --max-in-flight); run it while no
+// allocation is in flight.
+func (s *Stack) RestartConductors(ctx context.Context, extraEnv ...string) error {
+	var hostnames []string
+	for _, p := range s.Conductors {
+		hostnames = append(hostnames, p.Name)
+	}
+	stopAll(s.Conductors)
+	s.Conductors = nil
+	since := time.Now()
+	for _, h := range hostnames {
+		if _, err := s.StartConductor(h, extraEnv...); err != nil {
+			return err
+		}
+	}
+	return s.waitConductors(ctx, hostnames, since)
+}
+
 // waitConductors waits until every conductor of hostnames has registered
-// (its conductors row online, started after the stack was asked for), or
-// one of them exited.
-func (s *Stack) waitConductors(ctx context.Context, hostnames []string) error {
+// (its conductors row online, started at since or later), or one of them
+// exited.
+func (s *Stack) waitConductors(ctx context.Context, hostnames []string, since time.Time) error {
 	if len(hostnames) == 0 {
 		return nil
 	}
@@ -248,7 +270,7 @@ func (s *Stack) waitConductors(ctx context.Context, hostnames []string) error {
 		}
 		var n int
 		err := conn.QueryRow(ctx, `SELECT count(*) FROM conductors
-			WHERE hostname = ANY($1) AND online AND started_at >= $2`, hostnames, s.started.Add(-time.Second)).Scan(&n)
+			WHERE hostname = ANY($1) AND online AND started_at >= $2`, hostnames, since.Add(-time.Second)).Scan(&n)
 		if err != nil {
 			return fmt.Errorf("devstack: waiting for the conductors: %w", err)
 		}
@@ -418,10 +440,16 @@ func (s *Stack) Stop(ctx context.Context) {
 			all = append(all, p)
 		}
 	}
-	for _, p := range all {
+	stopAll(all)
+}
+
+// stopAll sends SIGTERM to every process of ps, waits up to 30s each,
+// then kills.
+func stopAll(ps []*Process) {
+	for _, p := range ps {
 		_ = p.Signal(syscall.SIGTERM)
 	}
-	for _, p := range all {
+	for _, p := range ps {
 		if err := p.Wait(30 * time.Second); err != nil && !errors.As(err, new(*exec.ExitError)) {
 			_ = p.Signal(syscall.SIGKILL)
 			_ = p.Wait(5 * time.Second)

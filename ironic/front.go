@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
 
@@ -84,6 +85,12 @@ type FrontOptions struct {
 	// Forwarding is what proxied requests carry to Ironic as credentials
 	// (ForwardingFor metalloc-api's api.auth_strategy).
 	Forwarding Forwarding
+	// Known, when set, says without the database that metalloc has
+	// allocation u (metalloc-api passes its allocation hub's cache,
+	// allocation.Hub.Has): a request for one it knows is metalloc's
+	// without the lookup allocationRequest makes otherwise (one query per
+	// poll of a client waiting for its allocation). False: looked up.
+	Known func(u uuid.UUID) bool
 	// FollowFor is how long a node Ironic is still moving (a target
 	// provision or power state) after a proxied change is read again,
 	// with back-off, until it arrives (default 2 min).

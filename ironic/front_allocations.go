@@ -51,7 +51,7 @@ func (f *Front) allocationRequest(c echo.Context) (handled bool, err error) {
 	case !ok || f.opts.Mirror == nil:
 		return false, nil
 	}
-	known, err := f.opts.Mirror.knownAllocation(req.Context(), ident, node)
+	known, err := f.knownAllocation(req.Context(), ident, node)
 	if err != nil {
 		web.Logger(c).Warn("looking the allocation up; metalloc answers", zap.Error(err))
 		return false, nil
@@ -153,6 +153,17 @@ func hopByHop(k string) bool {
 		return true
 	}
 	return false
+}
+
+// knownAllocation is Mirror.knownAllocation, first asking
+// FrontOptions.Known for an allocation named by its uuid.
+func (f *Front) knownAllocation(ctx context.Context, ident string, node bool) (bool, error) {
+	if !node && f.opts.Known != nil {
+		if u, err := uuid.Parse(ident); err == nil && f.opts.Known(u) {
+			return true, nil
+		}
+	}
+	return f.opts.Mirror.knownAllocation(ctx, ident, node)
 }
 
 // knownAllocation reports whether metalloc has allocation ident (a uuid or

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,7 +49,7 @@ func frontAPI(t *testing.T, cfg config.Config, endpoint string, authn auth.Authe
 	pool := dbtest.New(t)
 	cfg.Ironic.Endpoint = endpoint
 	log := zaptest.NewLogger(t)
-	front, err := newFront(cfg, pool, log)
+	front, err := newFront(cfg, pool, nil, log)
 	require.NoError(t, err)
 	e, err := newAPIWith(cfg, pool, authn, rules, nil, front, log)
 	require.NoError(t, err)
@@ -330,4 +331,46 @@ func TestFrontKeystone(t *testing.T) {
 	require.Equal(t, http.StatusOK, st)
 	st, _, _ = call(t, "GET", srv.URL+"/v1/allocations", nil, "X-OpenStack-Ironic-API-Version", "1.82")
 	require.Equal(t, http.StatusUnauthorized, st)
+}
+
+// TestFrontKnownAllocation: in front of Ironic, a request for an
+// allocation ironic.FrontOptions.Known says metalloc has is metalloc's
+// handler's without the database lookup (here the allocation is in no
+// database: metalloc's own 404), and one Known does not know is looked up
+// and, not found, goes to Ironic.
+func TestFrontKnownAllocation(t *testing.T) {
+	t.Parallel()
+	var proxied atomic.Int64
+	ir := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/allocations/") {
+			proxied.Add(1)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"error_message": "{\"faultstring\": \"from Ironic\"}"}`))
+	}))
+	t.Cleanup(ir.Close)
+	cfg, err := config.Load("", nil)
+	require.NoError(t, err)
+	cfg.Ironic.Endpoint = ir.URL
+	pool := dbtest.New(t)
+	log := zaptest.NewLogger(t)
+	mine := uuid.New()
+	front, err := newFront(cfg, pool, func(u uuid.UUID) bool { return u == mine }, log)
+	require.NoError(t, err)
+	e, err := newAPIWith(cfg, pool, auth.IronicNoAuth{}, auth.Rules{}, nil, front, log)
+	require.NoError(t, err)
+	srv := httptest.NewServer(e)
+	t.Cleanup(func() { srv.Close(); front.Close() })
+
+	st, _, body := call(t, "GET", srv.URL+"/v1/allocations/"+mine.String(), nil, "X-OpenStack-Ironic-API-Version", "1.82")
+	require.Equal(t, http.StatusNotFound, st, "%s", body)
+	require.Contains(t, string(body), "Allocation "+mine.String()+" could not be found.")
+	require.Zero(t, proxied.Load(), "a known allocation's request went to Ironic")
+
+	other := uuid.New()
+	st, _, body = call(t, "GET", srv.URL+"/v1/allocations/"+other.String(), nil, "X-OpenStack-Ironic-API-Version", "1.82")
+	require.Equal(t, http.StatusNotFound, st, "%s", body)
+	require.Contains(t, string(body), "from Ironic")
+	require.EqualValues(t, 1, proxied.Load())
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -78,7 +79,7 @@ func run(cmd *cobra.Command, _ []string) error {
 
 	// In front of Ironic (ironic.endpoint), every route metalloc does not
 	// own goes to Ironic (package ironic).
-	front, err := newFront(cfg, pool, log)
+	front, err := newFront(cfg, pool, hub.Has, log)
 	if err != nil {
 		return err
 	}
@@ -100,9 +101,10 @@ func run(cmd *cobra.Command, _ []string) error {
 var resources = []string{"chassis", "nodes", "ports", "portgroups", "drivers", "conductors", "allocations", "deploy_templates", "shards"}
 
 // newFront returns metalloc-api's front for the Ironic at ironic.endpoint
-// (refreshing nodes it changes in the mirror on pool), or nil when
+// (refreshing nodes it changes in the mirror on pool; known, the allocation
+// hub's Has, or nil, is ironic.FrontOptions.Known), or nil when
 // ironic.endpoint is empty.
-func newFront(cfg config.Config, pool *pgxpool.Pool, log *zap.Logger) (*ironic.Front, error) {
+func newFront(cfg config.Config, pool *pgxpool.Pool, known func(uuid.UUID) bool, log *zap.Logger) (*ironic.Front, error) {
 	ic, err := cli.IronicClient(cfg)
 	if err != nil || ic == nil {
 		return nil, err
@@ -111,7 +113,7 @@ func newFront(cfg config.Config, pool *pgxpool.Pool, log *zap.Logger) (*ironic.F
 	return ironic.NewFront(ironic.FrontOptions{
 		Client: ic, Mirror: ironic.NewMirror(ic, pool, cfg.Ironic.SyncPageSize, log),
 		PublicEndpoint: cfg.API.PublicEndpoint, Resources: resources, Log: log,
-		Forwarding: ironic.ForwardingFor(cfg.API.AuthStrategy),
+		Forwarding: ironic.ForwardingFor(cfg.API.AuthStrategy), Known: known,
 	})
 }
 
@@ -250,7 +252,7 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 	allocation.NewHandler(allocation.NewStore(pool), allocation.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Created: created, Rules: rules,
 		Hub: hub, MaxWait: cfg.API.MaxWait, RequestTimeout: cfg.API.RequestTimeout,
-		EventsHeartbeat: cfg.API.EventsHeartbeat,
+		EventsHeartbeat: cfg.API.EventsHeartbeat, PollHold: cfg.API.PollHold,
 	}).Register(v1)
 	allocgroup.NewHandler(pool, allocgroup.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,

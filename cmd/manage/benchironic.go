@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"runtime"
@@ -26,8 +27,8 @@ import (
 // benchIronicCmd is `metalloc-manage bench ironic`: the side-by-side of
 // metalloc in front of a real Ironic and that Ironic alone (docs/ironic.md).
 func benchIronicCmd() *cobra.Command {
-	var sizes, systems string
-	var allocations, concurrency, rounds, conductors, ironicConductors, apiWorkers int
+	var sizes, systems, concurrency, maxInFlight string
+	var allocations, rounds, conductors, ironicConductors, apiWorkers int
 	var mode, apiServer string
 	var poll time.Duration
 	c := &cobra.Command{
@@ -43,7 +44,11 @@ func benchIronicCmd() *cobra.Command {
 			"clients each POST an allocation (half of them asking for a trait), wait for it (--mode: poll every\n" +
 			"--poll-interval; wait: metalloc's Prefer: wait, which Ironic answers by polling), and send the next,\n" +
 			"--allocations in all, then delete them all. Between runs it waits until both systems agree that\n" +
-			"every node is free (--systems runs one side only). Prints allocations/s and client p50/p99 per\n" +
+			"every node is free (--systems runs one side only). --concurrency and --max-in-flight take lists:\n" +
+			"every client count runs with every limit on what each conductor has in flight to Ironic (adaptive,\n" +
+			"or a fixed N: its conductors restarted with that setting), in an order reversed every other round,\n" +
+			"and a summary compares the adaptive limit with the best fixed one at each client count and with\n" +
+			"its own rate at the fewest clients. Prints allocations/s and client p50/p99 per\n" +
 			"run (for metalloc's, also its requests to Ironic per allocation, their mean round trips and the\n" +
 			"mean time Ironic takes to settle an allocation after answering its creation, as metalloc sees it\n" +
 			"and as Ironic's timestamps say), the medians per size and system, and the load average.",
@@ -61,9 +66,19 @@ func benchIronicCmd() *cobra.Command {
 				ns = append(ns, n)
 			}
 			slices.Sort(ns)
+			b := &ironicBench{log: log, allocations: allocations, mode: loadgen.Mode(mode), poll: poll}
+			for _, s := range strings.Split(concurrency, ",") {
+				n, err := strconv.Atoi(strings.TrimSpace(s))
+				if err != nil || n < 1 {
+					return fmt.Errorf("--concurrency %q: want client counts of at least 1, comma-separated (16,64,256)", concurrency)
+				}
+				b.concurrencies = append(b.concurrencies, n)
+			}
+			if b.limits, err = parseLimitSettings(maxInFlight); err != nil {
+				return err
+			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			b := &ironicBench{log: log, allocations: allocations, concurrency: concurrency, mode: loadgen.Mode(mode), poll: poll}
 			for _, s := range strings.Split(systems, ",") {
 				switch s = strings.TrimSpace(s); s {
 				case "ironic", "metalloc":
@@ -88,7 +103,8 @@ func benchIronicCmd() *cobra.Command {
 	c.Flags().StringVar(&sizes, "nodes", "500,2000", "fleet sizes, comma-separated, run in increasing order")
 	c.Flags().StringVar(&systems, "systems", "ironic,metalloc", "which systems to run (ironic: Ironic alone; metalloc: in front of it)")
 	c.Flags().IntVar(&allocations, "allocations", 300, "allocations per run")
-	c.Flags().IntVar(&concurrency, "concurrency", 16, "concurrent API clients")
+	c.Flags().StringVar(&concurrency, "concurrency", "16", "concurrent API clients (a comma-separated list runs each)")
+	c.Flags().StringVar(&maxInFlight, "max-in-flight", "", "limits on what each conductor has in flight to Ironic to run, comma-separated: adaptive (ironic.adaptive_limit, ironic.max_in_flight its ceiling) or a fixed N (ironic.adaptive_limit off, ironic.max_in_flight N); empty: the conductors' configuration as it is")
 	c.Flags().IntVar(&rounds, "rounds", 2, "runs of each system per size (interleaved)")
 	c.Flags().IntVar(&conductors, "conductors", 2, "metalloc conductors")
 	c.Flags().IntVar(&ironicConductors, "ironic-conductors", 2, "Ironic conductors")
@@ -101,25 +117,80 @@ func benchIronicCmd() *cobra.Command {
 
 // ironicBench is one side-by-side run.
 type ironicBench struct {
-	log         *zap.Logger
-	allocations int
-	concurrency int
-	mode        loadgen.Mode
-	poll        time.Duration
-	systems     []string
-	uwsgi       bool
-	ir          *devstack.Ironic
-	stack       *devstack.Stack
-	free        func(context.Context) (int, error)
-	resync      func(context.Context) error
+	log           *zap.Logger
+	allocations   int
+	concurrencies []int
+	limits        []limitSetting
+	limit         limitSetting // the conductors' current setting
+	mode          loadgen.Mode
+	poll          time.Duration
+	systems       []string
+	uwsgi         bool
+	ir            *devstack.Ironic
+	stack         *devstack.Stack
+	free          func(context.Context) (int, error)
+	resync        func(context.Context) error
+}
+
+// limitSetting is one limit on what each conductor has in flight to
+// Ironic that bench ironic runs (--max-in-flight): adaptive, a fixed
+// count, or (the zero value) the conductors' configuration as it is.
+type limitSetting struct {
+	adaptive bool
+	fixed    int
+}
+
+func (l limitSetting) String() string {
+	switch {
+	case l.adaptive:
+		return "adaptive"
+	case l.fixed > 0:
+		return "fixed " + strconv.Itoa(l.fixed)
+	}
+	return "as configured"
+}
+
+// env is the conductors' environment for l.
+func (l limitSetting) env() []string {
+	switch {
+	case l.adaptive:
+		return []string{"METALLOC_IRONIC_ADAPTIVE_LIMIT=true"}
+	case l.fixed > 0:
+		return []string{"METALLOC_IRONIC_ADAPTIVE_LIMIT=false", "METALLOC_IRONIC_MAX_IN_FLIGHT=" + strconv.Itoa(l.fixed)}
+	}
+	return nil
+}
+
+// parseLimitSettings reads --max-in-flight: "" is the configuration as it
+// is; otherwise a comma-separated list of adaptive and counts >= 1.
+func parseLimitSettings(s string) ([]limitSetting, error) {
+	if strings.TrimSpace(s) == "" {
+		return []limitSetting{{}}, nil
+	}
+	var out []limitSetting
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "adaptive" {
+			out = append(out, limitSetting{adaptive: true})
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--max-in-flight %q: want adaptive or counts of at least 1, comma-separated (adaptive,1,2,4,8)", s)
+		}
+		out = append(out, limitSetting{fixed: n})
+	}
+	return out, nil
 }
 
 // benchRow is one run's figures.
 type benchRow struct {
-	nodes  int
-	system string
-	round  int
-	r      loadgen.Result
+	nodes   int
+	system  string
+	clients int
+	limit   limitSetting // metalloc's runs
+	round   int
+	r       loadgen.Result
 }
 
 func (b *ironicBench) run(ctx context.Context, dbURL string, sizes []int, rounds, conductors, ironicConductors, apiWorkers int) error {
@@ -187,34 +258,65 @@ func (b *ironicBench) run(ctx context.Context, dbURL string, sizes []int, rounds
 			have = size
 		}
 		for round := 1; round <= rounds; round++ {
-			order := slices.Clone(b.systems)
-			if round%2 == 0 {
-				slices.Reverse(order)
-			}
-			for _, system := range order {
+			for _, run := range b.order(round) {
+				if run.system == "metalloc" && run.limit != b.limit {
+					b.log.Info("restarting the conductors", zap.Stringer("limit", run.limit))
+					if err := b.stack.RestartConductors(ctx, run.limit.env()...); err != nil {
+						return err
+					}
+					b.limit = run.limit
+				}
 				if err := b.settle(ctx, size); err != nil {
 					return err
 				}
-				r, err := b.once(ctx, system, size)
+				r, err := b.once(ctx, run.system, size, run.clients)
 				if err != nil {
-					return fmt.Errorf("%s at %d nodes, round %d: %w", system, size, round, err)
+					return fmt.Errorf("%s at %d nodes, %d clients, round %d: %w", run.system, size, run.clients, round, err)
 				}
-				rows = append(rows, benchRow{size, system, round, r})
-				fmt.Printf("%d nodes, %s, round %d: %.1f allocations/s, client p50 %s p99 %s (active %d, error %d, failed POSTs %d, DELETEs %d)\n",
-					size, system, round, r.Allocate.PerSecond(), r.Client.P50.Round(time.Millisecond),
+				run.nodes, run.round, run.r = size, round, r
+				rows = append(rows, run)
+				label := run.system
+				if run.system == "metalloc" && run.limit != (limitSetting{}) {
+					label += " (" + run.limit.String() + ")"
+				}
+				fmt.Printf("%d nodes, %s, %d clients, round %d: %.1f allocations/s, client p50 %s p99 %s (active %d, error %d, failed POSTs %d, DELETEs %d)\n",
+					size, label, run.clients, round, r.Allocate.PerSecond(), r.Client.P50.Round(time.Millisecond),
 					r.Client.P99.Round(time.Millisecond), r.Active, r.Error, r.PostErrors, r.DeleteErrors)
 			}
 		}
 	}
 	printBenchTable(rows)
+	printLimitSummary(os.Stdout, rows)
 	fmt.Printf("load average at end: %s\n", loadAverage())
 	return nil
 }
 
-// once runs one load against system ("ironic": Ironic's API; "metalloc":
-// metalloc-api in front of it) and fails on double bookings or on
-// allocations that did not become active.
-func (b *ironicBench) once(ctx context.Context, system string, size int) (loadgen.Result, error) {
+// order is round's runs: each client count with each system and, for
+// metalloc, each limit setting; every other round in reverse, so that
+// drift over time does not favour one setting.
+func (b *ironicBench) order(round int) []benchRow {
+	var runs []benchRow
+	for _, c := range b.concurrencies {
+		for _, system := range b.systems {
+			if system == "ironic" {
+				runs = append(runs, benchRow{system: system, clients: c})
+				continue
+			}
+			for _, l := range b.limits {
+				runs = append(runs, benchRow{system: system, clients: c, limit: l})
+			}
+		}
+	}
+	if round%2 == 0 {
+		slices.Reverse(runs)
+	}
+	return runs
+}
+
+// once runs one load of clients clients against system ("ironic":
+// Ironic's API; "metalloc": metalloc-api in front of it) and fails on
+// double bookings or on allocations that did not become active.
+func (b *ironicBench) once(ctx context.Context, system string, size, clients int) (loadgen.Result, error) {
 	url := b.stack.APIURL
 	if system == "ironic" {
 		url = b.ir.URL
@@ -225,7 +327,7 @@ func (b *ironicBench) once(ctx context.Context, system string, size int) (loadge
 		limits = b.sampleLimits(ctx)
 	}
 	r, err := loadgen.Run(ctx, loadgen.Options{APIURL: url, Nodes: size, Allocations: b.allocations,
-		Concurrency: b.concurrency, Classes: 1, Enroll: loadgen.EnrollNone, Mode: b.mode, PollInterval: b.poll,
+		Concurrency: clients, Classes: 1, Enroll: loadgen.EnrollNone, Mode: b.mode, PollInterval: b.poll,
 		Timeout: 30 * time.Minute, Log: b.log,
 		Progress: func(phase string, done, total int) {
 			b.log.Info("progress", zap.String("system", system), zap.String("phase", phase), zap.Int("done", done), zap.Int("total", total))
@@ -417,49 +519,120 @@ func (b *ironicBench) settle(ctx context.Context, size int) error {
 	}
 }
 
-// printBenchTable prints the runs and, per size and system, the median
-// of the rounds, and metalloc's speed-up.
-func printBenchTable(rows []benchRow) {
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "nodes\tsystem\tallocations/s (median)\tclient p50\tclient p99\truns")
-	type key struct {
-		nodes  int
-		system string
-	}
-	var keys []key
-	by := map[key][]loadgen.Result{}
+// benchKey groups bench ironic's runs: one size, system, client count and
+// (metalloc's) limit setting.
+type benchKey struct {
+	nodes   int
+	system  string
+	clients int
+	limit   limitSetting
+}
+
+// benchMedians groups rows by benchKey, in the order first seen, with the
+// median of their allocations/s.
+func benchMedians(rows []benchRow) (keys []benchKey, by map[benchKey][]loadgen.Result, rate map[benchKey]float64) {
+	by = map[benchKey][]loadgen.Result{}
 	for _, r := range rows {
-		k := key{r.nodes, r.system}
+		k := benchKey{r.nodes, r.system, r.clients, r.limit}
 		if _, ok := by[k]; !ok {
 			keys = append(keys, k)
 		}
 		by[k] = append(by[k], r.r)
 	}
-	median := func(rs []loadgen.Result, f func(loadgen.Result) float64) float64 {
-		v := make([]float64, len(rs))
-		for i, r := range rs {
-			v[i] = f(r)
+	slices.SortStableFunc(keys, func(a, b benchKey) int {
+		if a.nodes != b.nodes {
+			return a.nodes - b.nodes
 		}
-		slices.Sort(v)
-		if len(v)%2 == 1 {
-			return v[len(v)/2]
-		}
-		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+		return a.clients - b.clients
+	})
+	rate = map[benchKey]float64{}
+	for _, k := range keys {
+		rate[k] = medianOf(by[k], func(r loadgen.Result) float64 { return r.Allocate.PerSecond() })
 	}
-	rate := map[key]float64{}
+	return keys, by, rate
+}
+
+// medianOf is the median of f over rs.
+func medianOf(rs []loadgen.Result, f func(loadgen.Result) float64) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// printBenchTable prints, per size, client count, system and limit
+// setting, the median of the rounds, and metalloc's speed-up over Ironic
+// alone.
+func printBenchTable(rows []benchRow) {
+	keys, by, rate := benchMedians(rows)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "nodes\tclients\tsystem\tlimit\tallocations/s (median)\tclient p50\tclient p99\truns")
 	for _, k := range keys {
 		rs := by[k]
-		rate[k] = median(rs, func(r loadgen.Result) float64 { return r.Allocate.PerSecond() })
-		p50 := time.Duration(median(rs, func(r loadgen.Result) float64 { return float64(r.Client.P50) }))
-		p99 := time.Duration(median(rs, func(r loadgen.Result) float64 { return float64(r.Client.P99) }))
-		fmt.Fprintf(w, "%d\t%s\t%.1f\t%s\t%s\t%d\n", k.nodes, k.system, rate[k], p50.Round(time.Millisecond),
-			p99.Round(time.Millisecond), len(rs))
+		p50 := time.Duration(medianOf(rs, func(r loadgen.Result) float64 { return float64(r.Client.P50) }))
+		p99 := time.Duration(medianOf(rs, func(r loadgen.Result) float64 { return float64(r.Client.P99) }))
+		limit := "-"
+		if k.system == "metalloc" {
+			limit = k.limit.String()
+		}
+		fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%.1f\t%s\t%s\t%d\n", k.nodes, k.clients, k.system, limit, rate[k],
+			p50.Round(time.Millisecond), p99.Round(time.Millisecond), len(rs))
 	}
 	_ = w.Flush()
 	for _, k := range keys {
-		if k.system == "metalloc" && rate[key{k.nodes, "ironic"}] > 0 {
-			fmt.Printf("%d nodes: metalloc in front of Ironic %.1fx Ironic alone\n", k.nodes, rate[k]/rate[key{k.nodes, "ironic"}])
+		alone := rate[benchKey{k.nodes, "ironic", k.clients, limitSetting{}}]
+		if k.system == "metalloc" && alone > 0 {
+			fmt.Printf("%d nodes, %d clients: metalloc in front of Ironic (%s) %.1fx Ironic alone\n", k.nodes, k.clients, k.limit, rate[k]/alone)
 		}
+	}
+}
+
+// printLimitSummary compares, when the runs had the adaptive limit and at
+// least one fixed one, the adaptive limit's median rate at each size and
+// client count with the best fixed limit's there (issue 44: within 90 %)
+// and with its own rate at the fewest clients (never below it).
+func printLimitSummary(w io.Writer, rows []benchRow) {
+	keys, _, rate := benchMedians(rows)
+	type at struct{ nodes, clients int }
+	adaptive := map[at]float64{}
+	type best struct {
+		limit limitSetting
+		rate  float64
+	}
+	fixed := map[at]best{}
+	var points []at
+	for _, k := range keys {
+		if k.system != "metalloc" {
+			continue
+		}
+		p := at{k.nodes, k.clients}
+		switch {
+		case k.limit.adaptive:
+			adaptive[p] = rate[k]
+			points = append(points, p)
+		case k.limit.fixed > 0 && rate[k] > fixed[p].rate:
+			fixed[p] = best{k.limit, rate[k]}
+		}
+	}
+	fewest := map[int]int{}
+	for _, p := range points {
+		if c, ok := fewest[p.nodes]; !ok || p.clients < c {
+			fewest[p.nodes] = p.clients
+		}
+	}
+	for _, p := range points {
+		f, ok := fixed[p]
+		if !ok {
+			continue
+		}
+		base := adaptive[at{p.nodes, fewest[p.nodes]}]
+		fmt.Fprintf(w, "%d nodes, %d clients: adaptive %.1f/s, %.0f%% of the best fixed limit (%s, %.1f/s), %.0f%% of its own rate with %d clients (%.1f/s)\n",
+			p.nodes, p.clients, adaptive[p], 100*adaptive[p]/f.rate, f.limit, f.rate, 100*adaptive[p]/base, fewest[p.nodes], base)
 	}
 }
 
