@@ -92,16 +92,19 @@ BENCHFLAGS  ?=
 # with that Ironic alone (docs/ironic.md): make bench-ironic
 # IRONIC_NODES=500,2000 IRONIC_ALLOCS=300 IRONIC_CONCURRENCY=16; lists in
 # IRONIC_CONCURRENCY and IRONIC_LIMITS (--max-in-flight: adaptive,1,2,4,...)
-# run every client count with every limit on Ironic (issue 44's sweep).
+# run every client count with every limit on Ironic (issue 44's sweep);
+# IRONIC_DURATION=60s times each run by a window of Ironic's periodic
+# tasks' period instead of a count (IRONIC_ALLOCS then only caps it).
 IRONIC_NODES       ?= 500,2000
 IRONIC_ALLOCS      ?= 300
 IRONIC_CONCURRENCY ?= 16
 IRONIC_ROUNDS      ?= 2
 IRONIC_LIMITS      ?=
+IRONIC_DURATION    ?=
 bench-ironic: build
 	$(BIN)/metalloc-manage dev exec -- $(BIN)/metalloc-manage bench ironic --nodes $(IRONIC_NODES) \
 		--allocations $(IRONIC_ALLOCS) --concurrency $(IRONIC_CONCURRENCY) --rounds $(IRONIC_ROUNDS) \
-		$(if $(IRONIC_LIMITS),--max-in-flight $(IRONIC_LIMITS)) $(BENCHFLAGS)
+		$(if $(IRONIC_LIMITS),--max-in-flight $(IRONIC_LIMITS)) $(if $(IRONIC_DURATION),--duration $(IRONIC_DURATION)) $(BENCHFLAGS)
 
 BENCH_NODES = $(if $(filter %.yaml %.yml %.json sample,$(NODES)),10000,$(NODES))
 # MODE=first-burst is issue 44's scenario (docs/benchmarks.md): every case on

@@ -545,15 +545,21 @@
 // conductor, without the API's round trips nor the pauses between
 // metalloc's reads, which muted the signal; the confirm latency, POST
 // sent to the read that finds it settled, when Ironic's timestamps keep
-// whole seconds, as on MySQL): delay-based AIMD against the least recent window
-// mean, with a probe at half the limit every few windows so that the
-// no-queue latency is measured again; halved when Ironic fails (down,
-// timed out, 5xx). It stays between 2 and ironic.max_in_flight (its
-// ceiling; ironic.adaptive_limit false holds it there). Per conductor:
-// the sum is at most conductors × max_in_flight, and since every
-// conductor sees Ironic's latency rise and backs off, together they hold
-// Ironic near its best concurrency as TCP flows share a link, with no
-// round trip to the database per allocation. Claims are unchanged (up to
+// whole seconds, as on MySQL): TCP Vegas's rule, keeping 1-3
+// allocations per conductor waiting in Ironic beyond its time without a
+// queue (Little's law: the window's rate times what each allocation
+// waited past the least recent window mean), with a probe at half the
+// limit every few windows so that the no-queue latency is measured
+// again; halved when Ironic fails (down, timed out, 5xx). A bound on the
+// queue rather than on the latency's rise, because Ironic's rate keeps
+// growing while its latency doubles (bench ironic, whole minutes: best
+// with 8 per conductor, its settle time then 6× the least). It stays
+// between 2 and ironic.max_in_flight (its ceiling;
+// ironic.adaptive_limit false holds it there). Per conductor: the sum is
+// at most conductors × max_in_flight, and since every conductor sees
+// Ironic's queue grow and backs off, together they hold Ironic near its
+// best concurrency as TCP Vegas flows share a link, with no round trip
+// to the database per allocation. Claims are unchanged (up to
 // conductor.workers rows per conductor): the rows above the limit wait
 // in the conductor, holding their nodes.
 //

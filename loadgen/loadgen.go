@@ -108,6 +108,16 @@ type Options struct {
 	// Timeline prints mean and max latency per tenth of the run, in send
 	// order, to show where slow allocations happen.
 	Timeline bool
+	// Duration, when > 0, bounds the allocation phase (ModePoll and
+	// ModeWait) in time as well: once Duration has passed since its start
+	// no client sends another allocation (Allocations stays the most
+	// sent), and Result.Allocate counts the allocations seen finished
+	// within Duration of the first POST, over Duration (the whole phase
+	// when it ends sooner). A window of whole periods of a periodic load
+	// on the system (Ironic's periodic tasks: every 60 s) measures every
+	// phase of it once, where a count of allocations samples whichever
+	// part of the period the run happens to span.
+	Duration time.Duration
 	// Progress, when set, is called every couple of seconds during a phase
 	// and at its end (phase, done, total).
 	Progress func(phase string, done, total int)
@@ -652,8 +662,13 @@ func allocate(ctx context.Context, c *client, o Options, r *Result) ([]string, e
 	post := make([]time.Duration, n)
 	docs := make([]allocDoc, n)
 	uuids := make([]string, n)
-	var postErrors, polls atomic.Int64
+	var postErrors, polls, unsent atomic.Int64
+	start := time.Now()
 	_, err := parallel(ctx, o, "allocate", n, func(ctx context.Context, i int) error {
+		if o.Duration > 0 && time.Since(start) >= o.Duration {
+			unsent.Add(1)
+			return nil
+		}
 		uuids[i] = uuid.NewString()
 		body := allocationBody(o, uuids[i], i)
 		sent[i] = time.Now()
@@ -686,7 +701,7 @@ func allocate(ctx context.Context, c *client, o Options, r *Result) ([]string, e
 	if err != nil {
 		return nil, err
 	}
-	r.Allocations, r.PostErrors, r.Polls = n, int(postErrors.Load()), int(polls.Load())
+	r.Allocations, r.PostErrors, r.Polls = n-int(unsent.Load()), int(postErrors.Load()), int(polls.Load())
 	r.tally(o, uuids, sent, seen, post, func(i int) string { return docs[i].State }, func(i int) (time.Duration, bool) {
 		return docs[i].serverLatency()
 	})
@@ -694,8 +709,9 @@ func allocate(ctx context.Context, c *client, o Options, r *Result) ([]string, e
 }
 
 // tally fills r's counts of active and error allocations, its rate (first
-// POST sent to the last allocation seen finished) and its latencies from a
-// run's allocations: uuids[i] is "" where the POST failed; sent, seen and
+// POST sent to the last allocation seen finished; with o.Duration, those
+// seen finished within it) and its latencies from a run's allocations:
+// uuids[i] is "" where the POST failed or none was sent; sent, seen and
 // post are when allocation i's POST was sent, when it was seen finished
 // and how long the POST took; state is how it ended, server its server
 // latency where known. With o.Timeline it prints the run's timeline.
@@ -724,8 +740,23 @@ func (r *Result) tally(o Options, uuids []string, sent, seen []time.Time, post [
 			last = seen[i]
 		}
 	}
-	r.Client, r.Server, r.Post = latencyOf(cl), latencyOf(srv), latencyOf(post)
-	r.Allocate = Rate{len(uuids), last.Sub(first)}
+	var posts []time.Duration
+	for i := range post {
+		if !sent[i].IsZero() {
+			posts = append(posts, post[i])
+		}
+	}
+	r.Client, r.Server, r.Post = latencyOf(cl), latencyOf(srv), latencyOf(posts)
+	r.Allocate = Rate{len(cl), last.Sub(first)}
+	if o.Duration > 0 && last.Sub(first) > o.Duration {
+		within := 0
+		for i := range uuids {
+			if uuids[i] != "" && !seen[i].After(first.Add(o.Duration)) {
+				within++
+			}
+		}
+		r.Allocate = Rate{within, o.Duration}
+	}
 	if o.Timeline {
 		printTimeline(sent, seen, post, uuids)
 	}

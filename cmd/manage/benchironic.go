@@ -30,7 +30,7 @@ func benchIronicCmd() *cobra.Command {
 	var sizes, systems, concurrency, maxInFlight string
 	var allocations, rounds, conductors, ironicConductors, apiWorkers int
 	var mode, apiServer string
-	var poll time.Duration
+	var poll, duration time.Duration
 	c := &cobra.Command{
 		Use:   "ironic",
 		Short: "allocations through metalloc in front of a real Ironic, side by side with the same Ironic alone",
@@ -43,7 +43,7 @@ func benchIronicCmd() *cobra.Command {
 			"times, it runs the same load against Ironic alone and through metalloc, interleaved: --concurrency\n" +
 			"clients each POST an allocation (half of them asking for a trait), wait for it (--mode: poll every\n" +
 			"--poll-interval; wait: metalloc's Prefer: wait, which Ironic answers by polling), and send the next,\n" +
-			"--allocations in all, then delete them all. Between runs it waits until both systems agree that\n" +
+			"--allocations in all (with --duration, until that window has passed), then delete them all. Between runs it waits until both systems agree that\n" +
 			"every node is free (--systems runs one side only). --concurrency and --max-in-flight take lists:\n" +
 			"every client count runs with every limit on what each conductor has in flight to Ironic (adaptive,\n" +
 			"or a fixed N: its conductors restarted with that setting), in an order reversed every other round,\n" +
@@ -66,7 +66,10 @@ func benchIronicCmd() *cobra.Command {
 				ns = append(ns, n)
 			}
 			slices.Sort(ns)
-			b := &ironicBench{log: log, allocations: allocations, mode: loadgen.Mode(mode), poll: poll}
+			if duration < 0 {
+				return fmt.Errorf("--duration %s: want 0 (runs of --allocations) or a window such as 60s", duration)
+			}
+			b := &ironicBench{log: log, allocations: allocations, duration: duration, mode: loadgen.Mode(mode), poll: poll}
 			for _, s := range strings.Split(concurrency, ",") {
 				n, err := strconv.Atoi(strings.TrimSpace(s))
 				if err != nil || n < 1 {
@@ -112,6 +115,7 @@ func benchIronicCmd() *cobra.Command {
 	c.Flags().IntVar(&apiWorkers, "ironic-api-workers", 0, "Ironic API processes (0: the server's default: uwsgi, Debian's ini, 8; eventlet, [api]api_workers' default, the CPU count)")
 	c.Flags().StringVar(&mode, "mode", string(loadgen.ModePoll), "how clients wait for their allocation: poll or wait")
 	c.Flags().DurationVar(&poll, "poll-interval", 100*time.Millisecond, "pause between a client's GETs of its allocation")
+	c.Flags().DurationVar(&duration, "duration", 0, "when set, each run also stops sending once this long has passed (--allocations stays the most sent) and its rate is the allocations seen finished within it: whole minutes measure every phase of Ironic's periodic tasks (every 60 s) once")
 	return c
 }
 
@@ -119,6 +123,7 @@ func benchIronicCmd() *cobra.Command {
 type ironicBench struct {
 	log           *zap.Logger
 	allocations   int
+	duration      time.Duration
 	concurrencies []int
 	limits        []limitSetting
 	limit         limitSetting // the conductors' current setting
@@ -327,7 +332,7 @@ func (b *ironicBench) once(ctx context.Context, system string, size, clients int
 		limits = b.sampleLimits(ctx)
 	}
 	r, err := loadgen.Run(ctx, loadgen.Options{APIURL: url, Nodes: size, Allocations: b.allocations,
-		Concurrency: clients, Classes: 1, Enroll: loadgen.EnrollNone, Mode: b.mode, PollInterval: b.poll,
+		Duration: b.duration, Concurrency: clients, Classes: 1, Enroll: loadgen.EnrollNone, Mode: b.mode, PollInterval: b.poll,
 		Timeout: 30 * time.Minute, Log: b.log,
 		Progress: func(phase string, done, total int) {
 			b.log.Info("progress", zap.String("system", system), zap.String("phase", phase), zap.Int("done", done), zap.Int("total", total))

@@ -34,7 +34,7 @@ func (s *multiSim) run(n int) (rate, meanSum float64) {
 	for range n {
 		e := heap.Pop(&s.q).(simEvent)
 		s.now = e.at
-		s.ls[e.who].Release(e.rtt, sampleOK)
+		s.ls[e.who].Release(e.rtt, e.rtt, sampleOK)
 		for _, l := range s.ls {
 			total += l.State().limit
 		}
@@ -45,16 +45,18 @@ func (s *multiSim) run(n int) (rate, meanSum float64) {
 
 // TestIronicLimitSharedByConductors: conductors' limits on one Ironic,
 // each seeing the others' queue in its latency, hold their sum near the
-// knee (at most 1.5×) and the rate at 75 % of the best or more, on a
-// server that punishes every allocation past its knee (slope 2), from a
-// knee at the conductors' floors together (bench ironic on 2 cores:
-// Ironic settled most with 2-4 allocations in flight in all) to a high
-// one; the limits do not ratchet each other up.
+// knee (at most 1.5×) and the rate at 75 % of the best or more, on the
+// Ironic bench ironic measured (newIronicServer) and on servers that
+// punish every allocation past a higher knee (slope 2); the limits do not
+// ratchet each other up.
 func TestIronicLimitSharedByConductors(t *testing.T) {
 	for _, tc := range []struct {
 		knee, conductors, ceiling int
-	}{{4, 2, 16}, {8, 2, 16}, {24, 2, 64}, {40, 4, 64}} {
-		srv := newKneeServer(tc.knee)
+	}{{0, 2, 16}, {24, 2, 64}, {40, 4, 64}} {
+		srv := newIronicServer()
+		if tc.knee > 0 {
+			srv = newKneeServer(tc.knee)
+		}
 		s := &multiSim{srv: srv}
 		for range tc.conductors {
 			s.ls = append(s.ls, newLimiter(tc.ceiling, true, nil))
@@ -62,10 +64,10 @@ func TestIronicLimitSharedByConductors(t *testing.T) {
 		s.run(2000)
 		rate, sum := s.run(6000)
 		t.Logf("knee %d, %d conductors, ceiling %d: limits' sum %.1f, rate %.1f/s (best %.1f/s, %.0f %%)",
-			tc.knee, tc.conductors, tc.ceiling, sum, rate, srv.best(), 100*rate/srv.best())
-		if rate < 0.75*srv.best() || sum > 1.5*float64(tc.knee) {
+			srv.knee, tc.conductors, tc.ceiling, sum, rate, srv.best(), 100*rate/srv.best())
+		if rate < 0.75*srv.best() || sum > 1.5*float64(srv.knee) {
 			t.Errorf("knee %d, %d conductors: limits' sum %.1f at %.1f/s, want at most 1.5× the knee and at least 75 %% of the best %.1f/s",
-				tc.knee, tc.conductors, sum, rate, srv.best())
+				srv.knee, tc.conductors, sum, rate, srv.best())
 		}
 	}
 }
@@ -84,6 +86,8 @@ type clientSim struct {
 	q       simQueue // settles (who: conductor) and wake-ups (who: -1-client)
 	waiting [][]int  // per conductor, the clients waiting for a slot
 	inFl    int
+	// busy, when set, is the server's extra work at a virtual time.
+	busy func(time.Duration) int
 }
 
 func (s *clientSim) send(client int) {
@@ -100,9 +104,15 @@ func (s *clientSim) send(client int) {
 // newClientSim is a clientSim of two conductors (ceilings 16) and
 // clients that think 100 ms, the first sends 1 ms apart.
 func newClientSim(srv *kneeServer, clients int) *clientSim {
+	return newClientSimWith(srv, clients, func() *limiter { return newLimiter(16, true, nil) })
+}
+
+// newClientSimWith is newClientSim with the conductors' limiters made by
+// newL.
+func newClientSimWith(srv *kneeServer, clients int, newL func() *limiter) *clientSim {
 	s := &clientSim{srv: srv, think: 100 * time.Millisecond, waiting: make([][]int, 2)}
 	for range 2 {
-		s.ls = append(s.ls, newLimiter(16, true, nil))
+		s.ls = append(s.ls, newL())
 	}
 	for c := range clients {
 		heap.Push(&s.q, simEvent{at: time.Duration(c) * time.Millisecond, who: -1 - c})
@@ -112,17 +122,35 @@ func newClientSim(srv *kneeServer, clients int) *clientSim {
 
 // run settles n allocations; rate and mean limits' sum.
 func (s *clientSim) run(n int) (rate, meanSum float64) {
+	return s.runUntil(func(done int) bool { return done >= n })
+}
+
+// runFor settles allocations for d of virtual time; rate and mean
+// limits' sum.
+func (s *clientSim) runFor(d time.Duration) (rate, meanSum float64) {
+	end := s.now + d
+	return s.runUntil(func(int) bool { return s.now >= end })
+}
+
+// runUntil settles allocations until enough(settled so far); rate and
+// mean limits' sum. With s.busy set, the server's extra work follows it
+// in virtual time.
+func (s *clientSim) runUntil(enough func(done int) bool) (rate, meanSum float64) {
 	start, total := s.now, 0.0
-	for done := 0; done < n; {
+	done := 0
+	for !enough(done) {
 		e := heap.Pop(&s.q).(simEvent)
 		s.now = e.at
+		if s.busy != nil {
+			s.srv.extra = s.busy(s.now)
+		}
 		if e.who < 0 {
 			s.send(-1 - e.who)
 			continue
 		}
 		c, client := e.who/100000, e.who%100000
 		s.inFl--
-		s.ls[c].Release(e.rtt, sampleOK)
+		s.ls[c].Release(e.rtt, e.rtt, sampleOK)
 		done++
 		for _, l := range s.ls {
 			total += l.State().limit
@@ -136,48 +164,99 @@ func (s *clientSim) run(n int) (rate, meanSum float64) {
 			heap.Push(&s.q, simEvent{at: s.now + rtt, rtt: rtt, who: c*100000 + w})
 		}
 	}
-	return float64(n) / (s.now - start).Seconds(), total / float64(n)
+	return float64(done) / (s.now - start).Seconds(), total / float64(max(done, 1))
 }
 
 // TestIronicLimitWithClients: with a closed loop of clients that think
 // between allocations (too few of them to reach the limits, or many
-// more), two conductors' limits follow the load and hold Ironic near its
-// knee: the rate at 75 % of the best or more (or what the clients ask,
-// when less), for 4, 16, 64 and 256 clients.
+// more), two conductors' limits follow the load and hold the Ironic bench
+// ironic measured near its knee: the rate at 75 % of the best or more (or
+// what the clients ask, when less), for 4, 16, 64 and 256 clients.
 func TestIronicLimitWithClients(t *testing.T) {
 	for _, clients := range []int{4, 16, 64, 256} {
-		srv := newKneeServer(4)
-		srv.base = 100 * time.Millisecond
+		srv := newIronicServer()
 		s := newClientSim(srv, clients)
 		s.run(3000)
 		rate, sum := s.run(10000)
 		t.Logf("%d clients: limits' sum %.1f, rate %.1f/s (best %.1f/s, %.0f %%)", clients, sum, rate, srv.best(), 100*rate/srv.best())
 		// A client asks at most once per round trip plus its thought.
-		want := min(0.75*srv.best(), 0.75*float64(clients)/(srv.base+s.think).Seconds())
+		want := min(0.75*srv.best(), 0.75*float64(clients)/(srv.latency(1)+s.think).Seconds())
 		if rate < want || sum > 1.5*float64(srv.knee)+2 {
 			t.Errorf("%d clients: limits' sum %.1f at %.1f/s, want at most 1.5× the knee (+2) and at least %.1f/s", clients, sum, rate, want)
 		}
 	}
 }
 
-// TestIronicLimitQueueFromTheFloors: an Ironic whose latency grows with
-// every allocation in flight from fewer than the conductors' floors
-// together (bench ironic on 2 cores: Ironic settled most with 2-4 in
-// flight in all, 94 ms at 2.2, 226 ms at 4.6, 485 ms at 8), with 16 to
-// 256 clients: the conductors' limits stay near their floors, the best
-// they can do there, and the rate at 90 % of the floors' or more.
-func TestIronicLimitQueueFromTheFloors(t *testing.T) {
+// TestIronicLimitSmallKnee: an Ironic that congests past a knee of 4 in
+// flight in all (slope 2; bench ironic's Ironic peaks near 16): the
+// conductors keep a small queue each (between limitQueueLow and
+// limitQueueHigh allocations), so their limits' sum stays within the
+// knee plus that, and the rate, though below the knee's, above half of
+// it and 1.1× a fixed limit at the ceiling's.
+func TestIronicLimitSmallKnee(t *testing.T) {
 	for _, clients := range []int{16, 64, 256} {
-		srv := newKneeServer(2)
-		srv.base, srv.slope = 100*time.Millisecond, 1.3
+		srv := newKneeServer(4)
+		srv.base = 100 * time.Millisecond
 		s := newClientSim(srv, clients)
 		s.run(3000)
 		rate, sum := s.run(10000)
-		floors := srv.rate(2 * limitFloor)
-		t.Logf("%d clients: limits' sum %.1f, rate %.1f/s (at the floors %.1f/s, %.0f %%)", clients, sum, rate, floors, 100*rate/floors)
-		if rate < 0.9*floors || sum > 2*limitFloor+2 {
-			t.Errorf("%d clients: limits' sum %.1f at %.1f/s, want at most the floors (%d) + 2 and at least 90 %% of %.1f/s",
-				clients, sum, rate, 2*limitFloor, floors)
+		fixed := newClientSimWith(newKneeServer(4), clients, func() *limiter { return newLimiter(16, false, nil) })
+		fixed.srv.base = srv.base
+		fixed.run(3000)
+		fixedRate, _ := fixed.run(10000)
+		bound := float64(srv.knee) + 2*(limitQueueHigh+2)
+		t.Logf("%d clients: limits' sum %.1f, rate %.1f/s (best %.1f/s, %.0f %%; fixed at the ceiling %.1f/s)",
+			clients, sum, rate, srv.best(), 100*rate/srv.best(), fixedRate)
+		if rate < 0.5*srv.best() || rate < 1.1*fixedRate || sum > bound {
+			t.Errorf("%d clients: limits' sum %.1f at %.1f/s, want at most %.0f and at least half the best %.1f/s and 1.1× the fixed ceiling's %.1f/s",
+				clients, sum, rate, bound, srv.best(), fixedRate)
+		}
+	}
+}
+
+// TestIronicLimitPeriodicTask: an Ironic whose conductors are busy with
+// work of their own for half of every minute (its power-state sync of
+// every node: bench ironic's rate fell from 12 to 2/s for half a minute
+// each minute at 2 in flight per conductor), where more allocations in
+// flight get a larger share of the conductors: over whole minutes the
+// adaptive limits reach 85 % or more of the best fixed limit's rate,
+// found by sweeping it per conductor, for 16, 64 and 256 clients, and
+// with more clients never fall below their rate with 16 (95 % of it:
+// the model's noise). The model is coarse (it gives 86-97 % as the
+// queue's bounds or the probes' period move); issue 44's 90 % is shown
+// on the real Ironic by bench ironic (docs/benchmarks.md).
+func TestIronicLimitPeriodicTask(t *testing.T) {
+	busy := func(now time.Duration) int {
+		if now%time.Minute < 30*time.Second {
+			return 16
+		}
+		return 0
+	}
+	rateOf := func(clients int, newL func() *limiter) (rate, sum float64) {
+		s := newClientSimWith(newIronicServer(), clients, newL)
+		s.busy = busy
+		s.runFor(2 * time.Minute)
+		return s.runFor(10 * time.Minute)
+	}
+	var at16 float64
+	for _, clients := range []int{16, 64, 256} {
+		best, bestK := 0.0, 0
+		for _, k := range []int{1, 2, 4, 8, 16} {
+			if r, _ := rateOf(clients, func() *limiter { return newLimiter(k, false, nil) }); r > best {
+				best, bestK = r, k
+			}
+		}
+		rate, sum := rateOf(clients, func() *limiter { return newLimiter(16, true, nil) })
+		if clients == 16 {
+			at16 = rate
+		}
+		t.Logf("%d clients: adaptive %.1f/s (limits' sum %.1f), best fixed %d per conductor %.1f/s (%.0f %%)",
+			clients, rate, sum, bestK, best, 100*rate/best)
+		if rate < 0.85*best {
+			t.Errorf("%d clients: adaptive %.1f/s, want at least 85 %% of the best fixed limit's %.1f/s (%d per conductor)", clients, rate, best, bestK)
+		}
+		if rate < 0.95*at16 {
+			t.Errorf("%d clients: adaptive %.1f/s, want no less than with 16 clients (%.1f/s)", clients, rate, at16)
 		}
 	}
 }

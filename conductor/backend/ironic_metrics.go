@@ -19,6 +19,7 @@ type IronicMetrics struct {
 	inFlight prometheus.Gauge
 	waiting  prometheus.Gauge
 	baseline prometheus.Gauge
+	queue    prometheus.Gauge
 	confirm  prometheus.Histogram
 	inIronic prometheus.Histogram
 }
@@ -47,6 +48,9 @@ type IronicMetrics struct {
 //     latency sample, from sending the POST to the read that finds the
 //     allocation settled) and metalloc_ironic_allocation_baseline_seconds
 //     (the sample without a queue it is compared with)
+//   - metalloc_ironic_allocation_queue (the last window's estimate of
+//     this conductor's allocations waiting in Ironic beyond its time
+//     without a queue, which the limit keeps between 1 and 3)
 //   - metalloc_ironic_allocation_in_ironic_seconds (histogram: Ironic's
 //     own settle time, its updated_at minus its created_at, of the
 //     allocations seen settled; the limit's sample when Ironic's clock
@@ -81,6 +85,8 @@ func NewIronicMetrics(reg prometheus.Registerer) (*IronicMetrics, error) {
 			"This conductor's allocations waiting for the limit before their POST to Ironic."),
 		baseline: gauge("metalloc_ironic_allocation_baseline_seconds",
 			"The limit's latency sample without a queue (Ironic's own settle time, or the confirm latency when Ironic's clock keeps whole seconds): the least window mean of the recent windows (0 before the first, or with a fixed limit)."),
+		queue: gauge("metalloc_ironic_allocation_queue",
+			"The last window's estimate (Little's law) of this conductor's allocations waiting in Ironic beyond its time without a queue; the adaptive limit keeps it between 1 and 3 (0 with a fixed limit)."),
 		confirm: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "metalloc_ironic_allocation_confirm_seconds",
 			Help:    "Time from sending an allocation's POST to Ironic to the read that finds it settled (active or error) there: the limit's latency sample when Ironic's timestamps keep whole seconds.",
@@ -97,7 +103,7 @@ func NewIronicMetrics(reg prometheus.Registerer) (*IronicMetrics, error) {
 		m.latency.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.settle, m.refused, m.down,
-		m.limit, m.inFlight, m.waiting, m.baseline, m.confirm, m.inIronic} {
+		m.limit, m.inFlight, m.waiting, m.baseline, m.queue, m.confirm, m.inIronic} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -146,6 +152,7 @@ func (m *IronicMetrics) limited(s limitState) {
 		m.inFlight.Set(float64(s.inFlight))
 		m.waiting.Set(float64(s.waiting))
 		m.baseline.Set(s.baseline.Seconds())
+		m.queue.Set(s.queue)
 	}
 }
 

@@ -289,6 +289,7 @@ func (b *Ironic) create(ctx context.Context, c Claimed, extra json.RawMessage, n
 	if err := b.limit.Acquire(ctx); err != nil {
 		return verdict{}, err
 	}
+	acquired := time.Now()
 	// The slot's sample, for a plain creation (201, then reads until
 	// settled): Ironic's own settle time when its clock is fine, else the
 	// confirm latency (ironic_limit.go); a drop when Ironic failed (not
@@ -306,11 +307,11 @@ func (b *Ironic) create(ctx context.Context, c Claimed, extra json.RawMessage, n
 				sample = inIronic
 				b.Metrics.tookInIronic(inIronic)
 			}
-			b.limit.Release(sample, sampleOK)
+			b.limit.Release(sample, time.Since(acquired), sampleOK)
 		case err != nil && ctx.Err() == nil:
-			b.limit.Release(0, sampleDrop)
+			b.limit.Release(0, 0, sampleDrop)
 		default:
-			b.limit.Release(0, sampleNone)
+			b.limit.Release(0, 0, sampleNone)
 		}
 	}()
 	req := ironic.AllocationRequest{UUID: c.UUID.String(), Name: c.Name, ResourceClass: c.ResourceClass,

@@ -1,0 +1,43 @@
+package loadgen
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestTallyDuration: a run's rate counts only the allocations it created,
+// and with Options.Duration only those seen finished within the window,
+// over the window; a run that ends sooner keeps its own span.
+func TestTallyDuration(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC)
+	s := func(d int) time.Time { return t0.Add(time.Duration(d) * time.Second) }
+	// Four created (sent at 0, 10, 20, 50 s; seen at 5, 30, 60, 61 s), one
+	// POST failed at 30 s, six never sent (the window had passed).
+	uuids := []string{"a", "b", "c", "", "d"}
+	sent := []time.Time{s(0), s(10), s(20), s(30), s(50)}
+	seen := []time.Time{s(5), s(30), s(60), {}, s(61)}
+	post := []time.Duration{time.Second, time.Second, time.Second, 2 * time.Second, time.Second}
+	for range 6 {
+		uuids, sent, seen, post = append(uuids, ""), append(sent, time.Time{}), append(seen, time.Time{}), append(post, 0)
+	}
+	state := func(i int) string { return "active" }
+	server := func(i int) (time.Duration, bool) { return 0, false }
+
+	var r Result
+	r.tally(Options{}, uuids, sent, seen, post, state, server)
+	require.Equal(t, Rate{4, 61 * time.Second}, r.Allocate)
+	require.Equal(t, 4, r.Active)
+	require.Equal(t, 2*time.Second, r.Post.Max)
+	require.Equal(t, time.Second, r.Post.P50, "the unsent allocation has no POST time")
+
+	r = Result{}
+	r.tally(Options{Duration: time.Minute}, uuids, sent, seen, post, state, server)
+	require.Equal(t, Rate{3, time.Minute}, r.Allocate, "seen at 61 s is past the 60 s window")
+
+	r = Result{}
+	r.tally(Options{Duration: 2 * time.Minute}, uuids, sent, seen, post, state, server)
+	require.Equal(t, Rate{4, 61 * time.Second}, r.Allocate, "a run shorter than the window keeps its span")
+}
