@@ -549,8 +549,11 @@
 // allocations per conductor waiting in Ironic beyond its time without a
 // queue (Little's law: the window's rate times what each allocation
 // waited past the least recent window mean), with a probe at half the
-// limit every few windows so that the no-queue latency is measured
-// again; halved when Ironic fails (down, timed out, 5xx). A bound on the
+// limit every few windows so that the latency with less queued is
+// measured again (one window, then the limit resumes: a probe that went
+// on halving while the latency fell took the limit to 1-2 every 10-20 s,
+// as Ironic's latency falls with every allocation fewer in flight);
+// halved when Ironic fails (down, timed out, 5xx). A bound on the
 // queue rather than on the latency's rise, because Ironic's rate keeps
 // growing while its latency doubles (bench ironic, whole minutes: best
 // with 8 per conductor, its settle time then 6× the least). It stays

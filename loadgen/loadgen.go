@@ -427,7 +427,9 @@ func parallel(ctx context.Context, o Options, phase string, n int, fn func(conte
 				if i >= n {
 					return
 				}
-				if err := fn(ctx, i); err != nil {
+				if err := fn(ctx, i); errors.Is(err, errEnough) {
+					return
+				} else if err != nil {
 					fail(err)
 					return
 				}
@@ -441,9 +443,14 @@ func parallel(ctx context.Context, o Options, phase string, n int, fn func(conte
 	if err := context.Cause(ctx); err != nil {
 		return took, err
 	}
-	o.Progress(phase, n, n)
+	o.Progress(phase, int(done.Load()), n)
 	return took, nil
 }
+
+// errEnough, returned by parallel's fn, stops its worker without failing
+// the phase (the phase's time is up: Options.Duration); the slots no
+// worker took stay undone.
+var errEnough = errors.New("enough")
 
 func className(i int) string { return fmt.Sprintf("bench-%d", i) }
 
@@ -662,12 +669,11 @@ func allocate(ctx context.Context, c *client, o Options, r *Result) ([]string, e
 	post := make([]time.Duration, n)
 	docs := make([]allocDoc, n)
 	uuids := make([]string, n)
-	var postErrors, polls, unsent atomic.Int64
+	var postErrors, polls atomic.Int64
 	start := time.Now()
 	_, err := parallel(ctx, o, "allocate", n, func(ctx context.Context, i int) error {
 		if o.Duration > 0 && time.Since(start) >= o.Duration {
-			unsent.Add(1)
-			return nil
+			return errEnough
 		}
 		uuids[i] = uuid.NewString()
 		body := allocationBody(o, uuids[i], i)
@@ -701,7 +707,13 @@ func allocate(ctx context.Context, c *client, o Options, r *Result) ([]string, e
 	if err != nil {
 		return nil, err
 	}
-	r.Allocations, r.PostErrors, r.Polls = n-int(unsent.Load()), int(postErrors.Load()), int(polls.Load())
+	sentAll := 0 // with o.Duration, the slots sent before the time was up
+	for _, t := range sent {
+		if !t.IsZero() {
+			sentAll++
+		}
+	}
+	r.Allocations, r.PostErrors, r.Polls = sentAll, int(postErrors.Load()), int(polls.Load())
 	r.tally(o, uuids, sent, seen, post, func(i int) string { return docs[i].State }, func(i int) (time.Duration, bool) {
 		return docs[i].serverLatency()
 	})

@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -40,4 +41,26 @@ func TestTallyDuration(t *testing.T) {
 	r = Result{}
 	r.tally(Options{Duration: 2 * time.Minute}, uuids, sent, seen, post, state, server)
 	require.Equal(t, Rate{4, 61 * time.Second}, r.Allocate, "a run shorter than the window keeps its span")
+}
+
+// TestParallelEnough: a worker whose slot answers errEnough (the time is
+// up) stops without failing the phase; the slots after it stay undone,
+// and the last progress line says how many were done, not the total.
+func TestParallelEnough(t *testing.T) {
+	t.Parallel()
+	var last [2]int
+	o := Options{Concurrency: 4, Timeout: time.Minute, Progress: func(_ string, done, total int) { last = [2]int{done, total} }}
+	ran := make([]bool, 100)
+	_, err := parallel(context.Background(), o, "allocate", 100, func(_ context.Context, i int) error {
+		if i >= 10 {
+			return errEnough
+		}
+		ran[i] = true
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, [2]int{10, 100}, last)
+	for i, r := range ran {
+		require.Equal(t, i < 10, r, "slot %d", i)
+	}
 }

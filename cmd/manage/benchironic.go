@@ -57,25 +57,17 @@ func benchIronicCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var ns []int
-			for _, s := range strings.Split(sizes, ",") {
-				n, err := strconv.Atoi(strings.TrimSpace(s))
-				if err != nil || n < 4 {
-					return fmt.Errorf("--nodes %q: want sizes of at least 4, comma-separated (500,2000)", sizes)
-				}
-				ns = append(ns, n)
+			ns, err := intList(sizes, 4)
+			if err != nil {
+				return fmt.Errorf("--nodes %q: want sizes of at least 4, comma-separated (500,2000)", sizes)
 			}
 			slices.Sort(ns)
 			if duration < 0 {
 				return fmt.Errorf("--duration %s: want 0 (runs of --allocations) or a window such as 60s", duration)
 			}
 			b := &ironicBench{log: log, allocations: allocations, duration: duration, mode: loadgen.Mode(mode), poll: poll}
-			for _, s := range strings.Split(concurrency, ",") {
-				n, err := strconv.Atoi(strings.TrimSpace(s))
-				if err != nil || n < 1 {
-					return fmt.Errorf("--concurrency %q: want client counts of at least 1, comma-separated (16,64,256)", concurrency)
-				}
-				b.concurrencies = append(b.concurrencies, n)
+			if b.concurrencies, err = intList(concurrency, 1); err != nil {
+				return fmt.Errorf("--concurrency %q: want client counts of at least 1, comma-separated (16,64,256)", concurrency)
 			}
 			if b.limits, err = parseLimitSettings(maxInFlight); err != nil {
 				return err
@@ -135,6 +127,23 @@ type ironicBench struct {
 	stack         *devstack.Stack
 	free          func(context.Context) (int, error)
 	resync        func(context.Context) error
+}
+
+// intList parses a comma-separated list of whole numbers, each at least
+// least (a flag's value: "16,64,256"); spaces around them are allowed.
+func intList(s string, least int) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		if n < least {
+			return nil, fmt.Errorf("%d is below %d", n, least)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // limitSetting is one limit on what each conductor has in flight to
@@ -427,7 +436,10 @@ func (b *ironicBench) ironicRequests(ctx context.Context) map[string]float64 {
 // the sum over the conductors of metalloc_ironic_allocation_limit and of
 // metalloc_ironic_allocations_in_flight; that function stops the sampling
 // and says what the limit was during the run (mean, 10th and 90th
-// percentile, range) and the mean in flight in Ironic.
+// percentile, range) and the mean in flight in Ironic. Each sample is
+// also logged at debug level (log.level debug), per conductor: limit,
+// queue estimate, in flight, waiting; beside the progress lines they
+// show what the limits did when the rate moved.
 func (b *ironicBench) sampleLimits(ctx context.Context) func() string {
 	ctx, cancel := context.WithCancel(ctx)
 	var limits, inFlight []float64
@@ -443,14 +455,25 @@ func (b *ironicBench) sampleLimits(ctx context.Context) func() string {
 			case <-t.C:
 			}
 			var l, f float64
-			for _, families := range b.conductorMetrics(ctx) {
-				for _, m := range families["metalloc_ironic_allocation_limit"].GetMetric() {
-					l += m.GetGauge().GetValue()
+			// Per conductor, for the debug log: limit, queue estimate, in
+			// flight, waiting.
+			var perLimit, perQueue, perInFlight, perWaiting []float64
+			gauge := func(families map[string]*dto.MetricFamily, name string, to *[]float64) (sum float64) {
+				for _, m := range families[name].GetMetric() {
+					v := m.GetGauge().GetValue()
+					sum += v
+					*to = append(*to, v)
 				}
-				for _, m := range families["metalloc_ironic_allocations_in_flight"].GetMetric() {
-					f += m.GetGauge().GetValue()
-				}
+				return sum
 			}
+			for _, families := range b.conductorMetrics(ctx) {
+				l += gauge(families, "metalloc_ironic_allocation_limit", &perLimit)
+				f += gauge(families, "metalloc_ironic_allocations_in_flight", &perInFlight)
+				gauge(families, "metalloc_ironic_allocation_queue", &perQueue)
+				gauge(families, "metalloc_ironic_allocations_waiting", &perWaiting)
+			}
+			b.log.Debug("limits on Ironic", zap.Float64s("limit", perLimit), zap.Float64s("queue", perQueue),
+				zap.Float64s("in_flight", perInFlight), zap.Float64s("waiting", perWaiting))
 			limits, inFlight = append(limits, l), append(inFlight, f)
 		}
 	}()

@@ -46,3 +46,17 @@ func TestLimitSummary(t *testing.T) {
 		"2000 nodes, 64 clients: adaptive 12.0/s, 120% of the best fixed limit (fixed 2, 10.0/s), 100% of its own rate with 16 clients (12.0/s)\n",
 		out.String())
 }
+
+// TestIntList: --nodes and --concurrency lists.
+func TestIntList(t *testing.T) {
+	t.Parallel()
+	got, err := intList("16, 64,256", 1)
+	require.NoError(t, err)
+	require.Equal(t, []int{16, 64, 256}, got)
+	for _, bad := range []string{"", "0", "16,,64", "x"} {
+		_, err := intList(bad, 1)
+		require.Error(t, err, bad)
+	}
+	_, err = intList("2", 4)
+	require.Error(t, err, "below the least")
+}

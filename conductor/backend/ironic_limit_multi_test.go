@@ -192,7 +192,9 @@ func TestIronicLimitWithClients(t *testing.T) {
 // conductors keep a small queue each (between limitQueueLow and
 // limitQueueHigh allocations), so their limits' sum stays within the
 // knee plus that, and the rate, though below the knee's, above half of
-// it and 1.1× a fixed limit at the ceiling's.
+// it and at least a fixed limit at the ceiling's (56 % of the best and
+// 1.07-1.14× the ceiling's: the queue's price here, as probes no longer
+// cascade; see the limiter's doc).
 func TestIronicLimitSmallKnee(t *testing.T) {
 	for _, clients := range []int{16, 64, 256} {
 		srv := newKneeServer(4)
@@ -207,8 +209,8 @@ func TestIronicLimitSmallKnee(t *testing.T) {
 		bound := float64(srv.knee) + 2*(limitQueueHigh+2)
 		t.Logf("%d clients: limits' sum %.1f, rate %.1f/s (best %.1f/s, %.0f %%; fixed at the ceiling %.1f/s)",
 			clients, sum, rate, srv.best(), 100*rate/srv.best(), fixedRate)
-		if rate < 0.5*srv.best() || rate < 1.1*fixedRate || sum > bound {
-			t.Errorf("%d clients: limits' sum %.1f at %.1f/s, want at most %.0f and at least half the best %.1f/s and 1.1× the fixed ceiling's %.1f/s",
+		if rate < 0.5*srv.best() || rate < fixedRate || sum > bound {
+			t.Errorf("%d clients: limits' sum %.1f at %.1f/s, want at most %.0f and at least half the best %.1f/s and the fixed ceiling's %.1f/s",
 				clients, sum, rate, bound, srv.best(), fixedRate)
 		}
 	}
