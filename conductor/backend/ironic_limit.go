@@ -112,9 +112,10 @@ import (
 // 5.5 s against fixed 8's 2.7 s. Without that, in three rounds, the
 // limits' tenth percentile (sum over 2 conductors) rose from 6.6-6.8
 // to 12.2-16.2 and the p99 fell to 3.1-4.4 s, against fixed 8's
-// 2.8-3.7 s (docs/benchmarks.md). Against an Ironic that congests past a small knee the
-// cascade found the queue sooner (TestIronicLimitSmallKnee: 64 % of the
-// best rate, 56 % without), at the price of the measured one's rate.
+// 2.8-3.7 s (docs/benchmarks.md). Against an Ironic that congests past
+// a small knee the cascade found the queue sooner
+// (TestIronicLimitSmallKnee: 64 % of the best rate, 56 % without), at
+// the price of the measured one's rate.
 //
 // The limit stays within [min(limitFloor, ceiling), ceiling] (a probe
 // may go down to 1), ceiling being ironic.max_in_flight, and starts at
