@@ -557,7 +557,7 @@
 // queue rather than on the latency's rise, because Ironic's rate keeps
 // growing while its latency doubles (bench ironic, whole minutes: best
 // with 8 per conductor, its settle time then 6× the least; on a faster
-// machine the rate was flat from 1 per conductor, and the limit, at 4-5
+// machine the rate was flat from 2 per conductor, and the limit, at 6-9
 // in flight each, within 7 % of the best). It stays
 // between 2 and ironic.max_in_flight (its ceiling;
 // ironic.adaptive_limit false holds it there). Per conductor: the sum is

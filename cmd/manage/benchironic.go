@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -336,14 +337,16 @@ func (b *ironicBench) once(ctx context.Context, system string, size, clients int
 		url = b.ir.URL
 	}
 	before := b.ironicRequests(ctx)
+	window := &runWindow{start: time.Now(), duration: b.duration}
 	limits := func() string { return "" }
 	if system == "metalloc" {
-		limits = b.sampleLimits(ctx)
+		limits = b.sampleLimits(ctx, window)
 	}
 	r, err := loadgen.Run(ctx, loadgen.Options{APIURL: url, Nodes: size, Allocations: b.allocations,
 		Duration: b.duration, Concurrency: clients, Classes: 1, Enroll: loadgen.EnrollNone, Mode: b.mode, PollInterval: b.poll,
 		Timeout: 30 * time.Minute, Log: b.log,
 		Progress: func(phase string, done, total int) {
+			window.progress(phase, done, total)
 			b.log.Info("progress", zap.String("system", system), zap.String("phase", phase), zap.Int("done", done), zap.Int("total", total))
 		}})
 	limitSummary := limits()
@@ -432,15 +435,41 @@ func (b *ironicBench) ironicRequests(ctx context.Context) map[string]float64 {
 	return out
 }
 
+// runWindow is a run's allocation window: from its start until its
+// allocation phase ends (loadgen's last progress report of it, or the
+// first of a later phase) or, with --duration, that long after the start,
+// whichever comes first. The summary's limit and in-flight means are
+// taken within it: after it the run drains, checks and deletes, with
+// nothing of it in flight in Ironic (averaged over those too, the means
+// read about half: docs/benchmarks.md, 2026-12-04).
+type runWindow struct {
+	start    time.Time
+	duration time.Duration // 0: until the phase ends
+	closed   atomic.Bool
+}
+
+// progress is loadgen's progress report (Options.Progress): phase, with
+// done of total finished.
+func (w *runWindow) progress(phase string, done, total int) {
+	if phase != "allocate" || done >= total {
+		w.closed.Store(true)
+	}
+}
+
+// open says whether the window is open at now.
+func (w *runWindow) open(now time.Time) bool {
+	return !w.closed.Load() && (w.duration <= 0 || now.Sub(w.start) < w.duration)
+}
+
 // sampleLimits reads, every second until the returned function is called,
 // the sum over the conductors of metalloc_ironic_allocation_limit and of
 // metalloc_ironic_allocations_in_flight; that function stops the sampling
-// and says what the limit was during the run (mean, 10th and 90th
-// percentile, range) and the mean in flight in Ironic. Each sample is
-// also logged at debug level (log.level debug), per conductor: limit,
-// queue estimate, in flight, waiting; beside the progress lines they
-// show what the limits did when the rate moved.
-func (b *ironicBench) sampleLimits(ctx context.Context) func() string {
+// and says what the limit was within window (mean, 10th and 90th
+// percentile, range) and the mean in flight in Ironic. Each sample, in
+// the window or not, is also logged at debug level (log.level debug), per
+// conductor: limit, queue estimate, in flight, waiting; beside the
+// progress lines they show what the limits did when the rate moved.
+func (b *ironicBench) sampleLimits(ctx context.Context, window *runWindow) func() string {
 	ctx, cancel := context.WithCancel(ctx)
 	var limits, inFlight []float64
 	done := make(chan struct{})
@@ -474,7 +503,9 @@ func (b *ironicBench) sampleLimits(ctx context.Context) func() string {
 			}
 			b.log.Debug("limits on Ironic", zap.Float64s("limit", perLimit), zap.Float64s("queue", perQueue),
 				zap.Float64s("in_flight", perInFlight), zap.Float64s("waiting", perWaiting))
-			limits, inFlight = append(limits, l), append(inFlight, f)
+			if window.open(time.Now()) {
+				limits, inFlight = append(limits, l), append(inFlight, f)
+			}
 		}
 	}()
 	return func() string {
@@ -493,7 +524,7 @@ func (b *ironicBench) sampleLimits(ctx context.Context) func() string {
 		sorted := slices.Clone(limits)
 		slices.Sort(sorted)
 		q := func(p float64) float64 { return sorted[int(p*float64(len(sorted)-1))] }
-		return fmt.Sprintf("limit on Ironic (sum over conductors, %d samples a second apart): mean %.1f, p10 %.1f, p90 %.1f, range %.1f-%.1f; in flight in Ironic: mean %.1f",
+		return fmt.Sprintf("limit on Ironic (sum over conductors, %d samples a second apart in the run's window): mean %.1f, p10 %.1f, p90 %.1f, range %.1f-%.1f; in flight in Ironic: mean %.1f",
 			len(limits), mean(limits), q(0.1), q(0.9), sorted[0], sorted[len(sorted)-1], mean(inFlight))
 	}
 }

@@ -60,3 +60,26 @@ func TestIntList(t *testing.T) {
 	_, err = intList("2", 4)
 	require.Error(t, err, "below the least")
 }
+
+// TestRunWindow: the summary's samples are taken from the run's start
+// until its allocation phase ends or --duration has passed, not while it
+// drains, checks and deletes.
+func TestRunWindow(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	w := &runWindow{start: start, duration: 45 * time.Second}
+	require.True(t, w.open(start.Add(time.Second)))
+	w.progress("allocate", 100, 1900)
+	require.True(t, w.open(start.Add(44*time.Second)), "allocating within the duration")
+	require.False(t, w.open(start.Add(45*time.Second)), "the duration is up")
+
+	w = &runWindow{start: start}
+	w.progress("allocate", 1899, 1900)
+	require.True(t, w.open(start.Add(time.Hour)), "no duration: until the phase ends")
+	w.progress("allocate", 1900, 1900)
+	require.False(t, w.open(start.Add(time.Hour)), "the phase's last report")
+
+	w = &runWindow{start: start}
+	w.progress("delete", 0, 1900)
+	require.False(t, w.open(start.Add(time.Second)), "a later phase")
+}
