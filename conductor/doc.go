@@ -653,4 +653,12 @@
 // a lock timeout, a bounded number of times, so clients never see them as a
 // 500. The race matrix (e2e/racematrix_test.go) runs every pair of these
 // operations against each other and checks PostgreSQL's deadlock counter.
+//
+// Migrations applied while these run (db sync during a rolling upgrade)
+// take table locks in their own order (an expand migration may alter
+// allocation_events, then replace free_nodes and metalloc_pick), so they
+// can deadlock with a pick that goes on to write an event. They run with a
+// lock_timeout of 2 s and db sync applies a migration again after a
+// deadlock or a lock timeout (db/upgrade.go, upTo): the running
+// transaction, if it is the one aborted, is retried by db.InTx.
 package conductor

@@ -5,7 +5,6 @@ package db
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -18,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // ErrSchemaOutdated is returned by CheckSchema when the database lacks
@@ -195,14 +193,6 @@ func SchemaVersion(ctx context.Context, pool Queryer) (int64, error) {
 func isUndefinedTable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
-}
-
-func openSQL(url string) (*sql.DB, error) {
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("parsing database url: %w", err)
-	}
-	return stdlib.OpenDB(*cfg), nil
 }
 
 // ErrRestart, returned (possibly wrapped) by a transaction's function, asks

@@ -4,14 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"go.uber.org/zap"
 
@@ -384,6 +388,79 @@ func syncFS(ctx context.Context, url string, fsys fs.FS, opt SyncOptions) (SyncR
 	return rc, err
 }
 
+// Migrations run while older binaries serve traffic (expand migrations,
+// during a rolling upgrade). Each is one transaction that takes strong
+// locks (ALTER TABLE, CREATE OR REPLACE VIEW or FUNCTION) one after another,
+// in its own order, while the running binaries' transactions take weaker
+// locks on the same objects in theirs (conductor/doc.go, "Lock order"). Two
+// things follow, and migrateFS handles both:
+//
+//   - a deadlock (40P01): a migration holding allocation_events while it
+//     waits for free_nodes, a conductor's pick holding free_nodes while it
+//     waits to write an event. PostgreSQL aborts one of the two after
+//     deadlock_timeout (1 s by default); either side runs again.
+//   - a queue: a migration waiting for a lock makes every later request on
+//     that table wait behind it. Its statements therefore run with
+//     lock_timeout migrationLockTimeout: after that it gives up (55P03),
+//     releasing what it holds, and runs again.
+//
+// A migration that fails either way has been rolled back whole (goose runs
+// each in its own transaction, and no metalloc migration is marked NO
+// TRANSACTION), so migrateFS applies it again from the start, after a
+// pause that grows from 100 ms to 5 s, for up to migrationRetryFor in all.
+// Any other error ends the run at once.
+const (
+	// migrationLockTimeout is the lock_timeout of migrations' statements:
+	// how long a migration may make other requests queue behind it.
+	migrationLockTimeout = 2 * time.Second
+	// migrationRetryFor bounds how long migrateFS goes on applying again a
+	// migration that deadlocked or timed out on a lock.
+	migrationRetryFor = 2 * time.Minute
+)
+
+// openMigrationSQL opens url for goose (database/sql over pgx), with
+// lock_timeout migrationLockTimeout on every session.
+func openMigrationSQL(url string) (*sql.DB, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parsing database url: %w", err)
+	}
+	cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(max(1, migrationLockTimeout.Milliseconds()), 10)
+	return stdlib.OpenDB(*cfg), nil
+}
+
+// upTo is prov.UpTo(target), applying again, as the comment above
+// migrationLockTimeout says, a migration that failed with a transient
+// error (IsTransient). It returns every migration applied, over all
+// attempts, and the last error (a *goose.PartialError when some
+// migration failed).
+func upTo(ctx context.Context, prov *goose.Provider, target int64, log *zap.Logger) ([]*goose.MigrationResult, error) {
+	var applied []*goose.MigrationResult
+	deadline := time.Now().Add(migrationRetryFor)
+	pause := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		results, err := prov.UpTo(ctx, target)
+		applied = append(applied, results...)
+		var partial *goose.PartialError
+		if errors.As(err, &partial) {
+			applied = append(applied, partial.Applied...)
+		}
+		if err == nil || !IsTransient(err) || ctx.Err() != nil || time.Now().Add(pause).After(deadline) {
+			return applied, err
+		}
+		if log != nil {
+			log.Warn("migration failed on a lock, applying it again", zap.Int("attempt", attempt),
+				zap.Duration("pause", pause), zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return applied, err
+		case <-time.After(pause + rand.N(pause/2)):
+		}
+		pause = min(2*pause, 5*time.Second)
+	}
+}
+
 // migrateMode says how far migrateFS goes.
 type migrateMode int
 
@@ -404,7 +481,7 @@ func migrateFS(ctx context.Context, url string, fsys fs.FS, mode migrateMode, li
 	if len(known) > 0 {
 		want = known[len(known)-1].Version
 	}
-	sqldb, err := openSQL(url)
+	sqldb, err := openMigrationSQL(url)
 	if err != nil {
 		return SyncResult{}, err
 	}
@@ -441,7 +518,7 @@ func migrateFS(ctx context.Context, url string, fsys fs.FS, mode migrateMode, li
 	}
 	var results []*goose.MigrationResult
 	if target > have {
-		results, err = prov.UpTo(ctx, target)
+		results, err = upTo(ctx, prov, target, log)
 	}
 	for _, r := range results {
 		if log != nil {

@@ -8,9 +8,13 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/metalloc/metalloc/db"
 	"github.com/metalloc/metalloc/db/dbtest"
@@ -265,4 +269,124 @@ func versions(ms []db.Migration) []int64 {
 		out = append(out, m.Version)
 	}
 	return out
+}
+
+// lockRace is a database at the embedded migrations plus one that makes
+// tables lock_a and lock_b (url), a pool on it, and a transaction that
+// read lock_b and is still open (held). The next release (fsys) adds an
+// expand migration at version v that alters lock_a and then lock_b,
+// taking their ACCESS EXCLUSIVE locks in that order, in one transaction.
+type lockRace struct {
+	url  string
+	fsys fs.FS
+	v    int64
+	pool *pgxpool.Pool
+	held pgx.Tx
+}
+
+func newLockRace(t *testing.T) lockRace {
+	t.Helper()
+	ctx := context.Background()
+	latest, err := db.LatestVersion()
+	require.NoError(t, err)
+	tables := map[string]string{fmt.Sprintf("%05d_test_tables.sql", latest+1): "-- +goose Up\n-- Kind: expand. Test tables.\n" +
+		"CREATE TABLE lock_a (id int);\nCREATE TABLE lock_b (id int);\n"}
+	r := lockRace{url: dbtest.NewURL(t), v: latest + 2}
+	_, err = db.SyncFS(ctx, r.url, withTestMigrations(t, tables), db.SyncOptions{})
+	require.NoError(t, err)
+	tables[fmt.Sprintf("%05d_test_alter.sql", r.v)] = "-- +goose Up\n-- Kind: expand. Columns on both.\n" +
+		"ALTER TABLE lock_a ADD COLUMN x int;\nALTER TABLE lock_b ADD COLUMN y int;\n"
+	r.fsys = withTestMigrations(t, tables)
+
+	r.pool, err = db.Open(ctx, r.url, db.PoolOptions{MaxConns: 3})
+	require.NoError(t, err)
+	t.Cleanup(r.pool.Close)
+	r.held, err = r.pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.held.Rollback(ctx) })
+	_, err = r.held.Exec(ctx, `SELECT * FROM lock_b`)
+	require.NoError(t, err)
+	return r
+}
+
+// synced is what a db sync returned.
+type synced struct {
+	r   db.SyncResult
+	err error
+}
+
+// sync starts db sync to fsys and returns once its migration waits for
+// lock_b (held), with the channel its result will come on.
+func (r lockRace) sync(t *testing.T) <-chan synced {
+	t.Helper()
+	ctx := context.Background()
+	done := make(chan synced, 1)
+	go func() {
+		res, err := db.SyncFS(ctx, r.url, r.fsys, db.SyncOptions{Log: zaptest.NewLogger(t)})
+		done <- synced{res, err}
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, r.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+ WHERE NOT granted AND mode = 'AccessExclusiveLock' AND relation = 'lock_b'::regclass`).Scan(&n))
+		return n > 0
+	}, time.Minute, 5*time.Millisecond)
+	return done
+}
+
+// TestSyncAppliesAgainAfterDeadlock: the deadlock of the rolling upgrade
+// (migration 00050 against the previous release's picks): the migration
+// holds lock_a and waits for lock_b, which a running transaction holds
+// and which then writes to lock_a. PostgreSQL aborts the migration (the
+// first to wait, so the first to check); db sync applies it again once the
+// other transaction has committed, and reports it applied once. The other
+// transaction's write stands.
+func TestSyncAppliesAgainAfterDeadlock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newLockRace(t)
+	done := r.sync(t)
+	_, err := r.held.Exec(ctx, `INSERT INTO lock_a VALUES (1)`)
+	require.NoError(t, err, "the migration is the deadlock's victim")
+	require.NoError(t, r.held.Commit(ctx))
+
+	s := <-done
+	require.NoError(t, s.err)
+	require.Equal(t, r.v, s.r.Version)
+	require.Equal(t, []int64{r.v}, versions(s.r.Applied))
+	var n int
+	require.NoError(t, r.pool.QueryRow(ctx, `SELECT count(*) FROM lock_a WHERE id = 1 AND x IS NULL`).Scan(&n))
+	require.Equal(t, 1, n)
+}
+
+// TestSyncDoesNotQueueTraffic: a migration that waits for a lock held by a
+// long transaction (on lock_b) does not make requests on the table it
+// already altered (lock_a) wait as long: its lock_timeout ends the wait,
+// the migration rolls back, and a read of lock_a gets through while the
+// long transaction still runs (without the timeout it would wait for that
+// transaction's end, behind the migration). Once the long transaction
+// ends, the migration is applied.
+func TestSyncDoesNotQueueTraffic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newLockRace(t)
+	done := r.sync(t)
+	var n int
+	// Without the timeout the read would wait for ever: bound it, to fail.
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, r.pool.QueryRow(rctx, `SELECT count(*) FROM lock_a`).Scan(&n),
+		"a read of lock_a waits behind the migration")
+	select {
+	case s := <-done:
+		t.Fatalf("db sync ended while a transaction held its lock: %v", s.err)
+	default:
+	}
+	require.NoError(t, r.held.Commit(ctx))
+	s := <-done
+	require.NoError(t, s.err)
+	require.Equal(t, []int64{r.v}, versions(s.r.Applied))
+	require.NoError(t, r.pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns
+ WHERE table_name IN ('lock_a', 'lock_b') AND column_name IN ('x', 'y')`).Scan(&n))
+	require.Equal(t, 2, n)
 }
