@@ -62,23 +62,25 @@ type HandlerOptions struct {
 	// EventsHeartbeat is the interval of the comment lines that keep an
 	// idle event stream open (api.events_heartbeat, default 15 s).
 	EventsHeartbeat time.Duration
-	// PollHold (api.poll_hold; 0: off; needs Hub) holds a GET
-	// /v1/allocations/{ident} of an allocation still allocating that comes
-	// less than PollHold after this process's previous answer for it (a
-	// client polling faster than that) until the allocation leaves
-	// allocating or PollHold has passed, as an implicit Prefer: wait (no
-	// Preference-Applied). A polling client learns of the change the
-	// moment it happens and sends about one GET per PollHold meanwhile
-	// instead of one per its own interval; a single GET, and polls at
-	// PollHold or slower (openstacksdk's 2 s), are answered at once.
-	PollHold time.Duration
+	// PollWindow and PollHold (api.poll_window, api.poll_hold; either 0:
+	// off; needs Hub): a GET /v1/allocations/{ident} of an allocation
+	// still allocating that comes less than PollWindow after this
+	// process's previous answer for it (a client polling faster than
+	// that) is held until the allocation leaves allocating or PollHold
+	// has passed, as an implicit Prefer: wait (no Preference-Applied). A
+	// polling client learns of the change the moment it happens and sends
+	// about one GET per PollHold meanwhile instead of one per its own
+	// interval; a single GET, and polls PollWindow apart or more
+	// (openstacksdk's 2 s), are answered at once. PollHold should stay
+	// below RequestTimeout, which bounds the held request's reads.
+	PollWindow, PollHold time.Duration
 }
 
 // Handler serves the allocation endpoints of the Ironic API.
 type Handler struct {
 	store *Store
 	opts  HandlerOptions
-	polls *pollMarks // nil without PollHold or Hub
+	polls *pollMarks // nil without PollWindow, PollHold or Hub
 }
 
 // NewHandler returns a Handler on store.
@@ -93,8 +95,8 @@ func NewHandler(store *Store, opts HandlerOptions) *Handler {
 		opts.EventsHeartbeat = DefaultEventsHeartbeat
 	}
 	h := &Handler{store: store, opts: opts}
-	if opts.PollHold > 0 && opts.Hub != nil {
-		h.polls = newPollMarks(opts.PollHold)
+	if opts.PollWindow > 0 && opts.PollHold > 0 && opts.Hub != nil {
+		h.polls = newPollMarks(opts.PollWindow)
 	}
 	return h
 }
@@ -330,7 +332,7 @@ func (h *Handler) get(c echo.Context) error {
 		}
 	} else if h.polls != nil && v.State == StateAllocating && h.polls.polling(v.Uuid, time.Now()) {
 		// A client polling: answered when the allocation changes or
-		// after PollHold (HandlerOptions.PollHold).
+		// after PollHold (HandlerOptions.PollWindow, PollHold).
 		if v, err = h.await(c, v, ident, nil, h.opts.PollHold); errors.Is(err, errGone) {
 			return web.NotFound("Allocation %s could not be found.", ident)
 		} else if err != nil {

@@ -7,17 +7,12 @@ import (
 	"github.com/google/uuid"
 )
 
-// DefaultPollHold is api.poll_hold's default: a GET of an allocation
-// still allocating that follows the previous answer for it within this
-// long is held until the allocation changes or this long has passed.
-const DefaultPollHold = time.Second
-
 // pollMarks remembers when each allocation still allocating was last
 // answered to a GET, to tell a client polling it (the next GET within the
-// hold) from one looking once (Handler.get). Entries older than the hold
-// are pruned when the map has grown, at most once per hold.
+// window) from one looking once (Handler.get). Entries older than the
+// window are pruned when the map has grown, at most once per window.
 type pollMarks struct {
-	hold   time.Duration
+	window time.Duration
 	mu     sync.Mutex
 	at     map[uuid.UUID]time.Time
 	pruned time.Time
@@ -26,16 +21,16 @@ type pollMarks struct {
 // pollMarksPrune is the size past which pollMarks prunes old entries.
 const pollMarksPrune = 4096
 
-func newPollMarks(hold time.Duration) *pollMarks {
-	return &pollMarks{hold: hold, at: map[uuid.UUID]time.Time{}}
+func newPollMarks(window time.Duration) *pollMarks {
+	return &pollMarks{window: window, at: map[uuid.UUID]time.Time{}}
 }
 
-// polling reports whether u was answered less than the hold before now.
+// polling reports whether u was answered less than the window before now.
 func (p *pollMarks) polling(u uuid.UUID, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	at, ok := p.at[u]
-	return ok && now.Sub(at) < p.hold
+	return ok && now.Sub(at) < p.window
 }
 
 // answered records the answer to a GET of u at now: marked while u is
@@ -47,9 +42,9 @@ func (p *pollMarks) answered(u uuid.UUID, allocating bool, now time.Time) {
 		delete(p.at, u)
 		return
 	}
-	if len(p.at) >= pollMarksPrune && now.Sub(p.pruned) >= p.hold {
+	if len(p.at) >= pollMarksPrune && now.Sub(p.pruned) >= p.window {
 		for k, at := range p.at {
-			if now.Sub(at) >= p.hold {
+			if now.Sub(at) >= p.window {
 				delete(p.at, k)
 			}
 		}

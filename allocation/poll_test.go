@@ -9,7 +9,7 @@ import (
 )
 
 // TestPollMarks: an allocation answered allocating is polled within the
-// hold and not after it; one answered otherwise is forgotten; past
+// window and not after it; one answered otherwise is forgotten; past
 // pollMarksPrune entries the old ones are pruned.
 func TestPollMarks(t *testing.T) {
 	t.Parallel()

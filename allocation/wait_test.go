@@ -131,15 +131,15 @@ func TestPreferWaitAnswersOnChange(t *testing.T) {
 	require.Empty(t, resp.Header.Get("Preference-Applied"))
 }
 
-// TestPollHold: with HandlerOptions.PollHold, the first GET of an
-// allocating allocation is answered at once; the next, within the hold, is
-// held until the allocation changes and then answered with its new state
-// (no Preference-Applied: the client asked for nothing); an allocation no
-// longer allocating is answered at once; a hold that runs out answers the
-// state then.
+// TestPollHold: with HandlerOptions.PollWindow and PollHold, the first GET
+// of an allocating allocation is answered at once; the next, within the
+// window, is held until the allocation changes and then answered with its
+// new state (no Preference-Applied: the client asked for nothing); an
+// allocation no longer allocating is answered at once; a hold that runs
+// out answers the state then; a GET after the window is answered at once.
 func TestPollHold(t *testing.T) {
 	t.Parallel()
-	w := setupWaitWith(t, HandlerOptions{MaxWait: time.Minute, PollHold: time.Minute})
+	w := setupWaitWith(t, HandlerOptions{MaxWait: time.Minute, PollWindow: time.Minute, PollHold: time.Minute})
 	w.node("n1", "gold")
 	w.create("a1", "gold")
 	path := "/v1/allocations/" + w.uuidOf("a1")
@@ -159,13 +159,29 @@ func TestPollHold(t *testing.T) {
 	require.Equal(t, "active", body["state"])
 
 	// A hold that runs out answers the state then.
-	w = setupWaitWith(t, HandlerOptions{MaxWait: time.Minute, PollHold: 200 * time.Millisecond})
+	w = setupWaitWith(t, HandlerOptions{MaxWait: time.Minute, PollWindow: time.Minute, PollHold: 200 * time.Millisecond})
 	w.create("a2", "gold")
 	path = "/v1/allocations/" + w.uuidOf("a2")
 	for range 3 {
 		resp, body = w.request("GET", path, nil, "")
 		require.Equal(t, 200, resp.StatusCode, body)
 		require.Equal(t, "allocating", body["state"])
+	}
+
+	// A GET after the window (a client polling slower, or someone looking
+	// again) is not held, however long the hold: a held one would outlast
+	// this client's timeout, an hour short of the hold.
+	w = setupWaitWith(t, HandlerOptions{MaxWait: time.Minute, PollWindow: 100 * time.Millisecond, PollHold: time.Hour})
+	w.create("a3", "gold")
+	client := &http.Client{Timeout: 30 * time.Second}
+	for range 3 {
+		time.Sleep(150 * time.Millisecond)
+		req, _ := http.NewRequest("GET", w.srv.URL+"/v1/allocations/"+w.uuidOf("a3"), nil)
+		req.Header.Set(web.IronicVersionHeader, "1.82")
+		resp, err := client.Do(req)
+		require.NoError(t, err, "a GET after the window was held")
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode)
 	}
 }
 

@@ -144,11 +144,14 @@ type API struct {
 	// /v1/allocations and GET /v1/allocations/{ident} (default 60s; keep
 	// it below write_timeout).
 	MaxWait time.Duration `mapstructure:"max_wait"`
-	// PollHold holds a GET /v1/allocations/{ident} of an allocation still
-	// allocating that follows this process's previous answer for it
-	// within PollHold until it changes or PollHold has passed (default
-	// 1s; 0 disables; allocation.HandlerOptions.PollHold).
-	PollHold time.Duration `mapstructure:"poll_hold"`
+	// PollWindow and PollHold: a GET /v1/allocations/{ident} of an
+	// allocation still allocating that follows this process's previous
+	// answer for it within PollWindow (default 1s) is held until the
+	// allocation changes or PollHold (default 10s; keep it below
+	// request_timeout) has passed; either at 0 disables it
+	// (allocation.HandlerOptions.PollWindow, PollHold).
+	PollWindow time.Duration `mapstructure:"poll_window"`
+	PollHold   time.Duration `mapstructure:"poll_hold"`
 	// EventsHeartbeat is how often an idle GET /v1/allocations/events
 	// stream gets a comment line (default 15s).
 	EventsHeartbeat time.Duration `mapstructure:"events_heartbeat"`

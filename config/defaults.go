@@ -14,11 +14,20 @@ import (
 const (
 	DefaultDatabaseMaxConns = 20
 
-	DefaultAPIListen          = "127.0.0.1:6385"
-	DefaultAPIMaxLimit        = web.DefaultMaxLimit
-	DefaultAPIRequestTimeout  = 30 * time.Second
-	DefaultAPIMaxWait         = 60 * time.Second
-	DefaultAPIPollHold        = time.Second
+	DefaultAPIListen         = "127.0.0.1:6385"
+	DefaultAPIMaxLimit       = web.DefaultMaxLimit
+	DefaultAPIRequestTimeout = 30 * time.Second
+	DefaultAPIMaxWait        = 60 * time.Second
+	// A GET of an allocation still allocating that follows the previous
+	// answer for it within the window is held until the allocation
+	// changes or the hold has passed. The window is short so that only a
+	// client polling faster than once a second is held (not openstacksdk's
+	// 2 s polls, nor someone running `allocation show` twice); the hold is
+	// long so that such a client, queued for seconds behind a busy Ironic,
+	// sends about one GET per 10 s rather than one per second
+	// (docs/benchmarks.md, 2026-12-04, night).
+	DefaultAPIPollWindow      = time.Second
+	DefaultAPIPollHold        = 10 * time.Second
 	DefaultAPIEventsHeartbeat = 15 * time.Second
 	DefaultAPIEventsRetention = time.Hour
 	DefaultAPIEventsMaxCount  = 100000

@@ -252,7 +252,7 @@ func newAPIWith(cfg config.Config, pool *pgxpool.Pool, authn auth.Authenticator,
 	allocation.NewHandler(allocation.NewStore(pool), allocation.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Created: created, Rules: rules,
 		Hub: hub, MaxWait: cfg.API.MaxWait, RequestTimeout: cfg.API.RequestTimeout,
-		EventsHeartbeat: cfg.API.EventsHeartbeat, PollHold: cfg.API.PollHold,
+		EventsHeartbeat: cfg.API.EventsHeartbeat, PollWindow: cfg.API.PollWindow, PollHold: cfg.API.PollHold,
 	}).Register(v1)
 	allocgroup.NewHandler(pool, allocgroup.HandlerOptions{
 		PublicEndpoint: cfg.API.PublicEndpoint, MaxLimit: cfg.API.MaxLimit, Rules: rules,

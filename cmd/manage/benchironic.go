@@ -294,9 +294,10 @@ func (b *ironicBench) run(ctx context.Context, dbURL string, sizes []int, rounds
 				if run.system == "metalloc" && run.limit != (limitSetting{}) {
 					label += " (" + run.limit.String() + ")"
 				}
-				fmt.Printf("%d nodes, %s, %d clients, round %d: %.1f allocations/s, client p50 %s p99 %s (active %d, error %d, failed POSTs %d, DELETEs %d)\n",
+				fmt.Printf("%d nodes, %s, %d clients, round %d: %.1f allocations/s, client p50 %s p99 %s (active %d, error %d, failed POSTs %d, DELETEs %d, GETs per allocation %.1f)\n",
 					size, label, run.clients, round, r.Allocate.PerSecond(), r.Client.P50.Round(time.Millisecond),
-					r.Client.P99.Round(time.Millisecond), r.Active, r.Error, r.PostErrors, r.DeleteErrors)
+					r.Client.P99.Round(time.Millisecond), r.Active, r.Error, r.PostErrors, r.DeleteErrors,
+					float64(r.Polls)/float64(max(r.Allocations, 1)))
 			}
 		}
 	}
