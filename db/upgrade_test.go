@@ -325,17 +325,15 @@ func (r lockRace) sync(t *testing.T) <-chan synced {
 		res, err := db.SyncFS(ctx, r.url, r.fsys, db.SyncOptions{Log: zaptest.NewLogger(t)})
 		done <- synced{res, err}
 	}()
-	// Polled here, not in require.Eventually, whose condition runs on
+	// dbtest.WaitFor, not require.Eventually, whose condition runs on
 	// another goroutine, where require may not stop the test.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+	dbtest.WaitFor(t, time.Minute, "the migration waiting for lock_b", func() bool {
 		var n int
 		require.NoError(t, r.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks
  WHERE NOT granted AND mode = 'AccessExclusiveLock' AND relation = 'lock_b'::regclass`).Scan(&n))
-		if n > 0 {
-			return done
-		}
-		require.True(t, time.Now().Before(deadline), "the migration never waited for lock_b")
-	}
+		return n > 0
+	})
+	return done
 }
 
 // TestSyncAppliesAgainAfterDeadlock: the deadlock of the rolling upgrade
