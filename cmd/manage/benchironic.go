@@ -468,7 +468,7 @@ func (w *runWindow) open(now time.Time) bool {
 // and says what the limit was within window (mean, 10th and 90th
 // percentile, range) and the mean in flight in Ironic. Each sample, in
 // the window or not, is also logged at debug level (log.level debug), per
-// conductor: limit, queue estimate, in flight, waiting; beside the
+// conductor: limit, queue estimate, cap, in flight, waiting; beside the
 // progress lines they show what the limits did when the rate moved.
 func (b *ironicBench) sampleLimits(ctx context.Context, window *runWindow) func() string {
 	ctx, cancel := context.WithCancel(ctx)
@@ -485,9 +485,9 @@ func (b *ironicBench) sampleLimits(ctx context.Context, window *runWindow) func(
 			case <-t.C:
 			}
 			var l, f float64
-			// Per conductor, for the debug log: limit, queue estimate, in
-			// flight, waiting.
-			var perLimit, perQueue, perInFlight, perWaiting []float64
+			// Per conductor, for the debug log: limit, queue estimate, cap,
+			// in flight, waiting.
+			var perLimit, perQueue, perCap, perInFlight, perWaiting []float64
 			gauge := func(families map[string]*dto.MetricFamily, name string, to *[]float64) (sum float64) {
 				for _, m := range families[name].GetMetric() {
 					v := m.GetGauge().GetValue()
@@ -500,9 +500,10 @@ func (b *ironicBench) sampleLimits(ctx context.Context, window *runWindow) func(
 				l += gauge(families, "metalloc_ironic_allocation_limit", &perLimit)
 				f += gauge(families, "metalloc_ironic_allocations_in_flight", &perInFlight)
 				gauge(families, "metalloc_ironic_allocation_queue", &perQueue)
+				gauge(families, "metalloc_ironic_allocation_limit_cap", &perCap)
 				gauge(families, "metalloc_ironic_allocations_waiting", &perWaiting)
 			}
-			b.log.Debug("limits on Ironic", zap.Float64s("limit", perLimit), zap.Float64s("queue", perQueue),
+			b.log.Debug("limits on Ironic", zap.Float64s("limit", perLimit), zap.Float64s("queue", perQueue), zap.Float64s("cap", perCap),
 				zap.Float64s("in_flight", perInFlight), zap.Float64s("waiting", perWaiting))
 			if window.open(time.Now()) {
 				limits, inFlight = append(limits, l), append(inFlight, f)

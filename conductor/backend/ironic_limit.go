@@ -87,19 +87,55 @@ import (
 // that started above the knee (a congested Ironic, another conductor's
 // load, a restart at a high limit) would take the queue for the
 // baseline and never see r rise, and the sawtooth near the knee, always
-// a little above it, would let the baseline creep up. So every
-// limitProbeEvery windows, one window runs at half of what was in
-// flight (the limit, or the last window's peak when the load kept below
-// it: a probe at half a limit the load never reaches would lower
-// nothing; a probe, as BBR's ProbeRTT). Its mean joins the horizon, so
-// the baseline is at most Ironic's time with half as much in flight,
-// and the limit then resumes where it was: if the probe found a queue,
-// the next window's estimate shows it, and the rule cuts. A probe that
-// finds the latency above limitRebase × the baseline shows that Ironic
-// got slower without a queue: the baseline is restarted from it (a
-// rebase), else the old minimum would hold the limit at the floor for a
-// whole horizon. A probe costs about half a window of throughput in
-// limitProbeEvery.
+// a little above it, would let the baseline creep up. So once per probe
+// period, one window runs at half of what was in flight (the limit, or
+// the last window's peak when the load kept below it: a probe at half a
+// limit the load never reaches would lower nothing; a probe, as BBR's
+// ProbeRTT). Its mean joins the baseline's minimum (beside the horizon's
+// windows, the last limitProbeKeep probes'), so the baseline is at most
+// Ironic's time with half as much in flight, and the limit then resumes
+// where it was: if the probe found a queue, the next window's estimate
+// shows it, and the rule cuts. A probe that finds the latency above
+// limitRebase × the baseline shows that Ironic got slower without a
+// queue: the baseline is restarted from it (a rebase), else the old
+// minimum would hold the limit at the floor for a whole horizon.
+//
+// The conductors probe together. Each conductor's probe halved only its
+// own allocations while the others kept theirs in Ironic, so its
+// baseline was Ironic's time at three quarters of the load (2
+// conductors), never without a queue: on an Ironic whose knee is at 4
+// in flight in all (bench ironic, 2026-12-04) the limits' sum held
+// 12-15, Ironic took 134-245 ms per allocation where 32-52 ms would
+// do, for no more rate. So the probe period is the wall clock's: every
+// conductor starts its probe at the first window end in each period (a
+// power of two seconds from the Unix epoch, the least at or above
+// limitProbeSlots slot times within [limitProbeMin, limitProbeMax]: the
+// periods of conductors whose slot times differ still share their
+// boundaries), and its window counts only the samples of its second
+// round of allocations (those sent once the others have had a window to
+// start theirs). Conductors' clocks agree within milliseconds (NTP), a
+// window lasts a slot time or more. A probe costs about a quarter of a
+// slot time's rate per period where more in flight gains rate, nothing
+// where it does not.
+//
+// A probe also tells whether the upper half of what was in flight gained
+// anything, which Ironic's latency alone cannot: on the Ironic measured
+// first, more in flight gained rate while its latency doubled; on the
+// one measured later, the rate was flat from 4 in flight in all, and a
+// queue of 1-3 allocations per conductor beyond its knee only added
+// latency. Since every conductor halves at once, each one's share of
+// Ironic stays, and its rate (by Little's law, the slots held over the
+// slot time) moves as Ironic's. The rate around the probe (the mean of
+// the windows before and after it, so that a change of Ironic's pace,
+// such as its periodic power-state sync, is not taken for the probe's
+// effect) above (1 + limitGain) × the probe's keeps the limit free;
+// below it, the upper half gained less than limitGain, and a cap is set
+// at limitCapCut × the limit: the rule grows the limit no higher until
+// a later probe shows a gain, each such probe raising the cap by
+// limitCapRise (it is lifted at the ceiling). On an Ironic flat from
+// its knee K the cap settles between K and 2K in all (a probe at half
+// of less than 2K gains), where the queue rule alone held K + 2-6 per
+// conductor.
 //
 // A probe does not go on halving while each half finds a lower latency.
 // It did at first (a gain of 1.5× halved again, down to 1 in flight, the
@@ -139,8 +175,22 @@ const (
 	limitMinWindow = 4
 	// limitHorizon is how many windows the baseline's minimum spans.
 	limitHorizon = 24
-	// limitProbeEvery is how many windows pass between probes.
-	limitProbeEvery = 12
+	// limitProbeMin and limitProbeMax bound the probes' period, a power
+	// of two seconds from the Unix epoch, the least at or above
+	// limitProbeSlots times the last window's mean slot time.
+	limitProbeMin   = 2 * time.Second
+	limitProbeMax   = 32 * time.Second
+	limitProbeSlots = 16
+	// limitProbeKeep is how many probe means the baseline's minimum spans
+	// beside the horizon's windows.
+	limitProbeKeep = 3
+	// limitGain is the least gain in rate the upper half of what was in
+	// flight must show in a probe (the rate around it over the probe's,
+	// less 1); below it the cap is set at limitCapCut × the limit, above
+	// it the cap rises by limitCapRise.
+	limitGain    = 0.15
+	limitCapCut  = 0.75
+	limitCapRise = 1.25
 	// limitQueueLow and limitQueueHigh bound the allocations a
 	// conductor keeps waiting in Ironic (the window's queue estimate):
 	// below the first the limit grows, above the second it shrinks.
@@ -180,6 +230,8 @@ type limitState struct {
 	// queue is the last window's estimate of the allocations waiting in
 	// Ironic beyond the baseline (queue()).
 	queue float64
+	// capped is the cap the probes set (0: none).
+	capped float64
 }
 
 // limiter is the adaptive limit on allocations in flight in Ironic (the
@@ -215,11 +267,27 @@ type limiter struct {
 	// fast is true until the first decrease, and again after a drop or a
 	// rebase: growth by sqrt(limit).
 	fast bool
-	// windows counts the windows since the last probe; probing is true
-	// during one, restore is the limit it resumes at.
-	windows int
+	// probes are the last limitProbeKeep probe means (a ring, nextProbe
+	// the index of the next).
+	probes    []time.Duration
+	nextProbe int
+	// probed is the clock's time at the last probe's start; probing is
+	// true during one, restore is the limit it resumes at.
+	probed  time.Time
 	probing bool
 	restore float64
+	// slot is the last window's mean slot time (the probe period's
+	// measure); rate the last window's rate (allocations per second, by
+	// Little's law); probeRate the last probe's, judging true from its
+	// end to the next window's, which judges it (judge).
+	slot      time.Duration
+	rate      float64
+	probeRate float64
+	judging   bool
+	// capped is the cap the probes set on the limit's growth (0: none).
+	capped float64
+	// clock is the time now (time.Now; the simulations' virtual time).
+	clock func() time.Time
 	// report, when set, is told every change of state (metrics); called
 	// with mu held.
 	report func(limitState)
@@ -236,7 +304,7 @@ type limitWaiter struct {
 // adaptive false keeps the limit at the ceiling.
 func newLimiter(ceiling int, adaptive bool, report func(limitState)) *limiter {
 	ceiling = max(ceiling, 1)
-	l := &limiter{adaptive: adaptive, ceiling: ceiling, floor: min(limitFloor, ceiling), fast: true, report: report}
+	l := &limiter{adaptive: adaptive, ceiling: ceiling, floor: min(limitFloor, ceiling), fast: true, report: report, clock: time.Now}
 	l.limit = float64(ceiling)
 	if adaptive {
 		l.limit = float64(max(ceiling/4, l.floor))
@@ -348,10 +416,22 @@ func (l *limiter) endWindow() {
 		return
 	}
 	l.push(mean)
-	q := l.queue(mean)
-	l.lastQueue = q
 	peak := l.peak
 	reached := peak >= l.allowed()
+	q := l.queue(mean)
+	l.lastQueue = q
+	l.slot = l.slotSum / time.Duration(l.n)
+	r := l.windowRate()
+	if l.judging {
+		l.judge((l.rate + r) / 2)
+	}
+	l.rate = r
+	if l.capped > 0 && l.limit > l.capped {
+		// The last probe found the upper half gained nothing.
+		l.set(l.capped)
+		l.probeIfDue(peak)
+		return
+	}
 	switch {
 	case q > limitQueueHigh:
 		l.fast = false
@@ -375,28 +455,92 @@ func (l *limiter) endWindow() {
 		// limit holds.
 		l.restart()
 	case l.fast:
-		l.set(l.limit + math.Sqrt(l.limit))
+		l.grow(l.limit + math.Sqrt(l.limit))
 	default:
-		l.set(l.limit + 1)
+		l.grow(l.limit + 1)
 	}
 	// A probe halves what was in flight, the limit or, when the load kept
 	// below it, the window's peak: a probe at half a limit the load never
 	// reaches would change nothing and find no queue.
-	if l.windows++; l.windows >= limitProbeEvery && peak >= 2 {
-		l.windows, l.probing, l.restore = 0, true, min(l.limit, float64(peak))
+	l.probeIfDue(peak)
+}
+
+// probeIfDue starts a probe if one is due and the window held at least
+// two (mu held).
+func (l *limiter) probeIfDue(peak int) {
+	if now := l.clock(); l.probeDue(now) && peak >= 2 {
+		l.probed, l.probing, l.restore = now, true, min(l.limit, float64(peak))
 		l.change(l.restore / 2)
+		// The first round of the probe's own allocations is not counted:
+		// the other conductors start theirs up to a window later.
+		l.skip += l.allowed()
 	}
+}
+
+// grow raises the limit to v, within the cap (mu held).
+func (l *limiter) grow(v float64) {
+	if l.capped > 0 {
+		v = min(v, l.capped)
+	}
+	if v <= l.limit {
+		l.restart()
+		return
+	}
+	l.set(v)
+}
+
+// probeDue reports whether now is in a later probe period than the last
+// probe's start (mu held): periods are powers of two seconds from the
+// Unix epoch, so every conductor's boundaries are those of the longest.
+func (l *limiter) probeDue(now time.Time) bool {
+	p := limitProbeMin
+	for p < limitProbeMax && p < limitProbeSlots*l.slot {
+		p *= 2
+	}
+	return now.UnixNano()/int64(p) != l.probed.UnixNano()/int64(p)
+}
+
+// windowRate is the window's rate by Little's law: the slots held over
+// the slot time, their means (mu held; 0 without samples).
+func (l *limiter) windowRate() float64 {
+	if l.n == 0 || l.slotSum <= 0 {
+		return 0
+	}
+	return float64(l.heldSum) / (l.slotSum / time.Duration(l.n)).Seconds() / float64(l.n)
 }
 
 // endProbe ends a probe window of mean (mu held): the mean joins the
 // horizon, after a rebase if Ironic got slower, and the limit resumes.
 func (l *limiter) endProbe(mean time.Duration) {
 	if float64(mean) > float64(l.baseline())*limitRebase {
-		l.means, l.next, l.fast = nil, 0, true
+		l.means, l.next, l.probes, l.nextProbe, l.fast = nil, 0, nil, 0, true
 	}
-	l.push(mean)
+	if len(l.probes) < limitProbeKeep {
+		l.probes = append(l.probes, mean)
+	} else {
+		l.probes[l.nextProbe] = mean
+		l.nextProbe = (l.nextProbe + 1) % limitProbeKeep
+	}
 	l.probing = false
+	l.probeRate = l.windowRate()
+	l.judging = l.probeRate > 0 && l.rate > 0
 	l.set(l.restore)
+}
+
+// judge moves the cap from the last probe: full is the rate around it
+// (the mean of the windows before and after), against the probe's at
+// half of what was in flight (mu held).
+func (l *limiter) judge(full float64) {
+	l.judging = false
+	switch {
+	case full < l.probeRate*(1+limitGain):
+		l.capped = max(l.restore*limitCapCut, float64(l.floor))
+	case l.capped > 0:
+		l.capped *= limitCapRise
+		if l.capped >= float64(l.ceiling) {
+			l.capped = 0
+		}
+	}
 }
 
 // push adds a window mean to the horizon (mu held).
@@ -434,20 +578,18 @@ func (l *limiter) restart() {
 // each allocation waited mean − baseline beyond Ironic's time without a
 // queue.
 func (l *limiter) queue(mean time.Duration) float64 {
-	if l.n == 0 || l.slotSum <= 0 {
-		return 0
-	}
-	held := float64(l.heldSum) / float64(l.n)
-	rate := held / (l.slotSum / time.Duration(l.n)).Seconds()
-	return rate * max(mean-l.baseline(), 0).Seconds()
+	return l.windowRate() * max(mean-l.baseline(), 0).Seconds()
 }
 
-// baseline is the least window mean of the horizon (0 before the first).
+// baseline is the least window mean of the horizon and of the last
+// probes (0 before the first).
 func (l *limiter) baseline() time.Duration {
 	var b time.Duration
-	for i, m := range l.means {
-		if i == 0 || m < b {
-			b = m
+	for _, ms := range [][]time.Duration{l.means, l.probes} {
+		for _, m := range ms {
+			if b == 0 || m < b {
+				b = m
+			}
 		}
 	}
 	return b
@@ -472,7 +614,7 @@ func (l *limiter) State() limitState {
 }
 
 func (l *limiter) state() limitState {
-	return limitState{limit: l.limit, inFlight: l.inFlight, waiting: len(l.waiters), baseline: l.baseline(), queue: l.lastQueue}
+	return limitState{limit: l.limit, inFlight: l.inFlight, waiting: len(l.waiters), baseline: l.baseline(), queue: l.lastQueue, capped: l.capped}
 }
 
 // changed reports the state (mu held).

@@ -100,7 +100,16 @@ type sim struct {
 	maxInFlight int
 }
 
-func newSim(t *testing.T, l *limiter, srv *kneeServer) *sim { return &sim{t: t, l: l, srv: srv} }
+func newSim(t *testing.T, l *limiter, srv *kneeServer) *sim {
+	s := &sim{t: t, l: l, srv: srv}
+	l.clock = virtualClock(&s.now)
+	return s
+}
+
+// virtualClock is a limiter's clock reading a simulation's virtual time.
+func virtualClock(now *time.Duration) func() time.Time {
+	return func() time.Time { return time.Unix(0, 0).Add(*now) }
+}
 
 func (s *sim) fill() {
 	for s.l.TryAcquire() {

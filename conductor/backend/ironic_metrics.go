@@ -20,6 +20,7 @@ type IronicMetrics struct {
 	waiting  prometheus.Gauge
 	baseline prometheus.Gauge
 	queue    prometheus.Gauge
+	capped   prometheus.Gauge
 	confirm  prometheus.Histogram
 	inIronic prometheus.Histogram
 }
@@ -51,6 +52,9 @@ type IronicMetrics struct {
 //   - metalloc_ironic_allocation_queue (the last window's estimate of
 //     this conductor's allocations waiting in Ironic beyond its time
 //     without a queue, which the limit keeps between 1 and 3)
+//   - metalloc_ironic_allocation_limit_cap (the cap the probes set on
+//     the limit's growth when halving what was in flight cost Ironic
+//     less than 15 % of its rate; 0 when none)
 //   - metalloc_ironic_allocation_in_ironic_seconds (histogram: Ironic's
 //     own settle time, its updated_at minus its created_at, of the
 //     allocations seen settled; the limit's sample when Ironic's clock
@@ -87,6 +91,8 @@ func NewIronicMetrics(reg prometheus.Registerer) (*IronicMetrics, error) {
 			"The limit's latency sample without a queue (Ironic's own settle time, or the confirm latency when Ironic's clock keeps whole seconds): the least window mean of the recent windows (0 before the first, or with a fixed limit)."),
 		queue: gauge("metalloc_ironic_allocation_queue",
 			"The last window's estimate (Little's law) of this conductor's allocations waiting in Ironic beyond its time without a queue; the adaptive limit keeps it between 1 and 3 (0 with a fixed limit)."),
+		capped: gauge("metalloc_ironic_allocation_limit_cap",
+			"The cap the limit's probes set on its growth once halving what was in flight cost Ironic less than 15 % of its rate (all conductors probe at once); raised by a quarter at each probe that shows a gain; 0 when none."),
 		confirm: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "metalloc_ironic_allocation_confirm_seconds",
 			Help:    "Time from sending an allocation's POST to Ironic to the read that finds it settled (active or error) there: the limit's latency sample when Ironic's timestamps keep whole seconds.",
@@ -103,7 +109,7 @@ func NewIronicMetrics(reg prometheus.Registerer) (*IronicMetrics, error) {
 		m.latency.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.settle, m.refused, m.down,
-		m.limit, m.inFlight, m.waiting, m.baseline, m.queue, m.confirm, m.inIronic} {
+		m.limit, m.inFlight, m.waiting, m.baseline, m.queue, m.capped, m.confirm, m.inIronic} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -153,6 +159,7 @@ func (m *IronicMetrics) limited(s limitState) {
 		m.waiting.Set(float64(s.waiting))
 		m.baseline.Set(s.baseline.Seconds())
 		m.queue.Set(s.queue)
+		m.capped.Set(s.capped)
 	}
 }
 
