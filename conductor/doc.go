@@ -548,12 +548,21 @@
 // whole seconds, as on MySQL): TCP Vegas's rule, keeping 1-3
 // allocations per conductor waiting in Ironic beyond its time without a
 // queue (Little's law: the window's rate times what each allocation
-// waited past the least recent window mean), with a probe at half the
-// limit every few windows so that the latency with less queued is
-// measured again (one window, then the limit resumes: a probe that went
-// on halving while the latency fell took the limit to 1-2 every 10-20 s,
-// as Ironic's latency falls with every allocation fewer in flight);
-// halved when Ironic fails (down, timed out, 5xx). A bound on the
+// waited past the least recent window mean), with a probe at half of
+// what is in flight so that the latency with less queued is measured
+// again (one window, then the limit resumes: a probe that went on
+// halving while the latency fell took the limit to 1-2 every 10-20 s, as
+// Ironic's latency falls with every allocation fewer in flight);
+// halved when Ironic fails (down, timed out, 5xx). Every conductor
+// probes at once, in each period of the wall clock (a power of two
+// seconds, at least 16 slot times): a conductor that probed alone kept
+// the others' load in Ironic and measured a baseline with a queue
+// (the limits' sum at 12-15 where Ironic's knee was at 4). Together,
+// a probe also shows whether the upper half of what was in flight
+// gained Ironic any rate: when it gained less than 15 %, a cap holds
+// the limit's growth at three quarters of it until a later probe shows
+// a gain (an Ironic whose rate is flat past its knee gets no more from
+// the 1-3 allocations per conductor the queue rule keeps). A bound on the
 // queue rather than on the latency's rise, because Ironic's rate keeps
 // growing while its latency doubles (bench ironic, whole minutes: best
 // with 8 per conductor, its settle time then 6× the least; on a faster

@@ -208,9 +208,10 @@ func TestIronicLimitWithClients(t *testing.T) {
 // conductors keep a small queue each (between limitQueueLow and
 // limitQueueHigh allocations), so their limits' sum stays within the
 // knee plus that, and the rate, though below the knee's, above half of
-// it and at least a fixed limit at the ceiling's (56 % of the best and
-// 1.07-1.14× the ceiling's: the queue's price here, as probes no longer
-// cascade; see the limiter's doc).
+// it and at least a fixed limit at the ceiling's (66 % of the best and
+// 1.25-1.33× the ceiling's, with the probes' cap; 56 % without it: the
+// queue's price here, as probes no longer cascade; see the limiter's
+// doc).
 func TestIronicLimitSmallKnee(t *testing.T) {
 	for _, clients := range []int{16, 64, 256} {
 		srv := newKneeServer(4)
