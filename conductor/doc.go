@@ -266,7 +266,9 @@
 // # Release on shutdown
 //
 // On SIGTERM a conductor stops claiming, gives in-flight rows
-// conductor.shutdown_grace (default 30 s) to finish, hands the rest back
+// conductor.shutdown_grace (default 30 s) to finish, waits for a claim
+// statement under way to end, even past the grace (one given up could
+// commit after the release: work, worker.go), hands the rest back
 // unowned, the rows waiting for a locked node among them (Rows.Release:
 // trigger allocations_notify_release wakes the others, who claim them at
 // once), marks itself offline and exits. Tests

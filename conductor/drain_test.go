@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/metalloc/metalloc/db/dbtest"
@@ -116,6 +118,81 @@ func TestDrainMidBurst(t *testing.T) {
 	start(t, pool, c)
 	require.Equal(t, 1, dbtest.Count(t, pool, `SELECT count(*) FROM conductors WHERE hostname = 'c1'
 		AND drain_requested_at IS NULL AND drained_at IS NULL AND drain_released IS NULL`))
+}
+
+// A claim still running in the database when a drain's grace is over runs
+// to its end before the drain hands the conductor's rows back: the row it
+// claims is released with the rest. Given up at the end of the grace (its
+// context ended), the claim was cancelled by pgx's cancel request (the
+// drain released nothing) or, when the request came after the statement's
+// end on a loaded machine, committed after Release: rows owned by a
+// drained conductor, which claims nothing and is never taken over
+// (TestDrainMidBurst once found 8 such rows, two claims of 4). The test
+// holds the claim in the database as TestStopLetsItsClaimEnd does, until
+// the grace is over (its log line).
+func TestDrainLetsItsClaimEnd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	dbtest.Nodes(t, pool, 2, "gold")
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = tx.Exec(ctx, `SELECT id FROM nodes FOR UPDATE`)
+	require.NoError(t, err)
+
+	graceOver := make(chan struct{}, 1)
+	log := zaptest.NewLogger(t, zaptest.WrapOptions(zap.Hooks(func(e zapcore.Entry) error {
+		if e.Message == "shutdown grace period over; releasing the rest" {
+			select {
+			case graceOver <- struct{}{}:
+			default:
+			}
+		}
+		return nil
+	})))
+	cfg := Config{Hostname: "draining", Workers: 1, PollInterval: time.Hour, ShutdownGrace: 50 * time.Millisecond,
+		LockedNodeWait: time.Hour}
+	svc, err := NewService(cfg, pool, log)
+	require.NoError(t, err)
+	svc.signals = newTestSignals(64)
+	runService(t, svc)
+	_, err = tx.Exec(ctx, `SAVEPOINT held`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `LOCK TABLE allocation_traits IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	// Not dbtest.Allocation: it writes allocation_traits, which is locked.
+	_, err = pool.Exec(ctx, `INSERT INTO allocations (uuid, resource_class, state) VALUES (gen_random_uuid(), 'gold', 'allocating')`)
+	require.NoError(t, err)
+	claims := `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE '%metalloc_claim_reserve(%' AND state = 'active'
+		  AND pid <> pg_backend_pid()`
+	dbtest.WaitFor(t, 30*time.Second, "the claim waiting for allocation_traits", func() bool {
+		return dbtest.Count(t, pool, claims+` AND wait_event_type = 'Lock'`) == 1
+	})
+
+	_, err = RequestDrain(ctx, pool, "draining")
+	require.NoError(t, err)
+	select {
+	case <-graceOver:
+	case <-time.After(30 * time.Second):
+		t.Fatal("after 30s: the drain's grace is not over")
+	}
+	_, err = tx.Exec(ctx, `ROLLBACK TO SAVEPOINT held`) // the claim goes on; the nodes stay locked
+	require.NoError(t, err)
+	var released int64
+	select {
+	case released = <-svc.signals.drained:
+	case <-time.After(30 * time.Second):
+		t.Fatal("after 30s: not drained")
+	}
+	dbtest.WaitFor(t, 30*time.Second, "no claim running in the database", func() bool {
+		return dbtest.Count(t, pool, claims) == 0
+	})
+	require.Zero(t, dbtest.Count(t, pool,
+		`SELECT count(*) FROM allocations WHERE state = 'allocating' AND conductor_affinity IS NOT NULL`),
+		"a row claimed after the drain's release is owned by a conductor that claims nothing")
+	require.EqualValues(t, 1, released, "the drain released the row its claim took")
 }
 
 // A drain whose notification was missed (the column set without it) is

@@ -18,9 +18,10 @@ const groupBatch = 1
 
 // claimGroups claims unowned allocating groups (Rows.ClaimGroups) and
 // processes them here, one by one. It returns how many it claimed. The
-// claim runs on procCtx, as claim's (a stop lets it end; see work).
+// claim runs to its end, even past the end of procCtx, as claim's (a stop
+// waits for it; see work); the groups are processed on procCtx.
 func (c *Service) claimGroups(procCtx context.Context) (int, error) {
-	gs, err := c.rows.ClaimGroups(procCtx, c.id, groupBatch)
+	gs, err := c.rows.ClaimGroups(context.WithoutCancel(procCtx), c.id, groupBatch)
 	if err != nil {
 		return 0, err
 	}

@@ -48,18 +48,26 @@ type rowStore interface {
 }
 
 // work runs Workers workers (worker.run) until ctx ends. On stop, in-flight
-// rows and claims get ShutdownGrace to finish: procCtx (Run's afterStop)
-// ends that long after ctx, and work waits for the workers to return. Rows
-// waiting for a locked node (park) are left owned and unfinished, for
-// Release.
+// rows get ShutdownGrace to finish (claims run to their end: below):
+// procCtx (Run's afterStop) ends that long after ctx, and work waits for
+// the workers to return. Rows waiting for a locked node (park) are left
+// owned and unfinished, for Release.
 //
 // A statement that gives this conductor rows (a claim, a takeover) must
-// end before Release runs, so the stop does not cancel it (it runs on
-// procCtx): pgx gives up on a statement whose context ends by closing
-// its connection, but PostgreSQL runs the statement to its end. A claim
-// given up that way, on a busy machine, claimed rows after Release had
-// handed them back, for a conductor gone offline; they waited for a
-// peer's next takeover.
+// end before Release runs, so the stop does not cancel it: pgx gives up
+// on a statement whose context ends (it returns at once, then sends
+// PostgreSQL a cancel request and closes the connection), but a statement
+// that ends before the cancel request arrives commits. A claim given up
+// that way at the stop, on a busy machine, claimed rows after Release had
+// handed them back, for a conductor gone offline (they waited for a
+// peer's next takeover); one given up at the end of a drain's grace
+// claimed rows for a drained conductor, which claims nothing and is never
+// taken over (TestDrainLetsItsClaimEnd). So a claim runs to its end
+// whatever the stop (claim, claimGroups: procCtx without its end), and
+// the stop waits for it past the grace if need be: its statements skip
+// the rows others hold (in a network partition they end with their
+// connection). A takeover's statements still run on procCtx (takeover):
+// one running at the end of the grace may win its row after Release.
 func (c *Service) work(ctx, procCtx context.Context, wake <-chan struct{}) {
 	var wg sync.WaitGroup
 	for n := range c.cfg.Workers {
@@ -271,8 +279,9 @@ func (c *Service) requeueOwned(ctx context.Context) {
 // claim takes up to n rows through the backend and processes here, one by
 // one, the claimed rows it could not reserve at once. It returns whether the
 // caller should claim again at once: the batch was full, or other workers
-// wanted to claim while this claim ran. The claim runs on procCtx: a stop
-// that comes meanwhile lets it end (see work).
+// wanted to claim while this claim ran. The claim runs to its end, even
+// past the end of procCtx: a stop that comes meanwhile waits for it (see
+// work); the rows it could not reserve are processed on procCtx.
 //
 // At most maxClaimers workers of a conductor claim at a time (claimGate). A
 // worker that finds them all claiming leaves the claim to them and returns
@@ -285,7 +294,7 @@ func (c *Service) claim(procCtx context.Context, n int) (again bool, err error) 
 	if !c.gate.enter() {
 		return false, nil
 	}
-	reserved, rest, err := c.backend.Claim(procCtx, c.id, n)
+	reserved, rest, err := c.backend.Claim(context.WithoutCancel(procCtx), c.id, n)
 	again = c.gate.leave()
 	if errors.Is(err, backend.ErrClaimedUnread) {
 		// Claimed but not read back: resume them once the database answers.
