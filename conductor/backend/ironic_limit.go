@@ -108,10 +108,12 @@ import (
 // 12-15, Ironic took 134-245 ms per allocation where 32-52 ms would
 // do, for no more rate. So the probe period is the wall clock's: every
 // conductor starts its probe at the first window end in each period (a
-// power of two seconds from the Unix epoch, the least at or above
-// limitProbeSlots slot times within [limitProbeMin, limitProbeMax]: the
-// periods of conductors whose slot times differ still share their
-// boundaries), and its window counts only the samples of its second
+// power of two seconds from the Unix epoch, about limitProbeSlots slot
+// times within [limitProbeMin, limitProbeMax], moved only when the slot
+// time has moved by half a period or more, so that conductors whose slot
+// times differ a little keep the same period; where they differ more,
+// the longer period's boundaries are still the shorter's: pace), and
+// its window counts only the samples of its second
 // round of allocations (those sent once the others have had a window to
 // start theirs). Conductors' clocks agree within milliseconds (NTP), a
 // window lasts a slot time or more. A probe costs about a quarter of a
@@ -128,11 +130,12 @@ import (
 // slot time) moves as Ironic's. The rate around the probe (the mean of
 // the windows before and after it, so that a change of Ironic's pace,
 // such as its periodic power-state sync, is not taken for the probe's
-// effect) above (1 + limitGain) × the probe's keeps the limit free;
-// below it, the upper half gained less than limitGain, and a cap is set
-// at limitCapCut × the limit: the rule grows the limit no higher until
-// a later probe shows a gain, each such probe raising the cap by
-// limitCapRise (it is lifted at the ceiling). On an Ironic flat from
+// effect) under (1 + limitGain) × the probe's says the upper half
+// gained less than limitGain: a cap is set at limitCapCut × the limit,
+// and the rule grows the limit no higher until a later probe shows a
+// gain of twice that, each such probe raising the cap by limitCapRise
+// (it is lifted at the ceiling; a window's rate is noisy, so a gain
+// between the two leaves the cap where it is). On an Ironic flat from
 // its knee K the cap settles between K and 2K in all (a probe at half
 // of less than 2K gains), where the queue rule alone held K + 2-6 per
 // conductor.
@@ -181,13 +184,17 @@ const (
 	limitProbeMin   = 2 * time.Second
 	limitProbeMax   = 32 * time.Second
 	limitProbeSlots = 16
+	// limitPaceWeight is the weight of a window's mean slot time in the
+	// running mean the probe period follows.
+	limitPaceWeight = 0.1
 	// limitProbeKeep is how many probe means the baseline's minimum spans
 	// beside the horizon's windows.
 	limitProbeKeep = 3
 	// limitGain is the least gain in rate the upper half of what was in
 	// flight must show in a probe (the rate around it over the probe's,
 	// less 1); below it the cap is set at limitCapCut × the limit, above
-	// it the cap rises by limitCapRise.
+	// twice it the cap rises by limitCapRise (between, it stays: a
+	// window's rate is noisy).
 	limitGain    = 0.15
 	limitCapCut  = 0.75
 	limitCapRise = 1.25
@@ -276,11 +283,12 @@ type limiter struct {
 	probed  time.Time
 	probing bool
 	restore float64
-	// slot is the last window's mean slot time (the probe period's
-	// measure); rate the last window's rate (allocations per second, by
+	// slot is the running mean of the windows' slot times, period the
+	// probe period it gives (pace); rate the last window's rate (allocations per second, by
 	// Little's law); probeRate the last probe's, judging true from its
 	// end to the next window's, which judges it (judge).
 	slot      time.Duration
+	period    time.Duration
 	rate      float64
 	probeRate float64
 	judging   bool
@@ -420,7 +428,7 @@ func (l *limiter) endWindow() {
 	reached := peak >= l.allowed()
 	q := l.queue(mean)
 	l.lastQueue = q
-	l.slot = l.slotSum / time.Duration(l.n)
+	l.pace(l.slotSum / time.Duration(l.n))
 	r := l.windowRate()
 	if l.judging {
 		l.judge((l.rate + r) / 2)
@@ -493,11 +501,36 @@ func (l *limiter) grow(v float64) {
 // probe's start (mu held): periods are powers of two seconds from the
 // Unix epoch, so every conductor's boundaries are those of the longest.
 func (l *limiter) probeDue(now time.Time) bool {
-	p := limitProbeMin
-	for p < limitProbeMax && p < limitProbeSlots*l.slot {
-		p *= 2
-	}
+	p := max(l.period, limitProbeMin)
 	return now.UnixNano()/int64(p) != l.probed.UnixNano()/int64(p)
+}
+
+// pace follows the slot time with a window's mean slot time (a running
+// mean, weight limitPaceWeight) and moves the probe period with it, a
+// power of two seconds within [limitProbeMin, limitProbeMax]: doubled
+// once limitProbeSlots slot times pass 1.5 periods, halved once they
+// fall under a third of one, so that conductors whose slot times differ
+// a little keep the same period (mu held).
+func (l *limiter) pace(slot time.Duration) {
+	if l.slot == 0 {
+		l.slot = slot
+	} else {
+		l.slot += time.Duration(limitPaceWeight * float64(slot-l.slot))
+	}
+	want := limitProbeSlots * l.slot
+	if l.period == 0 {
+		l.period = limitProbeMin
+		for l.period < limitProbeMax && l.period < want {
+			l.period *= 2
+		}
+		return
+	}
+	switch {
+	case want > l.period*3/2 && l.period < limitProbeMax:
+		l.period *= 2
+	case want < l.period/3 && l.period > limitProbeMin:
+		l.period /= 2
+	}
 }
 
 // windowRate is the window's rate by Little's law: the slots held over
@@ -535,7 +568,7 @@ func (l *limiter) judge(full float64) {
 	switch {
 	case full < l.probeRate*(1+limitGain):
 		l.capped = max(l.restore*limitCapCut, float64(l.floor))
-	case l.capped > 0:
+	case l.capped > 0 && full > l.probeRate*(1+2*limitGain):
 		l.capped *= limitCapRise
 		if l.capped >= float64(l.ceiling) {
 			l.capped = 0
