@@ -391,7 +391,9 @@ func (l *limiter) Release(rtt, slot time.Duration, kind sampleKind) {
 	if skipped {
 		l.skip--
 	}
-	if l.adaptive {
+	if l.adaptive && kind != sampleDrop && !l.probing && !l.judging && l.probeDue(l.clock()) && max(l.peak, held) >= 2 {
+		l.probe(max(l.peak, held))
+	} else if l.adaptive {
 		switch {
 		case kind == sampleDrop && !(skipped && l.dropped):
 			// Requests sent before a halving for a drop fail alike: one
@@ -437,7 +439,6 @@ func (l *limiter) endWindow() {
 	if l.capped > 0 && l.limit > l.capped {
 		// The last probe found the upper half gained nothing.
 		l.set(l.capped)
-		l.probeIfDue(peak)
 		return
 	}
 	switch {
@@ -467,22 +468,22 @@ func (l *limiter) endWindow() {
 	default:
 		l.grow(l.limit + 1)
 	}
-	// A probe halves what was in flight, the limit or, when the load kept
-	// below it, the window's peak: a probe at half a limit the load never
-	// reaches would change nothing and find no queue.
-	l.probeIfDue(peak)
 }
 
-// probeIfDue starts a probe if one is due and the window held at least
-// two (mu held).
-func (l *limiter) probeIfDue(peak int) {
-	if now := l.clock(); l.probeDue(now) && peak >= 2 {
-		l.probed, l.probing, l.restore = now, true, min(l.limit, float64(peak))
-		l.change(l.restore / 2)
-		// The first round of the probe's own allocations is not counted:
-		// the other conductors start theirs up to a window later.
-		l.skip += l.allowed()
-	}
+// probe starts a probe, the window under way left unfinished (mu held):
+// it halves what was in flight, the limit or, when the load kept below
+// it, the most held (peak): a probe at half a limit the load never
+// reaches would change nothing and find no queue. Release starts it at
+// the first sample in a new probe period, so that every conductor halves
+// within a sample of the period's start (once the window after the last
+// probe has judged it: judge); the first round of the probe's
+// own allocations is not counted either, so that what is counted comes
+// once every conductor's allocations sent before the period's start
+// have settled.
+func (l *limiter) probe(peak int) {
+	l.probed, l.probing, l.restore = l.clock(), true, min(l.limit, float64(peak))
+	l.change(l.restore / 2)
+	l.skip += l.allowed()
 }
 
 // grow raises the limit to v, within the cap (mu held).
@@ -555,6 +556,7 @@ func (l *limiter) endProbe(mean time.Duration) {
 		l.nextProbe = (l.nextProbe + 1) % limitProbeKeep
 	}
 	l.probing = false
+	l.pace(l.slotSum / time.Duration(l.n))
 	l.probeRate = l.windowRate()
 	l.judging = l.probeRate > 0 && l.rate > 0
 	l.set(l.restore)
