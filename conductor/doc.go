@@ -557,7 +557,7 @@
 // Ironic's latency falls with every allocation fewer in flight);
 // halved when Ironic fails (down, timed out, 5xx). Every conductor
 // probes at once, in each period of the wall clock (a power of two
-// seconds, at least 16 slot times): a conductor that probed alone kept
+// seconds, about 16 slot times): a conductor that probed alone kept
 // the others' load in Ironic and measured a baseline with a queue
 // (the limits' sum at 12-15 where Ironic's knee was at 4). Together,
 // a probe also shows whether the upper half of what was in flight

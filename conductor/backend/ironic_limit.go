@@ -107,18 +107,22 @@ import (
 // in flight in all (bench ironic, 2026-12-04) the limits' sum held
 // 12-15, Ironic took 134-245 ms per allocation where 32-52 ms would
 // do, for no more rate. So the probe period is the wall clock's: every
-// conductor starts its probe at the first window end in each period (a
+// conductor starts its probe at its first sample in each period (a
 // power of two seconds from the Unix epoch, about limitProbeSlots slot
 // times within [limitProbeMin, limitProbeMax], moved only when the slot
 // time has moved by half a period or more, so that conductors whose slot
 // times differ a little keep the same period; where they differ more,
-// the longer period's boundaries are still the shorter's: pace), and
-// its window counts only the samples of its second
-// round of allocations (those sent once the others have had a window to
-// start theirs). Conductors' clocks agree within milliseconds (NTP), a
-// window lasts a slot time or more. A probe costs about a quarter of a
-// slot time's rate per period where more in flight gains rate, nothing
-// where it does not.
+// the longer period's boundaries are still the shorter's: pace), leaving
+// the window under way unfinished, and its window counts only the
+// samples of its second round of allocations (those sent once every
+// conductor's allocations from before the period's start have settled).
+// Starting at the next window's end instead, up to a window late, the
+// conductors' counted samples often missed the others' probe, and the
+// limits' sum stayed at 9-12 (bench ironic, 2026-12-05). Conductors'
+// clocks agree within milliseconds (NTP); a conductor samples tens of
+// times a second under load. A probe costs about a slot time's half
+// rate per period where more in flight gains rate, nothing where it
+// does not.
 //
 // A probe also tells whether the upper half of what was in flight gained
 // anything, which Ironic's latency alone cannot: on the Ironic measured
