@@ -435,7 +435,7 @@ func (l *limiter) endWindow() {
 	q := l.queue(mean)
 	l.lastQueue = q
 	l.pace(l.slotSum / time.Duration(l.n))
-	r := l.windowRate()
+	r := l.sampleRate()
 	if l.judging {
 		l.judge((l.rate + r) / 2)
 	}
@@ -561,7 +561,7 @@ func (l *limiter) endProbe(mean time.Duration) {
 	}
 	l.probing = false
 	l.pace(l.slotSum / time.Duration(l.n))
-	l.probeRate = l.windowRate()
+	l.probeRate = l.sampleRate()
 	l.judging = l.probeRate > 0 && l.rate > 0
 	l.set(l.restore)
 }
@@ -609,6 +609,21 @@ func (l *limiter) change(v float64) {
 // flight (mu held).
 func (l *limiter) restart() {
 	l.n, l.sum, l.slotSum, l.heldSum, l.peak = 0, 0, 0, 0, l.inFlight
+}
+
+// sampleRate is the window's rate by Little's law over the latency
+// sample instead of the slot time: the slots held over the samples'
+// mean (mu held; 0 without samples). The probes compare it: a slot also
+// holds the wait for metalloc's first read, paced by a settle estimate
+// that lags what Ironic does (Ironic.poll), so right after a probe
+// halves what is in flight the slots stay long while Ironic is already
+// faster, and their rate showed a gain where Ironic's rate was flat
+// (bench ironic, 2026-12-05: the caps rose at every probe).
+func (l *limiter) sampleRate() float64 {
+	if l.n == 0 || l.sum <= 0 {
+		return 0
+	}
+	return float64(l.heldSum) / (l.sum / time.Duration(l.n)).Seconds() / float64(l.n)
 }
 
 // queue is the window's estimate of this limiter's allocations waiting
