@@ -131,7 +131,7 @@ import (
 // queue of 1-3 allocations per conductor beyond its knee only added
 // latency. Since every conductor halves at once, each one's share of
 // Ironic stays, and its rate (by Little's law, the slots held over the
-// slot time) moves as Ironic's. The rate around the probe (the mean of
+// latency sample: sampleRate) moves as Ironic's. The rate around the probe (the mean of
 // the windows before and after it, so that a change of Ironic's pace,
 // such as its periodic power-state sync, is not taken for the probe's
 // effect) under (1 + limitGain) × the probe's says the upper half
