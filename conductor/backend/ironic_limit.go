@@ -183,8 +183,8 @@ const (
 	// limitHorizon is how many windows the baseline's minimum spans.
 	limitHorizon = 24
 	// limitProbeMin and limitProbeMax bound the probes' period, a power
-	// of two seconds from the Unix epoch, the least at or above
-	// limitProbeSlots times the last window's mean slot time.
+	// of two seconds from the Unix epoch near limitProbeSlots times the
+	// running mean of the slot time (pace).
 	limitProbeMin   = 2 * time.Second
 	limitProbeMax   = 32 * time.Second
 	limitProbeSlots = 16
@@ -288,9 +288,10 @@ type limiter struct {
 	probing bool
 	restore float64
 	// slot is the running mean of the windows' slot times, period the
-	// probe period it gives (pace); rate the last window's rate (allocations per second, by
-	// Little's law); probeRate the last probe's, judging true from its
-	// end to the next window's, which judges it (judge).
+	// probe period it gives (pace); rate is the last window's rate
+	// (allocations per second: sampleRate), probeRate the last probe's,
+	// judging true from its end to the next window's, which judges it
+	// (judge).
 	slot      time.Duration
 	period    time.Duration
 	rate      float64
