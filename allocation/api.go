@@ -71,8 +71,10 @@ type HandlerOptions struct {
 	// polling client learns of the change the moment it happens and sends
 	// about one GET per PollHold meanwhile instead of one per its own
 	// interval; a single GET, and polls PollWindow apart or more
-	// (openstacksdk's 2 s), are answered at once. PollHold should stay
-	// below RequestTimeout, which bounds the held request's reads.
+	// (openstacksdk's 2 s), are answered at once. A hold ends by half
+	// the time its request has left (the request's deadline, from
+	// api.request_timeout), so that a PollHold at or above it answers
+	// the state then rather than a 503.
 	PollWindow, PollHold time.Duration
 }
 
@@ -332,8 +334,14 @@ func (h *Handler) get(c echo.Context) error {
 		}
 	} else if h.polls != nil && v.State == StateAllocating && h.polls.polling(v.Uuid, time.Now()) {
 		// A client polling: answered when the allocation changes or
-		// after PollHold (HandlerOptions.PollWindow, PollHold).
-		if v, err = h.await(c, v, ident, nil, h.opts.PollHold); errors.Is(err, errGone) {
+		// after PollHold (HandlerOptions.PollWindow, PollHold), or half
+		// the time its request has left (api.request_timeout ends a plain
+		// GET: a hold that outlasted it would answer 503).
+		hold := h.opts.PollHold
+		if deadline, ok := c.Request().Context().Deadline(); ok {
+			hold = min(hold, time.Until(deadline)/2)
+		}
+		if v, err = h.await(c, v, ident, nil, hold); errors.Is(err, errGone) {
 			return web.NotFound("Allocation %s could not be found.", ident)
 		} else if err != nil {
 			return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -42,7 +43,7 @@ func setupWaitMax(t *testing.T, maxWait time.Duration) *waitFixture {
 
 // setupWaitWith is setupWait with opts (MaxWait required; the Hub, the
 // request timeout and the heartbeat are the fixture's).
-func setupWaitWith(t *testing.T, opts HandlerOptions) *waitFixture {
+func setupWaitWith(t *testing.T, opts HandlerOptions, mw ...echo.MiddlewareFunc) *waitFixture {
 	t.Helper()
 	maxWait := opts.MaxWait
 	f := setup(t)
@@ -52,6 +53,7 @@ func setupWaitWith(t *testing.T, opts HandlerOptions) *waitFixture {
 	go func() { defer close(done); hub.Run(ctx) }()
 	e := echo.New()
 	e.HTTPErrorHandler = web.IronicErrorHandler
+	e.Use(mw...)
 	opts.Hub, opts.RequestTimeout, opts.EventsHeartbeat = hub, maxWait+2*time.Second, 200*time.Millisecond
 	NewHandler(NewStore(f.pool), opts).Register(e.Group("/v1", web.IronicVersion()))
 	srv := httptest.NewServer(e)
@@ -182,6 +184,18 @@ func TestPollHold(t *testing.T) {
 		require.NoError(t, err, "a GET after the window was held")
 		resp.Body.Close()
 		require.Equal(t, 200, resp.StatusCode)
+	}
+
+	// A hold longer than the request's timeout (api.request_timeout, as
+	// metalloc-api's middleware sets it) ends by half the time left and
+	// answers the state, not a 503.
+	w = setupWaitWith(t, HandlerOptions{MaxWait: time.Minute, PollWindow: time.Minute, PollHold: time.Hour},
+		middleware.ContextTimeoutWithConfig(middleware.ContextTimeoutConfig{Timeout: 2 * time.Second}))
+	w.create("a4", "gold")
+	for range 3 {
+		resp, body = w.request("GET", "/v1/allocations/"+w.uuidOf("a4"), nil, "")
+		require.Equal(t, 200, resp.StatusCode, body)
+		require.Equal(t, "allocating", body["state"])
 	}
 }
 

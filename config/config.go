@@ -147,8 +147,8 @@ type API struct {
 	// PollWindow and PollHold: a GET /v1/allocations/{ident} of an
 	// allocation still allocating that follows this process's previous
 	// answer for it within PollWindow (default 1s) is held until the
-	// allocation changes or PollHold (default 10s; keep it below
-	// request_timeout) has passed; either at 0 disables it
+	// allocation changes or PollHold (default 10s; at most half of
+	// what is left of request_timeout) has passed; either at 0 disables it
 	// (allocation.HandlerOptions.PollWindow, PollHold).
 	PollWindow time.Duration `mapstructure:"poll_window"`
 	PollHold   time.Duration `mapstructure:"poll_hold"`

@@ -53,7 +53,7 @@ func registry() []*Key {
 		{Name: "api.poll_window", Default: DefaultAPIPollWindow, Readers: []Binary{BinaryAPI},
 			Doc: "A `GET /v1/allocations/{id}` of an allocation still `allocating` that comes less than this long after metalloc-api's previous answer for it is a client polling faster than this: it is held (`api.poll_hold`; docs/without-polling.md). A single GET, and polls this far apart or more (python-ironicclient's `--wait` every 1 s, openstacksdk's every 2 s), are answered at once; 0 answers every GET at once."},
 		{Name: "api.poll_hold", Default: DefaultAPIPollHold, Readers: []Binary{BinaryAPI},
-			Doc: "A poll (`api.poll_window`) is answered when the allocation changes or after this long, whichever is first: a polling client learns of the change at once and sends about one GET per this interval while it waits. Keep it below `api.request_timeout` and below the clients' own timeouts; 0 answers every GET at once."},
+			Doc: "A poll (`api.poll_window`) is answered when the allocation changes or after this long, whichever is first: a polling client learns of the change at once and sends about one GET per this interval while it waits. A hold also ends by half the time its request has left under `api.request_timeout`, so that a longer one answers the state then, not a 503; keep it below the clients' own timeouts. 0 answers every GET at once."},
 		{Name: "api.events_heartbeat", Default: DefaultAPIEventsHeartbeat, Readers: []Binary{BinaryAPI},
 			Doc: "Interval of the comment lines that keep an idle `GET /v1/allocations/events` stream open through proxies."},
 		{Name: "api.events_retention", Default: DefaultAPIEventsRetention, Readers: []Binary{BinaryAPI},
