@@ -157,19 +157,7 @@ func TestDrainLetsItsClaimEnd(t *testing.T) {
 	require.NoError(t, err)
 	svc.signals = newTestSignals(64)
 	runService(t, svc)
-	_, err = tx.Exec(ctx, `SAVEPOINT held`)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `LOCK TABLE allocation_traits IN ACCESS EXCLUSIVE MODE`)
-	require.NoError(t, err)
-	// Not dbtest.Allocation: it writes allocation_traits, which is locked.
-	_, err = pool.Exec(ctx, `INSERT INTO allocations (uuid, resource_class, state) VALUES (gen_random_uuid(), 'gold', 'allocating')`)
-	require.NoError(t, err)
-	claims := `SELECT count(*) FROM pg_stat_activity
-		WHERE datname = current_database() AND query LIKE '%metalloc_claim_reserve(%' AND state = 'active'
-		  AND pid <> pg_backend_pid()`
-	dbtest.WaitFor(t, 30*time.Second, "the claim waiting for allocation_traits", func() bool {
-		return dbtest.Count(t, pool, claims+` AND wait_event_type = 'Lock'`) == 1
-	})
+	claims := holdClaim(t, tx, pool)
 
 	_, err = RequestDrain(ctx, pool, "draining")
 	require.NoError(t, err)

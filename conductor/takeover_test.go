@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -208,19 +209,7 @@ func TestStopLetsItsClaimEnd(t *testing.T) {
 	require.NoError(t, err)
 	svc.signals = newTestSignals(64)
 	stop := runService(t, svc)
-	_, err = tx.Exec(ctx, `SAVEPOINT held`)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `LOCK TABLE allocation_traits IN ACCESS EXCLUSIVE MODE`)
-	require.NoError(t, err)
-	// Not dbtest.Allocation: it writes allocation_traits, which is locked.
-	_, err = pool.Exec(ctx, `INSERT INTO allocations (uuid, resource_class, state) VALUES (gen_random_uuid(), 'gold', 'allocating')`)
-	require.NoError(t, err)
-	claims := `SELECT count(*) FROM pg_stat_activity
-		WHERE datname = current_database() AND query LIKE '%metalloc_claim_reserve(%' AND state = 'active'
-		  AND pid <> pg_backend_pid()`
-	dbtest.WaitFor(t, 30*time.Second, "the claim waiting for allocation_traits", func() bool {
-		return dbtest.Count(t, pool, claims+` AND wait_event_type = 'Lock'`) == 1
-	})
+	claims := holdClaim(t, tx, pool)
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
@@ -239,4 +228,29 @@ func TestStopLetsItsClaimEnd(t *testing.T) {
 		`SELECT count(*) FROM allocations WHERE state = 'allocating' AND conductor_affinity IS NOT NULL`),
 		"a row claimed after the stop's release is owned by a conductor gone offline")
 	require.EqualValues(t, 1, <-svc.signals.released, "the stop released the row its claim took")
+}
+
+// holdClaim inserts an allocating row of class gold and holds the claim
+// that comes for it in the database: under a savepoint "held" of tx, it
+// locks allocation_traits, which the claim reads, and waits until a
+// claim statement waits for that lock. ROLLBACK TO SAVEPOINT held lets
+// the claim go on (tx's other locks stay). It returns the query counting
+// the claim statements running, for the caller to wait for their end.
+func holdClaim(t *testing.T, tx pgx.Tx, pool *pgxpool.Pool) (claims string) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := tx.Exec(ctx, `SAVEPOINT held`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `LOCK TABLE allocation_traits IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	// Not dbtest.Allocation: it writes allocation_traits, which is locked.
+	_, err = pool.Exec(ctx, `INSERT INTO allocations (uuid, resource_class, state) VALUES (gen_random_uuid(), 'gold', 'allocating')`)
+	require.NoError(t, err)
+	claims = `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE '%metalloc_claim_reserve(%' AND state = 'active'
+		  AND pid <> pg_backend_pid()`
+	dbtest.WaitFor(t, 30*time.Second, "the claim waiting for allocation_traits", func() bool {
+		return dbtest.Count(t, pool, claims+` AND wait_event_type = 'Lock'`) == 1
+	})
+	return claims
 }

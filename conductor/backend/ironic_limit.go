@@ -541,11 +541,15 @@ func (l *limiter) pace(slot time.Duration) {
 
 // windowRate is the window's rate by Little's law: the slots held over
 // the slot time, their means (mu held; 0 without samples).
-func (l *limiter) windowRate() float64 {
-	if l.n == 0 || l.slotSum <= 0 {
+func (l *limiter) windowRate() float64 { return l.rateOver(l.slotSum) }
+
+// rateOver is the window's slots held over the mean of sum, a sum over
+// its samples (mu held; 0 without samples).
+func (l *limiter) rateOver(sum time.Duration) float64 {
+	if l.n == 0 || sum <= 0 {
 		return 0
 	}
-	return float64(l.heldSum) / (l.slotSum / time.Duration(l.n)).Seconds() / float64(l.n)
+	return float64(l.heldSum) / (sum / time.Duration(l.n)).Seconds() / float64(l.n)
 }
 
 // endProbe ends a probe window of mean (mu held): the mean joins the
@@ -620,12 +624,7 @@ func (l *limiter) restart() {
 // halves what is in flight the slots stay long while Ironic is already
 // faster, and their rate showed a gain where Ironic's rate was flat
 // (bench ironic, 2026-12-05: the caps rose at every probe).
-func (l *limiter) sampleRate() float64 {
-	if l.n == 0 || l.sum <= 0 {
-		return 0
-	}
-	return float64(l.heldSum) / (l.sum / time.Duration(l.n)).Seconds() / float64(l.n)
-}
+func (l *limiter) sampleRate() float64 { return l.rateOver(l.sum) }
 
 // queue is the window's estimate of this limiter's allocations waiting
 // in Ironic, its mean sample being mean (mu held): by Little's law the
